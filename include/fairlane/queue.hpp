@@ -1,0 +1,227 @@
+// fairlane::Queue: a fair multi-tenant job queue in a named shared-memory
+// segment.
+//
+// Jobs are enqueued under a group (a tenant). Each group owns a lane of
+// pending jobs, served oldest (lowest id) first. A ring holds the lanes that
+// can be served now (nonempty, unpaused, below their concurrency ceiling);
+// every claim rotates it one step and serves the lane it lands on. A tenant
+// with 10,000 jobs waiting gets one turn per cycle, like a tenant with one.
+//
+// Thread and process safety: every member of Queue may be called from any
+// number of threads of any number of processes attached to the same
+// segment. enqueue, claim, claim_batch, complete, fail and extend take no
+// lock, make no system call and do not allocate (claim copies the payload
+// into the Lease's string, which allocates only when its capacity is too
+// small). A futex is touched only when a consumer is parked.
+//
+// Delivery is at-least-once: a lease that is not completed before its
+// deadline returns the job to its lane (its mint position) and the next
+// claim hands it out again with a higher attempt number. The attempt number
+// is a fencing token: complete, fail and extend with an older one change
+// nothing.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <span>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "fairlane/ids.hpp"
+#include "fairlane/result.hpp"
+
+namespace fairlane {
+
+// The lane of jobs enqueued without a group.
+inline constexpr std::string_view kDefaultGroup = "DEF00000000000";
+
+// Fixed at creation; a segment cannot be resized.
+struct QueueOptions {
+  std::uint32_t jobs = 65536;          // job slots: pending + leased + scheduled + dead
+  std::uint32_t lanes = 4096;          // distinct groups the segment can hold
+  std::uint32_t payload_bytes = 256;   // largest payload of one job
+  std::string job_kind = "JOB";        // namespace every job id must carry
+  std::uint32_t mode = 0600;           // file mode of the segment
+  std::uint16_t node = 0;              // snowflake node bits (0..1023) for mint()
+};
+
+// What a segment was created with, read back from its header.
+struct QueueConfig {
+  std::uint32_t jobs = 0;
+  std::uint32_t lanes = 0;
+  std::uint32_t payload_bytes = 0;
+  std::string job_kind;
+  std::uint16_t node = 0;
+  std::uint32_t layout_version = 0;
+  std::uint64_t segment_bytes = 0;
+};
+
+enum class EnqueueStatus {
+  enqueued,           // admitted: it will be delivered
+  duplicate,          // a job with this id exists; nothing changed
+  kind_mismatch,      // the job id is not of the queue's job namespace
+  invalid_id,         // the job id is not a valid branded id
+  invalid_group,      // the group is not a valid branded id
+  payload_too_large,  // larger than the segment's payload_bytes
+  full,               // every job slot is in use
+  lanes_full,         // a new group, and every lane is taken
+};
+std::string_view to_string(EnqueueStatus s) noexcept;
+
+struct EnqueueOptions {
+  std::uint64_t delay_ms = 0;  // not claimable before now + delay_ms
+};
+
+// A claimed job. Reuse one Lease across claims: its payload string keeps its
+// capacity, so a steady consumer does not allocate.
+struct Lease {
+  BrandedId id;
+  BrandedId group;
+  std::uint32_t attempt = 0;       // fencing token: 1 on the first delivery
+  std::uint64_t deadline_ms = 0;   // on the segment clock (Queue::now_ms)
+  std::uint64_t waited_us = 0;     // from becoming pending to this claim
+  std::string payload;
+};
+
+enum class AckStatus {
+  ok,
+  stale,  // the job exists but is not leased under this attempt
+  gone,   // no job with this id
+};
+std::string_view to_string(AckStatus s) noexcept;
+
+enum class FailStatus {
+  retrying,  // scheduled for another attempt after the delay
+  dead,      // that was the last attempt: dead-lettered
+  stale,     // the job exists but is not leased under this attempt
+  gone,      // no job with this id
+};
+std::string_view to_string(FailStatus s) noexcept;
+
+struct FailOptions {
+  std::uint64_t delay_ms = 0;        // backoff before the retry
+  std::uint32_t max_attempts = 1;    // dead-letter once attempt >= this
+  std::string_view error = {};       // kept as the job's last error (truncated)
+};
+
+enum class LaneStatus {
+  ok,
+  invalid_group,     // not a valid branded id
+  invalid_argument,  // limit or weight out of range
+  lanes_full,        // a new group, and every lane is taken
+};
+std::string_view to_string(LaneStatus s) noexcept;
+
+inline constexpr std::uint32_t kMaxLimit = (1U << 17) - 1;  // largest concurrency limit
+inline constexpr std::uint32_t kMaxWeight = 1000;
+
+struct LaneInfo {
+  BrandedId group;
+  std::uint64_t depth = 0;     // pending jobs
+  std::uint64_t active = 0;    // leased jobs
+  std::uint32_t limit = 0;     // 0: no limit
+  std::uint32_t weight = 1;
+  bool paused = false;
+  bool ringed = false;         // holds a ring token
+  std::uint64_t served = 0;    // claims served from this lane, ever
+};
+
+struct Counters {
+  std::uint64_t enqueued = 0, duplicates = 0, claimed = 0, completed = 0;
+  std::uint64_t retried = 0, dead = 0, expired = 0, promoted = 0, drained = 0;
+};
+
+struct Snapshot {
+  bool paused = false;                 // the whole queue
+  std::vector<BrandedId> ring;         // serviceable lanes, in rota order
+  std::vector<LaneInfo> lanes;         // every lane, in table order
+  Counters counters;                   // sums over every process, ever
+  std::uint64_t jobs_capacity = 0, pending = 0, leased = 0, scheduled = 0, dead = 0;
+  std::uint64_t now_ms = 0;
+};
+
+namespace detail { struct Segment; }
+
+class Queue {
+ public:
+  // Setup. These allocate and make system calls; they never throw.
+  static Result<Queue> create(std::string_view name, const QueueOptions& options = {});
+  static Result<Queue> open(std::string_view name);
+  static Result<Queue> open_or_create(std::string_view name, const QueueOptions& options = {});
+  static Status remove(std::string_view name);
+
+  Queue(Queue&&) noexcept;
+  Queue& operator=(Queue&&) noexcept;
+  ~Queue();
+
+  const std::string& name() const noexcept;
+  QueueConfig config() const;
+
+  // The segment clock: CLOCK_MONOTONIC in ms plus the segment's test offset.
+  std::uint64_t now_ms() const noexcept;
+
+  // Mint a fresh id, strictly greater than any minted before in this
+  // segment by any process. Lock-free. mint() uses the job namespace;
+  // mint(kind) returns the empty id when kind is not three letters A-Z.
+  BrandedId mint() noexcept;
+  BrandedId mint(std::string_view kind) noexcept;
+
+  // Admit a job. An empty group means the default lane. Idempotent by id:
+  // a second enqueue of a live id returns duplicate and changes nothing.
+  // On any error nothing is written. Lock-free.
+  EnqueueStatus enqueue(const BrandedId& group, const BrandedId& job, std::string_view payload,
+                        EnqueueOptions options = {}) noexcept;
+
+  // Rotate the ring one step and lease the oldest job of the lane it lands
+  // on for lease_ms. Returns false when nothing is serviceable (or the whole
+  // queue is paused). Lock-free.
+  bool claim(Lease& out, std::uint32_t lease_ms) noexcept;
+
+  // As claim, but parks on the segment's futex until a job is serviceable or
+  // the timeout passes. No busy polling.
+  bool claim_wait(Lease& out, std::uint32_t lease_ms, std::chrono::milliseconds timeout) noexcept;
+
+  // Up to out.size() jobs in one call: each ring step takes
+  // min(weight, depth, limit headroom, room left) jobs from its lane.
+  // Returns how many leases were filled.
+  std::size_t claim_batch(std::span<Lease> out, std::uint32_t lease_ms) noexcept;
+
+  AckStatus complete(const BrandedId& job, std::uint32_t attempt) noexcept;
+  FailStatus fail(const BrandedId& job, std::uint32_t attempt, const FailOptions& options) noexcept;
+  AckStatus extend(const BrandedId& job, std::uint32_t attempt, std::uint32_t lease_ms) noexcept;
+
+  // Lane controls. A group named here for the first time gets its lane.
+  LaneStatus pause(const BrandedId& group) noexcept;
+  LaneStatus resume(const BrandedId& group) noexcept;
+  void pause_all() noexcept;
+  void resume_all() noexcept;
+  // limit 0 clears it. Setting it at or below the active count de-rings the lane.
+  LaneStatus set_limit(const BrandedId& group, std::uint32_t limit) noexcept;
+  LaneStatus set_weight(const BrandedId& group, std::uint32_t weight) noexcept;
+  // Pending jobs of the lane (0 for a group never seen).
+  std::uint64_t depth(const BrandedId& group) const noexcept;
+  // Remove every pending job of the lane. Leased, scheduled and dead jobs are
+  // untouched. Waits for a claimer that is serving the lane at this moment.
+  std::uint64_t drain(const BrandedId& group) noexcept;
+
+  // Promote due delayed jobs and return expired leases to their lanes now.
+  // claim and claim_wait do this by themselves; this is for tools and tests.
+  // Returns how many jobs moved.
+  std::uint64_t tick() noexcept;
+
+  // Approximate, read-only view (not an atomic picture of the whole queue).
+  Snapshot snapshot() const;
+
+  // Moves this segment's clock forward by ms, for every attached process.
+  // For tests and drills: leases expire and delayed jobs fall due sooner.
+  void advance_clock(std::uint64_t ms) noexcept;
+
+ private:
+  explicit Queue(std::unique_ptr<detail::Segment> seg) noexcept;
+  std::unique_ptr<detail::Segment> seg_;
+};
+
+}  // namespace fairlane
