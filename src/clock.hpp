@@ -1,0 +1,27 @@
+// The segment clock: CLOCK_MONOTONIC (one clock for the whole host) plus the
+// segment's test offset. clock_gettime goes through the vDSO: no system call.
+#pragma once
+
+#include <time.h>
+
+#include <atomic>
+#include <cstdint>
+
+#include "segment.hpp"
+
+namespace fairlane::detail {
+
+inline std::uint64_t monotonic_us() noexcept {
+  timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return std::uint64_t(ts.tv_sec) * 1000000u + std::uint64_t(ts.tv_nsec) / 1000u;
+}
+
+// Relaxed: the offset only moves forward, by a test or drill, and a reader
+// that sees it a moment late just sees time a moment earlier.
+inline std::uint64_t segment_now_us(const Segment& s) noexcept {
+  return monotonic_us() + std::uint64_t(s.h->clock_offset_ms.load(std::memory_order_relaxed)) * 1000u;
+}
+inline std::uint64_t segment_now_ms(const Segment& s) noexcept { return segment_now_us(s) / 1000u; }
+
+}  // namespace fairlane::detail

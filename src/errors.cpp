@@ -1,0 +1,65 @@
+// Names of the status enums, for messages and the tool's output.
+#include "fairlane/queue.hpp"
+#include "fairlane/result.hpp"
+
+namespace fairlane {
+
+std::string_view to_string(Errc e) noexcept {
+  switch (e) {
+    case Errc::not_found: return "not_found";
+    case Errc::already_exists: return "already_exists";
+    case Errc::wrong_layout: return "wrong_layout";
+    case Errc::truncated: return "truncated";
+    case Errc::not_initialized: return "not_initialized";
+    case Errc::corrupt: return "corrupt";
+    case Errc::invalid_argument: return "invalid_argument";
+    case Errc::permission_denied: return "permission_denied";
+    case Errc::system: return "system";
+  }
+  return "unknown";
+}
+
+std::string_view to_string(EnqueueStatus s) noexcept {
+  switch (s) {
+    case EnqueueStatus::enqueued: return "enqueued";
+    case EnqueueStatus::duplicate: return "duplicate";
+    case EnqueueStatus::kind_mismatch: return "kind_mismatch";
+    case EnqueueStatus::invalid_id: return "invalid_id";
+    case EnqueueStatus::invalid_group: return "invalid_group";
+    case EnqueueStatus::payload_too_large: return "payload_too_large";
+    case EnqueueStatus::full: return "full";
+    case EnqueueStatus::lanes_full: return "lanes_full";
+  }
+  return "unknown";
+}
+
+std::string_view to_string(AckStatus s) noexcept {
+  switch (s) {
+    case AckStatus::ok: return "ok";
+    case AckStatus::stale: return "stale";
+    case AckStatus::gone: return "gone";
+  }
+  return "unknown";
+}
+
+std::string_view to_string(FailStatus s) noexcept {
+  switch (s) {
+    case FailStatus::retrying: return "retrying";
+    case FailStatus::dead: return "dead";
+    case FailStatus::stale: return "stale";
+    case FailStatus::gone: return "gone";
+  }
+  return "unknown";
+}
+
+std::string_view to_string(LaneStatus s) noexcept {
+  switch (s) {
+    case LaneStatus::ok: return "ok";
+    case LaneStatus::invalid_group: return "invalid_group";
+    case LaneStatus::invalid_argument: return "invalid_argument";
+    case LaneStatus::lanes_full: return "lanes_full";
+  }
+  return "unknown";
+}
+
+}  // namespace fairlane

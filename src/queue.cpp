@@ -1,0 +1,720 @@
+// The queue's transitions over the segment's tables.
+//
+// The job slot table is the truth; lanes, the ring and the id index are
+// derived. Each transition below says its steps in order. See
+// docs/design.md for the synchronisation edges ([R*]/[A*]/[S*] labels).
+#include "fairlane/queue.hpp"
+
+#include <sched.h>
+
+#include <algorithm>
+#include <climits>
+#include <cstring>
+#include <thread>
+
+#include "clock.hpp"
+#include "futex.hpp"
+#include "id_index.hpp"
+#include "lane_order.hpp"
+#include "lane_table.hpp"
+#include "ring.hpp"
+#include "segment.hpp"
+
+namespace fairlane {
+using namespace detail;
+
+namespace {
+
+constexpr std::uint64_t kNever = ~0ULL;
+// A sweep for due work runs at least this often while anyone claims or
+// waits, whatever next_due says.
+constexpr std::uint64_t kSweepBackstopMs = 1000;
+// Claims that find the lane they drew busy (a drain holds it) put the token
+// back and try another; this many in a row and the claim gives up.
+constexpr int kMaxBusySkips = 8;
+
+std::uint64_t relaxed_inc(std::atomic<std::uint64_t>& c, std::uint64_t n = 1) noexcept {
+  return c.fetch_add(n, std::memory_order_relaxed);  // statistics only
+}
+
+// Lowers `word` to v if v is smaller. Release: a sweeper that later reads
+// the lowered value also sees the slot word that made it due.
+void atomic_min(std::atomic<std::uint64_t>& word, std::uint64_t v) noexcept {
+  std::uint64_t cur = word.load(std::memory_order_relaxed);
+  while (v < cur && !word.compare_exchange_weak(cur, v, std::memory_order_acq_rel, std::memory_order_relaxed)) {
+  }
+}
+
+// ---- free list: a Treiber stack of slots, head tagged against ABA --------
+//   free_head: tag (bits 32..63) | slot+1 (bits 0..31)
+
+std::uint32_t free_pop(Segment& s) noexcept {
+  std::uint64_t h = s.h->free_head.load(std::memory_order_acquire);
+  for (;;) {
+    std::uint32_t top = std::uint32_t(h);
+    if (!top) return kNoSlot;
+    // May read a link that a racing pop/push is rewriting; the tag makes our
+    // CAS fail in that case.
+    std::uint32_t next = s.slot(top - 1).next.load(std::memory_order_relaxed);
+    std::uint64_t nh = (((h >> 32) + 1) << 32) | next;
+    // [A3] acquire: pairs with [R3]; the slot's last owner is done with it.
+    if (s.h->free_head.compare_exchange_weak(h, nh, std::memory_order_acquire, std::memory_order_acquire)) return top - 1;
+  }
+}
+
+void free_push(Segment& s, std::uint32_t slot) noexcept {
+  std::uint64_t h = s.h->free_head.load(std::memory_order_relaxed);
+  std::uint64_t nh;
+  do {
+    s.slot(slot).next.store(std::uint32_t(h), std::memory_order_relaxed);
+    nh = (((h >> 32) + 1) << 32) | (slot + 1);
+    // [R3] release: pairs with [A3].
+  } while (!s.h->free_head.compare_exchange_weak(h, nh, std::memory_order_release, std::memory_order_relaxed));
+}
+
+// ---- wake-ups --------------------------------------------------------------
+
+// After a token became available: wake one parked consumer, if any. The
+// seq_cst load pairs with the seq_cst increment of `waiters` by a consumer
+// about to park ([S1]/[S2] and [S5]): either it sees our token or we see it.
+void notify(Segment& s, int count = 1) noexcept {
+  if (s.h->waiters.load(std::memory_order_seq_cst) == 0) return;
+  s.h->wake_seq.fetch_add(1, std::memory_order_release);
+  futex_wake(&s.h->wake_seq, count);
+}
+
+// ---- ring tokens -------------------------------------------------------------
+//   hold: claims left in the turn (bits 32..63) | lane+1 (bits 0..31)
+
+struct Token {
+  std::uint32_t lane = kNoLane;
+  std::uint32_t turn = 0;  // claims this lane may still take in its turn
+};
+
+std::uint32_t weight_of(const LaneRecord& l) noexcept {
+  std::uint32_t w = l.weight.load(std::memory_order_relaxed);
+  return w ? w : 1;
+}
+
+Token take_token(Segment& s) noexcept {
+  std::uint64_t hw = s.h->hold.load(std::memory_order_acquire);
+  if (hw && s.h->hold.compare_exchange_strong(hw, 0, std::memory_order_seq_cst))
+    return Token{std::uint32_t(hw) - 1, std::uint32_t(hw >> 32)};
+  std::uint32_t lane = ring_pop(s);
+  if (lane == kNoLane) return {};
+  return Token{lane, weight_of(s.lanes[lane])};
+}
+
+// Gives a token back: to the hold slot if its lane is owed more claims this
+// turn (so the ring stays on it), else to the ring's tail.
+void put_token(Segment& s, std::uint32_t lane, std::uint32_t turn_left) noexcept {
+  if (turn_left > 0) {
+    std::uint64_t empty = 0;
+    if (s.h->hold.compare_exchange_strong(empty, (std::uint64_t(turn_left) << 32) | (lane + 1), std::memory_order_seq_cst)) {
+      notify(s);
+      return;
+    }
+  }
+  ring_push(s, lane);
+  notify(s);
+}
+
+// Applies `change` to a lane word by CAS; if the result is serviceable and
+// the lane has no token, mints one in the same step and rings it.
+template <class F>
+std::uint64_t update_lane(Segment& s, std::uint32_t lane, F change) noexcept {
+  LaneRecord& l = s.lanes[lane];
+  std::uint64_t w = l.word.load(std::memory_order_acquire);
+  std::uint64_t nw;
+  bool ring;
+  do {
+    nw = change(w);
+    ring = !(nw & LaneWord::kRinged) && LaneWord::serviceable(nw);
+    if (ring) nw |= LaneWord::kRinged;
+    // [R4] acq_rel: the lane word orders every change of lane state.
+  } while (!l.word.compare_exchange_weak(w, nw, std::memory_order_acq_rel, std::memory_order_acquire));
+  if (ring) {
+    ring_push(s, lane);
+    notify(s);
+  }
+  return nw;
+}
+
+// Makes a slot that is now in state pending visible in its lane; if it was
+// leased, releases the lane's active count in the same step.
+void enter_lane(Segment& s, std::uint32_t slot, bool was_active) noexcept {
+  const std::uint32_t lane = s.slot(slot).lane;
+  intake_push(s, s.lanes[lane], slot);
+  update_lane(s, lane, [was_active](std::uint64_t w) {
+    w = LaneWord::with_pending(w, LaneWord::pending(w) + 1);
+    if (was_active) w = LaneWord::with_active(w, LaneWord::active(w) - 1);
+    return w;
+  });
+}
+
+void release_active(Segment& s, std::uint32_t lane) noexcept {
+  update_lane(s, lane, [](std::uint64_t w) { return LaneWord::with_active(w, LaneWord::active(w) - 1); });
+}
+
+// ---- sweeping: promote due jobs, return expired leases ---------------------
+
+// Returns a leased (expired) or scheduled (due) job to its lane. False if the
+// slot word changed under us.
+bool return_to_lane(Segment& s, std::uint32_t slot, std::uint64_t w) noexcept {
+  const SlotState st = SlotWord::state(w);
+  const std::uint64_t pending = SlotWord::pack(SlotState::pending, SlotWord::gen(w), SlotWord::attempt(w), 0);
+  // [R5] acq_rel: takes the job from its holder (fences out a late complete).
+  if (!s.words[slot].compare_exchange_strong(w, pending, std::memory_order_acq_rel)) return false;
+  s.slot(slot).ready_us = segment_now_us(s);
+  enter_lane(s, slot, st == SlotState::leased);
+  relaxed_inc(st == SlotState::leased ? s.counters().expired : s.counters().promoted);
+  return true;
+}
+
+std::uint64_t sweep(Segment& s, std::uint64_t now) noexcept {
+  s.h->last_sweep_ms.store(now, std::memory_order_relaxed);
+  // Anyone who makes a deadline from here on lowers next_due again.
+  s.h->next_due.exchange(kNever, std::memory_order_acq_rel);
+  std::uint64_t moved = 0, next = kNever;
+  for (std::uint32_t i = 0; i < s.jobs; ++i) {
+    std::uint64_t w = s.words[i].load(std::memory_order_acquire);
+    for (;;) {
+      const SlotState st = SlotWord::state(w);
+      if (st != SlotState::leased && st != SlotState::scheduled) break;
+      if (SlotWord::when(w) > now) {
+        next = std::min(next, SlotWord::when(w));
+        break;
+      }
+      if (return_to_lane(s, i, w)) {
+        ++moved;
+        break;
+      }
+      w = s.words[i].load(std::memory_order_acquire);
+    }
+  }
+  atomic_min(s.h->next_due, next);
+  return moved;
+}
+
+void maybe_sweep(Segment& s, std::uint64_t now) noexcept {
+  std::uint64_t last = s.h->last_sweep_ms.load(std::memory_order_relaxed);
+  if (now < s.h->next_due.load(std::memory_order_relaxed) && now < last + kSweepBackstopMs) return;
+  // At most one sweep per millisecond: the CAS elects the sweeper.
+  if (last >= now || !s.h->last_sweep_ms.compare_exchange_strong(last, now, std::memory_order_relaxed)) return;
+  sweep(s, now);
+}
+
+// ---- claiming ----------------------------------------------------------------
+
+void fill_lease(Segment& s, std::uint32_t slot, const BrandedId& group, std::uint32_t attempt,
+                std::uint64_t deadline, std::uint64_t now_us, Lease& out) {
+  const SlotRecord& r = s.slot(slot);
+  out.id = BrandedId::make(std::string_view(s.h->job_kind, 3), r.snowflake.load(std::memory_order_relaxed));
+  out.group = group;
+  out.attempt = attempt;
+  out.deadline_ms = deadline;
+  out.waited_us = now_us > r.ready_us ? now_us - r.ready_us : 0;
+  out.payload.assign(reinterpret_cast<const char*>(s.payload(slot)), r.payload_len);
+}
+
+// The claim loop shared by claim and claim_batch: each ring step reserves
+// n = min(turn, depth, headroom, room) jobs of one lane in one CAS on its
+// word, pops them oldest first, then in one more CAS releases the lane and
+// decides whether its token goes back (serviceable) or is dropped.
+std::size_t claim_some(Segment& s, Lease* out, std::size_t room, std::uint32_t lease_ms) noexcept {
+  const std::uint64_t now_us = segment_now_us(s), now = now_us / 1000;
+  maybe_sweep(s, now);
+  if (s.h->queue_paused.load(std::memory_order_acquire)) return 0;
+  const std::uint64_t deadline = now + lease_ms;
+  std::size_t got = 0;
+  int busy_skips = 0;
+  while (got < room) {
+    const Token tok = take_token(s);
+    if (tok.lane == kNoLane) break;
+    LaneRecord& l = s.lanes[tok.lane];
+    std::uint64_t w = l.word.load(std::memory_order_acquire);
+    std::uint64_t n = 0;
+    bool busy = false;
+    for (;;) {
+      if (!LaneWord::serviceable(w)) {
+        // Paused, empty or at its ceiling since it was ringed: the token
+        // leaves the ring here (pause and limit remove it lazily).
+        if (l.word.compare_exchange_weak(w, w & ~LaneWord::kRinged, std::memory_order_acq_rel, std::memory_order_acquire)) break;
+        continue;
+      }
+      if (w & LaneWord::kBusy) {
+        busy = true;
+        break;
+      }
+      n = std::min<std::uint64_t>({tok.turn, LaneWord::pending(w), LaneWord::headroom(w), room - got});
+      std::uint64_t nw = LaneWord::with_pending(w, LaneWord::pending(w) - n);
+      nw = LaneWord::with_active(nw, LaneWord::active(w) + n) | LaneWord::kBusy;
+      // [A4] acq_rel: reserves n jobs and the lane structure; pairs with the
+      // release of the enqueuers' [R4] (their intake pushes are visible).
+      if (l.word.compare_exchange_weak(w, nw, std::memory_order_acq_rel, std::memory_order_acquire)) break;
+      n = 0;
+    }
+    if (busy) {
+      put_token(s, tok.lane, 0);  // to the ring's tail: let other lanes go first
+      if (++busy_skips >= kMaxBusySkips) break;
+      continue;
+    }
+    if (n == 0) continue;  // token dropped
+
+    const BrandedId group = lane_group(s, tok.lane);
+    LaneOrder order(s, l);
+    for (std::uint64_t k = 0; k < n; ++k) {
+      const std::uint32_t slot = order.pop();
+      const std::uint64_t sw = s.words[slot].load(std::memory_order_relaxed);
+      const std::uint32_t attempt = std::min(SlotWord::attempt(sw) + 1, SlotWord::kMaxAttempt);
+      fill_lease(s, slot, group, attempt, deadline, now_us, out[got + k]);
+      // [R6] release: the lease is published; pairs with the acquire loads
+      // of complete/fail/extend and the sweeper.
+      s.words[slot].store(SlotWord::pack(SlotState::leased, SlotWord::gen(sw), attempt, deadline), std::memory_order_release);
+    }
+    l.served.fetch_add(n, std::memory_order_relaxed);
+    got += n;
+
+    // Release the lane; keep the token only if it is still serviceable.
+    w = l.word.load(std::memory_order_relaxed);
+    bool keep;
+    std::uint64_t nw;
+    do {
+      nw = w & ~LaneWord::kBusy;
+      keep = LaneWord::serviceable(nw);
+      if (!keep) nw &= ~LaneWord::kRinged;
+      // [R7] release: our pops of the lane structure happen-before the next
+      // server's [A4].
+    } while (!l.word.compare_exchange_weak(w, nw, std::memory_order_acq_rel, std::memory_order_relaxed));
+    if (keep) put_token(s, tok.lane, tok.turn - std::uint32_t(n));
+  }
+  if (got) {
+    atomic_min(s.h->next_due, deadline);
+    relaxed_inc(s.counters().claimed, got);
+  }
+  return got;
+}
+
+// Finds the live job `id` and, if it is leased under `attempt`, takes it
+// into state `freeing` (owned by us). Returns the slot and its old word.
+struct Owned {
+  std::uint32_t slot = kNoSlot;
+  std::uint64_t word = 0;
+  AckStatus status = AckStatus::gone;
+};
+
+Owned take_lease(Segment& s, const BrandedId& id, std::uint32_t attempt, bool to_freeing, std::uint64_t new_deadline) noexcept {
+  Owned o;
+  if (!id.valid() || id.kind() != std::string_view(s.h->job_kind, 3)) return o;
+  const std::uint64_t sf = id.snowflake();
+  const std::uint32_t slot = index_find(s, sf);
+  if (slot == kNoSlot) return o;
+  std::uint64_t w = s.words[slot].load(std::memory_order_acquire);
+  for (;;) {
+    if (s.slot(slot).snowflake.load(std::memory_order_acquire) != sf) return o;  // reused meanwhile
+    if (SlotWord::state(w) != SlotState::leased || SlotWord::attempt(w) != attempt) {
+      o.status = AckStatus::stale;
+      return o;
+    }
+    const std::uint64_t nw = to_freeing ? SlotWord::pack(SlotState::freeing, SlotWord::gen(w), attempt, 0)
+                                        : SlotWord::pack(SlotState::leased, SlotWord::gen(w), attempt, new_deadline);
+    // [A5] acq_rel: fences out the sweeper's [R5] and a rival ack.
+    if (s.words[slot].compare_exchange_weak(w, nw, std::memory_order_acq_rel, std::memory_order_acquire)) {
+      o.slot = slot;
+      o.word = w;
+      o.status = AckStatus::ok;
+      return o;
+    }
+  }
+}
+
+void free_job(Segment& s, std::uint32_t slot, std::uint64_t w) noexcept {
+  index_remove(s, s.slot(slot).snowflake.load(std::memory_order_relaxed), slot);
+  s.words[slot].store(SlotWord::pack(SlotState::free, SlotWord::gen(w), 0, 0), std::memory_order_release);
+  free_push(s, slot);
+}
+
+}  // namespace
+
+// ---- setup -------------------------------------------------------------------
+
+Queue::Queue(std::unique_ptr<detail::Segment> seg) noexcept : seg_(std::move(seg)) {}
+Queue::Queue(Queue&&) noexcept = default;
+Queue& Queue::operator=(Queue&&) noexcept = default;
+Queue::~Queue() = default;
+
+Result<Queue> Queue::create(std::string_view name, const QueueOptions& options) {
+  auto s = create_segment(name, options);
+  if (!s) return s.error();
+  return Queue(std::move(s).value());
+}
+
+Result<Queue> Queue::open(std::string_view name) {
+  auto s = open_segment(name);
+  if (!s) return s.error();
+  return Queue(std::move(s).value());
+}
+
+Result<Queue> Queue::open_or_create(std::string_view name, const QueueOptions& options) {
+  // A creator publishes its header last; give one that is mid-creation up to
+  // a second before reporting it.
+  for (int attempt = 0; attempt < 100; ++attempt) {
+    auto c = create(name, options);
+    if (c || c.error().code != Errc::already_exists) return c;
+    auto o = open(name);
+    if (o || (o.error().code != Errc::not_initialized && o.error().code != Errc::not_found)) return o;
+    if (attempt == 99) return o;
+    if (o.error().code == Errc::not_initialized) std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  return Error{Errc::system, 0, "segment '" + std::string(name) + "' could be neither created nor opened"};
+}
+
+Status Queue::remove(std::string_view name) { return remove_segment(name); }
+
+const std::string& Queue::name() const noexcept { return seg_->name; }
+
+QueueConfig Queue::config() const {
+  const Header& h = *seg_->h;
+  QueueConfig c;
+  c.jobs = h.job_capacity;
+  c.lanes = h.lane_capacity - 1;
+  c.payload_bytes = h.payload_bytes;
+  c.job_kind = std::string(h.job_kind, 3);
+  c.node = h.node;
+  c.layout_version = h.layout_version;
+  c.segment_bytes = h.segment_bytes;
+  return c;
+}
+
+std::uint64_t Queue::now_ms() const noexcept { return segment_now_ms(*seg_); }
+
+void Queue::advance_clock(std::uint64_t ms) noexcept {
+  seg_->h->clock_offset_ms.fetch_add(std::int64_t(ms), std::memory_order_relaxed);
+  notify(*seg_, INT_MAX);  // parked consumers re-check what fell due
+}
+
+// ---- ids -----------------------------------------------------------------------
+
+BrandedId Queue::mint() noexcept { return mint(std::string_view(seg_->h->job_kind, 3)); }
+
+BrandedId Queue::mint(std::string_view kind) noexcept {
+  if (!valid_kind(kind)) return {};
+  timespec ts;
+  clock_gettime(CLOCK_REALTIME, &ts);
+  const std::uint64_t unix_ms = std::uint64_t(ts.tv_sec) * 1000 + std::uint64_t(ts.tv_nsec) / 1000000;
+  const std::uint64_t ms = unix_ms > kEpochMs ? unix_ms - kEpochMs : 0;
+  const std::uint64_t floor = snowflake_of(ms, seg_->h->node, 0);
+  std::uint64_t last = seg_->h->mint_last.load(std::memory_order_relaxed);
+  std::uint64_t next;
+  do {
+    // A clock that steps back keeps minting from the logical clock.
+    next = std::max(floor, last + 1);
+    // Relaxed is enough: the CAS on this one word is the whole protocol.
+  } while (!seg_->h->mint_last.compare_exchange_weak(last, next, std::memory_order_relaxed));
+  return BrandedId::make(kind, next);
+}
+
+// ---- enqueue ---------------------------------------------------------------------
+//
+// 1. pop a free slot; mark it admitting; write id, lane, payload
+// 2. commit the id in the index (or find it a duplicate and give the slot back)
+// 3. mark it pending (or scheduled) and push it on its lane's intake
+// 4. count it in the lane word, ringing the lane if that made it serviceable
+
+EnqueueStatus Queue::enqueue(const BrandedId& group, const BrandedId& job, std::string_view payload,
+                             EnqueueOptions options) noexcept {
+  Segment& s = *seg_;
+  if (!job.valid()) return EnqueueStatus::invalid_id;
+  if (job.kind() != std::string_view(s.h->job_kind, 3)) return EnqueueStatus::kind_mismatch;
+  if (payload.size() > s.payload_bytes) return EnqueueStatus::payload_too_large;
+  const std::uint64_t sf = job.snowflake();
+  if (index_find(s, sf) != kNoSlot) {
+    relaxed_inc(s.counters().duplicates);
+    return EnqueueStatus::duplicate;
+  }
+  std::uint32_t lane = s.h->default_lane;
+  if (group.valid()) {
+    lane = lane_lookup(s, group, true);
+    if (lane == kLanesFull) return EnqueueStatus::lanes_full;
+  }
+  const std::uint32_t slot = free_pop(s);
+  if (slot == kNoSlot) return EnqueueStatus::full;
+
+  SlotRecord& r = s.slot(slot);
+  const std::uint32_t gen = SlotWord::gen(s.words[slot].load(std::memory_order_relaxed)) + 1;
+  s.words[slot].store(SlotWord::pack(SlotState::admitting, gen, 0, 0), std::memory_order_relaxed);
+  r.lane = lane;
+  r.payload_len = std::uint32_t(payload.size());
+  r.error_len = 0;
+  if (!payload.empty()) std::memcpy(s.payload(slot), payload.data(), payload.size());
+  r.snowflake.store(sf, std::memory_order_release);
+
+  const IndexInsert ins = index_insert(s, sf, slot);
+  if (ins != IndexInsert::inserted) {
+    s.words[slot].store(SlotWord::pack(SlotState::free, gen, 0, 0), std::memory_order_relaxed);
+    free_push(s, slot);
+    if (ins == IndexInsert::full) return EnqueueStatus::full;
+    relaxed_inc(s.counters().duplicates);
+    return EnqueueStatus::duplicate;
+  }
+
+  const std::uint64_t now_us = segment_now_us(s);
+  if (options.delay_ms > 0) {
+    const std::uint64_t due = now_us / 1000 + options.delay_ms;
+    // [R8] release: the scheduled job is complete before a sweeper sees it.
+    s.words[slot].store(SlotWord::pack(SlotState::scheduled, gen, 0, due), std::memory_order_release);
+    atomic_min(s.h->next_due, due);
+    notify(s, INT_MAX);  // parked consumers shorten their sleep to the new due time
+  } else {
+    r.ready_us = now_us;
+    s.words[slot].store(SlotWord::pack(SlotState::pending, gen, 0, 0), std::memory_order_release);
+    enter_lane(s, slot, false);
+  }
+  relaxed_inc(s.counters().enqueued);
+  return EnqueueStatus::enqueued;
+}
+
+// ---- claim ---------------------------------------------------------------------------
+
+bool Queue::claim(Lease& out, std::uint32_t lease_ms) noexcept { return claim_some(*seg_, &out, 1, lease_ms) == 1; }
+
+std::size_t Queue::claim_batch(std::span<Lease> out, std::uint32_t lease_ms) noexcept {
+  return out.empty() ? 0 : claim_some(*seg_, out.data(), out.size(), lease_ms);
+}
+
+bool Queue::claim_wait(Lease& out, std::uint32_t lease_ms, std::chrono::milliseconds timeout) noexcept {
+  Segment& s = *seg_;
+  const std::uint64_t give_up = monotonic_us() / 1000 + std::uint64_t(std::max<std::int64_t>(0, timeout.count()));
+  for (;;) {
+    if (claim(out, lease_ms)) return true;
+    const std::uint64_t real_now = monotonic_us() / 1000;
+    if (real_now >= give_up) return false;
+    const std::uint32_t seq = s.h->wake_seq.load(std::memory_order_acquire);
+    // [S5] seq_cst: announce before the last look; pairs with notify().
+    s.h->waiters.fetch_add(1, std::memory_order_seq_cst);
+    if (claim(out, lease_ms)) {
+      s.h->waiters.fetch_sub(1, std::memory_order_relaxed);
+      return true;
+    }
+    // Sleep until woken, the timeout, or the next due time (so parked
+    // consumers drive lease expiry and promotion: no daemon needed).
+    std::uint64_t sleep_ms = std::min(give_up - real_now, kSweepBackstopMs);
+    const std::uint64_t due = s.h->next_due.load(std::memory_order_relaxed);
+    if (due != kNever) {
+      const std::uint64_t seg_now = segment_now_ms(s);
+      sleep_ms = std::min(sleep_ms, due > seg_now ? due - seg_now : 1);
+    }
+    futex_wait(&s.h->wake_seq, seq, std::max<std::uint64_t>(sleep_ms, 1));
+    s.h->waiters.fetch_sub(1, std::memory_order_relaxed);
+  }
+}
+
+// ---- acknowledgements ------------------------------------------------------------------
+
+AckStatus Queue::complete(const BrandedId& job, std::uint32_t attempt) noexcept {
+  Segment& s = *seg_;
+  Owned o = take_lease(s, job, attempt, true, 0);
+  if (o.status != AckStatus::ok) return o.status;
+  const std::uint32_t lane = s.slot(o.slot).lane;
+  free_job(s, o.slot, o.word);
+  release_active(s, lane);
+  relaxed_inc(s.counters().completed);
+  return AckStatus::ok;
+}
+
+FailStatus Queue::fail(const BrandedId& job, std::uint32_t attempt, const FailOptions& options) noexcept {
+  Segment& s = *seg_;
+  Owned o = take_lease(s, job, attempt, true, 0);
+  if (o.status == AckStatus::gone) return FailStatus::gone;
+  if (o.status == AckStatus::stale) return FailStatus::stale;
+  SlotRecord& r = s.slot(o.slot);
+  const std::size_t n = std::min<std::size_t>(options.error.size(), kErrorBytes);
+  std::memcpy(r.error, options.error.data(), n);
+  r.error_len = std::uint32_t(n);
+  const std::uint32_t gen = SlotWord::gen(o.word);
+  const std::uint64_t now_us = segment_now_us(s);
+  if (attempt >= std::max<std::uint32_t>(1, options.max_attempts)) {
+    // Dead-lettered: it keeps its slot and its id (a duplicate is still refused).
+    s.words[o.slot].store(SlotWord::pack(SlotState::dead, gen, attempt, now_us / 1000), std::memory_order_release);
+    release_active(s, r.lane);
+    relaxed_inc(s.counters().dead);
+    return FailStatus::dead;
+  }
+  if (options.delay_ms == 0) {
+    r.ready_us = now_us;
+    s.words[o.slot].store(SlotWord::pack(SlotState::pending, gen, attempt, 0), std::memory_order_release);
+    enter_lane(s, o.slot, true);
+  } else {
+    const std::uint64_t due = now_us / 1000 + options.delay_ms;
+    s.words[o.slot].store(SlotWord::pack(SlotState::scheduled, gen, attempt, due), std::memory_order_release);
+    release_active(s, r.lane);
+    atomic_min(s.h->next_due, due);
+    notify(s, INT_MAX);
+  }
+  relaxed_inc(s.counters().retried);
+  return FailStatus::retrying;
+}
+
+AckStatus Queue::extend(const BrandedId& job, std::uint32_t attempt, std::uint32_t lease_ms) noexcept {
+  Segment& s = *seg_;
+  const std::uint64_t deadline = segment_now_ms(s) + lease_ms;
+  Owned o = take_lease(s, job, attempt, false, deadline);
+  if (o.status == AckStatus::ok) atomic_min(s.h->next_due, deadline);
+  return o.status;
+}
+
+// ---- lane controls -------------------------------------------------------------------------
+
+namespace {
+std::uint32_t lane_for(Segment& s, const BrandedId& group, bool create) noexcept {
+  if (!group.valid()) return s.h->default_lane;
+  return lane_lookup(s, group, create);
+}
+}  // namespace
+
+LaneStatus Queue::pause(const BrandedId& group) noexcept {
+  const std::uint32_t lane = lane_for(*seg_, group, true);
+  if (lane == kLanesFull) return LaneStatus::lanes_full;
+  // The token, if any, leaves the ring at the next claim that draws it.
+  seg_->lanes[lane].word.fetch_or(LaneWord::kPaused, std::memory_order_acq_rel);
+  return LaneStatus::ok;
+}
+
+LaneStatus Queue::resume(const BrandedId& group) noexcept {
+  const std::uint32_t lane = lane_for(*seg_, group, true);
+  if (lane == kLanesFull) return LaneStatus::lanes_full;
+  update_lane(*seg_, lane, [](std::uint64_t w) { return w & ~LaneWord::kPaused; });
+  return LaneStatus::ok;
+}
+
+void Queue::pause_all() noexcept { seg_->h->queue_paused.store(1, std::memory_order_release); }
+
+void Queue::resume_all() noexcept {
+  seg_->h->queue_paused.store(0, std::memory_order_seq_cst);
+  notify(*seg_, INT_MAX);
+}
+
+LaneStatus Queue::set_limit(const BrandedId& group, std::uint32_t limit) noexcept {
+  if (limit > kMaxLimit) return LaneStatus::invalid_argument;
+  const std::uint32_t lane = lane_for(*seg_, group, true);
+  if (lane == kLanesFull) return LaneStatus::lanes_full;
+  // At or below the active count the lane stops being serviceable: its
+  // token leaves the ring at the next claim that draws it, and no claim can
+  // take it past the ceiling meanwhile (the ceiling is in the same word).
+  update_lane(*seg_, lane, [limit](std::uint64_t w) { return LaneWord::with_limit(w, limit); });
+  return LaneStatus::ok;
+}
+
+LaneStatus Queue::set_weight(const BrandedId& group, std::uint32_t weight) noexcept {
+  if (weight < 1 || weight > kMaxWeight) return LaneStatus::invalid_argument;
+  const std::uint32_t lane = lane_for(*seg_, group, true);
+  if (lane == kLanesFull) return LaneStatus::lanes_full;
+  seg_->lanes[lane].weight.store(weight, std::memory_order_relaxed);
+  return LaneStatus::ok;
+}
+
+std::uint64_t Queue::depth(const BrandedId& group) const noexcept {
+  const std::uint32_t lane = lane_for(*seg_, group, false);
+  if (lane == kLaneAbsent) return 0;
+  return LaneWord::pending(seg_->lanes[lane].word.load(std::memory_order_acquire));
+}
+
+std::uint64_t Queue::drain(const BrandedId& group) noexcept {
+  Segment& s = *seg_;
+  const std::uint32_t lane = lane_for(s, group, false);
+  if (lane == kLaneAbsent) return 0;
+  LaneRecord& l = s.lanes[lane];
+  // Own the lane structure. A claimer holds it for a few hundred ns.
+  std::uint64_t w = l.word.load(std::memory_order_acquire);
+  for (;;) {
+    if (w & LaneWord::kBusy) {
+      sched_yield();
+      w = l.word.load(std::memory_order_acquire);
+      continue;
+    }
+    if (l.word.compare_exchange_weak(w, w | LaneWord::kBusy, std::memory_order_acq_rel, std::memory_order_acquire)) break;
+  }
+  LaneOrder order(s, l);
+  std::uint64_t removed = 0;
+  for (;;) {
+    w = l.word.load(std::memory_order_acquire);
+    if (LaneWord::pending(w) == 0) break;
+    if (!l.word.compare_exchange_weak(w, LaneWord::with_pending(w, LaneWord::pending(w) - 1), std::memory_order_acq_rel))
+      continue;
+    const std::uint32_t slot = order.pop();
+    const std::uint64_t sw = s.words[slot].load(std::memory_order_relaxed);
+    s.words[slot].store(SlotWord::pack(SlotState::freeing, SlotWord::gen(sw), 0, 0), std::memory_order_relaxed);
+    free_job(s, slot, sw);
+    ++removed;
+  }
+  // Let go; the token (if any) is still where it was and is dropped lazily.
+  l.word.fetch_and(~LaneWord::kBusy, std::memory_order_acq_rel);
+  relaxed_inc(s.counters().drained, removed);
+  return removed;
+}
+
+std::uint64_t Queue::tick() noexcept {
+  Segment& s = *seg_;
+  return sweep(s, segment_now_ms(s));
+}
+
+// ---- snapshot ----------------------------------------------------------------------------
+
+Snapshot Queue::snapshot() const {
+  Segment& s = *seg_;
+  Snapshot snap;
+  snap.paused = s.h->queue_paused.load(std::memory_order_acquire) != 0;
+  snap.now_ms = segment_now_ms(s);
+  snap.jobs_capacity = s.jobs;
+
+  auto serviceable = [&](std::uint32_t lane) {
+    return LaneWord::serviceable(s.lanes[lane].word.load(std::memory_order_acquire));
+  };
+  std::uint64_t hw = s.h->hold.load(std::memory_order_acquire);
+  if (hw && serviceable(std::uint32_t(hw) - 1)) snap.ring.push_back(lane_group(s, std::uint32_t(hw) - 1));
+  for (std::uint32_t lane : ring_contents(s))
+    if (serviceable(lane)) snap.ring.push_back(lane_group(s, lane));
+
+  for (std::uint32_t i = 0; i <= s.lane_mask; ++i) {
+    if (!lane_in_use(s, i)) continue;
+    const LaneRecord& l = s.lanes[i];
+    const std::uint64_t w = l.word.load(std::memory_order_acquire);
+    LaneInfo li;
+    li.group = lane_group(s, i);
+    li.depth = LaneWord::pending(w);
+    li.active = LaneWord::active(w);
+    li.limit = std::uint32_t(LaneWord::limit(w));
+    li.weight = weight_of(l);
+    li.paused = (w & LaneWord::kPaused) != 0;
+    li.ringed = (w & LaneWord::kRinged) != 0;
+    li.served = l.served.load(std::memory_order_relaxed);
+    snap.lanes.push_back(li);
+  }
+
+  auto add = [](Counters& c, const CounterBlock& b) {
+    c.enqueued += b.enqueued.load(std::memory_order_relaxed);
+    c.duplicates += b.duplicates.load(std::memory_order_relaxed);
+    c.claimed += b.claimed.load(std::memory_order_relaxed);
+    c.completed += b.completed.load(std::memory_order_relaxed);
+    c.retried += b.retried.load(std::memory_order_relaxed);
+    c.dead += b.dead.load(std::memory_order_relaxed);
+    c.expired += b.expired.load(std::memory_order_relaxed);
+    c.promoted += b.promoted.load(std::memory_order_relaxed);
+    c.drained += b.drained.load(std::memory_order_relaxed);
+  };
+  add(snap.counters, s.h->retired);
+  for (std::uint32_t i = 0; i < kMaxProcs; ++i) add(snap.counters, s.procs[i].counters);
+
+  for (std::uint32_t i = 0; i < s.jobs; ++i) {
+    switch (SlotWord::state(s.words[i].load(std::memory_order_relaxed))) {
+      case SlotState::pending: ++snap.pending; break;
+      case SlotState::leased: ++snap.leased; break;
+      case SlotState::scheduled: ++snap.scheduled; break;
+      case SlotState::dead: ++snap.dead; break;
+      default: break;
+    }
+  }
+  return snap;
+}
+
+}  // namespace fairlane

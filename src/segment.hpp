@@ -1,0 +1,57 @@
+// A mapped segment: where each table lives, plus this process's attachment.
+// Creating, opening, sizing and removing use Boost.Interprocess; nothing of
+// Boost is used after the mapping exists.
+#pragma once
+
+#include <boost/interprocess/mapped_region.hpp>
+#include <boost/interprocess/shared_memory_object.hpp>
+
+#include <cstdint>
+#include <string>
+
+#include "fairlane/detail/layout.hpp"
+#include "fairlane/queue.hpp"
+#include "fairlane/result.hpp"
+
+namespace fairlane::detail {
+
+struct Geometry {
+  std::uint32_t jobs, lanes, lane_buckets, payload_bytes, slot_bytes, ring_cells, index_buckets;
+  std::uint64_t words_off, slots_off, lanes_off, ring_off, index_off, procs_off, total;
+};
+Geometry geometry_for(std::uint32_t jobs, std::uint32_t lanes, std::uint32_t payload_bytes) noexcept;
+
+struct Segment {
+  std::string name;
+  boost::interprocess::mapped_region region;
+  Header* h = nullptr;
+  std::atomic<std::uint64_t>* words = nullptr;   // slot words
+  unsigned char* slots = nullptr;
+  LaneRecord* lanes = nullptr;
+  std::atomic<std::uint64_t>* ring = nullptr;
+  IndexBucket* index = nullptr;
+  ProcRecord* procs = nullptr;
+  ProcRecord* me = nullptr;                       // this handle's attachment
+
+  // Cached from the header.
+  std::uint32_t jobs = 0, slot_bytes = 0, payload_bytes = 0;
+  std::uint64_t lane_mask = 0, ring_mask = 0, index_mask = 0, seed = 0;
+
+  SlotRecord& slot(std::uint32_t i) const noexcept {
+    return *reinterpret_cast<SlotRecord*>(slots + std::uint64_t(i) * slot_bytes);
+  }
+  unsigned char* payload(std::uint32_t i) const noexcept { return slots + std::uint64_t(i) * slot_bytes + sizeof(SlotRecord); }
+  CounterBlock& counters() const noexcept { return me->counters; }
+
+  ~Segment();
+};
+
+Result<std::unique_ptr<Segment>> create_segment(std::string_view name, const QueueOptions& o);
+Result<std::unique_ptr<Segment>> open_segment(std::string_view name);
+Status remove_segment(std::string_view name);
+
+// Liveness of an attached process: pid and its start time, never a bare pid.
+std::uint64_t process_start_time(int pid) noexcept;
+bool process_alive(int pid, std::uint64_t start_time) noexcept;
+
+}  // namespace fairlane::detail
