@@ -79,6 +79,10 @@ BrandedId BrandedId::make(std::string_view kind, std::uint64_t snowflake) noexce
   return id;
 }
 
+bool BrandedId::well_formed() const noexcept {
+  return valid() && parse(std::string_view(bytes_.data(), kIdLength)).has_value();
+}
+
 std::uint64_t BrandedId::snowflake() const noexcept {
   if (!valid()) return 0;
   std::uint64_t v = 0;

@@ -9,6 +9,7 @@
 
 #include <algorithm>
 #include <climits>
+#include <optional>
 #include <cstring>
 #include <thread>
 
@@ -305,7 +306,7 @@ struct Owned {
 
 Owned take_lease(Segment& s, const BrandedId& id, std::uint32_t attempt, bool to_freeing, std::uint64_t new_deadline) noexcept {
   Owned o;
-  if (!id.valid() || id.kind() != std::string_view(s.h->job_kind, 3)) return o;
+  if (!id.well_formed() || id.kind() != std::string_view(s.h->job_kind, 3)) return o;
   const std::uint64_t sf = id.snowflake();
   const std::uint32_t slot = index_find(s, sf);
   if (slot == kNoSlot) return o;
@@ -424,7 +425,8 @@ BrandedId Queue::mint(std::string_view kind) noexcept {
 EnqueueStatus Queue::enqueue(const BrandedId& group, const BrandedId& job, std::string_view payload,
                              EnqueueOptions options) noexcept {
   Segment& s = *seg_;
-  if (!job.valid()) return EnqueueStatus::invalid_id;
+  if (!job.well_formed()) return EnqueueStatus::invalid_id;
+  if (group.valid() && !group.well_formed()) return EnqueueStatus::invalid_group;
   if (job.kind() != std::string_view(s.h->job_kind, 3)) return EnqueueStatus::kind_mismatch;
   if (payload.size() > s.payload_bytes) return EnqueueStatus::payload_too_large;
   const std::uint64_t sf = job.snowflake();
@@ -566,15 +568,23 @@ AckStatus Queue::extend(const BrandedId& job, std::uint32_t attempt, std::uint32
 // ---- lane controls -------------------------------------------------------------------------
 
 namespace {
+constexpr std::uint32_t kBadGroup = ~0U - 2;
 std::uint32_t lane_for(Segment& s, const BrandedId& group, bool create) noexcept {
   if (!group.valid()) return s.h->default_lane;
+  if (!group.well_formed()) return kBadGroup;
   return lane_lookup(s, group, create);
+}
+// The status of a lane lookup that did not find a lane.
+std::optional<LaneStatus> lane_error(std::uint32_t lane) noexcept {
+  if (lane == kBadGroup) return LaneStatus::invalid_group;
+  if (lane == kLanesFull) return LaneStatus::lanes_full;
+  return std::nullopt;
 }
 }  // namespace
 
 LaneStatus Queue::pause(const BrandedId& group) noexcept {
   const std::uint32_t lane = lane_for(*seg_, group, true);
-  if (lane == kLanesFull) return LaneStatus::lanes_full;
+  if (auto e = lane_error(lane)) return *e;
   // The token, if any, leaves the ring at the next claim that draws it.
   seg_->lanes[lane].word.fetch_or(LaneWord::kPaused, std::memory_order_acq_rel);
   return LaneStatus::ok;
@@ -582,7 +592,7 @@ LaneStatus Queue::pause(const BrandedId& group) noexcept {
 
 LaneStatus Queue::resume(const BrandedId& group) noexcept {
   const std::uint32_t lane = lane_for(*seg_, group, true);
-  if (lane == kLanesFull) return LaneStatus::lanes_full;
+  if (auto e = lane_error(lane)) return *e;
   update_lane(*seg_, lane, [](std::uint64_t w) { return w & ~LaneWord::kPaused; });
   return LaneStatus::ok;
 }
@@ -597,7 +607,7 @@ void Queue::resume_all() noexcept {
 LaneStatus Queue::set_limit(const BrandedId& group, std::uint32_t limit) noexcept {
   if (limit > kMaxLimit) return LaneStatus::invalid_argument;
   const std::uint32_t lane = lane_for(*seg_, group, true);
-  if (lane == kLanesFull) return LaneStatus::lanes_full;
+  if (auto e = lane_error(lane)) return *e;
   // At or below the active count the lane stops being serviceable: its
   // token leaves the ring at the next claim that draws it, and no claim can
   // take it past the ceiling meanwhile (the ceiling is in the same word).
@@ -608,21 +618,21 @@ LaneStatus Queue::set_limit(const BrandedId& group, std::uint32_t limit) noexcep
 LaneStatus Queue::set_weight(const BrandedId& group, std::uint32_t weight) noexcept {
   if (weight < 1 || weight > kMaxWeight) return LaneStatus::invalid_argument;
   const std::uint32_t lane = lane_for(*seg_, group, true);
-  if (lane == kLanesFull) return LaneStatus::lanes_full;
+  if (auto e = lane_error(lane)) return *e;
   seg_->lanes[lane].weight.store(weight, std::memory_order_relaxed);
   return LaneStatus::ok;
 }
 
 std::uint64_t Queue::depth(const BrandedId& group) const noexcept {
   const std::uint32_t lane = lane_for(*seg_, group, false);
-  if (lane == kLaneAbsent) return 0;
+  if (lane == kLaneAbsent || lane == kBadGroup) return 0;
   return LaneWord::pending(seg_->lanes[lane].word.load(std::memory_order_acquire));
 }
 
 std::uint64_t Queue::drain(const BrandedId& group) noexcept {
   Segment& s = *seg_;
   const std::uint32_t lane = lane_for(s, group, false);
-  if (lane == kLaneAbsent) return 0;
+  if (lane == kLaneAbsent || lane == kBadGroup) return 0;
   LaneRecord& l = s.lanes[lane];
   // Own the lane structure. A claimer holds it for a few hundred ns.
   std::uint64_t w = l.word.load(std::memory_order_acquire);
@@ -686,7 +696,7 @@ Snapshot Queue::snapshot() const {
     li.limit = std::uint32_t(LaneWord::limit(w));
     li.weight = weight_of(l);
     li.paused = (w & LaneWord::kPaused) != 0;
-    li.ringed = (w & LaneWord::kRinged) != 0;
+    li.ringed = (w & LaneWord::kRinged) != 0 && LaneWord::serviceable(w);
     li.served = l.served.load(std::memory_order_relaxed);
     snap.lanes.push_back(li);
   }

@@ -37,6 +37,9 @@ class BrandedId {
   static BrandedId make(std::string_view kind, std::uint64_t snowflake) noexcept;
 
   bool valid() const noexcept { return bytes_[0] != 0; }
+  // Full check of the bytes (namespace, alphabet, 63-bit bound). Ids made by
+  // parse/make always pass; bytes copied in from elsewhere may not.
+  bool well_formed() const noexcept;
   std::string_view str() const noexcept { return valid() ? std::string_view(bytes_.data(), kIdLength) : std::string_view(); }
   std::string_view kind() const noexcept { return str().substr(0, valid() ? kKindLength : 0); }
   std::uint64_t snowflake() const noexcept;

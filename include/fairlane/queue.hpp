@@ -125,7 +125,7 @@ struct LaneInfo {
   std::uint32_t limit = 0;     // 0: no limit
   std::uint32_t weight = 1;
   bool paused = false;
-  bool ringed = false;         // holds a ring token
+  bool ringed = false;         // in the rota: serviceable and holding its ring token
   std::uint64_t served = 0;    // claims served from this lane, ever
 };
 

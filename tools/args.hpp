@@ -1,0 +1,54 @@
+// Validation of command-line arguments: ids, groups, numbers, segment names.
+//
+// Every function either returns a checked value or throws cli::Failure with
+// a one-line message naming the argument and saying what is wrong with it.
+// Commands validate all their arguments before touching a segment, so a bad
+// argument never changes anything.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <string>
+#include <string_view>
+
+#include "fairlane/ids.hpp"
+#include "fairlane/queue.hpp"
+
+namespace fairlane::cli {
+
+// Why an id failed to parse, in words ("wrong length (expected 14 characters)").
+std::string describe(IdError why);
+
+// A branded id; `what` names it in the message ("job id", "group").
+BrandedId parse_id(std::string_view text, std::string_view what);
+
+// A group argument: "default" is the lane of jobs enqueued without a group.
+struct GroupArg {
+  BrandedId id;          // kDefaultGroup for "default"
+  bool is_default = false;
+};
+GroupArg parse_group(std::string_view text);
+
+// A namespace: three letters A-Z.
+std::string parse_kind(std::string_view text);
+
+// A decimal integer in [min, max]; `what` names it ("--jobs", "ATTEMPT").
+std::uint64_t parse_u64(std::string_view text, std::string_view what, std::uint64_t min = 0,
+                        std::uint64_t max = UINT64_MAX);
+std::uint32_t parse_u32(std::string_view text, std::string_view what, std::uint32_t min = 0,
+                        std::uint32_t max = UINT32_MAX);
+
+// A file mode in octal ("0600", "640"), at most 0777.
+std::uint32_t parse_mode(std::string_view text);
+
+// A duration in seconds, decimals allowed ("8", "2.5"), in [min, max].
+std::chrono::milliseconds parse_seconds(std::string_view text, std::string_view what, double min,
+                                        double max);
+
+// A segment name: non-empty, no '/', printable.
+std::string parse_segment(std::string_view text);
+
+// Opens an existing segment, or throws with the library's message.
+Queue open_queue(const std::string& segment);
+
+}  // namespace fairlane::cli

@@ -1,0 +1,60 @@
+// The administration commands, one function each.
+//
+// Each takes its arguments as the text the user typed (main.cpp binds them
+// with CLI11), validates all of it before touching a segment, and returns
+// the exit code. Failures are thrown as cli::Failure.
+#pragma once
+
+#include <string>
+
+namespace fairlane::cli {
+
+struct CreateArgs {
+  std::string segment, jobs, lanes, payload_bytes, job_kind, mode, node;
+  bool json = false;
+};
+struct SegmentArgs {  // destroy, tick, inspect, pause/resume without a group
+  std::string segment;
+  bool json = false;
+};
+struct MintArgs {
+  std::string segment, kind;  // kind empty: the job namespace
+  bool json = false;
+};
+struct EnqueueArgs {
+  std::string segment, group, job, payload, delay_ms;
+  bool mint = false;
+  bool json = false;
+};
+struct ClaimArgs {
+  std::string segment, lease_ms, wait_ms;
+  bool json = false;
+};
+struct AckArgs {  // complete, fail, extend
+  std::string segment, job, attempt;
+  std::string lease_ms;                           // extend
+  std::string delay_ms, max_attempts, error;      // fail
+  bool json = false;
+};
+struct LaneArgs {  // pause, resume, limit, weight, depth, drain
+  std::string segment, group, value;  // group may be empty for pause/resume
+  bool json = false;
+};
+
+int run_create(const CreateArgs& a);
+int run_destroy(const SegmentArgs& a);
+int run_mint(const MintArgs& a);
+int run_enqueue(const EnqueueArgs& a);
+int run_claim(const ClaimArgs& a);
+int run_complete(const AckArgs& a);
+int run_fail(const AckArgs& a);
+int run_extend(const AckArgs& a);
+int run_pause(const LaneArgs& a, bool pause);
+int run_limit(const LaneArgs& a);
+int run_weight(const LaneArgs& a);
+int run_depth(const LaneArgs& a);
+int run_drain(const LaneArgs& a);
+int run_tick(const SegmentArgs& a);
+int run_inspect(const SegmentArgs& a);
+
+}  // namespace fairlane::cli

@@ -1,0 +1,162 @@
+// Rendering for people and scripts (see format.hpp).
+#include "format.hpp"
+
+#include <algorithm>
+#include <cstdio>
+#include <vector>
+
+#include <fmt/format.h>
+
+namespace fairlane::cli {
+
+std::string grouped(std::uint64_t n) {
+  std::string digits = std::to_string(n);
+  std::string out;
+  out.reserve(digits.size() + digits.size() / 3);
+  for (std::size_t i = 0; i < digits.size(); ++i) {
+    if (i != 0 && (digits.size() - i) % 3 == 0) out.push_back(',');
+    out.push_back(digits[i]);
+  }
+  return out;
+}
+
+std::string compact(std::uint64_t n) {
+  if (n < 10'000) return std::to_string(n);
+  if (n < 10'000'000) return fmt::format("{:.1f}k", static_cast<double>(n) / 1e3);
+  return fmt::format("{:.1f}M", static_cast<double>(n) / 1e6);
+}
+
+std::string duration_us(std::uint64_t us) {
+  if (us < 1'000) return fmt::format("{} us", us);
+  if (us < 10'000) return fmt::format("{:.2f} ms", static_cast<double>(us) / 1e3);
+  if (us < 1'000'000) return fmt::format("{:.1f} ms", static_cast<double>(us) / 1e3);
+  return fmt::format("{:.2f} s", static_cast<double>(us) / 1e6);
+}
+
+std::string bytes(std::uint64_t n) {
+  if (n < 1024) return fmt::format("{} B", n);
+  if (n < 1024 * 1024) return fmt::format("{:.1f} KiB", static_cast<double>(n) / 1024.0);
+  if (n < 1024ULL * 1024 * 1024) return fmt::format("{:.1f} MiB", static_cast<double>(n) / (1024.0 * 1024.0));
+  return fmt::format("{:.2f} GiB", static_cast<double>(n) / (1024.0 * 1024.0 * 1024.0));
+}
+
+std::string dump_json(const nlohmann::json& j) {
+  return j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
+}
+
+void print_json(const nlohmann::json& j) {
+  std::string s = dump_json(j);
+  s.push_back('\n');
+  std::fwrite(s.data(), 1, s.size(), stdout);
+}
+
+nlohmann::json config_json(const QueueConfig& c) {
+  return {{"jobs", c.jobs},
+          {"lanes", c.lanes},
+          {"payload_bytes", c.payload_bytes},
+          {"job_kind", c.job_kind},
+          {"node", c.node},
+          {"layout_version", c.layout_version},
+          {"segment_bytes", c.segment_bytes}};
+}
+
+nlohmann::json lease_json(const Lease& l) {
+  return {{"id", l.id.string()},
+          {"group", l.group.string()},
+          {"attempt", l.attempt},
+          {"payload", l.payload},
+          {"deadline_ms", l.deadline_ms},
+          {"waited_us", l.waited_us}};
+}
+
+namespace {
+
+nlohmann::json counters_json(const Counters& c) {
+  return {{"enqueued", c.enqueued}, {"duplicates", c.duplicates}, {"claimed", c.claimed},
+          {"completed", c.completed}, {"retried", c.retried},     {"dead", c.dead},
+          {"expired", c.expired},   {"promoted", c.promoted},     {"drained", c.drained}};
+}
+
+nlohmann::json lane_json(const LaneInfo& l) {
+  nlohmann::json limit = nullptr;  // null: no limit
+  if (l.limit != 0) limit = l.limit;
+  return {{"group", l.group.string()}, {"depth", l.depth},   {"active", l.active},
+          {"limit", limit},            {"weight", l.weight}, {"paused", l.paused},
+          {"ringed", l.ringed},        {"served", l.served}};
+}
+
+}  // namespace
+
+nlohmann::json snapshot_json(std::string_view segment, const Snapshot& s, const QueueConfig& c) {
+  nlohmann::json ring = nlohmann::json::array();
+  for (const auto& g : s.ring) ring.push_back(g.string());
+  nlohmann::json lanes = nlohmann::json::array();
+  for (const auto& l : s.lanes) lanes.push_back(lane_json(l));
+  return {{"segment", segment},
+          {"paused", s.paused},
+          {"ring", std::move(ring)},
+          {"lanes", std::move(lanes)},
+          {"counters", counters_json(s.counters)},
+          {"jobs",
+           {{"capacity", s.jobs_capacity},
+            {"pending", s.pending},
+            {"leased", s.leased},
+            {"scheduled", s.scheduled},
+            {"dead", s.dead}}},
+          {"config", config_json(c)},
+          {"now_ms", s.now_ms}};
+}
+
+std::string inspect_table(std::string_view segment, const Snapshot& s, const QueueConfig& c) {
+  std::string out;
+  auto line = [&out](std::string text) {
+    out += text;
+    out += '\n';
+  };
+  line(fmt::format("segment {}  layout {}  {}  kind {}  node {}", segment, c.layout_version,
+                   bytes(c.segment_bytes), c.job_kind, c.node));
+  line(fmt::format("capacity {} jobs, {} lanes, {}-byte payloads{}", grouped(c.jobs),
+                   grouped(c.lanes), c.payload_bytes, s.paused ? "  [QUEUE PAUSED]" : ""));
+  line(fmt::format("jobs     {} pending, {} leased, {} scheduled, {} dead, {} free",
+                   grouped(s.pending), grouped(s.leased), grouped(s.scheduled), grouped(s.dead),
+                   grouped(s.jobs_capacity - std::min(s.jobs_capacity,
+                                                      s.pending + s.leased + s.scheduled + s.dead))));
+  const Counters& k = s.counters;
+  line(fmt::format("counters enqueued {} duplicates {} claimed {} completed {}", grouped(k.enqueued),
+                   grouped(k.duplicates), grouped(k.claimed), grouped(k.completed)));
+  line(fmt::format("         retried {} dead {} expired {} promoted {} drained {}", grouped(k.retried),
+                   grouped(k.dead), grouped(k.expired), grouped(k.promoted), grouped(k.drained)));
+
+  // The ring, in rota order, wrapped to 80 columns: four ids per line.
+  const std::string label = fmt::format("ring ({}):", s.ring.size());
+  std::string ring = label;
+  if (s.ring.empty()) ring += " empty, nothing serviceable";
+  for (std::size_t i = 0; i < s.ring.size(); ++i) {
+    if (i != 0 && i % 4 == 0) {
+      line(ring);
+      ring = std::string(label.size(), ' ');
+    }
+    ring += fmt::format(" {}", s.ring[i].str());
+  }
+  line(ring);
+
+  line("");
+  line(fmt::format("{:<16}{:>10}{:>9}{:>8}{:>8}{:>8}{:>14}", "group", "depth", "active", "limit",
+                   "weight", "paused", "served"));
+  if (s.lanes.empty()) line("(no lanes yet)");
+  // Table order is the segment's; people find a lane faster sorted by group.
+  std::vector<const LaneInfo*> lanes;
+  for (const auto& l : s.lanes) lanes.push_back(&l);
+  std::sort(lanes.begin(), lanes.end(), [](const LaneInfo* a, const LaneInfo* b) { return a->group < b->group; });
+  for (const LaneInfo* lp : lanes) {
+    const LaneInfo& l = *lp;
+    std::string name(l.group.str());
+    if (name == kDefaultGroup) name = "default";
+    line(fmt::format("{:<16}{:>10}{:>9}{:>8}{:>8}{:>8}{:>14}", name, grouped(l.depth),
+                     grouped(l.active), l.limit == 0 ? std::string("-") : std::to_string(l.limit),
+                     l.weight, l.paused ? "yes" : "no", grouped(l.served)));
+  }
+  return out;
+}
+
+}  // namespace fairlane::cli

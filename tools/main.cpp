@@ -1,0 +1,257 @@
+// `fairlane`: command-line parsing and dispatch.
+//
+// Every argument is bound as text and validated by the command itself
+// (args.hpp), so messages are ours and uniform. Exit codes: 0 success,
+// 1 nothing (empty claim, stale or gone job), 2 error; see cli_error.hpp.
+#include <cstdio>
+#include <exception>
+#include <functional>
+#include <string>
+#include <string_view>
+#include <utility>
+#include <vector>
+
+#include <CLI/CLI.hpp>
+#include <fmt/format.h>
+
+#include "cli_error.hpp"
+#include "commands.hpp"
+#include "demo.hpp"
+#include "fairlane/queue.hpp"
+
+namespace {
+
+using namespace fairlane::cli;
+
+// One subcommand and what to run when it was chosen.
+struct Command {
+  CLI::App* app;
+  std::function<int()> run;
+};
+
+class Parser {
+ public:
+  Parser() : app_("fairlane: a fair multi-tenant job queue in shared memory", "fairlane") {
+    app_.require_subcommand(1);
+    app_.footer(
+        "Exit status: 0 success, 1 nothing (empty claim, unknown job or stale token), 2 error.\n"
+        "GROUP is a branded id (e.g. TEN00000000001) or 'default'.\n"
+        "Run 'fairlane demo' to watch a flooding tenant fail to starve the quiet ones.");
+    add_admin();
+    add_jobs();
+    add_lanes();
+    add_demo();
+  }
+
+  int main(int argc, char** argv) {
+    // CLI11 would call an unknown command "A subcommand is required".
+    if (argc >= 2 && argv[1][0] != '-') {
+      std::string_view name = argv[1];
+      bool known = false;
+      for (const auto& c : commands_) known = known || c.app->get_name() == name;
+      if (!known) {
+        fmt::print(stderr, "fairlane: unknown command '{}' (see fairlane --help)\n", name);
+        return kExitError;
+      }
+    }
+    try {
+      app_.parse(argc, argv);
+    } catch (const CLI::CallForHelp& e) {
+      return app_.exit(e);
+    } catch (const CLI::CallForAllHelp& e) {
+      return app_.exit(e);
+    } catch (const CLI::CallForVersion& e) {
+      return app_.exit(e);
+    } catch (const CLI::ParseError& e) {
+      fmt::print(stderr, "fairlane: {} (see fairlane --help)\n", e.what());
+      return kExitError;
+    }
+    for (auto& c : commands_)
+      if (c.app->parsed()) return c.run();
+    return kExitError;
+  }
+
+ private:
+  CLI::App* sub(const char* name, const char* help, std::function<int()> run) {
+    CLI::App* s = app_.add_subcommand(name, help);
+    commands_.push_back(Command{s, std::move(run)});
+    return s;
+  }
+  static void segment(CLI::App* s, std::string& into) {
+    s->add_option("SEG", into, "segment name")->required();
+  }
+  static void json(CLI::App* s, bool& into) { s->add_flag("--json", into, "print JSON"); }
+
+  void add_admin() {
+    auto* s = sub("create", "create a segment", [this] { return run_create(create_); });
+    fairlane::QueueOptions d;
+    create_.jobs = std::to_string(d.jobs);
+    create_.lanes = std::to_string(d.lanes);
+    create_.payload_bytes = std::to_string(d.payload_bytes);
+    create_.job_kind = d.job_kind;
+    create_.mode = "0600";
+    create_.node = std::to_string(d.node);
+    segment(s, create_.segment);
+    s->add_option("--jobs", create_.jobs, "job slots (pending+leased+scheduled+dead)")->capture_default_str()->type_name("N");
+    s->add_option("--lanes", create_.lanes, "distinct groups the segment can hold")->capture_default_str()->type_name("N");
+    s->add_option("--payload-bytes", create_.payload_bytes, "largest payload of one job")->capture_default_str()->type_name("N");
+    s->add_option("--job-kind", create_.job_kind, "namespace of every job id")->capture_default_str()->type_name("KIND");
+    s->add_option("--mode", create_.mode, "file mode, octal")->capture_default_str()->type_name("MODE");
+    s->add_option("--node", create_.node, "snowflake node (0..1023) for mint")->capture_default_str()->type_name("N");
+    json(s, create_.json);
+
+    s = sub("destroy", "remove a segment", [this] { return run_destroy(seg_); });
+    segment(s, seg_.segment);
+    json(s, seg_.json);
+
+    s = sub("inspect", "show config, counters, the ring and every lane", [this] { return run_inspect(seg_); });
+    segment(s, seg_.segment);
+    json(s, seg_.json);
+
+    s = sub("tick", "promote due jobs and reap expired leases now; prints how many moved",
+            [this] { return run_tick(seg_); });
+    segment(s, seg_.segment);
+    json(s, seg_.json);
+
+    s = sub("mint", "print a fresh id (default: of the job namespace)", [this] { return run_mint(mint_); });
+    segment(s, mint_.segment);
+    s->add_option("KIND", mint_.kind, "namespace, three letters A-Z");
+    json(s, mint_.json);
+  }
+
+  void add_jobs() {
+    auto* s = sub("enqueue", "admit a job: prints 'enqueued ID' or 'duplicate ID'",
+                  [this] { return run_enqueue(enqueue_); });
+    enqueue_.delay_ms = "0";
+    segment(s, enqueue_.segment);
+    s->add_option("GROUP", enqueue_.group, "tenant group, or 'default'")->required();
+    s->add_option("JOBID", enqueue_.job, "job id (or --mint)");
+    s->add_flag("--mint", enqueue_.mint, "mint a fresh job id");
+    s->add_option("--payload", enqueue_.payload, "payload text")->type_name("TEXT");
+    s->add_option("--delay", enqueue_.delay_ms, "not claimable for MS milliseconds")->capture_default_str()->type_name("MS");
+    json(s, enqueue_.json);
+
+    s = sub("claim", "lease a job: prints 'ID GROUP ATTEMPT PAYLOAD'; exit 1 when none",
+            [this] { return run_claim(claim_); });
+    claim_.lease_ms = "30000";
+    claim_.wait_ms = "0";
+    segment(s, claim_.segment);
+    s->add_option("--lease", claim_.lease_ms, "lease length in ms")->capture_default_str()->type_name("MS");
+    s->add_option("--wait", claim_.wait_ms, "wait up to MS for a job")->capture_default_str()->type_name("MS");
+    json(s, claim_.json);
+
+    s = sub("complete", "acknowledge a leased job; exit 1 if stale or gone", [this] { return run_complete(ack_); });
+    ack_positionals(s);
+
+    s = sub("fail", "fail a leased job: prints 'retrying ID' or 'dead ID'", [this] { return run_fail(ack_); });
+    ack_.delay_ms = "0";
+    ack_.max_attempts = "1";
+    ack_positionals(s);
+    s->add_option("--delay", ack_.delay_ms, "backoff before the retry, ms")->capture_default_str()->type_name("MS");
+    s->add_option("--max-attempts", ack_.max_attempts, "dead-letter once ATTEMPT reaches this")->capture_default_str()->type_name("N");
+    s->add_option("--error", ack_.error, "error text kept with the job")->type_name("TEXT");
+
+    s = sub("extend", "extend a lease by MS from now", [this] { return run_extend(ack_); });
+    segment(s, ack_.segment);
+    s->add_option("ID", ack_.job, "job id")->required();
+    s->add_option("ATTEMPT", ack_.attempt, "attempt number from claim")->required();
+    s->add_option("MS", ack_.lease_ms, "new lease length in ms")->required();
+    json(s, ack_.json);
+  }
+
+  void ack_positionals(CLI::App* s) {
+    segment(s, ack_.segment);
+    s->add_option("ID", ack_.job, "job id")->required();
+    s->add_option("ATTEMPT", ack_.attempt, "attempt number from claim")->required();
+    json(s, ack_.json);
+  }
+
+  void add_lanes() {
+    auto* s = sub("pause", "pause a lane, or the whole queue without GROUP", [this] { return run_pause(lane_, true); });
+    segment(s, lane_.segment);
+    s->add_option("GROUP", lane_.group, "tenant group, or 'default'");
+    json(s, lane_.json);
+
+    s = sub("resume", "resume a lane, or the whole queue without GROUP", [this] { return run_pause(lane_, false); });
+    segment(s, lane_.segment);
+    s->add_option("GROUP", lane_.group, "tenant group, or 'default'");
+    json(s, lane_.json);
+
+    s = sub("limit", "cap a lane's jobs in flight (N, or 'none')", [this] { return run_limit(lane_); });
+    lane_group(s);
+    s->add_option("N", lane_.value, "1..131071, or 'none' (0) to clear")->required();
+
+    s = sub("weight", "jobs a lane may take per turn in claim_batch", [this] { return run_weight(lane_); });
+    lane_group(s);
+    s->add_option("W", lane_.value, "1..1000")->required();
+
+    s = sub("depth", "print a lane's pending count", [this] { return run_depth(lane_); });
+    lane_group(s);
+
+    s = sub("drain", "remove a lane's pending jobs; prints how many", [this] { return run_drain(lane_); });
+    lane_group(s);
+  }
+
+  void lane_group(CLI::App* s) {
+    segment(s, lane_.segment);
+    s->add_option("GROUP", lane_.group, "tenant group, or 'default'")->required();
+    json(s, lane_.json);
+  }
+
+  void add_demo() {
+    auto* s = sub("demo", "run the fairness demo on its own segment (no server needed)",
+                  [this] { return run_demo(demo_); });
+    s->add_option("--seconds", demo_.seconds, "how long the producers run")->capture_default_str()->type_name("S");
+    s->add_option("--segment", demo_.segment, "segment name (default: fairlane-demo-<pid>)")->type_name("NAME");
+    s->add_option("--consumers", demo_.consumers, "consumer processes")->capture_default_str()->type_name("N");
+    s->add_option("--work-us", demo_.work_us, "CPU each job costs a consumer, us")->capture_default_str()->type_name("US");
+    json(s, demo_.json);
+
+    // The demo's children: hidden from --help.
+    s = sub("demo-producer", "demo child: enqueue for one tenant", [this] { return run_demo_producer(producer_); });
+    s->group("");
+    s->add_option("SEG", producer_.segment)->required();
+    s->add_option("GROUP", producer_.group)->required();
+    s->add_option("RATE", producer_.rate, "jobs/s or 'max'")->required();
+    s->add_option("SECONDS", producer_.seconds)->required();
+    s->add_option("--backlog", producer_.backlog);
+    s->add_option("--results", producer_.results)->required();
+
+    s = sub("demo-consumer", "demo child: claim, work, complete", [this] { return run_demo_consumer(consumer_); });
+    s->group("");
+    s->add_option("SEG", consumer_.segment)->required();
+    s->add_option("SECONDS", consumer_.seconds)->required();
+    s->add_option("--work-us", consumer_.work_us)->type_name("US");
+    s->add_option("--results", consumer_.results)->required();
+  }
+
+  CLI::App app_;
+  std::vector<Command> commands_;
+  CreateArgs create_;
+  SegmentArgs seg_;
+  MintArgs mint_;
+  EnqueueArgs enqueue_;
+  ClaimArgs claim_;
+  AckArgs ack_;
+  LaneArgs lane_;
+  DemoArgs demo_;
+  ProducerArgs producer_;
+  ConsumerArgs consumer_;
+};
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  try {
+    Parser parser;
+    return parser.main(argc, argv);
+  } catch (const Failure& f) {
+    std::fflush(stdout);
+    fmt::print(stderr, "fairlane: {}\n", f.message);
+    return f.code;
+  } catch (const std::exception& e) {
+    std::fflush(stdout);
+    fmt::print(stderr, "fairlane: internal error: {}\n", e.what());
+    return kExitError;
+  }
+}
