@@ -1,0 +1,65 @@
+// One queue interface over every backend: the shared-memory segment and
+// Valkey. Tools, the worker runtime and the conformance tests use this;
+// code that lives on the segment's fast path should hold a Queue directly
+// (no virtual call, nothing thrown).
+//
+// The segment backend never throws. The Valkey backend throws BackendError
+// when the server cannot be reached (after its reconnect attempts) or
+// answers with an error; the queue's expected outcomes (empty, duplicate,
+// stale, full, ...) are the same values on both.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <stdexcept>
+#include <string>
+#include <string_view>
+
+#include "fairlane/queue.hpp"
+
+namespace fairlane {
+
+class BackendError : public std::runtime_error {
+ public:
+  using std::runtime_error::runtime_error;
+};
+
+class Backend {
+ public:
+  virtual ~Backend() = default;
+
+  // "segment NAME" or "valkey://HOST:PORT/QUEUE": for messages.
+  virtual std::string describe() const = 0;
+  virtual std::string job_kind() const = 0;
+  virtual std::uint64_t now_ms() = 0;
+  virtual BrandedId mint() = 0;
+
+  virtual EnqueueStatus enqueue(const BrandedId& group, const BrandedId& job, std::string_view payload,
+                                EnqueueOptions options = {}) = 0;
+  virtual bool claim(Lease& out, std::uint32_t lease_ms) = 0;
+  virtual bool claim_wait(Lease& out, std::uint32_t lease_ms, std::chrono::milliseconds timeout) = 0;
+  virtual std::size_t claim_batch(std::span<Lease> out, std::uint32_t lease_ms) = 0;
+  virtual AckStatus complete(const BrandedId& job, std::uint32_t attempt) = 0;
+  virtual FailStatus fail(const BrandedId& job, std::uint32_t attempt, const FailOptions& options) = 0;
+  virtual AckStatus extend(const BrandedId& job, std::uint32_t attempt, std::uint32_t lease_ms) = 0;
+
+  virtual LaneStatus pause(const BrandedId& group) = 0;
+  virtual LaneStatus resume(const BrandedId& group) = 0;
+  virtual void pause_all() = 0;
+  virtual void resume_all() = 0;
+  virtual LaneStatus set_limit(const BrandedId& group, std::uint32_t limit) = 0;
+  virtual LaneStatus set_weight(const BrandedId& group, std::uint32_t weight) = 0;
+  virtual std::uint64_t depth(const BrandedId& group) = 0;
+  virtual std::uint64_t drain(const BrandedId& group) = 0;
+  virtual std::uint64_t tick() = 0;
+  virtual Snapshot snapshot() = 0;
+  // Moves the queue's clock forward for every client (tests and drills).
+  virtual void advance_clock(std::uint64_t ms) = 0;
+};
+
+// The segment behind the Backend interface.
+std::unique_ptr<Backend> segment_backend(Queue queue);
+
+}  // namespace fairlane

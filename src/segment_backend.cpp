@@ -1,0 +1,46 @@
+// Queue behind the Backend interface: a thin forwarder.
+#include "fairlane/backend.hpp"
+
+namespace fairlane {
+namespace {
+
+class SegmentBackend final : public Backend {
+ public:
+  explicit SegmentBackend(Queue q) : q_(std::move(q)) {}
+
+  std::string describe() const override { return "segment " + q_.name(); }
+  std::string job_kind() const override { return q_.config().job_kind; }
+  std::uint64_t now_ms() override { return q_.now_ms(); }
+  BrandedId mint() override { return q_.mint(); }
+  EnqueueStatus enqueue(const BrandedId& g, const BrandedId& j, std::string_view p, EnqueueOptions o) override {
+    return q_.enqueue(g, j, p, o);
+  }
+  bool claim(Lease& out, std::uint32_t lease_ms) override { return q_.claim(out, lease_ms); }
+  bool claim_wait(Lease& out, std::uint32_t lease_ms, std::chrono::milliseconds t) override {
+    return q_.claim_wait(out, lease_ms, t);
+  }
+  std::size_t claim_batch(std::span<Lease> out, std::uint32_t lease_ms) override { return q_.claim_batch(out, lease_ms); }
+  AckStatus complete(const BrandedId& j, std::uint32_t a) override { return q_.complete(j, a); }
+  FailStatus fail(const BrandedId& j, std::uint32_t a, const FailOptions& o) override { return q_.fail(j, a, o); }
+  AckStatus extend(const BrandedId& j, std::uint32_t a, std::uint32_t ms) override { return q_.extend(j, a, ms); }
+  LaneStatus pause(const BrandedId& g) override { return q_.pause(g); }
+  LaneStatus resume(const BrandedId& g) override { return q_.resume(g); }
+  void pause_all() override { q_.pause_all(); }
+  void resume_all() override { q_.resume_all(); }
+  LaneStatus set_limit(const BrandedId& g, std::uint32_t n) override { return q_.set_limit(g, n); }
+  LaneStatus set_weight(const BrandedId& g, std::uint32_t w) override { return q_.set_weight(g, w); }
+  std::uint64_t depth(const BrandedId& g) override { return q_.depth(g); }
+  std::uint64_t drain(const BrandedId& g) override { return q_.drain(g); }
+  std::uint64_t tick() override { return q_.tick(); }
+  Snapshot snapshot() override { return q_.snapshot(); }
+  void advance_clock(std::uint64_t ms) override { q_.advance_clock(ms); }
+
+ private:
+  Queue q_;
+};
+
+}  // namespace
+
+std::unique_ptr<Backend> segment_backend(Queue queue) { return std::make_unique<SegmentBackend>(std::move(queue)); }
+
+}  // namespace fairlane
