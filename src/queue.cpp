@@ -218,6 +218,16 @@ void fill_lease(Segment& s, std::uint32_t slot, const BrandedId& group, std::uin
   out.payload.assign(reinterpret_cast<const char*>(s.payload(slot)), r.payload_len);
 }
 
+std::uint32_t wait_bucket(std::uint64_t us) noexcept {
+  if (us < 2) return 0;
+  return std::min<std::uint32_t>(kWaitBuckets - 1, std::uint32_t(63 - __builtin_clzll(us)));
+}
+
+void record_wait(Segment& s, std::uint32_t lane, std::uint64_t waited_us) noexcept {
+  // Relaxed: statistics; only the lane's server writes here.
+  s.waits[lane].b[wait_bucket(waited_us)].fetch_add(1, std::memory_order_relaxed);
+}
+
 // The claim loop shared by claim and claim_batch: each ring step reserves
 // n = min(turn, depth, headroom, room) jobs of one lane in one CAS on its
 // word, pops them oldest first, then in one more CAS releases the lane and
@@ -269,6 +279,8 @@ std::size_t claim_some(Segment& s, Lease* out, std::size_t room, std::uint32_t l
       const std::uint64_t sw = s.words[slot].load(std::memory_order_relaxed);
       const std::uint32_t attempt = std::min(SlotWord::attempt(sw) + 1, SlotWord::kMaxAttempt);
       fill_lease(s, slot, group, attempt, deadline, now_us, out[got + k]);
+      s.slot(slot).holder = s.me_index + 1;
+      record_wait(s, tok.lane, out[got + k].waited_us);
       // [R6] release: the lease is published; pairs with the acquire loads
       // of complete/fail/extend and the sweeper.
       s.words[slot].store(SlotWord::pack(SlotState::leased, SlotWord::gen(sw), attempt, deadline), std::memory_order_release);
@@ -698,6 +710,7 @@ Snapshot Queue::snapshot() const {
     li.paused = (w & LaneWord::kPaused) != 0;
     li.ringed = (w & LaneWord::kRinged) != 0 && LaneWord::serviceable(w);
     li.served = l.served.load(std::memory_order_relaxed);
+    for (std::uint32_t b = 0; b < kWaitBuckets; ++b) li.wait.buckets[b] = s.waits[i].b[b].load(std::memory_order_relaxed);
     snap.lanes.push_back(li);
   }
 
@@ -725,6 +738,170 @@ Snapshot Queue::snapshot() const {
     }
   }
   return snap;
+}
+
+// ---- histograms ---------------------------------------------------------------------------
+
+static_assert(WaitHistogram::kBuckets == kWaitBuckets);
+
+std::uint64_t WaitHistogram::count() const noexcept {
+  std::uint64_t n = 0;
+  for (std::uint64_t b : buckets) n += b;
+  return n;
+}
+
+std::uint64_t WaitHistogram::quantile_us(double q) const noexcept {
+  const std::uint64_t n = count();
+  if (n == 0) return 0;
+  const double target = std::clamp(q, 0.0, 1.0) * double(n);
+  std::uint64_t seen = 0;
+  for (std::size_t i = 0; i < kBuckets; ++i) {
+    seen += buckets[i];
+    if (double(seen) >= target && buckets[i]) return 2ULL << i;  // the bucket's upper bound
+  }
+  return 2ULL << (kBuckets - 1);
+}
+
+// ---- jobs and dead letters ---------------------------------------------------------------
+
+std::string_view to_string(JobState s) noexcept {
+  switch (s) {
+    case JobState::pending: return "pending";
+    case JobState::leased: return "leased";
+    case JobState::scheduled: return "scheduled";
+    case JobState::dead: return "dead";
+  }
+  return "unknown";
+}
+
+namespace {
+
+std::optional<JobState> visible_state(SlotState st) noexcept {
+  switch (st) {
+    case SlotState::pending: return JobState::pending;
+    case SlotState::leased: return JobState::leased;
+    case SlotState::scheduled: return JobState::scheduled;
+    case SlotState::dead: return JobState::dead;
+    default: return std::nullopt;  // free, or mid-transition
+  }
+}
+
+// Reads one slot into a JobInfo. The fields are read without owning the
+// slot, then the word is read again: a slot that changed meanwhile is
+// reported as not found rather than torn.
+std::optional<JobInfo> read_job(const Segment& s, std::uint32_t slot) {
+  const std::uint64_t w = s.words[slot].load(std::memory_order_acquire);
+  const auto st = visible_state(SlotWord::state(w));
+  if (!st) return std::nullopt;
+  const SlotRecord& r = s.slot(slot);
+  JobInfo j;
+  const std::uint64_t sf = r.snowflake.load(std::memory_order_acquire);
+  j.id = BrandedId::make(std::string_view(s.h->job_kind, 3), sf);
+  const std::uint32_t lane = r.lane;
+  j.group = lane <= s.lane_mask ? lane_group(s, lane) : BrandedId{};
+  j.state = *st;
+  j.attempt = SlotWord::attempt(w);
+  j.when_ms = SlotWord::when(w);
+  j.minted_unix_ms = snowflake_ms(sf) + kEpochMs;
+  j.payload_bytes = std::min(r.payload_len, s.payload_bytes);
+  j.last_error.assign(r.error, std::min<std::uint32_t>(r.error_len, kErrorBytes));
+  std::atomic_thread_fence(std::memory_order_acquire);
+  if (s.words[slot].load(std::memory_order_relaxed) != w) return std::nullopt;
+  return j;
+}
+
+}  // namespace
+
+std::optional<JobInfo> Queue::job(const BrandedId& id) const {
+  const Segment& s = *seg_;
+  if (!id.well_formed() || id.kind() != std::string_view(s.h->job_kind, 3)) return std::nullopt;
+  const std::uint32_t slot = index_find(s, id.snowflake());
+  if (slot == kNoSlot) return std::nullopt;
+  auto j = read_job(s, slot);
+  if (j && j->id != id) return std::nullopt;
+  return j;
+}
+
+std::vector<JobInfo> Queue::jobs(const JobFilter& filter) const {
+  Segment& s = *seg_;
+  std::vector<JobInfo> out;
+  std::uint32_t lane = kLaneAbsent;
+  if (filter.group) {
+    lane = lane_for(s, *filter.group, false);
+    if (lane == kLaneAbsent || lane == kBadGroup) return out;
+  }
+  for (std::uint32_t i = 0; i < s.jobs && out.size() < filter.limit; ++i) {
+    const auto st = visible_state(SlotWord::state(s.words[i].load(std::memory_order_relaxed)));
+    if (!st || (filter.state && *filter.state != *st)) continue;
+    if (filter.group && s.slot(i).lane != lane) continue;
+    if (auto j = read_job(s, i); j && (!filter.state || j->state == *filter.state)) out.push_back(std::move(*j));
+  }
+  return out;
+}
+
+namespace {
+
+// dead -> pending, back in its lane at its mint position.
+bool revive(Segment& s, std::uint32_t slot, std::uint64_t w) noexcept {
+  if (SlotWord::state(w) != SlotState::dead) return false;
+  const std::uint64_t pending = SlotWord::pack(SlotState::pending, SlotWord::gen(w), SlotWord::attempt(w), 0);
+  if (!s.words[slot].compare_exchange_strong(w, pending, std::memory_order_acq_rel)) return false;
+  s.slot(slot).ready_us = segment_now_us(s);
+  enter_lane(s, slot, false);
+  return true;
+}
+
+}  // namespace
+
+AckStatus Queue::requeue_dead(const BrandedId& id) noexcept {
+  Segment& s = *seg_;
+  if (!id.well_formed() || id.kind() != std::string_view(s.h->job_kind, 3)) return AckStatus::gone;
+  const std::uint32_t slot = index_find(s, id.snowflake());
+  if (slot == kNoSlot) return AckStatus::gone;
+  return revive(s, slot, s.words[slot].load(std::memory_order_acquire)) ? AckStatus::ok : AckStatus::stale;
+}
+
+std::uint64_t Queue::requeue_all_dead() noexcept {
+  Segment& s = *seg_;
+  std::uint64_t n = 0;
+  for (std::uint32_t i = 0; i < s.jobs; ++i) n += revive(s, i, s.words[i].load(std::memory_order_acquire));
+  return n;
+}
+
+std::uint64_t Queue::purge_dead() noexcept {
+  Segment& s = *seg_;
+  std::uint64_t n = 0;
+  for (std::uint32_t i = 0; i < s.jobs; ++i) {
+    std::uint64_t w = s.words[i].load(std::memory_order_acquire);
+    if (SlotWord::state(w) != SlotState::dead) continue;
+    const std::uint64_t owned = SlotWord::pack(SlotState::freeing, SlotWord::gen(w), SlotWord::attempt(w), 0);
+    if (!s.words[i].compare_exchange_strong(w, owned, std::memory_order_acq_rel)) continue;
+    free_job(s, i, w);
+    ++n;
+  }
+  return n;
+}
+
+std::vector<ProcessInfo> Queue::processes() const {
+  const Segment& s = *seg_;
+  std::vector<ProcessInfo> out;
+  std::vector<std::uint64_t> leases(kMaxProcs, 0);
+  for (std::uint32_t i = 0; i < s.jobs; ++i) {
+    if (SlotWord::state(s.words[i].load(std::memory_order_relaxed)) != SlotState::leased) continue;
+    const std::uint32_t h = s.slot(i).holder;
+    if (h >= 1 && h <= kMaxProcs) ++leases[h - 1];
+  }
+  for (std::uint32_t i = 0; i < kMaxProcs; ++i) {
+    const std::uint64_t owner = s.procs[i].owner.load(std::memory_order_acquire);
+    if (owner == 0) continue;
+    ProcessInfo p;
+    p.pid = int(owner & 0xFFFFFFFF);
+    p.alive = process_alive(p.pid, s.procs[i].start_time);
+    p.attached_unix_ms = s.procs[i].attached_unix_ms;
+    p.leases = leases[i];
+    out.push_back(p);
+  }
+  return out;
 }
 
 }  // namespace fairlane

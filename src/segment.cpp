@@ -159,7 +159,9 @@ Geometry geometry_for(std::uint32_t jobs, std::uint32_t lanes, std::uint32_t pay
   g.index_off = off;
   off = round_up(off + std::uint64_t(g.index_buckets) * sizeof(IndexBucket), kCacheLine);
   g.procs_off = off;
-  off = round_up(off + std::uint64_t(kMaxProcs) * sizeof(ProcRecord), 4096);
+  off = round_up(off + std::uint64_t(kMaxProcs) * sizeof(ProcRecord), kCacheLine);
+  g.waits_off = off;
+  off = round_up(off + std::uint64_t(g.lane_buckets) * sizeof(WaitBuckets), 4096);
   g.total = off;
   return g;
 }
@@ -176,6 +178,7 @@ void bind_tables(Segment& s) {
   s.ring = reinterpret_cast<std::atomic<std::uint64_t>*>(base + h->ring_off);
   s.index = reinterpret_cast<IndexBucket*>(base + h->index_off);
   s.procs = reinterpret_cast<ProcRecord*>(base + h->procs_off);
+  s.waits = reinterpret_cast<WaitBuckets*>(base + h->waits_off);
   s.jobs = h->job_capacity;
   s.slot_bytes = h->slot_bytes;
   s.payload_bytes = h->payload_bytes;
@@ -187,6 +190,7 @@ void bind_tables(Segment& s) {
 
 Result<std::unique_ptr<Segment>> finish_attach(std::unique_ptr<Segment> s) {
   s->me = attach(*s);
+  if (s->me) s->me_index = std::uint32_t(s->me - s->procs);
   if (!s->me)
     return make_error(Errc::system, "segment '" + s->name + "' has no free process record (" +
                                         std::to_string(kMaxProcs) + " processes attached)");
@@ -253,6 +257,7 @@ Result<std::unique_ptr<Segment>> create_segment(std::string_view name, const Que
   h->ring_off = g.ring_off;
   h->index_off = g.index_off;
   h->procs_off = g.procs_off;
+  h->waits_off = g.waits_off;
   std::random_device rd;
   h->hash_seed = (std::uint64_t(rd()) << 32) ^ rd() ^ unix_ms();
   h->created_unix_ms = unix_ms();
@@ -326,7 +331,7 @@ Result<std::unique_ptr<Segment>> open_segment(std::string_view name) {
   const Geometry g = geometry_for(h->job_capacity, h->lane_capacity - 1, h->payload_bytes);
   if (g.total != h->segment_bytes || g.words_off != h->words_off || g.slots_off != h->slots_off ||
       g.lanes_off != h->lanes_off || g.ring_off != h->ring_off || g.index_off != h->index_off ||
-      g.procs_off != h->procs_off || g.slot_bytes != h->slot_bytes || g.ring_cells != h->ring_cells ||
+      g.procs_off != h->procs_off || g.waits_off != h->waits_off || g.slot_bytes != h->slot_bytes || g.ring_cells != h->ring_cells ||
       g.index_buckets != h->index_buckets || g.lane_buckets != h->lane_buckets || h->default_lane >= h->lane_buckets)
     return make_error(Errc::corrupt, seg + " has a corrupt header (table offsets do not match its capacities)");
   bind_tables(*s);

@@ -17,7 +17,7 @@ namespace fairlane::detail {
 
 struct Geometry {
   std::uint32_t jobs, lanes, lane_buckets, payload_bytes, slot_bytes, ring_cells, index_buckets;
-  std::uint64_t words_off, slots_off, lanes_off, ring_off, index_off, procs_off, total;
+  std::uint64_t words_off, slots_off, lanes_off, ring_off, index_off, procs_off, waits_off, total;
 };
 Geometry geometry_for(std::uint32_t jobs, std::uint32_t lanes, std::uint32_t payload_bytes) noexcept;
 
@@ -31,7 +31,9 @@ struct Segment {
   std::atomic<std::uint64_t>* ring = nullptr;
   IndexBucket* index = nullptr;
   ProcRecord* procs = nullptr;
+  WaitBuckets* waits = nullptr;                   // per lane
   ProcRecord* me = nullptr;                       // this handle's attachment
+  std::uint32_t me_index = 0;                     // its index in procs
 
   // Cached from the header.
   std::uint32_t jobs = 0, slot_bytes = 0, payload_bytes = 0;

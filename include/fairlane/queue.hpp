@@ -118,6 +118,16 @@ std::string_view to_string(LaneStatus s) noexcept;
 inline constexpr std::uint32_t kMaxLimit = (1U << 17) - 1;  // largest concurrency limit
 inline constexpr std::uint32_t kMaxWeight = 1000;
 
+// Enqueue-to-claim waiting time of one lane, kept in the segment: bucket i
+// counts claims that waited [2^i, 2^(i+1)) microseconds (bucket 0: < 2 us).
+struct WaitHistogram {
+  static constexpr std::size_t kBuckets = 32;
+  std::uint64_t buckets[kBuckets] = {};
+  std::uint64_t count() const noexcept;
+  // Upper bound of the bucket holding quantile q (0..1), in microseconds.
+  std::uint64_t quantile_us(double q) const noexcept;
+};
+
 struct LaneInfo {
   BrandedId group;
   std::uint64_t depth = 0;     // pending jobs
@@ -127,6 +137,36 @@ struct LaneInfo {
   bool paused = false;
   bool ringed = false;         // in the rota: serviceable and holding its ring token
   std::uint64_t served = 0;    // claims served from this lane, ever
+  WaitHistogram wait;          // enqueue-to-claim waits of this lane, ever
+};
+
+enum class JobState { pending, leased, scheduled, dead };
+std::string_view to_string(JobState s) noexcept;
+
+// One job, as read by job()/jobs() (a moment's view, not a lease).
+struct JobInfo {
+  BrandedId id;
+  BrandedId group;
+  JobState state = JobState::pending;
+  std::uint32_t attempt = 0;       // attempts made so far (the last fencing token)
+  std::uint64_t when_ms = 0;       // leased: deadline; scheduled: due time; dead: when it died (segment clock)
+  std::uint64_t minted_unix_ms = 0;  // from the id's snowflake
+  std::uint32_t payload_bytes = 0;
+  std::string last_error;          // as given to fail(), truncated to 56 bytes
+};
+
+struct JobFilter {
+  std::optional<BrandedId> group;  // only this lane
+  std::optional<JobState> state;   // only this state
+  std::size_t limit = 1000;        // at most this many, in slot order
+};
+
+// A process attached to the segment.
+struct ProcessInfo {
+  int pid = 0;
+  bool alive = false;
+  std::uint64_t attached_unix_ms = 0;
+  std::uint64_t leases = 0;        // jobs it holds leased right now (0 when unknown)
 };
 
 struct Counters {
@@ -214,6 +254,21 @@ class Queue {
 
   // Approximate, read-only view (not an atomic picture of the whole queue).
   Snapshot snapshot() const;
+
+  // Jobs by id or by filter: a scan of the slot table (O(jobs)); for tools.
+  std::optional<JobInfo> job(const BrandedId& id) const;
+  std::vector<JobInfo> jobs(const JobFilter& filter = {}) const;
+
+  // Dead letters. requeue_dead puts a dead job back in its lane at its mint
+  // position (its attempt count goes on from where it was); purge_dead
+  // removes every dead job. Return how many jobs they moved.
+  AckStatus requeue_dead(const BrandedId& id) noexcept;
+  std::uint64_t requeue_all_dead() noexcept;
+  std::uint64_t purge_dead() noexcept;
+
+  // The processes attached to the segment (pid plus start time: a reused
+  // pid is not mistaken for the old process).
+  std::vector<ProcessInfo> processes() const;
 
   // Moves this segment's clock forward by ms, for every attached process.
   // For tests and drills: leases expire and delayed jobs fall due sooner.

@@ -10,6 +10,7 @@
 //   [Header][slot words: u64 x jobs][slots: SlotRecord+payload x jobs]
 //   [lanes: LaneRecord x lane_buckets][ring: u64 x ring_cells]
 //   [index: IndexBucket x index_buckets][procs: ProcRecord x kMaxProcs]
+//   [waits: WaitBuckets x lane_buckets]
 #pragma once
 
 #include <atomic>
@@ -86,7 +87,7 @@ struct alignas(kCacheLine) SlotRecord {
   std::uint32_t left, right, rank;       // lane heap links (slot+1), owned by the lane's server
   std::uint64_t ready_us;                // segment clock (us) when it last became pending
   std::uint32_t error_len;
-  std::uint32_t reserved;
+  std::uint32_t holder;                  // process record index + 1 of the lease holder, 0 = none
   char error[kErrorBytes];               // last error given to fail()
 };
 static_assert(sizeof(SlotRecord) == 128);
@@ -208,6 +209,14 @@ struct alignas(kCacheLine) ProcRecord {
   CounterBlock counters;
 };
 
+// Enqueue-to-claim wait histogram of one lane: bucket i counts claims that
+// waited [2^i, 2^(i+1)) us. Written by the lane's server (relaxed: statistics).
+inline constexpr std::uint32_t kWaitBuckets = 32;
+struct alignas(kCacheLine) WaitBuckets {
+  std::atomic<std::uint64_t> b[kWaitBuckets];
+};
+static_assert(sizeof(WaitBuckets) == 256);
+
 // Hold slot: a lane token owed more claims this turn (weights > 1).
 //   bits 0..31 lane+1 (0 = empty), bits 32..63 claims left in the turn
 
@@ -225,7 +234,7 @@ struct alignas(kCacheLine) Header {
   std::uint32_t ring_cells;          // power of two > lane_capacity
   std::uint32_t index_buckets;       // power of two
   std::uint32_t default_lane;
-  std::uint64_t words_off, slots_off, lanes_off, ring_off, index_off, procs_off;
+  std::uint64_t words_off, slots_off, lanes_off, ring_off, index_off, procs_off, waits_off;
   std::uint64_t hash_seed;
   std::uint64_t created_unix_ms;
   char job_kind[4];

@@ -1,0 +1,148 @@
+// fairlane::ValkeyBackend: the queue on a Valkey (or Redis 6.2+) server, in
+// EchoMQ's keyspace, behind the same Backend interface as the segment.
+//
+//   auto b = fairlane::open_valkey("valkey://127.0.0.1:6379/orders");
+//   if (!b) { fprintf(stderr, "%s\n", b.error().message.c_str()); return 2; }
+//   (*b)->enqueue(tenant, (*b)->mint(), "payload");
+//
+// Every transition is one Lua script run with EVALSHA: one round trip, atomic
+// on the server, so the rota, limits and leases hold across every client of
+// the queue on every host. Leases and due times are on the server clock
+// (TIME inside the scripts) plus the queue's clock offset (advance_clock),
+// kept in the queue's meta hash so every client sees the same clock.
+//
+// Keys (all `emq:{Q}:<name>`, `{Q}` the Cluster hash tag, so every key of a
+// queue lives in one slot):
+//   ring (list), g:<group>:pending (zset, score 0), job:<id> (hash: state,
+//   attempts, payload, group, last_error, ready_ms), active (zset by lease
+//   deadline), gactive / glimit / gweight (hashes), paused (set), meta
+//   (hash: paused, clock_offset_ms, job_kind, max_payload, mint_ms, mint_seq,
+//   turn_group, turn_left), schedule and dead (zsets), wake (list), plus
+//   three fairlane additions EchoMQ ignores: groups (zset of every group
+//   named, for snapshots), served (hash: claims per group), counters (hash).
+//
+// Thread safety: NOT thread-safe. One ValkeyBackend is one connection; use
+// one per thread (they may all open the same queue). Every call blocks on a
+// network round trip; claim_wait blocks on BLPOP. Nothing here is on a
+// lock-free fast path: for that, use the segment.
+//
+// Errors: the queue's expected outcomes (empty, duplicate, stale, ...) are
+// the same values as on the segment. When the server cannot be reached the
+// backend reconnects with backoff (ValkeyOptions::reconnect_attempts) and
+// resends the command once; if the server stays away, or answers with an
+// error, the call throws BackendError ("valkey 127.0.0.1:6390 unreachable:
+// Connection refused").
+//
+// A crash mid-call: a script runs whole or not at all on the server. A client
+// that dies (or loses its connection) after sending a command does not know
+// whether it ran; a lease it never heard of expires and the job is served
+// again (at-least-once). A command resent after a reconnect may report the
+// outcome of its own first run: enqueue -> duplicate, complete -> gone,
+// fail/extend -> stale.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <string_view>
+
+#include "fairlane/backend.hpp"
+#include "fairlane/result.hpp"
+
+namespace fairlane {
+
+struct ValkeyOptions {
+  // Job namespace. Empty: the kind the queue recorded when it was first
+  // opened, or "JOB" for a new queue. Set: recorded if the queue has none;
+  // opening fails (invalid_argument) if the queue recorded another one.
+  std::string job_kind;
+  // Largest payload; 0: as recorded by the queue, or 256 for a new queue
+  // (the segment's default). Set: must match the recorded one, as job_kind.
+  std::uint32_t max_payload = 0;
+  std::uint16_t node = 0;  // snowflake node bits (0..1023) of minted ids
+  std::chrono::milliseconds connect_timeout{2000};
+  std::chrono::milliseconds command_timeout{5000};  // a reply later than this is a dropped connection
+  int reconnect_attempts = 4;                        // connects tried before BackendError
+  std::chrono::milliseconds reconnect_backoff{50};   // first pause between them; doubles each time
+};
+
+// valkey://HOST:PORT/QUEUE (also redis://). HOST may be a name, an IPv4
+// address or [IPv6]; PORT defaults to 6379. QUEUE: 1..200 printable ASCII
+// characters, none of '{', '}', '/', '*', '?', '[', ']', '\\' or a space.
+struct ValkeyUrl {
+  std::string host;
+  int port = 6379;
+  std::string queue;
+
+  static Result<ValkeyUrl> parse(std::string_view url);
+  std::string str() const;       // "valkey://host:port/queue"
+  std::string address() const;   // "host:port", as in messages
+  std::string prefix() const;    // "emq:{queue}:"
+};
+
+// Does the target name a Valkey queue (valkey:// or redis://) rather than a segment?
+bool is_valkey_url(std::string_view target) noexcept;
+
+class ValkeyBackend final : public Backend {
+ public:
+  // Connects, records (or checks) the queue's job kind and payload limit.
+  // Never throws; every failure is an Error with a message for a person.
+  static Result<std::unique_ptr<ValkeyBackend>> open(std::string_view url, const ValkeyOptions& options = {});
+
+  ~ValkeyBackend() override;
+  ValkeyBackend(const ValkeyBackend&) = delete;
+  ValkeyBackend& operator=(const ValkeyBackend&) = delete;
+
+  std::string describe() const override;          // "valkey://host:port/queue"
+  std::string job_kind() const override;
+  std::uint64_t now_ms() override;                  // server TIME (Unix ms) + the queue's clock offset
+  BrandedId mint() override;                        // strictly increasing per queue, minted on the server
+
+  EnqueueStatus enqueue(const BrandedId& group, const BrandedId& job, std::string_view payload,
+                        EnqueueOptions options = {}) override;
+  bool claim(Lease& out, std::uint32_t lease_ms) override;
+  // claim, then BLPOP on the wake list (cut to the next due time, at most a
+  // second), then claim again, until the timeout. No busy polling.
+  bool claim_wait(Lease& out, std::uint32_t lease_ms, std::chrono::milliseconds timeout) override;
+  std::size_t claim_batch(std::span<Lease> out, std::uint32_t lease_ms) override;
+  AckStatus complete(const BrandedId& job, std::uint32_t attempt) override;
+  FailStatus fail(const BrandedId& job, std::uint32_t attempt, const FailOptions& options) override;
+  AckStatus extend(const BrandedId& job, std::uint32_t attempt, std::uint32_t lease_ms) override;
+
+  LaneStatus pause(const BrandedId& group) override;
+  LaneStatus resume(const BrandedId& group) override;
+  void pause_all() override;
+  void resume_all() override;
+  LaneStatus set_limit(const BrandedId& group, std::uint32_t limit) override;
+  LaneStatus set_weight(const BrandedId& group, std::uint32_t weight) override;
+  std::uint64_t depth(const BrandedId& group) override;
+  std::uint64_t drain(const BrandedId& group) override;
+  std::uint64_t tick() override;
+  // One script: a consistent picture of the whole queue (unlike the
+  // segment's). jobs_capacity is 0: a Valkey queue has no fixed capacity.
+  Snapshot snapshot() override;
+  void advance_clock(std::uint64_t ms) override;
+
+  // Valkey-only.
+  const ValkeyUrl& url() const noexcept;
+  std::uint32_t max_payload() const noexcept;
+  std::uint16_t node() const noexcept;
+  // Deletes every key of the queue (SCAN + UNLINK, several round trips; not
+  // atomic). For tests and tools; other clients must be stopped first.
+  std::uint64_t remove_queue();
+
+ private:
+  struct Impl;
+  explicit ValkeyBackend(std::unique_ptr<Impl> impl) noexcept;
+  std::unique_ptr<Impl> impl_;
+};
+
+// ValkeyBackend::open behind the Backend interface.
+Result<std::unique_ptr<Backend>> open_valkey(std::string_view url, ValkeyOptions options = {});
+
+// A segment by name (Queue::open + segment_backend) or a Valkey queue by
+// URL (open_valkey with default options).
+Result<std::unique_ptr<Backend>> open_backend(std::string_view target);
+
+}  // namespace fairlane
