@@ -183,6 +183,18 @@ struct Snapshot {
   std::uint64_t now_ms = 0;
 };
 
+// One broken invariant found by fsck(), named as in docs/design.md.
+struct FsckIssue {
+  std::string invariant;  // e.g. "lane-pending-count", "ring-membership"
+  std::string detail;     // which job, lane or process, and what was found
+};
+
+struct FsckReport {
+  std::vector<FsckIssue> issues;
+  std::uint64_t slots = 0, lanes = 0, tokens = 0;
+  bool clean() const noexcept { return issues.empty(); }
+};
+
 namespace detail { struct Segment; }
 
 class Queue {
@@ -265,6 +277,12 @@ class Queue {
   AckStatus requeue_dead(const BrandedId& id) noexcept;
   std::uint64_t requeue_all_dead() noexcept;
   std::uint64_t purge_dead() noexcept;
+
+  // Checks every invariant of the segment against the job slots (the truth):
+  // states, the id index, lane counts and structures, ring membership, the
+  // free list, limits. Exact only while no process is mid-operation (run it
+  // on a quiet segment); it never writes. O(jobs + lanes).
+  FsckReport fsck() const;
 
   // The processes attached to the segment (pid plus start time: a reused
   // pid is not mistaken for the old process).
