@@ -30,9 +30,23 @@ constexpr std::uint64_t kNever = ~0ULL;
 // A sweep for due work runs at least this often while anyone claims or
 // waits, whatever next_due says.
 constexpr std::uint64_t kSweepBackstopMs = 1000;
-// Claims that find the lane they drew busy (a drain holds it) put the token
-// back and try another; this many in a row and the claim gives up.
+// A claim that draws a lane whose structure is busy spins this many times
+// before it gives the turn back; this many such turns in a row and the
+// claim returns what it has.
+constexpr int kBusySpins = 256;
 constexpr int kMaxBusySkips = 8;
+// Turns a lane may get back at once after it was skipped (see claim_some).
+constexpr std::uint32_t kMaxOwedTurns = 64;
+// Jobs one ring step takes at most (a batch claim takes more steps).
+constexpr std::uint64_t kMaxStepJobs = 256;
+
+inline void cpu_relax() noexcept {
+#if defined(__x86_64__) || defined(__i386__)
+  __builtin_ia32_pause();
+#elif defined(__aarch64__)
+  asm volatile("yield");
+#endif
+}
 
 std::uint64_t relaxed_inc(std::atomic<std::uint64_t>& c, std::uint64_t n = 1) noexcept {
   return c.fetch_add(n, std::memory_order_relaxed);  // statistics only
@@ -228,10 +242,24 @@ void record_wait(Segment& s, std::uint32_t lane, std::uint64_t waited_us) noexce
   s.waits[lane].b[wait_bucket(waited_us)].fetch_add(1, std::memory_order_relaxed);
 }
 
-// The claim loop shared by claim and claim_batch: each ring step reserves
-// n = min(turn, depth, headroom, room) jobs of one lane in one CAS on its
-// word, pops them oldest first, then in one more CAS releases the lane and
-// decides whether its token goes back (serviceable) or is dropped.
+// The claim loop shared by claim and claim_batch. Each ring step:
+//
+//  1. take a token (the hold slot first, then the ring's head);
+//  2. CAS the lane word: drop the token if the lane is not serviceable;
+//     otherwise reserve n = min(turn, depth, headroom, room) jobs and the
+//     lane structure (busy), and decide in the same CAS whether the lane
+//     stays serviceable after this reservation;
+//  3. if it does, give the token back at once (hold slot or ring tail), so
+//     the lane keeps its place in the rotation while it is being served, as
+//     LMOVE ring ring LEFT RIGHT keeps it on Valkey; if not, it has left the
+//     ring in the same CAS that emptied it or brought it to its ceiling;
+//  4. pop the n oldest jobs, lease them, release the structure.
+//
+// A claimer that draws a lane whose structure another claimer is still
+// popping waits a moment; if it is still busy (that claimer was descheduled),
+// it gives the turn back to the ring and records it in the lane's `owed`, and
+// the lane gets those turns back the next time it is drawn (a deficit
+// round robin), so a stalled server does not cost its lane its share.
 std::size_t claim_some(Segment& s, Lease* out, std::size_t room, std::uint32_t lease_ms) noexcept {
   const std::uint64_t now_us = segment_now_us(s), now = now_us / 1000;
   maybe_sweep(s, now);
@@ -240,12 +268,17 @@ std::size_t claim_some(Segment& s, Lease* out, std::size_t room, std::uint32_t l
   std::size_t got = 0;
   int busy_skips = 0;
   while (got < room) {
-    const Token tok = take_token(s);
+    Token tok = take_token(s);
     if (tok.lane == kNoLane) break;
     LaneRecord& l = s.lanes[tok.lane];
+    // Turns given up earlier come back now (capped, so a long stall does not
+    // become one long burst).
+    if (l.owed.load(std::memory_order_relaxed) != 0)
+      tok.turn += std::min<std::uint32_t>(l.owed.exchange(0, std::memory_order_relaxed), kMaxOwedTurns);
     std::uint64_t w = l.word.load(std::memory_order_acquire);
     std::uint64_t n = 0;
-    bool busy = false;
+    bool keep = false, busy = false;
+    int spins = 0;
     for (;;) {
       if (!LaneWord::serviceable(w)) {
         // Paused, empty or at its ceiling since it was ringed: the token
@@ -254,28 +287,44 @@ std::size_t claim_some(Segment& s, Lease* out, std::size_t room, std::uint32_t l
         continue;
       }
       if (w & LaneWord::kBusy) {
+        if (++spins <= kBusySpins) {
+          cpu_relax();
+          w = l.word.load(std::memory_order_acquire);
+          continue;
+        }
         busy = true;
         break;
       }
-      n = std::min<std::uint64_t>({tok.turn, LaneWord::pending(w), LaneWord::headroom(w), room - got});
+      n = std::min<std::uint64_t>({tok.turn, LaneWord::pending(w), LaneWord::headroom(w), room - got, kMaxStepJobs});
       std::uint64_t nw = LaneWord::with_pending(w, LaneWord::pending(w) - n);
       nw = LaneWord::with_active(nw, LaneWord::active(w) + n) | LaneWord::kBusy;
+      keep = LaneWord::serviceable(nw & ~LaneWord::kBusy);
+      if (!keep) nw &= ~LaneWord::kRinged;
       // [A4] acq_rel: reserves n jobs and the lane structure; pairs with the
-      // release of the enqueuers' [R4] (their intake pushes are visible).
+      // release of the enqueuers' [R4] (their intake pushes are visible) and
+      // with the previous server's [R7].
       if (l.word.compare_exchange_weak(w, nw, std::memory_order_acq_rel, std::memory_order_acquire)) break;
       n = 0;
     }
     if (busy) {
+      l.owed.fetch_add(1, std::memory_order_relaxed);
       put_token(s, tok.lane, 0);  // to the ring's tail: let other lanes go first
       if (++busy_skips >= kMaxBusySkips) break;
       continue;
     }
     if (n == 0) continue;  // token dropped
+    if (keep) put_token(s, tok.lane, tok.turn - std::uint32_t(n));
 
     const BrandedId group = lane_group(s, tok.lane);
     LaneOrder order(s, l);
+    std::uint32_t slots[kMaxStepJobs];
+    std::uint64_t taken = 0;
+    for (; taken < n; ++taken) slots[taken] = order.pop();
+    // [R7] release: our pops of the lane structure happen-before the next
+    // server's [A4].
+    l.word.fetch_and(~LaneWord::kBusy, std::memory_order_acq_rel);
     for (std::uint64_t k = 0; k < n; ++k) {
-      const std::uint32_t slot = order.pop();
+      const std::uint32_t slot = slots[k];
       const std::uint64_t sw = s.words[slot].load(std::memory_order_relaxed);
       const std::uint32_t attempt = std::min(SlotWord::attempt(sw) + 1, SlotWord::kMaxAttempt);
       fill_lease(s, slot, group, attempt, deadline, now_us, out[got + k]);
@@ -287,19 +336,6 @@ std::size_t claim_some(Segment& s, Lease* out, std::size_t room, std::uint32_t l
     }
     l.served.fetch_add(n, std::memory_order_relaxed);
     got += n;
-
-    // Release the lane; keep the token only if it is still serviceable.
-    w = l.word.load(std::memory_order_relaxed);
-    bool keep;
-    std::uint64_t nw;
-    do {
-      nw = w & ~LaneWord::kBusy;
-      keep = LaneWord::serviceable(nw);
-      if (!keep) nw &= ~LaneWord::kRinged;
-      // [R7] release: our pops of the lane structure happen-before the next
-      // server's [A4].
-    } while (!l.word.compare_exchange_weak(w, nw, std::memory_order_acq_rel, std::memory_order_relaxed));
-    if (keep) put_token(s, tok.lane, tok.turn - std::uint32_t(n));
   }
   if (got) {
     atomic_min(s.h->next_due, deadline);

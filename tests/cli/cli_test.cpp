@@ -1,0 +1,286 @@
+// The `fairlane` tool, run as a child process (posix_spawn, no shell):
+// exit status, stdout and stderr for bad input and a happy path.
+//
+// Exit status contract: 0 success, 1 nothing (empty claim, unknown job,
+// stale token), 2 error with one line on stderr.
+#include "test_support.hpp"
+
+#include <fcntl.h>
+#include <spawn.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cstring>
+#include <fstream>
+#include <map>
+#include <nlohmann/json.hpp>
+#include <sstream>
+
+extern char** environ;
+
+namespace fairlane {
+namespace {
+
+using test::describe;
+using test::SegmentGuard;
+using test::shm_path;
+using test::TempDir;
+using test::unique_segment_name;
+
+#ifndef FAIRLANE_CLI_PATH
+#error "FAIRLANE_CLI_PATH must name the fairlane tool"
+#endif
+
+struct CliRun {
+  int exit_code = -1;  // -1: did not exit normally
+  std::string out, err;
+};
+
+std::string slurp(const std::filesystem::path& p) {
+  std::ifstream in(p, std::ios::binary);
+  std::ostringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+// Runs the tool with these arguments; stdout and stderr go to files so a
+// chatty child can never block on a full pipe.
+CliRun run_cli(const std::vector<std::string>& args) {
+  static int counter = 0;
+  TempDir dir;
+  const auto out_path = dir.path() / ("out" + std::to_string(counter));
+  const auto err_path = dir.path() / ("err" + std::to_string(counter++));
+  std::vector<std::string> full{FAIRLANE_CLI_PATH};
+  full.insert(full.end(), args.begin(), args.end());
+  std::vector<char*> argv;
+  for (auto& a : full) argv.push_back(a.data());
+  argv.push_back(nullptr);
+
+  posix_spawn_file_actions_t fa;
+  posix_spawn_file_actions_init(&fa);
+  posix_spawn_file_actions_addopen(&fa, 0, "/dev/null", O_RDONLY, 0);
+  posix_spawn_file_actions_addopen(&fa, 1, out_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0600);
+  posix_spawn_file_actions_addopen(&fa, 2, err_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0600);
+  pid_t pid = -1;
+  const int rc = posix_spawn(&pid, argv[0], &fa, nullptr, argv.data(), environ);
+  posix_spawn_file_actions_destroy(&fa);
+  CliRun r;
+  if (rc != 0) {
+    r.err = std::string("posix_spawn failed: ") + std::strerror(rc);
+    return r;
+  }
+  int st = 0;
+  while (::waitpid(pid, &st, 0) < 0 && errno == EINTR) {
+  }
+  if (WIFEXITED(st)) r.exit_code = WEXITSTATUS(st);
+  r.out = slurp(out_path);
+  r.err = slurp(err_path);
+  return r;
+}
+
+std::string show(const CliRun& r) { return "exit " + std::to_string(r.exit_code) + "\nstdout: " + r.out + "\nstderr: " + r.err; }
+
+std::string trim(std::string s) {
+  while (!s.empty() && (s.back() == '\n' || s.back() == '\r')) s.pop_back();
+  return s;
+}
+
+// An error: exit 2 and exactly one non-empty line on stderr, prefixed "fairlane: ".
+void expect_error(const CliRun& r, std::string_view must_mention = {}) {
+  EXPECT_EQ(r.exit_code, 2) << show(r);
+  EXPECT_FALSE(trim(r.err).empty()) << show(r);
+  EXPECT_EQ(trim(r.err).find('\n'), std::string::npos) << "more than one line on stderr: " << show(r);
+  EXPECT_EQ(r.err.rfind("fairlane: ", 0), 0U) << show(r);
+  if (!must_mention.empty()) {
+    EXPECT_NE(r.err.find(must_mention), std::string::npos) << show(r);
+  }
+}
+
+class Cli : public ::testing::Test {
+ protected:
+  void SetUp() override { guard_ = std::make_unique<SegmentGuard>(unique_segment_name()); }
+  void TearDown() override { guard_.reset(); }
+  const std::string& seg() const { return guard_->name(); }
+  void create(std::vector<std::string> extra = {}) {
+    std::vector<std::string> args{"create", seg(), "--jobs", "64", "--lanes", "8", "--payload-bytes", "32"};
+    args.insert(args.end(), extra.begin(), extra.end());
+    const CliRun r = run_cli(args);
+    ASSERT_EQ(r.exit_code, 0) << show(r);
+  }
+  std::unique_ptr<SegmentGuard> guard_;
+};
+
+// ---------------------------------------------------------------- bad input
+
+TEST_F(Cli, MalformedIdsAreErrors) {
+  create();
+  struct Case {
+    const char* id;
+    const char* mention;
+  };
+  for (const Case& c : {Case{"JOB123", "JOB123"}, Case{"job0000000000A", "job0000000000A"},
+                        Case{"JOB0000000000-", "JOB0000000000-"}, Case{"JOBzzzzzzzzzzz", "JOBzzzzzzzzzzz"},
+                        Case{"JOB0000000000AB", "JOB0000000000AB"}}) {
+    SCOPED_TRACE(c.id);
+    expect_error(run_cli({"complete", seg(), c.id, "1"}), c.mention);
+    expect_error(run_cli({"enqueue", seg(), "TEN00000000001", c.id, "--payload", "x"}), c.mention);
+    expect_error(run_cli({"enqueue", seg(), c.id, "--mint", "--payload", "x"}), c.mention);  // as a group
+  }
+  // Nothing was admitted by any of them.
+  auto q = Queue::open(seg());
+  ASSERT_TRUE(q.ok()) << describe(q.error());
+  EXPECT_EQ(q->snapshot().pending, 0U);
+}
+
+TEST_F(Cli, BadNumbersAreErrors) {
+  create();
+  expect_error(run_cli({"claim", seg(), "--lease", "-5"}));
+  expect_error(run_cli({"claim", seg(), "--lease", "abc"}));
+  expect_error(run_cli({"complete", seg(), "JOB00000000001", "x1"}));
+  expect_error(run_cli({"limit", seg(), "TEN00000000001", "99999999999"}));
+}
+
+TEST_F(Cli, KindMismatchIsAnError) {
+  create();
+  expect_error(run_cli({"enqueue", seg(), "TEN00000000001", "USR0KHTOWnGLuC", "--payload", "x"}), "USR");
+}
+
+TEST_F(Cli, OversizePayloadIsAnError) {
+  create();  // 32-byte payloads
+  expect_error(run_cli({"enqueue", seg(), "TEN00000000001", "--mint", "--payload", std::string(33, 'x')}));
+  const CliRun ok = run_cli({"enqueue", seg(), "TEN00000000001", "--mint", "--payload", std::string(32, 'x')});
+  EXPECT_EQ(ok.exit_code, 0) << show(ok);
+  auto q = Queue::open(seg());
+  ASSERT_TRUE(q.ok()) << describe(q.error());
+  EXPECT_EQ(q->snapshot().pending, 1U);
+}
+
+TEST_F(Cli, MissingSegmentIsAnError) {
+  for (const char* cmd : {"inspect", "tick", "mint"}) {
+    SCOPED_TRACE(cmd);
+    expect_error(run_cli({cmd, seg()}), seg());
+  }
+  expect_error(run_cli({"claim", seg()}), seg());
+  expect_error(run_cli({"enqueue", seg(), "default", "--mint"}), seg());
+  expect_error(run_cli({"destroy", seg()}), seg());
+}
+
+TEST_F(Cli, WrongLayoutSegmentIsAnError) {
+  {
+    const int fd = ::open(shm_path(seg()).c_str(), O_RDWR | O_CREAT | O_TRUNC, 0600);
+    ASSERT_GE(fd, 0);
+    const std::string junk(8192, 'Z');
+    ASSERT_EQ(::write(fd, junk.data(), junk.size()), static_cast<ssize_t>(junk.size()));
+    ::close(fd);
+  }
+  expect_error(run_cli({"inspect", seg()}), seg());
+  expect_error(run_cli({"claim", seg()}), seg());
+  expect_error(run_cli({"enqueue", seg(), "default", "--mint"}), seg());
+  // The tool refused it and did not replace it.
+  EXPECT_EQ(std::filesystem::file_size(shm_path(seg())), 8192U);
+}
+
+TEST_F(Cli, CreateTwiceAndBadOptionsAreErrors) {
+  create();
+  expect_error(run_cli({"create", seg()}), seg());
+  SegmentGuard other(unique_segment_name("other"));
+  expect_error(run_cli({"create", other.name(), "--jobs", "0"}));
+  expect_error(run_cli({"create", other.name(), "--job-kind", "jo"}));
+  expect_error(run_cli({"create", other.name(), "--node", "1024"}));
+  EXPECT_FALSE(std::filesystem::exists(shm_path(other.name())));
+}
+
+TEST_F(Cli, UnknownCommandIsAnError) {
+  expect_error(run_cli({"frobnicate", seg()}), "frobnicate");
+  EXPECT_EQ(run_cli({}).exit_code, 2);
+}
+
+// ---------------------------------------------------------------- happy path
+
+TEST_F(Cli, CreateEnqueueClaimComplete) {
+  create();
+  CliRun r = run_cli({"enqueue", seg(), "TEN00000000001", "--mint", "--payload", "hello world"});
+  ASSERT_EQ(r.exit_code, 0) << show(r);
+  // "enqueued <ID>"
+  const std::string line = trim(r.out);
+  ASSERT_EQ(line.rfind("enqueued ", 0), 0U) << show(r);
+  const std::string id = line.substr(9);
+  ASSERT_TRUE(BrandedId::parse(id).has_value()) << "not an id: " << id;
+  EXPECT_EQ(BrandedId::parse(id)->kind(), "JOB");
+
+  // The same id again is a duplicate, not an error.
+  r = run_cli({"enqueue", seg(), "TEN00000000001", id, "--payload", "other"});
+  EXPECT_EQ(r.exit_code, 0) << show(r);
+  EXPECT_EQ(trim(r.out), "duplicate " + id);
+
+  r = run_cli({"claim", seg(), "--lease", "60000"});
+  ASSERT_EQ(r.exit_code, 0) << show(r);
+  EXPECT_EQ(trim(r.out), id + " TEN00000000001 1 hello world");
+
+  // A stale token is "nothing" (1), the right one completes (0), again is gone (1).
+  r = run_cli({"complete", seg(), id, "2"});
+  EXPECT_EQ(r.exit_code, 1) << show(r);
+  r = run_cli({"complete", seg(), id, "1"});
+  EXPECT_EQ(r.exit_code, 0) << show(r);
+  r = run_cli({"complete", seg(), id, "1"});
+  EXPECT_EQ(r.exit_code, 1) << show(r);
+
+  // Empty queue: claim says nothing with exit 1.
+  r = run_cli({"claim", seg()});
+  EXPECT_EQ(r.exit_code, 1) << show(r);
+  EXPECT_TRUE(trim(r.out).empty()) << show(r);
+
+  r = run_cli({"destroy", seg()});
+  EXPECT_EQ(r.exit_code, 0) << show(r);
+  EXPECT_FALSE(std::filesystem::exists(shm_path(seg())));
+}
+
+TEST_F(Cli, DefaultGroupAndClaimJson) {
+  create();
+  CliRun r = run_cli({"enqueue", seg(), "default", "--mint", "--payload", "d"});
+  ASSERT_EQ(r.exit_code, 0) << show(r);
+  r = run_cli({"claim", seg(), "--json"});
+  ASSERT_EQ(r.exit_code, 0) << show(r);
+  const auto j = nlohmann::json::parse(r.out, nullptr, false);
+  ASSERT_FALSE(j.is_discarded()) << show(r);
+  EXPECT_EQ(j.at("group"), std::string(kDefaultGroup));
+  EXPECT_EQ(j.at("attempt"), 1);
+  EXPECT_EQ(j.at("payload"), "d");
+}
+
+TEST_F(Cli, InspectJsonShowsRingAndLanes) {
+  create();
+  // Lanes join the ring in the order they became serviceable.
+  for (const char* g : {"TEN00000000001", "TEN00000000002", "TEN00000000001"}) {
+    const CliRun r = run_cli({"enqueue", seg(), g, "--mint", "--payload", "x"});
+    ASSERT_EQ(r.exit_code, 0) << show(r);
+  }
+  ASSERT_EQ(run_cli({"limit", seg(), "TEN00000000002", "3"}).exit_code, 0);
+  ASSERT_EQ(run_cli({"pause", seg(), "TEN00000000003"}).exit_code, 0);
+  const CliRun r = run_cli({"inspect", seg(), "--json"});
+  ASSERT_EQ(r.exit_code, 0) << show(r);
+  const auto j = nlohmann::json::parse(r.out, nullptr, false);
+  ASSERT_FALSE(j.is_discarded()) << "not JSON: " << show(r);
+  ASSERT_TRUE(j.contains("ring")) << r.out;
+  ASSERT_TRUE(j.contains("lanes")) << r.out;
+  EXPECT_EQ(j["ring"], nlohmann::json::array({"TEN00000000001", "TEN00000000002"})) << r.out;
+  std::map<std::string, nlohmann::json> lanes;
+  for (const auto& l : j["lanes"]) lanes[l.at("group").get<std::string>()] = l;
+  ASSERT_TRUE(lanes.count("TEN00000000001")) << r.out;
+  ASSERT_TRUE(lanes.count("TEN00000000002")) << r.out;
+  ASSERT_TRUE(lanes.count("TEN00000000003")) << r.out;
+  EXPECT_EQ(lanes["TEN00000000001"].at("depth"), 2);
+  EXPECT_EQ(lanes["TEN00000000002"].at("depth"), 1);
+  EXPECT_EQ(lanes["TEN00000000002"].at("limit"), 3);
+  EXPECT_EQ(lanes["TEN00000000003"].at("paused"), true);
+  EXPECT_EQ(lanes["TEN00000000003"].at("ringed"), false);
+  EXPECT_EQ(lanes["TEN00000000001"].at("ringed"), true);
+
+  // The human form works too.
+  const CliRun t = run_cli({"inspect", seg()});
+  EXPECT_EQ(t.exit_code, 0) << show(t);
+  EXPECT_NE(t.out.find("TEN00000000001"), std::string::npos) << show(t);
+}
+
+}  // namespace
+}  // namespace fairlane

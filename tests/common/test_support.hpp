@@ -1,0 +1,124 @@
+// Shared helpers for the fairlane test suites: unique segment names, an RAII
+// guard that removes a segment, temp directories, and small id helpers.
+//
+// Header-only on purpose: every test executable and the multi-process helper
+// include it; none of it is linked into the library.
+#pragma once
+
+#include <fairlane/ids.hpp>
+#include <fairlane/queue.hpp>
+#include <fairlane/result.hpp>
+
+#include <gtest/gtest.h>
+
+#include <cerrno>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+#include <string>
+#include <string_view>
+#include <system_error>
+#include <unistd.h>
+
+namespace fairlane::test {
+
+// A segment name unique to this process and this test: "flt_<pid>_<suite>_<test>[_<tag>]".
+// Characters other than [A-Za-z0-9_] are replaced so parameterised test names stay legal.
+inline std::string unique_segment_name(std::string_view tag = {}) {
+  std::string name = "flt_" + std::to_string(::getpid());
+  if (const auto* info = ::testing::UnitTest::GetInstance()->current_test_info()) {
+    name += '_';
+    name += info->test_suite_name();
+    name += '_';
+    name += info->name();
+  }
+  if (!tag.empty()) {
+    name += '_';
+    name += tag;
+  }
+  for (char& c : name) {
+    const bool ok = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '_';
+    if (!ok) c = '_';
+  }
+  if (name.size() > 200) name.resize(200);  // NAME_MAX for /dev/shm entries is 255
+  return name;
+}
+
+// Where POSIX shared memory objects live on Linux.
+inline std::filesystem::path shm_path(std::string_view segment) {
+  return std::filesystem::path("/dev/shm") / std::string(segment);
+}
+
+// Removes the named segment when it goes out of scope (and any leftover of a
+// previous crashed run when it is made). Declare it before the Queue so the
+// Queue is unmapped first.
+class SegmentGuard {
+ public:
+  explicit SegmentGuard(std::string name) : name_(std::move(name)) {
+    (void)Queue::remove(name_);
+    std::error_code ec;
+    std::filesystem::remove(shm_path(name_), ec);
+  }
+  SegmentGuard(const SegmentGuard&) = delete;
+  SegmentGuard& operator=(const SegmentGuard&) = delete;
+  ~SegmentGuard() {
+    (void)Queue::remove(name_);
+    std::error_code ec;
+    std::filesystem::remove(shm_path(name_), ec);  // a crafted file the library refused to own
+  }
+  const std::string& name() const noexcept { return name_; }
+
+ private:
+  std::string name_;
+};
+
+// A private temporary directory, removed with everything in it.
+class TempDir {
+ public:
+  TempDir() {
+    std::string tmpl = (std::filesystem::temp_directory_path() / "fairlane_test_XXXXXX").string();
+    if (::mkdtemp(tmpl.data()) == nullptr) throw std::system_error(errno, std::generic_category(), "mkdtemp");
+    path_ = tmpl;
+  }
+  TempDir(const TempDir&) = delete;
+  TempDir& operator=(const TempDir&) = delete;
+  ~TempDir() {
+    std::error_code ec;
+    std::filesystem::remove_all(path_, ec);
+  }
+  const std::filesystem::path& path() const noexcept { return path_; }
+
+ private:
+  std::filesystem::path path_;
+};
+
+// A group id with a readable namespace, e.g. group("AAA") -> "AAA00000000001".
+inline BrandedId group(std::string_view kind, std::uint64_t n = 1) {
+  BrandedId id = BrandedId::make(kind, n);
+  EXPECT_TRUE(id.valid()) << "bad test group kind " << kind;
+  return id;
+}
+
+inline std::string describe(const Error& e) {
+  return std::string(to_string(e.code)) + " (errno " + std::to_string(e.sys_errno) + "): " + e.message;
+}
+
+// Creates a queue or fails the current test with the library's message.
+#define FAIRLANE_CREATE_OR_FAIL(var, name, opts)                                        \
+  auto var##_result = ::fairlane::Queue::create((name), (opts));                        \
+  ASSERT_TRUE(var##_result.ok()) << ::fairlane::test::describe(var##_result.error());   \
+  ::fairlane::Queue& var = var##_result.value()
+
+}  // namespace fairlane::test
+
+// gtest printers, so failures show ids and statuses instead of bytes.
+namespace fairlane {
+inline void PrintTo(const BrandedId& id, std::ostream* os) { *os << (id.valid() ? id.str() : std::string_view("<empty id>")); }
+inline void PrintTo(EnqueueStatus s, std::ostream* os) { *os << to_string(s); }
+inline void PrintTo(AckStatus s, std::ostream* os) { *os << to_string(s); }
+inline void PrintTo(FailStatus s, std::ostream* os) { *os << to_string(s); }
+inline void PrintTo(LaneStatus s, std::ostream* os) { *os << to_string(s); }
+inline void PrintTo(Errc e, std::ostream* os) { *os << to_string(e); }
+inline void PrintTo(IdError e, std::ostream* os) { *os << to_string(e); }
+}  // namespace fairlane

@@ -1,0 +1,326 @@
+// Leases, fencing tokens, delays, retries, dead letters and extend. Time only
+// moves through Queue::advance_clock: no test sleeps.
+#include "queue_fixture.hpp"
+
+namespace fairlane {
+namespace {
+
+using test::group;
+using test::QueueTest;
+using test::seq_string;
+
+const BrandedId A = BrandedId::make("AAA", 1);
+const BrandedId B = BrandedId::make("BBB", 1);
+
+// ---------------------------------------------------------------- lease expiry
+
+TEST_F(QueueTest, LeaseDeadlineOnSegmentClock) {
+  fill(A, 1);
+  const std::uint64_t before = q().now_ms();
+  Lease l = claim_one(5000);
+  const std::uint64_t after = q().now_ms();
+  EXPECT_GE(l.deadline_ms, before + 5000);
+  EXPECT_LE(l.deadline_ms, after + 5000);
+}
+
+TEST_F(QueueTest, AdvanceClockMovesNow) {
+  const std::uint64_t t0 = q().now_ms();
+  q().advance_clock(3'600'000);
+  EXPECT_GE(q().now_ms(), t0 + 3'600'000);
+  EXPECT_GE(q().snapshot().now_ms, t0 + 3'600'000);
+}
+
+TEST_F(QueueTest, ExpiredLeaseReturnsToMintPositionViaTick) {
+  auto ids = fill(A, 3);
+  Lease first = claim_one(100);
+  ASSERT_EQ(first.id, ids[0]);
+  ASSERT_EQ(first.attempt, 1U);
+  EXPECT_EQ(lane(A)->active, 1U);
+  EXPECT_EQ(q().depth(A), 2U);
+
+  q().advance_clock(200);
+  EXPECT_EQ(q().tick(), 1U);
+  EXPECT_EQ(lane(A)->active, 0U);
+  EXPECT_EQ(q().depth(A), 3U);
+  Snapshot s = q().snapshot();
+  EXPECT_EQ(s.leased, 0U);
+  EXPECT_EQ(s.pending, 3U);
+  EXPECT_EQ(s.counters.expired, 1U);
+
+  // Served before its younger siblings, with the next attempt number.
+  Lease again = claim_one(60000);
+  EXPECT_EQ(again.id, ids[0]);
+  EXPECT_EQ(again.attempt, 2U);
+  EXPECT_EQ(again.payload, first.payload);
+  // The old token is fenced off.
+  EXPECT_EQ(q().complete(ids[0], 1), AckStatus::stale);
+  EXPECT_EQ(q().extend(ids[0], 1, 1000), AckStatus::stale);
+  EXPECT_EQ(q().fail(ids[0], 1, FailOptions{}), FailStatus::stale);
+  EXPECT_EQ(lane(A)->active, 1U);
+  EXPECT_EQ(q().complete(ids[0], 2), AckStatus::ok);
+  EXPECT_EQ(claim_one().id, ids[1]);
+}
+
+TEST_F(QueueTest, ClaimSweepsExpiredLeasesByItself) {
+  auto ids = fill(A, 2);
+  Lease first = claim_one(100);
+  ASSERT_EQ(first.id, ids[0]);
+  q().advance_clock(200);
+  Lease again = claim_one(60000);  // no tick(): the claim reaps
+  EXPECT_EQ(again.id, ids[0]);
+  EXPECT_EQ(again.attempt, 2U);
+  EXPECT_EQ(lane(A)->active, 1U);
+  EXPECT_EQ(q().complete(ids[0], 1), AckStatus::stale);
+  EXPECT_EQ(q().complete(ids[0], 2), AckStatus::ok);
+}
+
+TEST_F(QueueTest, ExpiryReleasesLimitSlot) {
+  // The BullMQ 3929 shape: a lease that is never completed must not leave a
+  // phantom active count that keeps the lane off the ring forever.
+  auto ids = fill(A, 2);
+  fill(B, 5);
+  ASSERT_EQ(q().set_limit(A, 1), LaneStatus::ok);
+  Lease la = claim_one(100);
+  ASSERT_EQ(la.group, A);
+  EXPECT_EQ(seq_string(claim_groups(2, 60000)), "BBB BBB");
+  q().advance_clock(200);
+  // A is back: its expired job is served again, not its younger one.
+  bool saw_a = false;
+  for (int i = 0; i < 3 && !saw_a; ++i) {
+    Lease l = claim_one(60000);
+    if (l.group == A) {
+      saw_a = true;
+      EXPECT_EQ(l.id, ids[0]);
+      EXPECT_EQ(l.attempt, 2U);
+    }
+  }
+  EXPECT_TRUE(saw_a) << "lane A never came back after its lease expired";
+  EXPECT_LE(lane(A)->active, 1U);
+}
+
+TEST_F(QueueTest, UnexpiredLeaseIsNotReaped) {
+  fill(A, 1);
+  Lease l = claim_one(10'000);
+  q().advance_clock(5'000);
+  EXPECT_EQ(q().tick(), 0U);
+  Lease other;
+  EXPECT_FALSE(q().claim(other, 1000));
+  EXPECT_EQ(q().complete(l.id, l.attempt), AckStatus::ok);
+}
+
+// ---------------------------------------------------------------- fencing
+
+TEST_F(QueueTest, StaleTokensChangeNothing) {
+  auto ids = fill(A, 2);
+  Lease l = claim_one(10'000);
+  ASSERT_EQ(l.attempt, 1U);
+  const Snapshot before = q().snapshot();
+  for (std::uint32_t bad : {0U, 2U, 7U}) {
+    EXPECT_EQ(q().complete(l.id, bad), AckStatus::stale) << bad;
+    EXPECT_EQ(q().extend(l.id, bad, 1'000'000), AckStatus::stale) << bad;
+    EXPECT_EQ(q().fail(l.id, bad, FailOptions{0, 5, "nope"}), FailStatus::stale) << bad;
+  }
+  const Snapshot after = q().snapshot();
+  EXPECT_EQ(after.leased, before.leased);
+  EXPECT_EQ(after.pending, before.pending);
+  EXPECT_EQ(after.scheduled, 0U);
+  EXPECT_EQ(after.counters.completed, 0U);
+  EXPECT_EQ(after.counters.retried, 0U);
+  EXPECT_EQ(lane(A)->active, 1U);
+  // The bad extend did not move the deadline: the lease still expires on time.
+  q().advance_clock(10'500);
+  EXPECT_EQ(q().tick(), 1U);
+
+  // A pending (unleased) job refuses every token too.
+  EXPECT_EQ(q().complete(ids[1], 0), AckStatus::stale);
+  EXPECT_EQ(q().complete(ids[1], 1), AckStatus::stale);
+  EXPECT_EQ(q().depth(A), 2U);
+}
+
+TEST_F(QueueTest, UnknownIdIsGone) {
+  const BrandedId never = q().mint();
+  EXPECT_EQ(q().complete(never, 1), AckStatus::gone);
+  EXPECT_EQ(q().extend(never, 1, 100), AckStatus::gone);
+  EXPECT_EQ(q().fail(never, 1, FailOptions{}), FailStatus::gone);
+  EXPECT_EQ(q().complete(BrandedId{}, 1), AckStatus::gone);
+
+  fill(A, 1);
+  Lease l = claim_one();
+  ASSERT_EQ(q().complete(l.id, l.attempt), AckStatus::ok);
+  EXPECT_EQ(q().complete(l.id, l.attempt), AckStatus::gone);
+  EXPECT_EQ(q().extend(l.id, l.attempt, 100), AckStatus::gone);
+  EXPECT_EQ(q().fail(l.id, l.attempt, FailOptions{}), FailStatus::gone);
+  Snapshot s = q().snapshot();
+  EXPECT_EQ(s.counters.completed, 1U);
+  EXPECT_EQ(s.leased, 0U);
+}
+
+// ---------------------------------------------------------------- delayed jobs
+
+TEST_F(QueueTest, DelayedJobWaitsForItsTime) {
+  const BrandedId late = q().mint();
+  ASSERT_EQ(q().enqueue(A, late, "late", EnqueueOptions{1000}), EnqueueStatus::enqueued);
+  auto b_ids = fill(B, 1);
+  EXPECT_EQ(q().snapshot().scheduled, 1U);
+  EXPECT_EQ(q().depth(A), 0U);
+  EXPECT_FALSE(lane(A).has_value() && lane(A)->ringed);
+
+  Lease l = claim_one();
+  EXPECT_EQ(l.id, b_ids[0]);
+  EXPECT_FALSE(q().claim(l, 1000)) << "delayed job was served early";
+  q().advance_clock(400);
+  EXPECT_EQ(q().tick(), 0U);
+  EXPECT_FALSE(q().claim(l, 1000)) << "delayed job was served early";
+  // A duplicate of a scheduled job is still a duplicate.
+  EXPECT_EQ(q().enqueue(A, late, "again"), EnqueueStatus::duplicate);
+
+  q().advance_clock(700);
+  EXPECT_EQ(q().tick(), 1U);
+  EXPECT_EQ(q().depth(A), 1U);
+  EXPECT_EQ(q().snapshot().scheduled, 0U);
+  ASSERT_TRUE(q().claim(l, 1000));
+  EXPECT_EQ(l.id, late);
+  EXPECT_EQ(l.payload, "late");
+  EXPECT_EQ(l.attempt, 1U);
+  EXPECT_EQ(q().snapshot().counters.promoted, 1U);
+}
+
+TEST_F(QueueTest, DelayedJobPromotedByClaim) {
+  const BrandedId late = q().mint();
+  ASSERT_EQ(q().enqueue(A, late, "late", EnqueueOptions{1000}), EnqueueStatus::enqueued);
+  Lease l;
+  EXPECT_FALSE(q().claim(l, 1000));
+  q().advance_clock(1100);
+  ASSERT_TRUE(q().claim(l, 1000)) << "claim did not promote the due job";
+  EXPECT_EQ(l.id, late);
+}
+
+TEST_F(QueueTest, DelayedJobTakesItsMintPosition) {
+  // Delayed jobs rejoin the lane by id: an older delayed job goes ahead of
+  // younger pending ones once it is due.
+  const BrandedId older = q().mint();
+  ASSERT_EQ(q().enqueue(A, older, "older", EnqueueOptions{500}), EnqueueStatus::enqueued);
+  auto younger = fill(A, 2);
+  q().advance_clock(600);
+  EXPECT_EQ(claim_one().id, older);
+  EXPECT_EQ(claim_one().id, younger[0]);
+}
+
+// ---------------------------------------------------------------- fail, retry, dead
+
+TEST_F(QueueTest, FailRetriesThenDeadLetters) {
+  const BrandedId id = q().mint();
+  ASSERT_EQ(q().enqueue(A, id, "work"), EnqueueStatus::enqueued);
+  const FailOptions opts{500, 3, "boom"};
+
+  Lease l = claim_one();
+  ASSERT_EQ(l.attempt, 1U);
+  EXPECT_EQ(q().fail(id, 1, opts), FailStatus::retrying);
+  EXPECT_EQ(lane(A)->active, 0U);
+  EXPECT_EQ(q().snapshot().scheduled, 1U);
+  EXPECT_FALSE(q().claim(l, 1000)) << "retry served before its backoff";
+  EXPECT_EQ(q().enqueue(A, id, "dup"), EnqueueStatus::duplicate);
+  q().advance_clock(600);
+  ASSERT_TRUE(q().claim(l, 1000));
+  EXPECT_EQ(l.id, id);
+  EXPECT_EQ(l.attempt, 2U);
+  EXPECT_EQ(l.payload, "work");
+
+  EXPECT_EQ(q().fail(id, 2, opts), FailStatus::retrying);
+  q().advance_clock(600);
+  ASSERT_TRUE(q().claim(l, 1000));
+  EXPECT_EQ(l.attempt, 3U);
+
+  EXPECT_EQ(q().fail(id, 3, opts), FailStatus::dead);
+  Snapshot s = q().snapshot();
+  EXPECT_EQ(s.dead, 1U);
+  EXPECT_EQ(s.scheduled, 0U);
+  EXPECT_EQ(s.leased, 0U);
+  EXPECT_EQ(s.pending, 0U);
+  EXPECT_EQ(s.counters.retried, 2U);
+  EXPECT_EQ(s.counters.dead, 1U);
+  EXPECT_EQ(lane(A)->active, 0U);
+  q().advance_clock(100'000);
+  q().tick();
+  EXPECT_FALSE(q().claim(l, 1000)) << "a dead job was served";
+  // A dead job still exists: same id is a duplicate, and its token is stale.
+  EXPECT_EQ(q().enqueue(A, id, "dup"), EnqueueStatus::duplicate);
+  EXPECT_EQ(q().complete(id, 3), AckStatus::stale);
+  EXPECT_EQ(q().fail(id, 3, opts), FailStatus::stale);
+}
+
+TEST_F(QueueTest, FailWithDefaultOptionsIsDeadAtOnce) {
+  fill(A, 1);
+  Lease l = claim_one();
+  EXPECT_EQ(q().fail(l.id, l.attempt, FailOptions{}), FailStatus::dead);
+  EXPECT_EQ(q().snapshot().dead, 1U);
+}
+
+TEST_F(QueueTest, RetryGoesBackToMintPosition) {
+  auto ids = fill(A, 3);
+  Lease l = claim_one();
+  ASSERT_EQ(l.id, ids[0]);
+  EXPECT_EQ(q().fail(l.id, l.attempt, FailOptions{0, 5, "again"}), FailStatus::retrying);
+  Lease r = claim_one();  // due at once: promoted by the claim, served before ids[1]
+  EXPECT_EQ(r.id, ids[0]);
+  EXPECT_EQ(r.attempt, 2U);
+  EXPECT_EQ(q().complete(r.id, r.attempt), AckStatus::ok);
+  EXPECT_EQ(claim_one().id, ids[1]);
+}
+
+TEST_F(QueueTest, FailReleasesLimitSlot) {
+  fill(A, 3);
+  ASSERT_EQ(q().set_limit(A, 1), LaneStatus::ok);
+  Lease l = claim_one();
+  Lease none;
+  EXPECT_FALSE(q().claim(none, 1000));
+  EXPECT_EQ(q().fail(l.id, l.attempt, FailOptions{10'000, 5, ""}), FailStatus::retrying);
+  Lease next = claim_one();  // the lane reopened for its next job
+  EXPECT_NE(next.id, l.id);
+  EXPECT_EQ(lane(A)->active, 1U);
+}
+
+// ---------------------------------------------------------------- extend
+
+TEST_F(QueueTest, ExtendMovesTheDeadline) {
+  fill(A, 1);
+  Lease l = claim_one(100);
+  EXPECT_EQ(q().extend(l.id, l.attempt, 1000), AckStatus::ok);
+  q().advance_clock(500);  // past the old deadline, before the new one
+  EXPECT_EQ(q().tick(), 0U);
+  Lease other;
+  EXPECT_FALSE(q().claim(other, 1000)) << "extended lease was reaped at its old deadline";
+  EXPECT_EQ(lane(A)->active, 1U);
+  q().advance_clock(700);  // past the new one
+  EXPECT_EQ(q().tick(), 1U);
+  ASSERT_TRUE(q().claim(other, 1000));
+  EXPECT_EQ(other.id, l.id);
+  EXPECT_EQ(other.attempt, 2U);
+  EXPECT_EQ(q().extend(l.id, 1, 100'000), AckStatus::stale);
+}
+
+TEST_F(QueueTest, ExtendThenCompleteWithSameToken) {
+  fill(A, 1);
+  Lease l = claim_one(100);
+  ASSERT_EQ(q().extend(l.id, l.attempt, 5000), AckStatus::ok);
+  ASSERT_EQ(q().extend(l.id, l.attempt, 5000), AckStatus::ok);
+  EXPECT_EQ(q().complete(l.id, l.attempt), AckStatus::ok);
+  EXPECT_EQ(q().snapshot().leased, 0U);
+}
+
+// ---------------------------------------------------------------- claim_wait
+
+TEST_F(QueueTest, ClaimWaitTimesOutOnEmptyQueue) {
+  Lease l;
+  EXPECT_FALSE(q().claim_wait(l, 1000, std::chrono::milliseconds(20)));
+}
+
+TEST_F(QueueTest, ClaimWaitReturnsAtOnceWhenWorkIsReady) {
+  auto ids = fill(A, 1);
+  Lease l;
+  ASSERT_TRUE(q().claim_wait(l, 1000, std::chrono::milliseconds(30'000)));
+  EXPECT_EQ(l.id, ids[0]);
+}
+
+}  // namespace
+}  // namespace fairlane

@@ -1,0 +1,395 @@
+// Creating, opening and removing segments, and refusing bad ones.
+//
+// POSIX shared memory objects are files under /dev/shm, so bad segments are
+// crafted there directly, or a real one is corrupted with pwrite/ftruncate.
+#include "test_support.hpp"
+
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cstring>
+#include <set>
+#include <vector>
+
+namespace fairlane {
+namespace {
+
+using test::describe;
+using test::SegmentGuard;
+using test::shm_path;
+using test::unique_segment_name;
+
+QueueOptions small() {
+  QueueOptions o;
+  o.jobs = 64;
+  o.lanes = 8;
+  o.payload_bytes = 32;
+  return o;
+}
+
+// Writes bytes at an offset of the segment's backing file.
+void pwrite_at(const std::string& name, off_t offset, const void* data, std::size_t n) {
+  const int fd = ::open(shm_path(name).c_str(), O_RDWR);
+  ASSERT_GE(fd, 0) << "open " << shm_path(name) << ": " << std::strerror(errno);
+  ASSERT_EQ(::pwrite(fd, data, n, offset), static_cast<ssize_t>(n)) << std::strerror(errno);
+  ::close(fd);
+}
+
+std::vector<unsigned char> read_all(const std::string& name) {
+  std::vector<unsigned char> bytes;
+  const int fd = ::open(shm_path(name).c_str(), O_RDONLY);
+  if (fd < 0) return bytes;
+  struct stat st{};
+  ::fstat(fd, &st);
+  bytes.resize(static_cast<std::size_t>(st.st_size));
+  std::size_t done = 0;
+  while (done < bytes.size()) {
+    const ssize_t n = ::pread(fd, bytes.data() + done, bytes.size() - done, static_cast<off_t>(done));
+    if (n <= 0) break;
+    done += static_cast<std::size_t>(n);
+  }
+  bytes.resize(done);
+  ::close(fd);
+  return bytes;
+}
+
+// Makes /dev/shm/<name> with exactly these bytes.
+void craft_file(const std::string& name, const std::vector<unsigned char>& bytes) {
+  const int fd = ::open(shm_path(name).c_str(), O_RDWR | O_CREAT | O_TRUNC, 0600);
+  ASSERT_GE(fd, 0) << std::strerror(errno);
+  if (!bytes.empty()) { ASSERT_EQ(::write(fd, bytes.data(), bytes.size()), static_cast<ssize_t>(bytes.size())); }
+  ::close(fd);
+}
+
+std::uint64_t file_size(const std::string& name) {
+  struct stat st{};
+  if (::stat(shm_path(name).c_str(), &st) != 0) return 0;
+  return static_cast<std::uint64_t>(st.st_size);
+}
+
+// Creates a real segment and closes it; returns its size in bytes.
+std::uint64_t make_real(const std::string& name) {
+  auto r = Queue::create(name, small());
+  EXPECT_TRUE(r.ok()) << describe(r.error());
+  if (!r.ok()) return 0;
+  const std::uint64_t bytes = r->config().segment_bytes;
+  EXPECT_EQ(file_size(name), bytes) << "segment_bytes should be the size of the backing file";
+  return bytes;
+}
+
+void expect_open_fails(const std::string& name, Errc want) {
+  auto r = Queue::open(name);
+  ASSERT_FALSE(r.ok()) << "open succeeded on a bad segment";
+  EXPECT_EQ(r.error().code, want) << describe(r.error());
+  EXPECT_FALSE(r.error().message.empty());
+  EXPECT_NE(r.error().message.find(name), std::string::npos)
+      << "the message should name the segment: " << r.error().message;
+  // open_or_create must not paper over a bad segment by recreating it either.
+  auto r2 = Queue::open_or_create(name, small());
+  ASSERT_FALSE(r2.ok()) << "open_or_create accepted a bad segment";
+  EXPECT_EQ(r2.error().code, want) << describe(r2.error());
+}
+
+// ---------------------------------------------------------------- happy paths
+
+TEST(Setup, CreateOpenConfigRoundTrip) {
+  SegmentGuard guard(unique_segment_name());
+  QueueOptions o;
+  o.jobs = 100;
+  o.lanes = 10;
+  o.payload_bytes = 48;
+  o.job_kind = "TSK";
+  o.node = 7;
+  auto created = Queue::create(guard.name(), o);
+  ASSERT_TRUE(created.ok()) << describe(created.error());
+  EXPECT_EQ(created->name(), guard.name());
+  auto opened = Queue::open(guard.name());
+  ASSERT_TRUE(opened.ok()) << describe(opened.error());
+  for (const QueueConfig& c : {created->config(), opened->config()}) {
+    EXPECT_EQ(c.jobs, 100U);
+    EXPECT_EQ(c.lanes, 10U);
+    EXPECT_EQ(c.payload_bytes, 48U);
+    EXPECT_EQ(c.job_kind, "TSK");
+    EXPECT_EQ(c.node, 7U);
+    EXPECT_GT(c.layout_version, 0U);
+    EXPECT_GT(c.segment_bytes, 0U);
+  }
+  EXPECT_EQ(file_size(guard.name()), created->config().segment_bytes);
+  // Both attachments see one queue.
+  const BrandedId id = created->mint();
+  ASSERT_EQ(created->enqueue(BrandedId{}, id, "hi"), EnqueueStatus::enqueued);
+  Lease l;
+  ASSERT_TRUE(opened->claim(l, 1000));
+  EXPECT_EQ(l.id, id);
+  EXPECT_EQ(created->complete(l.id, l.attempt), AckStatus::ok);
+  EXPECT_EQ(created->snapshot().jobs_capacity, 100U);
+}
+
+TEST(Setup, SegmentFileMode) {
+  SegmentGuard guard(unique_segment_name());
+  QueueOptions o = small();
+  o.mode = 0640;
+  auto q = Queue::create(guard.name(), o);
+  ASSERT_TRUE(q.ok()) << describe(q.error());
+  struct stat st{};
+  ASSERT_EQ(::stat(shm_path(guard.name()).c_str(), &st), 0);
+  EXPECT_EQ(st.st_mode & 0777, 0640U);
+}
+
+TEST(Setup, QueueIsMovable) {
+  SegmentGuard guard(unique_segment_name());
+  auto r = Queue::create(guard.name(), small());
+  ASSERT_TRUE(r.ok()) << describe(r.error());
+  Queue a = std::move(r.value());
+  Queue b = std::move(a);
+  const BrandedId id = b.mint();
+  EXPECT_EQ(b.enqueue(BrandedId{}, id, "x"), EnqueueStatus::enqueued);
+  EXPECT_EQ(b.name(), guard.name());
+}
+
+TEST(Setup, OpenOrCreate) {
+  SegmentGuard guard(unique_segment_name());
+  QueueOptions o = small();
+  o.jobs = 32;
+  auto first = Queue::open_or_create(guard.name(), o);
+  ASSERT_TRUE(first.ok()) << describe(first.error());
+  EXPECT_EQ(first->config().jobs, 32U);
+  QueueOptions other = small();
+  other.jobs = 99;
+  auto second = Queue::open_or_create(guard.name(), other);
+  ASSERT_TRUE(second.ok()) << describe(second.error());
+  EXPECT_EQ(second->config().jobs, 32U) << "open_or_create must attach to the existing segment";
+}
+
+TEST(Setup, RemoveThenOpenIsNotFound) {
+  SegmentGuard guard(unique_segment_name());
+  { auto q = Queue::create(guard.name(), small()); ASSERT_TRUE(q.ok()) << describe(q.error()); }
+  auto st = Queue::remove(guard.name());
+  ASSERT_TRUE(st.ok()) << describe(st.error());
+  EXPECT_FALSE(std::filesystem::exists(shm_path(guard.name())));
+  auto r = Queue::open(guard.name());
+  ASSERT_FALSE(r.ok());
+  EXPECT_EQ(r.error().code, Errc::not_found);
+  auto again = Queue::remove(guard.name());
+  ASSERT_FALSE(again.ok());
+  EXPECT_EQ(again.error().code, Errc::not_found) << describe(again.error());
+}
+
+TEST(Setup, RemoveWhileAttachedKeepsMapping) {
+  SegmentGuard guard(unique_segment_name());
+  auto r = Queue::create(guard.name(), small());
+  ASSERT_TRUE(r.ok()) << describe(r.error());
+  ASSERT_TRUE(Queue::remove(guard.name()).ok());
+  // The name is gone but the attached queue keeps working.
+  const BrandedId id = r->mint();
+  EXPECT_EQ(r->enqueue(BrandedId{}, id, "x"), EnqueueStatus::enqueued);
+  Lease l;
+  EXPECT_TRUE(r->claim(l, 1000));
+  // And the name can be reused by a fresh segment.
+  auto fresh = Queue::create(guard.name(), small());
+  ASSERT_TRUE(fresh.ok()) << describe(fresh.error());
+  EXPECT_EQ(fresh->snapshot().pending, 0U);
+}
+
+// ---------------------------------------------------------------- setup errors
+
+TEST(Setup, OpenMissingIsNotFound) {
+  SegmentGuard guard(unique_segment_name());
+  auto r = Queue::open(guard.name());
+  ASSERT_FALSE(r.ok());
+  EXPECT_EQ(r.error().code, Errc::not_found) << describe(r.error());
+  EXPECT_FALSE(r.error().message.empty());
+  EXPECT_NE(r.error().message.find(guard.name()), std::string::npos) << r.error().message;
+}
+
+TEST(Setup, CreateTwiceIsAlreadyExists) {
+  SegmentGuard guard(unique_segment_name());
+  auto first = Queue::create(guard.name(), small());
+  ASSERT_TRUE(first.ok()) << describe(first.error());
+  const BrandedId id = first->mint();
+  ASSERT_EQ(first->enqueue(BrandedId{}, id, "keep"), EnqueueStatus::enqueued);
+  auto second = Queue::create(guard.name(), small());
+  ASSERT_FALSE(second.ok());
+  EXPECT_EQ(second.error().code, Errc::already_exists) << describe(second.error());
+  EXPECT_FALSE(second.error().message.empty());
+  // The failed create did not touch the existing segment.
+  EXPECT_EQ(first->snapshot().pending, 1U);
+  EXPECT_EQ(file_size(guard.name()), first->config().segment_bytes);
+}
+
+TEST(Setup, InvalidOptions) {
+  SegmentGuard guard(unique_segment_name());
+  auto expect_invalid = [&](QueueOptions o, const char* what) {
+    auto r = Queue::create(guard.name(), o);
+    ASSERT_FALSE(r.ok()) << what << " was accepted";
+    EXPECT_EQ(r.error().code, Errc::invalid_argument) << what << ": " << describe(r.error());
+    EXPECT_FALSE(r.error().message.empty()) << what;
+    EXPECT_FALSE(std::filesystem::exists(shm_path(guard.name()))) << what << " left a segment file behind";
+  };
+  QueueOptions o = small();
+  o.jobs = 0;
+  expect_invalid(o, "jobs=0");
+  o = small();
+  o.lanes = 0;
+  expect_invalid(o, "lanes=0");
+  for (const char* kind : {"", "JO", "JOBS", "job", "J0B", "J-B"}) {
+    o = small();
+    o.job_kind = kind;
+    expect_invalid(o, kind);
+  }
+  o = small();
+  o.node = 1024;
+  expect_invalid(o, "node=1024");
+  // The limits themselves are fine.
+  o = small();
+  o.node = 1023;
+  o.job_kind = "ZZZ";
+  auto ok = Queue::create(guard.name(), o);
+  EXPECT_TRUE(ok.ok()) << describe(ok.error());
+}
+
+TEST(Setup, InvalidName) {
+  for (const char* bad : {"", "a/b"}) {
+    auto r = Queue::create(bad, small());
+    ASSERT_FALSE(r.ok()) << "name '" << bad << "' accepted";
+    EXPECT_EQ(r.error().code, Errc::invalid_argument) << "'" << bad << "': " << describe(r.error());
+  }
+}
+
+TEST(Setup, WrongMagicIsWrongLayout) {
+  SegmentGuard guard(unique_segment_name());
+  const std::uint64_t bytes = make_real(guard.name());
+  ASSERT_GT(bytes, 16U);
+  const char junk[8] = {'N', 'O', 'T', 'F', 'A', 'I', 'R', '!'};
+  pwrite_at(guard.name(), 0, junk, sizeof junk);
+  expect_open_fails(guard.name(), Errc::wrong_layout);
+}
+
+TEST(Setup, ForeignFileIsWrongLayout) {
+  SegmentGuard guard(unique_segment_name());
+  std::vector<unsigned char> junk(64 * 1024);
+  for (std::size_t i = 0; i < junk.size(); ++i) junk[i] = static_cast<unsigned char>((i * 131 + 7) | 1);
+  craft_file(guard.name(), junk);
+  expect_open_fails(guard.name(), Errc::wrong_layout);
+}
+
+TEST(Setup, OtherLayoutVersionIsWrongLayout) {
+  // Find the layout version in the header: the first 4-byte field after the
+  // magic that holds config().layout_version and changes nothing else when
+  // bumped... we cannot know the header offsets from the public API, so look
+  // for the value in the first 64 bytes and bump each candidate in turn.
+  SegmentGuard guard(unique_segment_name());
+  std::uint32_t version = 0;
+  {
+    auto q = Queue::create(guard.name(), small());
+    ASSERT_TRUE(q.ok()) << describe(q.error());
+    version = q->config().layout_version;
+  }
+  const auto original = read_all(guard.name());
+  ASSERT_GE(original.size(), 64U);
+  int candidates = 0;
+  for (std::size_t off = 4; off + 4 <= 64; off += 4) {
+    std::uint32_t v = 0;
+    std::memcpy(&v, original.data() + off, 4);
+    if (v != version) continue;
+    ++candidates;
+    const std::uint32_t bumped = version + 1;
+    pwrite_at(guard.name(), static_cast<off_t>(off), &bumped, 4);
+    auto r = Queue::open(guard.name());
+    pwrite_at(guard.name(), static_cast<off_t>(off), &version, 4);  // restore
+    if (!r.ok() && r.error().code == Errc::wrong_layout) {
+      const std::string& msg = r.error().message;
+      EXPECT_NE(msg.find(std::to_string(bumped)), std::string::npos)
+          << "the message should say which layout made the segment: " << msg;
+      EXPECT_NE(msg.find(std::to_string(version)), std::string::npos)
+          << "the message should say which layout this build reads: " << msg;
+      auto back = Queue::open(guard.name());
+      EXPECT_TRUE(back.ok()) << "restored header should open again";
+      return;
+    }
+  }
+  FAIL() << "bumping every header word equal to layout_version " << version << " (" << candidates
+         << " candidates in the first 64 bytes) never produced wrong_layout";
+}
+
+TEST(Setup, HeaderCapacityThatDoesNotFitIsCorrupt) {
+  // A header whose job capacity disagrees with its table offsets must be
+  // refused before any offset is followed. jobs = 4099 is a value no other
+  // header field is likely to hold; bump each 4-byte word holding it.
+  SegmentGuard guard(unique_segment_name());
+  QueueOptions o = small();
+  o.jobs = 4099;
+  { auto q = Queue::create(guard.name(), o); ASSERT_TRUE(q.ok()) << describe(q.error()); }
+  const auto original = read_all(guard.name());
+  ASSERT_GE(original.size(), 512U);
+  for (std::size_t off = 8; off + 4 <= 512; off += 4) {
+    std::uint32_t v = 0;
+    std::memcpy(&v, original.data() + off, 4);
+    if (v != o.jobs) continue;
+    const std::uint32_t bumped = v + 1;
+    pwrite_at(guard.name(), static_cast<off_t>(off), &bumped, 4);
+    auto r = Queue::open(guard.name());
+    pwrite_at(guard.name(), static_cast<off_t>(off), &v, 4);
+    if (!r.ok() && r.error().code == Errc::corrupt) {
+      EXPECT_NE(r.error().message.find(guard.name()), std::string::npos) << r.error().message;
+      // Zero jobs is out of range outright.
+      const std::uint32_t zero = 0;
+      pwrite_at(guard.name(), static_cast<off_t>(off), &zero, 4);
+      expect_open_fails(guard.name(), Errc::corrupt);
+      pwrite_at(guard.name(), static_cast<off_t>(off), &v, 4);
+      auto back = Queue::open(guard.name());
+      EXPECT_TRUE(back.ok()) << "restored header should open again";
+      return;
+    }
+    EXPECT_TRUE(r.ok() || r.error().code == Errc::corrupt) << describe(r.error());
+  }
+  FAIL() << "no header word holding the job capacity produced `corrupt` when changed";
+}
+
+TEST(Setup, TruncatedSegment) {
+  SegmentGuard guard(unique_segment_name());
+  const std::uint64_t bytes = make_real(guard.name());
+  ASSERT_GT(bytes, 8192U);
+  ASSERT_EQ(::truncate(shm_path(guard.name()).c_str(), static_cast<off_t>(bytes / 2)), 0);
+  expect_open_fails(guard.name(), Errc::truncated);
+  // Shorter than any header.
+  ASSERT_EQ(::truncate(shm_path(guard.name()).c_str(), 12), 0);
+  auto r = Queue::open(guard.name());
+  ASSERT_FALSE(r.ok());
+  EXPECT_TRUE(r.error().code == Errc::truncated || r.error().code == Errc::not_initialized)
+      << describe(r.error());
+}
+
+TEST(Setup, ZeroFilledSegmentIsNotInitialized) {
+  // What a creator that died right after sizing the file leaves behind.
+  SegmentGuard guard(unique_segment_name());
+  const std::uint64_t bytes = make_real(guard.name());
+  ASSERT_GT(bytes, 0U);
+  craft_file(guard.name(), std::vector<unsigned char>(static_cast<std::size_t>(bytes), 0));
+  expect_open_fails(guard.name(), Errc::not_initialized);
+}
+
+TEST(Setup, EmptyFileIsNotInitialized) {
+  // What a creator that died between shm_open and ftruncate leaves behind.
+  SegmentGuard guard(unique_segment_name());
+  craft_file(guard.name(), {});
+  auto r = Queue::open(guard.name());
+  ASSERT_FALSE(r.ok());
+  EXPECT_TRUE(r.error().code == Errc::not_initialized || r.error().code == Errc::truncated)
+      << describe(r.error());
+  EXPECT_FALSE(r.error().message.empty());
+}
+
+TEST(Setup, ErrcNamesAreDistinct) {
+  std::set<std::string_view> names;
+  for (Errc e : {Errc::not_found, Errc::already_exists, Errc::wrong_layout, Errc::truncated, Errc::not_initialized,
+                 Errc::corrupt, Errc::invalid_argument, Errc::permission_denied, Errc::system}) {
+    EXPECT_FALSE(to_string(e).empty());
+    names.insert(to_string(e));
+  }
+  EXPECT_EQ(names.size(), 9U);
+}
+
+}  // namespace
+}  // namespace fairlane
