@@ -579,7 +579,7 @@ FailStatus Queue::fail(const BrandedId& job, std::uint32_t attempt, const FailOp
   if (o.status == AckStatus::stale) return FailStatus::stale;
   SlotRecord& r = s.slot(o.slot);
   const std::size_t n = std::min<std::size_t>(options.error.size(), kErrorBytes);
-  std::memcpy(r.error, options.error.data(), n);
+  if (n) std::memcpy(r.error, options.error.data(), n);
   r.error_len = std::uint32_t(n);
   const std::uint32_t gen = SlotWord::gen(o.word);
   const std::uint64_t now_us = segment_now_us(s);

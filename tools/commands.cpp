@@ -10,7 +10,9 @@
 
 #include "args.hpp"
 #include "cli_error.hpp"
+#include "fairlane/backend.hpp"
 #include "fairlane/queue.hpp"
+#include "fairlane/valkey.hpp"
 #include "format.hpp"
 
 namespace fairlane::cli {
@@ -40,7 +42,48 @@ std::string group_label(const GroupArg& g) {
   return g.is_default ? std::string(kDefaultGroup) : g.id.string();
 }
 
-void check_lane_status(LaneStatus st, const GroupArg& g, const Queue& q) {
+// A queue the tool works on: a segment by name, or a Valkey queue by
+// valkey://HOST:PORT/QUEUE, both behind the Backend interface.
+struct Target {
+  std::string label;  // as typed: the segment name or the URL
+  std::unique_ptr<Backend> backend;
+  ValkeyBackend* valkey = nullptr;  // set for a Valkey queue
+  Backend* operator->() const { return backend.get(); }
+};
+
+// Checks the target's form before anything is opened.
+std::string parse_target(std::string_view text) {
+  if (is_valkey_url(text)) {
+    auto u = ValkeyUrl::parse(text);
+    if (!u) fail(u.error().message);
+    return std::string(text);
+  }
+  return parse_segment(text);
+}
+
+Target open_target(const std::string& label) {
+  auto r = open_backend(label);
+  if (!r) fail(r.error().message);
+  Target t{label, std::move(r).value()};
+  t.valkey = dynamic_cast<ValkeyBackend*>(t.backend.get());
+  return t;
+}
+
+// What a segment was created with, for messages and inspect (segments only).
+QueueConfig segment_config(const Target& t) { return open_queue(t.label).config(); }
+
+// Runs a command body; a Valkey server that is away or answers with an
+// error (BackendError) is exit 2 with its message.
+template <class F>
+int guarded(F&& body) {
+  try {
+    return body();
+  } catch (const BackendError& e) {
+    fail(e.what());
+  }
+}
+
+void check_lane_status(LaneStatus st, const GroupArg& g, const Target& t) {
   switch (st) {
     case LaneStatus::ok: return;
     case LaneStatus::invalid_group: fail(fmt::format("invalid group '{}'", group_label(g)));
@@ -48,19 +91,57 @@ void check_lane_status(LaneStatus st, const GroupArg& g, const Queue& q) {
       fail(fmt::format("the library refused the value for group {} (invalid_argument)", group_label(g)));
     case LaneStatus::lanes_full:
       fail(fmt::format("no lane free for group {}: all {} lanes of '{}' are taken", group_label(g),
-                       q.config().lanes, q.name()));
+                       segment_config(t).lanes, t.label));
   }
   fail(fmt::format("unexpected lane status {}", to_string(st)));
 }
 
 // Stale and gone are "nothing" (exit 1), not errors: the job moved on.
-int ack_nothing(const Queue& q, const BrandedId& id, std::uint32_t attempt, bool gone, bool as_json,
+int ack_nothing(const Target& t, const BrandedId& id, std::uint32_t attempt, bool gone, bool as_json,
                 std::string_view op) {
   if (as_json)
     print_json({{"id", id.string()}, {"attempt", attempt}, {"status", gone ? "gone" : "stale"}});
-  if (gone) return nothing(fmt::format("{}: no job {} in '{}' (gone)", op, id.str(), q.name()));
+  if (gone) return nothing(fmt::format("{}: no job {} in '{}' (gone)", op, id.str(), t.label));
   return nothing(fmt::format("{}: job {} is not leased under attempt {} (stale token)", op, id.str(),
                              attempt));
+}
+
+// inspect of a Valkey queue: the segment's view, with the header lines that
+// speak of a segment's layout and capacity replaced.
+void inspect_valkey(const Target& t, const Snapshot& s, bool as_json) {
+  QueueConfig c;
+  c.job_kind = t->job_kind();
+  c.payload_bytes = t.valkey->max_payload();
+  c.node = t.valkey->node();
+  if (as_json) {
+    json j = snapshot_json(t.label, s, c);
+    j["backend"] = "valkey";
+    j["config"] = {{"job_kind", c.job_kind},
+                   {"payload_bytes", c.payload_bytes},
+                   {"node", c.node},
+                   {"server", t.valkey->url().address()},
+                   {"queue", t.valkey->url().queue}};
+    print_json(j);
+    return;
+  }
+  std::string table = inspect_table(t.label, s, c);
+  // Drop the segment's first two lines (layout, capacity) and the "free"
+  // count of the third: a Valkey queue has no fixed capacity.
+  std::size_t cut = 0;
+  for (int i = 0; i < 2 && cut != std::string::npos; ++i) {
+    cut = table.find('\n', cut);
+    if (cut != std::string::npos) ++cut;
+  }
+  std::string rest = cut == std::string::npos ? std::string() : table.substr(cut);
+  if (const std::size_t eol = rest.find('\n'); eol != std::string::npos) {
+    const std::size_t comma = rest.rfind(", ", eol);
+    if (comma != std::string::npos && eol >= 5 && rest.compare(eol - 5, 5, " free") == 0)
+      rest.erase(comma, eol - comma);
+  }
+  std::string out = fmt::format("valkey {}  kind {}  node {}\n", t.label, c.job_kind, c.node);
+  out += fmt::format("{}-byte payloads, no fixed capacity{}\n", c.payload_bytes, s.paused ? "  [QUEUE PAUSED]" : "");
+  out += rest;
+  std::fwrite(out.data(), 1, out.size(), stdout);
 }
 
 }  // namespace
@@ -96,17 +177,21 @@ int run_destroy(const SegmentArgs& a) {
 }
 
 int run_mint(const MintArgs& a) {
-  std::string seg = parse_segment(a.segment);
+  std::string target = parse_target(a.segment);
   std::string kind = a.kind.empty() ? std::string() : parse_kind(a.kind);
-  Queue q = open_queue(seg);
-  BrandedId id = kind.empty() ? q.mint() : q.mint(kind);
-  if (!id.valid()) fail(fmt::format("mint returned no id (namespace '{}')", kind));
-  emit(a.json, id.string(), {{"id", id.string()}});
-  return kExitOk;
+  return guarded([&] {
+    Target t = open_target(target);
+    // Another namespace takes the next snowflake of the queue's own counter.
+    BrandedId id = t->mint();
+    if (!kind.empty()) id = BrandedId::make(kind, id.snowflake());
+    if (!id.valid()) fail(fmt::format("mint returned no id (namespace '{}')", kind));
+    emit(a.json, id.string(), {{"id", id.string()}});
+    return kExitOk;
+  });
 }
 
 int run_enqueue(const EnqueueArgs& a) {
-  std::string seg = parse_segment(a.segment);
+  std::string target = parse_target(a.segment);
   GroupArg g = parse_group(a.group);
   if (a.mint == !a.job.empty())
     fail(a.mint ? "enqueue: give either a JOBID or --mint, not both"
@@ -116,179 +201,210 @@ int run_enqueue(const EnqueueArgs& a) {
   EnqueueOptions eo;
   eo.delay_ms = parse_u64(a.delay_ms, "--delay");
 
-  Queue q = open_queue(seg);
-  QueueConfig c = q.config();
-  if (!a.mint && job.kind() != c.job_kind)
-    fail(fmt::format("job id '{}' is of namespace {}, but '{}' takes only {} job ids", job.str(),
-                     job.kind(), seg, c.job_kind));
-  if (a.mint) job = q.mint();
+  return guarded([&] {
+    Target t = open_target(target);
+    const std::string kind = t->job_kind();
+    if (!a.mint && job.kind() != kind)
+      fail(fmt::format("job id '{}' is of namespace {}, but '{}' takes only {} job ids", job.str(),
+                       job.kind(), target, kind));
+    if (a.mint) job = t->mint();
 
-  EnqueueStatus st = q.enqueue(g.is_default ? BrandedId{} : g.id, job, a.payload, eo);
-  switch (st) {
-    case EnqueueStatus::enqueued:
-    case EnqueueStatus::duplicate: {
-      std::string status(to_string(st));
-      emit(a.json, fmt::format("{} {}", status, job.str()),
-           {{"status", status}, {"id", job.string()}, {"group", group_label(g)}});
-      return kExitOk;
+    EnqueueStatus st = t->enqueue(g.is_default ? BrandedId{} : g.id, job, a.payload, eo);
+    switch (st) {
+      case EnqueueStatus::enqueued:
+      case EnqueueStatus::duplicate: {
+        std::string status(to_string(st));
+        emit(a.json, fmt::format("{} {}", status, job.str()),
+             {{"status", status}, {"id", job.string()}, {"group", group_label(g)}});
+        return kExitOk;
+      }
+      case EnqueueStatus::kind_mismatch:
+        fail(fmt::format("job id '{}' is not of the queue's namespace {}", job.str(), kind));
+      case EnqueueStatus::invalid_id: fail(fmt::format("invalid job id '{}'", job.str()));
+      case EnqueueStatus::invalid_group: fail(fmt::format("invalid group '{}'", group_label(g)));
+      case EnqueueStatus::payload_too_large:
+        fail(fmt::format("payload of {} bytes is larger than the {} bytes '{}' allows", a.payload.size(),
+                         t.valkey ? t.valkey->max_payload() : segment_config(t).payload_bytes, target));
+      case EnqueueStatus::full:
+        fail(fmt::format("queue '{}' is full: all {} job slots are in use", target, segment_config(t).jobs));
+      case EnqueueStatus::lanes_full:
+        fail(fmt::format("no lane free for group {}: all {} lanes of '{}' are taken", group_label(g),
+                         segment_config(t).lanes, target));
     }
-    case EnqueueStatus::kind_mismatch:
-      fail(fmt::format("job id '{}' is not of the queue's namespace {}", job.str(), c.job_kind));
-    case EnqueueStatus::invalid_id: fail(fmt::format("invalid job id '{}'", job.str()));
-    case EnqueueStatus::invalid_group: fail(fmt::format("invalid group '{}'", group_label(g)));
-    case EnqueueStatus::payload_too_large:
-      fail(fmt::format("payload of {} bytes is larger than the {} bytes '{}' allows", a.payload.size(),
-                       c.payload_bytes, seg));
-    case EnqueueStatus::full:
-      fail(fmt::format("queue '{}' is full: all {} job slots are in use", seg, c.jobs));
-    case EnqueueStatus::lanes_full:
-      fail(fmt::format("no lane free for group {}: all {} lanes of '{}' are taken", group_label(g),
-                       c.lanes, seg));
-  }
-  fail(fmt::format("unexpected enqueue status {}", to_string(st)));
+    fail(fmt::format("unexpected enqueue status {}", to_string(st)));
+  });
 }
 
 int run_claim(const ClaimArgs& a) {
-  std::string seg = parse_segment(a.segment);
+  std::string target = parse_target(a.segment);
   std::uint32_t lease_ms = parse_u32(a.lease_ms, "--lease", 1);
   std::uint64_t wait_ms = parse_u64(a.wait_ms, "--wait", 0, 24ULL * 3600 * 1000);
-  Queue q = open_queue(seg);
-  Lease l;
-  bool got = wait_ms == 0
-                 ? q.claim(l, lease_ms)
-                 : q.claim_wait(l, lease_ms, std::chrono::milliseconds(static_cast<std::int64_t>(wait_ms)));
-  if (!got) return nothing(fmt::format("nothing to claim in '{}'", seg));
-  emit(a.json, fmt::format("{} {} {} {}", l.id.str(), l.group.str(), l.attempt, l.payload),
-       lease_json(l));
-  return kExitOk;
+  return guarded([&] {
+    Target t = open_target(target);
+    Lease l;
+    bool got = wait_ms == 0
+                   ? t->claim(l, lease_ms)
+                   : t->claim_wait(l, lease_ms, std::chrono::milliseconds(static_cast<std::int64_t>(wait_ms)));
+    if (!got) return nothing(fmt::format("nothing to claim in '{}'", target));
+    emit(a.json, fmt::format("{} {} {} {}", l.id.str(), l.group.str(), l.attempt, l.payload),
+         lease_json(l));
+    return kExitOk;
+  });
 }
 
 int run_complete(const AckArgs& a) {
-  std::string seg = parse_segment(a.segment);
+  std::string target = parse_target(a.segment);
   BrandedId id = parse_id(a.job, "job id");
   std::uint32_t attempt = parse_u32(a.attempt, "ATTEMPT");
-  Queue q = open_queue(seg);
-  AckStatus st = q.complete(id, attempt);
-  if (st != AckStatus::ok) return ack_nothing(q, id, attempt, st == AckStatus::gone, a.json, "complete");
-  emit(a.json, fmt::format("completed {}", id.str()),
-       {{"id", id.string()}, {"attempt", attempt}, {"status", "completed"}});
-  return kExitOk;
+  return guarded([&] {
+    Target t = open_target(target);
+    AckStatus st = t->complete(id, attempt);
+    if (st != AckStatus::ok) return ack_nothing(t, id, attempt, st == AckStatus::gone, a.json, "complete");
+    emit(a.json, fmt::format("completed {}", id.str()),
+         {{"id", id.string()}, {"attempt", attempt}, {"status", "completed"}});
+    return kExitOk;
+  });
 }
 
 int run_fail(const AckArgs& a) {
-  std::string seg = parse_segment(a.segment);
+  std::string target = parse_target(a.segment);
   BrandedId id = parse_id(a.job, "job id");
   std::uint32_t attempt = parse_u32(a.attempt, "ATTEMPT");
   FailOptions fo;
   fo.delay_ms = parse_u64(a.delay_ms, "--delay");
   fo.max_attempts = parse_u32(a.max_attempts, "--max-attempts", 1);
   fo.error = a.error;
-  Queue q = open_queue(seg);
-  FailStatus st = q.fail(id, attempt, fo);
-  switch (st) {
-    case FailStatus::retrying:
-    case FailStatus::dead: {
-      std::string status(to_string(st));
-      emit(a.json, fmt::format("{} {}", status, id.str()),
-           {{"id", id.string()}, {"attempt", attempt}, {"status", status}});
-      return kExitOk;
+  return guarded([&] {
+    Target t = open_target(target);
+    FailStatus st = t->fail(id, attempt, fo);
+    switch (st) {
+      case FailStatus::retrying:
+      case FailStatus::dead: {
+        std::string status(to_string(st));
+        emit(a.json, fmt::format("{} {}", status, id.str()),
+             {{"id", id.string()}, {"attempt", attempt}, {"status", status}});
+        return kExitOk;
+      }
+      case FailStatus::stale: return ack_nothing(t, id, attempt, false, a.json, "fail");
+      case FailStatus::gone: return ack_nothing(t, id, attempt, true, a.json, "fail");
     }
-    case FailStatus::stale: return ack_nothing(q, id, attempt, false, a.json, "fail");
-    case FailStatus::gone: return ack_nothing(q, id, attempt, true, a.json, "fail");
-  }
-  fail(fmt::format("unexpected fail status {}", to_string(st)));
+    fail(fmt::format("unexpected fail status {}", to_string(st)));
+  });
 }
 
 int run_extend(const AckArgs& a) {
-  std::string seg = parse_segment(a.segment);
+  std::string target = parse_target(a.segment);
   BrandedId id = parse_id(a.job, "job id");
   std::uint32_t attempt = parse_u32(a.attempt, "ATTEMPT");
   std::uint32_t ms = parse_u32(a.lease_ms, "MS", 1);
-  Queue q = open_queue(seg);
-  AckStatus st = q.extend(id, attempt, ms);
-  if (st != AckStatus::ok) return ack_nothing(q, id, attempt, st == AckStatus::gone, a.json, "extend");
-  emit(a.json, fmt::format("extended {} by {} ms", id.str(), ms),
-       {{"id", id.string()}, {"attempt", attempt}, {"status", "extended"}, {"lease_ms", ms}});
-  return kExitOk;
+  return guarded([&] {
+    Target t = open_target(target);
+    AckStatus st = t->extend(id, attempt, ms);
+    if (st != AckStatus::ok) return ack_nothing(t, id, attempt, st == AckStatus::gone, a.json, "extend");
+    emit(a.json, fmt::format("extended {} by {} ms", id.str(), ms),
+         {{"id", id.string()}, {"attempt", attempt}, {"status", "extended"}, {"lease_ms", ms}});
+    return kExitOk;
+  });
 }
 
 int run_pause(const LaneArgs& a, bool pause) {
-  std::string seg = parse_segment(a.segment);
+  std::string target = parse_target(a.segment);
   const char* verb = pause ? "paused" : "resumed";
   if (a.group.empty()) {
-    Queue q = open_queue(seg);
-    pause ? q.pause_all() : q.resume_all();
-    emit(a.json, fmt::format("{} queue {}", verb, seg), {{"segment", seg}, {"status", verb}});
-    return kExitOk;
+    return guarded([&] {
+      Target t = open_target(target);
+      pause ? t->pause_all() : t->resume_all();
+      emit(a.json, fmt::format("{} queue {}", verb, target), {{"segment", target}, {"status", verb}});
+      return kExitOk;
+    });
   }
   GroupArg g = parse_group(a.group);
-  Queue q = open_queue(seg);
-  check_lane_status(pause ? q.pause(g.id) : q.resume(g.id), g, q);
-  emit(a.json, fmt::format("{} {}", verb, group_label(g)), {{"group", group_label(g)}, {"status", verb}});
-  return kExitOk;
+  return guarded([&] {
+    Target t = open_target(target);
+    check_lane_status(pause ? t->pause(g.id) : t->resume(g.id), g, t);
+    emit(a.json, fmt::format("{} {}", verb, group_label(g)), {{"group", group_label(g)}, {"status", verb}});
+    return kExitOk;
+  });
 }
 
 int run_limit(const LaneArgs& a) {
-  std::string seg = parse_segment(a.segment);
+  std::string target = parse_target(a.segment);
   GroupArg g = parse_group(a.group);
   std::uint32_t limit = a.value == "none" ? 0 : parse_u32(a.value, "limit", 0, kMaxLimit);
-  Queue q = open_queue(seg);
-  check_lane_status(q.set_limit(g.id, limit), g, q);
-  json jl = nullptr;
-  if (limit != 0) jl = limit;
-  emit(a.json, fmt::format("limit {} {}", group_label(g), limit == 0 ? std::string("none") : std::to_string(limit)),
-       {{"group", group_label(g)}, {"limit", jl}});
-  return kExitOk;
+  return guarded([&] {
+    Target t = open_target(target);
+    check_lane_status(t->set_limit(g.id, limit), g, t);
+    json jl = nullptr;
+    if (limit != 0) jl = limit;
+    emit(a.json,
+         fmt::format("limit {} {}", group_label(g), limit == 0 ? std::string("none") : std::to_string(limit)),
+         {{"group", group_label(g)}, {"limit", jl}});
+    return kExitOk;
+  });
 }
 
 int run_weight(const LaneArgs& a) {
-  std::string seg = parse_segment(a.segment);
+  std::string target = parse_target(a.segment);
   GroupArg g = parse_group(a.group);
   std::uint32_t w = parse_u32(a.value, "weight", 1, kMaxWeight);
-  Queue q = open_queue(seg);
-  check_lane_status(q.set_weight(g.id, w), g, q);
-  emit(a.json, fmt::format("weight {} {}", group_label(g), w), {{"group", group_label(g)}, {"weight", w}});
-  return kExitOk;
+  return guarded([&] {
+    Target t = open_target(target);
+    check_lane_status(t->set_weight(g.id, w), g, t);
+    emit(a.json, fmt::format("weight {} {}", group_label(g), w), {{"group", group_label(g)}, {"weight", w}});
+    return kExitOk;
+  });
 }
 
 int run_depth(const LaneArgs& a) {
-  std::string seg = parse_segment(a.segment);
+  std::string target = parse_target(a.segment);
   GroupArg g = parse_group(a.group);
-  Queue q = open_queue(seg);
-  std::uint64_t d = q.depth(g.id);
-  emit(a.json, std::to_string(d), {{"group", group_label(g)}, {"depth", d}});
-  return kExitOk;
+  return guarded([&] {
+    Target t = open_target(target);
+    std::uint64_t d = t->depth(g.id);
+    emit(a.json, std::to_string(d), {{"group", group_label(g)}, {"depth", d}});
+    return kExitOk;
+  });
 }
 
 int run_drain(const LaneArgs& a) {
-  std::string seg = parse_segment(a.segment);
+  std::string target = parse_target(a.segment);
   GroupArg g = parse_group(a.group);
-  Queue q = open_queue(seg);
-  std::uint64_t n = q.drain(g.id);
-  emit(a.json, std::to_string(n), {{"group", group_label(g)}, {"drained", n}});
-  return kExitOk;
+  return guarded([&] {
+    Target t = open_target(target);
+    std::uint64_t n = t->drain(g.id);
+    emit(a.json, std::to_string(n), {{"group", group_label(g)}, {"drained", n}});
+    return kExitOk;
+  });
 }
 
 int run_tick(const SegmentArgs& a) {
-  std::string seg = parse_segment(a.segment);
-  Queue q = open_queue(seg);
-  std::uint64_t n = q.tick();
-  emit(a.json, std::to_string(n), {{"moved", n}});
-  return kExitOk;
+  std::string target = parse_target(a.segment);
+  return guarded([&] {
+    Target t = open_target(target);
+    std::uint64_t n = t->tick();
+    emit(a.json, std::to_string(n), {{"moved", n}});
+    return kExitOk;
+  });
 }
 
 int run_inspect(const SegmentArgs& a) {
-  std::string seg = parse_segment(a.segment);
-  Queue q = open_queue(seg);
-  QueueConfig c = q.config();
-  Snapshot s = q.snapshot();
-  if (a.json) {
-    print_json(snapshot_json(seg, s, c));
-  } else {
-    std::string t = inspect_table(seg, s, c);
-    std::fwrite(t.data(), 1, t.size(), stdout);
-  }
-  return kExitOk;
+  std::string target = parse_target(a.segment);
+  return guarded([&] {
+    Target t = open_target(target);
+    Snapshot s = t->snapshot();
+    if (t.valkey) {
+      inspect_valkey(t, s, a.json);
+      return kExitOk;
+    }
+    QueueConfig c = segment_config(t);
+    if (a.json) {
+      print_json(snapshot_json(target, s, c));
+    } else {
+      std::string text = inspect_table(target, s, c);
+      std::fwrite(text.data(), 1, text.size(), stdout);
+    }
+    return kExitOk;
+  });
 }
 
 }  // namespace fairlane::cli

@@ -1,0 +1,220 @@
+// The `fairlane` tool over valkey://HOST:PORT/QUEUE: the same commands, exit
+// codes and messages as over a segment, run as a child process against the
+// conformance server (FAIRLANE_VALKEY_URL, or a private redis-server).
+#include <fcntl.h>
+#include <spawn.h>
+#include <sys/wait.h>
+
+#include <cerrno>
+#include <cstring>
+#include <fstream>
+#include <sstream>
+
+#include <nlohmann/json.hpp>
+
+#include <fairlane/valkey.hpp>
+
+#include "redis_server.hpp"
+#include "test_support.hpp"
+
+extern char** environ;
+
+namespace fairlane {
+namespace {
+
+struct CliRun {
+  int exit_code = -1;
+  std::string out, err;
+};
+
+std::string slurp(const std::filesystem::path& p) {
+  std::ifstream in(p, std::ios::binary);
+  std::ostringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+CliRun run_cli(const std::vector<std::string>& args) {
+  test::TempDir dir;
+  const auto out_path = dir.path() / "out";
+  const auto err_path = dir.path() / "err";
+  std::vector<std::string> full{FAIRLANE_CLI_PATH};
+  full.insert(full.end(), args.begin(), args.end());
+  std::vector<char*> argv;
+  for (auto& a : full) argv.push_back(a.data());
+  argv.push_back(nullptr);
+  posix_spawn_file_actions_t fa;
+  posix_spawn_file_actions_init(&fa);
+  posix_spawn_file_actions_addopen(&fa, 0, "/dev/null", O_RDONLY, 0);
+  posix_spawn_file_actions_addopen(&fa, 1, out_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0600);
+  posix_spawn_file_actions_addopen(&fa, 2, err_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0600);
+  pid_t pid = -1;
+  const int rc = posix_spawn(&pid, argv[0], &fa, nullptr, argv.data(), environ);
+  posix_spawn_file_actions_destroy(&fa);
+  CliRun r;
+  if (rc != 0) {
+    r.err = std::string("posix_spawn failed: ") + std::strerror(rc);
+    return r;
+  }
+  int st = 0;
+  while (::waitpid(pid, &st, 0) < 0 && errno == EINTR) {
+  }
+  if (WIFEXITED(st)) r.exit_code = WEXITSTATUS(st);
+  r.out = slurp(out_path);
+  r.err = slurp(err_path);
+  return r;
+}
+
+std::string show(const CliRun& r) {
+  return "exit " + std::to_string(r.exit_code) + "\nstdout: " + r.out + "\nstderr: " + r.err;
+}
+
+std::string first_line(const std::string& s) { return s.substr(0, s.find('\n')); }
+
+std::vector<std::string> words(const std::string& s) {
+  std::istringstream in(first_line(s));
+  std::vector<std::string> out;
+  for (std::string w; in >> w;) out.push_back(w);
+  return out;
+}
+
+class ValkeyCli : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    auto& t = test::valkey_target();
+    if (!t.available) GTEST_SKIP() << "Valkey cases skipped: " << t.skip_reason;
+    url_ = t.url(test::unique_segment_name());
+    auto b = ValkeyBackend::open(url_);
+    ASSERT_TRUE(b.ok()) << b.error().message;
+    (*b)->remove_queue();
+  }
+  void TearDown() override {
+    if (url_.empty()) return;
+    auto b = ValkeyBackend::open(url_);
+    if (b.ok()) (*b)->remove_queue();
+  }
+  std::string url_;
+};
+
+TEST_F(ValkeyCli, EveryQueueCommandTakesAValkeyUrl) {
+  CliRun r = run_cli({"enqueue", url_, "TEN00000000001", "--mint", "--payload", "hello"});
+  ASSERT_EQ(r.exit_code, 0) << show(r);
+  auto w = words(r.out);
+  ASSERT_EQ(w.size(), 2U) << show(r);
+  EXPECT_EQ(w[0], "enqueued");
+  const std::string job = w[1];
+  EXPECT_EQ(job.substr(0, 3), "JOB");
+
+  r = run_cli({"enqueue", url_, "TEN00000000001", job, "--payload", "again"});
+  ASSERT_EQ(r.exit_code, 0) << show(r);
+  EXPECT_EQ(first_line(r.out), "duplicate " + job);
+
+  r = run_cli({"depth", url_, "TEN00000000001"});
+  ASSERT_EQ(r.exit_code, 0) << show(r);
+  EXPECT_EQ(first_line(r.out), "1");
+
+  r = run_cli({"claim", url_, "--lease", "30000"});
+  ASSERT_EQ(r.exit_code, 0) << show(r);
+  EXPECT_EQ(first_line(r.out), job + " TEN00000000001 1 hello");
+
+  r = run_cli({"extend", url_, job, "1", "60000"});
+  EXPECT_EQ(r.exit_code, 0) << show(r);
+  r = run_cli({"complete", url_, job, "7"});
+  EXPECT_EQ(r.exit_code, 1) << show(r);  // stale token: nothing
+  EXPECT_NE(r.err.find("stale"), std::string::npos) << show(r);
+  r = run_cli({"complete", url_, job, "1"});
+  EXPECT_EQ(r.exit_code, 0) << show(r);
+  EXPECT_EQ(first_line(r.out), "completed " + job);
+  r = run_cli({"complete", url_, job, "1"});
+  EXPECT_EQ(r.exit_code, 1) << show(r);
+  EXPECT_NE(r.err.find("gone"), std::string::npos) << show(r);
+
+  r = run_cli({"claim", url_});
+  EXPECT_EQ(r.exit_code, 1) << show(r);  // empty
+  r = run_cli({"claim", url_, "--wait", "20"});
+  EXPECT_EQ(r.exit_code, 1) << show(r);  // parked on BLPOP, timed out
+
+  // fail: retry with backoff, then dead.
+  r = run_cli({"enqueue", url_, "default", "--mint", "--payload", "flaky"});
+  ASSERT_EQ(r.exit_code, 0) << show(r);
+  const std::string flaky = words(r.out)[1];
+  r = run_cli({"claim", url_, "--json"});
+  ASSERT_EQ(r.exit_code, 0) << show(r);
+  auto lease = nlohmann::json::parse(r.out);
+  EXPECT_EQ(lease["id"], flaky);
+  EXPECT_EQ(lease["group"], std::string(kDefaultGroup));
+  r = run_cli({"fail", url_, flaky, "1", "--delay", "0", "--max-attempts", "2", "--error", "boom"});
+  EXPECT_EQ(first_line(r.out), "retrying " + flaky) << show(r);
+  r = run_cli({"claim", url_});
+  ASSERT_EQ(r.exit_code, 0) << show(r);
+  r = run_cli({"fail", url_, flaky, "2", "--max-attempts", "2"});
+  EXPECT_EQ(first_line(r.out), "dead " + flaky) << show(r);
+
+  // Lane controls.
+  EXPECT_EQ(run_cli({"pause", url_, "TEN00000000002"}).exit_code, 0);
+  EXPECT_EQ(run_cli({"limit", url_, "TEN00000000002", "3"}).exit_code, 0);
+  EXPECT_EQ(run_cli({"weight", url_, "TEN00000000002", "2"}).exit_code, 0);
+  for (int i = 0; i < 3; ++i)
+    ASSERT_EQ(run_cli({"enqueue", url_, "TEN00000000002", "--mint"}).exit_code, 0);
+  r = run_cli({"claim", url_});
+  EXPECT_EQ(r.exit_code, 1) << "paused lane served: " << show(r);
+  EXPECT_EQ(run_cli({"pause", url_}).exit_code, 0);  // the whole queue
+  EXPECT_EQ(run_cli({"resume", url_, "TEN00000000002"}).exit_code, 0);
+  EXPECT_EQ(run_cli({"claim", url_}).exit_code, 1);
+  EXPECT_EQ(run_cli({"resume", url_}).exit_code, 0);
+
+  r = run_cli({"inspect", url_, "--json"});
+  ASSERT_EQ(r.exit_code, 0) << show(r);
+  auto j = nlohmann::json::parse(r.out);
+  EXPECT_EQ(j["backend"], "valkey");
+  EXPECT_EQ(j["paused"], false);
+  EXPECT_EQ(j["config"]["job_kind"], "JOB");
+  EXPECT_EQ(j["jobs"]["pending"], 3);
+  EXPECT_EQ(j["jobs"]["dead"], 1);
+  bool found = false;
+  for (const auto& l : j["lanes"]) {
+    if (l["group"] != "TEN00000000002") continue;
+    found = true;
+    EXPECT_EQ(l["limit"], 3);
+    EXPECT_EQ(l["weight"], 2);
+    EXPECT_EQ(l["depth"], 3);
+    EXPECT_EQ(l["ringed"], true);
+  }
+  EXPECT_TRUE(found) << r.out;
+
+  r = run_cli({"inspect", url_});
+  ASSERT_EQ(r.exit_code, 0) << show(r);
+  EXPECT_EQ(r.out.rfind("valkey " + url_, 0), 0U) << r.out;
+  EXPECT_NE(r.out.find("TEN00000000002"), std::string::npos) << r.out;
+  EXPECT_EQ(r.out.find("free"), std::string::npos) << r.out;
+
+  r = run_cli({"drain", url_, "TEN00000000002"});
+  EXPECT_EQ(first_line(r.out), "3") << show(r);
+  r = run_cli({"tick", url_});
+  EXPECT_EQ(first_line(r.out), "0") << show(r);
+  r = run_cli({"mint", url_, "USR"});
+  ASSERT_EQ(r.exit_code, 0) << show(r);
+  EXPECT_EQ(first_line(r.out).substr(0, 3), "USR");
+  EXPECT_TRUE(BrandedId::parse(first_line(r.out)).has_value()) << r.out;
+}
+
+TEST_F(ValkeyCli, RefusalsAreTheSegmentsMessages) {
+  CliRun r = run_cli({"enqueue", url_, "TEN00000000001", "USR0KHTOWnGLuC"});
+  EXPECT_EQ(r.exit_code, 2) << show(r);
+  EXPECT_NE(r.err.find("USR"), std::string::npos) << show(r);
+  r = run_cli({"enqueue", url_, "TEN00000000001", "--mint", "--payload", std::string(257, 'x')});
+  EXPECT_EQ(r.exit_code, 2) << show(r);
+  EXPECT_NE(r.err.find("larger than the 256 bytes"), std::string::npos) << show(r);
+}
+
+TEST(ValkeyCliErrors, UnreachableServerAndBadUrlAreExitTwo) {
+  CliRun r = run_cli({"depth", "valkey://127.0.0.1:1/q", "default"});
+  EXPECT_EQ(r.exit_code, 2) << show(r);
+  EXPECT_EQ(r.err, "fairlane: valkey 127.0.0.1:1 unreachable: Connection refused\n") << show(r);
+  r = run_cli({"inspect", "valkey://127.0.0.1:99999/q"});
+  EXPECT_EQ(r.exit_code, 2) << show(r);
+  EXPECT_EQ(r.err.rfind("fairlane: invalid Valkey URL", 0), 0U) << show(r);
+}
+
+}  // namespace
+}  // namespace fairlane
