@@ -8,6 +8,7 @@
 #include <sched.h>
 
 #include <algorithm>
+#include <cassert>
 #include <climits>
 #include <optional>
 #include <cstring>
@@ -112,7 +113,9 @@ std::uint32_t weight_of(const LaneRecord& l) noexcept {
 }
 
 Token take_token(Segment& s) noexcept {
-  std::uint64_t hw = s.h->hold.load(std::memory_order_acquire);
+  // seq_cst: a store-load pair with put_token's CAS and notify()'s load of
+  // `waiters` (no lost wake-up; see [S5]).
+  std::uint64_t hw = s.h->hold.load(std::memory_order_seq_cst);
   if (hw && s.h->hold.compare_exchange_strong(hw, 0, std::memory_order_seq_cst))
     return Token{std::uint32_t(hw) - 1, std::uint32_t(hw >> 32)};
   std::uint32_t lane = ring_pop(s);
@@ -122,16 +125,18 @@ Token take_token(Segment& s) noexcept {
 
 // Gives a token back: to the hold slot if its lane is owed more claims this
 // turn (so the ring stays on it), else to the ring's tail.
-void put_token(Segment& s, std::uint32_t lane, std::uint32_t turn_left) noexcept {
+// Wakes a parked consumer unless `wake` is false (the caller notifies later).
+void put_token(Segment& s, std::uint32_t lane, std::uint32_t turn_left, bool wake = true) noexcept {
+  bool held = false;
   if (turn_left > 0) {
     std::uint64_t empty = 0;
-    if (s.h->hold.compare_exchange_strong(empty, (std::uint64_t(turn_left) << 32) | (lane + 1), std::memory_order_seq_cst)) {
-      notify(s);
-      return;
-    }
+    held = s.h->hold.compare_exchange_strong(empty, (std::uint64_t(turn_left) << 32) | (lane + 1), std::memory_order_seq_cst);
   }
-  ring_push(s, lane);
-  notify(s);
+  if (!held) {
+    [[maybe_unused]] const bool pushed = ring_push(s, lane);
+    assert(pushed && "one token per lane and more cells than lanes: the ring cannot be full");
+  }
+  if (wake) notify(s);
 }
 
 // Applies `change` to a lane word by CAS; if the result is serviceable and
@@ -263,7 +268,8 @@ void record_wait(Segment& s, std::uint32_t lane, std::uint64_t waited_us) noexce
 std::size_t claim_some(Segment& s, Lease* out, std::size_t room, std::uint32_t lease_ms) noexcept {
   const std::uint64_t now_us = segment_now_us(s), now = now_us / 1000;
   maybe_sweep(s, now);
-  if (s.h->queue_paused.load(std::memory_order_acquire)) return 0;
+  // seq_cst: pairs with resume_all's seq_cst store and notify ([S5]).
+  if (s.h->queue_paused.load(std::memory_order_seq_cst)) return 0;
   const std::uint64_t deadline = now + lease_ms;
   std::size_t got = 0;
   int busy_skips = 0;
@@ -272,9 +278,9 @@ std::size_t claim_some(Segment& s, Lease* out, std::size_t room, std::uint32_t l
     if (tok.lane == kNoLane) break;
     LaneRecord& l = s.lanes[tok.lane];
     // Turns given up earlier come back now (capped, so a long stall does not
-    // become one long burst).
-    if (l.owed.load(std::memory_order_relaxed) != 0)
-      tok.turn += std::min<std::uint32_t>(l.owed.exchange(0, std::memory_order_relaxed), kMaxOwedTurns);
+    // become one long burst); they are taken off `owed` only once used.
+    const std::uint32_t repaid = std::min<std::uint32_t>(l.owed.load(std::memory_order_relaxed), kMaxOwedTurns);
+    tok.turn += repaid;
     std::uint64_t w = l.word.load(std::memory_order_acquire);
     std::uint64_t n = 0;
     bool keep = false, busy = false;
@@ -308,12 +314,17 @@ std::size_t claim_some(Segment& s, Lease* out, std::size_t room, std::uint32_t l
     }
     if (busy) {
       l.owed.fetch_add(1, std::memory_order_relaxed);
-      put_token(s, tok.lane, 0);  // to the ring's tail: let other lanes go first
+      // To the ring's tail, so other lanes go first. No wake: whoever is
+      // parked would only draw this busy lane again and spin.
+      put_token(s, tok.lane, 0, false);
       if (++busy_skips >= kMaxBusySkips) break;
       continue;
     }
     if (n == 0) continue;  // token dropped
-    if (keep) put_token(s, tok.lane, tok.turn - std::uint32_t(n));
+    if (repaid) l.owed.fetch_sub(std::min<std::uint32_t>(repaid, std::uint32_t(n)), std::memory_order_relaxed);
+    // The token goes back before we pop, so the lane keeps its place; the
+    // wake-up waits until the structure is free again.
+    if (keep) put_token(s, tok.lane, tok.turn - std::uint32_t(n), false);
 
     const BrandedId group = lane_group(s, tok.lane);
     LaneOrder order(s, l);
@@ -323,19 +334,32 @@ std::size_t claim_some(Segment& s, Lease* out, std::size_t room, std::uint32_t l
     // [R7] release: our pops of the lane structure happen-before the next
     // server's [A4].
     l.word.fetch_and(~LaneWord::kBusy, std::memory_order_acq_rel);
+    if (keep) notify(s);
+    std::uint64_t leased = 0;
     for (std::uint64_t k = 0; k < n; ++k) {
       const std::uint32_t slot = slots[k];
       const std::uint64_t sw = s.words[slot].load(std::memory_order_relaxed);
-      const std::uint32_t attempt = std::min(SlotWord::attempt(sw) + 1, SlotWord::kMaxAttempt);
-      fill_lease(s, slot, group, attempt, deadline, now_us, out[got + k]);
+      if (SlotWord::attempt(sw) >= SlotWord::kMaxAttempt) {
+        // Its attempts (fencing tokens) are used up: a new lease would share
+        // a token with an old one. Dead-letter it instead.
+        s.words[slot].store(SlotWord::pack(SlotState::dead, SlotWord::gen(sw), SlotWord::attempt(sw), now),
+                            std::memory_order_release);
+        release_active(s, tok.lane);
+        relaxed_inc(s.counters().dead);
+        continue;
+      }
+      const std::uint32_t attempt = SlotWord::attempt(sw) + 1;
+      Lease& lease = out[got + leased];
+      fill_lease(s, slot, group, attempt, deadline, now_us, lease);
       s.slot(slot).holder = s.me_index + 1;
-      record_wait(s, tok.lane, out[got + k].waited_us);
+      record_wait(s, tok.lane, lease.waited_us);
       // [R6] release: the lease is published; pairs with the acquire loads
       // of complete/fail/extend and the sweeper.
       s.words[slot].store(SlotWord::pack(SlotState::leased, SlotWord::gen(sw), attempt, deadline), std::memory_order_release);
+      ++leased;
     }
-    l.served.fetch_add(n, std::memory_order_relaxed);
-    got += n;
+    l.served.fetch_add(leased, std::memory_order_relaxed);
+    got += leased;
   }
   if (got) {
     atomic_min(s.h->next_due, deadline);
@@ -549,7 +573,8 @@ bool Queue::claim_wait(Lease& out, std::uint32_t lease_ms, std::chrono::millisec
     // Sleep until woken, the timeout, or the next due time (so parked
     // consumers drive lease expiry and promotion: no daemon needed).
     std::uint64_t sleep_ms = std::min(give_up - real_now, kSweepBackstopMs);
-    const std::uint64_t due = s.h->next_due.load(std::memory_order_relaxed);
+    // seq_cst: pairs with a delayed enqueue's atomic_min + notify ([S5]).
+    const std::uint64_t due = s.h->next_due.load(std::memory_order_seq_cst);
     if (due != kNever) {
       const std::uint64_t seg_now = segment_now_ms(s);
       sleep_ms = std::min(sleep_ms, due > seg_now ? due - seg_now : 1);
@@ -578,15 +603,19 @@ FailStatus Queue::fail(const BrandedId& job, std::uint32_t attempt, const FailOp
   if (o.status == AckStatus::gone) return FailStatus::gone;
   if (o.status == AckStatus::stale) return FailStatus::stale;
   SlotRecord& r = s.slot(o.slot);
+  // Read before the slot is handed on: once its new state is published it may
+  // be promoted, claimed, completed and reused by another job.
+  const std::uint32_t lane = r.lane;
   const std::size_t n = std::min<std::size_t>(options.error.size(), kErrorBytes);
   if (n) std::memcpy(r.error, options.error.data(), n);
   r.error_len = std::uint32_t(n);
   const std::uint32_t gen = SlotWord::gen(o.word);
   const std::uint64_t now_us = segment_now_us(s);
-  if (attempt >= std::max<std::uint32_t>(1, options.max_attempts)) {
+  const std::uint32_t max_attempts = std::clamp<std::uint32_t>(options.max_attempts, 1, SlotWord::kMaxAttempt);
+  if (attempt >= max_attempts) {
     // Dead-lettered: it keeps its slot and its id (a duplicate is still refused).
     s.words[o.slot].store(SlotWord::pack(SlotState::dead, gen, attempt, now_us / 1000), std::memory_order_release);
-    release_active(s, r.lane);
+    release_active(s, lane);
     relaxed_inc(s.counters().dead);
     return FailStatus::dead;
   }
@@ -597,7 +626,7 @@ FailStatus Queue::fail(const BrandedId& job, std::uint32_t attempt, const FailOp
   } else {
     const std::uint64_t due = now_us / 1000 + options.delay_ms;
     s.words[o.slot].store(SlotWord::pack(SlotState::scheduled, gen, attempt, due), std::memory_order_release);
-    release_active(s, r.lane);
+    release_active(s, lane);
     atomic_min(s.h->next_due, due);
     notify(s, INT_MAX);
   }

@@ -83,7 +83,10 @@ void retire_counters(Header* h, CounterBlock& c) noexcept {
   fold(c.drained, h->retired.drained);
 }
 
+// owner: pid (bits 0..31) | kAttached; kStamped once start_time is written.
+// A record without kStamped is being attached and is never judged dead.
 constexpr std::uint64_t kAttached = 1ULL << 32;
+constexpr std::uint64_t kStamped = 1ULL << 33;
 
 // Take a process record: a free one, else one whose owner is dead.
 ProcRecord* attach(Segment& s) {
@@ -95,13 +98,14 @@ ProcRecord* attach(Segment& s) {
       ProcRecord& p = s.procs[i];
       std::uint64_t cur = p.owner.load(std::memory_order_acquire);
       bool take = cur == 0;
-      if (!take && pass == 1) take = !process_alive(int(cur & 0xFFFFFFFF), p.start_time);
+      if (!take && pass == 1 && (cur & kStamped)) take = !process_alive(int(cur & 0xFFFFFFFF), p.start_time);
       if (!take) continue;
       // [A1] acq_rel: claims the record; pairs with [R1] of a detaching owner.
       if (!p.owner.compare_exchange_strong(cur, owner, std::memory_order_acq_rel)) continue;
       if (cur != 0) retire_counters(s.h, p.counters);  // a dead owner's counts stay counted
       p.start_time = start;
       p.attached_unix_ms = unix_ms();
+      p.owner.store(owner | kStamped, std::memory_order_release);
       return &p;
     }
   }
@@ -202,6 +206,7 @@ Result<std::unique_ptr<Segment>> finish_attach(std::unique_ptr<Segment> s) {
 Segment::~Segment() {
   if (me && h) {
     retire_counters(h, me->counters);
+    me->start_time = 0;
     // [R1] release: hands the record back; pairs with [A1].
     me->owner.store(0, std::memory_order_release);
   }

@@ -1,4 +1,4 @@
-// fairlane::Worker (see worker.hpp and docs/design.md §8).
+// fairlane::Worker (see worker.hpp and docs/worker.md).
 //
 // Every lease the worker holds sits in one slot of a fixed table of
 // max_in_flight slots. A slot's `phase` says who may act on its lease:
@@ -290,6 +290,8 @@ struct Worker::State {
   void free_slot(std::uint32_t idx) {
     Slot& s = slots[idx];
     {
+      // [W3] under mu: free and gen++ together, so a supervisor that checks
+      // gen under mu never acts on a slot reused for another job.
       std::lock_guard l(mu);
       s.phase.store(kFree, std::memory_order_release);
       ++s.gen;
@@ -334,7 +336,7 @@ struct Worker::State {
   }
 
   // Back to its lane now, without the dead-letter check. It still costs an
-  // attempt when it is claimed again (see docs/design.md §8).
+  // attempt when it is claimed again (see docs/worker.md, "Hand-back").
   void hand_back(Backend& b, const Lease& l) noexcept {
     static constexpr std::string_view kWhy = "handed back: worker shutting down";
     FailStatus st;
@@ -399,7 +401,7 @@ struct Worker::State {
       }
       relaxed_inc(claimed);
       emit(event(JobEvent::Kind::claimed, s.lease));
-      work.enqueue(idx);
+      work.enqueue(idx);  // [W1] release: publishes the Lease; pairs with the handler's dequeue
     }
     {
       std::lock_guard l(mu);
@@ -414,7 +416,7 @@ struct Worker::State {
     std::mt19937_64 rng(seed);
     for (;;) {
       std::uint32_t idx = 0;
-      work.wait_dequeue(idx);
+      work.wait_dequeue(idx);  // [W1] acquire: the claimer's Lease is visible
       if (idx == kSentinel) break;
       Slot& s = slots[idx];
       std::stop_token token;
@@ -452,8 +454,10 @@ struct Worker::State {
       }
       busy.fetch_sub(1, std::memory_order_relaxed);
       int ph = kRunning;
-      // Lost to the supervisor (timeout, lost lease, shutdown): it already
-      // failed or handed back the lease; this result is discarded.
+      // [W2] acq_rel: running -> finishing races the supervisor's running ->
+      // abandoned; exactly one wins and acknowledges. Lost to the supervisor
+      // (timeout, lost lease, shutdown): it already failed or handed back the
+      // lease; this result is discarded.
       if (s.phase.compare_exchange_strong(ph, kFinishing, std::memory_order_acq_rel)) acknowledge(b, s.lease, out, rng);
       free_slot(idx);
     }
@@ -539,6 +543,8 @@ struct Worker::State {
       std::lock_guard l(mu);
       if (!stopping.load(std::memory_order_relaxed)) {
         stop_at_ms = clock->now_ms();
+        // [W4] release: pairs with the acquire loads outside mu (claimer's
+        // claim loop); under mu, the mutex orders it anyway.
         stopping.store(true, std::memory_order_release);
       }
     }
@@ -609,6 +615,7 @@ struct Worker::State {
         if (s.gen != a.gen) continue;  // acknowledged and reused since we looked
         int ph = s.phase.load(std::memory_order_acquire);
         if (ph != kQueued && ph != kRunning) continue;
+        // [W2] acq_rel: pairs with the handler's running -> finishing.
         if (!s.phase.compare_exchange_strong(ph, kAbandoned, std::memory_order_acq_rel)) continue;
         src = s.stop;
       }

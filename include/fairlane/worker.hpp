@@ -6,7 +6,7 @@
 // that runs past its timeout, and shuts down gracefully, handing back the
 // leases it will not finish so another consumer can claim them at once.
 //
-// Threads of one Worker (see docs/design.md §8):
+// Threads of one Worker (see docs/worker.md):
 //
 //   claimer      1   reserves an in-flight slot, claim_wait()s into it, hands
 //                    the slot index to the handlers through a moodycamel
@@ -193,7 +193,8 @@ struct WorkerOptions {
   std::shared_ptr<WorkerClock> clock;       // null: steady_worker_clock()
   std::uint64_t seed = 0;                   // jitter RNG seed; 0: from std::random_device
   // Called from worker threads, concurrently; must be thread-safe. Exceptions
-  // it throws are swallowed. It may call request_stop().
+  // it throws are swallowed. It may call request_stop(); it must not call
+  // tick(), wait() or wait_for() (they would wait for the calling thread).
   std::function<void(const JobEvent&)> on_event;
 };
 
@@ -227,16 +228,19 @@ class Worker {
 
   // Stop claiming; leases not yet started are handed back at once; running
   // handlers may finish within shutdown_grace, after which their leases are
-  // handed back too (their stop_token is requested). Thread-safe, non-
-  // blocking, idempotent, callable from a handler or on_event. Not
-  // async-signal-safe: use stop_on_signals for signals.
+  // handed back too (their stop_token is requested). Every hand-back waits
+  // until the claimer has left its current claim_wait (at most idle_poll),
+  // so this worker never claims back a job it has just handed back.
+  // Thread-safe, non-blocking, idempotent, callable from a handler or
+  // on_event. Not async-signal-safe: use stop_on_signals for signals.
   void request_stop() noexcept;
   bool stop_requested() const noexcept;
 
   // Blocks until every worker thread has exited: after request_stop() (or a
   // signal) and the drain. A handler that never returns keeps this blocked;
   // its lease was handed back at the end of the grace, so a process that
-  // must exit anyway can call std::_Exit() without losing a job.
+  // must exit anyway can call std::_Exit() without losing a job. Not from a
+  // handler or on_event (it would wait for itself).
   void wait();
   // As wait(), for at most `timeout` of real time. True when every thread
   // has exited (and been joined).
@@ -246,8 +250,10 @@ class Worker {
 
   // One supervisor pass now: heartbeats that are due, handler timeouts,
   // shutdown hand-backs. Thread-safe (serialised with the supervisor
-  // thread); blocking for the backend calls it makes. Returns how many
-  // leases it acted on. Meant for supervisor_thread = false.
+  // thread); blocking for the backend calls it makes and, once a stop was
+  // requested, until the claimer has stopped (at most idle_poll plus one
+  // claim). Returns how many leases it acted on. Meant for
+  // supervisor_thread = false (tests); a no-op before start().
   std::size_t tick();
 
   // Thread-safe, lock-free reads of relaxed counters: a consistent picture

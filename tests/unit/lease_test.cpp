@@ -322,5 +322,26 @@ TEST_F(QueueTest, ClaimWaitReturnsAtOnceWhenWorkIsReady) {
   EXPECT_EQ(l.id, ids[0]);
 }
 
+// Attempts are fencing tokens and have a fixed width: once a job has had
+// every attempt number, it is dead-lettered rather than leased again under a
+// number an old holder may still have.
+TEST_F(QueueTest, ExhaustedAttemptsDeadLetterInsteadOfReusingAToken) {
+  const BrandedId job = q().mint();
+  ASSERT_EQ(q().enqueue(A, job, "x"), EnqueueStatus::enqueued);
+  Lease l;
+  std::uint32_t last = 0;
+  while (q().claim(l, 1)) {  // never completed: each lease expires
+    ASSERT_EQ(l.attempt, last + 1) << "attempts must strictly increase";
+    last = l.attempt;
+    q().advance_clock(2);
+  }
+  EXPECT_EQ(last, 65535U);
+  const auto info = q().job(job);
+  ASSERT_TRUE(info.has_value());
+  EXPECT_EQ(info->state, JobState::dead);
+  EXPECT_EQ(q().complete(job, last), AckStatus::stale);
+  EXPECT_TRUE(q().fsck().clean());
+}
+
 }  // namespace
 }  // namespace fairlane

@@ -201,7 +201,8 @@ struct alignas(kCacheLine) CounterBlock {
 
 // One attached process (one Queue handle).
 //
-//   owner: pid (bits 0..31) | 1<<32 while attached; 0 = free record
+//   owner: pid (bits 0..31) | 1<<32 while attached | 1<<33 once start_time
+//          is written (never judged dead before that); 0 = free record
 struct alignas(kCacheLine) ProcRecord {
   std::atomic<std::uint64_t> owner;
   std::uint64_t start_time;       // /proc/<pid>/stat starttime: pid + start time, never a bare pid
