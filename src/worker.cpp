@@ -346,9 +346,14 @@ struct Worker::State {
       relaxed_inc(backend_errors);
       return;
     }
-    if (st == FailStatus::retrying || st == FailStatus::dead) {
+    if (st == FailStatus::retrying) {
       relaxed_inc(handed_back);
       emit(event(JobEvent::Kind::handed_back, l));
+    } else if (st == FailStatus::dead) {  // only at the segment's last attempt number (65535)
+      relaxed_inc(dead);
+      JobEvent e = event(JobEvent::Kind::dead, l);
+      e.error = kWhy;
+      emit(e);
     } else {
       relaxed_inc(lost);
       emit(event(JobEvent::Kind::lost, l));

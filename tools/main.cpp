@@ -17,6 +17,7 @@
 #include "cli_error.hpp"
 #include "commands.hpp"
 #include "demo.hpp"
+#include "inspection.hpp"
 #include "fairlane/queue.hpp"
 
 namespace {
@@ -41,6 +42,9 @@ class Parser {
     add_jobs();
     add_lanes();
     add_demo();
+    inspection_.add([this](const char* name, const char* help, std::function<int()> run) {
+      return sub(name, help, std::move(run));
+    });
   }
 
   int main(int argc, char** argv) {
@@ -237,6 +241,7 @@ class Parser {
   DemoArgs demo_;
   ProducerArgs producer_;
   ConsumerArgs consumer_;
+  InspectionCommands inspection_;  // watch, stats, dead, jobs
 };
 
 }  // namespace

@@ -1,0 +1,182 @@
+#include "options.hpp"
+
+#include <charconv>
+#include <cstdio>
+#include <cstdlib>
+#include <string_view>
+
+namespace fairlane::bench {
+
+const char* to_string(Topology t) noexcept {
+  return t == Topology::threads ? "threads" : "processes";
+}
+
+std::vector<std::string> default_peers() {
+  return {"fairlane", "fairlane/threads", "mutex-shm", "boost-mq", "moodycamel", "valkey"};
+}
+
+void print_usage(const char* argv0) {
+  std::fprintf(stderr,
+R"(usage: %s [options]
+
+Runs producers and consumers of each peer (fork + exec of this binary, or
+threads in one process) and reports claim+complete throughput, claim and
+enqueue-to-claim latency, parked-consumer wake-up latency, fairness over
+backlogged lanes, and peak memory.
+
+  --peers LIST         comma-separated, default: fairlane,fairlane/threads,
+                       mutex-shm,boost-mq,moodycamel,valkey
+                       (name/threads or name/processes picks the topology)
+  -p, --producers N    producer processes (threads), default 1
+  -c, --consumers N    consumer processes (threads), default 1
+  --lanes N            tenants, default 100
+  --skew S             Zipf exponent of the tenants' shares, default 1.0 (0 = even)
+  --payload BYTES      job payload, >= 16, default 64
+  --duration SECONDS   measured time per peer, default 5
+  --warmup SECONDS     unmeasured time before it, default 1
+  --backlog N          flow: cap on enqueued-but-unclaimed jobs, default 8192
+  --drain-jobs N       drain: jobs to pre-fill before timing the consumers
+                       alone, default 100000 (0: no fill)
+  --fill-seconds S     drain: longest fill, default 2 (slow peers get fewer jobs)
+  --drain-rounds N     fill+drain rounds, 1..4, default 2; the last is reported,
+                       the first (a fresh segment) also as "cold"
+  --wake-rounds N      parked-consumer wake-ups to time, default 200 (0: skip)
+  --sample K           time one claim in K (1: every claim), default 1
+  --trace N            served-sequence records per consumer, default 1048576
+  --window N           fairness window in claims, default max(1000, 4 * lanes)
+  --valkey-consumers L consumer connections to try for valkey, default 1,2,4,8
+  --redis-server PATH  default %s
+  --seed N             lane-choice seed
+  --quick              about one second per peer (CI smoke)
+  --json               JSON on stdout instead of the table
+  --json-file FILE     also write the JSON to FILE
+  --trace-dir DIR      write the recorded served sequences (flow, drain) as CSV
+  --chart DIR          PNG charts via gnuplot into DIR
+  --no-progress        no progress lines on stderr
+  --list               list the peers and exit
+)",
+               argv0, FAIRLANE_BENCH_REDIS_SERVER);
+}
+
+namespace {
+
+template <class T>
+bool parse_num(std::string_view s, T& out) {
+  if constexpr (std::is_floating_point_v<T>) {
+    std::string tmp(s);
+    char* end = nullptr;
+    double v = std::strtod(tmp.c_str(), &end);
+    if (end == tmp.c_str() || *end != '\0') return false;
+    out = static_cast<T>(v);
+    return true;
+  } else {
+    auto [p, ec] = std::from_chars(s.data(), s.data() + s.size(), out);
+    return ec == std::errc() && p == s.data() + s.size();
+  }
+}
+
+std::vector<std::string> split(std::string_view s) {
+  std::vector<std::string> out;
+  while (!s.empty()) {
+    auto c = s.find(',');
+    auto part = s.substr(0, c);
+    if (!part.empty()) out.emplace_back(part);
+    if (c == std::string_view::npos) break;
+    s.remove_prefix(c + 1);
+  }
+  return out;
+}
+
+}  // namespace
+
+std::optional<Options> parse_options(int argc, char** argv, std::string& error) {
+  Options o;
+  bool peers_set = false, duration_set = false, warmup_set = false, rounds_set = false,
+       trace_set = false, vk_set = false, drain_set = false, fill_set = false, rounds_d_set = false;
+  auto& p = o.params;
+  for (int i = 1; i < argc; ++i) {
+    std::string_view a = argv[i];
+    std::string_view v;
+    auto eq = a.find('=');
+    bool has_eq = a.rfind("--", 0) == 0 && eq != std::string_view::npos;
+    if (has_eq) { v = a.substr(eq + 1); a = a.substr(0, eq); }
+    auto need = [&]() -> bool {
+      if (has_eq) return true;
+      if (i + 1 >= argc) { error = std::string(a) + " needs a value"; return false; }
+      v = argv[++i];
+      return true;
+    };
+    auto num = [&](auto& out) -> bool {
+      if (!need()) return false;
+      if (!parse_num(v, out)) { error = std::string(a) + ": not a number: " + std::string(v); return false; }
+      return true;
+    };
+    if (a == "-h" || a == "--help") { print_usage(argv[0]); std::exit(0); }
+    else if (a == "--peers") { if (!need()) return {}; o.peers = split(v); peers_set = true; }
+    else if (a == "-p" || a == "--producers") { if (!num(p.producers)) return {}; }
+    else if (a == "-c" || a == "--consumers") { if (!num(p.consumers)) return {}; }
+    else if (a == "--lanes") { if (!num(p.lanes)) return {}; }
+    else if (a == "--skew") { if (!num(p.skew)) return {}; }
+    else if (a == "--payload") { if (!num(p.payload)) return {}; }
+    else if (a == "--duration") { if (!num(o.duration_s)) return {}; duration_set = true; }
+    else if (a == "--warmup") { if (!num(o.warmup_s)) return {}; warmup_set = true; }
+    else if (a == "--backlog") { if (!num(p.backlog)) return {}; }
+    else if (a == "--drain-jobs") { if (!num(p.drain_jobs)) return {}; drain_set = true; }
+    else if (a == "--fill-seconds") { if (!num(o.fill_s)) return {}; fill_set = true; }
+    else if (a == "--drain-rounds") { if (!num(p.drain_rounds)) return {}; rounds_d_set = true; }
+    else if (a == "--wake-rounds") { if (!num(p.wake_rounds)) return {}; rounds_set = true; }
+    else if (a == "--sample") { if (!num(p.sample)) return {}; }
+    else if (a == "--trace") { if (!num(p.trace_cap)) return {}; trace_set = true; }
+    else if (a == "--window") { if (!num(o.window)) return {}; }
+    else if (a == "--seed") { if (!num(p.seed)) return {}; }
+    else if (a == "--valkey-consumers") {
+      if (!need()) return {};
+      o.valkey_consumers.clear();
+      for (auto& s : split(v)) {
+        std::uint32_t n = 0;
+        if (!parse_num(std::string_view(s), n) || n == 0) { error = "--valkey-consumers: bad count " + s; return {}; }
+        o.valkey_consumers.push_back(n);
+      }
+      vk_set = true;
+    }
+    else if (a == "--redis-server") { if (!need()) return {}; o.redis_server = std::string(v); }
+    else if (a == "--quick") { o.quick = true; }
+    else if (a == "--json") { o.json = true; }
+    else if (a == "--trace-dir") { if (!need()) return {}; o.trace_dir = std::string(v); }
+    else if (a == "--json-file") { if (!need()) return {}; o.json_file = std::string(v); }
+    else if (a == "--chart") { if (!need()) return {}; o.chart_dir = std::string(v); }
+    else if (a == "--no-progress") { o.progress = false; }
+    else if (a == "--list") { o.list = true; }
+    else { error = "unknown argument: " + std::string(argv[i]); return {}; }
+  }
+  if (!peers_set) o.peers = default_peers();
+  if (o.quick) {
+    if (!duration_set) o.duration_s = 0.6;
+    if (!warmup_set) o.warmup_s = 0.2;
+    if (!rounds_set) p.wake_rounds = 20;
+    if (!trace_set) p.trace_cap = 1u << 18;
+    if (!vk_set) o.valkey_consumers = {2};
+    if (!drain_set) p.drain_jobs = 20000;
+    if (!fill_set) o.fill_s = 0.3;
+    if (!rounds_d_set) p.drain_rounds = 1;
+  }
+  if (p.producers == 0 || p.consumers == 0) { error = "need at least one producer and one consumer"; return {}; }
+  if (p.producers + p.consumers > 256) { error = "at most 256 workers"; return {}; }
+  if (p.lanes == 0) { error = "--lanes must be >= 1"; return {}; }
+  if (p.payload < 16) { error = "--payload must be >= 16 (the timing stamp)"; return {}; }
+  if (p.payload > (1u << 20)) { error = "--payload must be <= 1 MiB"; return {}; }
+  if (p.skew < 0) { error = "--skew must be >= 0"; return {}; }
+  if (p.backlog == 0) { error = "--backlog must be >= 1"; return {}; }
+  if (p.sample == 0) p.sample = 1;
+  if (p.drain_jobs > (1ULL << 26)) { error = "--drain-jobs must be <= 2^26"; return {}; }
+  if (p.drain_rounds > 4) { error = "--drain-rounds must be 0..4"; return {}; }
+  if (p.drain_jobs == 0) p.drain_rounds = 0;
+  if (p.drain_rounds == 0) p.drain_jobs = 0;
+  p.fair_round = p.drain_rounds > 0 ? 1 : 0;
+  if (o.fill_s < 0) { error = "--fill-seconds must be >= 0"; return {}; }
+  if (o.duration_s <= 0 || o.warmup_s < 0) { error = "--duration must be > 0 and --warmup >= 0"; return {}; }
+  if (o.peers.empty()) { error = "--peers is empty"; return {}; }
+  return o;
+}
+
+}  // namespace fairlane::bench

@@ -1,0 +1,72 @@
+// Run parameters of fairlane-bench and their command-line parsing.
+//
+// Params is the plain part every worker needs: the orchestrator copies it
+// into the shared control block, so it holds fixed-width fields only.
+// Options is the whole command line, seen by the orchestrator alone.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <type_traits>
+#include <vector>
+
+#ifndef FAIRLANE_BENCH_REDIS_SERVER
+#define FAIRLANE_BENCH_REDIS_SERVER "/usr/bin/redis-server"
+#endif
+
+namespace fairlane::bench {
+
+enum class Topology : std::uint32_t {
+  processes,  // every producer and consumer is its own process (fork + exec)
+  threads,    // one worker process, one thread per producer and consumer
+};
+const char* to_string(Topology t) noexcept;
+
+struct Params {
+  std::uint32_t producers = 1;
+  std::uint32_t consumers = 1;
+  std::uint32_t lanes = 100;          // tenants; lane i is the i-th most popular
+  std::uint32_t payload = 64;         // bytes per job, >= 16 (the stamp)
+  double skew = 1.0;                  // Zipf exponent over lanes; 0 = uniform
+  std::uint64_t backlog = 8192;       // flow: producers hold enqueued - claimed below this
+  std::uint64_t drain_jobs = 100000;  // drain: fill up to this many jobs, then time the consumers alone
+  std::uint32_t drain_rounds = 2;     // timed fill+drain rounds (the first on a fresh segment)
+  std::uint32_t fair_round = 1;       // then one recorded round for fairness (0: none)
+  std::uint32_t wake_rounds = 200;    // parked-consumer wake-ups to time
+  std::uint32_t sample = 1;           // time one claim in `sample`
+  std::uint64_t trace_cap = 1u << 20; // served-sequence records kept per consumer
+  std::uint32_t lease_ms = 30000;
+  Topology topology = Topology::processes;
+  std::uint64_t seed = 0x5eed;
+};
+static_assert(std::is_trivially_copyable_v<Params>);
+
+struct Options {
+  std::vector<std::string> peers;     // "name" or "name/threads" / "name/processes"
+  Params params;
+  double warmup_s = 1.0;
+  double duration_s = 5.0;
+  double fill_s = 2.0;                // longest fill before the drain (a slow peer gets fewer jobs)
+  std::vector<std::uint32_t> valkey_consumers{1, 2, 4, 8};
+  std::uint64_t window = 0;           // fairness window in claims; 0: max(1000, 4 * lanes)
+  bool quick = false;
+  bool json = false;
+  bool progress = true;
+  std::string chart_dir;
+  std::string json_file;              // --json-file: JSON there as well as the table
+  std::string trace_dir;              // --trace-dir: the served sequences as CSV
+  std::string redis_server = FAIRLANE_BENCH_REDIS_SERVER;
+  bool list = false;
+};
+
+// The peers a plain run measures, in table order.
+std::vector<std::string> default_peers();
+
+// Parses argv (without the hidden worker mode). On a bad argument returns
+// nullopt and writes a message to `error`; on --help prints usage and exits.
+std::optional<Options> parse_options(int argc, char** argv, std::string& error);
+
+void print_usage(const char* argv0);
+
+}  // namespace fairlane::bench

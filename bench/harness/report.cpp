@@ -1,0 +1,377 @@
+#include "report.hpp"
+
+#include <sys/stat.h>
+#include <sys/wait.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <fstream>
+
+#include <fmt/core.h>
+
+#include "proc.hpp"
+
+#ifndef FAIRLANE_BENCH_GNUPLOT
+#define FAIRLANE_BENCH_GNUPLOT "/usr/bin/gnuplot"
+#endif
+
+namespace fairlane::bench {
+
+namespace {
+
+std::string si(double v) {
+  if (v >= 1e9) return fmt::format("{:.2f} G", v / 1e9);
+  if (v >= 1e6) return fmt::format("{:.2f} M", v / 1e6);
+  if (v >= 1e3) return fmt::format("{:.1f} k", v / 1e3);
+  return fmt::format("{:.0f}", v);
+}
+
+std::string dur(std::uint64_t ns) {
+  if (ns < 1'000) return fmt::format("{}ns", ns);
+  if (ns < 10'000) return fmt::format("{:.2f}us", double(ns) / 1e3);
+  if (ns < 1'000'000) return fmt::format("{:.0f}us", double(ns) / 1e3);
+  if (ns < 10'000'000) return fmt::format("{:.2f}ms", double(ns) / 1e6);
+  if (ns < 1'000'000'000) return fmt::format("{:.0f}ms", double(ns) / 1e6);
+  return fmt::format("{:.2f}s", double(ns) / 1e9);
+}
+
+std::string mib(std::uint64_t kb) { return kb ? fmt::format("{:.1f}M", double(kb) / 1024.0) : "-"; }
+
+std::string pct3(const Histogram& h) {
+  if (h.count() == 0) return "-";
+  return fmt::format("{} / {} / {}", dur(h.percentile(0.5)), dur(h.percentile(0.99)), dur(h.percentile(0.999)));
+}
+
+// Claim+complete capacity: the drain rate (consumers alone on a full queue),
+// or the flow rate when the run had no drain.
+double capacity(const RunResult& r) { return r.drained_per_s > 0 ? r.drained_per_s : r.cycles_per_s; }
+// CPU ns per drained job, consumers plus server: the load-independent cost.
+double cpu_per_job(const RunResult& r) { return r.drain_consumer_cpu_ns + r.drain_server_cpu_ns; }
+std::string cpu_ratio(const RunResult& a, const RunResult& b) {
+  if (cpu_per_job(a) <= 0 || cpu_per_job(b) <= 0) return "";
+  return fmt::format("; CPU per claim+complete {:.0f} ns vs {:.0f} ns: {:.2f}x", cpu_per_job(a), cpu_per_job(b),
+                     cpu_per_job(b) / cpu_per_job(a));
+}
+
+const RunResult* find(const std::vector<RunResult>& rs, const std::string& peer, Topology t) {
+  for (auto& r : rs)
+    if (r.ok && r.peer == peer && r.topology == t) return &r;
+  return nullptr;
+}
+
+nlohmann::json hist_json(const Histogram& h) {
+  return {{"count", h.count()},          {"min_ns", h.min()},
+          {"p50_ns", h.percentile(0.5)}, {"p99_ns", h.percentile(0.99)},
+          {"p999_ns", h.percentile(0.999)}, {"max_ns", h.max()},
+          {"mean_ns", h.mean()}};
+}
+
+nlohmann::json fair_json(const FairnessResult& f, const ServedSeries& s) {
+  nlohmann::json served = nlohmann::json::object();
+  for (std::size_t i = 0; i < s.lanes.size(); ++i) served[std::to_string(s.lanes[i])] = s.served_total[i];
+  return {{"claims", f.claims},
+          {"period_s", f.period_s},
+          {"window", f.window},
+          {"windows", f.windows},
+          {"jain_mean", f.jain_mean},
+          {"jain_min", f.jain_min},
+          {"spread_max", f.spread_max},
+          {"spread_p99", f.spread_p99},
+          {"spread_mean", f.spread_mean},
+          {"backlogged_mean", f.backlogged_mean},
+          {"lanes_served", f.lanes_served},
+          {"served_by_tenant", served}};
+}
+
+std::string file_label(std::string s) {
+  std::replace(s.begin(), s.end(), '/', '_');
+  return s;
+}
+
+}  // namespace
+
+std::vector<TargetCheck> check_targets(const std::vector<RunResult>& rs) {
+  std::vector<TargetCheck> out;
+  const RunResult* fl = find(rs, "fairlane", Topology::processes);
+  const RunResult* flt = find(rs, "fairlane", Topology::threads);
+  const RunResult* vk = find(rs, "valkey", Topology::processes);
+  const RunResult* mq = find(rs, "boost-mq", Topology::processes);
+  const RunResult* mc = find(rs, "moodycamel", Topology::threads);
+
+  {
+    TargetCheck t{"claim+complete >= 100x Valkey's best (processes)", "", 0, false, false};
+    if (fl && vk && capacity(*vk) > 0 && vk->cycles_per_s > 0) {
+      const double x = capacity(*fl) / capacity(*vk);
+      t.known = true;
+      t.ratio = x / 100.0;
+      t.met = x >= 100.0;
+      t.detail = fmt::format("drain {}/s vs {}/s (valkey, best with {} consumer connections): {:.0f}x; "
+                             "flow {}/s vs {}/s: {:.0f}x",
+                             si(capacity(*fl)), si(capacity(*vk)), vk->params.consumers, x, si(fl->cycles_per_s),
+                             si(vk->cycles_per_s), fl->cycles_per_s / vk->cycles_per_s) +
+                 cpu_ratio(*fl, *vk);
+    }
+    out.push_back(t);
+  }
+  {
+    TargetCheck t{"faster than Boost message_queue across processes", "", 0, false, false};
+    if (fl && mq && capacity(*mq) > 0 && mq->cycles_per_s > 0) {
+      const double x = capacity(*fl) / capacity(*mq);
+      t.known = true;
+      t.ratio = x;
+      t.met = x > 1.0;
+      t.detail = fmt::format("drain {}/s vs {}/s: {:.2f}x; flow {}/s vs {}/s: {:.2f}x", si(capacity(*fl)),
+                             si(capacity(*mq)), x, si(fl->cycles_per_s), si(mq->cycles_per_s),
+                             fl->cycles_per_s / mq->cycles_per_s) +
+                 cpu_ratio(*fl, *mq);
+    }
+    out.push_back(t);
+  }
+  {
+    TargetCheck t{"within 2x of moodycamel in one process", "", 0, false, false};
+    if (flt && mc && capacity(*flt) > 0 && flt->cycles_per_s > 0) {
+      const double x = capacity(*mc) / capacity(*flt);
+      t.known = true;
+      t.ratio = 2.0 / x;
+      t.met = x <= 2.0;
+      t.detail = fmt::format("drain {}/s (fairlane/threads) vs {}/s: moodycamel {:.2f}x faster; "
+                             "flow {}/s vs {}/s: {:.2f}x",
+                             si(capacity(*flt)), si(capacity(*mc)), x, si(flt->cycles_per_s), si(mc->cycles_per_s),
+                             mc->cycles_per_s / flt->cycles_per_s) +
+                 cpu_ratio(*flt, *mc);
+    }
+    out.push_back(t);
+  }
+  {
+    TargetCheck t{"parked-consumer wake-up p50 in tens of us (< 100 us)", "", 0, false, false};
+    if (fl && fl->wake.count() > 0) {
+      const double p50 = double(fl->wake.percentile(0.5));
+      t.known = true;
+      t.ratio = 100'000.0 / std::max(p50, 1.0);
+      t.met = p50 < 100'000.0;
+      t.detail = fmt::format("p50 {}, p99 {} over {} wake-ups", dur(fl->wake.percentile(0.5)),
+                             dur(fl->wake.percentile(0.99)), fl->wake.count());
+    }
+    out.push_back(t);
+  }
+  return out;
+}
+
+void print_table(const Options& o, const std::vector<RunResult>& rs, const std::vector<TargetCheck>& targets) {
+  const Params& p = o.params;
+  fmt::print("fairlane-bench: {} producer(s), {} consumer(s), {} lanes (Zipf {:.2f}), {} B payload, backlog {}, "
+             "{:.1f} s measured after {:.1f} s warm-up\n\n",
+             p.producers, p.consumers, p.lanes, p.skew, p.payload, p.backlog, o.duration_s, o.warmup_s);
+  fmt::print("{:<20} {:>5} {:>4} {:>9} {:>9} {:>9} {:>7} {:>8} {:>27} {:>27} {:>18}\n", "peer", "procs", "cons",
+             "flow/s", "drain/s", "cold", "drained", "CPU/job", "claim p50 / p99 / p99.9", "enq->claim p50/p99/p99.9",
+             "wake-up p50 / p99");
+  for (auto& r : rs) {
+    if (!r.ok) {
+      fmt::print("{:<20} {}: {}\n", r.label, r.skipped ? "skipped" : "FAILED", r.error);
+      continue;
+    }
+    std::string wake = r.wake.count() ? fmt::format("{} / {}", dur(r.wake.percentile(0.5)), dur(r.wake.percentile(0.99)))
+                                      : "-";
+    fmt::print("{:<20} {:>5} {:>4} {:>9} {:>9} {:>9} {:>7} {:>8} {:>27} {:>27} {:>18}\n", r.label, r.processes,
+               r.params.consumers, si(r.cycles_per_s), r.drained ? si(r.drained_per_s) : "-",
+               r.params.drain_rounds > 1 ? si(r.cold_drain_per_s) : "-", si(double(r.drained)),
+               cpu_per_job(r) > 0 ? dur(std::uint64_t(cpu_per_job(r) + 0.5)) : "-", pct3(r.claim), pct3(r.e2c), wake);
+  }
+  auto jain = [](const FairnessResult& f) {
+    return f.windows ? fmt::format("{:.3f} / {:.3f}", f.jain_mean, f.jain_min) : std::string("-");
+  };
+  auto spread = [](const FairnessResult& f) {
+    return f.windows ? fmt::format("{} / {} / {}", f.spread_p99, f.spread_max, f.window) : std::string("-");
+  };
+  fmt::print("\n{:<20} {:>15} {:>17} {:>6} {:>15} {:>17} {:>6} {:>9} {:>8} {:>8} {:>8}\n", "", "drain: Jain",
+             "spread", "lanes", "flow: Jain", "spread", "lanes", "RSS max", "RSS sum", "server", "shm");
+  fmt::print("{:<20} {:>15} {:>17} {:>6} {:>15} {:>17} {:>6} {:>9} {:>8} {:>8} {:>8}\n", "peer", "mean / min",
+             "p99 / max / W", "backl.", "mean / min", "p99 / max / W", "backl.", "/process", "", "", "");
+  for (auto& r : rs) {
+    if (!r.ok) continue;
+    fmt::print("{:<20} {:>15} {:>17} {:>6.1f} {:>15} {:>17} {:>6.1f} {:>9} {:>8} {:>8} {:>8}\n", r.label,
+               jain(r.drain_fair), spread(r.drain_fair), r.drain_fair.backlogged_mean, jain(r.fair), spread(r.fair),
+               r.fair.backlogged_mean, mib(r.rss_max_kb), mib(r.rss_sum_kb), mib(r.server_rss_kb),
+               mib(r.shared_bytes / 1024));
+  }
+  fmt::print("\nwhat a cycle is:\n");
+  for (auto& r : rs) {
+    if (r.what.empty()) continue;
+    std::string extra;
+    if (!r.sweep.empty()) {
+      extra = " [consumers tried:";
+      for (auto& pt : r.sweep)
+        extra += fmt::format(" {}: flow {}/s drain {}/s;", pt.consumers, si(pt.flow_per_s), si(pt.drain_per_s));
+      extra += fmt::format(" best {}]", r.params.consumers);
+    }
+    fmt::print("  {:<20} {}{}\n", r.label, r.what, extra);
+  }
+  fmt::print("\nflow: producers and consumers together, backlog <= {}. drain: consumers alone on a queue "
+             "pre-filled with up to {} jobs ({:.1f} s fill at most), round {} of {}; cold: round 1, on a fresh "
+             "segment. CPU/job: CPU time of the consumers (and of the server, for valkey) per drained job, which does not "
+             "depend on what else the machine runs. Latencies are from the flow; wake-ups from {} rounds with consumer 0 "
+             "parked.\n"
+             "Fairness: Jain's index and max - min served among the lanes backlogged throughout each window of W "
+             "claims (backl. = how many, on average), over the recorded drain and over the flow (in the flow, lanes "
+             "are backlogged only where consumers are the bottleneck). RSS is VmHWM.\n",
+             p.backlog, p.drain_jobs, o.fill_s, p.drain_rounds, p.drain_rounds, p.wake_rounds);
+  fmt::print("\ntargets (DESIGN.md section 5; claim+complete = the drain rate):\n");
+  for (auto& t : targets) {
+    if (!t.known) fmt::print("  [ n/a ] {}: a peer it needs did not run\n", t.name);
+    else fmt::print("  [{}] {}: {}\n", t.met ? " met " : "MISSED", t.name, t.detail);
+  }
+}
+
+nlohmann::json to_json(const Options& o, const std::vector<RunResult>& rs, const std::vector<TargetCheck>& targets) {
+  using nlohmann::json;
+  const Params& p = o.params;
+  json j;
+  j["config"] = {{"producers", p.producers}, {"consumers", p.consumers}, {"lanes", p.lanes},
+                 {"skew", p.skew},           {"payload", p.payload},     {"backlog", p.backlog},
+                 {"duration_s", o.duration_s}, {"warmup_s", o.warmup_s}, {"wake_rounds", p.wake_rounds},
+                 {"sample", p.sample},       {"quick", o.quick},         {"drain_jobs", p.drain_jobs},
+                 {"drain_rounds", p.drain_rounds},
+                 {"fill_s", o.fill_s}};
+  json peers = json::array();
+  for (auto& r : rs) {
+    json e;
+    e["label"] = r.label;
+    e["peer"] = r.peer;
+    e["topology"] = to_string(r.topology);
+    e["ok"] = r.ok;
+    e["skipped"] = r.skipped;
+    if (!r.error.empty()) e["error"] = r.error;
+    if (r.ok) {
+      e["what"] = r.what;
+      e["processes"] = r.processes;
+      e["producers"] = r.params.producers;
+      e["consumers"] = r.params.consumers;
+      e["measured_s"] = r.measured_s;
+      e["cycles"] = r.cycles;
+      e["cycles_per_s"] = r.cycles_per_s;
+      e["enqueued_per_s"] = r.enqueued_per_s;
+      e["drain"] = {{"rounds", r.params.drain_rounds}, {"fill_s", r.fill_s},   {"jobs", r.drained},
+                    {"seconds", r.drain_s},             {"per_s", r.drained_per_s}, {"cold_per_s", r.cold_drain_per_s},
+                    {"consumer_cpu_ns_per_job", r.drain_consumer_cpu_ns},
+                    {"server_cpu_ns_per_job", r.drain_server_cpu_ns},
+                    {"consumer_minor_faults_per_job", r.drain_faults_per_job},
+                    {"cold_consumer_minor_faults_per_job", r.cold_faults_per_job}};
+      e["full_retries"] = r.full_retries;
+      e["empty_polls"] = r.empty_polls;
+      e["claim"] = hist_json(r.claim);
+      e["enqueue_to_claim"] = hist_json(r.e2c);
+      e["wake"] = hist_json(r.wake);
+      e["wake_timeouts"] = r.wake_timeouts;
+      e["fairness_drain"] = fair_json(r.drain_fair, r.drain_series);
+      e["fairness_flow"] = fair_json(r.fair, r.series);
+      e["memory_kb"] = {{"vmhwm_max_per_process", r.rss_max_kb},
+                        {"vmhwm_sum", r.rss_sum_kb},
+                        {"server_vmhwm", r.server_rss_kb},
+                        {"shared_segment", r.shared_bytes / 1024}};
+      if (!r.sweep.empty()) {
+        json sw = json::array();
+        for (auto& pt : r.sweep)
+          sw.push_back({{"consumers", pt.consumers}, {"cycles_per_s", pt.flow_per_s}, {"drain_per_s", pt.drain_per_s}});
+        e["consumer_sweep"] = sw;
+      }
+    }
+    peers.push_back(std::move(e));
+  }
+  j["peers"] = std::move(peers);
+  json tj = json::array();
+  for (auto& t : targets) {
+    json e{{"target", t.name}, {"evaluated", t.known}};
+    if (t.known) {
+      e["met"] = t.met;
+      e["ratio_to_target"] = t.ratio;
+      e["detail"] = t.detail;
+    }
+    tj.push_back(std::move(e));
+  }
+  j["targets"] = std::move(tj);
+  return j;
+}
+
+bool write_charts(const std::string& dir, const std::vector<RunResult>& rs, std::string& error) {
+  mkdir(dir.c_str(), 0755);
+  std::vector<const RunResult*> ok;
+  for (auto& r : rs)
+    if (r.ok) ok.push_back(&r);
+  if (ok.empty()) { error = "no successful run to chart"; return false; }
+
+  {
+    std::ofstream d(dir + "/throughput.dat");
+    d << "# peer flow_cycles_per_s claim_p99_us e2c_p99_us drain_per_s\n";
+    for (auto* r : ok)
+      d << '"' << r->label << "\" " << r->cycles_per_s << ' ' << double(r->claim.percentile(0.99)) / 1e3 << ' '
+        << double(r->e2c.percentile(0.99)) / 1e3 << ' ' << r->drained_per_s << '\n';
+  }
+  // One served-per-tenant chart per peer and sequence (drain, flow).
+  struct Served {
+    const RunResult* r;
+    const ServedSeries* s;
+    std::string file;
+    std::string title;
+  };
+  std::vector<Served> served;
+  for (auto* r : ok) {
+    if (!r->drain_series.lanes.empty())
+      served.push_back({r, &r->drain_series, "served_drain_" + file_label(r->label),
+                        "drain of a Zipf " + fmt::format("{:.2g}", r->params.skew) + " backlog"});
+    if (!r->series.lanes.empty() && r->fair.windows > 0)
+      served.push_back({r, &r->series, "served_flow_" + file_label(r->label),
+                        "flow, Zipf " + fmt::format("{:.2g}", r->params.skew) + " arrivals"});
+  }
+  for (auto& sv : served) {
+    std::ofstream d(dir + "/" + sv.file + ".dat");
+    d << "t_s";  // a plain header line: the plot titles come from it (columnhead)
+    for (auto l : sv.s->lanes) d << " tenant" << l;
+    d << '\n';
+    for (std::size_t b = 0; b < sv.s->t_s.size(); ++b) {
+      d << sv.s->t_s[b];
+      for (std::size_t i = 0; i < sv.s->lanes.size(); ++i) d << ' ' << sv.s->served[i][b];
+      d << '\n';
+    }
+  }
+
+  std::ofstream gp(dir + "/charts.gp");
+  gp << "set terminal pngcairo size 1100,600 noenhanced font 'sans,10'\n"
+        "set style data histograms\nset style fill solid 0.8 border -1\nset boxwidth 0.8\n"
+        "set grid ytics\nset logscale y\nset xtics rotate by -25\nset key off\n";
+  gp << "set output '" << dir << "/throughput.png'\nset key top right\n"
+        "set title 'claim+complete per second (log scale)'\nset ylabel 'jobs/s'\n"
+        "plot '"
+     << dir << "/throughput.dat' using 2:xtic(1) title 'flow (producers + consumers)' lc rgb '#3070b0', "
+               "'' using 5 title 'drain (consumers alone)' lc rgb '#50a050'\n";
+  gp << "set output '" << dir << "/latency_p99.png'\nset key top left\n"
+        "set title 'p99 latency (log scale)'\nset ylabel 'microseconds'\n"
+        "plot '"
+     << dir << "/throughput.dat' using 3:xtic(1) title 'claim call' lc rgb '#3070b0', '' using 4 title "
+               "'enqueue to claim' lc rgb '#d08030'\n";
+  gp << "unset logscale y\nset style data lines\nset xtics norotate\nset key outside right\n"
+        "colors = '#1f77b4 #ff7f0e #2ca02c #d62728 #9467bd #8c564b #e377c2 #7f7f7f #bcbd22 #17becf'\n";
+  for (auto& sv : served) {
+    gp << "set output '" << dir << "/" << sv.file << ".png'\n"
+       << "set title 'served per tenant over time: " << sv.r->label << ", " << sv.title
+       << " (tenant 0 is the most loaded)'\nset xlabel 'seconds into the recorded sequence'\n"
+       << "set ylabel 'served so far (claims)'\nplot for [i=2:" << (sv.s->lanes.size() + 1) << "] '" << dir << "/" << sv.file
+       << ".dat' using 1:i title columnhead(i) lc rgb word(colors, i - 1) lw 2\n";
+  }
+  gp.close();
+  std::string e;
+  pid_t pid = spawn({FAIRLANE_BENCH_GNUPLOT, dir + "/charts.gp"}, false, e);
+  if (pid < 0) { error = "gnuplot: " + e; return false; }
+  int st = 0;
+  if (!wait_for(pid, 60'000'000'000ULL, st)) {
+    stop_process(pid, 100'000'000);
+    error = "gnuplot hung";
+    return false;
+  }
+  if (!(WIFEXITED(st) && WEXITSTATUS(st) == 0)) {
+    error = "gnuplot " + describe_status(st);
+    return false;
+  }
+  return true;
+}
+
+}  // namespace fairlane::bench

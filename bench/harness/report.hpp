@@ -1,0 +1,33 @@
+// Output of fairlane-bench: a table for people, JSON for scripts, PNG charts
+// through gnuplot, and the design's performance targets checked against the
+// run.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "options.hpp"
+#include "runner.hpp"
+
+namespace fairlane::bench {
+
+struct TargetCheck {
+  std::string name;     // what the design asks
+  std::string detail;   // the numbers behind the verdict
+  double ratio = 0;     // measured / required (>= 1 is met)
+  bool met = false;
+  bool known = false;   // false when a peer it needs did not run
+};
+
+std::vector<TargetCheck> check_targets(const std::vector<RunResult>& results);
+
+void print_table(const Options& o, const std::vector<RunResult>& results, const std::vector<TargetCheck>& targets);
+nlohmann::json to_json(const Options& o, const std::vector<RunResult>& results,
+                       const std::vector<TargetCheck>& targets);
+// Writes data files, charts.gp and the PNGs into dir. False (with error) when
+// gnuplot is missing or fails; the data files are written regardless.
+bool write_charts(const std::string& dir, const std::vector<RunResult>& results, std::string& error);
+
+}  // namespace fairlane::bench

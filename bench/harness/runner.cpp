@@ -1,0 +1,530 @@
+#include "runner.hpp"
+
+#include <signal.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <atomic>
+#include <cstdio>
+#include <cstring>
+#include <map>
+#include <thread>
+
+#include "control.hpp"
+#include "proc.hpp"
+
+namespace fairlane::bench {
+
+// ---------------------------------------------------------------------------
+// Worker side
+
+namespace {
+
+void wait_for_start(const ControlHeader& h) {
+  // acquire: pairs with the orchestrator's release store of kWarmup, after
+  // which nothing else it wrote before is read; cheap insurance.
+  while (h.phase.load(std::memory_order_acquire) < kWarmup && !h.abort.load(std::memory_order_relaxed))
+    sleep_ns(20'000);
+}
+
+void run_role(Peer& peer, Control& ctl, Role role, std::uint32_t index) {
+  WorkerCtx ctx(ctl, role, index);
+  if (role == Role::producer) peer.producer_loop(ctx);
+  else peer.consumer_loop(ctx);
+}
+
+void finish_slot(WorkerSlot& s, bool ok) {
+  s.pid = getpid();
+  s.vmhwm_kb = self_vmhwm_kb();
+  // release: the slot's fields above are visible to whoever sees the state.
+  s.state.store(std::int32_t(ok ? SlotState::done : SlotState::failed), std::memory_order_release);
+}
+
+void fail_slot(ControlHeader& h, WorkerSlot& s, const std::string& why) {
+  std::snprintf(s.error, sizeof s.error, "%s", why.c_str());
+  h.abort.store(1, std::memory_order_relaxed);
+  finish_slot(s, false);
+}
+
+}  // namespace
+
+int worker_main(int argc, char** argv) {
+  if (argc < 5) {
+    std::fprintf(stderr, "fairlane-bench: worker mode needs <control> <role> <index>\n");
+    return 2;
+  }
+  std::string error;
+  Control ctl;
+  if (!Control::open(ctl, argv[2], error)) {
+    std::fprintf(stderr, "fairlane-bench worker: %s\n", error.c_str());
+    return 2;
+  }
+  ControlHeader& h = ctl.header();
+  const Params& p = ctl.params();
+  const std::string_view role = argv[3];
+  const auto index = std::uint32_t(std::strtoul(argv[4], nullptr, 10));
+
+  std::vector<std::pair<Role, std::uint32_t>> mine;
+  if (role == "all") {
+    for (std::uint32_t i = 0; i < p.producers; ++i) mine.emplace_back(Role::producer, i);
+    for (std::uint32_t i = 0; i < p.consumers; ++i) mine.emplace_back(Role::consumer, i);
+  } else if (role == "producer") {
+    mine.emplace_back(Role::producer, index);
+  } else {
+    mine.emplace_back(Role::consumer, index);
+  }
+
+  auto peer = make_peer(h.peer, PeerEnv{});
+  if (!peer) error = std::string("unknown peer ") + h.peer;
+  else if (!peer->attach(p, h.info, error) && error.empty()) error = "attach failed";
+  if (!error.empty()) {
+    for (auto& [r, i] : mine) fail_slot(h, ctl.slot(ctl.slot_index(r, i)), error);
+    h.ready.fetch_add(std::uint32_t(mine.size()), std::memory_order_release);
+    return 1;
+  }
+
+  if (mine.size() == 1) {
+    h.ready.fetch_add(1, std::memory_order_release);
+    wait_for_start(h);
+    run_role(*peer, ctl, mine[0].first, mine[0].second);
+  } else {
+    std::vector<std::thread> threads;
+    threads.reserve(mine.size());
+    for (auto& [r, i] : mine) {
+      threads.emplace_back([&, r = r, i = i] {
+        h.ready.fetch_add(1, std::memory_order_release);
+        wait_for_start(h);
+        run_role(*peer, ctl, r, i);
+      });
+    }
+    for (auto& t : threads) t.join();
+  }
+  peer->detach();
+  bool ok = true;
+  for (auto& [r, i] : mine) {
+    WorkerSlot& s = ctl.slot(ctl.slot_index(r, i));
+    const bool mine_ok = s.error[0] == '\0';
+    ok = ok && mine_ok;
+    finish_slot(s, mine_ok);
+  }
+  return ok ? 0 : 1;
+}
+
+// ---------------------------------------------------------------------------
+// Orchestrator side
+
+namespace {
+
+std::atomic<int> g_run_counter{0};
+
+struct Children {
+  std::vector<pid_t> pids;
+  ~Children() { kill_all(); }
+  void kill_all() {
+    for (pid_t p : pids)
+      if (p > 0) stop_process(p, 200'000'000);
+    pids.clear();
+  }
+  // The first child that already exited badly, as text; empty if none.
+  std::string early_death() {
+    for (auto& p : pids) {
+      int st;
+      if (p > 0 && waitpid(p, &st, WNOHANG) == p) {
+        const pid_t dead = p;
+        p = -1;
+        if (!(WIFEXITED(st) && WEXITSTATUS(st) == 0))
+          return "worker " + std::to_string(dead) + " " + describe_status(st);
+      }
+    }
+    return {};
+  }
+};
+
+struct PeerGuard {
+  Peer& peer;
+  ~PeerGuard() { peer.teardown(); }
+};
+
+std::uint64_t consumers_count(const Control& ctl) {
+  std::uint64_t n = 0;
+  const Params& p = ctl.params();
+  for (std::uint32_t i = 0; i < p.consumers; ++i) n += ctl.slot(p.producers + i).count.load(std::memory_order_relaxed);
+  return n;
+}
+
+// The served sequence (sorted by claim time) as CSV, for scripts.
+void dump_trace(const std::string& path, const std::vector<TraceRec>& t) {
+  mkdir(path.substr(0, path.rfind('/')).c_str(), 0755);
+  FILE* f = std::fopen(path.c_str(), "w");
+  if (!f) return;
+  std::fprintf(f, "claim_ns,lane,producer,seq,enq_ns\n");
+  for (const auto& r : t)
+    std::fprintf(f, "%llu,%u,%u,%u,%llu\n", static_cast<unsigned long long>(r.claim_ns), r.lane, r.tag >> kSeqBits,
+                 r.tag & kSeqMask, static_cast<unsigned long long>(r.enq_ns));
+  std::fclose(f);
+}
+
+std::uint64_t backlog_of(const Control& ctl) {
+  std::uint64_t in = 0;
+  const Params& p = ctl.params();
+  for (std::uint32_t i = 0; i < p.producers; ++i) in += ctl.slot(i).count.load(std::memory_order_relaxed);
+  const std::uint64_t out = consumers_count(ctl);
+  return in > out ? in - out : 0;
+}
+
+std::string first_error(const Control& ctl) {
+  for (std::uint32_t i = 0; i < ctl.header().workers; ++i)
+    if (ctl.slot(i).error[0]) return ctl.slot(i).error;
+  return {};
+}
+
+// Sleeps `seconds` in the given phase, watching the workers; prints progress.
+bool pace(const Options& o, Control& ctl, Children& kids, const std::string& label, const char* what,
+          double seconds, std::string& error) {
+  const std::uint64_t start = now_ns();
+  const std::uint64_t end = start + std::uint64_t(seconds * 1e9);
+  const bool talk = o.progress && !o.quick && seconds >= 2.0;
+  std::uint64_t next_report = start + 1'000'000'000ULL;
+  std::uint64_t last_count = consumers_count(ctl), last_t = start;
+  for (;;) {
+    const std::uint64_t now = now_ns();
+    if (now >= end) return true;
+    if (interrupted()) { error = "interrupted"; return false; }
+    if (ctl.header().abort.load(std::memory_order_relaxed)) {
+      error = first_error(ctl);
+      if (error.empty()) error = "a worker failed";
+      return false;
+    }
+    if (auto d = kids.early_death(); !d.empty()) { error = d; return false; }
+    if (talk && now >= next_report) {
+      const std::uint64_t c = consumers_count(ctl);
+      std::fprintf(stderr, "  [%s] %s %4.1f/%.1f s  %10.0f cycles/s\n", label.c_str(), what,
+                   double(now - start) / 1e9, seconds, double(c - last_count) / (double(now - last_t) / 1e9));
+      last_count = c;
+      last_t = now;
+      next_report += 1'000'000'000ULL;
+    }
+    sleep_ns(std::min<std::uint64_t>(end - now, 20'000'000));
+  }
+}
+
+RunResult run_once(const Options& o, Peer& peer, Topology topo, std::uint32_t consumers, const std::string& label) {
+  RunResult r;
+  r.peer = std::string(peer.name());
+  r.topology = topo;
+  r.label = label;
+  r.what = std::string(peer.what());
+  r.params = o.params;
+  r.params.topology = topo;
+  r.params.consumers = consumers;
+  r.warmup_s = o.warmup_s;
+  const Params& p = r.params;
+
+  Control ctl;
+  const std::string ctl_name =
+      "/fairlane-bench-ctl-" + std::to_string(getpid()) + "-" + std::to_string(g_run_counter++);
+  if (!Control::create(ctl, ctl_name, p, r.peer, r.error)) return r;
+  ControlHeader& h = ctl.header();
+
+  std::string info;
+  if (!peer.setup(p, info, r.error)) {
+    if (r.error.empty()) r.error = "setup failed";
+    peer.teardown();
+    return r;
+  }
+  PeerGuard guard{peer};
+  r.shared_bytes = peer.shared_bytes();
+  if (info.size() >= sizeof h.info) { r.error = "peer info too long"; return r; }
+  std::memcpy(h.info, info.c_str(), info.size() + 1);
+
+  Children kids;
+  const std::string exe = self_exe();
+  auto launch = [&](const char* role, std::uint32_t i) {
+    std::string e;
+    pid_t pid = spawn({exe, "--worker", ctl_name, role, std::to_string(i)}, false, e);
+    if (pid < 0) r.error = e;
+    kids.pids.push_back(pid);
+    return pid > 0;
+  };
+  if (topo == Topology::threads) {
+    if (!launch("all", 0)) return r;
+  } else {
+    for (std::uint32_t i = 0; i < p.producers; ++i)
+      if (!launch("producer", i)) return r;
+    for (std::uint32_t i = 0; i < p.consumers; ++i)
+      if (!launch("consumer", i)) return r;
+  }
+  r.processes = std::uint32_t(kids.pids.size());
+
+  // Start barrier: every worker attached.
+  const std::uint32_t workers = p.producers + p.consumers;
+  const std::uint64_t ready_deadline = now_ns() + 30'000'000'000ULL;
+  while (h.ready.load(std::memory_order_acquire) < workers) {
+    if (interrupted()) { r.error = "interrupted"; return r; }
+    if (auto d = kids.early_death(); !d.empty()) { r.error = d; return r; }
+    if (now_ns() > ready_deadline) { r.error = "workers did not attach within 30 s"; return r; }
+    sleep_ns(1'000'000);
+  }
+  if (h.abort.load()) {
+    r.error = first_error(ctl);
+    return r;
+  }
+
+  // release: pairs with the workers' acquire in wait_for_start.
+  h.phase.store(kWarmup, std::memory_order_release);
+  if (!pace(o, ctl, kids, label, "warm-up", o.warmup_s, r.error)) return r;
+  h.phase.store(kMeasure, std::memory_order_release);
+  const std::uint64_t t0 = now_ns();
+  if (!pace(o, ctl, kids, label, "measure", o.duration_s, r.error)) return r;
+  h.phase.store(kRounds, std::memory_order_release);
+  const std::uint64_t t1 = now_ns();
+  r.measured_s = double(t1 - t0) / 1e9;
+
+  // Drain rounds: fill (consumers idle) up to drain_jobs or for fill_s at
+  // most (a slow peer drains what it took in), then drain (consumers alone).
+  std::uint64_t server_cpu[kMaxRounds] = {};
+  auto watch = [&]() -> bool {
+    if (interrupted()) { r.error = "interrupted"; return false; }
+    if (h.abort.load()) { r.error = first_error(ctl); if (r.error.empty()) r.error = "a worker failed"; return false; }
+    if (auto d = kids.early_death(); !d.empty()) { r.error = d; return false; }
+    return true;
+  };
+  for (std::uint32_t round = 0; round < p.drain_rounds + p.fair_round; ++round) {
+    h.round_state.store(2 * round, std::memory_order_release);
+    const std::uint64_t f0 = now_ns(), fill_end = f0 + std::uint64_t(o.fill_s * 1e9);
+    while (now_ns() < fill_end) {
+      if (!watch()) return r;
+      if (backlog_of(ctl) + 16 * p.producers >= p.drain_jobs) break;
+      sleep_ns(2'000'000);
+    }
+    if (round == 0) r.fill_s = double(now_ns() - f0) / 1e9;
+    std::uint64_t server_cpu0 = 0;
+    for (pid_t sp : peer.server_pids()) server_cpu0 += process_cpu_ns(sp);
+    h.round_state.store(2 * round + 1, std::memory_order_release);
+    const std::uint64_t deadline = now_ns() + 300'000'000'000ULL;
+    std::uint64_t next_report = now_ns() + 2'000'000'000ULL;
+    while (h.fill_done.load(std::memory_order_acquire) < p.producers * (round + 1) ||
+           h.drain_done.load(std::memory_order_acquire) < p.consumers * (round + 1)) {
+      if (!watch()) return r;
+      if (now_ns() > deadline) { r.error = "a drain did not finish within 300 s"; return r; }
+      if (o.progress && !o.quick && now_ns() > next_report) {
+        std::fprintf(stderr, "  [%s] drain %u: %llu jobs left\n", label.c_str(), round + 1,
+                     static_cast<unsigned long long>(backlog_of(ctl)));
+        next_report += 2'000'000'000ULL;
+      }
+      sleep_ns(1'000'000);
+    }
+    std::uint64_t server_cpu1 = 0;
+    for (pid_t sp : peer.server_pids()) server_cpu1 += process_cpu_ns(sp);
+    server_cpu[round] = server_cpu1 - server_cpu0;
+  }
+  const std::uint64_t stop_deadline = now_ns() + 20'000'000'000ULL;
+  while (h.producers_stopped.load(std::memory_order_acquire) < p.producers) {
+    if (!watch()) return r;
+    if (now_ns() > stop_deadline) { r.error = "producers did not stop within 20 s"; return r; }
+    sleep_ns(1'000'000);
+  }
+  h.phase.store(kWake, std::memory_order_release);
+
+  const std::uint64_t end_deadline = now_ns() + 20'000'000'000ULL + std::uint64_t(p.wake_rounds) * 20'000'000ULL;
+  bool done_sent = false;
+  for (auto& pid : kids.pids) {
+    if (pid <= 0) continue;  // already reaped (it left early, cleanly)
+    int st = 0;
+    for (;;) {
+      if (wait_for(pid, 50'000'000, st)) break;
+      if ((h.abort.load() || interrupted()) && !done_sent) {
+        h.phase.store(kDone, std::memory_order_release);
+        done_sent = true;
+      }
+      if (now_ns() > end_deadline) {
+        if (!done_sent) {
+          h.phase.store(kDone, std::memory_order_release);
+          done_sent = true;
+          continue;
+        }
+        stop_process(pid, 500'000'000);
+        st = -1;
+        break;
+      }
+    }
+    const pid_t was = pid;
+    pid = -1;
+    if (st == -1) { r.error = "worker " + std::to_string(was) + " hung at the end and was killed"; }
+    else if (!(WIFEXITED(st) && WEXITSTATUS(st) == 0) && r.error.empty())
+      r.error = "worker " + std::to_string(was) + " " + describe_status(st);
+  }
+
+  for (pid_t s : peer.server_pids()) r.server_rss_kb += vmhwm_kb(s);
+
+  // Collect.
+  std::map<std::int32_t, std::uint64_t> rss;
+  std::vector<TraceRec> trace, dtrace;
+  std::uint64_t drained[kMaxRounds] = {}, d_first[kMaxRounds], d_last[kMaxRounds] = {}, drain_cpu[kMaxRounds] = {},
+                drain_faults[kMaxRounds] = {};
+  std::fill(std::begin(d_first), std::end(d_first), ~std::uint64_t(0));
+  for (std::uint32_t i = 0; i < workers; ++i) {
+    WorkerSlot& s = ctl.slot(i);
+    if (s.state.load(std::memory_order_acquire) == std::int32_t(SlotState::running) && r.error.empty())
+      r.error = "worker slot " + std::to_string(i) + " never finished";
+    if (s.error[0] && r.error.empty()) r.error = s.error;
+    rss[s.pid] = std::max(rss[s.pid], s.vmhwm_kb);
+    if (i < p.producers) {
+      r.enqueued += s.measured;
+      r.full_retries += s.full_retries;
+    } else {
+      r.cycles += s.measured;
+      r.empty_polls += s.empty_polls;
+      r.wake_timeouts += s.wake_timeouts;
+      for (std::uint32_t k = 0; k < p.drain_rounds + p.fair_round; ++k) {
+        drained[k] += s.drained[k];
+        drain_cpu[k] += s.drain_cpu[k];
+        drain_faults[k] += s.drain_faults[k];
+        if (s.drained[k] > 0) {
+          d_first[k] = std::min(d_first[k], s.drain_t0[k]);
+          d_last[k] = std::max(d_last[k], s.drain_t1[k]);
+        }
+      }
+      r.claim.merge(s.claim_ns);
+      r.e2c.merge(s.e2c_ns);
+      r.wake.merge(s.wake_ns);
+      const TraceRec* t = ctl.trace(i - p.producers);
+      trace.insert(trace.end(), t, t + std::min<std::uint64_t>(s.trace_len, p.trace_cap));
+      const TraceRec* dt = ctl.drain_trace(i - p.producers);
+      dtrace.insert(dtrace.end(), dt, dt + std::min<std::uint64_t>(s.drain_trace_len, p.trace_cap));
+    }
+  }
+  for (auto& [pid, kb] : rss) {
+    r.rss_max_kb = std::max(r.rss_max_kb, kb);
+    r.rss_sum_kb += kb;
+  }
+  r.cycles_per_s = r.measured_s > 0 ? double(r.cycles) / r.measured_s : 0;
+  r.enqueued_per_s = r.measured_s > 0 ? double(r.enqueued) / r.measured_s : 0;
+  for (std::uint32_t k = 0; k < p.drain_rounds; ++k) {
+    const double secs = d_last[k] > d_first[k] ? double(d_last[k] - d_first[k]) / 1e9 : 0;
+    const double rate = secs > 0 ? double(drained[k]) / secs : 0;
+    if (k == 0) r.cold_drain_per_s = rate;
+    r.drained = drained[k];  // the last round is the steady state
+    r.drain_s = secs;
+    r.drained_per_s = rate;
+    r.drain_consumer_cpu_ns = drained[k] ? double(drain_cpu[k]) / double(drained[k]) : 0;
+    r.drain_server_cpu_ns = drained[k] ? double(server_cpu[k]) / double(drained[k]) : 0;
+    r.drain_faults_per_job = drained[k] ? double(drain_faults[k]) / double(drained[k]) : 0;
+    if (k == 0) r.cold_faults_per_job = r.drain_faults_per_job;
+  }
+
+  // With every trace full, the sequence is only complete up to the earliest
+  // point where one consumer stopped recording.
+  std::uint64_t cut = ~std::uint64_t(0);
+  for (std::uint32_t c = 0; c < p.consumers; ++c) {
+    const WorkerSlot& s = ctl.slot(p.producers + c);
+    if (s.trace_len >= p.trace_cap && s.trace_len > 0) cut = std::min(cut, ctl.trace(c)[s.trace_len - 1].claim_ns);
+  }
+  if (cut != ~std::uint64_t(0))
+    trace.erase(std::remove_if(trace.begin(), trace.end(), [&](const TraceRec& t) { return t.claim_ns > cut; }),
+                trace.end());
+  const std::uint64_t window = o.window ? o.window : std::max<std::uint64_t>(1000, 4ULL * p.lanes);
+  // A job's admitted time, from its producer's record (see control.hpp).
+  auto admitted_at = [&](std::uint32_t tag) -> std::uint64_t {
+    const std::uint32_t prod = tag >> kSeqBits;
+    if (prod >= p.producers) return 0;
+    const WorkerSlot& s = ctl.slot(prod);
+    if (s.admit_first == ~std::uint64_t(0)) return 0;
+    const std::uint64_t idx = ((tag & kSeqMask) - (s.admit_first & kSeqMask)) & kSeqMask;
+    return idx < s.admit_len ? ctl.admitted(prod)[idx] : 0;
+  };
+  r.fair = analyze_fairness(trace, p.lanes, window, admitted_at, &r.series);
+  if (!o.trace_dir.empty()) dump_trace(o.trace_dir + "/flow_" + r.peer + "_" + to_string(topo) + ".csv", trace);
+
+  // The recorded drain: every job was in the queue when it started, so a
+  // lane is backlogged from then until its last claim.
+  if (p.fair_round) {
+    const std::uint32_t k = p.drain_rounds;
+    const std::uint64_t start = d_first[k];
+    std::uint64_t dcut = ~std::uint64_t(0);
+    for (std::uint32_t c = 0; c < p.consumers; ++c) {
+      const WorkerSlot& s = ctl.slot(p.producers + c);
+      if (s.drain_trace_len >= p.trace_cap && s.drain_trace_len > 0)
+        dcut = std::min(dcut, ctl.drain_trace(c)[s.drain_trace_len - 1].claim_ns);
+    }
+    if (dcut != ~std::uint64_t(0))
+      dtrace.erase(std::remove_if(dtrace.begin(), dtrace.end(), [&](const TraceRec& t) { return t.claim_ns > dcut; }),
+                   dtrace.end());
+    r.drain_fair = analyze_fairness(dtrace, p.lanes, window, [start](std::uint32_t) { return start; }, &r.drain_series);
+    if (!o.trace_dir.empty()) dump_trace(o.trace_dir + "/drain_" + r.peer + "_" + to_string(topo) + ".csv", dtrace);
+  }
+  r.ok = r.error.empty();
+  return r;
+}
+
+}  // namespace
+
+RunResult run_peer(const Options& o, const std::string& spec, const PeerEnv& env) {
+  RunResult r;
+  r.label = spec;
+  const auto slash = spec.find('/');
+  const std::string name = spec.substr(0, slash);
+  auto peer = make_peer(name, env);
+  r.peer = name;
+  r.params = o.params;
+  if (!peer) {
+    r.error = "unknown peer '" + name + "'";
+    return r;
+  }
+  r.what = std::string(peer->what());
+  Topology topo = peer->natural_topology();
+  if (slash != std::string::npos) {
+    const std::string t = spec.substr(slash + 1);
+    if (t == "threads") topo = Topology::threads;
+    else if (t == "processes") topo = Topology::processes;
+    else {
+      r.error = "unknown topology '" + t + "' (threads or processes)";
+      return r;
+    }
+  }
+  r.topology = topo;
+  r.label = name + "/" + to_string(topo);
+  if (!peer->supports(topo)) {
+    r.error = name + " does not run as " + to_string(topo);
+    return r;
+  }
+  if (auto why = peer->unavailable(); !why.empty()) {
+    r.skipped = true;
+    r.error = why;
+    return r;
+  }
+  std::vector<std::uint32_t> sweep = peer->consumer_sweep();
+  if (sweep.empty()) sweep.push_back(o.params.consumers);
+
+  // The best of the sweep by claim+complete capacity (the drain rate), or by
+  // the flow rate when there was no drain.
+  auto score = [](const RunResult& x) { return x.drained_per_s > 0 ? x.drained_per_s : x.cycles_per_s; };
+  RunResult best;
+  bool have = false;
+  std::vector<RunResult::SweepPoint> points;
+  for (std::uint32_t c : sweep) {
+    const std::string lab = sweep.size() > 1 ? r.label + " c=" + std::to_string(c) : r.label;
+    RunResult one = run_once(o, *peer, topo, c, lab);
+    one.label = r.label;
+    if (o.progress) {
+      if (one.ok)
+        std::fprintf(stderr, "  [%s] %u producer(s), %u consumer(s): flow %.0f cycles/s, drain %.0f/s (%llu jobs)\n",
+                     lab.c_str(), one.params.producers, c, one.cycles_per_s, one.drained_per_s,
+                     static_cast<unsigned long long>(one.drained));
+      else
+        std::fprintf(stderr, "  [%s] failed: %s\n", lab.c_str(), one.error.c_str());
+    }
+    if (!one.ok) return one;
+    points.push_back({c, one.cycles_per_s, one.drained_per_s});
+    if (!have || score(one) > score(best)) {
+      best = std::move(one);
+      have = true;
+    }
+  }
+  if (points.size() > 1) best.sweep = std::move(points);
+  return best;
+}
+
+}  // namespace fairlane::bench

@@ -1,0 +1,152 @@
+// `fairlane watch` on a pseudo-terminal: it enters the alternate screen,
+// renders, refreshes, quits on q, Ctrl-C and SIGTERM, and leaves the
+// terminal as it found it. Without a terminal it prints one plain frame.
+#include "tool_runner.hpp"
+
+#include <functional>
+#include <regex>
+
+namespace fairlane {
+namespace {
+
+using test::group;
+using test::occurrences;
+using test::PtyTool;
+using test::run_tool;
+using test::SegmentGuard;
+using test::show;
+using test::unique_segment_name;
+
+constexpr std::string_view kAltOn = "\x1b[?1049h";
+constexpr std::string_view kAltOff = "\x1b[?1049l";
+constexpr std::string_view kCursorShow = "\x1b[?25h";
+
+class WatchTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    guard_ = std::make_unique<SegmentGuard>(unique_segment_name());
+    QueueOptions o;
+    o.jobs = 256;
+    o.lanes = 16;
+    o.payload_bytes = 32;
+    auto r = Queue::create(guard_->name(), o);
+    ASSERT_TRUE(r.ok()) << test::describe(r.error());
+    q_.emplace(std::move(r.value()));
+    for (int i = 0; i < 12; ++i) ASSERT_EQ(q_->enqueue(group("TEN", 1 + i % 3), q_->mint(), "x"), EnqueueStatus::enqueued);
+    Lease l;
+    ASSERT_TRUE(q_->claim(l, 60000));  // one lease to show
+    ASSERT_EQ(q_->set_limit(group("TEN", 2), 4), LaneStatus::ok);
+  }
+  void TearDown() override {
+    q_.reset();
+    guard_.reset();
+  }
+  const std::string& seg() const { return guard_->name(); }
+  std::string title() const { return "fairlane watch  " + seg(); }
+
+  // Runs watch on a pty until it has drawn two frames, then `quit`s it and
+  // checks the exit and the terminal.
+  void run_and_quit(const std::function<void(PtyTool&)>& quit) {
+    PtyTool t({"watch", seg(), "--interval", "50"});
+    ASSERT_TRUE(t.read_until([&](const std::string& o) { return occurrences(o, title()) >= 2; }))
+        << "fewer than two frames: " << t.output();
+    const termios during = t.termios_now();
+    EXPECT_EQ(during.c_lflag & (ICANON | ECHO), 0u) << "not in raw mode while running";
+    quit(t);
+    ASSERT_TRUE(t.read_until([](const std::string& o) { return o.find(kAltOff) != std::string::npos; }))
+        << "never left the alternate screen: " << t.output();
+    const int st = t.wait();
+    EXPECT_TRUE(WIFEXITED(st) && WEXITSTATUS(st) == 0) << "status " << st;
+
+    const std::string& out = t.output();
+    EXPECT_EQ(out.rfind(kAltOn, 0), 0u) << "the first thing written enters the alternate screen";
+    const std::size_t off = out.rfind(kAltOff);
+    EXPECT_EQ(off + kAltOff.size(), out.size()) << "leaving the alternate screen is the last thing written";
+    EXPECT_NE(out.rfind(kCursorShow), std::string::npos);
+    EXPECT_LT(out.rfind(kCursorShow), off) << "cursor shown again before leaving";
+    const termios after = t.termios_now();
+    EXPECT_EQ(after.c_lflag, t.termios_before().c_lflag) << "local modes not restored";
+    EXPECT_EQ(after.c_iflag, t.termios_before().c_iflag) << "input modes not restored";
+
+    // A frame: every lane, the lease, the process list; nothing wider than 80.
+    for (const char* want : {"TEN00000000001", "TEN00000000002", "TEN00000000003", "LEASES EXPIRING FIRST",
+                             "PROCESSES", "expires in", "0/4"})
+      EXPECT_NE(out.find(want), std::string::npos) << "missing " << want;
+    EXPECT_EQ(after.c_oflag, t.termios_before().c_oflag) << "output modes not restored";
+    // Lines end in "\r\n" (output processing is off in raw mode, so no
+    // "\r\r\n"); a frame starts at cursor home, right after the last line
+    // of the one before.
+    EXPECT_EQ(out.find("\r\r\n"), std::string::npos);
+    std::string lines = out;
+    for (std::size_t at = lines.find("\x1b[H"); at != std::string::npos; at = lines.find("\x1b[H", at + 2))
+      lines.replace(at, 3, "\r\n");
+    std::size_t start = 0;
+    while (start < lines.size()) {
+      std::size_t end = lines.find("\r\n", start);
+      if (end == std::string::npos) end = lines.size();
+      std::string line = lines.substr(start, end - start);
+      // Strip escape sequences before measuring.
+      std::string text;
+      for (std::size_t i = 0; i < line.size(); ++i) {
+        if (line[i] == '\x1b') {
+          ++i;
+          if (i < line.size() && line[i] == '[')
+            while (i + 1 < line.size() && !(line[i + 1] >= '@' && line[i + 1] <= '~')) ++i;
+          ++i;
+          continue;
+        }
+        text.push_back(line[i]);
+      }
+      EXPECT_LE(text.size(), 80u) << "wider than 80 columns: " << text;
+      start = end + 2;
+    }
+  }
+
+  std::unique_ptr<SegmentGuard> guard_;
+  std::optional<Queue> q_;
+};
+
+TEST_F(WatchTest, RendersRefreshesAndQuitsOnQ) {
+  run_and_quit([](PtyTool& t) { t.type("q"); });
+}
+
+TEST_F(WatchTest, QuitsOnCtrlC) {
+  run_and_quit([](PtyTool& t) { t.type("\x03"); });
+}
+
+TEST_F(WatchTest, QuitsOnSigtermAndStillRestoresTheTerminal) {
+  run_and_quit([](PtyTool& t) { ::kill(t.pid(), SIGTERM); });
+}
+
+TEST_F(WatchTest, ShowsRatesFromTheSecondFrame) {
+  PtyTool t({"watch", seg(), "--interval", "50"});
+  ASSERT_TRUE(t.read_until([&](const std::string& o) { return occurrences(o, title()) >= 1; }));
+  Lease l;
+  ASSERT_TRUE(q_->claim(l, 60000));
+  ASSERT_EQ(q_->complete(l.id, l.attempt), AckStatus::ok);
+  ASSERT_TRUE(t.read_until([&](const std::string& o) { return occurrences(o, title()) >= 3; }));
+  t.type("q");
+  ASSERT_TRUE(t.read_until([](const std::string& o) { return o.find(kAltOff) != std::string::npos; }));
+  EXPECT_NE(t.output().find("rate/s  claimed -"), std::string::npos) << "first frame has no rate yet";
+  EXPECT_TRUE(std::regex_search(t.output(), std::regex("rate/s  claimed [1-9][0-9.]*k? ")))
+      << "no frame showed the claim as a rate";
+  t.wait();
+}
+
+TEST_F(WatchTest, WithoutATerminalPrintsOneFrame) {
+  const auto r = run_tool({"watch", seg()});
+  ASSERT_EQ(r.exit_code, 0) << show(r);
+  EXPECT_EQ(occurrences(r.out, title()), 1u) << r.out;
+  EXPECT_EQ(r.out.find('\x1b'), std::string::npos) << "escape sequences on a non-terminal";
+  EXPECT_NE(r.out.find("TEN00000000001"), std::string::npos);
+  EXPECT_NE(r.out.find("ring    3 lanes"), std::string::npos) << r.out;
+}
+
+TEST_F(WatchTest, RefusesABadInterval) {
+  const auto r = run_tool({"watch", seg(), "--interval", "5"});
+  EXPECT_EQ(r.exit_code, 2) << show(r);
+  EXPECT_NE(r.err.find("--interval"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace fairlane

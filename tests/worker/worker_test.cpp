@@ -1,0 +1,545 @@
+// fairlane::Worker in one process: success, failure, retries under each
+// backoff policy, per-job overrides, handler timeouts, heartbeats, bounded
+// in-flight, graceful shutdown and the signal hook.
+//
+// Time is driven, never waited for: the worker runs on a ManualClock with
+// supervisor_thread = false (the test calls tick()), and the segment's clock
+// is moved with advance_clock. Delays are long (seconds of segment time) so
+// that the real time a test takes cannot make a job fall due early.
+#include "worker_support.hpp"
+
+#include <signal.h>
+
+#include <atomic>
+#include <stdexcept>
+
+namespace fairlane {
+namespace {
+
+using namespace std::chrono_literals;
+using test::Gate;
+using test::group;
+using test::kHang;
+using test::WorkerTest;
+using Kind = JobEvent::Kind;
+
+// ---------------------------------------------------------------- backoff, pure
+
+TEST(Backoff, FixedIgnoresTheAttempt) {
+  const Backoff b = Backoff::fixed(1500ms);
+  for (std::uint32_t a : {0u, 1u, 2u, 10u, 65535u}) EXPECT_EQ(b.delay(a), 1500ms) << "attempt " << a;
+}
+
+TEST(Backoff, ExponentialDoublesUpToTheCap) {
+  const Backoff b = Backoff::exponential(100ms, 1000ms);
+  EXPECT_EQ(b.delay(1), 100ms);
+  EXPECT_EQ(b.delay(2), 200ms);
+  EXPECT_EQ(b.delay(3), 400ms);
+  EXPECT_EQ(b.delay(4), 800ms);
+  EXPECT_EQ(b.delay(5), 1000ms);
+  EXPECT_EQ(b.delay(60000), 1000ms);  // pow overflows to inf; the cap holds
+  EXPECT_EQ(Backoff::exponential(100ms, 10s, 3.0).delay(3), 900ms);
+}
+
+TEST(Backoff, JitterTakesAUniformShareOff) {
+  const Backoff b = Backoff::fixed(1000ms, 0.5);
+  EXPECT_EQ(b.delay(1, 0.0), 1000ms);
+  EXPECT_EQ(b.delay(1, 0.5), 750ms);
+  EXPECT_EQ(b.delay(1, 0.999999), 500ms);
+  const Backoff full = Backoff::exponential(1000ms, 4000ms, 2.0, 1.0);
+  EXPECT_EQ(full.delay(3, 0.25), 3000ms);  // 4000 * (1 - 0.25)
+  EXPECT_EQ(Backoff::fixed(1000ms).delay(1, 0.9), 1000ms) << "no jitter: u ignored";
+}
+
+TEST(WorkerOptionsCheck, RefusesNonsense) {
+  auto handler = [](Job&) { return Outcome::ok(); };
+  auto none = []() -> std::unique_ptr<Backend> { return nullptr; };
+  auto make = [&](auto edit) {
+    WorkerOptions o;
+    edit(o);
+    Worker w(none, o, handler);
+  };
+  EXPECT_THROW(make([](WorkerOptions& o) { o.threads = 0; }), std::invalid_argument);
+  EXPECT_THROW(make([](WorkerOptions& o) { o.lease_ms = 0; }), std::invalid_argument);
+  EXPECT_THROW(make([](WorkerOptions& o) { o.heartbeat_ms = o.lease_ms; }), std::invalid_argument);
+  EXPECT_THROW(make([](WorkerOptions& o) { o.backoff.jitter = 1.5; }), std::invalid_argument);
+  EXPECT_THROW(make([](WorkerOptions& o) { o.backoff.factor = 0.5; }), std::invalid_argument);
+  EXPECT_THROW(make([](WorkerOptions& o) { o.max_attempts = 0; }), std::invalid_argument);
+  EXPECT_THROW(Worker(nullptr, WorkerOptions{}, handler), std::invalid_argument);
+  EXPECT_NO_THROW(make([](WorkerOptions&) {}));
+}
+
+// ---------------------------------------------------------------- success
+
+TEST_F(WorkerTest, CompletesEveryJobAcrossThreads) {
+  std::mutex mu;
+  std::map<BrandedId, std::string> ran;
+  std::set<BrandedId> want;
+  for (int i = 0; i < 60; ++i) {
+    const BrandedId g = group("TEN", 1 + i % 3);
+    want.insert(enqueue(g, "payload-" + std::to_string(i)));
+  }
+  WorkerOptions o = manual(4);
+  o.supervisor_thread = true;  // and the real supervisor, for once
+  o.clock = nullptr;
+  Worker w(backends(), o, [&](Job& job) {
+    std::lock_guard l(mu);
+    EXPECT_TRUE(ran.emplace(job.id(), std::string(job.payload())).second) << "ran twice: " << job.id().str();
+    EXPECT_EQ(job.attempt(), 1u);
+    return Outcome::ok();
+  });
+  w.start();
+  ASSERT_TRUE(log_.wait_for(Kind::completed, want.size()));
+  w.request_stop();
+  ASSERT_TRUE(w.wait_for(kHang));
+  EXPECT_EQ(ran.size(), want.size());
+  for (const auto& id : want) EXPECT_EQ(ran.count(id), 1u) << id.str();
+  const Snapshot s = q().snapshot();
+  EXPECT_EQ(s.pending + s.leased + s.scheduled + s.dead, 0u);
+  EXPECT_EQ(s.counters.completed, want.size());
+  const WorkerStats st = w.stats();
+  EXPECT_EQ(st.claimed, want.size());
+  EXPECT_EQ(st.completed, want.size());
+  EXPECT_EQ(st.in_flight, 0u);
+  EXPECT_EQ(st.retried + st.dead + st.lost + st.handed_back, 0u);
+}
+
+// ---------------------------------------------------------------- failure and backoff
+
+class WorkerRetryTest : public WorkerTest {
+ protected:
+  // Drives a job that always fails through every attempt. `delays` are the
+  // backoffs the worker must pick; each is checked against the segment: not
+  // due at half of it, claimed again once it has passed.
+  void run_always_failing(const WorkerOptions& o, const std::vector<std::uint64_t>& delays);
+};
+
+void WorkerRetryTest::run_always_failing(const WorkerOptions& o, const std::vector<std::uint64_t>& delays) {
+  Queue& q = this->q();
+  test::EventLog& log = log_;
+  const BrandedId id = enqueue(group("TEN"), "x");
+  Worker w(backends(), o, [](Job& job) { return Outcome::retry("boom " + std::to_string(job.attempt())); });
+  w.start();
+  for (std::size_t i = 0; i < delays.size(); ++i) {
+    ASSERT_TRUE(log.wait_for(Kind::retrying, i + 1)) << "retry " << i + 1;
+    const test::Seen e = log.of(Kind::retrying).back();
+    EXPECT_EQ(e.id, id);
+    EXPECT_EQ(e.attempt, i + 1);
+    EXPECT_EQ(e.delay_ms, delays[i]) << "attempt " << i + 1;
+    EXPECT_EQ(e.error, "boom " + std::to_string(i + 1));
+    auto j = q.job(id);
+    ASSERT_TRUE(j.has_value());
+    EXPECT_EQ(j->state, JobState::scheduled);
+    EXPECT_EQ(j->last_error, "boom " + std::to_string(i + 1));
+    q.advance_clock(delays[i] / 2);
+    q.tick();
+    ASSERT_TRUE(q.job(id).has_value());
+    EXPECT_EQ(q.job(id)->state, JobState::scheduled) << "due before its backoff passed";
+    q.advance_clock(delays[i] - delays[i] / 2);
+    q.tick();  // promotes it (or the worker's own claim did); the worker claims it again
+  }
+  ASSERT_TRUE(log.wait_for(Kind::dead, 1));
+  const test::Seen d = log.of(Kind::dead).back();
+  EXPECT_EQ(d.attempt, o.max_attempts);
+  auto j = q.job(id);
+  ASSERT_TRUE(j.has_value());
+  EXPECT_EQ(j->state, JobState::dead);
+  EXPECT_EQ(j->attempt, o.max_attempts);
+  w.request_stop();
+  ASSERT_TRUE(w.wait_for(kHang));
+  EXPECT_EQ(w.stats().retried, delays.size());
+  EXPECT_EQ(w.stats().dead, 1u);
+  EXPECT_EQ(w.stats().completed, 0u);
+}
+
+TEST_F(WorkerRetryTest, FixedBackoffRetriesThenDeadLetters) {
+  WorkerOptions o = manual();
+  o.backoff = Backoff::fixed(10s);
+  o.max_attempts = 3;
+  run_always_failing(o, {10000, 10000});
+}
+
+TEST_F(WorkerRetryTest, ExponentialBackoffGrowsToItsCap) {
+  WorkerOptions o = manual();
+  o.backoff = Backoff::exponential(2s, 10s);
+  o.max_attempts = 5;
+  run_always_failing(o, {2000, 4000, 8000, 10000});
+}
+
+TEST_F(WorkerTest, JitteredBackoffStaysWithinItsBounds) {
+  WorkerOptions o = manual();
+  o.backoff = Backoff::fixed(20s, 0.5);
+  o.max_attempts = 4;
+  const BrandedId id = enqueue(group("TEN"));
+  Worker w(backends(), o, [](Job&) { return Outcome::retry("again"); });
+  w.start();
+  std::set<std::uint64_t> distinct;
+  for (std::size_t i = 1; i <= 3; ++i) {
+    ASSERT_TRUE(log_.wait_for(Kind::retrying, i));
+    const std::uint64_t d = log_.of(Kind::retrying).back().delay_ms;
+    EXPECT_GE(d, 10000u);
+    EXPECT_LE(d, 20000u);
+    distinct.insert(d);
+    q().advance_clock(d);
+    q().tick();
+  }
+  ASSERT_TRUE(log_.wait_for(Kind::dead, 1));
+  EXPECT_EQ(state_of(id), JobState::dead);
+  EXPECT_GT(distinct.size(), 1u) << "three draws of a uniform jitter were all equal";
+  w.request_stop();
+  ASSERT_TRUE(w.wait_for(kHang));
+}
+
+TEST_F(WorkerTest, HandlerOverridesTheDelayAndCanRefuseRetries) {
+  WorkerOptions o = manual();
+  o.backoff = Backoff::fixed(1s);
+  o.max_attempts = 10;
+  const BrandedId id = enqueue(group("TEN"));
+  Worker w(backends(), o, [](Job& job) {
+    if (job.attempt() == 1) return Outcome::retry_after(7s, "later");
+    return Outcome::dead("hopeless");
+  });
+  w.start();
+  ASSERT_TRUE(log_.wait_for(Kind::retrying, 1));
+  EXPECT_EQ(log_.of(Kind::retrying)[0].delay_ms, 7000u);
+  q().advance_clock(7000);
+  q().tick();
+  ASSERT_TRUE(log_.wait_for(Kind::dead, 1));
+  const test::Seen d = log_.of(Kind::dead)[0];
+  EXPECT_EQ(d.attempt, 2u) << "dead on attempt 2 of 10: the handler said no retry";
+  EXPECT_EQ(d.error, "hopeless");
+  auto j = q().job(id);
+  ASSERT_TRUE(j.has_value());
+  EXPECT_EQ(j->state, JobState::dead);
+  EXPECT_EQ(j->last_error, "hopeless");
+  w.request_stop();
+  ASSERT_TRUE(w.wait_for(kHang));
+}
+
+TEST_F(WorkerTest, AHandlerThatThrowsIsAFailedAttempt) {
+  WorkerOptions o = manual();
+  o.max_attempts = 1;
+  const BrandedId id = enqueue(group("TEN"));
+  Worker w(backends(), o, [](Job&) -> Outcome { throw std::runtime_error("kaput"); });
+  w.start();
+  ASSERT_TRUE(log_.wait_for(Kind::dead, 1));
+  EXPECT_EQ(log_.of(Kind::dead)[0].error, "kaput");
+  auto j = q().job(id);
+  ASSERT_TRUE(j.has_value());
+  EXPECT_EQ(j->state, JobState::dead);
+  EXPECT_EQ(j->last_error, "kaput");
+  w.request_stop();
+  ASSERT_TRUE(w.wait_for(kHang));
+  EXPECT_EQ(w.stats().handler_exceptions, 1u);
+}
+
+// ---------------------------------------------------------------- timeouts
+
+TEST_F(WorkerTest, AHandlerPastItsTimeoutIsGivenUpAndItsResultIgnored) {
+  WorkerOptions o = manual();
+  o.lease_ms = 60000;
+  o.handler_timeout = 5s;
+  o.max_attempts = 3;
+  o.backoff = Backoff::fixed(30s);
+  Gate gate;
+  const BrandedId id = enqueue(group("TEN"));
+  Worker w(backends(), o, [&](Job& job) {
+    gate.pass(job);  // returns when the worker requests the job's stop
+    return Outcome::ok();
+  });
+  w.start();
+  ASSERT_TRUE(gate.wait_started(1));
+  clock_->advance(4999ms);
+  w.tick();
+  EXPECT_EQ(log_.count(Kind::retrying), 0u) << "given up before its timeout";
+  EXPECT_EQ(state_of(id), JobState::leased);
+  clock_->advance(1ms);
+  w.tick();
+  ASSERT_TRUE(log_.wait_for(Kind::retrying, 1));
+  const test::Seen e = log_.of(Kind::retrying)[0];
+  EXPECT_TRUE(e.timed_out);
+  EXPECT_EQ(e.delay_ms, 30000u);
+  EXPECT_EQ(e.error, "timed out after 5000 ms");
+  EXPECT_EQ(state_of(id), JobState::scheduled) << "the lease was given back at the timeout";
+  // The handler saw its stop token, returned ok, and that ok was discarded.
+  w.request_stop();
+  ASSERT_TRUE(w.wait_for(kHang));
+  EXPECT_TRUE(gate.saw_stop(id));
+  EXPECT_EQ(w.stats().completed, 0u);
+  EXPECT_EQ(w.stats().timed_out, 1u);
+  EXPECT_EQ(q().snapshot().counters.completed, 0u);
+  EXPECT_EQ(state_of(id), JobState::scheduled);
+}
+
+TEST_F(WorkerTest, ATimeoutOnTheLastAttemptDeadLetters) {
+  WorkerOptions o = manual();
+  o.lease_ms = 60000;
+  o.handler_timeout = 1s;
+  o.max_attempts = 1;
+  Gate gate;
+  const BrandedId id = enqueue(group("TEN"));
+  Worker w(backends(), o, [&](Job& job) {
+    gate.pass(job);
+    return Outcome::ok();
+  });
+  w.start();
+  ASSERT_TRUE(gate.wait_started(1));
+  clock_->advance(1s);
+  w.tick();
+  ASSERT_TRUE(log_.wait_for(Kind::dead, 1));
+  EXPECT_TRUE(log_.of(Kind::dead)[0].timed_out);
+  EXPECT_EQ(state_of(id), JobState::dead);
+  w.request_stop();
+  ASSERT_TRUE(w.wait_for(kHang));
+}
+
+// ---------------------------------------------------------------- heartbeats
+
+TEST_F(WorkerTest, HeartbeatsKeepASlowJobFromBeingReclaimed) {
+  WorkerOptions o = manual();
+  o.lease_ms = 3000;  // heartbeat every 1000
+  Gate gate;
+  const BrandedId id = enqueue(group("TEN"));
+  Worker w(backends(), o, [&](Job& job) {
+    gate.pass(job);
+    return Outcome::ok();
+  });
+  w.start();
+  ASSERT_TRUE(gate.wait_started(1));
+  // Ten seconds of segment time: more than three leases' worth.
+  for (int i = 0; i < 10; ++i) {
+    q().advance_clock(1000);
+    clock_->advance(1000ms);
+    w.tick();
+    q().tick();
+    auto j = q().job(id);
+    ASSERT_TRUE(j.has_value());
+    ASSERT_EQ(j->state, JobState::leased) << "reclaimed after " << (i + 1) << " s";
+    ASSERT_EQ(j->attempt, 1u);
+  }
+  EXPECT_GE(w.stats().extended, 10u);
+  gate.open(id);
+  ASSERT_TRUE(log_.wait_for(Kind::completed, 1));
+  w.request_stop();
+  ASSERT_TRUE(w.wait_for(kHang));
+  EXPECT_EQ(q().snapshot().counters.expired, 0u);
+  EXPECT_EQ(q().snapshot().counters.completed, 1u);
+  EXPECT_FALSE(q().job(id).has_value());
+}
+
+TEST_F(WorkerTest, WithoutHeartbeatsTheLeaseIsLostAndTheLateResultIgnored) {
+  WorkerOptions o = manual();
+  o.lease_ms = 3000;
+  Gate gate;
+  const BrandedId id = enqueue(group("TEN"));
+  Worker w(backends(), o, [&](Job& job) {
+    gate.pass(job);
+    return Outcome::ok();
+  });
+  w.start();
+  ASSERT_TRUE(gate.wait_started(1));
+  q().advance_clock(4000);  // no tick() of the worker: no heartbeat
+  q().tick();
+  EXPECT_EQ(state_of(id), JobState::pending) << "expired back to its lane";
+  gate.open_all();  // attempt 1 returns ok: stale, lost; the worker then runs attempt 2
+  ASSERT_TRUE(log_.wait_for(Kind::lost, 1));
+  ASSERT_TRUE(log_.wait_for(Kind::completed, 1));
+  EXPECT_EQ(log_.of(Kind::lost)[0].attempt, 1u);
+  EXPECT_EQ(log_.of(Kind::completed)[0].attempt, 2u);
+  w.request_stop();
+  ASSERT_TRUE(w.wait_for(kHang));
+  EXPECT_EQ(q().snapshot().counters.expired, 1u);
+}
+
+TEST_F(WorkerTest, AHeartbeatThatFindsTheLeaseGoneStopsTheHandler) {
+  WorkerOptions o = manual();
+  o.lease_ms = 3000;
+  Gate gate;
+  const BrandedId id = enqueue(group("TEN"));
+  Worker w(backends(), o, [&](Job& job) {
+    gate.pass(job);
+    return Outcome::ok();
+  });
+  w.start();
+  ASSERT_TRUE(gate.wait_started(1));
+  q().advance_clock(4000);
+  q().tick();                 // expired
+  Lease other;
+  ASSERT_TRUE(q().claim(other, 60000));  // someone else has it now
+  EXPECT_EQ(other.attempt, 2u);
+  clock_->advance(1000ms);
+  w.tick();  // the heartbeat is refused: stale
+  ASSERT_TRUE(log_.wait_for(Kind::lost, 1));
+  w.request_stop();
+  ASSERT_TRUE(w.wait_for(kHang));
+  EXPECT_TRUE(gate.saw_stop(id));
+  EXPECT_EQ(q().complete(other.id, other.attempt), AckStatus::ok) << "the other consumer's lease is intact";
+}
+
+// ---------------------------------------------------------------- in-flight bound
+
+TEST_F(WorkerTest, InFlightLeasesAreBounded) {
+  WorkerOptions o = manual(2);
+  o.max_in_flight = 3;  // two running, one waiting for a thread
+  Gate gate;
+  for (int i = 0; i < 10; ++i) enqueue(group("TEN", 1 + i % 5));
+  Worker w(backends(), o, [&](Job& job) {
+    gate.pass(job);
+    return Outcome::ok();
+  });
+  w.start();
+  ASSERT_TRUE(gate.wait_started(2));
+  ASSERT_TRUE(log_.wait_for(Kind::claimed, 3));
+  // The claimer holds no free slot now: it cannot claim a fourth.
+  EXPECT_EQ(q().snapshot().leased, 3u);
+  EXPECT_EQ(w.stats().in_flight, 3u);
+  EXPECT_EQ(w.stats().busy_threads, 2u);
+  gate.open_all();
+  ASSERT_TRUE(log_.wait_for(Kind::completed, 10));
+  w.request_stop();
+  ASSERT_TRUE(w.wait_for(kHang));
+  EXPECT_EQ(w.stats().completed, 10u);
+}
+
+// ---------------------------------------------------------------- shutdown
+
+TEST_F(WorkerTest, ShutdownLetsRunningJobsFinishThenHandsBackTheRest) {
+  WorkerOptions o = manual(2);
+  o.lease_ms = 60000;
+  o.shutdown_grace = 10s;
+  Gate gate;
+  const BrandedId a = enqueue(group("TEN", 1));
+  const BrandedId b = enqueue(group("TEN", 2));
+  Worker w(backends(), o, [&](Job& job) {
+    gate.pass(job);
+    return Outcome::ok();
+  });
+  w.start();
+  ASSERT_TRUE(gate.wait_started(2));
+  w.request_stop();
+  w.tick();
+  EXPECT_EQ(log_.count(Kind::handed_back), 0u) << "handed back within the grace";
+  gate.open(a);  // finishes in time
+  ASSERT_TRUE(log_.wait_for(Kind::completed, 1));
+  clock_->advance(10s);
+  w.tick();
+  ASSERT_TRUE(log_.wait_for(Kind::handed_back, 1));
+  EXPECT_EQ(log_.of(Kind::handed_back)[0].id, b);
+  // Claimable at once by another consumer, not after the 60 s lease.
+  Lease l;
+  ASSERT_TRUE(q().claim(l, 60000));
+  EXPECT_EQ(l.id, b);
+  EXPECT_EQ(l.attempt, 2u);
+  EXPECT_EQ(q().complete(l.id, l.attempt), AckStatus::ok);
+  ASSERT_TRUE(w.wait_for(kHang));  // b's handler saw its stop token and returned
+  EXPECT_TRUE(gate.saw_stop(b));
+  const WorkerStats st = w.stats();
+  EXPECT_EQ(st.completed, 1u);
+  EXPECT_EQ(st.handed_back, 1u);
+  EXPECT_EQ(st.in_flight, 0u);
+  EXPECT_EQ(q().snapshot().counters.completed, 2u);
+}
+
+TEST_F(WorkerTest, ShutdownHandsBackLeasesNotYetStartedAtOnce) {
+  WorkerOptions o = manual(1);
+  o.max_in_flight = 3;
+  o.lease_ms = 60000;
+  Gate gate;
+  const BrandedId a = enqueue(group("TEN", 1));
+  enqueue(group("TEN", 2));
+  enqueue(group("TEN", 3));
+  Worker w(backends(), o, [&](Job& job) {
+    gate.pass(job);
+    return Outcome::ok();
+  });
+  w.start();
+  ASSERT_TRUE(gate.wait_started(1));
+  ASSERT_TRUE(log_.wait_for(Kind::claimed, 3));
+  EXPECT_EQ(gate.started()[0], a);
+  w.request_stop();
+  w.tick();  // the two waiting for the busy thread go back now
+  ASSERT_TRUE(log_.wait_for(Kind::handed_back, 2));
+  Lease l;
+  ASSERT_TRUE(q().claim(l, 1000));
+  ASSERT_TRUE(q().claim(l, 1000));
+  EXPECT_FALSE(q().claim(l, 1000));
+  gate.open(a);
+  ASSERT_TRUE(log_.wait_for(Kind::completed, 1));
+  ASSERT_TRUE(w.wait_for(kHang));
+  EXPECT_EQ(w.stats().handed_back, 2u);
+  EXPECT_EQ(w.stats().completed, 1u);
+}
+
+TEST_F(WorkerTest, AHandedBackJobIsNotClaimedAgainByTheSameWorker) {
+  WorkerOptions o = manual(2);  // one thread busy, one slot free: the claimer is parked in claim_wait
+  o.lease_ms = 60000;
+  o.shutdown_grace = 0ms;
+  o.idle_poll = 200ms;
+  Gate gate;
+  const BrandedId a = enqueue(group("TEN", 1));
+  Worker w(backends(), o, [&](Job& job) {
+    gate.pass(job);
+    return Outcome::ok();
+  });
+  w.start();
+  ASSERT_TRUE(gate.wait_started(1));
+  w.request_stop();
+  w.tick();  // waits for the claimer to leave claim_wait, then hands back
+  ASSERT_EQ(log_.count(Kind::handed_back), 1u);
+  EXPECT_EQ(log_.count(Kind::claimed), 1u) << "the stopping worker claimed again";
+  Lease l;
+  ASSERT_TRUE(q().claim(l, 60000));
+  EXPECT_EQ(l.id, a);
+  EXPECT_EQ(l.attempt, 2u) << "one hand-back costs one attempt, not two";
+  ASSERT_TRUE(w.wait_for(kHang));
+}
+
+TEST_F(WorkerTest, AStopFromInsideAHandlerDrainsCleanly) {
+  WorkerOptions o = manual(1);
+  Worker* self = nullptr;
+  enqueue(group("TEN"));
+  Worker w(backends(), o, [&](Job&) {
+    self->request_stop();
+    return Outcome::ok();
+  });
+  self = &w;
+  w.start();
+  ASSERT_TRUE(w.wait_for(kHang));
+  EXPECT_EQ(w.stats().completed, 1u);
+  EXPECT_TRUE(w.stop_requested());
+}
+
+TEST_F(WorkerTest, SigtermRequestsAGracefulStop) {
+  struct sigaction before {};
+  ASSERT_EQ(::sigaction(SIGTERM, nullptr, &before), 0);
+  WorkerOptions o = manual(1);
+  o.stop_on_signals = true;
+  enqueue(group("TEN"));
+  Worker w(backends(), o, [](Job&) { return Outcome::ok(); });
+  w.start();
+  ASSERT_TRUE(log_.wait_for(Kind::completed, 1));
+  {
+    Worker second(backends(), o, [](Job&) { return Outcome::ok(); });
+    EXPECT_THROW(second.start(), std::logic_error) << "two workers cannot both own the signal hook";
+  }
+  ASSERT_EQ(::raise(SIGTERM), 0);  // handled by the hook: the process lives on
+  ASSERT_TRUE(w.wait_for(kHang));
+  EXPECT_TRUE(w.stop_requested());
+  struct sigaction after {};
+  ASSERT_EQ(::sigaction(SIGTERM, nullptr, &after), 0);
+  EXPECT_EQ(after.sa_handler, before.sa_handler) << "the previous SIGTERM disposition is back";
+}
+
+TEST_F(WorkerTest, TheDestructorStopsAndJoins) {
+  WorkerOptions o = manual(3);
+  enqueue(group("TEN"));
+  {
+    Worker w(backends(), o, [](Job&) { return Outcome::ok(); });
+    w.start();
+    ASSERT_TRUE(log_.wait_for(Kind::completed, 1));
+  }
+  EXPECT_EQ(q().snapshot().leased, 0u);
+}
+
+}  // namespace
+}  // namespace fairlane

@@ -1,0 +1,101 @@
+// fairlane::Worker on the Valkey backend: one connection per worker thread
+// (a factory, not a shared backend), the same outcomes as on the segment.
+//
+// Uses FAIRLANE_VALKEY_URL or a private redis-server started by the
+// conformance suite's helper; skipped when neither is available.
+#include "worker_support.hpp"
+
+#include "redis_server.hpp"
+
+#include <fairlane/valkey.hpp>
+
+namespace fairlane {
+namespace {
+
+using namespace std::chrono_literals;
+using test::Gate;
+using test::group;
+using test::kHang;
+using Kind = JobEvent::Kind;
+
+class WorkerOnValkey : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    auto& t = test::valkey_target();
+    if (!t.available) GTEST_SKIP() << t.skip_reason;
+    static int run = 0;  // --gtest_repeat reuses the server: a fresh queue each time
+    url_ = t.url(test::unique_segment_name(std::to_string(++run)));
+    q_ = connect();
+  }
+  std::unique_ptr<Backend> connect() {
+    auto r = open_backend(url_);
+    EXPECT_TRUE(r.ok()) << (r.ok() ? "" : r.error().message);
+    return r.ok() ? std::move(r).value() : nullptr;
+  }
+  BackendFactory factory() {
+    return [url = url_]() -> std::unique_ptr<Backend> {
+      auto r = open_backend(url);
+      if (!r) throw BackendError(r.error().message);
+      return std::move(r).value();
+    };
+  }
+  std::string url_;
+  std::unique_ptr<Backend> q_;
+  test::EventLog log_;
+  std::shared_ptr<ManualClock> clock_ = std::make_shared<ManualClock>(1'000'000);
+};
+
+TEST_F(WorkerOnValkey, CompletesRetriesDeadLettersAndHandsBackOnShutdown) {
+  WorkerOptions o;
+  o.threads = 3;
+  o.supervisor_thread = false;
+  o.clock = clock_;
+  o.idle_poll = 20ms;
+  o.lease_ms = 60000;
+  o.max_attempts = 5;
+  o.shutdown_grace = 5s;
+  o.on_event = log_.sink();
+  Gate gate;
+  auto add = [&](std::uint64_t tenant, std::string_view payload) {
+    const BrandedId id = q_->mint();
+    EXPECT_EQ(q_->enqueue(group("TEN", tenant), id, payload), EnqueueStatus::enqueued);
+    return id;
+  };
+  for (int i = 0; i < 6; ++i) add(1 + i % 2, "ok");
+  const BrandedId flaky = add(3, "flaky");
+  const BrandedId hopeless = add(4, "hopeless");
+  const BrandedId slow = add(5, "slow");
+
+  Worker w(factory(), o, [&](Job& job) {
+    if (job.payload() == "flaky" && job.attempt() == 1) return Outcome::retry_after(0ms, "first try fails");
+    if (job.payload() == "hopeless") return Outcome::dead("no such customer");
+    if (job.payload() == "slow") gate.pass(job);
+    return Outcome::ok();
+  });
+  w.start();
+  ASSERT_TRUE(log_.wait_for(Kind::completed, 7));  // six ok + flaky on attempt 2
+  ASSERT_TRUE(log_.wait_for(Kind::dead, 1));
+  ASSERT_TRUE(gate.wait_started(1));
+  EXPECT_EQ(log_.of(Kind::dead)[0].id, hopeless);
+  EXPECT_EQ(log_.of(Kind::retrying)[0].id, flaky);
+
+  w.request_stop();
+  clock_->advance(5s);
+  w.tick();  // past the grace: the slow job's lease is handed back
+  ASSERT_TRUE(log_.wait_for(Kind::handed_back, 1));
+  Lease l;
+  ASSERT_TRUE(q_->claim(l, 60000)) << "handed back: claimable at once";
+  EXPECT_EQ(l.id, slow);
+  EXPECT_EQ(l.attempt, 2u);
+  EXPECT_EQ(q_->complete(l.id, l.attempt), AckStatus::ok);
+  ASSERT_TRUE(w.wait_for(kHang));
+  EXPECT_TRUE(gate.saw_stop(slow));
+  const Snapshot s = q_->snapshot();
+  EXPECT_EQ(s.counters.completed, 8u);
+  EXPECT_EQ(s.pending + s.leased + s.scheduled, 0u);
+  EXPECT_EQ(s.dead, 1u);
+  EXPECT_EQ(w.stats().backend_errors, 0u);
+}
+
+}  // namespace
+}  // namespace fairlane
