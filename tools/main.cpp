@@ -17,6 +17,7 @@
 #include "cli_error.hpp"
 #include "commands.hpp"
 #include "demo.hpp"
+#include "fsck.hpp"
 #include "inspection.hpp"
 #include "fairlane/queue.hpp"
 
@@ -109,6 +110,11 @@ class Parser {
     json(s, seg_.json);
 
     s = sub("inspect", "show config, counters, the ring and every lane", [this] { return run_inspect(seg_); });
+    segment(s, seg_.segment);
+    json(s, seg_.json);
+
+    s = sub("fsck", "check every invariant of a segment against its job slots (exit 1: violations)",
+            [this] { return run_fsck(seg_.segment, seg_.json); });
     segment(s, seg_.segment);
     json(s, seg_.json);
 

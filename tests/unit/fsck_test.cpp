@@ -1,0 +1,144 @@
+// fsck: a segment used in every way checks clean; each kind of damage done
+// to its shared memory behind the library's back is reported by name.
+#include "queue_fixture.hpp"
+
+#include <fcntl.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include "fairlane/detail/layout.hpp"
+
+namespace fairlane {
+namespace {
+
+using test::QueueTest;
+
+const BrandedId A = BrandedId::make("AAA", 1);
+const BrandedId B = BrandedId::make("BBB", 1);
+
+bool has(const FsckReport& r, std::string_view invariant) {
+  for (const auto& i : r.issues)
+    if (i.invariant == invariant) return true;
+  return false;
+}
+
+std::string names(const FsckReport& r) {
+  std::string s;
+  for (const auto& i : r.issues) s += i.invariant + ": " + i.detail + "\n";
+  return s;
+}
+
+// A second, raw mapping of the segment: what a stray write or a bug in
+// another process would touch.
+class RawSegment {
+ public:
+  explicit RawSegment(const std::string& name) {
+    fd_ = ::shm_open(("/" + name).c_str(), O_RDWR, 0);
+    EXPECT_GE(fd_, 0);
+    size_ = std::size_t(::lseek(fd_, 0, SEEK_END));
+    base_ = static_cast<unsigned char*>(::mmap(nullptr, size_, PROT_READ | PROT_WRITE, MAP_SHARED, fd_, 0));
+    EXPECT_NE(base_, MAP_FAILED);
+  }
+  ~RawSegment() {
+    ::munmap(base_, size_);
+    ::close(fd_);
+  }
+  detail::Header& header() { return *reinterpret_cast<detail::Header*>(base_); }
+  std::atomic<std::uint64_t>& slot_word(std::uint32_t i) {
+    return reinterpret_cast<std::atomic<std::uint64_t>*>(base_ + header().words_off)[i];
+  }
+  detail::LaneRecord& lane(std::uint32_t i) { return reinterpret_cast<detail::LaneRecord*>(base_ + header().lanes_off)[i]; }
+  detail::IndexBucket& bucket(std::uint64_t i) { return reinterpret_cast<detail::IndexBucket*>(base_ + header().index_off)[i]; }
+
+ private:
+  int fd_ = -1;
+  std::size_t size_ = 0;
+  unsigned char* base_ = nullptr;
+};
+
+class FsckTest : public QueueTest {
+ protected:
+  // Pending, leased, scheduled, dead, paused, limited, weighted, re-queued.
+  void use_in_every_way() {
+    for (int i = 0; i < 20; ++i) {
+      ASSERT_EQ(q().enqueue(i % 2 ? A : B, q().mint(), "x"), EnqueueStatus::enqueued);
+    }
+    ASSERT_EQ(q().enqueue(A, BrandedId::make("JOB", 5), "old"), EnqueueStatus::enqueued);  // out of mint order
+    ASSERT_EQ(q().enqueue(B, q().mint(), "later", {.delay_ms = 5000}), EnqueueStatus::enqueued);
+    ASSERT_EQ(q().set_limit(A, 3), LaneStatus::ok);
+    ASSERT_EQ(q().set_weight(B, 2), LaneStatus::ok);
+    Lease l;
+    for (int i = 0; i < 6; ++i) {
+      ASSERT_TRUE(q().claim(l, 1000));
+      if (i % 3 == 0) q().complete(l.id, l.attempt);
+      if (i % 3 == 1) q().fail(l.id, l.attempt, {.delay_ms = 0, .max_attempts = 1, .error = "boom"});
+    }
+    ASSERT_EQ(q().pause(B), LaneStatus::ok);
+  }
+  std::string name() { return q().name(); }
+};
+
+TEST_F(FsckTest, SegmentUsedInEveryWayIsClean) {
+  use_in_every_way();
+  FsckReport r = q().fsck();
+  EXPECT_TRUE(r.clean()) << names(r);
+  EXPECT_EQ(r.slots, 256U);
+  EXPECT_GE(r.lanes, 2U);
+  q().advance_clock(10'000);  // leases expire, the delayed job falls due
+  EXPECT_GT(q().tick(), 0U);
+  r = q().fsck();
+  EXPECT_TRUE(r.clean()) << names(r);
+}
+
+TEST_F(FsckTest, ReportsAnInvalidSlotState) {
+  use_in_every_way();
+  RawSegment raw(name());
+  raw.slot_word(0).store(raw.slot_word(0).load() | 7);  // state 7 does not exist
+  EXPECT_TRUE(has(q().fsck(), "slot-state")) << names(q().fsck());
+}
+
+TEST_F(FsckTest, ReportsALanePendingCountThatDisagreesWithTheSlots) {
+  use_in_every_way();
+  RawSegment raw(name());
+  for (std::uint32_t i = 0; i < raw.header().lane_buckets; ++i) {
+    auto& w = raw.lane(i).word;
+    if (detail::LaneWord::pending(w.load()) > 0) {
+      w.store(detail::LaneWord::with_pending(w.load(), detail::LaneWord::pending(w.load()) + 1));
+      break;
+    }
+  }
+  const FsckReport r = q().fsck();
+  EXPECT_TRUE(has(r, "lane-pending-count")) << names(r);
+}
+
+TEST_F(FsckTest, ReportsALiveJobMissingFromTheIdIndex) {
+  use_in_every_way();
+  RawSegment raw(name());
+  bool cleared = false;
+  for (std::uint64_t b = 0; b < raw.header().index_buckets && !cleared; ++b)
+    for (auto& e : raw.bucket(b).e)
+      if (e.load() != 0) {
+        e.store(0);
+        cleared = true;
+        break;
+      }
+  ASSERT_TRUE(cleared);
+  const FsckReport r = q().fsck();
+  EXPECT_TRUE(has(r, "index-missing")) << names(r);
+}
+
+TEST_F(FsckTest, ReportsALostWakeUp) {
+  ASSERT_EQ(q().enqueue(A, q().mint(), "x"), EnqueueStatus::enqueued);
+  RawSegment raw(name());
+  // Clear the ringed bit of the serviceable lane: it would never be served.
+  for (std::uint32_t i = 0; i < raw.header().lane_buckets; ++i) {
+    auto& w = raw.lane(i).word;
+    if (w.load() & detail::LaneWord::kRinged) w.store(w.load() & ~detail::LaneWord::kRinged);
+  }
+  const FsckReport r = q().fsck();
+  EXPECT_TRUE(has(r, "ring-lost-wakeup")) << names(r);
+  EXPECT_TRUE(has(r, "ring-membership")) << names(r);  // and its token now belongs to no one
+}
+
+}  // namespace
+}  // namespace fairlane
