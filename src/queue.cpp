@@ -35,9 +35,8 @@ constexpr std::uint64_t kSweepBackstopMs = 1000;
 // before it gives the turn back; this many such turns in a row and the
 // claim returns what it has.
 constexpr int kBusySpins = 256;
+constexpr int kBusyYields = 16;
 constexpr int kMaxBusySkips = 8;
-// Turns a lane may get back at once after it was skipped (see claim_some).
-constexpr std::uint32_t kMaxOwedTurns = 64;
 // Jobs one ring step takes at most (a batch claim takes more steps).
 constexpr std::uint64_t kMaxStepJobs = 256;
 
@@ -112,6 +111,9 @@ std::uint32_t weight_of(const LaneRecord& l) noexcept {
   return w ? w : 1;
 }
 
+// Turns a lane gets back at most per ring draw (see claim_some).
+constexpr std::uint32_t kMaxRepaidTurns = 8;
+
 Token take_token(Segment& s) noexcept {
   // seq_cst: a store-load pair with put_token's CAS and notify()'s load of
   // `waiters` (no lost wake-up; see [S5]).
@@ -120,17 +122,30 @@ Token take_token(Segment& s) noexcept {
     return Token{std::uint32_t(hw) - 1, std::uint32_t(hw >> 32)};
   std::uint32_t lane = ring_pop(s);
   if (lane == kNoLane) return {};
-  return Token{lane, weight_of(s.lanes[lane])};
+  // A fresh turn from the rotation: the lane's weight, plus turns it lost
+  // earlier to a busy structure (taken off `owed` here, once).
+  LaneRecord& l = s.lanes[lane];
+  std::uint32_t repaid = 0;
+  std::uint32_t owed = l.owed.load(std::memory_order_relaxed);
+  while (owed != 0) {
+    repaid = std::min(owed, kMaxRepaidTurns);
+    if (l.owed.compare_exchange_weak(owed, owed - repaid, std::memory_order_relaxed)) break;
+    repaid = 0;
+  }
+  return Token{lane, weight_of(l) + repaid};
 }
 
 // Gives a token back: to the hold slot if its lane is owed more claims this
 // turn (so the ring stays on it), else to the ring's tail.
 // Wakes a parked consumer unless `wake` is false (the caller notifies later).
+// Turns left that cannot wait in the hold slot (another lane's are there)
+// are owed to the lane and come back at its next draw from the ring.
 void put_token(Segment& s, std::uint32_t lane, std::uint32_t turn_left, bool wake = true) noexcept {
   bool held = false;
   if (turn_left > 0) {
     std::uint64_t empty = 0;
     held = s.h->hold.compare_exchange_strong(empty, (std::uint64_t(turn_left) << 32) | (lane + 1), std::memory_order_seq_cst);
+    if (!held) s.lanes[lane].owed.fetch_add(turn_left, std::memory_order_relaxed);
   }
   if (!held) {
     [[maybe_unused]] const bool pushed = ring_push(s, lane);
@@ -261,10 +276,13 @@ void record_wait(Segment& s, std::uint32_t lane, std::uint64_t waited_us) noexce
 //  4. pop the n oldest jobs, lease them, release the structure.
 //
 // A claimer that draws a lane whose structure another claimer is still
-// popping waits a moment; if it is still busy (that claimer was descheduled),
-// it gives the turn back to the ring and records it in the lane's `owed`, and
-// the lane gets those turns back the next time it is drawn (a deficit
-// round robin), so a stalled server does not cost its lane its share.
+// popping waits a moment; if it is still busy (that claimer was
+// descheduled), it puts the token back at the ring's tail, the lane is owed
+// that turn, and draws again. Owed turns are repaid at the lane's next draw
+// from the ring (at most kMaxRepaidTurns a draw), never at once: an
+// immediate repayment through the hold slot drew both consumers of a
+// two-consumer run onto the same busy lane and fed back into runs of
+// thousands of claims of one lane.
 std::size_t claim_some(Segment& s, Lease* out, std::size_t room, std::uint32_t lease_ms) noexcept {
   const std::uint64_t now_us = segment_now_us(s), now = now_us / 1000;
   maybe_sweep(s, now);
@@ -277,10 +295,6 @@ std::size_t claim_some(Segment& s, Lease* out, std::size_t room, std::uint32_t l
     Token tok = take_token(s);
     if (tok.lane == kNoLane) break;
     LaneRecord& l = s.lanes[tok.lane];
-    // Turns given up earlier come back now (capped, so a long stall does not
-    // become one long burst); they are taken off `owed` only once used.
-    const std::uint32_t repaid = std::min<std::uint32_t>(l.owed.load(std::memory_order_relaxed), kMaxOwedTurns);
-    tok.turn += repaid;
     std::uint64_t w = l.word.load(std::memory_order_acquire);
     std::uint64_t n = 0;
     bool keep = false, busy = false;
@@ -293,8 +307,13 @@ std::size_t claim_some(Segment& s, Lease* out, std::size_t room, std::uint32_t l
         continue;
       }
       if (w & LaneWord::kBusy) {
-        if (++spins <= kBusySpins) {
-          cpu_relax();
+        // Its server is popping (a few hundred ns) or was descheduled while
+        // popping: spin a little, then yield the CPU a few times so that a
+        // descheduled server on an oversubscribed machine can finish, then
+        // give up the turn (a stopped server must not stop this claimer).
+        if (++spins <= kBusySpins + kBusyYields) {
+          if (spins <= kBusySpins) cpu_relax();
+          else sched_yield();
           w = l.word.load(std::memory_order_acquire);
           continue;
         }
@@ -313,15 +332,18 @@ std::size_t claim_some(Segment& s, Lease* out, std::size_t room, std::uint32_t l
       n = 0;
     }
     if (busy) {
+      // One turn is owed and comes back at the lane's next draw from the
+      // ring, a full rotation later (repaying at once, through the hold
+      // slot, drew every consumer onto the same busy lane again; owing the
+      // whole remaining turn let skips compound). The token goes to the
+      // ring's tail, without a wake: a parked consumer would only draw this
+      // busy lane again and spin.
       l.owed.fetch_add(1, std::memory_order_relaxed);
-      // To the ring's tail, so other lanes go first. No wake: whoever is
-      // parked would only draw this busy lane again and spin.
       put_token(s, tok.lane, 0, false);
       if (++busy_skips >= kMaxBusySkips) break;
       continue;
     }
     if (n == 0) continue;  // token dropped
-    if (repaid) l.owed.fetch_sub(std::min<std::uint32_t>(repaid, std::uint32_t(n)), std::memory_order_relaxed);
     // The token goes back before we pop, so the lane keeps its place; the
     // wake-up waits until the structure is free again.
     if (keep) put_token(s, tok.lane, tok.turn - std::uint32_t(n), false);

@@ -11,6 +11,7 @@
 #include <algorithm>
 #include <cstring>
 #include <new>
+#include <vector>
 
 namespace fairlane::bench {
 
@@ -90,6 +91,17 @@ bool Control::create(Control& out, const std::string& name, const Params& params
   h->drain_trace_offset = dtrace_off;
   for (std::uint32_t i = 0; i < workers; ++i) new (&out.slot(i)) WorkerSlot{};
   return true;
+}
+
+std::uint64_t Control::resident_bytes() const noexcept {
+  if (!base_) return 0;
+  const std::size_t page = std::size_t(sysconf(_SC_PAGESIZE));
+  const std::size_t pages = (size_ + page - 1) / page;
+  std::vector<unsigned char> vec(pages);
+  if (mincore(base_, size_, vec.data()) != 0) return 0;
+  std::uint64_t n = 0;
+  for (unsigned char v : vec) n += v & 1;
+  return n * page;
 }
 
 bool Control::open(Control& out, const std::string& name, std::string& error) {

@@ -80,7 +80,8 @@ struct alignas(64) WorkerSlot {
   std::uint64_t empty_polls;    // consumer: claim found nothing
   std::uint64_t trace_len;      // records written to this consumer's flow trace
   std::uint64_t drain_trace_len;  // records written to its drain trace
-  std::uint64_t vmhwm_kb;       // the process's VmHWM at exit
+  std::uint64_t vmhwm_kb;       // the process's VmHWM at exit, less the harness's own pages (below)
+  std::uint64_t harness_kb;     // resident pages of this control block (traces, histograms) at exit
   std::uint64_t wake_timeouts;  // wake rounds abandoned
   std::uint64_t admit_first;    // producer: sequence number of admitted[0] (its first job in kMeasure)
   std::uint64_t admit_len;      // producer: entries written to admitted[]
@@ -163,6 +164,9 @@ class Control {
     return reinterpret_cast<std::uint64_t*>(static_cast<char*>(base_) + header().admit_offset) +
            std::size_t(producer) * header().admit_cap;
   }
+  // Resident bytes of this mapping (mincore): the instrument's own memory,
+  // which every worker's VmHWM includes and the report takes out again.
+  std::uint64_t resident_bytes() const noexcept;
   const std::string& name() const noexcept { return name_; }
 
  private:

@@ -208,12 +208,14 @@ void print_table(const Options& o, const std::vector<RunResult>& rs, const std::
   }
   fmt::print("\nflow: producers and consumers together, backlog <= {}. drain: consumers alone on a queue "
              "pre-filled with up to {} jobs ({:.1f} s fill at most), round {} of {}; cold: round 1, on a fresh "
-             "segment. CPU/job: CPU time of the consumers (and of the server, for valkey) per drained job, which does not "
-             "depend on what else the machine runs. Latencies are from the flow; wake-ups from {} rounds with consumer 0 "
-             "parked.\n"
+             "segment. CPU/job: CPU time of the consumers (and of the server, for valkey) per drained job, which "
+             "does not depend on what else the machine runs. Latencies are from the flow; wake-ups from {} rounds "
+             "with consumer 0 parked.\n"
+             "RSS: each worker process's VmHWM less the harness's own resident pages (its records); server: the "
+             "Valkey server's VmHWM; shm: the size of the peer's segment.\n"
              "Fairness: Jain's index and max - min served among the lanes backlogged throughout each window of W "
              "claims (backl. = how many, on average), over the recorded drain and over the flow (in the flow, lanes "
-             "are backlogged only where consumers are the bottleneck). RSS is VmHWM.\n",
+             "are backlogged only where consumers are the bottleneck).\n",
              p.backlog, p.drain_jobs, o.fill_s, p.drain_rounds, p.drain_rounds, p.wake_rounds);
   fmt::print("\ntargets (DESIGN.md section 5; claim+complete = the drain rate):\n");
   for (auto& t : targets) {

@@ -35,17 +35,19 @@ void run_role(Peer& peer, Control& ctl, Role role, std::uint32_t index) {
   else peer.consumer_loop(ctx);
 }
 
-void finish_slot(WorkerSlot& s, bool ok) {
+void finish_slot(const Control& ctl, WorkerSlot& s, bool ok) {
   s.pid = getpid();
-  s.vmhwm_kb = self_vmhwm_kb();
+  s.harness_kb = ctl.resident_bytes() / 1024;
+  const std::uint64_t hwm = self_vmhwm_kb();
+  s.vmhwm_kb = hwm > s.harness_kb ? hwm - s.harness_kb : hwm;
   // release: the slot's fields above are visible to whoever sees the state.
   s.state.store(std::int32_t(ok ? SlotState::done : SlotState::failed), std::memory_order_release);
 }
 
-void fail_slot(ControlHeader& h, WorkerSlot& s, const std::string& why) {
+void fail_slot(const Control& ctl, ControlHeader& h, WorkerSlot& s, const std::string& why) {
   std::snprintf(s.error, sizeof s.error, "%s", why.c_str());
   h.abort.store(1, std::memory_order_relaxed);
-  finish_slot(s, false);
+  finish_slot(ctl, s, false);
 }
 
 }  // namespace
@@ -80,7 +82,7 @@ int worker_main(int argc, char** argv) {
   if (!peer) error = std::string("unknown peer ") + h.peer;
   else if (!peer->attach(p, h.info, error) && error.empty()) error = "attach failed";
   if (!error.empty()) {
-    for (auto& [r, i] : mine) fail_slot(h, ctl.slot(ctl.slot_index(r, i)), error);
+    for (auto& [r, i] : mine) fail_slot(ctl, h, ctl.slot(ctl.slot_index(r, i)), error);
     h.ready.fetch_add(std::uint32_t(mine.size()), std::memory_order_release);
     return 1;
   }
@@ -107,7 +109,7 @@ int worker_main(int argc, char** argv) {
     WorkerSlot& s = ctl.slot(ctl.slot_index(r, i));
     const bool mine_ok = s.error[0] == '\0';
     ok = ok && mine_ok;
-    finish_slot(s, mine_ok);
+    finish_slot(ctl, s, mine_ok);
   }
   return ok ? 0 : 1;
 }

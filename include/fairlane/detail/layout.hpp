@@ -149,7 +149,7 @@ struct alignas(kCacheLine) LaneRecord {
   // Owned by the holder of the busy bit:
   std::uint32_t run_head, run_tail;   // ascending run of slots (slot+1)
   std::uint32_t heap_root;            // leftist heap of out-of-order slots (slot+1)
-  std::atomic<std::uint32_t> owed;    // turns this lane gave up because its structure was busy
+  std::atomic<std::uint32_t> owed;    // turns lost to a busy structure, repaid at its next ring draw
   std::uint32_t reserved[2];
 };
 static_assert(sizeof(LaneRecord) == 64);
