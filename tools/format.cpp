@@ -82,7 +82,17 @@ nlohmann::json lane_json(const LaneInfo& l) {
   if (l.limit != 0) limit = l.limit;
   return {{"group", l.group.string()}, {"depth", l.depth},   {"active", l.active},
           {"limit", limit},            {"weight", l.weight}, {"paused", l.paused},
-          {"ringed", l.ringed},        {"served", l.served}};
+          {"ringed", l.ringed},        {"served", l.served},
+          // Enqueue-to-claim waits from the segment's histogram: upper
+          // bounds of power-of-two buckets, in microseconds.
+          {"wait", {{"count", l.wait.count()}, {"p50_us", l.wait.quantile_us(0.5)}, {"p99_us", l.wait.quantile_us(0.99)}}}};
+}
+
+// A bucket bound in us as a short human figure: 512us, 4.1ms, 1.0s.
+std::string short_us(std::uint64_t us) {
+  if (us < 1000) return fmt::format("{}us", us);
+  if (us < 1000000) return fmt::format("{:.1f}ms", double(us) / 1e3);
+  return fmt::format("{:.1f}s", double(us) / 1e6);
 }
 
 }  // namespace
@@ -141,8 +151,8 @@ std::string inspect_table(std::string_view segment, const Snapshot& s, const Que
   line(ring);
 
   line("");
-  line(fmt::format("{:<16}{:>10}{:>9}{:>8}{:>8}{:>8}{:>14}", "group", "depth", "active", "limit",
-                   "weight", "paused", "served"));
+  line(fmt::format("{:<16}{:>9}{:>8}{:>7}{:>7}{:>7}{:>12}{:>11}", "group", "depth", "active", "limit",
+                   "weight", "paused", "served", "wait p99"));
   if (s.lanes.empty()) line("(no lanes yet)");
   // Table order is the segment's; people find a lane faster sorted by group.
   std::vector<const LaneInfo*> lanes;
@@ -152,9 +162,10 @@ std::string inspect_table(std::string_view segment, const Snapshot& s, const Que
     const LaneInfo& l = *lp;
     std::string name(l.group.str());
     if (name == kDefaultGroup) name = "default";
-    line(fmt::format("{:<16}{:>10}{:>9}{:>8}{:>8}{:>8}{:>14}", name, grouped(l.depth),
+    line(fmt::format("{:<16}{:>9}{:>8}{:>7}{:>7}{:>7}{:>12}{:>11}", name, grouped(l.depth),
                      grouped(l.active), l.limit == 0 ? std::string("-") : std::to_string(l.limit),
-                     l.weight, l.paused ? "yes" : "no", grouped(l.served)));
+                     l.weight, l.paused ? "yes" : "no", grouped(l.served),
+                     l.wait.count() ? "<" + short_us(l.wait.quantile_us(0.99)) : std::string("-")));
   }
   return out;
 }
