@@ -31,52 +31,9 @@ using test::unique_segment_name;
 #error "FAIRLANE_CLI_PATH must name the fairlane tool"
 #endif
 
-struct CliRun {
-  int exit_code = -1;  // -1: did not exit normally
-  std::string out, err;
-};
+using CliRun = test::ProgramRun;
 
-std::string slurp(const std::filesystem::path& p) {
-  std::ifstream in(p, std::ios::binary);
-  std::ostringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
-}
-
-// Runs the tool with these arguments; stdout and stderr go to files so a
-// chatty child can never block on a full pipe.
-CliRun run_cli(const std::vector<std::string>& args) {
-  static int counter = 0;
-  TempDir dir;
-  const auto out_path = dir.path() / ("out" + std::to_string(counter));
-  const auto err_path = dir.path() / ("err" + std::to_string(counter++));
-  std::vector<std::string> full{FAIRLANE_CLI_PATH};
-  full.insert(full.end(), args.begin(), args.end());
-  std::vector<char*> argv;
-  for (auto& a : full) argv.push_back(a.data());
-  argv.push_back(nullptr);
-
-  posix_spawn_file_actions_t fa;
-  posix_spawn_file_actions_init(&fa);
-  posix_spawn_file_actions_addopen(&fa, 0, "/dev/null", O_RDONLY, 0);
-  posix_spawn_file_actions_addopen(&fa, 1, out_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0600);
-  posix_spawn_file_actions_addopen(&fa, 2, err_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0600);
-  pid_t pid = -1;
-  const int rc = posix_spawn(&pid, argv[0], &fa, nullptr, argv.data(), environ);
-  posix_spawn_file_actions_destroy(&fa);
-  CliRun r;
-  if (rc != 0) {
-    r.err = std::string("posix_spawn failed: ") + std::strerror(rc);
-    return r;
-  }
-  int st = 0;
-  while (::waitpid(pid, &st, 0) < 0 && errno == EINTR) {
-  }
-  if (WIFEXITED(st)) r.exit_code = WEXITSTATUS(st);
-  r.out = slurp(out_path);
-  r.err = slurp(err_path);
-  return r;
-}
+CliRun run_cli(const std::vector<std::string>& args) { return test::run_program(FAIRLANE_CLI_PATH, args); }
 
 std::string show(const CliRun& r) { return "exit " + std::to_string(r.exit_code) + "\nstdout: " + r.out + "\nstderr: " + r.err; }
 

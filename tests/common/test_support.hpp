@@ -11,7 +11,16 @@
 
 #include <gtest/gtest.h>
 
+#include <fcntl.h>
+#include <spawn.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
 #include <cerrno>
+#include <cstring>
+#include <fstream>
+#include <sstream>
+#include <vector>
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
@@ -109,6 +118,53 @@ inline std::string describe(const Error& e) {
   auto var##_result = ::fairlane::Queue::create((name), (opts));                        \
   ASSERT_TRUE(var##_result.ok()) << ::fairlane::test::describe(var##_result.error());   \
   ::fairlane::Queue& var = var##_result.value()
+
+
+// The exit status and output of a program run to completion.
+struct ProgramRun {
+  int exit_code = -1;  // -1: did not exit normally
+  std::string out, err;
+};
+
+inline std::string slurp_file(const std::filesystem::path& p) {
+  std::ifstream in(p, std::ios::binary);
+  std::ostringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+// Runs `exe args...` with stdin from /dev/null and stdout/stderr to files
+// (never a pipe a chatty child could fill), and waits for it.
+inline ProgramRun run_program(const std::string& exe, const std::vector<std::string>& args) {
+  TempDir dir;
+  const auto out_path = dir.path() / "out";
+  const auto err_path = dir.path() / "err";
+  std::vector<std::string> full{exe};
+  full.insert(full.end(), args.begin(), args.end());
+  std::vector<char*> argv;
+  for (auto& a : full) argv.push_back(a.data());
+  argv.push_back(nullptr);
+  posix_spawn_file_actions_t fa;
+  posix_spawn_file_actions_init(&fa);
+  posix_spawn_file_actions_addopen(&fa, 0, "/dev/null", O_RDONLY, 0);
+  posix_spawn_file_actions_addopen(&fa, 1, out_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0600);
+  posix_spawn_file_actions_addopen(&fa, 2, err_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0600);
+  pid_t pid = -1;
+  const int rc = posix_spawn(&pid, argv[0], &fa, nullptr, argv.data(), environ);
+  posix_spawn_file_actions_destroy(&fa);
+  ProgramRun r;
+  if (rc != 0) {
+    r.err = std::string("posix_spawn: ") + std::strerror(rc);
+    return r;
+  }
+  int st = 0;
+  while (::waitpid(pid, &st, 0) < 0 && errno == EINTR) {
+  }
+  if (WIFEXITED(st)) r.exit_code = WEXITSTATUS(st);
+  r.out = slurp_file(out_path);
+  r.err = slurp_file(err_path);
+  return r;
+}
 
 }  // namespace fairlane::test
 

@@ -32,54 +32,15 @@ namespace fairlane::test {
 
 inline constexpr std::chrono::seconds kToolHang{30};
 
-struct ToolRun {
-  int exit_code = -1;  // -1: did not exit normally
-  std::string out, err;
-};
+using ToolRun = ProgramRun;
 
 inline std::string show(const ToolRun& r) {
   return "exit " + std::to_string(r.exit_code) + "\nstdout: " + r.out + "\nstderr: " + r.err;
 }
 
-inline std::string slurp_file(const std::filesystem::path& p) {
-  std::ifstream in(p, std::ios::binary);
-  std::ostringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
-}
 
-// Runs `fairlane args...` with stdin from /dev/null and stdout/stderr to
-// files (never a pipe a chatty child could fill).
-inline ToolRun run_tool(const std::vector<std::string>& args) {
-  TempDir dir;
-  const auto out_path = dir.path() / "out";
-  const auto err_path = dir.path() / "err";
-  std::vector<std::string> full{FAIRLANE_CLI_PATH};
-  full.insert(full.end(), args.begin(), args.end());
-  std::vector<char*> argv;
-  for (auto& a : full) argv.push_back(a.data());
-  argv.push_back(nullptr);
-  posix_spawn_file_actions_t fa;
-  posix_spawn_file_actions_init(&fa);
-  posix_spawn_file_actions_addopen(&fa, 0, "/dev/null", O_RDONLY, 0);
-  posix_spawn_file_actions_addopen(&fa, 1, out_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0600);
-  posix_spawn_file_actions_addopen(&fa, 2, err_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0600);
-  pid_t pid = -1;
-  const int rc = posix_spawn(&pid, argv[0], &fa, nullptr, argv.data(), environ);
-  posix_spawn_file_actions_destroy(&fa);
-  ToolRun r;
-  if (rc != 0) {
-    r.err = std::string("posix_spawn: ") + std::strerror(rc);
-    return r;
-  }
-  int st = 0;
-  while (::waitpid(pid, &st, 0) < 0 && errno == EINTR) {
-  }
-  if (WIFEXITED(st)) r.exit_code = WEXITSTATUS(st);
-  r.out = slurp_file(out_path);
-  r.err = slurp_file(err_path);
-  return r;
-}
+// Runs `fairlane args...` to completion (see run_program).
+inline ToolRun run_tool(const std::vector<std::string>& args) { return run_program(FAIRLANE_CLI_PATH, args); }
 
 // `fairlane args...` on a pseudo-terminal of rows x cols. The test keeps the
 // terminal side (the slave) open too, so it can read its termios after the
