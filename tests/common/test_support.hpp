@@ -25,6 +25,8 @@
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
+#include <optional>
+#include <memory>
 #include <string>
 #include <string_view>
 #include <system_error>
@@ -119,6 +121,29 @@ inline std::string describe(const Error& e) {
   ASSERT_TRUE(var##_result.ok()) << ::fairlane::test::describe(var##_result.error());   \
   ::fairlane::Queue& var = var##_result.value()
 
+
+
+// One fresh segment per test, removed at the end (unmapped first).
+class SegmentFixture : public ::testing::Test {
+ protected:
+  void create(const QueueOptions& o) {
+    guard_ = std::make_unique<SegmentGuard>(unique_segment_name());
+    auto r = Queue::create(guard_->name(), o);
+    ASSERT_TRUE(r.ok()) << describe(r.error());
+    q_.emplace(std::move(r.value()));
+  }
+  void TearDown() override {
+    q_.reset();  // unmap before the guard removes the name
+    guard_.reset();
+  }
+  bool created() const { return q_.has_value(); }
+  const std::string& seg() { return guard_->name(); }
+  Queue& q() { return *q_; }
+
+ private:
+  std::unique_ptr<SegmentGuard> guard_;
+  std::optional<Queue> q_;
+};
 
 // The exit status and output of a program run to completion.
 struct ProgramRun {

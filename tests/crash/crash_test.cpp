@@ -19,23 +19,9 @@ using test::TempDir;
 using test::unique_segment_name;
 namespace proto = test::proto;
 
-class Crash : public ::testing::Test {
+class Crash : public test::SegmentFixture {
  protected:
-  void create(QueueOptions o) {
-    guard_ = std::make_unique<SegmentGuard>(unique_segment_name());
-    auto r = Queue::create(guard_->name(), o);
-    ASSERT_TRUE(r.ok()) << describe(r.error());
-    q_.emplace(std::move(r.value()));
-  }
-  void TearDown() override {
-    q_.reset();
-    guard_.reset();
-  }
-  const std::string& seg() { return guard_->name(); }
-  Queue& q() { return *q_; }
   TempDir dir_;
-  std::unique_ptr<SegmentGuard> guard_;
-  std::optional<Queue> q_;
 };
 
 TEST_F(Crash, LeaseOfDeadConsumerIsRedeliveredAndFreesTheLimit) {

@@ -161,20 +161,8 @@ void verify_delivery(const std::vector<std::vector<proto::ClaimRecord>>& per_con
   }
 }
 
-class MultiProc : public ::testing::Test {
+class MultiProc : public test::SegmentFixture {
  protected:
-  void create(QueueOptions o) {
-    guard_ = std::make_unique<SegmentGuard>(unique_segment_name());
-    auto r = Queue::create(guard_->name(), o);
-    ASSERT_TRUE(r.ok()) << describe(r.error());
-    q_.emplace(std::move(r.value()));
-  }
-  void TearDown() override {
-    q_.reset();
-    guard_.reset();
-  }
-  const std::string& seg() { return guard_->name(); }
-  Queue& q() { return *q_; }
 
   std::vector<Child> spawn_consumers(int n, std::uint64_t total, std::uint64_t max_claims) {
     std::vector<Child> out;
@@ -190,8 +178,6 @@ class MultiProc : public ::testing::Test {
   }
 
   TempDir dir_;
-  std::unique_ptr<SegmentGuard> guard_;
-  std::optional<Queue> q_;
 };
 
 // ---------------------------------------------------------------- delivery

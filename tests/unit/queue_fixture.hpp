@@ -13,15 +13,10 @@
 
 namespace fairlane::test {
 
-class QueueTest : public ::testing::Test {
+class QueueTest : public SegmentFixture {
  protected:
   // Tests that need other options call make_queue() themselves first.
-  void make_queue(QueueOptions opts) {
-    guard_ = std::make_unique<SegmentGuard>(unique_segment_name());
-    auto r = Queue::create(guard_->name(), opts);
-    ASSERT_TRUE(r.ok()) << describe(r.error());
-    q_.emplace(std::move(r.value()));
-  }
+  void make_queue(QueueOptions opts) { create(opts); }
   static QueueOptions small_options() {
     QueueOptions o;
     o.jobs = 256;
@@ -29,14 +24,9 @@ class QueueTest : public ::testing::Test {
     o.payload_bytes = 64;
     return o;
   }
-  void SetUp() override {}
-  void TearDown() override {
-    q_.reset();  // unmap before the guard removes the name
-    guard_.reset();
-  }
   Queue& q() {
-    if (!q_) make_queue(small_options());
-    return *q_;
+    if (!created()) make_queue(small_options());
+    return SegmentFixture::q();
   }
 
   // Enqueues n jobs into a lane with fresh minted ids; returns their ids in mint order.
@@ -75,9 +65,6 @@ class QueueTest : public ::testing::Test {
       if (li.group == g) return li;
     return std::nullopt;
   }
-
-  std::unique_ptr<SegmentGuard> guard_;
-  std::optional<Queue> q_;
 };
 
 // "AAB" style printing of a served sequence, for failure messages.
