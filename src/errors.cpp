@@ -15,6 +15,8 @@ std::string_view to_string(Errc e) noexcept {
     case Errc::invalid_argument: return "invalid_argument";
     case Errc::permission_denied: return "permission_denied";
     case Errc::system: return "system";
+    case Errc::busy: return "busy";
+    case Errc::unavailable: return "unavailable";
   }
   return "unknown";
 }
@@ -29,6 +31,9 @@ std::string_view to_string(EnqueueStatus s) noexcept {
     case EnqueueStatus::payload_too_large: return "payload_too_large";
     case EnqueueStatus::full: return "full";
     case EnqueueStatus::lanes_full: return "lanes_full";
+    case EnqueueStatus::mirror_behind: return "mirror_behind";
+    case EnqueueStatus::mirror_unavailable: return "mirror_unavailable";
+    case EnqueueStatus::not_durable: return "not_durable";
   }
   return "unknown";
 }

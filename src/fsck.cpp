@@ -259,7 +259,7 @@ class Checker {
   }
 
   // Expiry and promotion are driven by next_due: it must not be later than
-  // the earliest deadline (the one-second backstop sweep would still catch it).
+  // the earliest deadline (the backstop sweep would still catch it).
   void check_next_due() {
     std::uint64_t earliest = ~0ULL;
     for (std::uint32_t i = 0; i < s_.jobs; ++i) {

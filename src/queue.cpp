@@ -19,6 +19,7 @@
 #include "id_index.hpp"
 #include "lane_order.hpp"
 #include "lane_table.hpp"
+#include "mirror_log.hpp"
 #include "ring.hpp"
 #include "segment.hpp"
 
@@ -29,8 +30,10 @@ namespace {
 
 constexpr std::uint64_t kNever = ~0ULL;
 // A sweep for due work runs at least this often while anyone claims or
-// waits, whatever next_due says.
-constexpr std::uint64_t kSweepBackstopMs = 1000;
+// waits, whatever next_due says (parked consumers wake this often to run
+// it): with kHolderCheckMs below, it bounds how long the leases of a dead
+// consumer stay out.
+constexpr std::uint64_t kSweepBackstopMs = 500;
 // A claim that draws a lane whose structure is busy spins this many times
 // before it gives the turn back; this many such turns in a row and the
 // claim returns what it has.
@@ -191,10 +194,71 @@ void release_active(Segment& s, std::uint32_t lane) noexcept {
   update_lane(s, lane, [](std::uint64_t w) { return LaneWord::with_active(w, LaneWord::active(w) - 1); });
 }
 
-// ---- sweeping: promote due jobs, return expired leases ---------------------
+// ---- sweeping: promote due jobs, return expired leases and those of dead holders ----
+//
+// A sweep scans the slot words. A due `scheduled` slot is promoted; a
+// `leased` slot goes back to its lane when its deadline has passed or when
+// its holder (the process record in SlotRecord::holder) is dead, judged by
+// pid + start time. Both take the job with the same CAS on the slot word
+// ([R5]), so a holder that was only slow finds its attempt fenced off when
+// it completes late. Liveness costs system calls (kill, /proc/PID/stat), so
+// a sweep judges each process record at most once, and sweeps judge
+// unexpired leases at most every kHolderCheckMs (the header's
+// recovery.checked_ms elects the sweep that does).
 
-// Returns a leased (expired) or scheduled (due) job to its lane. False if the
-// slot word changed under us.
+// How often sweeps judge the holders of unexpired leases; with the backstop
+// this bounds how long a dead consumer's jobs stay leased.
+constexpr std::uint64_t kHolderCheckMs = 250;
+static_assert(kHolderCheckMs <= kSweepBackstopMs);
+
+// ProcRecord::owner: the start time has been written (see segment.cpp).
+constexpr std::uint64_t kOwnerStamped = 1ULL << 33;
+
+std::uint64_t unix_now_ms() noexcept {
+  timespec ts;
+  clock_gettime(CLOCK_REALTIME, &ts);
+  return std::uint64_t(ts.tv_sec) * 1000 + std::uint64_t(ts.tv_nsec) / 1000000;
+}
+
+// The liveness of lease holders, judged at most once per process record in
+// one sweep. Only a record whose owner has stamped its start time is judged
+// (never one being attached), and only if it did not change hands while we
+// read it. A free record (its owner detached cleanly, as `fairlane claim`
+// does) is not judged dead: its pid may still complete the job through
+// another handle.
+class HolderLiveness {
+ public:
+  explicit HolderLiveness(const Segment& s) noexcept : s_(s) {}
+
+  // The pid of the lease holder `holder` (record index + 1) if it is dead, else 0.
+  int dead_pid(std::uint32_t holder) noexcept {
+    if (holder == 0 || holder > kMaxProcs || holder - 1 == s_.me_index) return 0;
+    const std::uint32_t i = holder - 1;
+    if (!judged_[i]) {
+      judged_[i] = true;
+      dead_[i] = judge(s_.procs[i]);
+    }
+    return dead_[i];
+  }
+
+ private:
+  static int judge(const ProcRecord& p) noexcept {
+    const std::uint64_t owner = p.owner.load(std::memory_order_acquire);
+    if (!(owner & kOwnerStamped)) return 0;
+    const std::uint64_t start = __atomic_load_n(&p.start_time, __ATOMIC_RELAXED);
+    std::atomic_thread_fence(std::memory_order_acquire);
+    if (p.owner.load(std::memory_order_relaxed) != owner) return 0;  // changed hands meanwhile
+    const int pid = int(owner & 0xFFFFFFFF);
+    return process_alive(pid, start) ? 0 : pid;
+  }
+
+  const Segment& s_;
+  bool judged_[kMaxProcs] = {};
+  int dead_[kMaxProcs] = {};
+};
+
+// Returns a leased (expired, or of a dead holder) or scheduled (due) job to
+// its lane. False if the slot word changed under us.
 bool return_to_lane(Segment& s, std::uint32_t slot, std::uint64_t w) noexcept {
   const SlotState st = SlotWord::state(w);
   const std::uint64_t pending = SlotWord::pack(SlotState::pending, SlotWord::gen(w), SlotWord::attempt(w), 0);
@@ -202,32 +266,75 @@ bool return_to_lane(Segment& s, std::uint32_t slot, std::uint64_t w) noexcept {
   if (!s.words[slot].compare_exchange_strong(w, pending, std::memory_order_acq_rel)) return false;
   s.slot(slot).ready_us = segment_now_us(s);
   enter_lane(s, slot, st == SlotState::leased);
+  log_job(s, slot);
   relaxed_inc(st == SlotState::leased ? s.counters().expired : s.counters().promoted);
   return true;
 }
 
-std::uint64_t sweep(Segment& s, std::uint64_t now) noexcept {
+// Whether this sweep judges the holders of unexpired leases: always when
+// asked (tick), else when kHolderCheckMs have passed since a sweep last did
+// (one sweep wins the CAS).
+bool holders_due(Segment& s, std::uint64_t now, bool force) noexcept {
+  std::atomic<std::uint64_t>& checked = s.h->recovery.checked_ms;
+  std::uint64_t last = checked.load(std::memory_order_relaxed);
+  for (;;) {
+    if (!force && last <= now && now < last + kHolderCheckMs) return false;
+    // Relaxed: a throttle; a lost race only means one check more or less.
+    if (checked.compare_exchange_weak(last, now, std::memory_order_relaxed)) return true;
+  }
+}
+
+// Records a sweep that returned leases (Header::recovery). Relaxed: read
+// for display only.
+void record_recovery(Segment& s, std::uint64_t leases, int pid, std::uint64_t took_us) noexcept {
+  RecoveryStats& r = s.h->recovery;
+  r.runs.fetch_add(1, std::memory_order_relaxed);
+  r.jobs.fetch_add(leases, std::memory_order_relaxed);
+  r.last_jobs.store(leases, std::memory_order_relaxed);
+  r.last_pid.store(std::uint64_t(std::max(pid, 0)), std::memory_order_relaxed);
+  r.last_us.store(took_us, std::memory_order_relaxed);
+  r.last_unix_ms.store(unix_now_ms(), std::memory_order_relaxed);
+}
+
+std::uint64_t sweep(Segment& s, std::uint64_t now, bool judge_all = false) noexcept {
+  const std::uint64_t started_us = monotonic_us();
   s.h->last_sweep_ms.store(now, std::memory_order_relaxed);
   // Anyone who makes a deadline from here on lowers next_due again.
   s.h->next_due.exchange(kNever, std::memory_order_acq_rel);
-  std::uint64_t moved = 0, next = kNever;
+  const bool judge_unexpired = holders_due(s, now, judge_all);
+  HolderLiveness holders(s);
+  std::uint64_t moved = 0, next = kNever, leases = 0;
+  int whose = -1;  // the one dead pid every returned lease belonged to; 0: none or several
   for (std::uint32_t i = 0; i < s.jobs; ++i) {
     std::uint64_t w = s.words[i].load(std::memory_order_acquire);
     for (;;) {
       const SlotState st = SlotWord::state(w);
       if (st != SlotState::leased && st != SlotState::scheduled) break;
-      if (SlotWord::when(w) > now) {
+      const bool due = SlotWord::when(w) <= now;
+      int dead = 0;
+      if (st == SlotState::leased && judge_unexpired) {
+        // Also for an expired lease, to say whose it was. Read after the
+        // acquire of w: the claimer wrote it before [R6]. If the slot moved
+        // on meanwhile, the CAS below fails and we look again.
+        dead = holders.dead_pid(__atomic_load_n(&s.slot(i).holder, __ATOMIC_RELAXED));
+      }
+      if (!due && dead == 0) {
         next = std::min(next, SlotWord::when(w));
         break;
       }
       if (return_to_lane(s, i, w)) {
         ++moved;
+        if (st == SlotState::leased) {
+          ++leases;
+          whose = (whose == -1 || whose == dead) ? dead : 0;
+        }
         break;
       }
       w = s.words[i].load(std::memory_order_acquire);
     }
   }
   atomic_min(s.h->next_due, next);
+  if (leases) record_recovery(s, leases, whose, monotonic_us() - started_us);
   return moved;
 }
 
@@ -367,6 +474,7 @@ std::size_t claim_some(Segment& s, Lease* out, std::size_t room, std::uint32_t l
         s.words[slot].store(SlotWord::pack(SlotState::dead, SlotWord::gen(sw), SlotWord::attempt(sw), now),
                             std::memory_order_release);
         release_active(s, tok.lane);
+        log_job(s, slot);
         relaxed_inc(s.counters().dead);
         continue;
       }
@@ -378,6 +486,7 @@ std::size_t claim_some(Segment& s, Lease* out, std::size_t room, std::uint32_t l
       // [R6] release: the lease is published; pairs with the acquire loads
       // of complete/fail/extend and the sweeper.
       s.words[slot].store(SlotWord::pack(SlotState::leased, SlotWord::gen(sw), attempt, deadline), std::memory_order_release);
+      log_job(s, slot);
       ++leased;
     }
     l.served.fetch_add(leased, std::memory_order_relaxed);
@@ -478,6 +587,13 @@ QueueConfig Queue::config() const {
   c.node = h.node;
   c.layout_version = h.layout_version;
   c.segment_bytes = h.segment_bytes;
+  if (h.log_cells) {
+    c.mirror = std::string(h.mirror_url, strnlen(h.mirror_url, kMirrorUrlBytes));
+    c.durability = h.durability == 2 ? Durability::sync : Durability::async;
+    c.on_full = h.on_full == 1 ? MirrorFull::drop : MirrorFull::refuse;
+    c.mirror_log = h.log_cells;
+    c.sync_timeout_ms = h.sync_timeout_ms;
+  }
   return c;
 }
 
@@ -509,6 +625,121 @@ BrandedId Queue::mint(std::string_view kind) noexcept {
   return BrandedId::make(kind, next);
 }
 
+// ---- mirror ----------------------------------------------------------------------
+
+namespace {
+
+// The running mirror's process record, if its owner is attached.
+const ProcRecord* mirror_proc(const Segment& s) noexcept {
+  const std::uint32_t p = s.h->mirror.proc.load(std::memory_order_acquire);
+  if (p == 0 || p > kMaxProcs) return nullptr;
+  const ProcRecord& r = s.procs[p - 1];
+  return (r.owner.load(std::memory_order_acquire) & (1ULL << 32)) ? &r : nullptr;
+}
+
+bool mirror_alive(const Segment& s) noexcept {
+  const ProcRecord* r = mirror_proc(s);
+  return r && process_alive(int(r->owner.load(std::memory_order_relaxed) & 0xFFFFFFFF), r->start_time);
+}
+
+// Before an admission writes anything: is there a mirror to take it?
+std::optional<EnqueueStatus> mirror_admission_check(const Segment& s) noexcept {
+  if (s.h->durability == 2 && !mirror_proc(s)) return EnqueueStatus::mirror_unavailable;
+  if (s.h->on_full == 0 && !log_room_for_admission(s)) return EnqueueStatus::mirror_behind;
+  return std::nullopt;
+}
+
+// After an admission: log it; under sync durability, wait until Valkey has
+// acknowledged it (the mirror moves `acked` past its record).
+EnqueueStatus mirror_admitted(Segment& s, std::uint32_t slot) noexcept {
+  const std::uint64_t seq = log_append(s, LogKind::job, slot);
+  if (s.h->durability != 2) return EnqueueStatus::enqueued;
+  if (seq == kNotLogged) return EnqueueStatus::not_durable;  // it reaches Valkey with the resync
+  MirrorShared& m = s.h->mirror;
+  // Ring the mirror even if it is only between two short looks: we wait.
+  m.bell.fetch_add(1, std::memory_order_release);
+  futex_wake(&m.bell, 1);
+  const std::uint64_t start = monotonic_us() / 1000, give_up = start + s.h->sync_timeout_ms;
+  std::uint64_t next_liveness = start + 100;
+  for (;;) {
+    if (m.acked.load(std::memory_order_acquire) > seq) return EnqueueStatus::enqueued;
+    const std::uint64_t now = monotonic_us() / 1000;
+    if (now >= give_up) return EnqueueStatus::not_durable;
+    if (now >= next_liveness) {
+      // A mirror that died will not acknowledge: do not wait out the timeout.
+      if (!mirror_alive(s)) return EnqueueStatus::not_durable;
+      next_liveness = now + 100;
+    }
+    const std::uint32_t bell = m.ack_bell.load(std::memory_order_acquire);
+    // [S10] seq_cst: announce, then look again; pairs with the mirror's
+    // seq_cst store of `acked` and its load of ack_waiters.
+    m.ack_waiters.fetch_add(1, std::memory_order_seq_cst);
+    if (m.acked.load(std::memory_order_seq_cst) <= seq)
+      futex_wait(&m.ack_bell, bell, std::min<std::uint64_t>(give_up - now, 50));
+    m.ack_waiters.fetch_sub(1, std::memory_order_relaxed);
+  }
+}
+
+}  // namespace
+
+std::string_view to_string(Durability d) noexcept { return d == Durability::sync ? "sync" : "async"; }
+std::string_view to_string(MirrorFull f) noexcept { return f == MirrorFull::drop ? "drop" : "refuse"; }
+
+MirrorStatus Queue::mirror_status() const {
+  const Segment& s = *seg_;
+  MirrorStatus st;
+  if (!s.log) return st;
+  const Header& h = *s.h;
+  const MirrorShared& m = h.mirror;
+  st.configured = true;
+  st.url = std::string(h.mirror_url, strnlen(h.mirror_url, kMirrorUrlBytes));
+  st.durability = h.durability == 2 ? Durability::sync : Durability::async;
+  st.on_full = h.on_full == 1 ? MirrorFull::drop : MirrorFull::refuse;
+  st.log_cells = h.log_cells;
+  if (const ProcRecord* r = mirror_proc(s)) {
+    st.pid = int(r->owner.load(std::memory_order_relaxed) & 0xFFFFFFFF);
+    st.running = mirror_alive(s);
+  }
+  switch (MirrorState(m.state.load(std::memory_order_acquire))) {
+    case MirrorState::ok: st.state = "ok"; break;
+    case MirrorState::dropped: st.state = "dropped"; break;
+    case MirrorState::resync: st.state = "resync"; break;
+    default: st.state = "unknown"; break;
+  }
+  st.acked = m.acked.load(std::memory_order_acquire);
+  st.logged = std::max(st.acked, m.head.load(std::memory_order_acquire));
+  st.lag = st.logged - st.acked;
+  st.acked_unix_ms = m.acked_unix_ms.load(std::memory_order_relaxed);
+  st.lost = m.lost.load(std::memory_order_relaxed);
+  st.resyncs = m.resyncs.load(std::memory_order_relaxed);
+  st.dropped_unix_ms = m.dropped_unix_ms.load(std::memory_order_relaxed);
+  if (st.lag > 0) {
+    // The oldest unacknowledged record: in flight at the mirror, or still in
+    // the log at `acked` (read before it is given back, so re-check its stamp).
+    std::uint64_t oldest = m.inflight_ms.load(std::memory_order_acquire);
+    if (oldest == 0) {
+      const LogCell& c = s.log[st.acked & s.log_mask];
+      const std::uint64_t ms = c.ms.load(std::memory_order_relaxed);
+      if (c.stamp.load(std::memory_order_acquire) == st.acked + 1) oldest = ms;
+    }
+    const std::uint64_t now = segment_now_ms(s);
+    st.lag_ms = oldest && now > oldest ? now - oldest : 0;
+  }
+  return st;
+}
+
+RecoveryInfo Queue::recovery() const {
+  const RecoveryStats& r = seg_->h->recovery;
+  RecoveryInfo out;
+  out.runs = r.runs.load(std::memory_order_relaxed);
+  out.jobs = r.jobs.load(std::memory_order_relaxed);
+  out.last_unix_ms = r.last_unix_ms.load(std::memory_order_relaxed);
+  out.last_jobs = r.last_jobs.load(std::memory_order_relaxed);
+  out.last_pid = int(r.last_pid.load(std::memory_order_relaxed));
+  out.last_us = r.last_us.load(std::memory_order_relaxed);
+  return out;
+}
+
 // ---- enqueue ---------------------------------------------------------------------
 //
 // 1. pop a free slot; mark it admitting; write id, lane, payload
@@ -516,9 +747,20 @@ BrandedId Queue::mint(std::string_view kind) noexcept {
 // 3. mark it pending (or scheduled) and push it on its lane's intake
 // 4. count it in the lane word, ringing the lane if that made it serviceable
 
-EnqueueStatus Queue::enqueue(const BrandedId& group, const BrandedId& job, std::string_view payload,
-                             EnqueueOptions options) noexcept {
-  Segment& s = *seg_;
+namespace {
+
+// How a job is admitted: enqueue admits it pending (or scheduled, delayed)
+// at attempt 0; import_job puts back a job restored from elsewhere.
+struct Admission {
+  SlotState state = SlotState::pending;
+  std::uint32_t attempt = 0;
+  std::uint64_t when_ms = 0;     // scheduled: due time; dead: when it died
+  std::string_view error = {};
+  bool restoring = false;        // import_job: no mirror checks, no waiting on Valkey
+};
+
+EnqueueStatus admit(Segment& s, const BrandedId& group, const BrandedId& job, std::string_view payload,
+                    const Admission& a) noexcept {
   if (!job.well_formed()) return EnqueueStatus::invalid_id;
   if (group.valid() && !group.well_formed()) return EnqueueStatus::invalid_group;
   if (job.kind() != std::string_view(s.h->job_kind, 3)) return EnqueueStatus::kind_mismatch;
@@ -527,6 +769,9 @@ EnqueueStatus Queue::enqueue(const BrandedId& group, const BrandedId& job, std::
   if (index_find(s, sf) != kNoSlot) {
     relaxed_inc(s.counters().duplicates);
     return EnqueueStatus::duplicate;
+  }
+  if (s.log && !a.restoring) {
+    if (auto refused = mirror_admission_check(s)) return *refused;
   }
   std::uint32_t lane = s.h->default_lane;
   if (group.valid()) {
@@ -541,7 +786,9 @@ EnqueueStatus Queue::enqueue(const BrandedId& group, const BrandedId& job, std::
   s.words[slot].store(SlotWord::pack(SlotState::admitting, gen, 0, 0), std::memory_order_relaxed);
   r.lane = lane;
   r.payload_len = std::uint32_t(payload.size());
-  r.error_len = 0;
+  r.error_len = std::uint32_t(std::min<std::size_t>(a.error.size(), kErrorBytes));
+  if (r.error_len) std::memcpy(r.error, a.error.data(), r.error_len);
+  r.holder = 0;
   if (!payload.empty()) std::memcpy(s.payload(slot), payload.data(), payload.size());
   r.snowflake.store(sf, std::memory_order_release);
 
@@ -555,19 +802,55 @@ EnqueueStatus Queue::enqueue(const BrandedId& group, const BrandedId& job, std::
   }
 
   const std::uint64_t now_us = segment_now_us(s);
-  if (options.delay_ms > 0) {
-    const std::uint64_t due = now_us / 1000 + options.delay_ms;
-    // [R8] release: the scheduled job is complete before a sweeper sees it.
-    s.words[slot].store(SlotWord::pack(SlotState::scheduled, gen, 0, due), std::memory_order_release);
-    atomic_min(s.h->next_due, due);
-    notify(s, INT_MAX);  // parked consumers shorten their sleep to the new due time
+  if (a.state == SlotState::scheduled || a.state == SlotState::dead) {
+    // [R8] release: the job is complete before a sweeper (or a requeue) sees it.
+    s.words[slot].store(SlotWord::pack(a.state, gen, a.attempt, a.when_ms), std::memory_order_release);
+    if (a.state == SlotState::scheduled) {
+      atomic_min(s.h->next_due, a.when_ms);
+      notify(s, INT_MAX);  // parked consumers shorten their sleep to the new due time
+    }
   } else {
     r.ready_us = now_us;
-    s.words[slot].store(SlotWord::pack(SlotState::pending, gen, 0, 0), std::memory_order_release);
+    s.words[slot].store(SlotWord::pack(SlotState::pending, gen, a.attempt, 0), std::memory_order_release);
     enter_lane(s, slot, false);
   }
   relaxed_inc(s.counters().enqueued);
+  if (a.restoring) {
+    // Later mints stay above every restored id.
+    std::uint64_t last = s.h->mint_last.load(std::memory_order_relaxed);
+    while (last < sf && !s.h->mint_last.compare_exchange_weak(last, sf, std::memory_order_relaxed)) {
+    }
+    log_job(s, slot);
+    return EnqueueStatus::enqueued;
+  }
+  if (s.log) return mirror_admitted(s, slot);
   return EnqueueStatus::enqueued;
+}
+
+}  // namespace
+
+EnqueueStatus Queue::enqueue(const BrandedId& group, const BrandedId& job, std::string_view payload,
+                             EnqueueOptions options) noexcept {
+  Admission a;
+  if (options.delay_ms > 0) {
+    a.state = SlotState::scheduled;
+    a.when_ms = segment_now_ms(*seg_) + options.delay_ms;
+  }
+  return admit(*seg_, group, job, payload, a);
+}
+
+EnqueueStatus Queue::import_job(const JobInfo& job, std::string_view payload) noexcept {
+  Admission a;
+  a.restoring = true;
+  a.attempt = std::min<std::uint32_t>(job.attempt, SlotWord::kMaxAttempt);
+  a.error = job.last_error;
+  switch (job.state) {
+    case JobState::pending:
+    case JobState::leased: a.state = SlotState::pending; break;  // its holder is gone
+    case JobState::scheduled: a.state = SlotState::scheduled; a.when_ms = job.when_ms; break;
+    case JobState::dead: a.state = SlotState::dead; a.when_ms = job.when_ms; break;
+  }
+  return admit(*seg_, job.group, job.id, payload, a);
 }
 
 // ---- claim ---------------------------------------------------------------------------
@@ -615,6 +898,7 @@ AckStatus Queue::complete(const BrandedId& job, std::uint32_t attempt) noexcept 
   const std::uint32_t lane = s.slot(o.slot).lane;
   free_job(s, o.slot, o.word);
   release_active(s, lane);
+  log_job(s, o.slot);
   relaxed_inc(s.counters().completed);
   return AckStatus::ok;
 }
@@ -638,6 +922,7 @@ FailStatus Queue::fail(const BrandedId& job, std::uint32_t attempt, const FailOp
     // Dead-lettered: it keeps its slot and its id (a duplicate is still refused).
     s.words[o.slot].store(SlotWord::pack(SlotState::dead, gen, attempt, now_us / 1000), std::memory_order_release);
     release_active(s, lane);
+    log_job(s, o.slot);
     relaxed_inc(s.counters().dead);
     return FailStatus::dead;
   }
@@ -652,6 +937,7 @@ FailStatus Queue::fail(const BrandedId& job, std::uint32_t attempt, const FailOp
     atomic_min(s.h->next_due, due);
     notify(s, INT_MAX);
   }
+  log_job(s, o.slot);
   relaxed_inc(s.counters().retried);
   return FailStatus::retrying;
 }
@@ -660,7 +946,10 @@ AckStatus Queue::extend(const BrandedId& job, std::uint32_t attempt, std::uint32
   Segment& s = *seg_;
   const std::uint64_t deadline = segment_now_ms(s) + lease_ms;
   Owned o = take_lease(s, job, attempt, false, deadline);
-  if (o.status == AckStatus::ok) atomic_min(s.h->next_due, deadline);
+  if (o.status == AckStatus::ok) {
+    atomic_min(s.h->next_due, deadline);
+    log_job(s, o.slot);
+  }
   return o.status;
 }
 
@@ -686,6 +975,7 @@ LaneStatus Queue::pause(const BrandedId& group) noexcept {
   if (auto e = lane_error(lane)) return *e;
   // The token, if any, leaves the ring at the next claim that draws it.
   seg_->lanes[lane].word.fetch_or(LaneWord::kPaused, std::memory_order_acq_rel);
+  log_lane(*seg_, lane);
   return LaneStatus::ok;
 }
 
@@ -693,14 +983,19 @@ LaneStatus Queue::resume(const BrandedId& group) noexcept {
   const std::uint32_t lane = lane_for(*seg_, group, true);
   if (auto e = lane_error(lane)) return *e;
   update_lane(*seg_, lane, [](std::uint64_t w) { return w & ~LaneWord::kPaused; });
+  log_lane(*seg_, lane);
   return LaneStatus::ok;
 }
 
-void Queue::pause_all() noexcept { seg_->h->queue_paused.store(1, std::memory_order_release); }
+void Queue::pause_all() noexcept {
+  seg_->h->queue_paused.store(1, std::memory_order_release);
+  if (seg_->log) log_append(*seg_, LogKind::queue, 0);
+}
 
 void Queue::resume_all() noexcept {
   seg_->h->queue_paused.store(0, std::memory_order_seq_cst);
   notify(*seg_, INT_MAX);
+  if (seg_->log) log_append(*seg_, LogKind::queue, 0);
 }
 
 LaneStatus Queue::set_limit(const BrandedId& group, std::uint32_t limit) noexcept {
@@ -711,6 +1006,7 @@ LaneStatus Queue::set_limit(const BrandedId& group, std::uint32_t limit) noexcep
   // token leaves the ring at the next claim that draws it, and no claim can
   // take it past the ceiling meanwhile (the ceiling is in the same word).
   update_lane(*seg_, lane, [limit](std::uint64_t w) { return LaneWord::with_limit(w, limit); });
+  log_lane(*seg_, lane);
   return LaneStatus::ok;
 }
 
@@ -719,6 +1015,7 @@ LaneStatus Queue::set_weight(const BrandedId& group, std::uint32_t weight) noexc
   const std::uint32_t lane = lane_for(*seg_, group, true);
   if (auto e = lane_error(lane)) return *e;
   seg_->lanes[lane].weight.store(weight, std::memory_order_relaxed);
+  log_lane(*seg_, lane);
   return LaneStatus::ok;
 }
 
@@ -754,6 +1051,7 @@ std::uint64_t Queue::drain(const BrandedId& group) noexcept {
     const std::uint64_t sw = s.words[slot].load(std::memory_order_relaxed);
     s.words[slot].store(SlotWord::pack(SlotState::freeing, SlotWord::gen(sw), 0, 0), std::memory_order_relaxed);
     free_job(s, slot, sw);
+    log_job(s, slot);
     ++removed;
   }
   // Let go; the token (if any) is still where it was and is dropped lazily.
@@ -764,7 +1062,7 @@ std::uint64_t Queue::drain(const BrandedId& group) noexcept {
 
 std::uint64_t Queue::tick() noexcept {
   Segment& s = *seg_;
-  return sweep(s, segment_now_ms(s));
+  return sweep(s, segment_now_ms(s), true);
 }
 
 // ---- snapshot ----------------------------------------------------------------------------
@@ -935,6 +1233,7 @@ bool revive(Segment& s, std::uint32_t slot, std::uint64_t w) noexcept {
   if (!s.words[slot].compare_exchange_strong(w, pending, std::memory_order_acq_rel)) return false;
   s.slot(slot).ready_us = segment_now_us(s);
   enter_lane(s, slot, false);
+  log_job(s, slot);
   return true;
 }
 
@@ -964,6 +1263,7 @@ std::uint64_t Queue::purge_dead() noexcept {
     const std::uint64_t owned = SlotWord::pack(SlotState::freeing, SlotWord::gen(w), SlotWord::attempt(w), 0);
     if (!s.words[i].compare_exchange_strong(w, owned, std::memory_order_acq_rel)) continue;
     free_job(s, i, w);
+    log_job(s, i);
     ++n;
   }
   return n;

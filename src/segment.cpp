@@ -142,8 +142,9 @@ bool process_alive(int pid, std::uint64_t start_time) noexcept {
   return now == start_time;          // 0 (unreadable) counts as gone only if it differs
 }
 
-Geometry geometry_for(std::uint32_t jobs, std::uint32_t lanes, std::uint32_t payload_bytes) noexcept {
+Geometry geometry_for(std::uint32_t jobs, std::uint32_t lanes, std::uint32_t payload_bytes, std::uint32_t log_cells) noexcept {
   Geometry g{};
+  g.log_cells = log_cells;
   g.jobs = jobs;
   g.lanes = lanes + 1;  // + the default lane
   g.lane_buckets = std::uint32_t(next_pow2(std::uint64_t(g.lanes) * 2));
@@ -165,7 +166,9 @@ Geometry geometry_for(std::uint32_t jobs, std::uint32_t lanes, std::uint32_t pay
   g.procs_off = off;
   off = round_up(off + std::uint64_t(kMaxProcs) * sizeof(ProcRecord), kCacheLine);
   g.waits_off = off;
-  off = round_up(off + std::uint64_t(g.lane_buckets) * sizeof(WaitBuckets), 4096);
+  off = round_up(off + std::uint64_t(g.lane_buckets) * sizeof(WaitBuckets), kCacheLine);
+  g.log_off = off;
+  off = round_up(off + std::uint64_t(log_cells) * sizeof(LogCell), 4096);
   g.total = off;
   return g;
 }
@@ -183,6 +186,8 @@ void bind_tables(Segment& s) {
   s.index = reinterpret_cast<IndexBucket*>(base + h->index_off);
   s.procs = reinterpret_cast<ProcRecord*>(base + h->procs_off);
   s.waits = reinterpret_cast<WaitBuckets*>(base + h->waits_off);
+  s.log = h->log_cells ? reinterpret_cast<LogCell*>(base + h->log_off) : nullptr;
+  s.log_mask = h->log_cells ? h->log_cells - 1 : 0;
   s.jobs = h->job_capacity;
   s.slot_bytes = h->slot_bytes;
   s.payload_bytes = h->payload_bytes;
@@ -224,8 +229,21 @@ Result<std::unique_ptr<Segment>> create_segment(std::string_view name, const Que
     return make_error(Errc::invalid_argument, "job kind must be three letters A-Z, got '" + o.job_kind + "'");
   if (o.node > 1023) return make_error(Errc::invalid_argument, "node must be 0..1023, got " + std::to_string(o.node));
   if (o.mode > 0777) return make_error(Errc::invalid_argument, "mode must be an octal file mode up to 0777");
+  std::uint32_t log_cells = 0;
+  if (!o.mirror.empty()) {
+    if (o.mirror.size() >= kMirrorUrlBytes)
+      return make_error(Errc::invalid_argument, "mirror URL is longer than " + std::to_string(kMirrorUrlBytes - 1) + " bytes");
+    if (o.mirror.rfind("valkey://", 0) != 0 && o.mirror.rfind("redis://", 0) != 0)
+      return make_error(Errc::invalid_argument, "mirror must be a valkey://HOST:PORT/QUEUE URL, got '" + o.mirror + "'");
+    if (o.mirror_log < 64 || o.mirror_log > (1U << 26) || (o.mirror_log & (o.mirror_log - 1)))
+      return make_error(Errc::invalid_argument, "mirror log must be a power of two from 64 to 2^26 records, got " +
+                                                    std::to_string(o.mirror_log));
+    if (o.sync_timeout_ms < 1)
+      return make_error(Errc::invalid_argument, "sync timeout must be at least 1 ms");
+    log_cells = o.mirror_log;
+  }
 
-  const Geometry g = geometry_for(o.jobs, o.lanes, o.payload_bytes);
+  const Geometry g = geometry_for(o.jobs, o.lanes, o.payload_bytes, log_cells);
   auto s = std::make_unique<Segment>();
   s->name = std::string(name);
   try {
@@ -263,6 +281,14 @@ Result<std::unique_ptr<Segment>> create_segment(std::string_view name, const Que
   h->index_off = g.index_off;
   h->procs_off = g.procs_off;
   h->waits_off = g.waits_off;
+  h->log_off = g.log_off;
+  h->log_cells = g.log_cells;
+  if (log_cells) {
+    std::memcpy(h->mirror_url, o.mirror.data(), o.mirror.size());
+    h->durability = o.durability == Durability::sync ? 2 : 1;
+    h->on_full = o.on_full == MirrorFull::drop ? 1 : 0;
+    h->sync_timeout_ms = o.sync_timeout_ms;
+  }
   std::random_device rd;
   h->hash_seed = (std::uint64_t(rd()) << 32) ^ rd() ^ unix_ms();
   h->created_unix_ms = unix_ms();
@@ -278,6 +304,8 @@ Result<std::unique_ptr<Segment>> create_segment(std::string_view name, const Que
   // Ring: cell i is first usable at position i.
   for (std::uint32_t i = 0; i < g.ring_cells; ++i) s->ring[i].store(RingCell::pack(i, 0), std::memory_order_relaxed);
   h->next_due.store(~0ULL, std::memory_order_relaxed);
+  // Log: cell i is free for sequence i.
+  for (std::uint32_t i = 0; i < log_cells; ++i) s->log[i].stamp.store(i, std::memory_order_relaxed);
   // The default lane, so that its index is fixed.
   {
     auto def = BrandedId::parse(kDefaultGroup);
@@ -331,12 +359,15 @@ Result<std::unique_ptr<Segment>> open_segment(std::string_view name) {
   // The geometry must be exactly what these capacities give; anything else
   // is a corrupt header and we must not follow its offsets.
   if (h->job_capacity < 1 || h->job_capacity > kMaxJobs || h->lane_capacity < 2 || h->lane_capacity > kMaxLanes - 1 ||
-      h->payload_bytes > kMaxPayload || !valid_kind(std::string_view(h->job_kind, 3)))
+      h->payload_bytes > kMaxPayload || !valid_kind(std::string_view(h->job_kind, 3)) ||
+      (h->log_cells & (h->log_cells - 1)) || h->log_cells > (1U << 26) ||
+      (h->log_cells && (h->durability < 1 || h->durability > 2 || h->on_full > 1 ||
+                        std::memchr(h->mirror_url, 0, kMirrorUrlBytes) == nullptr)))
     return make_error(Errc::corrupt, seg + " has a corrupt header (capacities out of range)");
-  const Geometry g = geometry_for(h->job_capacity, h->lane_capacity - 1, h->payload_bytes);
+  const Geometry g = geometry_for(h->job_capacity, h->lane_capacity - 1, h->payload_bytes, h->log_cells);
   if (g.total != h->segment_bytes || g.words_off != h->words_off || g.slots_off != h->slots_off ||
       g.lanes_off != h->lanes_off || g.ring_off != h->ring_off || g.index_off != h->index_off ||
-      g.procs_off != h->procs_off || g.waits_off != h->waits_off || g.slot_bytes != h->slot_bytes || g.ring_cells != h->ring_cells ||
+      g.procs_off != h->procs_off || g.waits_off != h->waits_off || g.log_off != h->log_off || g.slot_bytes != h->slot_bytes || g.ring_cells != h->ring_cells ||
       g.index_buckets != h->index_buckets || g.lane_buckets != h->lane_buckets || h->default_lane >= h->lane_buckets)
     return make_error(Errc::corrupt, seg + " has a corrupt header (table offsets do not match its capacities)");
   bind_tables(*s);

@@ -16,10 +16,11 @@
 namespace fairlane::detail {
 
 struct Geometry {
-  std::uint32_t jobs, lanes, lane_buckets, payload_bytes, slot_bytes, ring_cells, index_buckets;
-  std::uint64_t words_off, slots_off, lanes_off, ring_off, index_off, procs_off, waits_off, total;
+  std::uint32_t jobs, lanes, lane_buckets, payload_bytes, slot_bytes, ring_cells, index_buckets, log_cells;
+  std::uint64_t words_off, slots_off, lanes_off, ring_off, index_off, procs_off, waits_off, log_off, total;
 };
-Geometry geometry_for(std::uint32_t jobs, std::uint32_t lanes, std::uint32_t payload_bytes) noexcept;
+Geometry geometry_for(std::uint32_t jobs, std::uint32_t lanes, std::uint32_t payload_bytes,
+                      std::uint32_t log_cells = 0) noexcept;
 
 struct Segment {
   std::string name;
@@ -32,6 +33,8 @@ struct Segment {
   IndexBucket* index = nullptr;
   ProcRecord* procs = nullptr;
   WaitBuckets* waits = nullptr;                   // per lane
+  LogCell* log = nullptr;                         // transition log (mirrored segments only)
+  std::uint64_t log_mask = 0;
   ProcRecord* me = nullptr;                       // this handle's attachment
   std::uint32_t me_index = 0;                     // its index in procs
 
@@ -46,6 +49,12 @@ struct Segment {
   CounterBlock& counters() const noexcept { return me->counters; }
 
   ~Segment();
+};
+
+// The mapped segment behind a Queue, for library code that reads its tables
+// (the mirror).
+struct QueueAccess {
+  static Segment& segment(Queue& q) noexcept { return *q.seg_; }
 };
 
 Result<std::unique_ptr<Segment>> create_segment(std::string_view name, const QueueOptions& o);

@@ -155,15 +155,31 @@ int run_create(const CreateArgs& a) {
   o.job_kind = parse_kind(a.job_kind);
   o.mode = parse_mode(a.mode);
   o.node = static_cast<std::uint16_t>(parse_u32(a.node, "--node", 0, 1023));
+  if (!a.mirror.empty()) {
+    if (!is_valkey_url(a.mirror)) fail(fmt::format("--mirror must be a valkey://HOST:PORT/QUEUE URL, got '{}'", a.mirror));
+    if (auto u = ValkeyUrl::parse(a.mirror); !u) fail(u.error().message);
+    o.mirror = a.mirror;
+    if (a.durability == "sync") o.durability = Durability::sync;
+    else if (a.durability == "async") o.durability = Durability::async;
+    else fail(fmt::format("--durability must be async or sync, got '{}'", a.durability));
+    if (a.on_full == "drop") o.on_full = MirrorFull::drop;
+    else if (a.on_full == "refuse") o.on_full = MirrorFull::refuse;
+    else fail(fmt::format("--on-full must be refuse or drop, got '{}'", a.on_full));
+    o.mirror_log = parse_u32(a.mirror_log, "--mirror-log", 64, 1U << 26);
+    o.sync_timeout_ms = parse_u32(a.sync_timeout_ms, "--sync-timeout", 1);
+  }
   auto r = Queue::create(seg, o);
   if (!r) fail(r.error().message);
   QueueConfig c = r->config();
   json j = config_json(c);
   j["segment"] = seg;
   emit(a.json,
-       fmt::format("created {}: {} jobs, {} lanes, {}-byte payloads, kind {}, node {}, {}", seg,
+       fmt::format("created {}: {} jobs, {} lanes, {}-byte payloads, kind {}, node {}, {}{}", seg,
                    grouped(c.jobs), grouped(c.lanes), c.payload_bytes, c.job_kind, c.node,
-                   bytes(c.segment_bytes)),
+                   bytes(c.segment_bytes),
+                   c.mirror.empty() ? std::string()
+                                    : fmt::format("; mirrored to {} ({}, on a full log: {}); start 'fairlane mirror {}'",
+                                                  c.mirror, to_string(c.durability), to_string(c.on_full), seg)),
        j);
   return kExitOk;
 }
@@ -230,6 +246,15 @@ int run_enqueue(const EnqueueArgs& a) {
       case EnqueueStatus::lanes_full:
         fail(fmt::format("no lane free for group {}: all {} lanes of '{}' are taken", group_label(g),
                          segment_config(t).lanes, target));
+      case EnqueueStatus::mirror_behind:
+        fail(fmt::format("'{}' refuses new jobs: its mirror's transition log is full (Valkey is away or behind; "
+                         "see 'fairlane inspect {}')", target, target));
+      case EnqueueStatus::mirror_unavailable:
+        fail(fmt::format("'{}' is mirrored with sync durability and no mirror is running: start 'fairlane mirror {}'",
+                         target, target));
+      case EnqueueStatus::not_durable:
+        fail(fmt::format("job {} is enqueued in '{}' but Valkey did not acknowledge it in time (not yet durable; "
+                         "enqueueing it again is safe)", job.str(), target));
     }
     fail(fmt::format("unexpected enqueue status {}", to_string(st)));
   });
@@ -396,11 +421,15 @@ int run_inspect(const SegmentArgs& a) {
       inspect_valkey(t, s, a.json);
       return kExitOk;
     }
-    QueueConfig c = segment_config(t);
+    const Queue q = open_queue(target);
+    const QueueConfig c = q.config();
+    const SegmentView view = segment_view(q);  // processes, recovery, mirror
     if (a.json) {
-      print_json(snapshot_json(target, s, c));
+      json j = snapshot_json(target, s, c);
+      j.update(segment_view_json(view));
+      print_json(j);
     } else {
-      std::string text = inspect_table(target, s, c);
+      std::string text = inspect_table(target, s, c, &view);
       std::fwrite(text.data(), 1, text.size(), stdout);
     }
     return kExitOk;

@@ -1,11 +1,15 @@
 // Rendering for people and scripts (see format.hpp).
 #include "format.hpp"
 
+#include <unistd.h>
+
 #include <algorithm>
 #include <cstdio>
 #include <vector>
 
 #include <fmt/format.h>
+
+#include "job_format.hpp"
 
 namespace fairlane::cli {
 
@@ -117,7 +121,107 @@ nlohmann::json snapshot_json(std::string_view segment, const Snapshot& s, const 
           {"now_ms", s.now_ms}};
 }
 
-std::string inspect_table(std::string_view segment, const Snapshot& s, const QueueConfig& c) {
+SegmentView segment_view(const Queue& q) {
+  SegmentView v;
+  const int me = static_cast<int>(::getpid());
+  for (const ProcessInfo& p : q.processes())
+    if (p.pid != me) v.processes.push_back(p);
+  std::sort(v.processes.begin(), v.processes.end(),
+            [](const ProcessInfo& a, const ProcessInfo& b) { return a.pid < b.pid; });
+  v.recovery = q.recovery();
+  v.mirror = q.mirror_status();
+  v.unix_ms = unix_now_ms();
+  return v;
+}
+
+nlohmann::json segment_view_json(const SegmentView& v) {
+  nlohmann::json procs = nlohmann::json::array();
+  for (const ProcessInfo& p : v.processes)
+    procs.push_back({{"pid", p.pid}, {"alive", p.alive}, {"attached_unix_ms", p.attached_unix_ms}, {"leases", p.leases}});
+  const RecoveryInfo& r = v.recovery;
+  nlohmann::json recovery = {{"runs", r.runs},           {"jobs", r.jobs},         {"last_unix_ms", r.last_unix_ms},
+                             {"last_jobs", r.last_jobs}, {"last_pid", r.last_pid}, {"last_us", r.last_us}};
+  nlohmann::json mirror = nullptr;  // null: not mirrored
+  if (v.mirror.configured) {
+    const MirrorStatus& m = v.mirror;
+    mirror = {{"url", m.url},
+              {"durability", to_string(m.durability)},
+              {"on_full", to_string(m.on_full)},
+              {"running", m.running},
+              {"pid", m.pid},
+              {"state", m.state},
+              {"logged", m.logged},
+              {"acked", m.acked},
+              {"lag", m.lag},
+              {"lag_ms", m.lag_ms},
+              {"acked_unix_ms", m.acked_unix_ms},
+              {"lost", m.lost},
+              {"resyncs", m.resyncs},
+              {"dropped_unix_ms", m.dropped_unix_ms},
+              {"log_cells", m.log_cells}};
+  }
+  return {{"processes", std::move(procs)}, {"recovery", std::move(recovery)}, {"mirror", std::move(mirror)}};
+}
+
+namespace {
+
+std::string plural(std::uint64_t n, std::string_view one, std::string_view many) {
+  return fmt::format("{} {}", grouped(n), n == 1 ? one : many);
+}
+
+std::string ago(std::uint64_t now_unix_ms, std::uint64_t then_unix_ms) {
+  return span_ms(now_unix_ms > then_unix_ms ? now_unix_ms - then_unix_ms : 0) + " ago";
+}
+
+// Under the counters: what recovery last did, and the mirror.
+void recovery_and_mirror_lines(const SegmentView& v, std::string& out) {
+  auto line = [&out](std::string text) {
+    out += text;
+    out += '\n';
+  };
+  const RecoveryInfo& r = v.recovery;
+  if (r.runs == 0) {
+    line("recovery no lease has come back from a dead or late holder yet");
+  } else {
+    line(fmt::format("recovery {} returned {}", plural(r.runs, "sweep", "sweeps"), plural(r.jobs, "lease", "leases")));
+    line(fmt::format("         last {}: {} {}, took {}", ago(v.unix_ms, r.last_unix_ms),
+                     plural(r.last_jobs, "lease", "leases"),
+                     r.last_pid != 0 ? fmt::format("of dead pid {}", r.last_pid) : std::string("(expired or several holders)"),
+                     duration_us(r.last_us)));
+  }
+  const MirrorStatus& m = v.mirror;
+  if (!m.configured) return;
+  line("mirror   " + one_line(m.url, 71));
+  std::string who = m.pid == 0 ? std::string("no mirror attached")
+                               : fmt::format("mirror pid {} {}", m.pid, m.running ? "alive" : "dead");
+  line(fmt::format("         {}, {} when full; {}; state {}", to_string(m.durability), to_string(m.on_full), who,
+                   m.state));
+  if (m.state == "dropped" && m.dropped_unix_ms != 0)
+    line(fmt::format("         dropped {}: nothing is logged until a resync", ago(v.unix_ms, m.dropped_unix_ms)));
+  line(fmt::format("         logged {}, acked {}", plural(m.logged, "transition", "transitions"), grouped(m.acked)));
+  line(fmt::format("         lag {} ({}), lost {}, resyncs {}{}", grouped(m.lag), span_ms(m.lag_ms), grouped(m.lost),
+                   grouped(m.resyncs), m.acked_unix_ms ? ", last ack " + ago(v.unix_ms, m.acked_unix_ms) : std::string()));
+}
+
+// Under the lanes: the processes attached to the segment.
+void process_lines(const SegmentView& v, std::string& out) {
+  std::size_t alive = 0;
+  for (const ProcessInfo& p : v.processes) alive += p.alive ? 1 : 0;
+  out += '\n';
+  if (v.processes.empty()) {
+    out += "processes (none attached)\n";
+    return;
+  }
+  out += fmt::format("processes ({} attached, {} alive)\n", v.processes.size(), alive);
+  for (const ProcessInfo& p : v.processes)
+    out += fmt::format("  pid {:<8} {:<5}  since {} ({}){:>14}\n", p.pid, p.alive ? "alive" : "dead",
+                       local_time(p.attached_unix_ms), ago(v.unix_ms, p.attached_unix_ms),
+                       plural(p.leases, "lease", "leases"));
+}
+
+}  // namespace
+
+std::string inspect_table(std::string_view segment, const Snapshot& s, const QueueConfig& c, const SegmentView* view) {
   std::string out;
   auto line = [&out](std::string text) {
     out += text;
@@ -136,6 +240,7 @@ std::string inspect_table(std::string_view segment, const Snapshot& s, const Que
                    grouped(k.duplicates), grouped(k.claimed), grouped(k.completed)));
   line(fmt::format("         retried {} dead {} expired {} promoted {} drained {}", grouped(k.retried),
                    grouped(k.dead), grouped(k.expired), grouped(k.promoted), grouped(k.drained)));
+  if (view) recovery_and_mirror_lines(*view, out);
 
   // The ring, in rota order, wrapped to 80 columns: four ids per line.
   const std::string label = fmt::format("ring ({}):", s.ring.size());
@@ -167,6 +272,7 @@ std::string inspect_table(std::string_view segment, const Snapshot& s, const Que
                      l.weight, l.paused ? "yes" : "no", grouped(l.served),
                      l.wait.count() ? "<" + short_us(l.wait.quantile_us(0.99)) : std::string("-")));
   }
+  if (view) process_lines(*view, out);
   return out;
 }
 

@@ -1,11 +1,12 @@
 // Rendering: numbers and durations for people, JSON for scripts, and the
 // `inspect` table. Pure functions of their inputs; nothing here touches a
-// segment.
+// segment except segment_view(), which reads one through a Queue.
 #pragma once
 
 #include <cstdint>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include <nlohmann/json.hpp>
 
@@ -32,7 +33,23 @@ nlohmann::json config_json(const QueueConfig& c);
 nlohmann::json lease_json(const Lease& l);
 nlohmann::json snapshot_json(std::string_view segment, const Snapshot& s, const QueueConfig& c);
 
-// The human `inspect` view, readable on 80 columns.
-std::string inspect_table(std::string_view segment, const Snapshot& s, const QueueConfig& c);
+// What only a segment can tell, for `inspect`: the processes attached to it
+// (other than the one reading), what recovery last did, and its mirror.
+struct SegmentView {
+  std::vector<ProcessInfo> processes;
+  RecoveryInfo recovery;
+  MirrorStatus mirror;
+  std::uint64_t unix_ms = 0;  // when it was read (wall clock)
+};
+// Reads it; processes of this very process (the reader's own handles) are left out.
+SegmentView segment_view(const Queue& q);
+// {"processes": [...], "recovery": {...}, "mirror": {...} or null}
+nlohmann::json segment_view_json(const SegmentView& v);
+
+// The human `inspect` view, readable on 80 columns. With a SegmentView it
+// also shows recovery and the mirror under the counters, and the attached
+// processes under the lanes.
+std::string inspect_table(std::string_view segment, const Snapshot& s, const QueueConfig& c,
+                          const SegmentView* view = nullptr);
 
 }  // namespace fairlane::cli

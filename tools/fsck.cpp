@@ -1,5 +1,8 @@
-// `fairlane fsck SEG [--json]`: check every invariant of a segment.
-// Exit 0 clean, 1 violations found, 2 error (as the tool's convention).
+// `fairlane fsck SEG [--repair [--force]] [--json]`: check every invariant
+// of a segment, and with --repair rebuild what is derived from its job slots.
+// Exit 0 clean (nothing to repair), 1 violations found (and, with --repair,
+// repaired), 2 error (including a repair refused because other processes are
+// attached, or one that left violations behind).
 #include "fsck.hpp"
 
 #include <fmt/format.h>
@@ -11,19 +14,67 @@
 
 namespace fairlane::cli {
 
-int run_fsck(const std::string& segment, bool json) {
+namespace {
+
+nlohmann::json issues_json(const std::vector<FsckIssue>& issues) {
+  nlohmann::json out = nlohmann::json::array();
+  for (const auto& i : issues) out.push_back({{"invariant", i.invariant}, {"detail", i.detail}});
+  return out;
+}
+
+std::string count_violations(std::size_t n) { return fmt::format("{} violation{}", n, n == 1 ? "" : "s"); }
+
+int repair(Queue& q, const std::string& segment, bool json, bool force) {
+  auto done = q.repair(force);
+  if (!done) fail(done.error().message);
+  const FsckReport& r = done.value();
+  if (r.clean()) {
+    if (json)
+      fmt::print("{}\n", nlohmann::json{{"segment", segment}, {"clean", true}, {"repaired", false}, {"slots", r.slots},
+                                         {"lanes", r.lanes}, {"tokens", r.tokens},
+                                         {"violations", nlohmann::json::array()}, {"repairs", nlohmann::json::array()}}
+                             .dump());
+    else
+      fmt::print("{}: {} slots, {} lanes, {} ring tokens checked: clean, nothing to repair\n", segment, r.slots, r.lanes,
+                 r.tokens);
+    return kExitOk;
+  }
+  const FsckReport after = q.fsck();
+  if (json) {
+    nlohmann::json out = {{"segment", segment},       {"clean", false},         {"repaired", after.clean()},
+                          {"slots", r.slots},         {"lanes", r.lanes},       {"tokens", r.tokens},
+                          {"violations", issues_json(r.issues)},                {"repairs", r.repairs},
+                          {"remaining", issues_json(after.issues)}};
+    fmt::print("{}\n", out.dump());
+  } else {
+    for (const auto& i : r.issues) fmt::print("{}: {}\n", i.invariant, i.detail);
+    for (const auto& line : r.repairs) fmt::print("repair: {}\n", line);
+    for (const auto& i : after.issues) fmt::print("still {}: {}\n", i.invariant, i.detail);
+    if (after.clean())
+      fmt::print("{}: {} slots, {} lanes, {} ring tokens checked: {} found: repaired\n", segment, r.slots, r.lanes,
+                 r.tokens, count_violations(r.issues.size()));
+  }
+  if (!after.clean())
+    fail(fmt::format("repair of '{}' left {} (another process may be using it)", segment,
+                     count_violations(after.issues.size())));
+  return kExitNothing;
+}
+
+}  // namespace
+
+int run_fsck(const std::string& segment, bool json, bool repair_it, bool force) {
   auto q = Queue::open(segment);
   if (!q) fail(q.error().message);
+  if (repair_it) return repair(q.value(), segment, json, force);
   const FsckReport r = q->fsck();
   if (json) {
     nlohmann::json out = {{"segment", segment}, {"clean", r.clean()}, {"slots", r.slots}, {"lanes", r.lanes},
-                          {"tokens", r.tokens}, {"violations", nlohmann::json::array()}};
-    for (const auto& i : r.issues) out["violations"].push_back({{"invariant", i.invariant}, {"detail", i.detail}});
+                          {"tokens", r.tokens}, {"violations", issues_json(r.issues)}};
     fmt::print("{}\n", out.dump());
   } else {
     for (const auto& i : r.issues) fmt::print("{}: {}\n", i.invariant, i.detail);
     fmt::print("{}: {} slots, {} lanes, {} ring tokens checked: {}\n", segment, r.slots, r.lanes, r.tokens,
-               r.clean() ? "clean" : fmt::format("{} violation{}", r.issues.size(), r.issues.size() == 1 ? "" : "s"));
+               r.clean() ? "clean" : count_violations(r.issues.size()));
   }
   return r.clean() ? kExitOk : kExitNothing;
 }

@@ -5,6 +5,8 @@
 
 namespace fairlane::cli {
 
-int run_fsck(const std::string& segment, bool json);
+// repair: rebuild the derived structures (Queue::repair); force: even while
+// other processes are attached.
+int run_fsck(const std::string& segment, bool json, bool repair = false, bool force = false);
 
 }  // namespace fairlane::cli

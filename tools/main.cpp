@@ -19,6 +19,7 @@
 #include "demo.hpp"
 #include "fsck.hpp"
 #include "inspection.hpp"
+#include "mirror_cmd.hpp"
 #include "fairlane/queue.hpp"
 
 namespace {
@@ -103,7 +104,37 @@ class Parser {
     s->add_option("--job-kind", create_.job_kind, "namespace of every job id")->capture_default_str()->type_name("KIND");
     s->add_option("--mode", create_.mode, "file mode, octal")->capture_default_str()->type_name("MODE");
     s->add_option("--node", create_.node, "snowflake node (0..1023) for mint")->capture_default_str()->type_name("N");
+    create_.durability = "async";
+    create_.on_full = "refuse";
+    create_.mirror_log = std::to_string(d.mirror_log);
+    create_.sync_timeout_ms = std::to_string(d.sync_timeout_ms);
+    s->add_option("--mirror", create_.mirror, "mirror every transition to valkey://HOST:PORT/QUEUE")->type_name("URL");
+    s->add_option("--durability", create_.durability, "async, or sync: enqueue waits for Valkey")->capture_default_str()->type_name("MODE");
+    s->add_option("--on-full", create_.on_full, "when the mirror log fills: refuse new jobs, or drop the mirror")->capture_default_str()->type_name("POLICY");
+    s->add_option("--mirror-log", create_.mirror_log, "transition log records (power of two)")->capture_default_str()->type_name("N");
+    s->add_option("--sync-timeout", create_.sync_timeout_ms, "sync: longest wait for Valkey, ms")->capture_default_str()->type_name("MS");
     json(s, create_.json);
+
+    s = sub("mirror", "ship a mirrored segment's transitions to Valkey until SIGINT/SIGTERM",
+            [this] { return run_mirror(mirror_); });
+    segment(s, mirror_.segment);
+    s->add_option("--url", mirror_.url, "Valkey queue (default: the one the segment was created with)")->type_name("URL");
+    s->add_option("--seconds", mirror_.seconds, "stop after S seconds")->type_name("S");
+    s->add_flag("--quiet", mirror_.quiet, "no messages on stderr");
+
+    s = sub("restore", "rebuild a segment from a Valkey queue (after a host restart)",
+            [this] { return run_restore(restore_); });
+    segment(s, restore_.segment);
+    s->add_option("--from", restore_.from, "valkey://HOST:PORT/QUEUE")->required()->type_name("URL");
+    s->add_option("--jobs", restore_.jobs, "job slots (default 65536)")->type_name("N");
+    s->add_option("--lanes", restore_.lanes, "lanes (default 4096)")->type_name("N");
+    s->add_option("--payload-bytes", restore_.payload_bytes, "default: the queue's max payload")->type_name("N");
+    s->add_option("--job-kind", restore_.job_kind, "default: the queue's job kind")->type_name("KIND");
+    s->add_option("--mode", restore_.mode, "file mode, octal")->type_name("MODE");
+    s->add_option("--mirror", restore_.mirror, "mirror the new segment (usually the same URL)")->type_name("URL");
+    s->add_option("--durability", restore_.durability, "async or sync")->type_name("MODE");
+    s->add_option("--on-full", restore_.on_full, "refuse or drop")->type_name("POLICY");
+    json(s, restore_.json);
 
     s = sub("destroy", "remove a segment", [this] { return run_destroy(seg_); });
     segment(s, seg_.segment);
@@ -114,9 +145,15 @@ class Parser {
     json(s, seg_.json);
 
     s = sub("fsck", "check every invariant of a segment against its job slots (exit 1: violations)",
-            [this] { return run_fsck(seg_.segment, seg_.json); });
+            [this] {
+              // The flags are read back from the parsed subcommand.
+              const CLI::App* f = app_.get_subcommand("fsck");
+              return run_fsck(seg_.segment, seg_.json, f->count("--repair") > 0, f->count("--force") > 0);
+            });
     segment(s, seg_.segment);
     json(s, seg_.json);
+    CLI::Option* repair = s->add_flag("--repair")->description("rebuild what is derived from the job slots (exit 1: repaired)");
+    s->add_flag("--force")->description("repair even while other processes are attached (they must be idle)")->needs(repair);
 
     s = sub("tick", "promote due jobs and reap expired leases now; prints how many moved",
             [this] { return run_tick(seg_); });
@@ -238,6 +275,8 @@ class Parser {
   CLI::App app_;
   std::vector<Command> commands_;
   CreateArgs create_;
+  MirrorArgs mirror_;
+  RestoreArgs restore_;
   SegmentArgs seg_;
   MintArgs mint_;
   EnqueueArgs enqueue_;

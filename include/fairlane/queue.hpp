@@ -12,11 +12,15 @@
 // segment. enqueue, claim, claim_batch, complete, fail and extend take no
 // lock, make no system call and do not allocate (claim copies the payload
 // into the Lease's string, which allocates only when its capacity is too
-// small). A futex is touched only when a consumer is parked.
+// small). A futex is touched only when a consumer is parked. One exception:
+// the claim that runs a sweep (at most four times a second for this) checks
+// that the holders of leases are alive, a kill(0) and a /proc/PID/stat read
+// per attached process that holds one.
 //
 // Delivery is at-least-once: a lease that is not completed before its
-// deadline returns the job to its lane (its mint position) and the next
-// claim hands it out again with a higher attempt number. The attempt number
+// deadline, or whose holder process dies, returns the job to its lane (its
+// mint position) and the next claim hands it out again with a higher
+// attempt number. The attempt number
 // is a fencing token: complete, fail and extend with an older one change
 // nothing.
 #pragma once
@@ -38,6 +42,18 @@ namespace fairlane {
 // The lane of jobs enqueued without a group.
 inline constexpr std::string_view kDefaultGroup = "DEF00000000000";
 
+// Mirroring a segment to Valkey (docs/mirror.md).
+enum class Durability {
+  async,  // enqueue returns at once; Valkey lags by what `inspect` shows
+  sync,   // enqueue returns once Valkey has acknowledged the admission
+};
+enum class MirrorFull {
+  refuse,  // a full transition log refuses new jobs (EnqueueStatus::mirror_behind)
+  drop,    // a full log stops mirroring, loudly, until the mirror resynchronises
+};
+std::string_view to_string(Durability d) noexcept;
+std::string_view to_string(MirrorFull f) noexcept;
+
 // Fixed at creation; a segment cannot be resized.
 struct QueueOptions {
   std::uint32_t jobs = 65536;          // job slots: pending + leased + scheduled + dead
@@ -46,6 +62,13 @@ struct QueueOptions {
   std::string job_kind = "JOB";        // namespace every job id must carry
   std::uint32_t mode = 0600;           // file mode of the segment
   std::uint16_t node = 0;              // snowflake node bits (0..1023) for mint()
+  // A mirror: valkey://HOST:PORT/QUEUE, or empty for none. A mirrored
+  // segment logs every transition for `fairlane mirror` to ship.
+  std::string mirror;
+  Durability durability = Durability::async;
+  MirrorFull on_full = MirrorFull::refuse;
+  std::uint32_t mirror_log = 65536;       // log records (power of two)
+  std::uint32_t sync_timeout_ms = 5000;   // sync: how long enqueue waits for Valkey
 };
 
 // What a segment was created with, read back from its header.
@@ -57,6 +80,41 @@ struct QueueConfig {
   std::uint16_t node = 0;
   std::uint32_t layout_version = 0;
   std::uint64_t segment_bytes = 0;
+  std::string mirror;                     // empty: not mirrored
+  Durability durability = Durability::async;
+  MirrorFull on_full = MirrorFull::refuse;
+  std::uint32_t mirror_log = 0;
+  std::uint32_t sync_timeout_ms = 0;
+};
+
+// The mirror of a segment, as the segment sees it.
+struct MirrorStatus {
+  bool configured = false;
+  std::string url;
+  Durability durability = Durability::async;
+  MirrorFull on_full = MirrorFull::refuse;
+  bool running = false;            // a live `fairlane mirror` (or thread) is attached
+  int pid = 0;                     // its pid, 0 if none ever attached
+  std::string state;               // "ok", "dropped" or "resync"
+  std::uint64_t logged = 0;        // transitions logged, ever
+  std::uint64_t acked = 0;         // of which Valkey has acknowledged
+  std::uint64_t lag = 0;           // logged - acked
+  std::uint64_t lag_ms = 0;        // age of the oldest unacknowledged transition
+  std::uint64_t acked_unix_ms = 0; // when Valkey last acknowledged something
+  std::uint64_t lost = 0;          // transitions not logged (full log or a dead writer): each forces a resync
+  std::uint64_t resyncs = 0;
+  std::uint64_t dropped_unix_ms = 0;
+  std::uint32_t log_cells = 0;
+};
+
+// What recovery (returning the leases of dead or late holders) last did.
+struct RecoveryInfo {
+  std::uint64_t runs = 0;          // sweeps that returned at least one lease, ever
+  std::uint64_t jobs = 0;          // leases they returned, ever
+  std::uint64_t last_unix_ms = 0;
+  std::uint64_t last_jobs = 0;
+  int last_pid = 0;                // the one dead holder of them all, else 0
+  std::uint64_t last_us = 0;       // how long the last one took
 };
 
 enum class EnqueueStatus {
@@ -68,6 +126,10 @@ enum class EnqueueStatus {
   payload_too_large,  // larger than the segment's payload_bytes
   full,               // every job slot is in use
   lanes_full,         // a new group, and every lane is taken
+  mirror_behind,      // mirrored, refuse policy: the transition log is full (Valkey away or slow)
+  mirror_unavailable, // sync durability, and no mirror process is running: nothing written
+  not_durable,        // sync durability: admitted here, but Valkey did not acknowledge it in
+                      // time. The job is in the segment; enqueueing it again returns duplicate.
 };
 std::string_view to_string(EnqueueStatus s) noexcept;
 
@@ -192,10 +254,11 @@ struct FsckIssue {
 struct FsckReport {
   std::vector<FsckIssue> issues;
   std::uint64_t slots = 0, lanes = 0, tokens = 0;
+  std::vector<std::string> repairs;  // repair(): what it changed, one line each (empty for fsck())
   bool clean() const noexcept { return issues.empty(); }
 };
 
-namespace detail { struct Segment; }
+namespace detail { struct Segment; struct QueueAccess; }
 
 class Queue {
  public:
@@ -259,9 +322,10 @@ class Queue {
   // untouched. Waits for a claimer that is serving the lane at this moment.
   std::uint64_t drain(const BrandedId& group) noexcept;
 
-  // Promote due delayed jobs and return expired leases to their lanes now.
-  // claim and claim_wait do this by themselves; this is for tools and tests.
-  // Returns how many jobs moved.
+  // Promote due delayed jobs and return expired leases, and the leases of
+  // dead holders, to their lanes now. claim and claim_wait do this by
+  // themselves (a dead holder's leases within about half a second); this is
+  // for tools and tests. Returns how many jobs moved.
   std::uint64_t tick() noexcept;
 
   // Approximate, read-only view (not an atomic picture of the whole queue).
@@ -284,6 +348,33 @@ class Queue {
   // on a quiet segment); it never writes. O(jobs + lanes).
   FsckReport fsck() const;
 
+  // Rebuilds every derived structure from the job slots and returns what
+  // fsck() found before it did (repairs says what changed; nothing changes
+  // when that was clean). First the slots themselves: a slot stuck admitting
+  // or freeing is freed (with its index entry), an invalid state is freed, a
+  // job naming a lane that does not exist moves to the default lane, of two
+  // live slots with one id the one the index leads to is kept and the other
+  // freed (each reported). Then the lane words (pending, active; busy
+  // cleared), lane structures (pending jobs re-linked in id order), the ring
+  // and hold slot (one token per serviceable lane), the id index, the free
+  // list and the next due time. Afterwards fsck() is clean.
+  // Refuses (Errc::busy, nothing changed) while any other live process is
+  // attached: one mid-operation would race every write. `force` repairs
+  // anyway, for when those processes are known to be idle; other threads of
+  // this process must not use the segment meanwhile. O(jobs + lanes).
+  Result<FsckReport> repair(bool force = false);
+
+  // The mirror's state and lag (configured == false without a mirror).
+  MirrorStatus mirror_status() const;
+  RecoveryInfo recovery() const;
+
+  // Puts a job back as it was, for restore: pending (a leased job comes back
+  // pending: its holder is gone), scheduled with its due time, or dead; with
+  // its attempt count and last error. Same checks and statuses as enqueue,
+  // except that a mirrored segment neither refuses nor waits for Valkey (the
+  // mirror resynchronises when it starts). Later mints stay above its id.
+  EnqueueStatus import_job(const JobInfo& job, std::string_view payload) noexcept;
+
   // The processes attached to the segment (pid plus start time: a reused
   // pid is not mistaken for the old process).
   std::vector<ProcessInfo> processes() const;
@@ -293,6 +384,7 @@ class Queue {
   void advance_clock(std::uint64_t ms) noexcept;
 
  private:
+  friend struct detail::QueueAccess;  // the mirror reads the segment's tables
   explicit Queue(std::unique_ptr<detail::Segment> seg) noexcept;
   std::unique_ptr<detail::Segment> seg_;
 };

@@ -25,6 +25,8 @@ enum class Errc {
   invalid_argument,   // an option or argument out of range
   permission_denied,  // the OS refused access
   system,             // any other OS error; see sys_errno
+  busy,               // the role is held by another live process (a second mirror)
+  unavailable,        // a server (Valkey) could not be reached or refused the request
 };
 
 std::string_view to_string(Errc e) noexcept;

@@ -116,6 +116,36 @@ Reply Connection::command(const Args& args) {
   return r;
 }
 
+std::vector<Reply> Connection::pipeline(const std::vector<Args>& commands) {
+  if (!ctx_) {
+    if (std::string why = connect(); !why.empty()) throw BackendError(why);
+  }
+  auto lost = [&](const char* what) -> BackendError {
+    std::string why = ctx_ && ctx_->errstr[0] ? ctx_->errstr : what;
+    ctx_.reset();  // a context that saw an I/O error is not reusable
+    return BackendError("valkey " + address_ + " unreachable: " + why);
+  };
+  for (const Args& args : commands) {
+    const auto& v = args.views();
+    argv_.resize(v.size());
+    argvlen_.resize(v.size());
+    for (std::size_t i = 0; i < v.size(); ++i) {
+      argv_[i] = v[i].data();
+      argvlen_[i] = v[i].size();
+    }
+    if (redisAppendCommandArgv(ctx_.get(), int(v.size()), argv_.data(), argvlen_.data()) != REDIS_OK)
+      throw lost("cannot queue a command");
+  }
+  std::vector<Reply> replies;
+  replies.reserve(commands.size());
+  for (std::size_t i = 0; i < commands.size(); ++i) {
+    void* r = nullptr;
+    if (redisGetReply(ctx_.get(), &r) != REDIS_OK || r == nullptr) throw lost("connection lost");
+    replies.emplace_back(static_cast<redisReply*>(r));
+  }
+  return replies;
+}
+
 Reply Connection::blocking_command(const Args& args, std::chrono::milliseconds block) {
   set_timeout(options_.command_timeout + block);
   struct Restore {

@@ -33,6 +33,13 @@ struct ContextDeleter {
 // do not move (a deque never relocates its elements).
 class Args {
  public:
+  Args() = default;
+  // Not copyable: a copy's views would point into the original's strings.
+  // Moving keeps every string where it is (a deque's move takes its blocks).
+  Args(const Args&) = delete;
+  Args& operator=(const Args&) = delete;
+  Args(Args&&) = default;
+  Args& operator=(Args&&) = default;
   Args& add(std::string_view s) {
     v_.push_back(s);
     return *this;
@@ -74,6 +81,12 @@ class Connection {
   // As command, for a command that blocks on the server up to `block`
   // (BLPOP): the socket timeout is stretched by that much meanwhile.
   Reply blocking_command(const Args& args, std::chrono::milliseconds block);
+
+  // Sends every command, then reads every reply (one round trip). No
+  // resend: on an I/O error the connection is dropped and BackendError is
+  // thrown; the caller decides whether the commands are safe to send again.
+  // Connects first (with the reconnect policy) if not connected.
+  std::vector<Reply> pipeline(const std::vector<Args>& commands);
 
   // "host:port"
   const std::string& address() const noexcept { return address_; }

@@ -21,6 +21,9 @@
 //   claim_abandon SEG OUTFILE LEASE_MS
 //       claim one job, write "<id> <attempt>", and exit without completing it
 //       (as a consumer that died holding a lease).
+//   claim_hold SEG OUTFILE LEASE_MS N
+//       claim N jobs, write "<id> <attempt>" for each (the file appears
+//       complete, by rename), then sleep holding them until killed.
 //
 // Exit status: 0 on success, 2 on bad arguments, 3 when the queue misbehaved
 // (message on stderr), 4 when it could not attach.
@@ -178,6 +181,24 @@ int claim_abandon(char** argv) {
   std::_Exit(0);  // no destructors: leave as abruptly as a crash would
 }
 
+int claim_hold(char** argv) {
+  Queue q = attach(argv[0]);
+  const auto lease_ms = static_cast<std::uint32_t>(num(argv[2]));
+  const std::uint64_t n = num(argv[3]);
+  wait_for_gate();
+  const std::string tmp = std::string(argv[1]) + ".tmp";
+  std::FILE* out = std::fopen(tmp.c_str(), "w");
+  if (out == nullptr) die(2, "cannot write " + tmp);
+  Lease lease;
+  for (std::uint64_t i = 0; i < n; ++i) {
+    if (!q.claim(lease, lease_ms)) die(3, "nothing to claim after " + std::to_string(i) + " claims");
+    std::fprintf(out, "%s %u\n", lease.id.string().c_str(), lease.attempt);
+  }
+  if (std::fclose(out) != 0) die(3, "write failed");
+  if (std::rename(tmp.c_str(), argv[1]) != 0) die(3, "rename failed");
+  for (;;) ::pause();  // until the parent kills us (or the watchdog alarm)
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -193,5 +214,6 @@ int main(int argc, char** argv) {
   if (mode == "enqueue_ids" && nargs == 3) return enqueue_ids(args);
   if (mode == "enqueue_one" && nargs == 4) return enqueue_one(args);
   if (mode == "claim_abandon" && nargs == 3) return claim_abandon(args);
+  if (mode == "claim_hold" && nargs == 4) return claim_hold(args);
   die(2, "bad mode or argument count: " + mode);
 }

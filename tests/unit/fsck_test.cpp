@@ -1,12 +1,7 @@
 // fsck: a segment used in every way checks clean; each kind of damage done
 // to its shared memory behind the library's back is reported by name.
 #include "queue_fixture.hpp"
-
-#include <fcntl.h>
-#include <sys/mman.h>
-#include <unistd.h>
-
-#include "fairlane/detail/layout.hpp"
+#include "raw_segment.hpp"
 
 namespace fairlane {
 namespace {
@@ -28,33 +23,7 @@ std::string names(const FsckReport& r) {
   return s;
 }
 
-// A second, raw mapping of the segment: what a stray write or a bug in
-// another process would touch.
-class RawSegment {
- public:
-  explicit RawSegment(const std::string& name) {
-    fd_ = ::shm_open(("/" + name).c_str(), O_RDWR, 0);
-    EXPECT_GE(fd_, 0);
-    size_ = std::size_t(::lseek(fd_, 0, SEEK_END));
-    base_ = static_cast<unsigned char*>(::mmap(nullptr, size_, PROT_READ | PROT_WRITE, MAP_SHARED, fd_, 0));
-    EXPECT_NE(base_, MAP_FAILED);
-  }
-  ~RawSegment() {
-    ::munmap(base_, size_);
-    ::close(fd_);
-  }
-  detail::Header& header() { return *reinterpret_cast<detail::Header*>(base_); }
-  std::atomic<std::uint64_t>& slot_word(std::uint32_t i) {
-    return reinterpret_cast<std::atomic<std::uint64_t>*>(base_ + header().words_off)[i];
-  }
-  detail::LaneRecord& lane(std::uint32_t i) { return reinterpret_cast<detail::LaneRecord*>(base_ + header().lanes_off)[i]; }
-  detail::IndexBucket& bucket(std::uint64_t i) { return reinterpret_cast<detail::IndexBucket*>(base_ + header().index_off)[i]; }
-
- private:
-  int fd_ = -1;
-  std::size_t size_ = 0;
-  unsigned char* base_ = nullptr;
-};
+using test::RawSegment;
 
 class FsckTest : public QueueTest {
  protected:

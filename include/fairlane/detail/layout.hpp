@@ -10,7 +10,7 @@
 //   [Header][slot words: u64 x jobs][slots: SlotRecord+payload x jobs]
 //   [lanes: LaneRecord x lane_buckets][ring: u64 x ring_cells]
 //   [index: IndexBucket x index_buckets][procs: ProcRecord x kMaxProcs]
-//   [waits: WaitBuckets x lane_buckets]
+//   [waits: WaitBuckets x lane_buckets][log: LogCell x log_cells (mirrored only)]
 #pragma once
 
 #include <atomic>
@@ -21,7 +21,7 @@
 namespace fairlane::detail {
 
 inline constexpr std::uint64_t kMagic = 0x314E4C5249414646ULL;  // "FFAIRLN1" little-endian
-inline constexpr std::uint32_t kLayoutVersion = 1;
+inline constexpr std::uint32_t kLayoutVersion = 2;
 inline constexpr std::size_t kCacheLine = 64;
 inline constexpr std::uint32_t kMaxProcs = 256;
 inline constexpr std::uint32_t kMaxJobs = (1U << 26) - 1;     // fits the lane word's pending field
@@ -29,6 +29,7 @@ inline constexpr std::uint32_t kMaxLanes = (1U << 22);         // ring cells hol
 inline constexpr std::uint32_t kMaxPayload = 1U << 20;
 inline constexpr std::uint32_t kErrorBytes = 56;
 inline constexpr std::uint32_t kIndexWays = 8;                 // entries per index bucket
+inline constexpr std::uint32_t kMirrorUrlBytes = 160;
 
 template <class T>
 constexpr void check_shared() {
@@ -222,6 +223,79 @@ static_assert(sizeof(WaitBuckets) == 256);
 // Hold slot: a lane token owed more claims this turn (weights > 1).
 //   bits 0..31 lane+1 (0 = empty), bits 32..63 claims left in the turn
 
+// ---------------------------------------------------------------------------
+// Transition log of a mirrored segment (docs/mirror.md): a bounded ring of
+// "this changed" records that any process appends after a transition and
+// one mirror process reads. A record names a job slot, a lane or the whole
+// queue; the mirror reads the current state of what it names, so records
+// need no payload and a late or repeated record does no harm.
+//
+// Cell protocol (Vyukov's bounded queue, one reader): a cell whose stamp is
+// seq is free for the writer of seq; the writer who wins head seq -> seq+1
+// writes the body and CASes the stamp seq -> seq+1 (published); the reader
+// takes it and stores seq + log_cells (free for the next lap). A writer that
+// died between its head CAS and its stamp CAS leaves a hole; the reader
+// abandons it after a timeout by CASing the stamp seq -> seq + log_cells and
+// resynchronises everything. A writer that was only stalled then fails its
+// stamp CAS and asks for a resync itself; if its late body store lands in
+// the next lap's cell, the sequence bits in the body no longer match and the
+// reader resynchronises rather than trust it.
+//
+//   body: bits 0..3 kind (LogKind), bits 4..31 slot or lane index,
+//         bits 32..63 the record's sequence number mod 2^32
+//   ms:   segment clock when it was logged (for the lag in ms)
+enum class LogKind : std::uint8_t { job = 1, lane = 2, queue = 3 };
+struct LogCell {
+  std::atomic<std::uint64_t> stamp;
+  std::atomic<std::uint64_t> body;
+  std::atomic<std::uint64_t> ms;
+  std::uint64_t reserved;
+};
+static_assert(sizeof(LogCell) == 32);
+struct LogBody {
+  static constexpr std::uint64_t pack(LogKind k, std::uint32_t index, std::uint64_t seq) noexcept {
+    return std::uint64_t(k) | (std::uint64_t(index & 0x0FFFFFFF) << 4) | (seq << 32);
+  }
+  static constexpr LogKind kind(std::uint64_t b) noexcept { return LogKind(b & 15); }
+  static constexpr std::uint32_t index(std::uint64_t b) noexcept { return std::uint32_t(b >> 4) & 0x0FFFFFFF; }
+  static constexpr std::uint32_t seq_low(std::uint64_t b) noexcept { return std::uint32_t(b >> 32); }
+};
+
+enum class MirrorState : std::uint32_t {
+  ok = 0,
+  dropped = 1,    // the log filled under the `drop` policy: nothing is logged until a resync
+  resync = 2,     // a record was lost (a hole or a failed publish): resynchronise everything
+};
+
+struct alignas(kCacheLine) MirrorShared {
+  alignas(kCacheLine) std::atomic<std::uint64_t> head;   // next sequence number to reserve
+  alignas(kCacheLine) std::atomic<std::uint64_t> tail;   // next sequence the mirror reads
+  std::atomic<std::uint32_t> bell;                       // futex: the mirror parks here
+  std::atomic<std::uint32_t> parked;                     // 1 while the mirror is parked
+  std::atomic<std::uint32_t> proc;                       // process record + 1 of the running mirror
+  std::atomic<std::uint32_t> state;                      // MirrorState
+  alignas(kCacheLine) std::atomic<std::uint64_t> acked;  // records below this are in Valkey
+  std::atomic<std::uint32_t> ack_bell;                   // futex: sync enqueuers park here
+  std::atomic<std::uint32_t> ack_waiters;
+  std::atomic<std::uint64_t> acked_unix_ms;              // when `acked` last moved
+  std::atomic<std::uint64_t> inflight_ms;                // segment ms of the oldest record read but not acked (0: none)
+  std::atomic<std::uint64_t> dropped_unix_ms;            // when the log last overflowed
+  std::atomic<std::uint64_t> lost;                       // records not logged (full log, holes), ever
+  std::atomic<std::uint64_t> resyncs;                    // full resynchronisations, ever
+};
+
+// What recovery (the sweep returning leases of dead or late holders) last did.
+struct alignas(kCacheLine) RecoveryStats {
+  std::atomic<std::uint64_t> runs;          // sweeps that returned at least one lease, ever
+  std::atomic<std::uint64_t> jobs;          // leases returned by sweeps, ever
+  std::atomic<std::uint64_t> last_unix_ms;  // when the last such sweep ran
+  std::atomic<std::uint64_t> last_jobs;     // leases it returned
+  std::atomic<std::uint64_t> last_pid;      // its holder, if one dead process held them all (else 0)
+  std::atomic<std::uint64_t> last_us;       // how long that sweep took
+  std::atomic<std::uint64_t> checked_ms;    // segment ms when a sweep last judged the holders' liveness
+  std::atomic<std::uint64_t> reserved[1];
+};
+
 struct alignas(kCacheLine) Header {
   // Written once by the creator before `magic` is published; read-only after.
   std::atomic<std::uint64_t> magic;  // kMagic once the segment is ready; written last
@@ -243,6 +317,14 @@ struct alignas(kCacheLine) Header {
   std::uint16_t node;
   std::uint16_t reserved0;
   std::uint32_t creator_pid;
+  // Mirror, fixed at creation: durability 0 none, 1 async, 2 sync; on_full
+  // 0 refuse new work, 1 drop the mirror (until a resync).
+  char mirror_url[kMirrorUrlBytes];  // NUL-terminated valkey://HOST:PORT/QUEUE
+  std::uint32_t durability;
+  std::uint32_t on_full;
+  std::uint32_t log_cells;           // power of two, 0 without a mirror
+  std::uint32_t sync_timeout_ms;
+  std::uint64_t log_off;
 
   // Shared words, each on its own line: different processes write them.
   alignas(kCacheLine) std::atomic<std::uint64_t> mint_last;    // last snowflake minted
@@ -258,6 +340,8 @@ struct alignas(kCacheLine) Header {
   std::atomic<std::uint32_t> lanes_used;
   std::atomic<std::int64_t> clock_offset_ms;                   // advance_clock()
   CounterBlock retired;
+  RecoveryStats recovery;
+  MirrorShared mirror;
 };
 
 }  // namespace fairlane::detail

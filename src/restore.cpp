@@ -1,0 +1,241 @@
+// Restore: a new segment from a Valkey queue in EchoMQ's keyspace, written
+// by a mirror or by the Valkey backend (include/fairlane/mirror.hpp).
+#include <hiredis/hiredis.h>
+
+#include <algorithm>
+#include <charconv>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "fairlane/mirror.hpp"
+#include "segment.hpp"
+#include "valkey/connection.hpp"
+
+namespace fairlane {
+using valkey::Args;
+using valkey::Reply;
+
+namespace {
+
+std::string_view text(const redisReply* r) noexcept {
+  return r && (r->type == REDIS_REPLY_STRING || r->type == REDIS_REPLY_STATUS) ? std::string_view(r->str, r->len)
+                                                                               : std::string_view();
+}
+
+std::int64_t number(const redisReply* r, std::int64_t fallback = 0) noexcept {
+  if (!r) return fallback;
+  if (r->type == REDIS_REPLY_INTEGER) return r->integer;
+  std::string_view t = text(r);
+  if (t.empty()) return fallback;
+  double d = 0;  // scores come back as "1.7e12" or "1700000000000"
+  auto [p, ec] = std::from_chars(t.data(), t.data() + t.size(), d);
+  return ec == std::errc() ? std::int64_t(d) : fallback;
+}
+
+// A field map from HGETALL.
+std::map<std::string, std::string> field_map(const redisReply* r) {
+  std::map<std::string, std::string> out;
+  if (!r || r->type != REDIS_REPLY_ARRAY) return out;
+  for (std::size_t i = 0; i + 1 < r->elements; i += 2)
+    out.emplace(std::string(text(r->element[i])), std::string(text(r->element[i + 1])));
+  return out;
+}
+
+Error restore_error(Errc code, std::string message) { return Error{code, 0, std::move(message)}; }
+
+struct RestoredJob {
+  JobInfo info;
+  std::string payload;
+  std::int64_t score = -1;  // due time or death, Valkey ms
+};
+
+}  // namespace
+
+Result<RestoreReport> restore_from_valkey(std::string_view segment, std::string_view url_text, QueueOptions options) {
+  auto url = ValkeyUrl::parse(url_text);
+  if (!url) return url.error();
+  const std::string prefix = url->prefix(), where = url->str();
+  valkey::Connection conn(url->host, url->port, ValkeyOptions{});
+  RestoreReport rep;
+  std::vector<RestoredJob> jobs;
+  std::map<std::string, std::pair<std::uint32_t, std::uint32_t>> lane_settings;  // group -> (limit, weight)
+  std::vector<std::string> paused_groups;
+  std::string kind;
+  std::uint32_t max_payload = 0;
+  std::int64_t valkey_now = 0;
+
+  try {
+    if (std::string why = conn.connect(); !why.empty()) return restore_error(Errc::unavailable, why);
+    auto cmd = [&](std::initializer_list<std::string_view> words) {
+      Args a;
+      for (auto w : words) a.add(w);
+      return conn.command(a);
+    };
+    const auto meta = field_map(cmd({"HGETALL", prefix + "meta"}).get());
+    if (auto it = meta.find("job_kind"); it != meta.end()) kind = it->second;
+    if (auto it = meta.find("max_payload"); it != meta.end()) max_payload = std::uint32_t(std::stoul(it->second));
+    rep.paused = meta.count("paused") != 0;
+    {
+      Reply t = cmd({"TIME"});
+      if (!t || t->type != REDIS_REPLY_ARRAY || t->elements != 2)
+        return restore_error(Errc::unavailable, where + ": unexpected TIME reply");
+      valkey_now = number(t->element[0]) * 1000 + number(t->element[1]) / 1000;
+    }
+
+    // Every job key, then its fields and scores in pipelines of 512.
+    std::vector<std::string> ids;
+    std::string cursor = "0";
+    const std::string pattern = prefix + "job:*";
+    do {
+      Reply r = cmd({"SCAN", cursor, "MATCH", pattern, "COUNT", "1000"});
+      if (!r || r->type != REDIS_REPLY_ARRAY || r->elements != 2)
+        return restore_error(Errc::unavailable, where + ": unexpected SCAN reply");
+      cursor = std::string(text(r->element[0]));
+      for (std::size_t i = 0; i < r->element[1]->elements; ++i)
+        ids.emplace_back(text(r->element[1]->element[i]).substr(prefix.size() + 4));
+    } while (cursor != "0");
+    std::sort(ids.begin(), ids.end());
+    ids.erase(std::unique(ids.begin(), ids.end()), ids.end());
+
+    // Args keeps views: every key it names must outlive the pipeline.
+    const std::string schedule_key = prefix + "schedule", dead_key = prefix + "dead";
+    for (std::size_t from = 0; from < ids.size(); from += 512) {
+      const std::size_t to = std::min(ids.size(), from + 512);
+      std::vector<std::string> keys;
+      std::vector<Args> cmds;
+      keys.reserve(to - from);
+      for (std::size_t i = from; i < to; ++i) {
+        keys.push_back(prefix + "job:" + ids[i]);
+        Args a;
+        a.add("HMGET").add(keys.back()).add("state").add("attempts").add("payload").add("group").add("last_error");
+        cmds.push_back(std::move(a));
+        Args sc;
+        sc.add("ZSCORE").add(schedule_key).add(ids[i]);
+        cmds.push_back(std::move(sc));
+        Args dd;
+        dd.add("ZSCORE").add(dead_key).add(ids[i]);
+        cmds.push_back(std::move(dd));
+      }
+      std::vector<Reply> replies = conn.pipeline(cmds);
+      for (std::size_t i = from; i < to; ++i) {
+        const redisReply* h = replies[(i - from) * 3].get();
+        const redisReply* sched = replies[(i - from) * 3 + 1].get();
+        const redisReply* dead = replies[(i - from) * 3 + 2].get();
+        if (!h || h->type != REDIS_REPLY_ARRAY || h->elements != 5 || h->element[0]->type != REDIS_REPLY_STRING ||
+            h->element[3]->type != REDIS_REPLY_STRING) {
+          ++rep.skipped;  // not a whole job (a key someone else wrote, or half-deleted)
+          continue;
+        }
+        RestoredJob j;
+        auto id = BrandedId::parse(ids[i]);
+        auto group = BrandedId::parse(text(h->element[3]));
+        if (!id || !group) {
+          ++rep.skipped;
+          continue;
+        }
+        j.info.id = *id;
+        j.info.group = *group;
+        const std::string_view st = text(h->element[0]);
+        j.info.attempt = std::uint32_t(std::max<std::int64_t>(0, number(h->element[1])));
+        j.payload = std::string(text(h->element[2]));
+        j.info.last_error = std::string(text(h->element[4]));
+        if (st == "pending") {
+          j.info.state = JobState::pending;
+        } else if (st == "active") {
+          j.info.state = JobState::leased;
+        } else if (st == "scheduled") {
+          j.info.state = JobState::scheduled;
+          j.score = number(sched, valkey_now);
+        } else if (st == "dead") {
+          j.info.state = JobState::dead;
+          j.score = number(dead, valkey_now);
+        } else {
+          ++rep.skipped;
+          continue;
+        }
+        jobs.push_back(std::move(j));
+      }
+    }
+
+    for (auto& [g, v] : field_map(cmd({"HGETALL", prefix + "glimit"}).get()))
+      lane_settings[g].first = std::uint32_t(std::stoul(v));
+    for (auto& [g, v] : field_map(cmd({"HGETALL", prefix + "gweight"}).get()))
+      lane_settings[g].second = std::uint32_t(std::stoul(v));
+    Reply p = cmd({"SMEMBERS", prefix + "paused"});
+    if (p && p->type == REDIS_REPLY_ARRAY)
+      for (std::size_t i = 0; i < p->elements; ++i) paused_groups.emplace_back(text(p->element[i]));
+  } catch (const BackendError& e) {
+    return restore_error(Errc::unavailable, e.what());
+  } catch (const std::exception& e) {
+    return restore_error(Errc::corrupt, where + ": a setting that is not a number (" + e.what() + ")");
+  }
+
+  // The segment: the queue's kind and payload size unless the options set
+  // them; room for every job.
+  const QueueOptions defaults;
+  if (options.job_kind == defaults.job_kind && !kind.empty()) options.job_kind = kind;
+  if (options.payload_bytes == defaults.payload_bytes && max_payload) options.payload_bytes = max_payload;
+  for (const RestoredJob& j : jobs) {
+    if (j.payload.size() > options.payload_bytes)
+      return restore_error(Errc::invalid_argument, "job " + j.info.id.string() + " has a payload of " +
+                                                       std::to_string(j.payload.size()) + " bytes; the segment would take " +
+                                                       std::to_string(options.payload_bytes));
+    if (j.info.id.kind() != options.job_kind)
+      return restore_error(Errc::invalid_argument, "job " + j.info.id.string() + " is not of the job kind " + options.job_kind);
+  }
+  if (jobs.size() > options.jobs)
+    return restore_error(Errc::invalid_argument, where + " holds " + std::to_string(jobs.size()) +
+                                                     " jobs, more than the segment's " + std::to_string(options.jobs) +
+                                                     " job slots (--jobs)");
+  auto q = Queue::create(segment, options);
+  if (!q) return q.error();
+  auto undo = [&](std::string why) -> Result<RestoreReport> {
+    (void)Queue::remove(segment);
+    return restore_error(Errc::invalid_argument, std::move(why));
+  };
+
+  for (const auto& [g, lw] : lane_settings) {
+    auto group = BrandedId::parse(g);
+    if (!group) {
+      ++rep.skipped;  // a group name that is not a branded id
+      continue;
+    }
+    if (lw.first && q->set_limit(*group, std::min(lw.first, kMaxLimit)) != LaneStatus::ok)
+      return undo("cannot restore the limit of group " + g);
+    if (lw.second > 1 && q->set_weight(*group, std::min(lw.second, kMaxWeight)) != LaneStatus::ok)
+      return undo("cannot restore the weight of group " + g);
+    ++rep.lanes;
+  }
+  for (const std::string& g : paused_groups) {
+    auto group = BrandedId::parse(g);
+    if (!group) {
+      ++rep.skipped;
+      continue;
+    }
+    if (q->pause(*group) != LaneStatus::ok) return undo("cannot pause group " + g);
+    if (!lane_settings.count(g)) ++rep.lanes;
+  }
+  const std::int64_t seg_now = std::int64_t(q->now_ms());
+  for (RestoredJob& j : jobs) {
+    if (j.score >= 0) {
+      // Valkey ms -> segment clock; a due time that has passed is due now.
+      j.info.when_ms = std::uint64_t(std::max<std::int64_t>(
+          j.info.state == JobState::scheduled ? seg_now : 0, j.score - valkey_now + seg_now));
+    }
+    const EnqueueStatus st = q->import_job(j.info, j.payload);
+    if (st == EnqueueStatus::duplicate) continue;  // listed twice: restored once
+    if (st != EnqueueStatus::enqueued)
+      return undo("cannot restore job " + j.info.id.string() + ": " + std::string(to_string(st)));
+    switch (j.info.state) {
+      case JobState::leased: ++rep.leased; [[fallthrough]];
+      case JobState::pending: ++rep.pending; break;
+      case JobState::scheduled: ++rep.scheduled; break;
+      case JobState::dead: ++rep.dead; break;
+    }
+  }
+  if (rep.paused) q->pause_all();
+  return rep;
+}
+
+}  // namespace fairlane

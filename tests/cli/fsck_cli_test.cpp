@@ -1,0 +1,258 @@
+// `fairlane fsck --repair` exit codes and output, and what `inspect` shows
+// of a segment beyond its lanes: attached processes, recovery, the mirror.
+// Damage is done through a raw mapping (tests/common/raw_segment.hpp).
+#include "raw_segment.hpp"
+#include "test_support.hpp"
+
+#include <unistd.h>
+
+#include <nlohmann/json.hpp>
+#include <sstream>
+
+namespace fairlane {
+namespace {
+
+using test::RawSegment;
+using test::SegmentGuard;
+using test::unique_segment_name;
+using CliRun = test::ProgramRun;
+
+CliRun run_cli(const std::vector<std::string>& args) { return test::run_program(FAIRLANE_CLI_PATH, args); }
+std::string show(const CliRun& r) { return "exit " + std::to_string(r.exit_code) + "\nstdout: " + r.out + "\nstderr: " + r.err; }
+bool contains(const std::string& s, std::string_view what) { return s.find(what) != std::string::npos; }
+
+// An error: exit 2 and one line on stderr, prefixed "fairlane: ".
+void expect_error(const CliRun& r, std::string_view must_mention = {}) {
+  EXPECT_EQ(r.exit_code, 2) << show(r);
+  std::string err = r.err;
+  while (!err.empty() && err.back() == '\n') err.pop_back();
+  EXPECT_FALSE(err.empty()) << show(r);
+  EXPECT_EQ(err.find('\n'), std::string::npos) << "more than one line on stderr: " << show(r);
+  EXPECT_EQ(r.err.rfind("fairlane: ", 0), 0U) << show(r);
+  if (!must_mention.empty()) {
+    EXPECT_TRUE(contains(r.err, must_mention)) << show(r);
+  }
+}
+
+// Every line but the first, which holds the segment's name (the tests' are long).
+void expect_fits_80_columns(const std::string& text) {
+  std::istringstream in(text);
+  std::string line;
+  std::getline(in, line);
+  while (std::getline(in, line)) EXPECT_LE(line.size(), 80U) << "too wide: '" << line << "'";
+}
+
+class FsckCli : public ::testing::Test {
+ protected:
+  void SetUp() override { guard_ = std::make_unique<SegmentGuard>(unique_segment_name()); }
+  void TearDown() override { guard_.reset(); }
+  const std::string& seg() const { return guard_->name(); }
+  void create() {
+    const CliRun r = run_cli({"create", seg(), "--jobs", "64", "--lanes", "8", "--payload-bytes", "32"});
+    ASSERT_EQ(r.exit_code, 0) << show(r);
+  }
+  void enqueue(const char* group, int n) {
+    for (int i = 0; i < n; ++i) ASSERT_EQ(run_cli({"enqueue", seg(), group, "--mint", "--payload", "x"}).exit_code, 0);
+  }
+  // Adds one to the pending count of the first lane with pending jobs.
+  void damage_a_lane_count() {
+    RawSegment raw(seg());
+    const std::uint32_t lane = raw.find_lane([](std::uint64_t w) { return detail::LaneWord::pending(w) > 0; });
+    ASSERT_NE(lane, ~0U);
+    auto& w = raw.lane(lane).word;
+    w.store(detail::LaneWord::with_pending(w.load(), detail::LaneWord::pending(w.load()) + 1));
+  }
+  std::unique_ptr<SegmentGuard> guard_;
+};
+
+TEST_F(FsckCli, RepairOfACleanSegmentChangesNothingAndExitsZero) {
+  create();
+  enqueue("TEN00000000001", 2);
+  CliRun r = run_cli({"fsck", seg(), "--repair"});
+  EXPECT_EQ(r.exit_code, 0) << show(r);
+  EXPECT_TRUE(contains(r.out, "clean, nothing to repair")) << show(r);
+  r = run_cli({"fsck", seg(), "--repair", "--json"});
+  ASSERT_EQ(r.exit_code, 0) << show(r);
+  const auto j = nlohmann::json::parse(r.out, nullptr, false);
+  ASSERT_FALSE(j.is_discarded()) << show(r);
+  EXPECT_EQ(j.at("clean"), true);
+  EXPECT_EQ(j.at("repaired"), false);
+  EXPECT_TRUE(j.at("repairs").empty());
+}
+
+TEST_F(FsckCli, RepairFixesWhatFsckFoundAndExitsOne) {
+  create();
+  enqueue("TEN00000000001", 3);
+  damage_a_lane_count();
+  CliRun r = run_cli({"fsck", seg()});
+  EXPECT_EQ(r.exit_code, 1) << show(r);
+  EXPECT_TRUE(contains(r.out, "lane-pending-count")) << show(r);
+
+  r = run_cli({"fsck", seg(), "--repair"});
+  EXPECT_EQ(r.exit_code, 1) << show(r);
+  EXPECT_TRUE(contains(r.out, "lane-pending-count")) << show(r);
+  EXPECT_TRUE(contains(r.out, "repair: ")) << show(r);
+  EXPECT_TRUE(contains(r.out, "repaired\n")) << show(r);
+  EXPECT_TRUE(r.err.empty()) << show(r);
+
+  r = run_cli({"fsck", seg()});
+  EXPECT_EQ(r.exit_code, 0) << "not clean after the repair: " << show(r);
+  for (int i = 0; i < 3; ++i) EXPECT_EQ(run_cli({"claim", seg()}).exit_code, 0) << "job " << i << " lost";
+  EXPECT_EQ(run_cli({"claim", seg()}).exit_code, 1) << "a job was delivered that was never enqueued";
+}
+
+TEST_F(FsckCli, RepairJson) {
+  create();
+  enqueue("TEN00000000001", 2);
+  damage_a_lane_count();
+  const CliRun r = run_cli({"fsck", seg(), "--repair", "--json"});
+  ASSERT_EQ(r.exit_code, 1) << show(r);
+  const auto j = nlohmann::json::parse(r.out, nullptr, false);
+  ASSERT_FALSE(j.is_discarded()) << show(r);
+  EXPECT_EQ(j.at("clean"), false);
+  EXPECT_EQ(j.at("repaired"), true);
+  ASSERT_FALSE(j.at("violations").empty());
+  EXPECT_EQ(j.at("violations")[0].at("invariant"), "lane-pending-count");
+  EXPECT_FALSE(j.at("repairs").empty());
+  EXPECT_TRUE(j.at("remaining").empty());
+}
+
+TEST_F(FsckCli, RepairRefusesWhileAnotherProcessIsAttached) {
+  create();
+  enqueue("TEN00000000001", 2);
+  damage_a_lane_count();
+  {
+    auto q = Queue::open(seg());  // this test process: attached and alive
+    ASSERT_TRUE(q.ok());
+    const CliRun r = run_cli({"fsck", seg(), "--repair"});
+    expect_error(r, "refusing to repair");
+    EXPECT_TRUE(contains(r.err, std::to_string(::getpid()))) << show(r);
+    EXPECT_EQ(run_cli({"fsck", seg()}).exit_code, 1) << "a refused repair changed something";
+
+    const CliRun forced = run_cli({"fsck", seg(), "--repair", "--force"});
+    EXPECT_EQ(forced.exit_code, 1) << show(forced);
+    EXPECT_TRUE(contains(forced.out, "repaired")) << show(forced);
+    EXPECT_TRUE(q->fsck().clean());
+  }
+  EXPECT_EQ(run_cli({"fsck", seg()}).exit_code, 0);
+}
+
+TEST_F(FsckCli, BadRepairArgumentsAreErrors) {
+  create();
+  expect_error(run_cli({"fsck", seg(), "--force"}), "--repair");
+  guard_.reset();
+  guard_ = std::make_unique<SegmentGuard>(unique_segment_name("missing"));
+  expect_error(run_cli({"fsck", seg(), "--repair"}), seg());
+}
+
+// ---------------------------------------------------------------- inspect
+
+TEST_F(FsckCli, InspectShowsAttachedProcessesAndTheirLeases) {
+  create();
+  enqueue("TEN00000000001", 2);
+  auto q = Queue::open(seg());
+  ASSERT_TRUE(q.ok());
+  Lease l;
+  ASSERT_TRUE(q->claim(l, 60000));
+  const std::string me = std::to_string(::getpid());
+
+  const CliRun t = run_cli({"inspect", seg()});
+  ASSERT_EQ(t.exit_code, 0) << show(t);
+  EXPECT_TRUE(contains(t.out, "processes (1 attached, 1 alive)")) << t.out;
+  EXPECT_TRUE(contains(t.out, "pid " + me)) << t.out;
+  EXPECT_TRUE(contains(t.out, "1 lease\n")) << t.out;
+  EXPECT_TRUE(contains(t.out, "recovery no lease has come back")) << t.out;
+  EXPECT_FALSE(contains(t.out, "mirror ")) << "an unmirrored segment shows no mirror: " << t.out;
+  expect_fits_80_columns(t.out);
+
+  const CliRun r = run_cli({"inspect", seg(), "--json"});
+  ASSERT_EQ(r.exit_code, 0) << show(r);
+  const auto j = nlohmann::json::parse(r.out, nullptr, false);
+  ASSERT_FALSE(j.is_discarded()) << show(r);
+  ASSERT_EQ(j.at("processes").size(), 1U) << r.out;  // inspect leaves itself out
+  EXPECT_EQ(j["processes"][0].at("pid"), ::getpid());
+  EXPECT_EQ(j["processes"][0].at("alive"), true);
+  EXPECT_EQ(j["processes"][0].at("leases"), 1);
+  EXPECT_GT(j["processes"][0].at("attached_unix_ms").get<std::uint64_t>(), 0U);
+  EXPECT_EQ(j.at("recovery").at("runs"), 0);
+  EXPECT_TRUE(j.at("mirror").is_null());
+  EXPECT_TRUE(j.contains("lanes")) << "the snapshot is still there";
+}
+
+TEST_F(FsckCli, InspectShowsWhatRecoveryLastDid) {
+  create();
+  enqueue("TEN00000000001", 2);
+  auto q = Queue::open(seg());
+  auto holder = Queue::open(seg());
+  ASSERT_TRUE(q.ok() && holder.ok());
+  Lease a, b;
+  ASSERT_TRUE(holder->claim(a, 60000));
+  ASSERT_TRUE(holder->claim(b, 60000));
+  {
+    // The holder's record now names another process (same pid, other start
+    // time): dead, as far as the sweep can tell.
+    RawSegment raw(seg());
+    const std::uint32_t slot = raw.find_slot(detail::SlotState::leased);
+    ASSERT_NE(slot, ~0U);
+    raw.proc(raw.slot(slot).holder - 1).start_time += 1;
+  }
+  ASSERT_EQ(q->tick(), 2U);
+  const std::string me = std::to_string(::getpid());
+
+  const CliRun t = run_cli({"inspect", seg()});
+  ASSERT_EQ(t.exit_code, 0) << show(t);
+  EXPECT_TRUE(contains(t.out, "recovery 1 sweep returned 2 leases")) << t.out;
+  EXPECT_TRUE(contains(t.out, "2 leases of dead pid " + me)) << t.out;
+  EXPECT_TRUE(contains(t.out, "processes (2 attached, 1 alive)")) << t.out;
+  expect_fits_80_columns(t.out);
+
+  const CliRun r = run_cli({"inspect", seg(), "--json"});
+  ASSERT_EQ(r.exit_code, 0) << show(r);
+  const auto j = nlohmann::json::parse(r.out, nullptr, false);
+  ASSERT_FALSE(j.is_discarded()) << show(r);
+  EXPECT_EQ(j.at("recovery").at("runs"), 1);
+  EXPECT_EQ(j.at("recovery").at("jobs"), 2);
+  EXPECT_EQ(j.at("recovery").at("last_jobs"), 2);
+  EXPECT_EQ(j.at("recovery").at("last_pid"), ::getpid());
+  EXPECT_GT(j.at("recovery").at("last_unix_ms").get<std::uint64_t>(), 0U);
+}
+
+TEST_F(FsckCli, InspectShowsTheMirrorOfAMirroredSegment) {
+  QueueOptions o;
+  o.jobs = 64;
+  o.lanes = 8;
+  o.payload_bytes = 32;
+  o.mirror = "valkey://127.0.0.1:1/orders";  // never contacted: no mirror process runs
+  o.mirror_log = 64;
+  {
+    auto q = Queue::create(seg(), o);
+    ASSERT_TRUE(q.ok()) << q.error().message;
+  }
+  enqueue("TEN00000000001", 2);
+  const CliRun t = run_cli({"inspect", seg()});
+  ASSERT_EQ(t.exit_code, 0) << show(t);
+  EXPECT_TRUE(contains(t.out, "mirror   valkey://127.0.0.1:1/orders")) << t.out;
+  EXPECT_TRUE(contains(t.out, "async, refuse when full; no mirror attached; state ok")) << t.out;
+  // At least the two admissions are logged; nothing is acknowledged.
+  EXPECT_TRUE(contains(t.out, " transitions, acked 0\n")) << t.out;
+  EXPECT_TRUE(contains(t.out, "lost 0, resyncs 0")) << t.out;
+  expect_fits_80_columns(t.out);
+
+  const CliRun r = run_cli({"inspect", seg(), "--json"});
+  ASSERT_EQ(r.exit_code, 0) << show(r);
+  const auto j = nlohmann::json::parse(r.out, nullptr, false);
+  ASSERT_FALSE(j.is_discarded()) << show(r);
+  const auto& m = j.at("mirror");
+  ASSERT_TRUE(m.is_object()) << r.out;
+  EXPECT_EQ(m.at("url"), "valkey://127.0.0.1:1/orders");
+  EXPECT_EQ(m.at("durability"), "async");
+  EXPECT_EQ(m.at("on_full"), "refuse");
+  EXPECT_EQ(m.at("running"), false);
+  EXPECT_EQ(m.at("state"), "ok");
+  EXPECT_GE(m.at("logged").get<std::uint64_t>(), 2U);
+  EXPECT_EQ(m.at("acked"), 0);
+  EXPECT_EQ(m.at("lag"), m.at("logged"));
+}
+
+}  // namespace
+}  // namespace fairlane

@@ -1,0 +1,574 @@
+// Mirroring a segment to Valkey and restoring it (docs/mirror.md).
+//
+// Each test starts its own redis-server on a free loopback port (the
+// conformance suite's RedisServer), so tests may restart it. Valkey's view
+// is read back through the Valkey backend (ValkeyBackend::snapshot) and
+// plain hiredis commands.
+#include <fairlane/mirror.hpp>
+#include <fairlane/queue.hpp>
+#include <fairlane/valkey.hpp>
+#include <fairlane/detail/layout.hpp>
+
+#include <gtest/gtest.h>
+#include <hiredis/hiredis.h>
+
+#include <fcntl.h>
+#include <signal.h>
+#include <spawn.h>
+#include <sys/mman.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <fstream>
+#include <map>
+#include <set>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "redis_server.hpp"
+#include "test_support.hpp"
+
+using namespace fairlane;
+using namespace std::chrono_literals;
+
+namespace {
+
+BrandedId group(int n) {
+  std::string g = "TEN00000000000";
+  g[13] = char('0' + n);
+  return *BrandedId::parse(g);
+}
+
+class MirrorTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    std::string error;
+    server_ = test::RedisServer::start(FAIRLANE_REDIS_SERVER, error);
+    if (!server_) GTEST_SKIP() << error;
+    name_ = test::unique_segment_name();
+    guard_ = std::make_unique<test::SegmentGuard>(name_);
+    url_ = "valkey://127.0.0.1:" + std::to_string(server_->port()) + "/" + name_;
+  }
+  void TearDown() override {
+    mirror_.reset();
+    guard_.reset();
+  }
+
+  Queue create(Durability d = Durability::async, MirrorFull full = MirrorFull::refuse, std::uint32_t log = 65536) {
+    QueueOptions o;
+    o.jobs = 4096;
+    o.lanes = 64;
+    o.mirror = url_;
+    o.durability = d;
+    o.on_full = full;
+    o.mirror_log = log;
+    o.sync_timeout_ms = 5000;
+    auto q = Queue::create(name_, o);
+    EXPECT_TRUE(q) << q.error().message;
+    return std::move(*q);
+  }
+
+  void start_mirror(std::chrono::milliseconds hole_timeout = 1000ms) {
+    MirrorOptions o;
+    o.hole_timeout = hole_timeout;
+    o.valkey.reconnect_attempts = 1;
+    auto m = Mirror::start(name_, o);
+    ASSERT_TRUE(m) << m.error().message;
+    mirror_ = std::move(*m);
+  }
+
+  // Until Valkey has acknowledged every logged transition (a liveness wait
+  // with a generous bound, not a speed assertion).
+  ::testing::AssertionResult caught_up(Queue& q, std::chrono::seconds within = 20s) {
+    const auto give_up = std::chrono::steady_clock::now() + within;
+    MirrorStatus st;
+    while (std::chrono::steady_clock::now() < give_up) {
+      st = q.mirror_status();
+      if (st.lag == 0 && st.state == "ok" && st.acked > 0) return ::testing::AssertionSuccess();
+      std::this_thread::sleep_for(5ms);
+    }
+    return ::testing::AssertionFailure() << "mirror still behind: lag " << st.lag << ", state " << st.state
+                                         << ", acked " << st.acked;
+  }
+
+  std::unique_ptr<ValkeyBackend> valkey() {
+    ValkeyOptions o;
+    o.job_kind = "JOB";
+    auto b = ValkeyBackend::open(url_, o);
+    EXPECT_TRUE(b) << b.error().message;
+    return std::move(*b);
+  }
+
+  std::string hget(const std::string& key, const std::string& field) {
+    redisContext* c = redisConnect("127.0.0.1", server_->port());
+    std::string out;
+    if (c && !c->err) {
+      auto* r = static_cast<redisReply*>(redisCommand(c, "HGET %s %s", key.c_str(), field.c_str()));
+      if (r && r->type == REDIS_REPLY_STRING) out.assign(r->str, r->len);
+      if (r) freeReplyObject(r);
+    }
+    if (c) redisFree(c);
+    return out;
+  }
+  std::string job_key(const BrandedId& id) const { return "emq:{" + name_ + "}:job:" + id.string(); }
+
+  // The segment's lanes and totals against Valkey's.
+  void expect_same(Queue& q) {
+    const Snapshot seg = q.snapshot();
+    const Snapshot val = valkey()->snapshot();
+    EXPECT_EQ(seg.pending, val.pending);
+    EXPECT_EQ(seg.leased, val.leased);
+    EXPECT_EQ(seg.scheduled, val.scheduled);
+    EXPECT_EQ(seg.dead, val.dead);
+    EXPECT_EQ(seg.paused, val.paused);
+    std::map<std::string, LaneInfo> theirs;
+    for (const LaneInfo& l : val.lanes) theirs[l.group.string()] = l;
+    for (const LaneInfo& l : seg.lanes) {
+      if (l.depth == 0 && l.active == 0 && l.limit == 0 && l.weight == 1 && !l.paused) continue;  // never mirrored
+      SCOPED_TRACE(l.group.string());
+      auto it = theirs.find(l.group.string());
+      ASSERT_NE(it, theirs.end());
+      EXPECT_EQ(l.depth, it->second.depth);
+      EXPECT_EQ(l.active, it->second.active);
+      EXPECT_EQ(l.limit, it->second.limit);
+      EXPECT_EQ(l.weight, it->second.weight);
+      EXPECT_EQ(l.paused, it->second.paused);
+      EXPECT_EQ(l.ringed, it->second.ringed);
+    }
+  }
+
+  std::unique_ptr<test::RedisServer> server_;
+  std::string name_, url_;
+  std::unique_ptr<test::SegmentGuard> guard_;
+  std::unique_ptr<Mirror> mirror_;
+};
+
+TEST_F(MirrorTest, EveryTransitionReachesValkeyAndValkeyConsumersCanServeIt) {
+  Queue q = create();
+  start_mirror();
+  std::vector<BrandedId> ids;
+  for (int i = 0; i < 30; ++i) {
+    ids.push_back(q.mint());
+    ASSERT_EQ(q.enqueue(group(i % 3), ids.back(), "payload " + std::to_string(i)), EnqueueStatus::enqueued);
+  }
+  const BrandedId later = q.mint();
+  ASSERT_EQ(q.enqueue(group(1), later, "later", {.delay_ms = 60000}), EnqueueStatus::enqueued);
+  Lease a, b, c, d, e;
+  ASSERT_TRUE(q.claim(a, 60000));
+  ASSERT_TRUE(q.claim(b, 60000));
+  ASSERT_TRUE(q.claim(c, 60000));
+  ASSERT_TRUE(q.claim(d, 60000));
+  ASSERT_TRUE(q.claim(e, 60000));
+  EXPECT_EQ(q.complete(a.id, a.attempt), AckStatus::ok);
+  EXPECT_EQ(q.fail(b.id, b.attempt, {.delay_ms = 0, .max_attempts = 5, .error = "again"}), FailStatus::retrying);
+  EXPECT_EQ(q.fail(c.id, c.attempt, {.delay_ms = 0, .max_attempts = 1, .error = "broken"}), FailStatus::dead);
+  EXPECT_EQ(q.extend(d.id, d.attempt, 120000), AckStatus::ok);
+  EXPECT_EQ(q.pause(group(2)), LaneStatus::ok);
+  EXPECT_EQ(q.set_limit(group(0), 4), LaneStatus::ok);
+  EXPECT_EQ(q.set_weight(group(1), 3), LaneStatus::ok);
+  ASSERT_TRUE(caught_up(q));
+  expect_same(q);
+
+  // Valkey has each job as the segment does.
+  EXPECT_EQ(hget(job_key(a.id), "state"), "");  // completed: gone
+  EXPECT_EQ(hget(job_key(b.id), "state"), "pending");
+  EXPECT_EQ(hget(job_key(b.id), "attempts"), "1");
+  EXPECT_EQ(hget(job_key(b.id), "last_error"), "again");
+  EXPECT_EQ(hget(job_key(c.id), "state"), "dead");
+  EXPECT_EQ(hget(job_key(d.id), "state"), "active");
+  EXPECT_EQ(hget(job_key(later), "state"), "scheduled");
+  EXPECT_EQ(hget(job_key(ids[7]), "payload"), "payload 7");
+  EXPECT_EQ(hget(job_key(ids[7]), "group"), group(1).string());
+
+  // Leases and completions come through too, and the whole queue's pause.
+  EXPECT_EQ(q.complete(d.id, d.attempt), AckStatus::ok);
+  q.pause_all();
+  ASSERT_TRUE(caught_up(q));
+  expect_same(q);
+  q.resume_all();
+  EXPECT_EQ(q.drain(group(0)), 8u);
+  ASSERT_TRUE(caught_up(q));
+  expect_same(q);
+
+  // A consumer on Valkey serves what the segment admitted: the oldest job of
+  // a serviceable lane, with its payload.
+  mirror_->stop();
+  auto v = valkey();
+  Lease got;
+  ASSERT_TRUE(v->claim(got, 30000));
+  auto seg_view = q.job(got.id);
+  ASSERT_TRUE(seg_view.has_value());
+  EXPECT_EQ(seg_view->state, JobState::pending);
+  EXPECT_EQ(got.group, seg_view->group);
+  EXPECT_EQ(got.payload.rfind("payload ", 0), 0u);
+}
+
+TEST_F(MirrorTest, SyncEnqueueReturnsOnlyOnceValkeyHasTheJob) {
+  Queue q = create(Durability::sync);
+  // No mirror running: refused, and nothing written.
+  const BrandedId early = q.mint();
+  EXPECT_EQ(q.enqueue(group(1), early, "x"), EnqueueStatus::mirror_unavailable);
+  EXPECT_FALSE(q.job(early).has_value());
+  EXPECT_EQ(q.depth(group(1)), 0u);
+
+  start_mirror();
+  for (int i = 0; i < 100; ++i) {
+    const BrandedId id = q.mint();
+    ASSERT_EQ(q.enqueue(group(i % 4), id, "p" + std::to_string(i)), EnqueueStatus::enqueued);
+    // No waiting here: the admission is in Valkey when enqueue returns.
+    ASSERT_EQ(hget(job_key(id), "state"), "pending") << "job " << i;
+    ASSERT_EQ(hget(job_key(id), "payload"), "p" + std::to_string(i));
+  }
+}
+
+TEST_F(MirrorTest, SyncEnqueueWithADeadMirrorSaysNotDurable) {
+  Queue q = create(Durability::sync);
+  // The mirror as its own process, then SIGKILLed.
+  std::vector<std::string> args{FAIRLANE_CLI_PATH, "mirror", name_, "--quiet"};
+  std::vector<char*> argv;
+  for (auto& s : args) argv.push_back(s.data());
+  argv.push_back(nullptr);
+  pid_t pid = -1;
+  ASSERT_EQ(posix_spawn(&pid, argv[0], nullptr, nullptr, argv.data(), environ), 0);
+  const auto give_up = std::chrono::steady_clock::now() + 20s;
+  while (!q.mirror_status().running && std::chrono::steady_clock::now() < give_up) std::this_thread::sleep_for(5ms);
+  ASSERT_TRUE(q.mirror_status().running);
+  ASSERT_EQ(q.enqueue(group(1), q.mint(), "ok"), EnqueueStatus::enqueued);
+  ::kill(pid, SIGKILL);
+  int st = 0;
+  ::waitpid(pid, &st, 0);
+  EXPECT_FALSE(q.mirror_status().running);
+  // The job is admitted here, but no one will acknowledge it: not_durable,
+  // well before the 5 s sync timeout (the dead mirror is noticed).
+  const BrandedId id = q.mint();
+  EXPECT_EQ(q.enqueue(group(1), id, "late"), EnqueueStatus::not_durable);
+  ASSERT_TRUE(q.job(id).has_value());
+  EXPECT_EQ(q.enqueue(group(1), id, "late"), EnqueueStatus::duplicate);
+}
+
+TEST_F(MirrorTest, RefusePolicyRefusesNewJobsWhenTheLogIsFullAndChangesNothing) {
+  Queue q = create(Durability::async, MirrorFull::refuse, 64);
+  int admitted = 0;
+  EnqueueStatus st = EnqueueStatus::enqueued;
+  for (int i = 0; i < 200 && st == EnqueueStatus::enqueued; ++i) {
+    st = q.enqueue(group(1), q.mint(), "x");
+    if (st == EnqueueStatus::enqueued) ++admitted;
+  }
+  EXPECT_EQ(st, EnqueueStatus::mirror_behind);
+  EXPECT_EQ(admitted, 64 - 64 / 8);  // an eighth is kept for jobs already admitted
+  EXPECT_EQ(q.depth(group(1)), std::uint64_t(admitted));
+  // Claims and completions go on meanwhile.
+  Lease l;
+  ASSERT_TRUE(q.claim(l, 30000));
+  EXPECT_EQ(q.complete(l.id, l.attempt), AckStatus::ok);
+  EXPECT_EQ(q.mirror_status().state, "ok");
+
+  // The mirror catches up, and Valkey matches the segment.
+  start_mirror();
+  ASSERT_TRUE(caught_up(q));
+  expect_same(q);
+  EXPECT_EQ(q.enqueue(group(1), q.mint(), "x"), EnqueueStatus::enqueued);
+}
+
+TEST_F(MirrorTest, DropPolicyKeepsAdmittingSaysSoAndResynchronisesLater) {
+  Queue q = create(Durability::async, MirrorFull::drop, 64);
+  for (int i = 0; i < 300; ++i) ASSERT_EQ(q.enqueue(group(i % 3), q.mint(), "x"), EnqueueStatus::enqueued);
+  const MirrorStatus before = q.mirror_status();
+  EXPECT_EQ(before.state, "dropped");
+  EXPECT_GT(before.lost, 0u);
+  EXPECT_GT(before.dropped_unix_ms, 0u);
+
+  start_mirror();
+  ASSERT_TRUE(caught_up(q));
+  expect_same(q);
+  EXPECT_EQ(valkey()->snapshot().pending, 300u);
+}
+
+TEST_F(MirrorTest, ValkeyRestartWithoutItsDataIsResynchronised) {
+  Queue q = create();
+  start_mirror();
+  for (int i = 0; i < 50; ++i) ASSERT_EQ(q.enqueue(group(1), q.mint(), "x"), EnqueueStatus::enqueued);
+  ASSERT_TRUE(caught_up(q));
+  std::string error;
+  ASSERT_TRUE(server_->restart(error)) << error;  // no persistence: Valkey forgot everything
+  for (int i = 0; i < 50; ++i) ASSERT_EQ(q.enqueue(group(2), q.mint(), "y"), EnqueueStatus::enqueued);
+  ASSERT_TRUE(caught_up(q, 30s));
+  expect_same(q);
+  EXPECT_EQ(valkey()->snapshot().pending, 100u);
+  EXPECT_GE(mirror_->counters().reconnects, 1u);
+  EXPECT_GE(q.mirror_status().resyncs, 2u);
+}
+
+TEST_F(MirrorTest, AWriterThatDiedMidAppendLeavesAHoleTheMirrorGetsPast) {
+  Queue q = create();
+  start_mirror(100ms);
+  ASSERT_EQ(q.enqueue(group(1), q.mint(), "x"), EnqueueStatus::enqueued);
+  ASSERT_TRUE(caught_up(q));
+  {
+    // A writer that reserved a record and died before writing it.
+    const int fd = ::shm_open(("/" + name_).c_str(), O_RDWR, 0);
+    ASSERT_GE(fd, 0);
+    void* p = ::mmap(nullptr, sizeof(detail::Header), PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+    ::close(fd);
+    ASSERT_NE(p, MAP_FAILED);
+    static_cast<detail::Header*>(p)->mirror.head.fetch_add(1);
+    ::munmap(p, sizeof(detail::Header));
+  }
+  for (int i = 0; i < 20; ++i) ASSERT_EQ(q.enqueue(group(2), q.mint(), "y"), EnqueueStatus::enqueued);
+  ASSERT_TRUE(caught_up(q));
+  expect_same(q);
+  EXPECT_EQ(valkey()->snapshot().pending, 21u);
+  EXPECT_GE(q.mirror_status().lost, 1u);
+}
+
+TEST_F(MirrorTest, RestoreRebuildsLanesJobsAndSettings) {
+  std::vector<BrandedId> pending_ids;
+  BrandedId leased_id, scheduled_id, dead_id;
+  {
+    Queue q = create(Durability::sync);
+    start_mirror();
+    for (int i = 0; i < 12; ++i) {
+      pending_ids.push_back(q.mint());
+      ASSERT_EQ(q.enqueue(group(i % 2), pending_ids.back(), "p" + std::to_string(i)), EnqueueStatus::enqueued);
+    }
+    scheduled_id = q.mint();
+    ASSERT_EQ(q.enqueue(group(3), scheduled_id, "s", {.delay_ms = 60000}), EnqueueStatus::enqueued);
+    Lease l;
+    ASSERT_TRUE(q.claim(l, 60000));  // group 0's oldest, held when the host dies
+    leased_id = l.id;
+    ASSERT_TRUE(q.claim(l, 60000));
+    dead_id = l.id;
+    ASSERT_EQ(q.fail(l.id, l.attempt, {.max_attempts = 1, .error = "boom"}), FailStatus::dead);
+    ASSERT_EQ(q.set_limit(group(0), 3), LaneStatus::ok);
+    ASSERT_EQ(q.set_weight(group(1), 2), LaneStatus::ok);
+    ASSERT_EQ(q.pause(group(4)), LaneStatus::ok);
+    ASSERT_TRUE(caught_up(q));
+    mirror_.reset();
+  }
+  // The host goes down: the segment is gone.
+  ASSERT_TRUE(Queue::remove(name_));
+
+  QueueOptions o;
+  o.jobs = 1024;
+  auto rep = restore_from_valkey(name_, url_, o);
+  ASSERT_TRUE(rep) << rep.error().message;
+  EXPECT_EQ(rep->pending, 11u);  // 10 pending + the leased one
+  EXPECT_EQ(rep->leased, 1u);
+  EXPECT_EQ(rep->scheduled, 1u);
+  EXPECT_EQ(rep->dead, 1u);
+
+  auto q = Queue::open(name_);
+  ASSERT_TRUE(q) << q.error().message;
+  EXPECT_TRUE(q->fsck().clean());
+  const auto leased = q->job(leased_id);
+  ASSERT_TRUE(leased.has_value());
+  EXPECT_EQ(leased->state, JobState::pending);
+  EXPECT_EQ(leased->attempt, 1u);
+  const auto dead = q->job(dead_id);
+  ASSERT_TRUE(dead.has_value());
+  EXPECT_EQ(dead->state, JobState::dead);
+  EXPECT_EQ(dead->last_error, "boom");
+  const auto sched = q->job(scheduled_id);
+  ASSERT_TRUE(sched.has_value());
+  EXPECT_EQ(sched->state, JobState::scheduled);
+  EXPECT_GT(sched->when_ms, q->now_ms() + 50000);
+  const Snapshot s = q->snapshot();
+  std::map<std::string, LaneInfo> lanes;
+  for (const LaneInfo& l : s.lanes) lanes[l.group.string()] = l;
+  EXPECT_EQ(lanes[group(0).string()].limit, 3u);
+  EXPECT_EQ(lanes[group(1).string()].weight, 2u);
+  EXPECT_TRUE(lanes[group(4).string()].paused);
+
+  // Each lane serves in mint order; the leased job comes back at its mint
+  // position (first of its lane) with its next attempt.
+  std::map<std::string, std::vector<std::string>> served;
+  Lease l;
+  while (q->claim(l, 30000)) {
+    served[l.group.string()].push_back(l.id.string());
+    if (l.id == leased_id) EXPECT_EQ(l.attempt, 2u);
+    ASSERT_EQ(q->complete(l.id, l.attempt), AckStatus::ok);
+  }
+  std::vector<std::string> want0, want1;
+  for (std::size_t i = 0; i < pending_ids.size(); ++i) {
+    if (pending_ids[i] == dead_id) continue;
+    (i % 2 ? want1 : want0).push_back(pending_ids[i].string());
+  }
+  EXPECT_EQ(served[group(0).string()], want0);
+  EXPECT_EQ(served[group(1).string()], want1);
+}
+
+TEST_F(MirrorTest, RestoreRefusesAnExistingSegmentOrAnUnreachableServer) {
+  { Queue q = create(); }
+  auto rep = restore_from_valkey(name_, url_, QueueOptions{});
+  ASSERT_FALSE(rep);
+  EXPECT_EQ(rep.error().code, Errc::already_exists);
+  ASSERT_TRUE(Queue::remove(name_));
+  server_->stop();
+  rep = restore_from_valkey(name_, url_, QueueOptions{});
+  ASSERT_FALSE(rep);
+  EXPECT_EQ(rep.error().code, Errc::unavailable);
+  EXPECT_FALSE(Queue::open(name_));  // nothing left behind
+}
+
+// ---- the tool ---------------------------------------------------------------------
+
+TEST_F(MirrorTest, ToolRefusesBadMirrorSettingsAndWritesNothing) {
+  auto r = test::run_program(FAIRLANE_CLI_PATH, {"create", name_, "--mirror", "http://x/q"});
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_NE(r.err.find("valkey://HOST:PORT/QUEUE"), std::string::npos) << r.err;
+  r = test::run_program(FAIRLANE_CLI_PATH, {"create", name_, "--mirror", url_, "--durability", "eventually"});
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_NE(r.err.find("--durability must be async or sync"), std::string::npos) << r.err;
+  r = test::run_program(FAIRLANE_CLI_PATH, {"create", name_, "--mirror", url_, "--mirror-log", "1000"});
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_NE(r.err.find("power of two"), std::string::npos) << r.err;
+  EXPECT_FALSE(Queue::open(name_));
+
+  // A segment without a mirror cannot be mirrored.
+  { auto q = Queue::create(name_); ASSERT_TRUE(q); }
+  r = test::run_program(FAIRLANE_CLI_PATH, {"mirror", name_});
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_NE(r.err.find("has no mirror"), std::string::npos) << r.err;
+  r = test::run_program(FAIRLANE_CLI_PATH, {"restore", name_, "--from", url_});
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_NE(r.err.find("already exists"), std::string::npos) << r.err;
+}
+
+TEST_F(MirrorTest, ToolCreatesMirrorsAndRestores) {
+  auto r = test::run_program(FAIRLANE_CLI_PATH, {"create", name_, "--jobs", "256", "--mirror", url_, "--durability", "sync"});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_NE(r.out.find("mirrored to " + url_ + " (sync"), std::string::npos) << r.out;
+  // sync with no mirror running: refused, with what to do.
+  r = test::run_program(FAIRLANE_CLI_PATH, {"enqueue", name_, group(1).string(), "--mint"});
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_NE(r.err.find("start 'fairlane mirror"), std::string::npos) << r.err;
+
+  std::vector<std::string> args{FAIRLANE_CLI_PATH, "mirror", name_, "--quiet"};
+  std::vector<char*> argv;
+  for (auto& a : args) argv.push_back(a.data());
+  argv.push_back(nullptr);
+  pid_t pid = -1;
+  ASSERT_EQ(posix_spawn(&pid, argv[0], nullptr, nullptr, argv.data(), environ), 0);
+  {
+    auto q = Queue::open(name_);
+    ASSERT_TRUE(q);
+    const auto give_up = std::chrono::steady_clock::now() + 20s;
+    while (!q->mirror_status().running && std::chrono::steady_clock::now() < give_up) std::this_thread::sleep_for(5ms);
+    ASSERT_TRUE(q->mirror_status().running);
+  }
+  for (int i = 0; i < 3; ++i) {
+    r = test::run_program(FAIRLANE_CLI_PATH, {"enqueue", name_, group(1).string(), "--mint", "--payload", "p" + std::to_string(i)});
+    ASSERT_EQ(r.exit_code, 0) << r.err;
+  }
+  ::kill(pid, SIGTERM);  // stops cleanly
+  int st = 0;
+  ::waitpid(pid, &st, 0);
+  EXPECT_TRUE(WIFEXITED(st) && WEXITSTATUS(st) == 0);
+
+  r = test::run_program(FAIRLANE_CLI_PATH, {"destroy", name_});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  r = test::run_program(FAIRLANE_CLI_PATH, {"restore", name_, "--from", url_, "--jobs", "256"});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_NE(r.out.find("3 pending"), std::string::npos) << r.out;
+  r = test::run_program(FAIRLANE_CLI_PATH, {"claim", name_});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_NE(r.out.find(" p0"), std::string::npos) << r.out;  // the oldest first
+}
+
+// ---- a simulated host crash in the middle of a workload ----------------------
+
+std::set<std::string> read_ids(const std::filesystem::path& file) {
+  std::set<std::string> out;
+  std::ifstream in(file);
+  for (std::string line; std::getline(in, line);)
+    if (!line.empty()) out.insert(line);
+  return out;
+}
+
+pid_t spawn(const std::vector<std::string>& args) {
+  std::vector<std::string> copy = args;
+  std::vector<char*> argv;
+  for (auto& s : copy) argv.push_back(s.data());
+  argv.push_back(nullptr);
+  pid_t pid = -1;
+  if (posix_spawn(&pid, argv[0], nullptr, nullptr, argv.data(), environ) != 0) return -1;
+  return pid;
+}
+
+class MirrorCrashTest : public MirrorTest, public ::testing::WithParamInterface<Durability> {};
+
+TEST_P(MirrorCrashTest, EveryAcknowledgedJobSurvivesAHostCrashWithinTheReportedLag) {
+  const Durability mode = GetParam();
+  test::TempDir dir;
+  Queue q = create(mode);
+  const pid_t mirror = spawn({FAIRLANE_CLI_PATH, "mirror", name_, "--quiet"});
+  ASSERT_GT(mirror, 0);
+  const auto give_up = std::chrono::steady_clock::now() + 20s;
+  while (!q.mirror_status().running && std::chrono::steady_clock::now() < give_up) std::this_thread::sleep_for(5ms);
+  ASSERT_TRUE(q.mirror_status().running);
+
+  std::vector<pid_t> workers;
+  for (int p = 0; p < 2; ++p)
+    workers.push_back(spawn({FAIRLANE_MIRROR_WORKER, "produce", name_, "4", (dir.path() / ("ack" + std::to_string(p))).string()}));
+  for (int c = 0; c < 2; ++c)
+    workers.push_back(spawn({FAIRLANE_MIRROR_WORKER, "consume", name_, (dir.path() / ("done" + std::to_string(c))).string(),
+                             "0", "300"}));  // slower than the producers: a backlog builds
+  for (pid_t w : workers) ASSERT_GT(w, 0);
+
+  // Let it run for a second and until a few thousand jobs are
+  // acknowledged, then the host dies: every process at once, the mirror
+  // included.
+  const auto started = std::chrono::steady_clock::now();
+  while (std::chrono::steady_clock::now() < started + 30s &&
+         (std::chrono::steady_clock::now() < started + 1500ms ||
+          read_ids(dir.path() / "ack0").size() + read_ids(dir.path() / "ack1").size() < 3000))
+    std::this_thread::sleep_for(20ms);
+  ::kill(mirror, SIGKILL);
+  for (pid_t w : workers) ::kill(w, SIGKILL);
+  for (pid_t w : workers) ::waitpid(w, nullptr, 0);
+  ::waitpid(mirror, nullptr, 0);
+  // The lag at the moment of the crash, then the segment is gone.
+  const MirrorStatus at_crash = q.mirror_status();
+  { Queue gone = std::move(q); }
+  ASSERT_TRUE(Queue::remove(name_));
+
+  std::set<std::string> acked = read_ids(dir.path() / "ack0");
+  for (auto& id : read_ids(dir.path() / "ack1")) acked.insert(id);
+  std::set<std::string> done = read_ids(dir.path() / "done0");
+  for (auto& id : read_ids(dir.path() / "done1")) done.insert(id);
+  ASSERT_GT(acked.size(), 100u);
+
+  // Restore and finish the workload.
+  QueueOptions o;
+  o.jobs = 4096;
+  auto rep = restore_from_valkey(name_, url_, o);
+  ASSERT_TRUE(rep) << rep.error().message;
+  const pid_t finisher = spawn({FAIRLANE_MIRROR_WORKER, "consume", name_, (dir.path() / "after").string(), "300"});
+  ASSERT_GT(finisher, 0);
+  int st = 0;
+  ::waitpid(finisher, &st, 0);
+  ASSERT_TRUE(WIFEXITED(st) && WEXITSTATUS(st) == 0);
+  for (auto& id : read_ids(dir.path() / "after")) done.insert(id);
+
+  std::uint64_t lost = 0;
+  for (const std::string& id : acked) lost += done.count(id) == 0;
+  std::printf("[ mirror crash ] %s: %zu acknowledged, %zu completed, %llu lost, lag at the crash %llu transitions "
+              "(%llu ms, acked %llu, logged %llu, resyncs %llu, lost %llu); restored %llu pending (%llu leased), %llu scheduled, skipped %llu\n",
+              std::string(to_string(mode)).c_str(), acked.size(), done.size(), (unsigned long long)lost,
+              (unsigned long long)at_crash.lag, (unsigned long long)at_crash.lag_ms, (unsigned long long)at_crash.acked,
+              (unsigned long long)at_crash.logged, (unsigned long long)at_crash.resyncs, (unsigned long long)at_crash.lost,
+              (unsigned long long)rep->pending, (unsigned long long)rep->leased, (unsigned long long)rep->scheduled,
+              (unsigned long long)rep->skipped);
+  if (mode == Durability::sync) {
+    EXPECT_EQ(lost, 0u);
+  } else {
+    EXPECT_LE(lost, at_crash.lag);
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Modes, MirrorCrashTest, ::testing::Values(Durability::sync, Durability::async),
+                         [](const auto& info) { return std::string(to_string(info.param)); });
+
+}  // namespace
