@@ -114,32 +114,51 @@ ProcRecord* attach(Segment& s) {
 
 }  // namespace
 
-std::uint64_t process_start_time(int pid) noexcept {
+namespace {
+
+// Fields 3 (state) and 22 (starttime) of /proc/<pid>/stat; false if it
+// cannot be read (no such process, or /proc is not ours to read).
+bool read_proc_stat(int pid, char& state, std::uint64_t& start_time) noexcept {
   char path[64];
   std::snprintf(path, sizeof path, "/proc/%d/stat", pid);
   int fd = ::open(path, O_RDONLY | O_CLOEXEC);
-  if (fd < 0) return 0;
+  if (fd < 0) return false;
   char buf[1024];
   ssize_t n = ::read(fd, buf, sizeof buf - 1);
   ::close(fd);
-  if (n <= 0) return 0;
+  if (n <= 0) return false;
   buf[n] = 0;
   // Field 2 (comm) may hold spaces and parentheses: parse after the last ')'.
   const char* p = std::strrchr(buf, ')');
-  if (!p) return 0;
+  if (!p || p[1] != ' ' || !p[2]) return false;
+  state = p[2];
   // After ") " come fields 3.. ; starttime is field 22, i.e. the 20th from here.
   int field = 2;
   for (++p; *p && field < 21; ++p)
     if (*p == ' ') ++field;
-  return std::strtoull(p, nullptr, 10);
+  start_time = std::strtoull(p, nullptr, 10);
+  return true;
+}
+
+}  // namespace
+
+std::uint64_t process_start_time(int pid) noexcept {
+  char state = 0;
+  std::uint64_t start = 0;
+  return read_proc_stat(pid, state, start) ? start : 0;
 }
 
 bool process_alive(int pid, std::uint64_t start_time) noexcept {
   if (pid <= 0) return false;
   if (::kill(pid, 0) != 0 && errno == ESRCH) return false;
+  char state = 0;
+  std::uint64_t now = 0;
+  if (!read_proc_stat(pid, state, now)) return start_time == 0;  // unreadable: alive only while attaching
+  // A process killed but not yet reaped by its parent (a zombie) holds
+  // nothing any more: it is dead for us.
+  if (state == 'Z' || state == 'X') return false;
   if (start_time == 0) return true;  // still attaching: its start time is not written yet
-  std::uint64_t now = process_start_time(pid);
-  return now == start_time;          // 0 (unreadable) counts as gone only if it differs
+  return now == start_time;
 }
 
 Geometry geometry_for(std::uint32_t jobs, std::uint32_t lanes, std::uint32_t payload_bytes, std::uint32_t log_cells) noexcept {

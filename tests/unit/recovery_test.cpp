@@ -10,7 +10,12 @@
 #include "queue_fixture.hpp"
 #include "raw_segment.hpp"
 
+#include <sys/wait.h>
 #include <unistd.h>
+
+#include <fstream>
+#include <iterator>
+#include <string>
 
 namespace fairlane {
 namespace {
@@ -108,6 +113,46 @@ TEST_F(Recovery, AHolderThatDetachedCleanlyKeepsItsLeaseUntilItsDeadline) {
   }
   EXPECT_EQ(q().tick(), 0U);
   EXPECT_EQ(q().complete(l.id, l.attempt), AckStatus::ok);
+}
+
+TEST_F(Recovery, AHolderThatExitedButIsNotYetReapedIsDead) {
+  // A zombie still answers kill(pid, 0) and keeps its /proc entry and start
+  // time; it holds nothing any more.
+  fill(A, 2);
+  int ready[2];
+  ASSERT_EQ(::pipe(ready), 0);
+  const pid_t child = ::fork();
+  ASSERT_GE(child, 0);
+  if (child == 0) {
+    ::close(ready[0]);
+    auto other = Queue::open(q().name());
+    Lease l;
+    const bool ok = other && other->claim(l, 60000) && other->claim(l, 60000);
+    const char c = ok ? '1' : '0';
+    (void)!::write(ready[1], &c, 1);
+    ::_exit(0);  // no detach: the record stays attached, the process a zombie
+  }
+  ::close(ready[1]);
+  char c = 0;
+  ASSERT_EQ(::read(ready[0], &c, 1), 1);
+  ::close(ready[0]);
+  ASSERT_EQ(c, '1');
+  // Until it is a zombie (not reaped: we have not waited for it yet).
+  const std::string stat = "/proc/" + std::to_string(child) + "/stat";
+  bool zombie = false;
+  for (int i = 0; i < 2000 && !zombie; ++i) {
+    std::ifstream in(stat);
+    std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    const auto paren = text.rfind(')');
+    zombie = paren != std::string::npos && paren + 2 < text.size() && text[paren + 2] == 'Z';
+    if (!zombie) ::usleep(5000);
+  }
+  ASSERT_TRUE(zombie);
+  EXPECT_EQ(q().tick(), 2U);
+  EXPECT_EQ(q().recovery().last_pid, int(child));
+  int st = 0;
+  ::waitpid(child, &st, 0);
+  EXPECT_TRUE(q().fsck().clean());
 }
 
 TEST_F(Recovery, ExpiredLeasesAreCountedAndPromotionsAreNot) {
