@@ -481,7 +481,11 @@ std::size_t claim_some(Segment& s, Lease* out, std::size_t room, std::uint32_t l
       const std::uint32_t attempt = SlotWord::attempt(sw) + 1;
       Lease& lease = out[got + leased];
       fill_lease(s, slot, group, attempt, deadline, now_us, lease);
-      s.slot(slot).holder = s.me_index + 1;
+      // Atomic (relaxed) store: a sweep may still be reading this slot's
+      // holder from an earlier lease ([R6]'s acquire of the word it saw). That
+      // stale read is harmless (its CAS on the old word fails) but must not be
+      // a data race. Publication of the new value is still by [R6].
+      __atomic_store_n(&s.slot(slot).holder, s.me_index + 1, __ATOMIC_RELAXED);
       record_wait(s, tok.lane, lease.waited_us);
       // [R6] release: the lease is published; pairs with the acquire loads
       // of complete/fail/extend and the sweeper.
@@ -788,7 +792,9 @@ EnqueueStatus admit(Segment& s, const BrandedId& group, const BrandedId& job, st
   r.payload_len = std::uint32_t(payload.size());
   r.error_len = std::uint32_t(std::min<std::size_t>(a.error.size(), kErrorBytes));
   if (r.error_len) std::memcpy(r.error, a.error.data(), r.error_len);
-  r.holder = 0;
+  // Atomic (relaxed): a sweep may still read the previous lease's holder of
+  // this slot (see claim_some); its CAS on the old slot word then fails.
+  __atomic_store_n(&r.holder, 0U, __ATOMIC_RELAXED);
   if (!payload.empty()) std::memcpy(s.payload(slot), payload.data(), payload.size());
   r.snowflake.store(sf, std::memory_order_release);
 
@@ -1275,7 +1281,7 @@ std::vector<ProcessInfo> Queue::processes() const {
   std::vector<std::uint64_t> leases(kMaxProcs, 0);
   for (std::uint32_t i = 0; i < s.jobs; ++i) {
     if (SlotWord::state(s.words[i].load(std::memory_order_relaxed)) != SlotState::leased) continue;
-    const std::uint32_t h = s.slot(i).holder;
+    const std::uint32_t h = __atomic_load_n(&s.slot(i).holder, __ATOMIC_RELAXED);  // claims write it meanwhile
     if (h >= 1 && h <= kMaxProcs) ++leases[h - 1];
   }
   for (std::uint32_t i = 0; i < kMaxProcs; ++i) {
