@@ -262,6 +262,12 @@ class Model {
       affected.insert(j.lane);
       ++moved;
     }
+    ring_now_serviceable(affected);
+    return moved;
+  }
+  // The lanes of `affected` that became serviceable without a token get
+  // one, at the ring's tail, in an order the segment does not fix.
+  void ring_now_serviceable(const std::set<int>& affected) {
     std::vector<int> rung;
     for (int lane : affected) {
       MLane& l = lanes_[std::size_t(lane)];
@@ -271,7 +277,6 @@ class Model {
       }
     }
     ring_unordered(std::move(rung));
-    return moved;
   }
   bool anything_due() const {
     for (const auto& [sf, j] : jobs_)
@@ -457,15 +462,7 @@ class Model {
       affected.insert(j.lane);
       ++n;
     }
-    std::vector<int> rung;
-    for (int lane : affected) {
-      MLane& l = lanes_[std::size_t(lane)];
-      if (!l.ringed && l.serviceable()) {
-        l.ringed = true;
-        rung.push_back(lane);
-      }
-    }
-    ring_unordered(std::move(rung));
+    ring_now_serviceable(affected);
     return n;
   }
   std::uint64_t purge_dead() {
