@@ -11,6 +11,14 @@
 
 namespace fairlane::detail {
 
+// Wall-clock time (CLOCK_REALTIME) in ms since the Unix epoch: for times
+// shown to people and for snowflakes, never for deadlines.
+inline std::uint64_t unix_ms() noexcept {
+  timespec ts;
+  clock_gettime(CLOCK_REALTIME, &ts);
+  return std::uint64_t(ts.tv_sec) * 1000u + std::uint64_t(ts.tv_nsec) / 1000000u;
+}
+
 inline std::uint64_t monotonic_us() noexcept {
   timespec ts;
   clock_gettime(CLOCK_MONOTONIC, &ts);

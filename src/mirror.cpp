@@ -45,12 +45,6 @@ using valkey::Reply;
 
 namespace {
 
-std::uint64_t unix_ms() noexcept {
-  return std::uint64_t(std::chrono::duration_cast<std::chrono::milliseconds>(
-                           std::chrono::system_clock::now().time_since_epoch())
-                           .count());
-}
-
 Error mirror_error(Errc code, std::string message) { return Error{code, 0, std::move(message)}; }
 
 std::string_view reply_text(const redisReply* r) noexcept { return {r->str, r->len}; }

@@ -39,8 +39,7 @@ inline void log_lost(Segment& s, bool full) noexcept {
          !m.state.compare_exchange_weak(cur, std::uint32_t(to), std::memory_order_acq_rel, std::memory_order_relaxed)) {
   }
   if (to == MirrorState::dropped && cur != std::uint32_t(MirrorState::dropped)) {
-    // Wall clock: shown to people.
-    m.dropped_unix_ms.store(std::uint64_t(time(nullptr)) * 1000u, std::memory_order_relaxed);
+    m.dropped_unix_ms.store(unix_ms(), std::memory_order_relaxed);  // shown to people
   }
 }
 

@@ -214,12 +214,6 @@ static_assert(kHolderCheckMs <= kSweepBackstopMs);
 // ProcRecord::owner: the start time has been written (see segment.cpp).
 constexpr std::uint64_t kOwnerStamped = 1ULL << 33;
 
-std::uint64_t unix_now_ms() noexcept {
-  timespec ts;
-  clock_gettime(CLOCK_REALTIME, &ts);
-  return std::uint64_t(ts.tv_sec) * 1000 + std::uint64_t(ts.tv_nsec) / 1000000;
-}
-
 // The liveness of lease holders, judged at most once per process record in
 // one sweep. Only a record whose owner has stamped its start time is judged
 // (never one being attached), and only if it did not change hands while we
@@ -293,7 +287,7 @@ void record_recovery(Segment& s, std::uint64_t leases, int pid, std::uint64_t to
   r.last_jobs.store(leases, std::memory_order_relaxed);
   r.last_pid.store(std::uint64_t(std::max(pid, 0)), std::memory_order_relaxed);
   r.last_us.store(took_us, std::memory_order_relaxed);
-  r.last_unix_ms.store(unix_now_ms(), std::memory_order_relaxed);
+  r.last_unix_ms.store(unix_ms(), std::memory_order_relaxed);
 }
 
 std::uint64_t sweep(Segment& s, std::uint64_t now, bool judge_all = false) noexcept {
@@ -614,10 +608,8 @@ BrandedId Queue::mint() noexcept { return mint(std::string_view(seg_->h->job_kin
 
 BrandedId Queue::mint(std::string_view kind) noexcept {
   if (!valid_kind(kind)) return {};
-  timespec ts;
-  clock_gettime(CLOCK_REALTIME, &ts);
-  const std::uint64_t unix_ms = std::uint64_t(ts.tv_sec) * 1000 + std::uint64_t(ts.tv_nsec) / 1000000;
-  const std::uint64_t ms = unix_ms > kEpochMs ? unix_ms - kEpochMs : 0;
+  const std::uint64_t wall = unix_ms();
+  const std::uint64_t ms = wall > kEpochMs ? wall - kEpochMs : 0;
   const std::uint64_t floor = snowflake_of(ms, seg_->h->node, 0);
   std::uint64_t last = seg_->h->mint_last.load(std::memory_order_relaxed);
   std::uint64_t next;

@@ -16,6 +16,7 @@
 #include <random>
 #include <string>
 
+#include "clock.hpp"
 #include "hash.hpp"
 
 namespace fairlane::detail {
@@ -29,12 +30,6 @@ std::uint64_t next_pow2(std::uint64_t v) noexcept {
   return p;
 }
 std::uint64_t round_up(std::uint64_t v, std::uint64_t a) noexcept { return (v + a - 1) / a * a; }
-
-std::uint64_t unix_ms() noexcept {
-  return std::uint64_t(std::chrono::duration_cast<std::chrono::milliseconds>(
-                           std::chrono::system_clock::now().time_since_epoch())
-                           .count());
-}
 
 Error make_error(Errc code, std::string message, int err = 0) {
   if (err) message += std::string(": ") + std::strerror(err);
