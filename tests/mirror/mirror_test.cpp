@@ -93,6 +93,14 @@ class MirrorTest : public ::testing::Test {
                                          << ", acked " << st.acked;
   }
 
+  // Until a mirror process has taken the segment's mirror role (a liveness
+  // wait on the segment's own state, bounded).
+  static bool mirror_running(Queue& q) {
+    const auto give_up = std::chrono::steady_clock::now() + 20s;
+    while (!q.mirror_status().running && std::chrono::steady_clock::now() < give_up) std::this_thread::sleep_for(5ms);
+    return q.mirror_status().running;
+  }
+
   std::unique_ptr<ValkeyBackend> valkey() {
     ValkeyOptions o;
     o.job_kind = "JOB";
@@ -232,9 +240,7 @@ TEST_F(MirrorTest, SyncEnqueueWithADeadMirrorSaysNotDurable) {
   argv.push_back(nullptr);
   pid_t pid = -1;
   ASSERT_EQ(posix_spawn(&pid, argv[0], nullptr, nullptr, argv.data(), environ), 0);
-  const auto give_up = std::chrono::steady_clock::now() + 20s;
-  while (!q.mirror_status().running && std::chrono::steady_clock::now() < give_up) std::this_thread::sleep_for(5ms);
-  ASSERT_TRUE(q.mirror_status().running);
+  ASSERT_TRUE(mirror_running(q));
   ASSERT_EQ(q.enqueue(group(1), q.mint(), "ok"), EnqueueStatus::enqueued);
   ::kill(pid, SIGKILL);
   int st = 0;
@@ -454,9 +460,7 @@ TEST_F(MirrorTest, ToolCreatesMirrorsAndRestores) {
   {
     auto q = Queue::open(name_);
     ASSERT_TRUE(q);
-    const auto give_up = std::chrono::steady_clock::now() + 20s;
-    while (!q->mirror_status().running && std::chrono::steady_clock::now() < give_up) std::this_thread::sleep_for(5ms);
-    ASSERT_TRUE(q->mirror_status().running);
+    ASSERT_TRUE(mirror_running(*q));
   }
   for (int i = 0; i < 3; ++i) {
     r = test::run_program(FAIRLANE_CLI_PATH, {"enqueue", name_, group(1).string(), "--mint", "--payload", "p" + std::to_string(i)});
@@ -505,9 +509,7 @@ TEST_P(MirrorCrashTest, EveryAcknowledgedJobSurvivesAHostCrashWithinTheReportedL
   Queue q = create(mode);
   const pid_t mirror = spawn({FAIRLANE_CLI_PATH, "mirror", name_, "--quiet"});
   ASSERT_GT(mirror, 0);
-  const auto give_up = std::chrono::steady_clock::now() + 20s;
-  while (!q.mirror_status().running && std::chrono::steady_clock::now() < give_up) std::this_thread::sleep_for(5ms);
-  ASSERT_TRUE(q.mirror_status().running);
+  ASSERT_TRUE(mirror_running(q));
 
   std::vector<pid_t> workers;
   for (int p = 0; p < 2; ++p)

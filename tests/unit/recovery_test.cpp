@@ -137,16 +137,14 @@ TEST_F(Recovery, AHolderThatExitedButIsNotYetReapedIsDead) {
   ASSERT_EQ(::read(ready[0], &c, 1), 1);
   ::close(ready[0]);
   ASSERT_EQ(c, '1');
-  // Until it is a zombie (not reaped: we have not waited for it yet).
+  // Until it has exited, without reaping it (WNOWAIT): it stays a zombie.
+  siginfo_t info{};
+  ASSERT_EQ(::waitid(P_PID, id_t(child), &info, WEXITED | WNOWAIT), 0);
   const std::string stat = "/proc/" + std::to_string(child) + "/stat";
-  bool zombie = false;
-  for (int i = 0; i < 2000 && !zombie; ++i) {
-    std::ifstream in(stat);
-    std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-    const auto paren = text.rfind(')');
-    zombie = paren != std::string::npos && paren + 2 < text.size() && text[paren + 2] == 'Z';
-    if (!zombie) ::usleep(5000);
-  }
+  std::ifstream in(stat);
+  const std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  const auto paren = text.rfind(')');
+  const bool zombie = paren != std::string::npos && paren + 2 < text.size() && text[paren + 2] == 'Z';
   ASSERT_TRUE(zombie);
   EXPECT_EQ(q().tick(), 2U);
   EXPECT_EQ(q().recovery().last_pid, int(child));
