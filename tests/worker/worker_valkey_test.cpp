@@ -75,6 +75,9 @@ TEST_F(WorkerOnValkey, CompletesRetriesDeadLettersAndHandsBackOnShutdown) {
   w.start();
   ASSERT_TRUE(log_.wait_for(Kind::completed, 7));  // six ok + flaky on attempt 2
   ASSERT_TRUE(log_.wait_for(Kind::dead, 1));
+  // The retry is reported after fail() returns, so another thread may claim
+  // and complete attempt 2 before the first one logs it: wait for the event.
+  ASSERT_TRUE(log_.wait_for(Kind::retrying, 1));
   ASSERT_TRUE(gate.wait_started(1));
   EXPECT_EQ(log_.of(Kind::dead)[0].id, hopeless);
   EXPECT_EQ(log_.of(Kind::retrying)[0].id, flaky);
