@@ -279,6 +279,10 @@ class Checker {
 
 }  // namespace
 
-FsckReport Queue::fsck() const { return Checker(*seg_).run(); }
+namespace detail {
+FsckReport check_segment(const Segment& s) { return Checker(s).run(); }
+}  // namespace detail
+
+FsckReport Queue::fsck() const { return check_segment(*seg_); }
 
 }  // namespace fairlane

@@ -15,7 +15,9 @@
 #include <thread>
 
 #include "clock.hpp"
+#include "failpoint.hpp"
 #include "futex.hpp"
+#include "gate.hpp"
 #include "id_index.hpp"
 #include "lane_order.hpp"
 #include "lane_table.hpp"
@@ -172,6 +174,7 @@ std::uint64_t update_lane(Segment& s, std::uint32_t lane, F change) noexcept {
     // [R4] acq_rel: the lane word orders every change of lane state.
   } while (!l.word.compare_exchange_weak(w, nw, std::memory_order_acq_rel, std::memory_order_acquire));
   if (ring) {
+    FAIRLANE_FAILPOINT("lane.ringed");
     ring_push(s, lane);
     notify(s);
   }
@@ -183,6 +186,7 @@ std::uint64_t update_lane(Segment& s, std::uint32_t lane, F change) noexcept {
 void enter_lane(Segment& s, std::uint32_t slot, bool was_active) noexcept {
   const std::uint32_t lane = s.slot(slot).lane;
   intake_push(s, s.lanes[lane], slot);
+  FAIRLANE_FAILPOINT("lane.intake_pushed");
   update_lane(s, lane, [was_active](std::uint64_t w) {
     w = LaneWord::with_pending(w, LaneWord::pending(w) + 1);
     if (was_active) w = LaneWord::with_active(w, LaneWord::active(w) - 1);
@@ -211,9 +215,6 @@ void release_active(Segment& s, std::uint32_t lane) noexcept {
 constexpr std::uint64_t kHolderCheckMs = 250;
 static_assert(kHolderCheckMs <= kSweepBackstopMs);
 
-// ProcRecord::owner: the start time has been written (see segment.cpp).
-constexpr std::uint64_t kOwnerStamped = 1ULL << 33;
-
 // The liveness of lease holders, judged at most once per process record in
 // one sweep. Only a record whose owner has stamped its start time is judged
 // (never one being attached), and only if it did not change hands while we
@@ -230,22 +231,12 @@ class HolderLiveness {
     const std::uint32_t i = holder - 1;
     if (!judged_[i]) {
       judged_[i] = true;
-      dead_[i] = judge(s_.procs[i]);
+      dead_[i] = dead_owner_pid(s_.procs[i]);
     }
     return dead_[i];
   }
 
  private:
-  static int judge(const ProcRecord& p) noexcept {
-    const std::uint64_t owner = p.owner.load(std::memory_order_acquire);
-    if (!(owner & kOwnerStamped)) return 0;
-    const std::uint64_t start = __atomic_load_n(&p.start_time, __ATOMIC_RELAXED);
-    std::atomic_thread_fence(std::memory_order_acquire);
-    if (p.owner.load(std::memory_order_relaxed) != owner) return 0;  // changed hands meanwhile
-    const int pid = int(owner & 0xFFFFFFFF);
-    return process_alive(pid, start) ? 0 : pid;
-  }
-
   const Segment& s_;
   bool judged_[kMaxProcs] = {};
   int dead_[kMaxProcs] = {};
@@ -258,6 +249,7 @@ bool return_to_lane(Segment& s, std::uint32_t slot, std::uint64_t w) noexcept {
   const std::uint64_t pending = SlotWord::pack(SlotState::pending, SlotWord::gen(w), SlotWord::attempt(w), 0);
   // [R5] acq_rel: takes the job from its holder (fences out a late complete).
   if (!s.words[slot].compare_exchange_strong(w, pending, std::memory_order_acq_rel)) return false;
+  FAIRLANE_FAILPOINT("sweep.returned");
   s.slot(slot).ready_us = segment_now_us(s);
   enter_lane(s, slot, st == SlotState::leased);
   log_job(s, slot);
@@ -395,6 +387,7 @@ std::size_t claim_some(Segment& s, Lease* out, std::size_t room, std::uint32_t l
   while (got < room) {
     Token tok = take_token(s);
     if (tok.lane == kNoLane) break;
+    FAIRLANE_FAILPOINT("claim.token_taken");
     LaneRecord& l = s.lanes[tok.lane];
     std::uint64_t w = l.word.load(std::memory_order_acquire);
     std::uint64_t n = 0;
@@ -445,18 +438,24 @@ std::size_t claim_some(Segment& s, Lease* out, std::size_t room, std::uint32_t l
       continue;
     }
     if (n == 0) continue;  // token dropped
+    FAIRLANE_FAILPOINT("claim.reserved");
     // The token goes back before we pop, so the lane keeps its place; the
     // wake-up waits until the structure is free again.
-    if (keep) put_token(s, tok.lane, tok.turn - std::uint32_t(n), false);
+    if (keep) {
+      put_token(s, tok.lane, tok.turn - std::uint32_t(n), false);
+      FAIRLANE_FAILPOINT("claim.token_returned");
+    }
 
     const BrandedId group = lane_group(s, tok.lane);
     LaneOrder order(s, l);
     std::uint32_t slots[kMaxStepJobs];
     std::uint64_t taken = 0;
     for (; taken < n; ++taken) slots[taken] = order.pop();
+    FAIRLANE_FAILPOINT("claim.popped");
     // [R7] release: our pops of the lane structure happen-before the next
     // server's [A4].
     l.word.fetch_and(~LaneWord::kBusy, std::memory_order_acq_rel);
+    FAIRLANE_FAILPOINT("claim.released");
     if (keep) notify(s);
     std::uint64_t leased = 0;
     for (std::uint64_t k = 0; k < n; ++k) {
@@ -484,6 +483,7 @@ std::size_t claim_some(Segment& s, Lease* out, std::size_t room, std::uint32_t l
       // [R6] release: the lease is published; pairs with the acquire loads
       // of complete/fail/extend and the sweeper.
       s.words[slot].store(SlotWord::pack(SlotState::leased, SlotWord::gen(sw), attempt, deadline), std::memory_order_release);
+      FAIRLANE_FAILPOINT("claim.leased");
       log_job(s, slot);
       ++leased;
     }
@@ -505,7 +505,8 @@ struct Owned {
   AckStatus status = AckStatus::gone;
 };
 
-Owned take_lease(Segment& s, const BrandedId& id, std::uint32_t attempt, bool to_freeing, std::uint64_t new_deadline) noexcept {
+// `when`: the new deadline (extend), or 0 or SlotWord::kFailing (freeing).
+Owned take_lease(Segment& s, const BrandedId& id, std::uint32_t attempt, bool to_freeing, std::uint64_t when) noexcept {
   Owned o;
   if (!id.well_formed() || id.kind() != std::string_view(s.h->job_kind, 3)) return o;
   const std::uint64_t sf = id.snowflake();
@@ -518,8 +519,8 @@ Owned take_lease(Segment& s, const BrandedId& id, std::uint32_t attempt, bool to
       o.status = AckStatus::stale;
       return o;
     }
-    const std::uint64_t nw = to_freeing ? SlotWord::pack(SlotState::freeing, SlotWord::gen(w), attempt, 0)
-                                        : SlotWord::pack(SlotState::leased, SlotWord::gen(w), attempt, new_deadline);
+    const SlotState to = to_freeing ? SlotState::freeing : SlotState::leased;
+    const std::uint64_t nw = SlotWord::pack(to, SlotWord::gen(w), attempt, when);
     // [A5] acq_rel: fences out the sweeper's [R5] and a rival ack.
     if (s.words[slot].compare_exchange_weak(w, nw, std::memory_order_acq_rel, std::memory_order_acquire)) {
       o.slot = slot;
@@ -532,7 +533,9 @@ Owned take_lease(Segment& s, const BrandedId& id, std::uint32_t attempt, bool to
 
 void free_job(Segment& s, std::uint32_t slot, std::uint64_t w) noexcept {
   index_remove(s, s.slot(slot).snowflake.load(std::memory_order_relaxed), slot);
+  FAIRLANE_FAILPOINT("free.unindexed");
   s.words[slot].store(SlotWord::pack(SlotState::free, SlotWord::gen(w), 0, 0), std::memory_order_release);
+  FAIRLANE_FAILPOINT("free.freed");
   free_push(s, slot);
 }
 
@@ -645,12 +648,20 @@ std::optional<EnqueueStatus> mirror_admission_check(const Segment& s) noexcept {
   return std::nullopt;
 }
 
-// After an admission: log it; under sync durability, wait until Valkey has
-// acknowledged it (the mirror moves `acked` past its record).
-EnqueueStatus mirror_admitted(Segment& s, std::uint32_t slot) noexcept {
+// After an admission: log it. Under sync durability, `wait_seq` is set to
+// the record the enqueuer must see acknowledged (mirror_wait_acked, called
+// once the operation is over: the wait must not hold the gate up).
+EnqueueStatus mirror_admitted(Segment& s, std::uint32_t slot, std::uint64_t& wait_seq) noexcept {
   const std::uint64_t seq = log_append(s, LogKind::job, slot);
   if (s.h->durability != 2) return EnqueueStatus::enqueued;
   if (seq == kNotLogged) return EnqueueStatus::not_durable;  // it reaches Valkey with the resync
+  wait_seq = seq;
+  return EnqueueStatus::enqueued;
+}
+
+// Waits until Valkey has acknowledged record `seq` (the mirror moves
+// `acked` past it), the sync timeout, or the mirror's death.
+EnqueueStatus mirror_wait_acked(Segment& s, std::uint64_t seq) noexcept {
   MirrorShared& m = s.h->mirror;
   // Ring the mirror even if it is only between two short looks: we wait.
   m.bell.fetch_add(1, std::memory_order_release);
@@ -733,6 +744,13 @@ RecoveryInfo Queue::recovery() const {
   out.last_jobs = r.last_jobs.load(std::memory_order_relaxed);
   out.last_pid = int(r.last_pid.load(std::memory_order_relaxed));
   out.last_us = r.last_us.load(std::memory_order_relaxed);
+  out.repairs = r.repairs.load(std::memory_order_relaxed);
+  out.repairs_abandoned = r.repairs_abandoned.load(std::memory_order_relaxed);
+  out.repair_unix_ms = r.repair_unix_ms.load(std::memory_order_relaxed);
+  out.repair_pid = int(r.repair_pid.load(std::memory_order_relaxed));
+  out.repair_us = r.repair_us.load(std::memory_order_relaxed);
+  out.repair_worst_us = r.repair_worst_us.load(std::memory_order_relaxed);
+  out.repair_violations = r.repair_violations.load(std::memory_order_relaxed);
   return out;
 }
 
@@ -755,8 +773,11 @@ struct Admission {
   bool restoring = false;        // import_job: no mirror checks, no waiting on Valkey
 };
 
+// No wait for Valkey's acknowledgement (see mirror_admitted).
+constexpr std::uint64_t kNoWait = ~0ULL;
+
 EnqueueStatus admit(Segment& s, const BrandedId& group, const BrandedId& job, std::string_view payload,
-                    const Admission& a) noexcept {
+                    const Admission& a, std::uint64_t& wait_seq) noexcept {
   if (!job.well_formed()) return EnqueueStatus::invalid_id;
   if (group.valid() && !group.well_formed()) return EnqueueStatus::invalid_group;
   if (job.kind() != std::string_view(s.h->job_kind, 3)) return EnqueueStatus::kind_mismatch;
@@ -776,6 +797,7 @@ EnqueueStatus admit(Segment& s, const BrandedId& group, const BrandedId& job, st
   }
   const std::uint32_t slot = free_pop(s);
   if (slot == kNoSlot) return EnqueueStatus::full;
+  FAIRLANE_FAILPOINT("enqueue.slot_taken");
 
   SlotRecord& r = s.slot(slot);
   const std::uint32_t gen = SlotWord::gen(s.words[slot].load(std::memory_order_relaxed)) + 1;
@@ -789,6 +811,7 @@ EnqueueStatus admit(Segment& s, const BrandedId& group, const BrandedId& job, st
   __atomic_store_n(&r.holder, 0U, __ATOMIC_RELAXED);
   if (!payload.empty()) std::memcpy(s.payload(slot), payload.data(), payload.size());
   r.snowflake.store(sf, std::memory_order_release);
+  FAIRLANE_FAILPOINT("enqueue.admitting");
 
   const IndexInsert ins = index_insert(s, sf, slot);
   if (ins != IndexInsert::inserted) {
@@ -798,6 +821,7 @@ EnqueueStatus admit(Segment& s, const BrandedId& group, const BrandedId& job, st
     relaxed_inc(s.counters().duplicates);
     return EnqueueStatus::duplicate;
   }
+  FAIRLANE_FAILPOINT("enqueue.indexed");
 
   const std::uint64_t now_us = segment_now_us(s);
   if (a.state == SlotState::scheduled || a.state == SlotState::dead) {
@@ -810,6 +834,7 @@ EnqueueStatus admit(Segment& s, const BrandedId& group, const BrandedId& job, st
   } else {
     r.ready_us = now_us;
     s.words[slot].store(SlotWord::pack(SlotState::pending, gen, a.attempt, 0), std::memory_order_release);
+    FAIRLANE_FAILPOINT("enqueue.pending");
     enter_lane(s, slot, false);
   }
   relaxed_inc(s.counters().enqueued);
@@ -821,7 +846,7 @@ EnqueueStatus admit(Segment& s, const BrandedId& group, const BrandedId& job, st
     log_job(s, slot);
     return EnqueueStatus::enqueued;
   }
-  if (s.log) return mirror_admitted(s, slot);
+  if (s.log) return mirror_admitted(s, slot, wait_seq);
   return EnqueueStatus::enqueued;
 }
 
@@ -834,7 +859,13 @@ EnqueueStatus Queue::enqueue(const BrandedId& group, const BrandedId& job, std::
     a.state = SlotState::scheduled;
     a.when_ms = segment_now_ms(*seg_) + options.delay_ms;
   }
-  return admit(*seg_, group, job, payload, a);
+  std::uint64_t wait_seq = kNoWait;
+  EnqueueStatus st;
+  {
+    OpGuard op(*seg_);
+    st = admit(*seg_, group, job, payload, a, wait_seq);
+  }
+  return wait_seq == kNoWait ? st : mirror_wait_acked(*seg_, wait_seq);
 }
 
 EnqueueStatus Queue::import_job(const JobInfo& job, std::string_view payload) noexcept {
@@ -848,15 +879,26 @@ EnqueueStatus Queue::import_job(const JobInfo& job, std::string_view payload) no
     case JobState::scheduled: a.state = SlotState::scheduled; a.when_ms = job.when_ms; break;
     case JobState::dead: a.state = SlotState::dead; a.when_ms = job.when_ms; break;
   }
-  return admit(*seg_, job.group, job.id, payload, a);
+  std::uint64_t no_wait = kNoWait;  // restoring: never waits
+  OpGuard op(*seg_);
+  return admit(*seg_, job.group, job.id, payload, a, no_wait);
 }
 
 // ---- claim ---------------------------------------------------------------------------
 
-bool Queue::claim(Lease& out, std::uint32_t lease_ms) noexcept { return claim_some(*seg_, &out, 1, lease_ms) == 1; }
+// Claims and waiters are the ones who look for processes that died inside
+// an operation (gate.hpp), before they start their own.
+bool Queue::claim(Lease& out, std::uint32_t lease_ms) noexcept {
+  recover_dead_operations(*seg_, segment_now_ms(*seg_));
+  OpGuard op(*seg_);
+  return claim_some(*seg_, &out, 1, lease_ms) == 1;
+}
 
 std::size_t Queue::claim_batch(std::span<Lease> out, std::uint32_t lease_ms) noexcept {
-  return out.empty() ? 0 : claim_some(*seg_, out.data(), out.size(), lease_ms);
+  if (out.empty()) return 0;
+  recover_dead_operations(*seg_, segment_now_ms(*seg_));
+  OpGuard op(*seg_);
+  return claim_some(*seg_, out.data(), out.size(), lease_ms);
 }
 
 bool Queue::claim_wait(Lease& out, std::uint32_t lease_ms, std::chrono::milliseconds timeout) noexcept {
@@ -891,10 +933,13 @@ bool Queue::claim_wait(Lease& out, std::uint32_t lease_ms, std::chrono::millisec
 
 AckStatus Queue::complete(const BrandedId& job, std::uint32_t attempt) noexcept {
   Segment& s = *seg_;
+  OpGuard op(s);
   Owned o = take_lease(s, job, attempt, true, 0);
   if (o.status != AckStatus::ok) return o.status;
+  FAIRLANE_FAILPOINT("complete.freeing");
   const std::uint32_t lane = s.slot(o.slot).lane;
   free_job(s, o.slot, o.word);
+  FAIRLANE_FAILPOINT("complete.freed");
   release_active(s, lane);
   log_job(s, o.slot);
   relaxed_inc(s.counters().completed);
@@ -903,9 +948,11 @@ AckStatus Queue::complete(const BrandedId& job, std::uint32_t attempt) noexcept 
 
 FailStatus Queue::fail(const BrandedId& job, std::uint32_t attempt, const FailOptions& options) noexcept {
   Segment& s = *seg_;
-  Owned o = take_lease(s, job, attempt, true, 0);
+  OpGuard op(s);
+  Owned o = take_lease(s, job, attempt, true, SlotWord::kFailing);
   if (o.status == AckStatus::gone) return FailStatus::gone;
   if (o.status == AckStatus::stale) return FailStatus::stale;
+  FAIRLANE_FAILPOINT("fail.taken");
   SlotRecord& r = s.slot(o.slot);
   // Read before the slot is handed on: once its new state is published it may
   // be promoted, claimed, completed and reused by another job.
@@ -919,6 +966,7 @@ FailStatus Queue::fail(const BrandedId& job, std::uint32_t attempt, const FailOp
   if (attempt >= max_attempts) {
     // Dead-lettered: it keeps its slot and its id (a duplicate is still refused).
     s.words[o.slot].store(SlotWord::pack(SlotState::dead, gen, attempt, now_us / 1000), std::memory_order_release);
+    FAIRLANE_FAILPOINT("fail.dead");
     release_active(s, lane);
     log_job(s, o.slot);
     relaxed_inc(s.counters().dead);
@@ -927,10 +975,12 @@ FailStatus Queue::fail(const BrandedId& job, std::uint32_t attempt, const FailOp
   if (options.delay_ms == 0) {
     r.ready_us = now_us;
     s.words[o.slot].store(SlotWord::pack(SlotState::pending, gen, attempt, 0), std::memory_order_release);
+    FAIRLANE_FAILPOINT("fail.pending");
     enter_lane(s, o.slot, true);
   } else {
     const std::uint64_t due = now_us / 1000 + options.delay_ms;
     s.words[o.slot].store(SlotWord::pack(SlotState::scheduled, gen, attempt, due), std::memory_order_release);
+    FAIRLANE_FAILPOINT("fail.scheduled");
     release_active(s, lane);
     atomic_min(s.h->next_due, due);
     notify(s, INT_MAX);
@@ -942,6 +992,7 @@ FailStatus Queue::fail(const BrandedId& job, std::uint32_t attempt, const FailOp
 
 AckStatus Queue::extend(const BrandedId& job, std::uint32_t attempt, std::uint32_t lease_ms) noexcept {
   Segment& s = *seg_;
+  OpGuard op(s);
   const std::uint64_t deadline = segment_now_ms(s) + lease_ms;
   Owned o = take_lease(s, job, attempt, false, deadline);
   if (o.status == AckStatus::ok) {
@@ -969,6 +1020,7 @@ std::optional<LaneStatus> lane_error(std::uint32_t lane) noexcept {
 }  // namespace
 
 LaneStatus Queue::pause(const BrandedId& group) noexcept {
+  OpGuard op(*seg_);
   const std::uint32_t lane = lane_for(*seg_, group, true);
   if (auto e = lane_error(lane)) return *e;
   // The token, if any, leaves the ring at the next claim that draws it.
@@ -978,6 +1030,7 @@ LaneStatus Queue::pause(const BrandedId& group) noexcept {
 }
 
 LaneStatus Queue::resume(const BrandedId& group) noexcept {
+  OpGuard op(*seg_);
   const std::uint32_t lane = lane_for(*seg_, group, true);
   if (auto e = lane_error(lane)) return *e;
   update_lane(*seg_, lane, [](std::uint64_t w) { return w & ~LaneWord::kPaused; });
@@ -998,6 +1051,7 @@ void Queue::resume_all() noexcept {
 
 LaneStatus Queue::set_limit(const BrandedId& group, std::uint32_t limit) noexcept {
   if (limit > kMaxLimit) return LaneStatus::invalid_argument;
+  OpGuard op(*seg_);
   const std::uint32_t lane = lane_for(*seg_, group, true);
   if (auto e = lane_error(lane)) return *e;
   // At or below the active count the lane stops being serviceable: its
@@ -1010,6 +1064,7 @@ LaneStatus Queue::set_limit(const BrandedId& group, std::uint32_t limit) noexcep
 
 LaneStatus Queue::set_weight(const BrandedId& group, std::uint32_t weight) noexcept {
   if (weight < 1 || weight > kMaxWeight) return LaneStatus::invalid_argument;
+  OpGuard op(*seg_);
   const std::uint32_t lane = lane_for(*seg_, group, true);
   if (auto e = lane_error(lane)) return *e;
   seg_->lanes[lane].weight.store(weight, std::memory_order_relaxed);
@@ -1025,6 +1080,7 @@ std::uint64_t Queue::depth(const BrandedId& group) const noexcept {
 
 std::uint64_t Queue::drain(const BrandedId& group) noexcept {
   Segment& s = *seg_;
+  OpGuard op(s);
   const std::uint32_t lane = lane_for(s, group, false);
   if (lane == kLaneAbsent || lane == kBadGroup) return 0;
   LaneRecord& l = s.lanes[lane];
@@ -1038,6 +1094,7 @@ std::uint64_t Queue::drain(const BrandedId& group) noexcept {
     }
     if (l.word.compare_exchange_weak(w, w | LaneWord::kBusy, std::memory_order_acq_rel, std::memory_order_acquire)) break;
   }
+  FAIRLANE_FAILPOINT("drain.owned");
   LaneOrder order(s, l);
   std::uint64_t removed = 0;
   for (;;) {
@@ -1045,6 +1102,7 @@ std::uint64_t Queue::drain(const BrandedId& group) noexcept {
     if (LaneWord::pending(w) == 0) break;
     if (!l.word.compare_exchange_weak(w, LaneWord::with_pending(w, LaneWord::pending(w) - 1), std::memory_order_acq_rel))
       continue;
+    FAIRLANE_FAILPOINT("drain.counted");
     const std::uint32_t slot = order.pop();
     const std::uint64_t sw = s.words[slot].load(std::memory_order_relaxed);
     s.words[slot].store(SlotWord::pack(SlotState::freeing, SlotWord::gen(sw), 0, 0), std::memory_order_relaxed);
@@ -1060,6 +1118,8 @@ std::uint64_t Queue::drain(const BrandedId& group) noexcept {
 
 std::uint64_t Queue::tick() noexcept {
   Segment& s = *seg_;
+  recover_dead_operations(s, segment_now_ms(s));
+  OpGuard op(s);
   return sweep(s, segment_now_ms(s), true);
 }
 
@@ -1239,6 +1299,7 @@ bool revive(Segment& s, std::uint32_t slot, std::uint64_t w) noexcept {
 
 AckStatus Queue::requeue_dead(const BrandedId& id) noexcept {
   Segment& s = *seg_;
+  OpGuard op(s);
   if (!id.well_formed() || id.kind() != std::string_view(s.h->job_kind, 3)) return AckStatus::gone;
   const std::uint32_t slot = index_find(s, id.snowflake());
   if (slot == kNoSlot) return AckStatus::gone;
@@ -1247,6 +1308,7 @@ AckStatus Queue::requeue_dead(const BrandedId& id) noexcept {
 
 std::uint64_t Queue::requeue_all_dead() noexcept {
   Segment& s = *seg_;
+  OpGuard op(s);
   std::uint64_t n = 0;
   for (std::uint32_t i = 0; i < s.jobs; ++i) n += revive(s, i, s.words[i].load(std::memory_order_acquire));
   return n;
@@ -1254,6 +1316,7 @@ std::uint64_t Queue::requeue_all_dead() noexcept {
 
 std::uint64_t Queue::purge_dead() noexcept {
   Segment& s = *seg_;
+  OpGuard op(s);
   std::uint64_t n = 0;
   for (std::uint32_t i = 0; i < s.jobs; ++i) {
     std::uint64_t w = s.words[i].load(std::memory_order_acquire);

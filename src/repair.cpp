@@ -21,6 +21,7 @@
 #include "clock.hpp"
 #include "fairlane/queue.hpp"
 #include "futex.hpp"
+#include "gate.hpp"
 #include "hash.hpp"
 #include "id_index.hpp"
 #include "lane_table.hpp"
@@ -116,7 +117,15 @@ class Repairer {
         free_slot(i, w);
         continue;
       }
-      if (st == SlotState::freeing) {
+      if (st == SlotState::freeing && SlotWord::when(w) == SlotWord::kFailing) {
+        // Its fail() took the lease and did not finish: the job goes on.
+        note(job(i) + " was stuck in a fail that did not finish: back to pending (attempt " +
+             std::to_string(SlotWord::attempt(w)) + " counted)");
+        s_.words[i].store(SlotWord::pack(SlotState::pending, SlotWord::gen(w), SlotWord::attempt(w), 0),
+                          std::memory_order_relaxed);
+        s_.slot(i).ready_us = segment_now_us(s_);
+        w = s_.words[i].load(std::memory_order_relaxed);
+      } else if (st == SlotState::freeing) {
         note(job(i) + " was stuck freeing (its complete or drain did not finish): freed");
         free_slot(i, w);
         continue;
@@ -299,6 +308,10 @@ class Repairer {
 
 }  // namespace
 
+namespace detail {
+void rebuild_segment(Segment& s, FsckReport& report) { Repairer(s, report).run(); }
+}  // namespace detail
+
 Result<FsckReport> Queue::repair(bool force) {
   Segment& s = *seg_;
   const std::vector<int> others = other_live_processes(s);
@@ -312,10 +325,19 @@ Result<FsckReport> Queue::repair(bool force) {
                      (one ? "process is" : "processes are") + " attached (pid " + pids + "); stop " +
                      (one ? "it" : "them") + " first, or force it if " + (one ? "it is" : "they are") + " idle"};
   }
-  FsckReport report = fsck();
-  if (report.clean()) return report;
-  Repairer(s, report).run();
-  return report;
+  // Behind the gate (gate.hpp): operations of processes still attached wait
+  // for it, and it waits for the ones in flight, so a forced repair does not
+  // race them. A live process that stays inside an operation (stopped)
+  // makes it give up rather than wait for ever.
+  FsckReport report;
+  for (int tries = 0;; ++tries) {
+    const GateRepair r = gated_repair(s, 2000, &report);
+    if (r == GateRepair::repaired) return report;
+    if (r == GateRepair::abandoned || tries >= 100)
+      return Error{Errc::busy, 0,
+                   "could not repair segment '" + s.name +
+                       "': a live process stayed inside an operation for 2 s (is one stopped?)"};
+  }
 }
 
 }  // namespace fairlane

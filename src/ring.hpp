@@ -16,6 +16,7 @@
 #include <cstdint>
 #include <vector>
 
+#include "failpoint.hpp"
 #include "segment.hpp"
 
 namespace fairlane::detail {
@@ -37,6 +38,7 @@ inline bool ring_push(Segment& s, std::uint32_t lane) noexcept {
         // [S1] seq_cst: publishes the token; pairs with the pop CAS [S2] and
         // with the waiter count load that follows (no lost wake-up).
         if (cell.compare_exchange_strong(c, RingCell::pack(t, lane + 1), std::memory_order_seq_cst)) {
+          FAIRLANE_FAILPOINT("ring.cell_filled");
           s.h->ring_tail.compare_exchange_strong(t, t + 1, std::memory_order_release);
           return true;
         }
@@ -69,6 +71,7 @@ inline std::uint32_t ring_pop(Segment& s) noexcept {
       }
       // [S2] seq_cst: takes the token; pairs with [S1].
       if (cell.compare_exchange_strong(c, RingCell::pack(h + cells, 0), std::memory_order_seq_cst)) {
+        FAIRLANE_FAILPOINT("ring.cell_taken");
         s.h->ring_head.compare_exchange_strong(h, h + 1, std::memory_order_release);
         return std::uint32_t(RingCell::value(c) - 1);
       }

@@ -93,7 +93,13 @@ ProcRecord* attach(Segment& s) {
       ProcRecord& p = s.procs[i];
       std::uint64_t cur = p.owner.load(std::memory_order_acquire);
       bool take = cur == 0;
-      if (!take && pass == 1 && (cur & kStamped)) take = !process_alive(int(cur & 0xFFFFFFFF), p.start_time);
+      // A dead owner that died inside an operation (in_op not 0) keeps its
+      // record until the gate's repair has run after it (queue.cpp).
+      // The same for a dead repairer that holds the gate (gate.hpp): its
+      // successor judges it by this record.
+      if (!take && pass == 1 && (cur & kStamped) && p.in_op.load(std::memory_order_acquire) == 0 &&
+          s.h->gate.load(std::memory_order_acquire) != i + 1)
+        take = !process_alive(int(cur & 0xFFFFFFFF), p.start_time);
       if (!take) continue;
       // [A1] acq_rel: claims the record; pairs with [R1] of a detaching owner.
       if (!p.owner.compare_exchange_strong(cur, owner, std::memory_order_acq_rel)) continue;
@@ -141,6 +147,16 @@ std::uint64_t process_start_time(int pid) noexcept {
   char state = 0;
   std::uint64_t start = 0;
   return read_proc_stat(pid, state, start) ? start : 0;
+}
+
+int dead_owner_pid(const ProcRecord& p) noexcept {
+  const std::uint64_t owner = p.owner.load(std::memory_order_acquire);
+  if (!(owner & kStamped)) return 0;
+  const std::uint64_t start = __atomic_load_n(&p.start_time, __ATOMIC_RELAXED);
+  std::atomic_thread_fence(std::memory_order_acquire);
+  if (p.owner.load(std::memory_order_relaxed) != owner) return 0;  // changed hands meanwhile
+  const int pid = int(owner & 0xFFFFFFFF);
+  return process_alive(pid, start) ? 0 : pid;
 }
 
 bool process_alive(int pid, std::uint64_t start_time) noexcept {

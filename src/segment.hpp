@@ -65,4 +65,15 @@ Status remove_segment(std::string_view name);
 std::uint64_t process_start_time(int pid) noexcept;
 bool process_alive(int pid, std::uint64_t start_time) noexcept;
 
+// The pid of the owner of process record p if that owner is dead, else 0.
+// Only a record whose owner has stamped its start time is judged (never
+// one being attached), and only if it did not change hands while read; a
+// free record is not judged.
+int dead_owner_pid(const ProcRecord& p) noexcept;
+
+// fsck's checks (fsck.cpp) and repair's rebuild (repair.cpp) of a segment
+// nobody else is changing.
+FsckReport check_segment(const Segment& s);
+void rebuild_segment(Segment& s, FsckReport& report);
+
 }  // namespace fairlane::detail

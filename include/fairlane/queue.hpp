@@ -115,6 +115,15 @@ struct RecoveryInfo {
   std::uint64_t last_jobs = 0;
   int last_pid = 0;                // the one dead holder of them all, else 0
   std::uint64_t last_us = 0;       // how long the last one took
+  // Repairs behind the gate after a process died inside an operation
+  // (docs/design.md section 7): every other operation waits for one.
+  std::uint64_t repairs = 0;            // ever
+  std::uint64_t repairs_abandoned = 0;  // gave up: a live process stayed inside an operation
+  std::uint64_t repair_unix_ms = 0;     // when the last one finished
+  int repair_pid = 0;                   // the dead process it repaired after (0: none dead, a forced repair)
+  std::uint64_t repair_us = 0;          // how long the gate was closed for the last one
+  std::uint64_t repair_worst_us = 0;    // the longest it was ever closed
+  std::uint64_t repair_violations = 0;  // what fsck found before the last one
 };
 
 enum class EnqueueStatus {

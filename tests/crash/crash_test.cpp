@@ -1,7 +1,8 @@
-// Processes that die holding work (DESIGN.md section 4). No failpoints yet:
-// these use a consumer that exits holding a lease, a consumer SIGKILLed
-// while it holds leases, and a consumer killed while it is inside a claim
-// (found by stopping it and looking at the ring).
+// Processes that die holding work (DESIGN.md section 4): a consumer that
+// exits holding a lease, a consumer SIGKILLed while it holds leases, and a
+// consumer killed while it is inside a claim (found by stopping it and
+// looking at the ring). failpoint_test.cpp kills at each step exactly, and
+// torture.cpp at random.
 #include "spawn.hpp"
 #include "test_support.hpp"
 #include "worker_protocol.hpp"
@@ -156,10 +157,11 @@ TEST_F(Crash, LeasesOfAKilledConsumerAreRedeliveredLongBeforeTheirDeadline) {
   EXPECT_TRUE(f.clean()) << (f.issues.empty() ? "" : f.issues.front().invariant + ": " + f.issues.front().detail);
 }
 
-// DISABLED until crash recovery lands (issue 3; plan in docs/design.md
-// section 7): a consumer killed between drawing a token and giving it back
-// takes the lane's token with it.
-TEST_F(Crash, DISABLED_ConsumerKilledInsideAClaimDoesNotWedgeItsLane) {
+// A consumer killed between drawing a token and giving it back takes the
+// lane's token with it; the gate's repair (docs/design.md section 7) gives
+// it back. The failpoint tests (failpoint_test.cpp) kill at each step
+// exactly; this one catches a real consumer mid-claim with SIGSTOP.
+TEST_F(Crash, ConsumerKilledInsideAClaimDoesNotWedgeItsLane) {
   // A consumer SIGKILLed in the middle of a claim (holding its lane's ring
   // token, or the lane structure) must not leave the lane serviceable-but-
   // off-the-ring forever (invariant 3, and the crash model's "recovery

@@ -393,7 +393,9 @@ TEST_F(MirrorTest, RestoreRebuildsLanesJobsAndSettings) {
   Lease l;
   while (q->claim(l, 30000)) {
     served[l.group.string()].push_back(l.id.string());
-    if (l.id == leased_id) EXPECT_EQ(l.attempt, 2u);
+    if (l.id == leased_id) {
+      EXPECT_EQ(l.attempt, 2u);
+    }
     ASSERT_EQ(q->complete(l.id, l.attempt), AckStatus::ok);
   }
   std::vector<std::string> want0, want1;

@@ -21,7 +21,7 @@
 namespace fairlane::detail {
 
 inline constexpr std::uint64_t kMagic = 0x314E4C5249414646ULL;  // "FFAIRLN1" little-endian
-inline constexpr std::uint32_t kLayoutVersion = 2;
+inline constexpr std::uint32_t kLayoutVersion = 3;
 inline constexpr std::size_t kCacheLine = 64;
 inline constexpr std::uint32_t kMaxProcs = 256;
 inline constexpr std::uint32_t kMaxJobs = (1U << 26) - 1;     // fits the lane word's pending field
@@ -55,10 +55,14 @@ enum class SlotState : std::uint8_t {
   leased = 3,     // claimed; when_ms is the deadline
   scheduled = 4,  // delayed or backing off; when_ms is the due time
   dead = 5,       // dead-lettered
-  freeing = 6,    // being completed/drained by its owner
+  freeing = 6,    // owned by a complete, drain or purge (when_ms 0), or a fail (kFailing)
 };
 struct SlotWord {
   static constexpr std::uint64_t kStateBits = 3, kGenBits = 5, kAttemptBits = 16, kWhenBits = 40;
+  // when_ms of a freeing slot owned by fail(): the job goes on (retry or
+  // dead letter), so a repair after its death puts it back to pending
+  // rather than freeing it as it does a completion's.
+  static constexpr std::uint64_t kFailing = 1;
   static_assert(kStateBits + kGenBits + kAttemptBits + kWhenBits == 64);
   static constexpr std::uint32_t kMaxAttempt = (1U << kAttemptBits) - 1;
 
@@ -204,11 +208,17 @@ struct alignas(kCacheLine) CounterBlock {
 //
 //   owner: pid (bits 0..31) | 1<<32 while attached | 1<<33 once start_time
 //          is written (never judged dead before that); 0 = free record
+//
+//   in_op: how many of its threads are inside an operation that changes the
+//          segment (see "The gate" in docs/design.md section 7). A dead
+//          process whose in_op is not 0 died mid-operation: the structures
+//          it was changing are repaired from the slots before anyone goes on.
 struct alignas(kCacheLine) ProcRecord {
   std::atomic<std::uint64_t> owner;
   std::uint64_t start_time;       // /proc/<pid>/stat starttime: pid + start time, never a bare pid
   std::uint64_t attached_unix_ms;
-  std::uint64_t reserved[5];
+  std::atomic<std::uint64_t> in_op;
+  std::uint64_t reserved[4];
   CounterBlock counters;
 };
 
@@ -293,7 +303,15 @@ struct alignas(kCacheLine) RecoveryStats {
   std::atomic<std::uint64_t> last_pid;      // its holder, if one dead process held them all (else 0)
   std::atomic<std::uint64_t> last_us;       // how long that sweep took
   std::atomic<std::uint64_t> checked_ms;    // segment ms when a sweep last judged the holders' liveness
-  std::atomic<std::uint64_t> reserved[1];
+  std::atomic<std::uint64_t> ops_checked_ms;  // segment ms when someone last looked for processes dead mid-operation
+  // Online repairs after a process died inside an operation (the gate).
+  std::atomic<std::uint64_t> repairs;            // completed, ever
+  std::atomic<std::uint64_t> repairs_abandoned;  // gave up waiting for a live process to leave its operation
+  std::atomic<std::uint64_t> repair_unix_ms;     // when the last one finished
+  std::atomic<std::uint64_t> repair_pid;         // the (first) dead process it repaired after
+  std::atomic<std::uint64_t> repair_us;          // how long the gate was closed for it
+  std::atomic<std::uint64_t> repair_worst_us;    // the longest the gate was ever closed
+  std::atomic<std::uint64_t> repair_violations;  // what fsck found before the last one
 };
 
 struct alignas(kCacheLine) Header {
@@ -342,6 +360,10 @@ struct alignas(kCacheLine) Header {
   CounterBlock retired;
   RecoveryStats recovery;
   MirrorShared mirror;
+  // The gate (futex word): 0 open; otherwise the process record index + 1
+  // of the process repairing the segment, which waits until no live process
+  // is inside an operation. Operations do not start while it is closed.
+  alignas(kCacheLine) std::atomic<std::uint32_t> gate;
 };
 
 }  // namespace fairlane::detail

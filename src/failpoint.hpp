@@ -1,0 +1,37 @@
+// Named failpoints: places inside the multi-step transitions where a test
+// can have the process SIGKILLed, to show that survivors recover from a
+// death at exactly that step.
+//
+// They exist only in the test build of the library (the target
+// fairlane_failpoints, compiled with FAIRLANE_FAILPOINTS); in the library
+// users link, FAIRLANE_FAILPOINT(name) is nothing at all.
+//
+// Arming: failpoint_arm(name, nth) in the process (a forked test child), or
+// the environment variable FAIRLANE_FAILPOINT=name or name:nth, read at the
+// first failpoint reached. The nth time the armed point is reached, the
+// process raises SIGKILL: no handler, no destructor, no flush, as with a
+// kill from outside.
+#pragma once
+
+#include <cstddef>
+
+#ifdef FAIRLANE_FAILPOINTS
+
+namespace fairlane::detail {
+
+void failpoint_hit(const char* name) noexcept;
+void failpoint_arm(const char* name, unsigned nth = 1) noexcept;
+
+// Every failpoint compiled into the library, in the order of the transitions.
+extern const char* const kFailpoints[];
+extern const std::size_t kFailpointCount;
+
+}  // namespace fairlane::detail
+
+#define FAIRLANE_FAILPOINT(name) ::fairlane::detail::failpoint_hit(name)
+
+#else
+
+#define FAIRLANE_FAILPOINT(name) ((void)0)
+
+#endif

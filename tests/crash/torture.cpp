@@ -1,0 +1,1073 @@
+// fairlane_torture: producers and consumers SIGKILLed at random moments, and
+// a check afterwards that the queue kept every promise it made to them (the
+// crash-safety issue's "random kills" run; docs/design.md section 7).
+//
+// A single-threaded supervisor forks P producers and C consumers (fork, no
+// exec: single-threaded, so fork is safe also under TSan). Each child opens
+// its own Queue handle and never touches the supervisor's; it ends only by a
+// signal (our SIGKILL, its watchdog alarm, or the supervisor's death through
+// PR_SET_PDEATHSIG) or by _exit, never through the supervisor's destructors.
+// The supervisor then repeats: sleep 2-25 ms (sampling the lanes' active
+// counts against their limits meanwhile), SIGKILL a random child, reap it,
+// fork a replacement of the same role.
+//
+// Every child records what the queue told it in its own log, opened
+// O_APPEND and written one line per write(2), so a kill loses at most the
+// line being written (a truncated last line is ignored when read):
+//
+//   producer   A <id>            enqueue returned `enqueued` (acknowledged)
+//   consumer   T <id> <attempt>  claimed, written before complete or fail
+//              C <id> <attempt>  complete returned ok
+//              F <id> <attempt>  fail returned retrying
+//              S <id> <attempt>  complete/fail returned stale (the lease was taken back)
+//              G <id> <attempt>  complete/fail returned gone (a redelivery completed it)
+//   any        X <what>          the queue broke a promise (a violation)
+//
+// After the kills: producers are killed, consumers run until every
+// acknowledged id has a T line, are killed, and the supervisor drains what
+// is left itself (its claims run the sweeps that return dead holders'
+// leases). Then a fairness run on fresh lanes of the same segment, and the
+// checks: every acknowledged job was delivered (or dead-lettered), none was
+// completed twice under a valid token nor handed out twice under one token,
+// active never above a limit at a sampled instant, the queue empty, fsck
+// clean, round robin intact. Each failure counts one violation and says
+// which job or lane; the run exits 0 only with none.
+//
+// Until online recovery of processes killed *inside* an operation lands
+// (design.md section 7, "Not done"), a kill there can strand a job, a ring
+// token or an active count; the run then fails within its deadlines and
+// says what it was still waiting for.
+#include <fairlane/ids.hpp>
+#include <fairlane/queue.hpp>
+#include <fairlane/result.hpp>
+
+#include <fcntl.h>
+#include <signal.h>
+#include <sys/prctl.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <array>
+#include <cerrno>
+#include <chrono>
+#include <cstdarg>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <filesystem>
+#include <map>
+#include <optional>
+#include <random>
+#include <set>
+#include <string>
+#include <string_view>
+#include <thread>
+#include <unordered_map>
+#include <utility>
+#include <vector>
+
+namespace {
+
+using fairlane::AckStatus;
+using fairlane::BrandedId;
+using fairlane::EnqueueStatus;
+using fairlane::FailOptions;
+using fairlane::FailStatus;
+using fairlane::JobFilter;
+using fairlane::JobState;
+using fairlane::LaneStatus;
+using fairlane::Lease;
+using fairlane::Queue;
+using fairlane::QueueOptions;
+using fairlane::Snapshot;
+using Clock = std::chrono::steady_clock;
+using std::chrono::milliseconds;
+
+// ---- the segment and its lanes ------------------------------------------------
+
+constexpr std::uint32_t kJobs = 4096;
+constexpr std::uint32_t kLaneCapacity = 16;  // 8 torture lanes + 4 fairness lanes + the default lane
+constexpr std::uint32_t kPayloadBytes = 32;
+constexpr std::string_view kJobKind = "JOB";
+
+// The torture lanes: three with a concurrency limit (the property sampled
+// during the kills), one of weight 2 (its token sits in the hold slot, a
+// structure a killed claimer can also take with it), four plain ones.
+struct LaneSpec {
+  std::uint32_t limit;  // 0: none
+  std::uint32_t weight;
+};
+constexpr std::array<LaneSpec, 8> kLanes = {{{1, 1}, {2, 1}, {3, 1}, {0, 2}, {0, 1}, {0, 1}, {0, 1}, {0, 1}}};
+constexpr std::uint32_t kTortureLanes = kLanes.size();
+constexpr std::uint32_t kFairLanes = 4;
+
+// Lane index i: 0..7 are the torture lanes "LNE00000000001".. (the
+// multi-process tests' naming), 8..11 the fairness lanes "FAR00000000001"..,
+// never used before the fairness run.
+BrandedId lane_group(std::uint32_t i) {
+  return i < kTortureLanes ? BrandedId::make("LNE", i + 1) : BrandedId::make("FAR", i - kTortureLanes + 1);
+}
+std::optional<std::uint32_t> lane_index(const BrandedId& g) {
+  const std::uint64_t n = g.snowflake();
+  if (g.kind() == "LNE" && n >= 1 && n <= kTortureLanes) return std::uint32_t(n - 1);
+  if (g.kind() == "FAR" && n >= 1 && n <= kFairLanes) return std::uint32_t(kTortureLanes + n - 1);
+  return std::nullopt;
+}
+
+constexpr std::uint32_t kLeaseMs = 2000;
+constexpr milliseconds kClaimTimeout{100};
+constexpr int kFailPercent = 10;
+constexpr std::uint32_t kMaxAttempts = 1000;  // never reached: no job may be dead-lettered
+
+// A payload names its job and lane and is padded with a byte derived from
+// the id, so a torn, mixed-up or misrouted payload is caught on claim.
+std::string make_payload(const BrandedId& id, std::uint32_t lane) {
+  char head[48];
+  const int n = std::snprintf(head, sizeof head, "%s L%02u ", id.string().c_str(), lane);
+  std::string p(head, static_cast<std::size_t>(n));
+  p.append(kPayloadBytes - p.size(), static_cast<char>('a' + id.snowflake() % 26));
+  return p;
+}
+
+// Empty when the lease's payload is the one its producer wrote for its lane.
+std::string check_payload(const Lease& l) {
+  unsigned lane = 0;
+  if (l.payload.size() < fairlane::kIdLength + 3 ||
+      std::sscanf(l.payload.c_str() + fairlane::kIdLength, " L%u", &lane) != 1 ||
+      lane >= kTortureLanes + kFairLanes)
+    return "unreadable payload '" + l.payload + "'";
+  if (l.payload != make_payload(l.id, lane)) return "payload '" + l.payload + "' is not the one enqueued";
+  if (l.group != lane_group(lane))
+    return "delivered from lane " + l.group.string() + ", enqueued on " + lane_group(lane).string();
+  return {};
+}
+
+double seconds_since(Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); }
+
+// ---- children -------------------------------------------------------------------
+
+enum class Role { producer, consumer };
+const char* role_name(Role r) { return r == Role::producer ? "producer" : "consumer"; }
+
+struct ChildSpec {
+  Role role;
+  std::string segment;
+  std::string log_path;
+  std::uint64_t seed;
+  unsigned watchdog_s;
+};
+
+// One log line, one write(2): with O_APPEND a kill leaves either the whole
+// line or (rarely) a truncated last line, never a line torn in the middle of
+// the file.
+__attribute__((format(printf, 2, 3))) void put_line(int fd, const char* fmt, ...) {
+  char buf[256];
+  va_list ap;
+  va_start(ap, fmt);
+  int n = std::vsnprintf(buf, sizeof buf - 1, fmt, ap);
+  va_end(ap);
+  if (n <= 0) return;
+  if (n > static_cast<int>(sizeof buf) - 2) n = sizeof buf - 2;
+  if (buf[n - 1] != '\n') buf[n++] = '\n';
+  for (ssize_t w; (w = ::write(fd, buf, static_cast<std::size_t>(n))) < 0 && errno == EINTR;) {
+  }
+}
+
+class ChildLog {
+ public:
+  explicit ChildLog(const std::string& path)
+      : fd_(::open(path.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0600)) {
+    if (fd_ < 0) {
+      std::fprintf(stderr, "fairlane_torture[%d]: cannot open %s: %s\n", int(::getpid()), path.c_str(),
+                   std::strerror(errno));
+      ::_exit(4);
+    }
+  }
+  int fd() const { return fd_; }
+
+  // A broken promise: logged for the supervisor to count, the first few
+  // also on stderr. The pause keeps a persistent failure from flooding the log.
+  void violation(const std::string& what) {
+    put_line(fd_, "X %s", what.c_str());
+    if (++reported_ <= 5) std::fprintf(stderr, "fairlane_torture[%d]: %s\n", int(::getpid()), what.c_str());
+    std::this_thread::sleep_for(milliseconds(1));
+  }
+
+ private:
+  int fd_;
+  int reported_ = 0;
+};
+
+Queue attach_or_exit(const std::string& name) {
+  auto r = Queue::open(name);
+  if (!r.ok()) {
+    std::fprintf(stderr, "fairlane_torture[%d]: open %s: %s\n", int(::getpid()), name.c_str(),
+                 r.error().message.c_str());
+    ::_exit(4);
+  }
+  return std::move(r.value());
+}
+
+[[noreturn]] void producer_main(const ChildSpec& spec) {
+  Queue q = attach_or_exit(spec.segment);
+  ChildLog log(spec.log_path);
+  std::mt19937_64 rng(spec.seed);
+  for (;;) {
+    const auto lane = static_cast<std::uint32_t>(rng() % kTortureLanes);
+    const BrandedId id = q.mint();
+    const std::string payload = make_payload(id, lane);
+    for (;;) {
+      const EnqueueStatus st = q.enqueue(lane_group(lane), id, payload);
+      if (st == EnqueueStatus::enqueued) {
+        put_line(log.fd(), "A %s", id.string().c_str());
+        break;
+      }
+      if (st == EnqueueStatus::full) {
+        // The consumers will make room; a short back-off keeps a full queue
+        // from being a busy loop on two cores.
+        std::this_thread::sleep_for(std::chrono::microseconds(200 + rng() % 200));
+        continue;
+      }
+      // Nothing was written (enqueue's contract); the id is abandoned.
+      log.violation("enqueue " + id.string() + " on " + lane_group(lane).string() + " -> " +
+                    std::string(fairlane::to_string(st)));
+      break;
+    }
+  }
+}
+
+[[noreturn]] void consumer_main(const ChildSpec& spec) {
+  Queue q = attach_or_exit(spec.segment);
+  ChildLog log(spec.log_path);
+  std::mt19937_64 rng(spec.seed);
+  Lease l;
+  for (;;) {
+    if (!q.claim_wait(l, kLeaseMs, kClaimTimeout)) continue;
+    const std::string id = l.id.string();
+    if (const std::string bad = check_payload(l); !bad.empty()) log.violation("claim of " + id + ": " + bad);
+    // T before the ack: a kill after the ack but before its own line still
+    // leaves this job accounted for.
+    put_line(log.fd(), "T %s %u", id.c_str(), l.attempt);
+    if (static_cast<int>(rng() % 100) < kFailPercent) {
+      FailOptions fo;
+      fo.delay_ms = rng() % 4;  // 0: straight back to the lane; else via scheduled and a sweep's promotion
+      fo.max_attempts = kMaxAttempts;
+      fo.error = "torture";
+      switch (q.fail(l.id, l.attempt, fo)) {
+        case FailStatus::retrying: put_line(log.fd(), "F %s %u", id.c_str(), l.attempt); break;
+        case FailStatus::stale: put_line(log.fd(), "S %s %u", id.c_str(), l.attempt); break;
+        case FailStatus::gone: put_line(log.fd(), "G %s %u", id.c_str(), l.attempt); break;
+        case FailStatus::dead:
+          log.violation("fail " + id + " attempt " + std::to_string(l.attempt) + " dead-lettered below max_attempts " +
+                        std::to_string(kMaxAttempts));
+          break;
+      }
+    } else {
+      switch (q.complete(l.id, l.attempt)) {
+        case AckStatus::ok: put_line(log.fd(), "C %s %u", id.c_str(), l.attempt); break;
+        case AckStatus::stale: put_line(log.fd(), "S %s %u", id.c_str(), l.attempt); break;
+        case AckStatus::gone: put_line(log.fd(), "G %s %u", id.c_str(), l.attempt); break;
+      }
+    }
+  }
+}
+
+[[noreturn]] void run_child(const ChildSpec& spec, pid_t supervisor) {
+  ::prctl(PR_SET_PDEATHSIG, SIGKILL);  // never outlive the supervisor
+  if (::getppid() != supervisor) ::_exit(126);
+  ::alarm(spec.watchdog_s);  // nor hang past the run's last deadline
+  try {
+    if (spec.role == Role::producer) producer_main(spec);
+    consumer_main(spec);
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "fairlane_torture[%d]: %s: %s\n", int(::getpid()), role_name(spec.role), e.what());
+  } catch (...) {
+  }
+  ::_exit(5);
+}
+
+std::string describe_status(int st) {
+  if (WIFEXITED(st)) return "exited with status " + std::to_string(WEXITSTATUS(st));
+  if (WIFSIGNALED(st)) {
+    const int sig = WTERMSIG(st);
+    std::string s = "killed by signal " + std::to_string(sig) + " (" + strsignal(sig) + ")";
+    if (sig == SIGALRM) s += ": its watchdog";
+    return s;
+  }
+  return "status " + std::to_string(st);
+}
+
+// ---- the ledger: what the children's logs say, read incrementally -------------
+
+// Compact on purpose: a --long run records millions of jobs.
+struct JobRecord {
+  std::uint64_t low_takes = 0;       // bit a-1: attempt a (1..64) was delivered
+  std::uint32_t takes = 0;           // deliveries (T lines and the supervisor's claims)
+  std::uint32_t first_complete = 0;  // the attempt of the first completion
+  std::uint16_t completes = 0;       // C lines and the supervisor's ok completes
+  bool acked = false;                // an A line
+  bool drained = false;              // completed by the supervisor
+};
+
+class Ledger {
+ public:
+  Ledger(std::filesystem::path dir, std::string prefix) : dir_(std::move(dir)), prefix_(std::move(prefix)) {}
+
+  // Reads what the logs gained since the last call. Only whole lines: a line
+  // being written now is read next time; the last partial line of a dead
+  // child's log stays partial and is tolerated by finish().
+  void poll() {
+    std::error_code ec;
+    for (const auto& e : std::filesystem::directory_iterator(dir_, ec)) {
+      const std::string name = e.path().filename().string();
+      if (name.rfind(prefix_, 0) != 0 || !name.ends_with(".log")) continue;
+      File& f = files_[name];
+      const int fd = ::open(e.path().c_str(), O_RDONLY | O_CLOEXEC);
+      if (fd < 0) continue;
+      char buf[1 << 16];
+      for (;;) {
+        const ssize_t n = ::pread(fd, buf, sizeof buf, static_cast<off_t>(f.offset));
+        if (n <= 0) break;
+        f.offset += static_cast<std::uint64_t>(n);
+        f.partial.append(buf, static_cast<std::size_t>(n));
+      }
+      ::close(fd);
+      std::size_t start = 0;
+      for (std::size_t nl; (nl = f.partial.find('\n', start)) != std::string::npos; start = nl + 1)
+        line(name, std::string_view(f.partial).substr(start, nl - start));
+      f.partial.erase(0, start);
+    }
+  }
+
+  // Every child is gone: what is left unterminated was cut by a kill.
+  void finish() {
+    poll();
+    for (auto& [name, f] : files_)
+      if (!f.partial.empty()) {
+        ++truncated_;
+        f.partial.clear();
+      }
+  }
+
+  // The supervisor's own claims and completes.
+  void took(const BrandedId& id, std::uint32_t attempt) { take(key(id), attempt, "supervisor"); }
+  void drained(const BrandedId& id, std::uint32_t attempt) {
+    JobRecord& r = jobs_[key(id)];
+    r.drained = true;
+    complete(key(id), attempt, "supervisor");
+    ++drained_;
+  }
+
+  // Acknowledged jobs not yet delivered to anyone.
+  std::vector<std::uint64_t> undelivered() const {
+    std::vector<std::uint64_t> out;
+    for (const auto& [k, r] : jobs_)
+      if (r.acked && r.takes == 0) out.push_back(k);
+    std::sort(out.begin(), out.end());
+    return out;
+  }
+
+  const std::unordered_map<std::uint64_t, JobRecord>& jobs() const { return jobs_; }
+  std::uint64_t lines() const { return lines_; }
+  std::uint64_t acked() const { return acked_; }
+  std::uint64_t completed() const { return completed_lines_; }
+  std::uint64_t drained_count() const { return drained_; }
+  std::uint64_t retried() const { return retried_; }
+  std::uint64_t stale() const { return stale_; }
+  std::uint64_t truncated() const { return truncated_; }
+  // Broken promises found in the logs: X lines, double completions, one
+  // token handed out twice, lines that are not ours.
+  const std::vector<std::string>& problems() const { return problems_; }
+
+  static std::uint64_t key(const BrandedId& id) { return id.snowflake(); }
+  static std::string id_of(std::uint64_t k) { return BrandedId::make(kJobKind, k).string(); }
+
+ private:
+  struct File {
+    std::uint64_t offset = 0;
+    std::string partial;
+  };
+
+  void line(const std::string& file, std::string_view s) {
+    ++lines_;
+    if (s.size() >= 2 && s[0] == 'X' && s[1] == ' ') {
+      problems_.push_back(file + ": " + std::string(s.substr(2)));
+      return;
+    }
+    // "<K> <id>[ <attempt>]"
+    std::optional<BrandedId> id;
+    unsigned long attempt = 0;
+    bool ok = s.size() >= 2 + fairlane::kIdLength && s[1] == ' ';
+    if (ok) id = BrandedId::parse(s.substr(2, fairlane::kIdLength));
+    ok = ok && id && id->kind() == kJobKind;
+    const std::string_view rest = ok ? s.substr(2 + fairlane::kIdLength) : std::string_view();
+    if (ok && s[0] != 'A') {
+      const std::string digits(rest.size() > 1 && rest[0] == ' ' ? rest.substr(1) : std::string_view());
+      char* end = nullptr;
+      attempt = std::strtoul(digits.c_str(), &end, 10);
+      ok = !digits.empty() && end != nullptr && *end == '\0' && attempt > 0;
+    } else if (ok) {
+      ok = rest.empty();
+    }
+    if (!ok) {
+      problems_.push_back(file + ": unreadable log line '" + std::string(s) + "'");
+      return;
+    }
+    const std::uint64_t k = key(*id);
+    const auto a = static_cast<std::uint32_t>(attempt);
+    switch (s[0]) {
+      case 'A':
+        if (jobs_[k].acked) problems_.push_back(file + ": " + id->string() + " acknowledged twice by enqueue");
+        jobs_[k].acked = true;
+        ++acked_;
+        break;
+      case 'T': take(k, a, file); break;
+      case 'C':
+        ++completed_lines_;
+        complete(k, a, file);
+        break;
+      case 'F': ++retried_; break;
+      case 'S':
+      case 'G': ++stale_; break;
+      default: problems_.push_back(file + ": unknown log line '" + std::string(s) + "'");
+    }
+  }
+
+  void take(std::uint64_t k, std::uint32_t attempt, const std::string& who) {
+    JobRecord& r = jobs_[k];
+    ++r.takes;
+    // The attempt is the fencing token: two deliveries under one token
+    // means two holders both able to complete the job.
+    bool twice = false;
+    if (attempt <= 64) {
+      const std::uint64_t bit = 1ULL << (attempt - 1);
+      twice = (r.low_takes & bit) != 0;
+      r.low_takes |= bit;
+    } else {
+      twice = !high_takes_.emplace(k, attempt).second;
+    }
+    if (twice) problems_.push_back(who + ": " + id_of(k) + " delivered twice under attempt " + std::to_string(attempt));
+  }
+
+  void complete(std::uint64_t k, std::uint32_t attempt, const std::string& who) {
+    JobRecord& r = jobs_[k];
+    if (r.completes++ == 0) {
+      r.first_complete = attempt;
+      return;
+    }
+    problems_.push_back(who + ": " + id_of(k) + " completed twice under a valid token (attempts " +
+                        std::to_string(r.first_complete) + " and " + std::to_string(attempt) + ")");
+  }
+
+  std::filesystem::path dir_;
+  std::string prefix_;
+  std::map<std::string, File> files_;
+  std::unordered_map<std::uint64_t, JobRecord> jobs_;
+  std::set<std::pair<std::uint64_t, std::uint32_t>> high_takes_;  // deliveries with attempt > 64 (rare)
+  std::vector<std::string> problems_;
+  std::uint64_t lines_ = 0, acked_ = 0, completed_lines_ = 0, drained_ = 0, retried_ = 0, stale_ = 0, truncated_ = 0;
+};
+
+// ---- options --------------------------------------------------------------------
+
+struct Options {
+  std::uint64_t kills = 300;
+  unsigned producers = 2, consumers = 3;
+  std::uint64_t seed = 0;
+  bool seeded = false;
+  std::string segment;
+  std::string dir;
+  bool keep = false;
+};
+
+void usage(std::FILE* to) {
+  std::fprintf(to,
+               "usage: fairlane_torture [--kills N | --long] [--producers P] [--consumers C] [--seed S]\n"
+               "                        [--segment NAME] [--dir DIR] [--keep]\n"
+               "  --kills N      SIGKILLs of random children before the checks (default 300)\n"
+               "  --long         3000 kills\n"
+               "  --producers P  producer processes (default 2)\n"
+               "  --consumers C  consumer processes (default 3)\n"
+               "  --seed S       seed of every random choice (default: from the clock; printed)\n"
+               "  --segment NAME segment to create (default fairlane_torture_<pid>); removed at the end\n"
+               "  --dir DIR      directory for the children's logs (default a fresh one under /tmp,\n"
+               "                 removed when the run passes)\n"
+               "  --keep         keep the segment at the end (for `fairlane inspect` / `fsck`)\n"
+               "exit status: 0 no violations, 1 violations, 2 setup error\n");
+}
+
+std::optional<Options> parse_options(int argc, char** argv) {
+  Options o;
+  auto number = [](const char* s, std::uint64_t& out) {
+    char* end = nullptr;
+    errno = 0;
+    out = std::strtoull(s, &end, 10);
+    return errno == 0 && end != s && *end == '\0';
+  };
+  for (int i = 1; i < argc; ++i) {
+    const std::string_view a = argv[i];
+    const bool has_value = i + 1 < argc;
+    std::uint64_t v = 0;
+    if (a == "--long") {
+      o.kills = 3000;
+    } else if (a == "--keep") {
+      o.keep = true;
+    } else if (a == "--help" || a == "-h") {
+      usage(stdout);
+      std::exit(0);
+    } else if (a == "--kills" && has_value && number(argv[i + 1], v)) {
+      o.kills = v;
+      ++i;
+    } else if (a == "--producers" && has_value && number(argv[i + 1], v) && v >= 1 && v <= 64) {
+      o.producers = static_cast<unsigned>(v);
+      ++i;
+    } else if (a == "--consumers" && has_value && number(argv[i + 1], v) && v >= 1 && v <= 64) {
+      o.consumers = static_cast<unsigned>(v);
+      ++i;
+    } else if (a == "--seed" && has_value && number(argv[i + 1], v)) {
+      o.seed = v;
+      o.seeded = true;
+      ++i;
+    } else if (a == "--segment" && has_value && argv[i + 1][0] != '\0') {
+      o.segment = argv[++i];
+    } else if (a == "--dir" && has_value && argv[i + 1][0] != '\0') {
+      o.dir = argv[++i];
+    } else {
+      std::fprintf(stderr, "fairlane_torture: bad argument '%s'\n", argv[i]);
+      usage(stderr);
+      return std::nullopt;
+    }
+  }
+  if (!o.seeded) o.seed = static_cast<std::uint64_t>(Clock::now().time_since_epoch().count()) ^ std::uint64_t(::getpid());
+  return o;
+}
+
+// ---- the supervisor -------------------------------------------------------------
+
+// How long each phase may take before the run gives up and says what it was
+// waiting for. A stall is no progress for kStall: far more than a lease
+// (2 s) plus the half second within which a sweep returns a dead holder's
+// leases, so only a job that recovery will never return trips it.
+constexpr auto kStall = std::chrono::seconds(5);
+constexpr auto kConsumerPhase = std::chrono::seconds(30);
+constexpr auto kDrainPhase = std::chrono::seconds(20);
+constexpr auto kFairPhase = std::chrono::seconds(15);
+constexpr std::size_t kShowAtMost = 10;  // ids printed per kind of violation
+
+class Supervisor {
+ public:
+  Supervisor(const Options& o, Queue& q, std::filesystem::path dir)
+      : o_(o),
+        q_(q),
+        dir_(std::move(dir)),
+        prefix_("run" + std::to_string(::getpid()) + "-"),
+        ledger_(dir_, prefix_),
+        rng_(o.seed),
+        self_(::getpid()) {
+    // The kill phase cannot really hang (sleep, kill, waitpid), but it gets a
+    // deadline like every phase; children's watchdogs outlast all of them.
+    kill_budget_ = std::chrono::seconds(60) + milliseconds(60 * o.kills);
+    const auto total = kill_budget_ + kConsumerPhase + kDrainPhase + kFairPhase;
+    watchdog_s_ = static_cast<unsigned>(std::chrono::duration_cast<std::chrono::seconds>(total).count()) + 30;
+  }
+
+  int run() {
+    const auto started = Clock::now();
+    for (unsigned i = 0; i < o_.producers; ++i) children_.push_back(spawn(Role::producer));
+    for (unsigned i = 0; i < o_.consumers; ++i) children_.push_back(spawn(Role::consumer));
+    kill_phase();
+    shutdown();
+    check_empty_after_drain();
+    fairness();
+    ledger_.finish();
+    check_accounting();
+    check_samples();
+    check_fsck();
+    summary(seconds_since(started));
+    return violations_ == 0 ? 0 : 1;
+  }
+
+ private:
+  struct Child {
+    pid_t pid;
+    Role role;
+  };
+
+  void violation(const std::string& what) {
+    ++violations_;
+    std::printf("torture: VIOLATION: %s\n", what.c_str());
+    std::fflush(stdout);
+  }
+  // For a kind of violation that can come by the thousand (a stuck lane's
+  // jobs): each is counted, the first few printed.
+  void violation_quiet(std::size_t nth, const std::string& what) {
+    ++violations_;
+    if (nth < kShowAtMost) std::printf("torture: VIOLATION: %s\n", what.c_str());
+  }
+  void note(const std::string& what) {
+    std::printf("torture: %s\n", what.c_str());
+    std::fflush(stdout);
+  }
+
+  Child spawn(Role role) {
+    ChildSpec spec{role, q_.name(),
+                   (dir_ / (prefix_ + (role == Role::producer ? "p" : "c") + std::to_string(spawned_) + ".log")).string(),
+                   o_.seed * 0x9E3779B97F4A7C15ULL + spawned_ + 1, watchdog_s_};
+    ++spawned_;
+    std::fflush(nullptr);  // nothing buffered is copied into the child
+    const pid_t pid = ::fork();
+    if (pid < 0) {
+      // Out of processes: the run cannot go on as specified.
+      std::fprintf(stderr, "torture: fork: %s\n", std::strerror(errno));
+      std::exit(2);
+    }
+    if (pid == 0) run_child(spec, self_);
+    return Child{pid, role};
+  }
+
+  // SIGKILL one child and reap it. A child that had already ended by itself
+  // is a violation (its status says how: an alarm is its watchdog).
+  void kill_and_reap(const Child& c) {
+    ::kill(c.pid, SIGKILL);  // our own child, by pid
+    int st = 0;
+    while (::waitpid(c.pid, &st, 0) < 0 && errno == EINTR) {
+    }
+    if (!(WIFSIGNALED(st) && WTERMSIG(st) == SIGKILL))
+      violation(std::string(role_name(c.role)) + " " + std::to_string(c.pid) + " ended by itself: " +
+                describe_status(st));
+  }
+
+  // Children that ended on their own between kills: a violation each, and a
+  // replacement so the run keeps its shape (unless they keep dying).
+  void reap_unexpected() {
+    int st = 0;
+    for (pid_t pid; (pid = ::waitpid(-1, &st, WNOHANG)) > 0;) {
+      auto it = std::find_if(children_.begin(), children_.end(), [&](const Child& c) { return c.pid == pid; });
+      if (it == children_.end()) continue;
+      violation(std::string(role_name(it->role)) + " " + std::to_string(pid) + " ended by itself: " +
+                describe_status(st));
+      if (++unexpected_exits_ > 20) {
+        children_.erase(it);
+        continue;
+      }
+      *it = spawn(it->role);
+    }
+  }
+
+  // Reads the limited lanes' active counts (each from one lane word, so an
+  // exact value at some instant) and checks them against their limits.
+  void sample() {
+    const Snapshot s = q_.snapshot();
+    ++samples_;
+    for (const auto& li : s.lanes) {
+      const auto idx = lane_index(li.group);
+      if (!idx || *idx >= kTortureLanes) continue;
+      const LaneSpec& spec = kLanes[*idx];
+      if (li.limit != spec.limit)
+        violation_quiet(limit_violations_++, "sample " + std::to_string(samples_) + ": lane " + li.group.string() +
+                                                 " has limit " + std::to_string(li.limit) + ", set to " +
+                                                 std::to_string(spec.limit));
+      else if (spec.limit != 0 && li.active > spec.limit)
+        violation_quiet(limit_violations_++, "sample " + std::to_string(samples_) + ": lane " + li.group.string() +
+                                                 " active " + std::to_string(li.active) + " above its limit " +
+                                                 std::to_string(spec.limit));
+    }
+  }
+
+  // Sleeps until `until`, sampling about every millisecond and reaping
+  // children that ended by themselves.
+  void watch_until(Clock::time_point until) {
+    for (auto now = Clock::now(); now < until; now = Clock::now()) {
+      reap_unexpected();
+      sample();
+      std::this_thread::sleep_for(std::min<Clock::duration>(milliseconds(1), until - now));
+    }
+  }
+
+  void kill_phase() {
+    const auto deadline = Clock::now() + kill_budget_;
+    std::uniform_int_distribution<int> pause_ms(2, 25);
+    while (kills_ < o_.kills) {
+      if (Clock::now() > deadline) {
+        violation("deadline of the kill phase passed after " + std::to_string(kills_) + " of " +
+                  std::to_string(o_.kills) + " kills");
+        return;
+      }
+      watch_until(Clock::now() + milliseconds(pause_ms(rng_)));
+      if (children_.empty()) {
+        violation("every child kept ending by itself; kill phase abandoned after " + std::to_string(kills_) + " kills");
+        return;
+      }
+      Child& victim = children_[rng_() % children_.size()];
+      kill_and_reap(victim);
+      ++kills_;
+      ++(victim.role == Role::producer ? producer_kills_ : consumer_kills_);
+      victim = spawn(victim.role);
+    }
+  }
+
+  void shutdown() {
+    // Producers first: from here on the set of acknowledged jobs only grows
+    // by what their logs already hold.
+    for (auto it = children_.begin(); it != children_.end();) {
+      if (it->role != Role::producer) {
+        ++it;
+        continue;
+      }
+      kill_and_reap(*it);
+      it = children_.erase(it);
+    }
+    consumer_phase();
+    for (const Child& c : children_) kill_and_reap(c);
+    children_.clear();
+    drain();
+  }
+
+  // The consumers run until every acknowledged job has been delivered to
+  // someone (a T line), or they stop making progress, or the phase's deadline.
+  void consumer_phase() {
+    const auto started = Clock::now(), deadline = started + kConsumerPhase;
+    auto last_progress = started;
+    std::uint64_t last_lines = ~0ULL;
+    for (;;) {
+      ledger_.poll();
+      const auto missing = ledger_.undelivered();
+      if (missing.empty()) return;
+      if (ledger_.lines() != last_lines) {
+        last_lines = ledger_.lines();
+        last_progress = Clock::now();
+      }
+      const bool stalled = Clock::now() - last_progress > kStall, late = Clock::now() > deadline;
+      if (stalled || late) {
+        note(std::string(stalled ? "consumers stalled (no log line for 5 s)" : "consumer phase deadline passed") +
+             " with " + std::to_string(missing.size()) + " acknowledged jobs never delivered, e.g. " +
+             describe_job(missing.front()) + "; the supervisor drains the rest");
+        return;
+      }
+      watch_until(Clock::now() + milliseconds(50));
+    }
+  }
+
+  std::uint64_t outstanding(const Snapshot& s) const { return s.pending + s.leased + s.scheduled; }
+
+  // The supervisor claims (which runs the sweeps that return the killed
+  // consumers' leases and promote retries) and completes whatever is left.
+  void drain() {
+    const auto started = Clock::now(), deadline = started + kDrainPhase;
+    auto last_claim = started;
+    Lease l;
+    for (;;) {
+      if (q_.claim_wait(l, kLeaseMs, kClaimTimeout)) {
+        last_claim = Clock::now();
+        take_and_complete(l, "drain");
+        continue;
+      }
+      const Snapshot s = q_.snapshot();
+      if (outstanding(s) == 0) return;
+      const bool stalled = Clock::now() - last_claim > kStall, late = Clock::now() > deadline;
+      if (stalled || late) {
+        note(std::string(stalled ? "drain stalled: nothing claimable for 5 s" : "drain deadline passed") +
+             " with pending " + std::to_string(s.pending) + ", leased " + std::to_string(s.leased) + ", scheduled " +
+             std::to_string(s.scheduled) + " jobs in the segment");
+        return;
+      }
+    }
+  }
+
+  // Claims by the supervisor: the payload is checked and the delivery and
+  // the completion recorded like a consumer's.
+  void take_and_complete(const Lease& l, const char* phase) {
+    if (const std::string bad = check_payload(l); !bad.empty())
+      violation(std::string(phase) + ": claim of " + l.id.string() + ": " + bad);
+    ledger_.took(l.id, l.attempt);
+    const AckStatus st = q_.complete(l.id, l.attempt);
+    if (st == AckStatus::ok)
+      ledger_.drained(l.id, l.attempt);
+    else  // nobody else holds leases now: the only holder of this one is us
+      violation(std::string(phase) + ": complete " + l.id.string() + " attempt " + std::to_string(l.attempt) +
+                " by its only holder -> " + std::string(fairlane::to_string(st)));
+  }
+
+  // What the segment says of one job, for a violation message.
+  std::string describe_job(std::uint64_t k) const {
+    const std::string id = Ledger::id_of(k);
+    const auto parsed = BrandedId::parse(id);
+    const auto info = parsed ? q_.job(*parsed) : std::nullopt;
+    if (!info) return id + " (not in the segment)";
+    return id + " (" + std::string(fairlane::to_string(info->state)) + " in lane " + info->group.string() +
+           ", attempt " + std::to_string(info->attempt) + ")";
+  }
+
+  // Lanes with work or leases, the ring and the slot states: what a stuck
+  // run was waiting for.
+  void describe_lanes(const Snapshot& s) {
+    std::string ring;
+    for (const auto& g : s.ring) {
+      ring += ' ';
+      ring += g.str();
+    }
+    note("  segment: pending " + std::to_string(s.pending) + ", leased " + std::to_string(s.leased) + ", scheduled " +
+         std::to_string(s.scheduled) + ", dead " + std::to_string(s.dead) + "; ring:" + (ring.empty() ? " (empty)" : ring));
+    for (const auto& li : s.lanes) {
+      if (li.depth == 0 && li.active == 0) continue;
+      const bool in_ring = std::find(s.ring.begin(), s.ring.end(), li.group) != s.ring.end();
+      note("  lane " + li.group.string() + ": depth " + std::to_string(li.depth) + ", active " +
+           std::to_string(li.active) + ", limit " + std::to_string(li.limit) + ", weight " +
+           std::to_string(li.weight) + (li.paused ? ", paused" : "") + (li.ringed ? ", ringed" : ", not ringed") +
+           (in_ring ? ", in the ring" : ", not in the ring"));
+    }
+  }
+
+  void check_empty_after_drain() {
+    const Snapshot s = q_.snapshot();
+    bool words_clean = true;
+    for (const auto& li : s.lanes) words_clean = words_clean && li.depth == 0 && li.active == 0;
+    if (outstanding(s) == 0 && words_clean) return;
+    violation("after the drain the segment still holds pending " + std::to_string(s.pending) + ", leased " +
+              std::to_string(s.leased) + ", scheduled " + std::to_string(s.scheduled) +
+              " jobs (slot states), or a lane still counts work:");
+    describe_lanes(s);
+  }
+
+  // Fairness after recovery, on four fresh lanes of weight 1 without a
+  // limit, served by one consumer (the supervisor).
+  //
+  // Bound checked: strict round robin. In every window of four consecutive
+  // claims that starts while all four lanes still hold jobs, each lane
+  // appears exactly once (this implies that every prefix's served counts
+  // differ by at most one). Why it must hold (docs/design.md sections 3-4):
+  // each claim takes the token at the ring's head and, for weight 1, puts it
+  // back at the tail, so one claimer sees A B C D A B C D; turns are only
+  // owed (and repaid out of order) when a claimer finds a lane's structure
+  // busy, which a lone claimer of lanes nobody else touches never does.
+  // Fresh lanes keep this independent of the torture lanes' owed turns
+  // (which the deficit round robin repays legitimately); what the check
+  // does see is damage to the shared ring and hold slot, the structures a
+  // killed claimer can leave behind. Leftover jobs of stuck torture lanes
+  // may interleave; they are drained and left out of the sequence.
+  void fairness() {
+    constexpr std::uint32_t kPerLane = 200;
+    for (std::uint32_t f = 0; f < kFairLanes; ++f) {
+      const BrandedId g = lane_group(kTortureLanes + f);
+      if (q_.set_weight(g, 1) != LaneStatus::ok || q_.set_limit(g, 0) != LaneStatus::ok) {
+        violation("fairness: cannot set up lane " + g.string());
+        return;
+      }
+    }
+    for (std::uint32_t i = 0; i < kPerLane; ++i)
+      for (std::uint32_t f = 0; f < kFairLanes; ++f) {
+        const BrandedId id = q_.mint();
+        const EnqueueStatus st = q_.enqueue(lane_group(kTortureLanes + f), id, make_payload(id, kTortureLanes + f));
+        if (st != EnqueueStatus::enqueued) {
+          violation("fairness: enqueue " + id.string() + " -> " + std::string(fairlane::to_string(st)) + " after " +
+                    std::to_string(i * kFairLanes + f) + " of " + std::to_string(kPerLane * kFairLanes) +
+                    " jobs (the queue should be empty now); fairness not checked");
+          return;
+        }
+      }
+
+    std::vector<std::uint32_t> order;  // fairness lane (0..3) of each claim
+    std::array<std::uint32_t, kFairLanes> left;
+    left.fill(kPerLane);
+    const auto deadline = Clock::now() + kFairPhase;
+    auto last_claim = Clock::now();
+    Lease l;
+    while (order.size() < std::size_t{kPerLane} * kFairLanes) {
+      if (!q_.claim_wait(l, kLeaseMs, kClaimTimeout)) {
+        if (Clock::now() - last_claim > kStall || Clock::now() > deadline) {
+          std::string counts;
+          for (std::uint32_t f = 0; f < kFairLanes; ++f)
+            counts += " " + lane_group(kTortureLanes + f).string() + "=" + std::to_string(left[f]);
+          violation("fairness: claims stopped with jobs left on fresh lanes:" + counts);
+          describe_lanes(q_.snapshot());
+          return;
+        }
+        continue;
+      }
+      last_claim = Clock::now();
+      const auto idx = lane_index(l.group);
+      if (!idx || *idx < kTortureLanes) {
+        take_and_complete(l, "fairness (a leftover torture job)");
+        ++late_drained_;
+        continue;
+      }
+      if (const std::string bad = check_payload(l); !bad.empty()) violation("fairness: claim of " + l.id.string() + ": " + bad);
+      const std::uint32_t f = *idx - kTortureLanes;
+      if (left[f] == 0) violation("fairness: lane " + l.group.string() + " served more jobs than it was given");
+      else --left[f];
+      order.push_back(f);
+      if (const AckStatus st = q_.complete(l.id, l.attempt); st != AckStatus::ok)
+        violation("fairness: complete " + l.id.string() + " -> " + std::string(fairlane::to_string(st)));
+    }
+
+    std::array<std::uint32_t, kFairLanes> remaining;
+    remaining.fill(kPerLane);
+    std::size_t bad_windows = 0;
+    for (std::size_t i = 0; i + kFairLanes <= order.size(); ++i) {
+      const bool all_nonempty = std::all_of(remaining.begin(), remaining.end(), [](std::uint32_t r) { return r > 0; });
+      if (all_nonempty) {
+        std::array<int, kFairLanes> seen{};
+        for (std::size_t j = i; j < i + kFairLanes; ++j) ++seen[order[j]];
+        if (std::any_of(seen.begin(), seen.end(), [](int n) { return n != 1; })) {
+          std::string window;
+          for (std::size_t j = i; j < i + kFairLanes; ++j) window += " " + lane_group(kTortureLanes + order[j]).string();
+          violation_quiet(bad_windows++, "fairness: claims " + std::to_string(i) + ".." + std::to_string(i + 3) +
+                                             " are not one of each lane:" + window);
+        }
+      }
+      if (remaining[order[i]] > 0) --remaining[order[i]];
+    }
+    fair_claims_ = order.size();
+  }
+
+  // Every acknowledged job was delivered (or dead-lettered); the ledger's
+  // own findings (double completions, tokens handed out twice, X lines).
+  void check_accounting() {
+    std::vector<fairlane::JobInfo> dead;
+    JobFilter filter;
+    filter.state = JobState::dead;
+    filter.limit = kJobs;
+    dead = q_.jobs(filter);
+    std::unordered_map<std::uint64_t, bool> dead_ids;
+    for (const auto& j : dead) dead_ids[Ledger::key(j.id)] = true;
+    if (!dead.empty())
+      note("note: " + std::to_string(dead.size()) + " dead-lettered jobs (max_attempts " +
+           std::to_string(kMaxAttempts) + " should make this impossible), e.g. " + dead.front().id.string());
+
+    std::size_t lost = 0;
+    for (const std::uint64_t k : ledger_.undelivered())
+      if (!dead_ids.count(k))
+        violation_quiet(lost++, "acknowledged job " + describe_job(k) + " was never delivered nor drained");
+    if (lost > kShowAtMost) note("... " + std::to_string(lost - kShowAtMost) + " more lost jobs");
+
+    std::size_t n = 0;
+    for (const std::string& p : ledger_.problems()) violation_quiet(n++, p);
+    if (n > kShowAtMost) note("... " + std::to_string(n - kShowAtMost) + " more violations found in the logs");
+  }
+
+  void check_samples() {
+    if (limit_violations_ > kShowAtMost)
+      note("... " + std::to_string(limit_violations_ - kShowAtMost) + " more samples above a limit");
+  }
+
+  void check_fsck() {
+    const fairlane::FsckReport r = q_.fsck();
+    if (r.clean()) return;
+    std::size_t n = 0;
+    for (const auto& i : r.issues) violation_quiet(n++, "fsck: " + i.invariant + ": " + i.detail);
+    if (n > kShowAtMost) note("... " + std::to_string(n - kShowAtMost) + " more fsck issues");
+  }
+
+  void summary(double took) {
+    const fairlane::RecoveryInfo rec = q_.recovery();
+    std::string s = "torture: kills " + std::to_string(kills_) + " (producers " + std::to_string(producer_kills_) +
+                    ", consumers " + std::to_string(consumer_kills_) + "), jobs acknowledged " +
+                    std::to_string(ledger_.acked()) + ", completed " + std::to_string(ledger_.completed()) +
+                    ", drained " + std::to_string(ledger_.drained_count()) + ", retried " +
+                    std::to_string(ledger_.retried()) + ", stale " + std::to_string(ledger_.stale());
+    s += ", recoveries: sweeps " + std::to_string(rec.runs);
+    s += " leases " + std::to_string(rec.jobs);
+    s += " repairs " + std::to_string(rec.repairs) + " (gate closed at most " + std::to_string(rec.repair_worst_us) + " us";
+    if (rec.repairs_abandoned != 0) s += ", " + std::to_string(rec.repairs_abandoned) + " abandoned";
+    s += ")";
+    s += ", samples " + std::to_string(samples_) + ", fairness claims " + std::to_string(fair_claims_);
+    if (late_drained_ != 0) s += " (+" + std::to_string(late_drained_) + " leftover)";
+    if (ledger_.truncated() != 0) s += ", cut log lines " + std::to_string(ledger_.truncated());
+    char tail[64];
+    std::snprintf(tail, sizeof tail, ", violations %llu, took %.1f s", static_cast<unsigned long long>(violations_), took);
+    s += tail;
+    std::printf("%s\n", s.c_str());
+    std::fflush(stdout);
+  }
+
+  const Options& o_;
+  Queue& q_;
+  std::filesystem::path dir_;
+  std::string prefix_;  // of this run's log files in dir_
+  Ledger ledger_;
+  std::mt19937_64 rng_;
+  pid_t self_;
+  std::chrono::milliseconds kill_budget_{};
+  unsigned watchdog_s_ = 0;
+  std::vector<Child> children_;
+  std::uint64_t spawned_ = 0, kills_ = 0, producer_kills_ = 0, consumer_kills_ = 0;
+  std::uint64_t samples_ = 0, violations_ = 0, unexpected_exits_ = 0, late_drained_ = 0, fair_claims_ = 0;
+  std::size_t limit_violations_ = 0;
+};
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  const auto parsed = parse_options(argc, argv);
+  if (!parsed) return 2;
+  const Options& o = *parsed;
+  const bool default_segment = o.segment.empty();
+  const std::string segment = default_segment ? "fairlane_torture_" + std::to_string(::getpid()) : o.segment;
+
+  std::filesystem::path dir;
+  const bool own_dir = o.dir.empty();
+  if (own_dir) {
+    std::string tmpl = (std::filesystem::temp_directory_path() / "fairlane_torture_XXXXXX").string();
+    if (::mkdtemp(tmpl.data()) == nullptr) {
+      std::fprintf(stderr, "torture: mkdtemp: %s\n", std::strerror(errno));
+      return 2;
+    }
+    dir = tmpl;
+  } else {
+    dir = o.dir;
+    std::error_code ec;
+    std::filesystem::create_directories(dir, ec);
+    if (ec) {
+      std::fprintf(stderr, "torture: cannot create %s: %s\n", dir.c_str(), ec.message().c_str());
+      return 2;
+    }
+  }
+
+  if (default_segment) (void)Queue::remove(segment);  // a leftover of an earlier run with our pid
+  QueueOptions qo;
+  qo.jobs = kJobs;
+  qo.lanes = kLaneCapacity;
+  qo.payload_bytes = kPayloadBytes;
+  qo.job_kind = std::string(kJobKind);
+  auto created = Queue::create(segment, qo);
+  if (!created.ok()) {
+    std::fprintf(stderr, "torture: create %s: %s\n", segment.c_str(), created.error().message.c_str());
+    return 2;
+  }
+  std::optional<Queue> q(std::move(created.value()));
+  for (std::uint32_t i = 0; i < kTortureLanes; ++i) {
+    const BrandedId g = lane_group(i);
+    if (q->set_weight(g, kLanes[i].weight) != LaneStatus::ok || q->set_limit(g, kLanes[i].limit) != LaneStatus::ok) {
+      std::fprintf(stderr, "torture: cannot configure lane %s\n", g.string().c_str());
+      q.reset();
+      (void)Queue::remove(segment);
+      return 2;
+    }
+  }
+
+  std::printf("torture: seed %llu, segment %s, logs %s, kills %llu, producers %u, consumers %u\n",
+              static_cast<unsigned long long>(o.seed), segment.c_str(), dir.c_str(),
+              static_cast<unsigned long long>(o.kills), o.producers, o.consumers);
+  std::fflush(stdout);
+
+  int rc = 0;
+  {
+    Supervisor sup(o, *q, dir);
+    rc = sup.run();
+  }
+  q.reset();  // unmap before the name goes
+  if (o.keep)
+    std::printf("torture: segment %s kept\n", segment.c_str());
+  else
+    (void)Queue::remove(segment);
+  if (rc == 0 && own_dir) {
+    std::error_code ec;
+    std::filesystem::remove_all(dir, ec);
+  } else if (rc != 0) {
+    std::printf("torture: logs kept in %s (replay with --seed %llu)\n", dir.c_str(),
+                static_cast<unsigned long long>(o.seed));
+  }
+  return rc;
+}
