@@ -152,17 +152,22 @@ class Checker {
   void check_structure(std::uint32_t li) {
     const LaneRecord& l = s_.lanes[li];
     std::vector<std::uint32_t> members;
-    std::vector<std::uint8_t> mark(s_.jobs, 0);
+    // One mark table for every lane, stamped with the lane's visit number:
+    // a table per lane made the check O(lanes x jobs), and the gate's repair
+    // (which runs this check) keeps every operation waiting meanwhile.
+    if (mark_.empty()) mark_.assign(s_.jobs, 0);
+    const std::uint32_t visit_no = ++visits_;
+    auto& mark = mark_;
     bool broken = false;
     auto visit = [&](std::uint32_t link, const char* part) {
       if (link == 0) return false;
       const std::uint32_t slot = link - 1;
-      if (slot >= s_.jobs || mark[slot]) {
+      if (slot >= s_.jobs || mark[slot] == visit_no) {
         issue("lane-structure", lane(li) + ": its " + part + " links slot " + std::to_string(slot) + " twice or out of range");
         broken = true;
         return false;
       }
-      mark[slot] = 1;
+      mark[slot] = visit_no;
       members.push_back(slot);
       return true;
     };
@@ -272,6 +277,8 @@ class Checker {
       issue("next-due", "next due time " + std::to_string(due) + " is later than the earliest deadline " + std::to_string(earliest));
   }
 
+  std::vector<std::uint32_t> mark_;  // check_structure's visited slots
+  std::uint32_t visits_ = 0;
   const Segment& s_;
   std::vector<LaneTruth> lanes_;
   FsckReport report_;

@@ -5,6 +5,7 @@
 #include <sched.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <climits>
 #include <vector>
 
@@ -45,11 +46,27 @@ void record_repair(Segment& s, int pid, std::uint64_t took_us, std::size_t viola
   }
 }
 
+// The gate word that closes gate word `g` for record `me` (a new generation).
+std::uint32_t closed_by(std::uint32_t g, std::uint32_t me) noexcept {
+  return (((g >> kGateHolderBits) + 1) << kGateHolderBits) | (me + 1);
+}
+
 void open_gate(Segment& s) noexcept {
   // [R12] release (seq_cst): the repair's writes happen-before every
-  // operation that sees the gate open.
-  s.h->gate.store(0, std::memory_order_seq_cst);
+  // operation that sees the gate open. Only the holder writes the gate
+  // while it is closed, so a plain read-modify-write is enough here.
+  const std::uint32_t g = s.h->gate.load(std::memory_order_relaxed);
+  s.h->gate.store(g & ~kGateHolderMask, std::memory_order_seq_cst);
   futex_wake(&s.h->gate, INT_MAX);
+}
+
+// Tells the mirror that something changed outside its log: a process that
+// died inside an operation may have changed a slot or a lane without
+// logging it (the log record comes after the change).
+void resync_mirror(Segment& s) noexcept {
+  if (!s.log) return;
+  std::uint32_t ok = std::uint32_t(MirrorState::ok);
+  s.h->mirror.state.compare_exchange_strong(ok, std::uint32_t(MirrorState::resync), std::memory_order_acq_rel);
 }
 
 // Leases held by processes that died inside an operation go back to
@@ -100,7 +117,13 @@ GateRepair closed_repair(Segment& s, std::uint64_t wait_ms, FsckReport* report) 
         next_judge_us = now_us + 5000;
       }
       if (now_us >= give_up_us) {
-        s.h->recovery.repairs_abandoned.fetch_add(1, std::memory_order_relaxed);
+        // A live process stays inside an operation (stopped, or starved of
+        // CPU): give up rather than keep everyone waiting, say who, and let
+        // the next attempts back off (recover_dead_operations).
+        RecoveryStats& rs = s.h->recovery;
+        rs.repairs_abandoned.fetch_add(1, std::memory_order_relaxed);
+        rs.repair_blocker_pid.store(p.owner.load(std::memory_order_relaxed) & 0xFFFFFFFF, std::memory_order_relaxed);
+        s.h->gate_backoff.fetch_add(1, std::memory_order_relaxed);
         open_gate(s);
         return GateRepair::abandoned;
       }
@@ -115,6 +138,8 @@ GateRepair closed_repair(Segment& s, std::uint64_t wait_ms, FsckReport* report) 
   if (!r.clean()) rebuild_segment(s, r);
   FAIRLANE_FAILPOINT("repair.rebuilt");
   for (std::uint32_t i : dead) s.procs[i].in_op.store(0, std::memory_order_relaxed);
+  if (!dead.empty()) resync_mirror(s);
+  s.h->gate_backoff.store(0, std::memory_order_relaxed);
   if (returned) {
     RecoveryStats& rs = s.h->recovery;
     rs.jobs.fetch_add(returned, std::memory_order_relaxed);
@@ -131,14 +156,16 @@ void gate_wait(Segment& s) noexcept {
   std::uint64_t next_judge = 0;
   for (;;) {
     const std::uint32_t g = s.h->gate.load(std::memory_order_acquire);
-    if (g == 0) return;
+    if (gate_open(g)) return;
     const std::uint64_t now = monotonic_us() / 1000;
-    if (now >= next_judge && g <= kMaxProcs) {
+    if (now >= next_judge && gate_holder(g) <= kMaxProcs) {
       next_judge = now + kJudgeRepairerMs;
-      if (dead_owner_pid(s.procs[g - 1]) != 0) {
+      if (dead_owner_pid(s.procs[gate_holder(g) - 1]) != 0) {
         // The repairer died with the gate closed: take its repair over.
+        // The generation in g makes this CAS fail if the gate was opened
+        // and closed again since we looked (even by the same record).
         std::uint32_t expected = g;
-        if (s.h->gate.compare_exchange_strong(expected, s.me_index + 1, std::memory_order_seq_cst))
+        if (s.h->gate.compare_exchange_strong(expected, closed_by(g, s.me_index), std::memory_order_seq_cst))
           closed_repair(s, kGateWaitMs, nullptr);
         continue;
       }
@@ -148,9 +175,10 @@ void gate_wait(Segment& s) noexcept {
 }
 
 GateRepair gated_repair(Segment& s, std::uint64_t wait_ms, FsckReport* report) noexcept {
-  std::uint32_t g = 0;
+  std::uint32_t g = s.h->gate.load(std::memory_order_relaxed);
   // [S11] seq_cst: close the gate before looking at anyone's in_op.
-  if (!s.h->gate.compare_exchange_strong(g, s.me_index + 1, std::memory_order_seq_cst)) {
+  if (!gate_open(g) ||
+      !s.h->gate.compare_exchange_strong(g, closed_by(g, s.me_index), std::memory_order_seq_cst)) {
     gate_wait(s);
     return GateRepair::other;
   }
@@ -158,10 +186,14 @@ GateRepair gated_repair(Segment& s, std::uint64_t wait_ms, FsckReport* report) n
 }
 
 void recover_dead_operations(Segment& s, std::uint64_t now_ms) noexcept {
-  // One caller per kOpsCheckMs does the looking (relaxed: a throttle).
+  // One caller per recovery_ms / 2 does the looking (relaxed: a throttle).
+  // After repairs abandoned in a row (a live process stayed inside an
+  // operation), the interval doubles each time, up to 64 times: each
+  // attempt keeps everyone waiting for kGateWaitMs.
   std::atomic<std::uint64_t>& checked = s.h->recovery.ops_checked_ms;
   std::uint64_t last = checked.load(std::memory_order_relaxed);
-  if (last <= now_ms && now_ms < last + kOpsCheckMs) return;
+  const std::uint32_t backoff = std::min<std::uint32_t>(s.h->gate_backoff.load(std::memory_order_relaxed), 6);
+  if (last <= now_ms && now_ms < last + (std::uint64_t(s.recovery_ms / 2) << backoff)) return;
   if (!checked.compare_exchange_strong(last, now_ms, std::memory_order_relaxed)) return;
   for (std::uint32_t i = 0; i < kMaxProcs; ++i) {
     if (i == s.me_index || s.procs[i].in_op.load(std::memory_order_acquire) == 0) continue;

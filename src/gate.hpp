@@ -11,7 +11,7 @@
 // provided nobody else is changing anything meanwhile.
 //
 // So a survivor that finds such a dead process (claims and waiters look,
-// at most every kOpsCheckMs) closes the gate: new operations wait at the
+// at most every half of the segment's recovery bound) closes the gate: new operations wait at the
 // OpGuard, operations in flight finish (a few microseconds), and once every
 // live process's `in_op` is zero it checks and repairs the segment, zeroes
 // the dead process's `in_op` and opens the gate. The gate stays closed for
@@ -43,9 +43,13 @@ namespace fairlane::detail {
 
 // How long a repair waits for live processes to leave their operations.
 inline constexpr std::uint64_t kGateWaitMs = 100;
-// How often (at most) claims and waiters look for processes that died
-// inside an operation.
-inline constexpr std::uint64_t kOpsCheckMs = 250;
+
+// Header::gate: generation (bits 9..31) | holder (bits 0..8, 0 = open).
+inline constexpr std::uint32_t kGateHolderBits = 9;
+inline constexpr std::uint32_t kGateHolderMask = (1U << kGateHolderBits) - 1;
+static_assert(kMaxProcs < kGateHolderMask);
+inline constexpr bool gate_open(std::uint32_t g) noexcept { return (g & kGateHolderMask) == 0; }
+inline constexpr std::uint32_t gate_holder(std::uint32_t g) noexcept { return g & kGateHolderMask; }
 
 // Waits while the gate is closed; takes over the repair if its owner died.
 void gate_wait(Segment& s) noexcept;
@@ -56,7 +60,7 @@ class OpGuard {
     for (;;) {
       // [S11] seq_cst: announce, then look at the gate.
       s_.me->in_op.fetch_add(1, std::memory_order_seq_cst);
-      if (s_.h->gate.load(std::memory_order_seq_cst) == 0) return;
+      if (gate_open(s_.h->gate.load(std::memory_order_seq_cst))) return;
       s_.me->in_op.fetch_sub(1, std::memory_order_release);
       gate_wait(s_);
     }
@@ -70,7 +74,7 @@ class OpGuard {
   Segment& s_;
 };
 
-// If kOpsCheckMs have passed since anyone last looked (one caller wins),
+// If recovery_ms / 2 have passed since anyone last looked (one caller wins),
 // looks for a dead process whose in_op is not zero and, if there is one,
 // repairs the segment behind the gate. Call outside any OpGuard.
 void recover_dead_operations(Segment& s, std::uint64_t now_ms) noexcept;

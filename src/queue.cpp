@@ -31,11 +31,11 @@ using namespace detail;
 namespace {
 
 constexpr std::uint64_t kNever = ~0ULL;
-// A sweep for due work runs at least this often while anyone claims or
-// waits, whatever next_due says (parked consumers wake this often to run
-// it): with kHolderCheckMs below, it bounds how long the leases of a dead
-// consumer stay out.
-constexpr std::uint64_t kSweepBackstopMs = 500;
+// A sweep for due work runs at least every recovery_ms (the segment's
+// recovery bound) while anyone claims or waits, whatever next_due says
+// (parked consumers wake this often to run it); sweeps judge the holders of
+// unexpired leases every half of it. Together they bound how long the
+// leases of a dead consumer stay out.
 // A claim that draws a lane whose structure is busy spins this many times
 // before it gives the turn back; this many such turns in a row and the
 // claim returns what it has.
@@ -207,13 +207,9 @@ void release_active(Segment& s, std::uint32_t lane) noexcept {
 // ([R5]), so a holder that was only slow finds its attempt fenced off when
 // it completes late. Liveness costs system calls (kill, /proc/PID/stat), so
 // a sweep judges each process record at most once, and sweeps judge
-// unexpired leases at most every kHolderCheckMs (the header's
+// unexpired leases at most every recovery_ms / 2 (the header's
 // recovery.checked_ms elects the sweep that does).
 
-// How often sweeps judge the holders of unexpired leases; with the backstop
-// this bounds how long a dead consumer's jobs stay leased.
-constexpr std::uint64_t kHolderCheckMs = 250;
-static_assert(kHolderCheckMs <= kSweepBackstopMs);
 
 // The liveness of lease holders, judged at most once per process record in
 // one sweep. Only a record whose owner has stamped its start time is judged
@@ -258,13 +254,13 @@ bool return_to_lane(Segment& s, std::uint32_t slot, std::uint64_t w) noexcept {
 }
 
 // Whether this sweep judges the holders of unexpired leases: always when
-// asked (tick), else when kHolderCheckMs have passed since a sweep last did
+// asked (tick), else when recovery_ms / 2 have passed since a sweep last did
 // (one sweep wins the CAS).
 bool holders_due(Segment& s, std::uint64_t now, bool force) noexcept {
   std::atomic<std::uint64_t>& checked = s.h->recovery.checked_ms;
   std::uint64_t last = checked.load(std::memory_order_relaxed);
   for (;;) {
-    if (!force && last <= now && now < last + kHolderCheckMs) return false;
+    if (!force && last <= now && now < last + s.recovery_ms / 2) return false;
     // Relaxed: a throttle; a lost race only means one check more or less.
     if (checked.compare_exchange_weak(last, now, std::memory_order_relaxed)) return true;
   }
@@ -326,7 +322,7 @@ std::uint64_t sweep(Segment& s, std::uint64_t now, bool judge_all = false) noexc
 
 void maybe_sweep(Segment& s, std::uint64_t now) noexcept {
   std::uint64_t last = s.h->last_sweep_ms.load(std::memory_order_relaxed);
-  if (now < s.h->next_due.load(std::memory_order_relaxed) && now < last + kSweepBackstopMs) return;
+  if (now < s.h->next_due.load(std::memory_order_relaxed) && now < last + s.recovery_ms) return;
   // At most one sweep per millisecond: the CAS elects the sweeper.
   if (last >= now || !s.h->last_sweep_ms.compare_exchange_strong(last, now, std::memory_order_relaxed)) return;
   sweep(s, now);
@@ -595,6 +591,7 @@ QueueConfig Queue::config() const {
     c.mirror_log = h.log_cells;
     c.sync_timeout_ms = h.sync_timeout_ms;
   }
+  c.recovery_ms = h.recovery_ms;
   return c;
 }
 
@@ -917,7 +914,7 @@ bool Queue::claim_wait(Lease& out, std::uint32_t lease_ms, std::chrono::millisec
     }
     // Sleep until woken, the timeout, or the next due time (so parked
     // consumers drive lease expiry and promotion: no daemon needed).
-    std::uint64_t sleep_ms = std::min(give_up - real_now, kSweepBackstopMs);
+    std::uint64_t sleep_ms = std::min<std::uint64_t>(give_up - real_now, s.recovery_ms);
     // seq_cst: pairs with a delayed enqueue's atomic_min + notify ([S5]).
     const std::uint64_t due = s.h->next_due.load(std::memory_order_seq_cst);
     if (due != kNever) {
@@ -1078,27 +1075,27 @@ std::uint64_t Queue::depth(const BrandedId& group) const noexcept {
   return LaneWord::pending(seg_->lanes[lane].word.load(std::memory_order_acquire));
 }
 
-std::uint64_t Queue::drain(const BrandedId& group) noexcept {
-  Segment& s = *seg_;
-  OpGuard op(s);
-  const std::uint32_t lane = lane_for(s, group, false);
-  if (lane == kLaneAbsent || lane == kBadGroup) return 0;
-  LaneRecord& l = s.lanes[lane];
-  // Own the lane structure. A claimer holds it for a few hundred ns.
+namespace {
+
+// Takes the lane structure (the busy bit) for a drain, or returns false if
+// a claimer holds it.
+bool own_lane(LaneRecord& l) noexcept {
   std::uint64_t w = l.word.load(std::memory_order_acquire);
-  for (;;) {
-    if (w & LaneWord::kBusy) {
-      sched_yield();
-      w = l.word.load(std::memory_order_acquire);
-      continue;
-    }
-    if (l.word.compare_exchange_weak(w, w | LaneWord::kBusy, std::memory_order_acq_rel, std::memory_order_acquire)) break;
+  while (!(w & LaneWord::kBusy)) {
+    if (l.word.compare_exchange_weak(w, w | LaneWord::kBusy, std::memory_order_acq_rel, std::memory_order_acquire))
+      return true;
   }
+  return false;
+}
+
+// Removes every pending job of a lane whose structure the caller owns, then
+// lets the structure go.
+std::uint64_t drain_owned(Segment& s, LaneRecord& l) noexcept {
   FAIRLANE_FAILPOINT("drain.owned");
   LaneOrder order(s, l);
   std::uint64_t removed = 0;
   for (;;) {
-    w = l.word.load(std::memory_order_acquire);
+    std::uint64_t w = l.word.load(std::memory_order_acquire);
     if (LaneWord::pending(w) == 0) break;
     if (!l.word.compare_exchange_weak(w, LaneWord::with_pending(w, LaneWord::pending(w) - 1), std::memory_order_acq_rel))
       continue;
@@ -1114,6 +1111,27 @@ std::uint64_t Queue::drain(const BrandedId& group) noexcept {
   l.word.fetch_and(~LaneWord::kBusy, std::memory_order_acq_rel);
   relaxed_inc(s.counters().drained, removed);
   return removed;
+}
+
+}  // namespace
+
+std::uint64_t Queue::drain(const BrandedId& group) noexcept {
+  Segment& s = *seg_;
+  const std::uint32_t lane = lane_for(s, group, false);
+  if (lane == kLaneAbsent || lane == kBadGroup) return 0;
+  LaneRecord& l = s.lanes[lane];
+  // Own the lane structure. A claimer holds it for a few hundred ns; one
+  // that died holding it leaves it busy until the gate's repair. So the
+  // waiting is done outside the operation (a repair must not wait for us)
+  // and drives that recovery meanwhile.
+  for (;;) {
+    {
+      OpGuard op(s);
+      if (own_lane(l)) return drain_owned(s, l);
+    }
+    sched_yield();
+    recover_dead_operations(s, segment_now_ms(s));
+  }
 }
 
 std::uint64_t Queue::tick() noexcept {

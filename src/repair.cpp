@@ -112,7 +112,17 @@ class Repairer {
         free_slot(i, w);
         continue;
       }
-      if (st == SlotState::admitting) {
+      if (st == SlotState::admitting &&
+          index_find(s_, s_.slot(i).snowflake.load(std::memory_order_relaxed)) == i) {
+        // Its id is committed: a retry of the same enqueue has been told
+        // `duplicate` since, so the job must not vanish. Every field was
+        // written before the commit. It is admitted as pending (a delayed
+        // enqueue loses its delay).
+        note(job(i) + " was admitting with its id committed (its enqueue never returned): admitted as pending");
+        s_.words[i].store(SlotWord::pack(SlotState::pending, SlotWord::gen(w), 0, 0), std::memory_order_relaxed);
+        s_.slot(i).ready_us = segment_now_us(s_);
+        w = s_.words[i].load(std::memory_order_relaxed);
+      } else if (st == SlotState::admitting) {
         note(job(i) + " was stuck admitting (its enqueue never returned): freed");
         free_slot(i, w);
         continue;

@@ -1,6 +1,7 @@
 // Creating, opening, validating and removing a segment; process attachment.
 #include "segment.hpp"
 
+#include <dirent.h>
 #include <fcntl.h>
 #include <signal.h>
 #include <sys/mman.h>
@@ -17,6 +18,7 @@
 #include <string>
 
 #include "clock.hpp"
+#include "gate.hpp"
 #include "hash.hpp"
 
 namespace fairlane::detail {
@@ -94,16 +96,18 @@ ProcRecord* attach(Segment& s) {
       std::uint64_t cur = p.owner.load(std::memory_order_acquire);
       bool take = cur == 0;
       // A dead owner that died inside an operation (in_op not 0) keeps its
-      // record until the gate's repair has run after it (queue.cpp).
-      // The same for a dead repairer that holds the gate (gate.hpp): its
-      // successor judges it by this record.
-      if (!take && pass == 1 && (cur & kStamped) && p.in_op.load(std::memory_order_acquire) == 0 &&
-          s.h->gate.load(std::memory_order_acquire) != i + 1)
-        take = !process_alive(int(cur & 0xFFFFFFFF), p.start_time);
+      // record until the gate's repair has run after it (gate.hpp), and so
+      // does a dead repairer that holds the gate: its successor judges it
+      // by this record. Both are read after the owner is judged dead, when
+      // they can no longer change but by a repair (which only clears them).
+      if (!take && pass == 1 && (cur & kStamped) && !process_alive(int(cur & 0xFFFFFFFF), p.start_time))
+        take = p.in_op.load(std::memory_order_acquire) == 0 &&
+               gate_holder(s.h->gate.load(std::memory_order_acquire)) != i + 1;
       if (!take) continue;
       // [A1] acq_rel: claims the record; pairs with [R1] of a detaching owner.
       if (!p.owner.compare_exchange_strong(cur, owner, std::memory_order_acq_rel)) continue;
       if (cur != 0) retire_counters(s.h, p.counters);  // a dead owner's counts stay counted
+      p.in_op.store(0, std::memory_order_relaxed);     // a count left by a handle closed mid-operation
       p.start_time = start;
       p.attached_unix_ms = unix_ms();
       p.owner.store(owner | kStamped, std::memory_order_release);
@@ -159,15 +163,34 @@ int dead_owner_pid(const ProcRecord& p) noexcept {
   return process_alive(pid, start) ? 0 : pid;
 }
 
+// Threads of process pid (entries of /proc/PID/task), 0 if unreadable.
+int thread_count(int pid) noexcept {
+  char path[64];
+  std::snprintf(path, sizeof path, "/proc/%d/task", pid);
+  DIR* d = ::opendir(path);
+  if (!d) return 0;
+  int n = 0;
+  while (const dirent* e = ::readdir(d))
+    if (e->d_name[0] != '.') ++n;
+  ::closedir(d);
+  return n;
+}
+
+// A wrong "dead" lets a repair rebuild what that process is changing (the
+// gate skips dead processes), so every doubt counts as alive.
 bool process_alive(int pid, std::uint64_t start_time) noexcept {
   if (pid <= 0) return false;
   if (::kill(pid, 0) != 0 && errno == ESRCH) return false;
   char state = 0;
   std::uint64_t now = 0;
-  if (!read_proc_stat(pid, state, now)) return start_time == 0;  // unreadable: alive only while attaching
+  // It exists (kill succeeded or said EPERM) but /proc does not show it
+  // (hidepid, another PID namespace): we cannot tell, so alive.
+  if (!read_proc_stat(pid, state, now)) return true;
   // A process killed but not yet reaped by its parent (a zombie) holds
-  // nothing any more: it is dead for us.
-  if (state == 'Z' || state == 'X') return false;
+  // nothing any more: it is dead for us. Its leader alone can be a zombie
+  // while other threads run (pthread_exit in main): then it is alive.
+  if (state == 'X') return false;
+  if (state == 'Z') return thread_count(pid) > 1;
   if (start_time == 0) return true;  // still attaching: its start time is not written yet
   return now == start_time;
 }
@@ -225,6 +248,7 @@ void bind_tables(Segment& s) {
   s.ring_mask = h->ring_cells - 1;
   s.index_mask = h->index_buckets - 1;
   s.seed = h->hash_seed;
+  s.recovery_ms = h->recovery_ms;
 }
 
 Result<std::unique_ptr<Segment>> finish_attach(std::unique_ptr<Segment> s) {
@@ -259,6 +283,9 @@ Result<std::unique_ptr<Segment>> create_segment(std::string_view name, const Que
     return make_error(Errc::invalid_argument, "job kind must be three letters A-Z, got '" + o.job_kind + "'");
   if (o.node > 1023) return make_error(Errc::invalid_argument, "node must be 0..1023, got " + std::to_string(o.node));
   if (o.mode > 0777) return make_error(Errc::invalid_argument, "mode must be an octal file mode up to 0777");
+  if (o.recovery_ms < kMinRecoveryMs || o.recovery_ms > kMaxRecoveryMs)
+    return make_error(Errc::invalid_argument, "recovery bound must be " + std::to_string(kMinRecoveryMs) + ".." +
+                                                  std::to_string(kMaxRecoveryMs) + " ms, got " + std::to_string(o.recovery_ms));
   std::uint32_t log_cells = 0;
   if (!o.mirror.empty()) {
     if (o.mirror.size() >= kMirrorUrlBytes)
@@ -313,6 +340,7 @@ Result<std::unique_ptr<Segment>> create_segment(std::string_view name, const Que
   h->waits_off = g.waits_off;
   h->log_off = g.log_off;
   h->log_cells = g.log_cells;
+  h->recovery_ms = o.recovery_ms;
   if (log_cells) {
     std::memcpy(h->mirror_url, o.mirror.data(), o.mirror.size());
     h->durability = o.durability == Durability::sync ? 2 : 1;
@@ -390,6 +418,7 @@ Result<std::unique_ptr<Segment>> open_segment(std::string_view name) {
   // is a corrupt header and we must not follow its offsets.
   if (h->job_capacity < 1 || h->job_capacity > kMaxJobs || h->lane_capacity < 2 || h->lane_capacity > kMaxLanes - 1 ||
       h->payload_bytes > kMaxPayload || !valid_kind(std::string_view(h->job_kind, 3)) ||
+      h->recovery_ms < kMinRecoveryMs || h->recovery_ms > kMaxRecoveryMs ||
       (h->log_cells & (h->log_cells - 1)) || h->log_cells > (1U << 26) ||
       (h->log_cells && (h->durability < 1 || h->durability > 2 || h->on_full > 1 ||
                         std::memchr(h->mirror_url, 0, kMirrorUrlBytes) == nullptr)))

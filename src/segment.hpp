@@ -41,6 +41,7 @@ struct Segment {
   // Cached from the header.
   std::uint32_t jobs = 0, slot_bytes = 0, payload_bytes = 0;
   std::uint64_t lane_mask = 0, ring_mask = 0, index_mask = 0, seed = 0;
+  std::uint32_t recovery_ms = 500;
 
   SlotRecord& slot(std::uint32_t i) const noexcept {
     return *reinterpret_cast<SlotRecord*>(slots + std::uint64_t(i) * slot_bytes);

@@ -155,6 +155,7 @@ int run_create(const CreateArgs& a) {
   o.job_kind = parse_kind(a.job_kind);
   o.mode = parse_mode(a.mode);
   o.node = static_cast<std::uint16_t>(parse_u32(a.node, "--node", 0, 1023));
+  o.recovery_ms = parse_u32(a.recovery_ms, "--recovery-ms", kMinRecoveryMs, kMaxRecoveryMs);
   if (!a.mirror.empty()) {
     if (!is_valkey_url(a.mirror)) fail(fmt::format("--mirror must be a valkey://HOST:PORT/QUEUE URL, got '{}'", a.mirror));
     if (auto u = ValkeyUrl::parse(a.mirror); !u) fail(u.error().message);

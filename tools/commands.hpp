@@ -11,7 +11,7 @@ namespace fairlane::cli {
 
 struct CreateArgs {
   std::string segment, jobs, lanes, payload_bytes, job_kind, mode, node;
-  std::string mirror, durability, on_full, mirror_log, sync_timeout_ms;
+  std::string mirror, durability, on_full, mirror_log, sync_timeout_ms, recovery_ms;
   bool json = false;
 };
 struct SegmentArgs {  // destroy, tick, inspect, pause/resume without a group

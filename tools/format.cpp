@@ -61,7 +61,8 @@ nlohmann::json config_json(const QueueConfig& c) {
           {"job_kind", c.job_kind},
           {"node", c.node},
           {"layout_version", c.layout_version},
-          {"segment_bytes", c.segment_bytes}};
+          {"segment_bytes", c.segment_bytes},
+          {"recovery_ms", c.recovery_ms}};
 }
 
 nlohmann::json lease_json(const Lease& l) {
@@ -140,7 +141,11 @@ nlohmann::json segment_view_json(const SegmentView& v) {
     procs.push_back({{"pid", p.pid}, {"alive", p.alive}, {"attached_unix_ms", p.attached_unix_ms}, {"leases", p.leases}});
   const RecoveryInfo& r = v.recovery;
   nlohmann::json recovery = {{"runs", r.runs},           {"jobs", r.jobs},         {"last_unix_ms", r.last_unix_ms},
-                             {"last_jobs", r.last_jobs}, {"last_pid", r.last_pid}, {"last_us", r.last_us}};
+                             {"last_jobs", r.last_jobs}, {"last_pid", r.last_pid}, {"last_us", r.last_us},
+                             {"repairs", r.repairs}, {"repairs_abandoned", r.repairs_abandoned},
+                             {"repair_unix_ms", r.repair_unix_ms}, {"repair_pid", r.repair_pid},
+                             {"repair_us", r.repair_us}, {"repair_worst_us", r.repair_worst_us},
+                             {"repair_violations", r.repair_violations}};
   nlohmann::json mirror = nullptr;  // null: not mirrored
   if (v.mirror.configured) {
     const MirrorStatus& m = v.mirror;
@@ -189,6 +194,16 @@ void recovery_and_mirror_lines(const SegmentView& v, std::string& out) {
                      r.last_pid != 0 ? fmt::format("of dead pid {}", r.last_pid) : std::string("(expired or several holders)"),
                      duration_us(r.last_us)));
   }
+  if (r.repairs != 0 || r.repairs_abandoned != 0) {
+    // Repairs behind the gate after a death inside an operation.
+    line(fmt::format("repairs  {} after a process died inside an operation{}; gate closed at most {}", grouped(r.repairs),
+                     r.repairs_abandoned ? fmt::format(" ({} abandoned: a live process stayed inside one)", r.repairs_abandoned)
+                                         : std::string(),
+                     duration_us(r.repair_worst_us)));
+    line(fmt::format("         last {}: {}, {} found, gate closed {}", ago(v.unix_ms, r.repair_unix_ms),
+                     r.repair_pid != 0 ? fmt::format("after dead pid {}", r.repair_pid) : std::string("forced"),
+                     plural(r.repair_violations, "violation", "violations"), duration_us(r.repair_us)));
+  }
   const MirrorStatus& m = v.mirror;
   if (!m.configured) return;
   line("mirror   " + one_line(m.url, 71));
@@ -227,8 +242,8 @@ std::string inspect_table(std::string_view segment, const Snapshot& s, const Que
     out += text;
     out += '\n';
   };
-  line(fmt::format("segment {}  layout {}  {}  kind {}  node {}", segment, c.layout_version,
-                   bytes(c.segment_bytes), c.job_kind, c.node));
+  line(fmt::format("segment {}  layout {}  {}  kind {}  node {}  recovery {} ms", segment, c.layout_version,
+                   bytes(c.segment_bytes), c.job_kind, c.node, c.recovery_ms));
   line(fmt::format("capacity {} jobs, {} lanes, {}-byte payloads{}", grouped(c.jobs),
                    grouped(c.lanes), c.payload_bytes, s.paused ? "  [QUEUE PAUSED]" : ""));
   line(fmt::format("jobs     {} pending, {} leased, {} scheduled, {} dead, {} free",

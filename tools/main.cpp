@@ -97,6 +97,7 @@ class Parser {
     create_.job_kind = d.job_kind;
     create_.mode = "0600";
     create_.node = std::to_string(d.node);
+    create_.recovery_ms = std::to_string(d.recovery_ms);
     segment(s, create_.segment);
     s->add_option("--jobs", create_.jobs, "job slots (pending+leased+scheduled+dead)")->capture_default_str()->type_name("N");
     s->add_option("--lanes", create_.lanes, "distinct groups the segment can hold")->capture_default_str()->type_name("N");
@@ -104,6 +105,8 @@ class Parser {
     s->add_option("--job-kind", create_.job_kind, "namespace of every job id")->capture_default_str()->type_name("KIND");
     s->add_option("--mode", create_.mode, "file mode, octal")->capture_default_str()->type_name("MODE");
     s->add_option("--node", create_.node, "snowflake node (0..1023) for mint")->capture_default_str()->type_name("N");
+    s->add_option("--recovery-ms", create_.recovery_ms,
+                  "recovery bound: how soon survivors recover after a dead process, ms")->capture_default_str()->type_name("MS");
     create_.durability = "async";
     create_.on_full = "refuse";
     create_.mirror_log = std::to_string(d.mirror_log);

@@ -69,7 +69,15 @@ struct QueueOptions {
   MirrorFull on_full = MirrorFull::refuse;
   std::uint32_t mirror_log = 65536;       // log records (power of two)
   std::uint32_t sync_timeout_ms = 5000;   // sync: how long enqueue waits for Valkey
+  // The recovery bound: how soon live claimers and waiters notice a dead
+  // process (a lease holder, or one that died inside an operation) and
+  // recover after it, in ms (kMinRecoveryMs..kMaxRecoveryMs). They look every
+  // half of it; parked consumers wake at least this often to look.
+  std::uint32_t recovery_ms = 500;
 };
+
+inline constexpr std::uint32_t kMinRecoveryMs = 20;
+inline constexpr std::uint32_t kMaxRecoveryMs = 60000;
 
 // What a segment was created with, read back from its header.
 struct QueueConfig {
@@ -85,6 +93,7 @@ struct QueueConfig {
   MirrorFull on_full = MirrorFull::refuse;
   std::uint32_t mirror_log = 0;
   std::uint32_t sync_timeout_ms = 0;
+  std::uint32_t recovery_ms = 0;
 };
 
 // The mirror of a segment, as the segment sees it.

@@ -312,6 +312,7 @@ struct alignas(kCacheLine) RecoveryStats {
   std::atomic<std::uint64_t> repair_us;          // how long the gate was closed for it
   std::atomic<std::uint64_t> repair_worst_us;    // the longest the gate was ever closed
   std::atomic<std::uint64_t> repair_violations;  // what fsck found before the last one
+  std::atomic<std::uint64_t> repair_blocker_pid; // the live process that made the last abandoned one give up
 };
 
 struct alignas(kCacheLine) Header {
@@ -343,6 +344,8 @@ struct alignas(kCacheLine) Header {
   std::uint32_t log_cells;           // power of two, 0 without a mirror
   std::uint32_t sync_timeout_ms;
   std::uint64_t log_off;
+  std::uint32_t recovery_ms;         // the recovery bound (QueueOptions::recovery_ms)
+  std::uint32_t reserved1;
 
   // Shared words, each on its own line: different processes write them.
   alignas(kCacheLine) std::atomic<std::uint64_t> mint_last;    // last snowflake minted
@@ -360,10 +363,13 @@ struct alignas(kCacheLine) Header {
   CounterBlock retired;
   RecoveryStats recovery;
   MirrorShared mirror;
-  // The gate (futex word): 0 open; otherwise the process record index + 1
-  // of the process repairing the segment, which waits until no live process
-  // is inside an operation. Operations do not start while it is closed.
+  // The gate (futex word): generation (bits 9..31) | holder (bits 0..8).
+  // Holder 0: open. Otherwise the process record index + 1 of the process
+  // repairing the segment, which waits until no live process is inside an
+  // operation; operations do not start while it is closed. Every close
+  // takes a new generation, so a stale takeover CAS cannot succeed.
   alignas(kCacheLine) std::atomic<std::uint32_t> gate;
+  std::atomic<std::uint32_t> gate_backoff;  // repairs abandoned in a row (they back off)
 };
 
 }  // namespace fairlane::detail
