@@ -60,6 +60,7 @@ class Checker {
   // Invariant 1: each job in exactly one place; its fields sane.
   void check_slots() {
     std::unordered_map<std::uint64_t, std::uint32_t> ids;
+    ids.reserve(s_.jobs);
     for (std::uint32_t i = 0; i < s_.jobs; ++i) {
       const std::uint64_t w = s_.words[i].load(std::memory_order_acquire);
       const SlotState st = SlotWord::state(w);
@@ -97,23 +98,24 @@ class Checker {
         const std::uint64_t e = s_.index[b].e[k].load(std::memory_order_acquire);
         if (e == 0) continue;
         const std::uint32_t slot = IndexEntry::slot(e);
-        const std::string where = "index bucket " + std::to_string(b) + " way " + std::to_string(k);
+        // Built only for a report: this loop runs under the gate's repair.
+        auto where = [&] { return "index bucket " + std::to_string(b) + " way " + std::to_string(k); };
         if (!IndexEntry::committed(e)) {
-          issue("index-tentative", where + " holds a tentative entry for slot " + std::to_string(slot));
+          issue("index-tentative", where() + " holds a tentative entry for slot " + std::to_string(slot));
           continue;
         }
         if (slot >= s_.jobs) {
-          issue("index-slot-range", where + " points past the slot table");
+          issue("index-slot-range", where() + " points past the slot table");
           continue;
         }
         const SlotState st = SlotWord::state(s_.words[slot].load(std::memory_order_acquire));
         if (st == SlotState::free) {
-          issue("index-stale", where + " points to free slot " + std::to_string(slot));
+          issue("index-stale", where() + " points to free slot " + std::to_string(slot));
           continue;
         }
         const IndexProbe p = index_probe(s_, s_.slot(slot).snowflake.load(std::memory_order_relaxed));
         if ((b != p.b1 && b != p.b2) || IndexEntry::fp(e) != (p.fp & 0x7FFFFFFF))
-          issue("index-misplaced", where + " holds " + job(slot) + " outside its buckets");
+          issue("index-misplaced", where() + " holds " + job(slot) + " outside its buckets");
         ++seen[slot];
       }
     }
@@ -214,8 +216,9 @@ class Checker {
     const std::uint64_t head = s_.h->ring_head.load(std::memory_order_acquire);
     const std::uint64_t tail = s_.h->ring_tail.load(std::memory_order_acquire);
     if (tail < head || tail - head > cells) issue("ring-indexes", "ring head " + std::to_string(head) + ", tail " + std::to_string(tail));
-    auto token = [&](std::uint32_t lane_index, const std::string& where) {
+    auto token = [&](std::uint32_t lane_index, std::uint64_t position) {  // position ~0: the hold slot
       if (lane_index > s_.lane_mask || !lane_in_use(s_, lane_index)) {
+        const std::string where = position == ~0ULL ? std::string("the hold slot") : "ring position " + std::to_string(position);
         issue("ring-token", where + " holds a token for lane #" + std::to_string(lane_index) + ", which does not exist");
         return;
       }
@@ -223,14 +226,14 @@ class Checker {
       if (++lanes_[lane_index].tokens == 2) issue("ring-duplicate-token", lane(lane_index) + " has two tokens");
     };
     const std::uint64_t hw = s_.h->hold.load(std::memory_order_acquire);
-    if (hw) token(std::uint32_t(hw) - 1, "the hold slot");
+    if (hw) token(std::uint32_t(hw) - 1, ~0ULL);
     for (std::uint64_t p = head; p < tail && p - head <= cells; ++p) {
       const std::uint64_t c = s_.ring[p & s_.ring_mask].load(std::memory_order_acquire);
       if (RingCell::pos(c) != (p & RingCell::kPosMask) || RingCell::value(c) == 0) {
         issue("ring-cell", "ring position " + std::to_string(p) + " is inside [head, tail) but holds no token");
         continue;
       }
-      token(std::uint32_t(RingCell::value(c) - 1), "ring position " + std::to_string(p));
+      token(std::uint32_t(RingCell::value(c) - 1), p);
     }
     for (std::uint32_t i = 0; i <= s_.lane_mask; ++i) {
       if (!lane_in_use(s_, i)) continue;

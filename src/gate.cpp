@@ -185,7 +185,7 @@ GateRepair gated_repair(Segment& s, std::uint64_t wait_ms, FsckReport* report) n
   return closed_repair(s, wait_ms, report);
 }
 
-void recover_dead_operations(Segment& s, std::uint64_t now_ms) noexcept {
+void look_for_dead_operations(Segment& s, std::uint64_t now_ms) noexcept {
   // One caller per recovery_ms / 2 does the looking (relaxed: a throttle).
   // After repairs abandoned in a row (a live process stayed inside an
   // operation), the interval doubles each time, up to 64 times: each

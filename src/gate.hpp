@@ -77,7 +77,13 @@ class OpGuard {
 // If recovery_ms / 2 have passed since anyone last looked (one caller wins),
 // looks for a dead process whose in_op is not zero and, if there is one,
 // repairs the segment behind the gate. Call outside any OpGuard.
-void recover_dead_operations(Segment& s, std::uint64_t now_ms) noexcept;
+void look_for_dead_operations(Segment& s, std::uint64_t now_ms) noexcept;
+inline void recover_dead_operations(Segment& s, std::uint64_t now_ms) noexcept {
+  // The common case, inline: someone looked less than recovery_ms / 2 ago.
+  const std::uint64_t last = s.h->recovery.ops_checked_ms.load(std::memory_order_relaxed);
+  if (last <= now_ms && now_ms < last + s.recovery_ms / 2) return;
+  look_for_dead_operations(s, now_ms);
+}
 
 // How a gated repair went.
 enum class GateRepair { repaired, abandoned, other };

@@ -372,8 +372,9 @@ void record_wait(Segment& s, std::uint32_t lane, std::uint64_t waited_us) noexce
 // immediate repayment through the hold slot drew both consumers of a
 // two-consumer run onto the same busy lane and fed back into runs of
 // thousands of claims of one lane.
-std::size_t claim_some(Segment& s, Lease* out, std::size_t room, std::uint32_t lease_ms) noexcept {
-  const std::uint64_t now_us = segment_now_us(s), now = now_us / 1000;
+// now_us: the segment clock, read once by the caller.
+std::size_t claim_some(Segment& s, Lease* out, std::size_t room, std::uint32_t lease_ms, std::uint64_t now_us) noexcept {
+  const std::uint64_t now = now_us / 1000;
   maybe_sweep(s, now);
   // seq_cst: pairs with resume_all's seq_cst store and notify ([S5]).
   if (s.h->queue_paused.load(std::memory_order_seq_cst)) return 0;
@@ -886,16 +887,18 @@ EnqueueStatus Queue::import_job(const JobInfo& job, std::string_view payload) no
 // Claims and waiters are the ones who look for processes that died inside
 // an operation (gate.hpp), before they start their own.
 bool Queue::claim(Lease& out, std::uint32_t lease_ms) noexcept {
-  recover_dead_operations(*seg_, segment_now_ms(*seg_));
+  const std::uint64_t now_us = segment_now_us(*seg_);
+  recover_dead_operations(*seg_, now_us / 1000);
   OpGuard op(*seg_);
-  return claim_some(*seg_, &out, 1, lease_ms) == 1;
+  return claim_some(*seg_, &out, 1, lease_ms, now_us) == 1;
 }
 
 std::size_t Queue::claim_batch(std::span<Lease> out, std::uint32_t lease_ms) noexcept {
   if (out.empty()) return 0;
-  recover_dead_operations(*seg_, segment_now_ms(*seg_));
+  const std::uint64_t now_us = segment_now_us(*seg_);
+  recover_dead_operations(*seg_, now_us / 1000);
   OpGuard op(*seg_);
-  return claim_some(*seg_, out.data(), out.size(), lease_ms);
+  return claim_some(*seg_, out.data(), out.size(), lease_ms, now_us);
 }
 
 bool Queue::claim_wait(Lease& out, std::uint32_t lease_ms, std::chrono::milliseconds timeout) noexcept {

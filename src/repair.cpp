@@ -102,6 +102,7 @@ class Repairer {
   void settle_slots() {
     const std::uint64_t now = segment_now_ms(s_);
     std::unordered_map<std::uint64_t, std::uint32_t> ids;
+    ids.reserve(s_.jobs);
     for (std::uint32_t i = 0; i < s_.jobs; ++i) {
       std::uint64_t w = s_.words[i].load(std::memory_order_acquire);
       const SlotState st = SlotWord::state(w);
