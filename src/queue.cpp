@@ -749,6 +749,7 @@ RecoveryInfo Queue::recovery() const {
   out.repair_us = r.repair_us.load(std::memory_order_relaxed);
   out.repair_worst_us = r.repair_worst_us.load(std::memory_order_relaxed);
   out.repair_violations = r.repair_violations.load(std::memory_order_relaxed);
+  out.repair_blocker_pid = int(r.repair_blocker_pid.load(std::memory_order_relaxed));
   return out;
 }
 

@@ -145,7 +145,8 @@ nlohmann::json segment_view_json(const SegmentView& v) {
                              {"repairs", r.repairs}, {"repairs_abandoned", r.repairs_abandoned},
                              {"repair_unix_ms", r.repair_unix_ms}, {"repair_pid", r.repair_pid},
                              {"repair_us", r.repair_us}, {"repair_worst_us", r.repair_worst_us},
-                             {"repair_violations", r.repair_violations}};
+                             {"repair_violations", r.repair_violations},
+                             {"repair_blocker_pid", r.repair_blocker_pid}};
   nlohmann::json mirror = nullptr;  // null: not mirrored
   if (v.mirror.configured) {
     const MirrorStatus& m = v.mirror;
@@ -196,13 +197,15 @@ void recovery_and_mirror_lines(const SegmentView& v, std::string& out) {
   }
   if (r.repairs != 0 || r.repairs_abandoned != 0) {
     // Repairs behind the gate after a death inside an operation.
-    line(fmt::format("repairs  {} after a process died inside an operation{}; gate closed at most {}", grouped(r.repairs),
-                     r.repairs_abandoned ? fmt::format(" ({} abandoned: a live process stayed inside one)", r.repairs_abandoned)
-                                         : std::string(),
-                     duration_us(r.repair_worst_us)));
-    line(fmt::format("         last {}: {}, {} found, gate closed {}", ago(v.unix_ms, r.repair_unix_ms),
-                     r.repair_pid != 0 ? fmt::format("after dead pid {}", r.repair_pid) : std::string("forced"),
-                     plural(r.repair_violations, "violation", "violations"), duration_us(r.repair_us)));
+    line(fmt::format("repairs  {} after {} inside an operation, gate closed at most {}", grouped(r.repairs),
+                     r.repairs == 1 ? "a death" : "deaths", duration_us(r.repair_worst_us)));
+    if (r.repairs != 0)
+      line(fmt::format("         last {}: {}, {} found, gate closed {}", ago(v.unix_ms, r.repair_unix_ms),
+                       r.repair_pid != 0 ? fmt::format("dead pid {}", r.repair_pid) : std::string("forced"),
+                       plural(r.repair_violations, "violation", "violations"), duration_us(r.repair_us)));
+    if (r.repairs_abandoned != 0)
+      line(fmt::format("         {} abandoned: pid {} stayed inside an operation", grouped(r.repairs_abandoned),
+                       r.repair_blocker_pid));
   }
   const MirrorStatus& m = v.mirror;
   if (!m.configured) return;

@@ -133,6 +133,7 @@ struct RecoveryInfo {
   std::uint64_t repair_us = 0;          // how long the gate was closed for the last one
   std::uint64_t repair_worst_us = 0;    // the longest it was ever closed
   std::uint64_t repair_violations = 0;  // what fsck found before the last one
+  int repair_blocker_pid = 0;           // the live process the last abandoned one waited for
 };
 
 enum class EnqueueStatus {

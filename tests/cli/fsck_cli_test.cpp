@@ -217,6 +217,57 @@ TEST_F(FsckCli, InspectShowsWhatRecoveryLastDid) {
   EXPECT_GT(j.at("recovery").at("last_unix_ms").get<std::uint64_t>(), 0U);
 }
 
+TEST_F(FsckCli, InspectShowsTheGatesRepairs) {
+  create();
+  enqueue("TEN00000000001", 2);
+  auto q = Queue::open(seg());
+  auto victim = Queue::open(seg());
+  ASSERT_TRUE(q.ok() && victim.ok());
+  {
+    // The victim's record says one operation in progress, and names another
+    // process (same pid, other start time): a process that died inside an
+    // operation, as far as the survivors can tell.
+    RawSegment raw(seg());
+    for (std::uint32_t i = 0; i < detail::kMaxProcs; ++i) {
+      detail::ProcRecord& p = raw.proc(i);
+      if (p.owner.load() == 0 || p.in_op.load() != 0) continue;
+      if (&p == &raw.proc(0)) continue;  // the first handle (q) is the survivor
+      p.in_op.store(1);
+      p.start_time += 1;
+      break;
+    }
+  }
+  Lease l;
+  ASSERT_TRUE(q->claim(l, 60000)) << "the survivor's claim runs the repair, then claims";
+  EXPECT_EQ(q->recovery().repairs, 1U);
+
+  const CliRun t = run_cli({"inspect", seg()});
+  ASSERT_EQ(t.exit_code, 0) << show(t);
+  EXPECT_TRUE(contains(t.out, "repairs  1 after a death inside an operation")) << t.out;
+  EXPECT_TRUE(contains(t.out, "dead pid " + std::to_string(::getpid()))) << t.out;
+  EXPECT_TRUE(contains(t.out, "recovery 500 ms")) << t.out;
+  expect_fits_80_columns(t.out);
+
+  const CliRun r = run_cli({"inspect", seg(), "--json"});
+  ASSERT_EQ(r.exit_code, 0) << show(r);
+  const auto j = nlohmann::json::parse(r.out, nullptr, false);
+  ASSERT_FALSE(j.is_discarded()) << show(r);
+  EXPECT_EQ(j.at("recovery").at("repairs"), 1);
+  EXPECT_EQ(j.at("recovery").at("repair_pid"), ::getpid());
+  EXPECT_EQ(j.at("recovery").at("repairs_abandoned"), 0);
+}
+
+TEST_F(FsckCli, RecoveryBoundIsASegmentSetting) {
+  expect_error(run_cli({"create", seg(), "--jobs", "64", "--recovery-ms", "5"}), "--recovery-ms");
+  const CliRun c = run_cli({"create", seg(), "--jobs", "64", "--recovery-ms", "100"});
+  ASSERT_EQ(c.exit_code, 0) << show(c);
+  auto q = Queue::open(seg());
+  ASSERT_TRUE(q.ok());
+  EXPECT_EQ(q->config().recovery_ms, 100U);
+  const CliRun t = run_cli({"inspect", seg()});
+  EXPECT_TRUE(contains(t.out, "recovery 100 ms")) << t.out;
+}
+
 TEST_F(FsckCli, InspectShowsTheMirrorOfAMirroredSegment) {
   QueueOptions o;
   o.jobs = 64;

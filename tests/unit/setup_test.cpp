@@ -241,6 +241,11 @@ TEST(Setup, InvalidOptions) {
   o = small();
   o.node = 1024;
   expect_invalid(o, "node=1024");
+  for (std::uint32_t ms : {0U, kMinRecoveryMs - 1, kMaxRecoveryMs + 1}) {
+    o = small();
+    o.recovery_ms = ms;
+    expect_invalid(o, "recovery_ms out of range");
+  }
   // The limits themselves are fine.
   o = small();
   o.node = 1023;
