@@ -33,10 +33,10 @@
 // clean, round robin intact. Each failure counts one violation and says
 // which job or lane; the run exits 0 only with none.
 //
-// Until online recovery of processes killed *inside* an operation lands
-// (design.md section 7, "Not done"), a kill there can strand a job, a ring
-// token or an active count; the run then fails within its deadlines and
-// says what it was still waiting for.
+// A kill inside an operation is recovered by the survivors behind the gate
+// (design.md section 7); the summary line counts those repairs. Without that
+// recovery a kill there strands a job, a ring token or an active count, and
+// the run fails within its deadlines, saying what it was still waiting for.
 #include <fairlane/ids.hpp>
 #include <fairlane/queue.hpp>
 #include <fairlane/result.hpp>
