@@ -47,6 +47,13 @@ class FsckCli : public ::testing::Test {
   void SetUp() override { guard_ = std::make_unique<SegmentGuard>(unique_segment_name()); }
   void TearDown() override { guard_.reset(); }
   const std::string& seg() const { return guard_->name(); }
+  // `fairlane inspect SEG --json`, which must succeed and print JSON.
+  void inspect_json(nlohmann::json& j) {
+    const CliRun r = run_cli({"inspect", seg(), "--json"});
+    ASSERT_EQ(r.exit_code, 0) << show(r);
+    j = nlohmann::json::parse(r.out, nullptr, false);
+    ASSERT_FALSE(j.is_discarded()) << show(r);
+  }
   void create() {
     const CliRun r = run_cli({"create", seg(), "--jobs", "64", "--lanes", "8", "--payload-bytes", "32"});
     ASSERT_EQ(r.exit_code, 0) << show(r);
@@ -165,11 +172,9 @@ TEST_F(FsckCli, InspectShowsAttachedProcessesAndTheirLeases) {
   EXPECT_FALSE(contains(t.out, "mirror ")) << "an unmirrored segment shows no mirror: " << t.out;
   expect_fits_80_columns(t.out);
 
-  const CliRun r = run_cli({"inspect", seg(), "--json"});
-  ASSERT_EQ(r.exit_code, 0) << show(r);
-  const auto j = nlohmann::json::parse(r.out, nullptr, false);
-  ASSERT_FALSE(j.is_discarded()) << show(r);
-  ASSERT_EQ(j.at("processes").size(), 1U) << r.out;  // inspect leaves itself out
+  nlohmann::json j;
+  ASSERT_NO_FATAL_FAILURE(inspect_json(j));
+  ASSERT_EQ(j.at("processes").size(), 1U) << j.dump();  // inspect leaves itself out
   EXPECT_EQ(j["processes"][0].at("pid"), ::getpid());
   EXPECT_EQ(j["processes"][0].at("alive"), true);
   EXPECT_EQ(j["processes"][0].at("leases"), 1);
@@ -206,10 +211,8 @@ TEST_F(FsckCli, InspectShowsWhatRecoveryLastDid) {
   EXPECT_TRUE(contains(t.out, "processes (2 attached, 1 alive)")) << t.out;
   expect_fits_80_columns(t.out);
 
-  const CliRun r = run_cli({"inspect", seg(), "--json"});
-  ASSERT_EQ(r.exit_code, 0) << show(r);
-  const auto j = nlohmann::json::parse(r.out, nullptr, false);
-  ASSERT_FALSE(j.is_discarded()) << show(r);
+  nlohmann::json j;
+  ASSERT_NO_FATAL_FAILURE(inspect_json(j));
   EXPECT_EQ(j.at("recovery").at("runs"), 1);
   EXPECT_EQ(j.at("recovery").at("jobs"), 2);
   EXPECT_EQ(j.at("recovery").at("last_jobs"), 2);
@@ -248,10 +251,8 @@ TEST_F(FsckCli, InspectShowsTheGatesRepairs) {
   EXPECT_TRUE(contains(t.out, "recovery 500 ms")) << t.out;
   expect_fits_80_columns(t.out);
 
-  const CliRun r = run_cli({"inspect", seg(), "--json"});
-  ASSERT_EQ(r.exit_code, 0) << show(r);
-  const auto j = nlohmann::json::parse(r.out, nullptr, false);
-  ASSERT_FALSE(j.is_discarded()) << show(r);
+  nlohmann::json j;
+  ASSERT_NO_FATAL_FAILURE(inspect_json(j));
   EXPECT_EQ(j.at("recovery").at("repairs"), 1);
   EXPECT_EQ(j.at("recovery").at("repair_pid"), ::getpid());
   EXPECT_EQ(j.at("recovery").at("repairs_abandoned"), 0);
@@ -289,12 +290,10 @@ TEST_F(FsckCli, InspectShowsTheMirrorOfAMirroredSegment) {
   EXPECT_TRUE(contains(t.out, "lost 0, resyncs 0")) << t.out;
   expect_fits_80_columns(t.out);
 
-  const CliRun r = run_cli({"inspect", seg(), "--json"});
-  ASSERT_EQ(r.exit_code, 0) << show(r);
-  const auto j = nlohmann::json::parse(r.out, nullptr, false);
-  ASSERT_FALSE(j.is_discarded()) << show(r);
+  nlohmann::json j;
+  ASSERT_NO_FATAL_FAILURE(inspect_json(j));
   const auto& m = j.at("mirror");
-  ASSERT_TRUE(m.is_object()) << r.out;
+  ASSERT_TRUE(m.is_object()) << j.dump();
   EXPECT_EQ(m.at("url"), "valkey://127.0.0.1:1/orders");
   EXPECT_EQ(m.at("durability"), "async");
   EXPECT_EQ(m.at("on_full"), "refuse");
