@@ -169,7 +169,7 @@ Result run(const std::string& name, int consumers, const Options& o, Open open) 
       while (!go.load(std::memory_order_acquire)) std::this_thread::yield();
       std::uint64_t n = 0;
       while (b.claim(l, 60'000)) {
-        if (b.complete(l.id, l.attempt) == fairlane::AckStatus::ok) ++n;
+        if (b.complete(l.id, l.token) == fairlane::AckStatus::ok) ++n;
       }
       done.fetch_add(n);
     });

@@ -106,7 +106,7 @@ void notify(Segment& s, int count = 1) noexcept {
 // ---- ring tokens -------------------------------------------------------------
 //   hold: claims left in the turn (bits 32..63) | lane+1 (bits 0..31)
 
-struct Token {
+struct RingToken {
   std::uint32_t lane = kNoLane;
   std::uint32_t turn = 0;  // claims this lane may still take in its turn
 };
@@ -119,12 +119,12 @@ std::uint32_t weight_of(const LaneRecord& l) noexcept {
 // Turns a lane gets back at most per ring draw (see claim_some).
 constexpr std::uint32_t kMaxRepaidTurns = 8;
 
-Token take_token(Segment& s) noexcept {
+RingToken take_token(Segment& s) noexcept {
   // seq_cst: a store-load pair with put_token's CAS and notify()'s load of
   // `waiters` (no lost wake-up; see [S5]).
   std::uint64_t hw = s.h->hold.load(std::memory_order_seq_cst);
   if (hw && s.h->hold.compare_exchange_strong(hw, 0, std::memory_order_seq_cst))
-    return Token{std::uint32_t(hw) - 1, std::uint32_t(hw >> 32)};
+    return RingToken{std::uint32_t(hw) - 1, std::uint32_t(hw >> 32)};
   std::uint32_t lane = ring_pop(s);
   if (lane == kNoLane) return {};
   // A fresh turn from the rotation: the lane's weight, plus turns it lost
@@ -137,7 +137,7 @@ Token take_token(Segment& s) noexcept {
     if (l.owed.compare_exchange_weak(owed, owed - repaid, std::memory_order_relaxed)) break;
     repaid = 0;
   }
-  return Token{lane, weight_of(l) + repaid};
+  return RingToken{lane, weight_of(l) + repaid};
 }
 
 // Gives a token back: to the hold slot if its lane is owed more claims this
@@ -336,6 +336,7 @@ void fill_lease(Segment& s, std::uint32_t slot, const BrandedId& group, std::uin
   out.id = BrandedId::make(std::string_view(s.h->job_kind, 3), r.snowflake.load(std::memory_order_relaxed));
   out.group = group;
   out.attempt = attempt;
+  out.token = Token(attempt);
   out.deadline_ms = deadline;
   out.waited_us = now_us > r.ready_us ? now_us - r.ready_us : 0;
   out.payload.assign(reinterpret_cast<const char*>(s.payload(slot)), r.payload_len);
@@ -382,7 +383,7 @@ std::size_t claim_some(Segment& s, Lease* out, std::size_t room, std::uint32_t l
   std::size_t got = 0;
   int busy_skips = 0;
   while (got < room) {
-    Token tok = take_token(s);
+    RingToken tok = take_token(s);
     if (tok.lane == kNoLane) break;
     FAIRLANE_FAILPOINT("claim.token_taken");
     LaneRecord& l = s.lanes[tok.lane];
@@ -887,12 +888,68 @@ EnqueueStatus Queue::import_job(const JobInfo& job, std::string_view payload) no
 
 // Claims and waiters are the ones who look for processes that died inside
 // an operation (gate.hpp), before they start their own.
-bool Queue::claim(Lease& out, std::uint32_t lease_ms) noexcept {
+ClaimStatus Queue::try_claim(Lease& out, std::uint32_t lease_ms) noexcept {
   const std::uint64_t now_us = segment_now_us(*seg_);
   recover_dead_operations(*seg_, now_us / 1000);
   OpGuard op(*seg_);
-  return claim_some(*seg_, &out, 1, lease_ms, now_us) == 1;
+  if (claim_some(*seg_, &out, 1, lease_ms, now_us) == 1) return ClaimStatus::claimed;
+  return seg_->h->queue_paused.load(std::memory_order_acquire) ? ClaimStatus::paused : ClaimStatus::empty;
 }
+
+bool Queue::claim(Lease& out, std::uint32_t lease_ms) noexcept { return try_claim(out, lease_ms) == ClaimStatus::claimed; }
+
+std::size_t Queue::claim_lane_batch(std::span<Lease> out, std::uint32_t lease_ms) noexcept {
+  return claim_batch(out, lease_ms);  // interim: the new core serves one lane
+}
+
+std::size_t Queue::enqueue_batch(std::span<const EnqueueItem> items, std::span<EnqueueStatus> statuses) noexcept {
+  std::size_t n = 0;
+  for (std::size_t i = 0; i < items.size() && i < statuses.size(); ++i) {
+    statuses[i] = enqueue(items[i].group, items[i].job, items[i].payload, items[i].options);
+    n += statuses[i] == EnqueueStatus::enqueued;
+  }
+  return n;
+}
+
+std::size_t Queue::complete_batch(std::span<const Lease> leases, std::span<AckStatus> statuses) noexcept {
+  std::size_t n = 0;
+  for (std::size_t i = 0; i < leases.size() && i < statuses.size(); ++i) {
+    statuses[i] = complete(leases[i].id, leases[i].token);
+    n += statuses[i] == AckStatus::ok;
+  }
+  return n;
+}
+
+AckStatus Queue::release(const BrandedId& job, Token token) noexcept {
+  // Interim: the new core returns the job without spending an attempt.
+  FailOptions o;
+  o.delay_ms = 0;
+  o.max_attempts = SlotWord::kMaxAttempt;
+  switch (fail(job, token, o)) {
+    case FailStatus::retrying: case FailStatus::dead: return AckStatus::ok;
+    case FailStatus::stale: return AckStatus::stale;
+    case FailStatus::gone: return AckStatus::gone;
+    case FailStatus::corrupt: return AckStatus::corrupt;
+  }
+  return AckStatus::gone;
+}
+
+std::size_t Queue::release_all() noexcept {
+  Segment& s = *seg_;
+  std::size_t n = 0;
+  for (std::uint32_t i = 0; i < s.jobs; ++i) {
+    const std::uint64_t w = s.words[i].load(std::memory_order_acquire);
+    if (SlotWord::state(w) != SlotState::leased) continue;
+    if (__atomic_load_n(&s.slot(i).holder, __ATOMIC_RELAXED) != s.me_index + 1) continue;
+    const BrandedId id = BrandedId::make(std::string_view(s.h->job_kind, 3), s.slot(i).snowflake.load(std::memory_order_relaxed));
+    n += release(id, Token(SlotWord::attempt(w))) == AckStatus::ok;
+  }
+  return n;
+}
+
+MoveStatus Queue::reassign(const BrandedId&, const BrandedId&) noexcept { return MoveStatus::gone; }
+
+CorruptionInfo Queue::corruption() const { return {}; }
 
 std::size_t Queue::claim_batch(std::span<Lease> out, std::uint32_t lease_ms) noexcept {
   if (out.empty()) return 0;
@@ -932,8 +989,10 @@ bool Queue::claim_wait(Lease& out, std::uint32_t lease_ms, std::chrono::millisec
 
 // ---- acknowledgements ------------------------------------------------------------------
 
-AckStatus Queue::complete(const BrandedId& job, std::uint32_t attempt) noexcept {
+AckStatus Queue::complete(const BrandedId& job, Token token) noexcept {
   Segment& s = *seg_;
+  if (token.value == 0 || token.value > SlotWord::kMaxAttempt) return AckStatus::stale;
+  const std::uint32_t attempt = std::uint32_t(token.value);
   OpGuard op(s);
   Owned o = take_lease(s, job, attempt, true, 0);
   if (o.status != AckStatus::ok) return o.status;
@@ -947,8 +1006,10 @@ AckStatus Queue::complete(const BrandedId& job, std::uint32_t attempt) noexcept 
   return AckStatus::ok;
 }
 
-FailStatus Queue::fail(const BrandedId& job, std::uint32_t attempt, const FailOptions& options) noexcept {
+FailStatus Queue::fail(const BrandedId& job, Token token, const FailOptions& options) noexcept {
   Segment& s = *seg_;
+  if (token.value == 0 || token.value > SlotWord::kMaxAttempt) return FailStatus::stale;
+  const std::uint32_t attempt = std::uint32_t(token.value);
   OpGuard op(s);
   Owned o = take_lease(s, job, attempt, true, SlotWord::kFailing);
   if (o.status == AckStatus::gone) return FailStatus::gone;
@@ -963,7 +1024,7 @@ FailStatus Queue::fail(const BrandedId& job, std::uint32_t attempt, const FailOp
   r.error_len = std::uint32_t(n);
   const std::uint32_t gen = SlotWord::gen(o.word);
   const std::uint64_t now_us = segment_now_us(s);
-  const std::uint32_t max_attempts = std::clamp<std::uint32_t>(options.max_attempts, 1, SlotWord::kMaxAttempt);
+  const std::uint32_t max_attempts = std::clamp<std::uint32_t>(options.max_attempts.value_or(1), 1, SlotWord::kMaxAttempt);
   if (attempt >= max_attempts) {
     // Dead-lettered: it keeps its slot and its id (a duplicate is still refused).
     s.words[o.slot].store(SlotWord::pack(SlotState::dead, gen, attempt, now_us / 1000), std::memory_order_release);
@@ -973,13 +1034,14 @@ FailStatus Queue::fail(const BrandedId& job, std::uint32_t attempt, const FailOp
     relaxed_inc(s.counters().dead);
     return FailStatus::dead;
   }
-  if (options.delay_ms == 0) {
+  const std::uint64_t delay_ms = options.delay_ms.value_or(0);
+  if (delay_ms == 0) {
     r.ready_us = now_us;
     s.words[o.slot].store(SlotWord::pack(SlotState::pending, gen, attempt, 0), std::memory_order_release);
     FAIRLANE_FAILPOINT("fail.pending");
     enter_lane(s, o.slot, true);
   } else {
-    const std::uint64_t due = now_us / 1000 + options.delay_ms;
+    const std::uint64_t due = now_us / 1000 + delay_ms;
     s.words[o.slot].store(SlotWord::pack(SlotState::scheduled, gen, attempt, due), std::memory_order_release);
     FAIRLANE_FAILPOINT("fail.scheduled");
     release_active(s, lane);
@@ -991,8 +1053,10 @@ FailStatus Queue::fail(const BrandedId& job, std::uint32_t attempt, const FailOp
   return FailStatus::retrying;
 }
 
-AckStatus Queue::extend(const BrandedId& job, std::uint32_t attempt, std::uint32_t lease_ms) noexcept {
+AckStatus Queue::extend(const BrandedId& job, Token token, std::uint32_t lease_ms) noexcept {
   Segment& s = *seg_;
+  if (token.value == 0 || token.value > SlotWord::kMaxAttempt) return AckStatus::stale;
+  const std::uint32_t attempt = std::uint32_t(token.value);
   OpGuard op(s);
   const std::uint64_t deadline = segment_now_ms(s) + lease_ms;
   Owned o = take_lease(s, job, attempt, false, deadline);
@@ -1266,6 +1330,7 @@ std::optional<JobInfo> read_job(const Segment& s, std::uint32_t slot) {
   j.group = lane <= s.lane_mask ? lane_group(s, lane) : BrandedId{};
   j.state = *st;
   j.attempt = SlotWord::attempt(w);
+  if (*st == JobState::leased) j.token = Token(j.attempt);
   j.when_ms = SlotWord::when(w);
   j.minted_unix_ms = snowflake_ms(sf) + kEpochMs;
   j.payload_bytes = std::min(r.payload_len, s.payload_bytes);
@@ -1277,13 +1342,16 @@ std::optional<JobInfo> read_job(const Segment& s, std::uint32_t slot) {
 
 }  // namespace
 
-std::optional<JobInfo> Queue::job(const BrandedId& id) const {
+std::optional<JobInfo> Queue::job(const BrandedId& id, bool with_payload) const {
   const Segment& s = *seg_;
   if (!id.well_formed() || id.kind() != std::string_view(s.h->job_kind, 3)) return std::nullopt;
   const std::uint32_t slot = index_find(s, id.snowflake());
   if (slot == kNoSlot) return std::nullopt;
   auto j = read_job(s, slot);
   if (j && j->id != id) return std::nullopt;
+  if (j && with_payload) {
+    j->payload.assign(reinterpret_cast<const char*>(s.payload(slot)), std::min(s.slot(slot).payload_len, s.payload_bytes));
+  }
   return j;
 }
 

@@ -53,42 +53,6 @@ std::string_view to_string(JobEvent::Kind k) noexcept {
   return "unknown";
 }
 
-// ---- backoff -------------------------------------------------------------------------------
-
-Backoff Backoff::fixed(std::chrono::milliseconds delay, double jitter) noexcept {
-  Backoff b;
-  b.kind = Kind::fixed;
-  b.base = delay;
-  b.cap = delay;
-  b.factor = 1.0;
-  b.jitter = jitter;
-  return b;
-}
-
-Backoff Backoff::exponential(std::chrono::milliseconds base, std::chrono::milliseconds cap, double factor,
-                             double jitter) noexcept {
-  Backoff b;
-  b.kind = Kind::exponential;
-  b.base = base;
-  b.cap = cap;
-  b.factor = factor;
-  b.jitter = jitter;
-  return b;
-}
-
-std::chrono::milliseconds Backoff::delay(std::uint32_t attempt, double u) const noexcept {
-  const std::uint32_t n = std::max<std::uint32_t>(attempt, 1);
-  double d = static_cast<double>(std::max<std::int64_t>(0, base.count()));
-  if (kind == Kind::exponential) {
-    // pow may overflow to +inf for a large n; min() with the cap absorbs it.
-    d = std::min(d * std::pow(std::max(1.0, factor), static_cast<double>(n - 1)),
-                 static_cast<double>(std::max<std::int64_t>(0, cap.count())));
-  }
-  const double j = std::clamp(jitter, 0.0, 1.0);
-  if (j > 0) d -= d * j * std::clamp(u, 0.0, 1.0);
-  return std::chrono::milliseconds(static_cast<std::int64_t>(std::llround(std::max(0.0, d))));
-}
-
 // ---- backends and clocks -------------------------------------------------------------------
 
 namespace {
@@ -99,19 +63,26 @@ class SharedBackend final : public Backend {
   explicit SharedBackend(std::shared_ptr<Backend> b) : b_(std::move(b)) {}
   std::string describe() const override { return b_->describe(); }
   std::string job_kind() const override { return b_->job_kind(); }
+  BackendCapabilities capabilities() const override { return b_->capabilities(); }
   std::uint64_t now_ms() override { return b_->now_ms(); }
   BrandedId mint() override { return b_->mint(); }
   EnqueueStatus enqueue(const BrandedId& g, const BrandedId& j, std::string_view p, EnqueueOptions o) override {
     return b_->enqueue(g, j, p, o);
+  }
+  std::size_t enqueue_batch(std::span<const EnqueueItem> i, std::span<EnqueueStatus> st) override {
+    return b_->enqueue_batch(i, st);
   }
   bool claim(Lease& out, std::uint32_t ms) override { return b_->claim(out, ms); }
   bool claim_wait(Lease& out, std::uint32_t ms, std::chrono::milliseconds t) override {
     return b_->claim_wait(out, ms, t);
   }
   std::size_t claim_batch(std::span<Lease> out, std::uint32_t ms) override { return b_->claim_batch(out, ms); }
-  AckStatus complete(const BrandedId& j, std::uint32_t a) override { return b_->complete(j, a); }
-  FailStatus fail(const BrandedId& j, std::uint32_t a, const FailOptions& o) override { return b_->fail(j, a, o); }
-  AckStatus extend(const BrandedId& j, std::uint32_t a, std::uint32_t ms) override { return b_->extend(j, a, ms); }
+  std::size_t claim_lane_batch(std::span<Lease> out, std::uint32_t ms) override { return b_->claim_lane_batch(out, ms); }
+  AckStatus complete(const BrandedId& j, Token t) override { return b_->complete(j, t); }
+  std::size_t complete_batch(std::span<const Lease> l, std::span<AckStatus> st) override { return b_->complete_batch(l, st); }
+  FailStatus fail(const BrandedId& j, Token t, const FailOptions& o) override { return b_->fail(j, t, o); }
+  AckStatus extend(const BrandedId& j, Token t, std::uint32_t ms) override { return b_->extend(j, t, ms); }
+  AckStatus release(const BrandedId& j, Token t) override { return b_->release(j, t); }
   LaneStatus pause(const BrandedId& g) override { return b_->pause(g); }
   LaneStatus resume(const BrandedId& g) override { return b_->resume(g); }
   void pause_all() override { b_->pause_all(); }
@@ -120,8 +91,15 @@ class SharedBackend final : public Backend {
   LaneStatus set_weight(const BrandedId& g, std::uint32_t w) override { return b_->set_weight(g, w); }
   std::uint64_t depth(const BrandedId& g) override { return b_->depth(g); }
   std::uint64_t drain(const BrandedId& g) override { return b_->drain(g); }
+  MoveStatus reassign(const BrandedId& j, const BrandedId& g) override { return b_->reassign(j, g); }
   std::uint64_t tick() override { return b_->tick(); }
   Snapshot snapshot() override { return b_->snapshot(); }
+  std::optional<JobInfo> job(const BrandedId& id, bool p) override { return b_->job(id, p); }
+  std::vector<JobInfo> jobs(const JobFilter& f) override { return b_->jobs(f); }
+  AckStatus requeue_dead(const BrandedId& id) override { return b_->requeue_dead(id); }
+  std::uint64_t requeue_all_dead() override { return b_->requeue_all_dead(); }
+  std::uint64_t purge_dead() override { return b_->purge_dead(); }
+  std::vector<ProcessInfo> processes() override { return b_->processes(); }
   void advance_clock(std::uint64_t ms) override { b_->advance_clock(ms); }
 
  private:
@@ -247,6 +225,7 @@ struct Worker::State {
     int phase;  // the phase it was seen in
     BrandedId id, group;
     std::uint32_t attempt;
+    Token token;
   };
   std::vector<Action> actions;
 
@@ -308,7 +287,7 @@ struct Worker::State {
                   std::string_view error, bool timed_out_flag) noexcept {
     FailStatus st;
     try {
-      st = b.fail(l.id, l.attempt, FailOptions{delay_ms, max_attempts, error});
+      st = b.fail(l.id, l.token, FailOptions{delay_ms, max_attempts, error});
     } catch (const std::exception&) {
       relaxed_inc(backend_errors);  // the lease expires and the job is redelivered
       return;
@@ -327,6 +306,7 @@ struct Worker::State {
         break;
       case FailStatus::stale:
       case FailStatus::gone:
+      case FailStatus::corrupt:
         relaxed_inc(lost);
         e = event(JobEvent::Kind::lost, l);
         break;
@@ -335,25 +315,19 @@ struct Worker::State {
     emit(e);
   }
 
-  // Back to its lane now, without the dead-letter check. It still costs an
-  // attempt when it is claimed again (see docs/worker.md, "Hand-back").
+  // Back to its lane now with release(): no attempt is spent, the job's
+  // last error is kept (docs/worker.md, "Hand-back").
   void hand_back(Backend& b, const Lease& l) noexcept {
-    static constexpr std::string_view kWhy = "handed back: worker shutting down";
-    FailStatus st;
+    AckStatus st;
     try {
-      st = b.fail(l.id, l.attempt, FailOptions{0, UINT32_MAX, kWhy});
+      st = b.release(l.id, l.token);
     } catch (const std::exception&) {
       relaxed_inc(backend_errors);
       return;
     }
-    if (st == FailStatus::retrying) {
+    if (st == AckStatus::ok) {
       relaxed_inc(handed_back);
       emit(event(JobEvent::Kind::handed_back, l));
-    } else if (st == FailStatus::dead) {  // only at the segment's last attempt number (65535)
-      relaxed_inc(dead);
-      JobEvent e = event(JobEvent::Kind::dead, l);
-      e.error = kWhy;
-      emit(e);
     } else {
       relaxed_inc(lost);
       emit(event(JobEvent::Kind::lost, l));
@@ -474,7 +448,7 @@ struct Worker::State {
       case Outcome::Kind::ok: {
         AckStatus st;
         try {
-          st = b.complete(l.id, l.attempt);
+          st = b.complete(l.id, l.token);
         } catch (const std::exception&) {
           relaxed_inc(backend_errors);
           return;
@@ -573,7 +547,7 @@ struct Worker::State {
         Slot& s = slots[i];
         const int ph = s.phase.load(std::memory_order_acquire);
         if (ph != kQueued && ph != kRunning) continue;
-        Action a{i, s.gen, Action::extend, ph, s.lease.id, s.lease.group, s.lease.attempt};
+        Action a{i, s.gen, Action::extend, ph, s.lease.id, s.lease.group, s.lease.attempt, s.lease.token};
         if (stop && (ph == kQueued || now >= stop_at_ms + grace)) {
           a.what = Action::hand_back;
         } else if (ph == kRunning && timeout != 0 && now >= s.started_ms + timeout) {
@@ -592,10 +566,11 @@ struct Worker::State {
       l.id = a.id;
       l.group = a.group;
       l.attempt = a.attempt;
+      l.token = a.token;
       if (a.what == Action::extend) {
         AckStatus st = AckStatus::ok;
         try {
-          st = b.extend(a.id, a.attempt, o.lease_ms);
+          st = b.extend(a.id, a.token, o.lease_ms);
         } catch (const std::exception&) {
           relaxed_inc(backend_errors);
           continue;

@@ -92,18 +92,27 @@ void check_lane_status(LaneStatus st, const GroupArg& g, const Target& t) {
     case LaneStatus::lanes_full:
       fail(fmt::format("no lane free for group {}: all {} lanes of '{}' are taken", group_label(g),
                        segment_config(t).lanes, t.label));
+    case LaneStatus::read_only:
+      fail(fmt::format("'{}' is read-only: it is a mirror's copy (write to the segment that owns it)", t.label));
+    case LaneStatus::corrupt:
+      fail(fmt::format("'{}' is corrupt where group {} was looked up (run fairlane fsck)", t.label, group_label(g)));
   }
   fail(fmt::format("unexpected lane status {}", to_string(st)));
 }
 
 // Stale and gone are "nothing" (exit 1), not errors: the job moved on.
-int ack_nothing(const Target& t, const BrandedId& id, std::uint32_t attempt, bool gone, bool as_json,
+int ack_nothing(const Target& t, const BrandedId& id, Token token, bool gone, bool as_json,
                 std::string_view op) {
   if (as_json)
-    print_json({{"id", id.string()}, {"attempt", attempt}, {"status", gone ? "gone" : "stale"}});
+    print_json({{"id", id.string()}, {"token", token.value}, {"status", gone ? "gone" : "stale"}});
   if (gone) return nothing(fmt::format("{}: no job {} in '{}' (gone)", op, id.str(), t.label));
-  return nothing(fmt::format("{}: job {} is not leased under attempt {} (stale token)", op, id.str(),
-                             attempt));
+  return nothing(fmt::format("{}: job {} is not leased under token {} (stale token)", op, id.str(),
+                             token.value));
+}
+
+Token parse_token_arg(std::string_view text) {
+  if (auto t = parse_token(text)) return *t;
+  fail(fmt::format("invalid TOKEN '{}': expected the decimal token printed by claim", text));
 }
 
 // inspect of a Valkey queue: the segment's view, with the header lines that
@@ -256,6 +265,12 @@ int run_enqueue(const EnqueueArgs& a) {
       case EnqueueStatus::not_durable:
         fail(fmt::format("job {} is enqueued in '{}' but Valkey did not acknowledge it in time (not yet durable; "
                          "enqueueing it again is safe)", job.str(), target));
+      case EnqueueStatus::invalid_argument:
+        fail(fmt::format("the retry policy of job {} is out of range", job.str()));
+      case EnqueueStatus::read_only:
+        fail(fmt::format("'{}' is read-only: it is a mirror's copy (write to the segment that owns it)", target));
+      case EnqueueStatus::corrupt:
+        fail(fmt::format("'{}' is corrupt where job {} was to be admitted (run fairlane fsck)", target, job.str()));
     }
     fail(fmt::format("unexpected enqueue status {}", to_string(st)));
   });
@@ -272,7 +287,7 @@ int run_claim(const ClaimArgs& a) {
                    ? t->claim(l, lease_ms)
                    : t->claim_wait(l, lease_ms, std::chrono::milliseconds(static_cast<std::int64_t>(wait_ms)));
     if (!got) return nothing(fmt::format("nothing to claim in '{}'", target));
-    emit(a.json, fmt::format("{} {} {} {}", l.id.str(), l.group.str(), l.attempt, l.payload),
+    emit(a.json, fmt::format("{} {} {} {}", l.id.str(), l.group.str(), l.token.value, l.payload),
          lease_json(l));
     return kExitOk;
   });
@@ -281,13 +296,27 @@ int run_claim(const ClaimArgs& a) {
 int run_complete(const AckArgs& a) {
   std::string target = parse_target(a.segment);
   BrandedId id = parse_id(a.job, "job id");
-  std::uint32_t attempt = parse_u32(a.attempt, "ATTEMPT");
+  Token token = parse_token_arg(a.token);
   return guarded([&] {
     Target t = open_target(target);
-    AckStatus st = t->complete(id, attempt);
-    if (st != AckStatus::ok) return ack_nothing(t, id, attempt, st == AckStatus::gone, a.json, "complete");
+    AckStatus st = t->complete(id, token);
+    if (st != AckStatus::ok) return ack_nothing(t, id, token, st == AckStatus::gone, a.json, "complete");
     emit(a.json, fmt::format("completed {}", id.str()),
-         {{"id", id.string()}, {"attempt", attempt}, {"status", "completed"}});
+         {{"id", id.string()}, {"token", token.value}, {"status", "completed"}});
+    return kExitOk;
+  });
+}
+
+int run_release(const AckArgs& a) {
+  std::string target = parse_target(a.segment);
+  BrandedId id = parse_id(a.job, "job id");
+  Token token = parse_token_arg(a.token);
+  return guarded([&] {
+    Target t = open_target(target);
+    AckStatus st = t->release(id, token);
+    if (st != AckStatus::ok) return ack_nothing(t, id, token, st == AckStatus::gone, a.json, "release");
+    emit(a.json, fmt::format("released {}", id.str()),
+         {{"id", id.string()}, {"token", token.value}, {"status", "released"}});
     return kExitOk;
   });
 }
@@ -295,40 +324,42 @@ int run_complete(const AckArgs& a) {
 int run_fail(const AckArgs& a) {
   std::string target = parse_target(a.segment);
   BrandedId id = parse_id(a.job, "job id");
-  std::uint32_t attempt = parse_u32(a.attempt, "ATTEMPT");
+  Token token = parse_token_arg(a.token);
   FailOptions fo;
-  fo.delay_ms = parse_u64(a.delay_ms, "--delay");
-  fo.max_attempts = parse_u32(a.max_attempts, "--max-attempts", 1);
+  // Unset options: the job's own retry policy, then the queue's default.
+  if (!a.delay_ms.empty()) fo.delay_ms = parse_u64(a.delay_ms, "--delay");
+  if (!a.max_attempts.empty()) fo.max_attempts = parse_u32(a.max_attempts, "--max-attempts", 1);
   fo.error = a.error;
   return guarded([&] {
     Target t = open_target(target);
-    FailStatus st = t->fail(id, attempt, fo);
+    FailStatus st = t->fail(id, token, fo);
     switch (st) {
       case FailStatus::retrying:
       case FailStatus::dead: {
         std::string status(to_string(st));
         emit(a.json, fmt::format("{} {}", status, id.str()),
-             {{"id", id.string()}, {"attempt", attempt}, {"status", status}});
+             {{"id", id.string()}, {"token", token.value}, {"status", status}});
         return kExitOk;
       }
-      case FailStatus::stale: return ack_nothing(t, id, attempt, false, a.json, "fail");
-      case FailStatus::gone: return ack_nothing(t, id, attempt, true, a.json, "fail");
+      case FailStatus::stale: return ack_nothing(t, id, token, false, a.json, "fail");
+      case FailStatus::gone: return ack_nothing(t, id, token, true, a.json, "fail");
+      case FailStatus::corrupt: break;
     }
-    fail(fmt::format("unexpected fail status {}", to_string(st)));
+    fail(fmt::format("fail: the segment '{}' is corrupt where job {} was looked up (run fairlane fsck)", t.label, id.str()));
   });
 }
 
 int run_extend(const AckArgs& a) {
   std::string target = parse_target(a.segment);
   BrandedId id = parse_id(a.job, "job id");
-  std::uint32_t attempt = parse_u32(a.attempt, "ATTEMPT");
+  Token token = parse_token_arg(a.token);
   std::uint32_t ms = parse_u32(a.lease_ms, "MS", 1);
   return guarded([&] {
     Target t = open_target(target);
-    AckStatus st = t->extend(id, attempt, ms);
-    if (st != AckStatus::ok) return ack_nothing(t, id, attempt, st == AckStatus::gone, a.json, "extend");
+    AckStatus st = t->extend(id, token, ms);
+    if (st != AckStatus::ok) return ack_nothing(t, id, token, st == AckStatus::gone, a.json, "extend");
     emit(a.json, fmt::format("extended {} by {} ms", id.str(), ms),
-         {{"id", id.string()}, {"attempt", attempt}, {"status", "extended"}, {"lease_ms", ms}});
+         {{"id", id.string()}, {"token", token.value}, {"status", "extended"}, {"lease_ms", ms}});
     return kExitOk;
   });
 }

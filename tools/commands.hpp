@@ -31,8 +31,8 @@ struct ClaimArgs {
   std::string segment, lease_ms, wait_ms;
   bool json = false;
 };
-struct AckArgs {  // complete, fail, extend
-  std::string segment, job, attempt;
+struct AckArgs {  // complete, fail, extend, release
+  std::string segment, job, token;
   std::string lease_ms;                           // extend
   std::string delay_ms, max_attempts, error;      // fail
   bool json = false;
@@ -50,6 +50,7 @@ int run_claim(const ClaimArgs& a);
 int run_complete(const AckArgs& a);
 int run_fail(const AckArgs& a);
 int run_extend(const AckArgs& a);
+int run_release(const AckArgs& a);
 int run_pause(const LaneArgs& a, bool pause);
 int run_limit(const LaneArgs& a);
 int run_weight(const LaneArgs& a);

@@ -126,7 +126,7 @@ int run_demo_consumer(const ConsumerArgs& a) {
     }
     last->lib_wait_us.record(lease.waited_us);
     spin_for(work);
-    if (q.complete(lease.id, lease.attempt) == AckStatus::ok) {
+    if (q.complete(lease.id, lease.token) == AckStatus::ok) {
       ++rep.completed;
       ++last->served;
     } else {

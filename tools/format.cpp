@@ -69,6 +69,7 @@ nlohmann::json lease_json(const Lease& l) {
   return {{"id", l.id.string()},
           {"group", l.group.string()},
           {"attempt", l.attempt},
+          {"token", l.token.value},
           {"payload", l.payload},
           {"deadline_ms", l.deadline_ms},
           {"waited_us", l.waited_us}};

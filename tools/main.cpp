@@ -193,18 +193,23 @@ class Parser {
     s = sub("complete", "acknowledge a leased job; exit 1 if stale or gone", [this] { return run_complete(ack_); });
     ack_positionals(s);
 
-    s = sub("fail", "fail a leased job: prints 'retrying ID' or 'dead ID'", [this] { return run_fail(ack_); });
-    ack_.delay_ms = "0";
-    ack_.max_attempts = "1";
+    s = sub("release", "hand a lease back: the job returns to its lane at once, no attempt spent",
+            [this] { return run_release(ack_); });
     ack_positionals(s);
-    s->add_option("--delay", ack_.delay_ms, "backoff before the retry, ms")->capture_default_str()->type_name("MS");
-    s->add_option("--max-attempts", ack_.max_attempts, "dead-letter once ATTEMPT reaches this")->capture_default_str()->type_name("N");
+
+    s = sub("fail", "fail a leased job: prints 'retrying ID' or 'dead ID'", [this] { return run_fail(ack_); });
+    ack_positionals(s);
+    s->add_option("--delay", ack_.delay_ms, "backoff before the retry, ms (default: the job's policy, then the queue's)")
+        ->type_name("MS");
+    s->add_option("--max-attempts", ack_.max_attempts,
+                  "dead-letter once the attempt reaches this (default: the job's policy, then the queue's)")
+        ->type_name("N");
     s->add_option("--error", ack_.error, "error text kept with the job")->type_name("TEXT");
 
     s = sub("extend", "extend a lease by MS from now", [this] { return run_extend(ack_); });
     segment(s, ack_.segment);
     s->add_option("ID", ack_.job, "job id")->required();
-    s->add_option("ATTEMPT", ack_.attempt, "attempt number from claim")->required();
+    s->add_option("TOKEN", ack_.token, "the lease's token, as claim printed it")->required();
     s->add_option("MS", ack_.lease_ms, "new lease length in ms")->required();
     json(s, ack_.json);
   }
@@ -212,7 +217,7 @@ class Parser {
   void ack_positionals(CLI::App* s) {
     segment(s, ack_.segment);
     s->add_option("ID", ack_.job, "job id")->required();
-    s->add_option("ATTEMPT", ack_.attempt, "attempt number from claim")->required();
+    s->add_option("TOKEN", ack_.token, "the lease's token, as claim printed it")->required();
     json(s, ack_.json);
   }
 

@@ -87,7 +87,7 @@ class FairlanePeer final : public Peer {
     ctx.consume(
         [&]() -> const char* { return q.claim(lease, lease_ms) ? lease.payload.data() : nullptr; },
         [&] {
-          const auto st = q.complete(lease.id, lease.attempt);
+          const auto st = q.complete(lease.id, lease.token);
           if (st != fairlane::AckStatus::ok) ctx.fail("fairlane complete: " + std::string(fairlane::to_string(st)));
         },
         [&](int timeout_ms) -> const char* {

@@ -34,7 +34,7 @@ void BM_enqueue_st(benchmark::State& state) {
   std::size_t i = 0;
   auto drain = [&] {
     for (std::size_t k = 0; k < i; ++k)
-      if (!q.claim(lease, kLeaseMs) || q.complete(lease.id, lease.attempt) != AckStatus::ok) return false;
+      if (!q.claim(lease, kLeaseMs) || q.complete(lease.id, lease.token) != AckStatus::ok) return false;
     return true;
   };
   for (auto _ : state) {
@@ -75,7 +75,7 @@ void BM_claim_st(benchmark::State& state) {
       state.ResumeTiming();
     }
     if (!q.claim(lease, kLeaseMs)) { state.SkipWithError("claim found nothing"); break; }
-    held[i++] = {lease.id, lease.group, lease.attempt};
+    held[i++] = {lease.id, lease.group, lease.token};
   }
   if (!complete_and_refill(q, held, i, kPayload64, state)) Pool::drop();
   state.counters["claims/s"] = benchmark::Counter(double(state.iterations()), benchmark::Counter::kIsRate);
@@ -111,7 +111,7 @@ void BM_complete_st(benchmark::State& state) {
   auto claim_chunk = [&] {
     for (n = 0; n < kChunk; ++n) {
       if (!q.claim(lease, kLeaseMs)) return false;
-      held[n] = {lease.id, lease.group, lease.attempt};
+      held[n] = {lease.id, lease.group, lease.token};
     }
     return true;
   };
@@ -128,12 +128,12 @@ void BM_complete_st(benchmark::State& state) {
       i = 0;
       state.ResumeTiming();
     }
-    auto st = q.complete(held[i].id, held[i].attempt);
+    auto st = q.complete(held[i].id, held[i].token);
     benchmark::DoNotOptimize(st);
     ++i;
   }
   // Complete what is still leased, put back what was taken.
-  for (std::size_t k = i; k < n; ++k) (void)q.complete(held[k].id, held[k].attempt);
+  for (std::size_t k = i; k < n; ++k) (void)q.complete(held[k].id, held[k].token);
   if (!refill()) Pool::drop();
   state.counters["completes/s"] = benchmark::Counter(double(state.iterations()), benchmark::Counter::kIsRate);
 }
@@ -158,7 +158,7 @@ void cycle(benchmark::State& state, std::uint32_t payload_bytes) {
       break;
     }
     if (!q.claim(lease, kLeaseMs)) { state.SkipWithError("claim found nothing"); break; }
-    if (q.complete(lease.id, lease.attempt) != AckStatus::ok) { state.SkipWithError("complete refused"); break; }
+    if (q.complete(lease.id, lease.token) != AckStatus::ok) { state.SkipWithError("complete refused"); break; }
   }
   state.counters["cycles/s"] = benchmark::Counter(double(state.iterations()), benchmark::Counter::kIsRate);
 }
@@ -210,7 +210,7 @@ void BM_claim_batch_st(benchmark::State& state) {
     }
     const std::size_t got = q.claim_batch(std::span<Lease>(leases), kLeaseMs);
     if (got == 0) { state.SkipWithError("claim_batch found nothing"); break; }
-    for (std::size_t k = 0; k < got; ++k) held[n++] = {leases[k].id, leases[k].group, leases[k].attempt};
+    for (std::size_t k = 0; k < got; ++k) held[n++] = {leases[k].id, leases[k].group, leases[k].token};
     jobs += got;
   }
   if (!complete_and_refill(q, held, n, kPayload64, state)) Pool::drop();

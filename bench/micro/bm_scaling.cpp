@@ -39,7 +39,7 @@ void claim_shape(benchmark::State& state, std::uint32_t lanes, std::uint64_t dep
       state.ResumeTiming();
     }
     if (!q.claim(lease, kLeaseMs)) { state.SkipWithError("claim found nothing"); break; }
-    held[i++] = {lease.id, lease.group, lease.attempt};
+    held[i++] = {lease.id, lease.group, lease.token};
   }
   if (!complete_and_refill(q, held, i, kPayload16, state)) Pool::drop();
   state.counters["claims/s"] = benchmark::Counter(double(state.iterations()), benchmark::Counter::kIsRate);

@@ -138,7 +138,7 @@ inline void fill(fairlane::Queue& q, const std::vector<fairlane::BrandedId>& gro
 struct Held {
   fairlane::BrandedId id;
   fairlane::BrandedId group;
-  std::uint32_t attempt = 0;
+  fairlane::Token token;
 };
 
 // Complete every held job and enqueue one new job into its group: the
@@ -146,7 +146,7 @@ struct Held {
 inline bool complete_and_refill(fairlane::Queue& q, std::vector<Held>& held, std::size_t n,
                                 std::string_view payload, benchmark::State& state) {
   for (std::size_t i = 0; i < n; ++i) {
-    if (q.complete(held[i].id, held[i].attempt) != fairlane::AckStatus::ok) {
+    if (q.complete(held[i].id, held[i].token) != fairlane::AckStatus::ok) {
       state.SkipWithError("complete refused a fresh lease");
       return false;
     }

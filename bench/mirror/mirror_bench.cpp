@@ -117,7 +117,7 @@ int main(int argc, char** argv) {
     Lease l;
     for (std::uint32_t i = 0; i < n; ++i) {
       q.claim(l, 60000);
-      q.complete(l.id, l.attempt);
+      q.complete(l.id, l.token);
     }
     const auto t1 = Clock::now();
     wait_caught_up(q);

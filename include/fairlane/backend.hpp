@@ -12,10 +12,12 @@
 #include <chrono>
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <span>
 #include <stdexcept>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "fairlane/queue.hpp"
 
@@ -26,6 +28,15 @@ class BackendError : public std::runtime_error {
   using std::runtime_error::runtime_error;
 };
 
+// What a backend can show. Fields a backend lacks are marked absent in the
+// tools' output rather than shown as zero.
+struct BackendCapabilities {
+  bool process_records = false;   // processes(): attached processes and their leases
+  bool wait_histograms = false;   // per-lane enqueue-to-claim wait histograms
+  bool fixed_capacity = false;    // a job capacity (Snapshot::jobs_capacity)
+  bool fsck = false;              // fsck()/repair() apply
+};
+
 class Backend {
  public:
   virtual ~Backend() = default;
@@ -33,17 +44,23 @@ class Backend {
   // "segment NAME" or "valkey://HOST:PORT/QUEUE": for messages.
   virtual std::string describe() const = 0;
   virtual std::string job_kind() const = 0;
+  virtual BackendCapabilities capabilities() const = 0;
   virtual std::uint64_t now_ms() = 0;
   virtual BrandedId mint() = 0;
 
   virtual EnqueueStatus enqueue(const BrandedId& group, const BrandedId& job, std::string_view payload,
                                 EnqueueOptions options = {}) = 0;
+  // One status per item; on Valkey one script per batch.
+  virtual std::size_t enqueue_batch(std::span<const EnqueueItem> items, std::span<EnqueueStatus> statuses) = 0;
   virtual bool claim(Lease& out, std::uint32_t lease_ms) = 0;
   virtual bool claim_wait(Lease& out, std::uint32_t lease_ms, std::chrono::milliseconds timeout) = 0;
   virtual std::size_t claim_batch(std::span<Lease> out, std::uint32_t lease_ms) = 0;
-  virtual AckStatus complete(const BrandedId& job, std::uint32_t attempt) = 0;
-  virtual FailStatus fail(const BrandedId& job, std::uint32_t attempt, const FailOptions& options) = 0;
-  virtual AckStatus extend(const BrandedId& job, std::uint32_t attempt, std::uint32_t lease_ms) = 0;
+  virtual std::size_t claim_lane_batch(std::span<Lease> out, std::uint32_t lease_ms) = 0;
+  virtual AckStatus complete(const BrandedId& job, Token token) = 0;
+  virtual std::size_t complete_batch(std::span<const Lease> leases, std::span<AckStatus> statuses) = 0;
+  virtual FailStatus fail(const BrandedId& job, Token token, const FailOptions& options = {}) = 0;
+  virtual AckStatus extend(const BrandedId& job, Token token, std::uint32_t lease_ms) = 0;
+  virtual AckStatus release(const BrandedId& job, Token token) = 0;
 
   virtual LaneStatus pause(const BrandedId& group) = 0;
   virtual LaneStatus resume(const BrandedId& group) = 0;
@@ -53,8 +70,19 @@ class Backend {
   virtual LaneStatus set_weight(const BrandedId& group, std::uint32_t weight) = 0;
   virtual std::uint64_t depth(const BrandedId& group) = 0;
   virtual std::uint64_t drain(const BrandedId& group) = 0;
+  virtual MoveStatus reassign(const BrandedId& job, const BrandedId& group) = 0;
   virtual std::uint64_t tick() = 0;
   virtual Snapshot snapshot() = 0;
+
+  // Jobs and dead letters, for tools. job(): nullopt when there is none.
+  virtual std::optional<JobInfo> job(const BrandedId& id, bool with_payload = false) = 0;
+  virtual std::vector<JobInfo> jobs(const JobFilter& filter = {}) = 0;
+  virtual AckStatus requeue_dead(const BrandedId& id) = 0;
+  virtual std::uint64_t requeue_all_dead() = 0;
+  virtual std::uint64_t purge_dead() = 0;
+  // Attached processes (empty where capabilities().process_records is false).
+  virtual std::vector<ProcessInfo> processes() = 0;
+
   // Moves the queue's clock forward for every client (tests and drills).
   virtual void advance_clock(std::uint64_t ms) = 0;
 };

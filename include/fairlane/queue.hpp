@@ -19,10 +19,10 @@
 //
 // Delivery is at-least-once: a lease that is not completed before its
 // deadline, or whose holder process dies, returns the job to its lane (its
-// mint position) and the next claim hands it out again with a higher
-// attempt number. The attempt number
-// is a fencing token: complete, fail and extend with an older one change
-// nothing.
+// mint position) and the next claim hands it out again with attempt + 1.
+// Every lease carries a fencing Token that is never reused for a job id
+// within the segment's life (across every admission of that id): complete,
+// fail, extend and release with any other token change nothing (stale).
 #pragma once
 
 #include <chrono>
@@ -36,6 +36,7 @@
 
 #include "fairlane/ids.hpp"
 #include "fairlane/result.hpp"
+#include "fairlane/retry.hpp"
 
 namespace fairlane {
 
@@ -57,14 +58,22 @@ std::string_view to_string(MirrorFull f) noexcept;
 // Fixed at creation; a segment cannot be resized.
 struct QueueOptions {
   std::uint32_t jobs = 65536;          // job slots: pending + leased + scheduled + dead
-  std::uint32_t lanes = 4096;          // distinct groups the segment can hold
+  // Groups live at once: a group holds a lane while it has a job (pending,
+  // leased, scheduled or dead) or a setting (a limit, a weight other than 1,
+  // a pause); an idle group gives its lane back by itself, so any number of
+  // groups pass through a segment over its life.
+  std::uint32_t lanes = 4096;
   std::uint32_t payload_bytes = 256;   // largest payload of one job
+  std::uint32_t processes = 256;       // Queue handles attached at once (1..kMaxProcesses)
   std::string job_kind = "JOB";        // namespace every job id must carry
   std::uint32_t mode = 0600;           // file mode of the segment
   std::uint16_t node = 0;              // snowflake node bits (0..1023) for mint()
+  // The retry policy of jobs that carry none (retry.hpp): max_attempts 1 and
+  // no backoff unless set here. Kept in the segment header.
+  RetryPolicy default_retry = {};
   // A mirror: valkey://HOST:PORT/QUEUE, or empty for none. A mirrored
   // segment logs every transition for `fairlane mirror` to ship.
-  std::string mirror;
+  std::string mirror = {};
   Durability durability = Durability::async;
   MirrorFull on_full = MirrorFull::refuse;
   std::uint32_t mirror_log = 65536;       // log records (power of two)
@@ -78,6 +87,7 @@ struct QueueOptions {
 
 inline constexpr std::uint32_t kMinRecoveryMs = 20;
 inline constexpr std::uint32_t kMaxRecoveryMs = 60000;
+inline constexpr std::uint32_t kMaxProcesses = 4096;
 
 // What a segment was created with, read back from its header.
 struct QueueConfig {
@@ -94,6 +104,8 @@ struct QueueConfig {
   std::uint32_t mirror_log = 0;
   std::uint32_t sync_timeout_ms = 0;
   std::uint32_t recovery_ms = 0;
+  std::uint32_t processes = 0;
+  RetryPolicy default_retry;
 };
 
 // The mirror of a segment, as the segment sees it.
@@ -138,61 +150,101 @@ struct RecoveryInfo {
 
 enum class EnqueueStatus {
   enqueued,           // admitted: it will be delivered
-  duplicate,          // a job with this id exists; nothing changed
+  duplicate,          // a job with this id exists (job(id) finds it, and it will be delivered); nothing changed
   kind_mismatch,      // the job id is not of the queue's job namespace
   invalid_id,         // the job id is not a valid branded id
   invalid_group,      // the group is not a valid branded id
+  invalid_argument,   // the retry policy is out of range (retry.hpp)
   payload_too_large,  // larger than the segment's payload_bytes
   full,               // every job slot is in use
-  lanes_full,         // a new group, and every lane is taken
+  lanes_full,         // a new group, and `lanes` groups are live at once (none idle)
   mirror_behind,      // mirrored, refuse policy: the transition log is full (Valkey away or slow)
   mirror_unavailable, // sync durability, and no mirror process is running: nothing written
   not_durable,        // sync durability: admitted here, but Valkey did not acknowledge it in
                       // time. The job is in the segment; enqueueing it again returns duplicate.
+  read_only,          // the backend refuses writes (a mirror's keyspace seen through valkey://)
+  corrupt,            // the segment holds an impossible value where this call looked (counted; see corruption())
 };
 std::string_view to_string(EnqueueStatus s) noexcept;
 
 struct EnqueueOptions {
   std::uint64_t delay_ms = 0;  // not claimable before now + delay_ms
+  RetryPolicy retry = {};      // kept with the job; fail() without options applies it
 };
+
+// One job of enqueue_batch. The views must stay valid for the call.
+struct EnqueueItem {
+  BrandedId group;             // empty: the default lane
+  BrandedId job;
+  std::string_view payload;
+  EnqueueOptions options = {};
+};
+
+// The fencing token of one lease: a 64-bit number that is never reused for a
+// job id within a segment's life (on Valkey: within the queue's keyspace).
+// It is opaque: compare it, print it, hand it back; do not compute with it.
+// Explicit, so that complete(id, 1) does not compile by accident.
+struct Token {
+  std::uint64_t value = 0;
+  constexpr Token() noexcept = default;
+  constexpr explicit Token(std::uint64_t v) noexcept : value(v) {}
+  friend constexpr bool operator==(Token, Token) noexcept = default;
+};
+std::string to_string(Token t);                       // decimal
+std::optional<Token> parse_token(std::string_view text) noexcept;  // decimal, 1..2^64-1
 
 // A claimed job. Reuse one Lease across claims: its payload string keeps its
 // capacity, so a steady consumer does not allocate.
 struct Lease {
   BrandedId id;
   BrandedId group;
-  std::uint32_t attempt = 0;       // fencing token: 1 on the first delivery
+  std::uint32_t attempt = 0;       // delivery count: 1 on the first delivery, +1 after each failed or expired one
+  Token token;                     // the fencing token of this lease
   std::uint64_t deadline_ms = 0;   // on the segment clock (Queue::now_ms)
   std::uint64_t waited_us = 0;     // from becoming pending to this claim
   std::string payload;
 };
 
+enum class ClaimStatus {
+  claimed,  // `out` holds a lease
+  empty,    // nothing serviceable
+  paused,   // the whole queue is paused
+  corrupt,  // the segment holds an impossible value where this claim looked (counted; see corruption())
+};
+std::string_view to_string(ClaimStatus s) noexcept;
+
 enum class AckStatus {
   ok,
-  stale,  // the job exists but is not leased under this attempt
-  gone,   // no job with this id
+  stale,    // the job exists but is not leased under this token
+  gone,     // no job with this id
+  corrupt,  // the segment holds an impossible value where this call looked
 };
 std::string_view to_string(AckStatus s) noexcept;
 
 enum class FailStatus {
   retrying,  // scheduled for another attempt after the delay
   dead,      // that was the last attempt: dead-lettered
-  stale,     // the job exists but is not leased under this attempt
+  stale,     // the job exists but is not leased under this token
   gone,      // no job with this id
+  corrupt,   // the segment holds an impossible value where this call looked
 };
 std::string_view to_string(FailStatus s) noexcept;
 
+// Every field may be left unset: the job's own policy applies, then the
+// queue's default (retry.hpp).
 struct FailOptions {
-  std::uint64_t delay_ms = 0;        // backoff before the retry
-  std::uint32_t max_attempts = 1;    // dead-letter once attempt >= this
-  std::string_view error = {};       // kept as the job's last error (truncated)
+  std::optional<std::uint64_t> delay_ms = {};      // backoff before the retry
+  std::optional<std::uint32_t> max_attempts = {};  // dead-letter once attempt >= this
+  std::string_view error = {};                     // kept as the job's last error (truncated to 56 bytes)
 };
 
 enum class LaneStatus {
   ok,
   invalid_group,     // not a valid branded id
   invalid_argument,  // limit or weight out of range
-  lanes_full,        // a new group, and every lane is taken
+  lanes_full,        // a new group, and `lanes` groups are live at once (none idle)
+  read_only,         // the backend refuses writes (a mirror's keyspace)
+  corrupt,           // the segment holds an impossible value where this call looked
 };
 std::string_view to_string(LaneStatus s) noexcept;
 
@@ -222,6 +274,18 @@ struct LaneInfo {
 };
 
 enum class JobState { pending, leased, scheduled, dead };
+
+// What became of reassign().
+enum class MoveStatus {
+  moved,          // the pending job is now in the new group's lane, at its mint position
+  gone,           // no job with this id
+  not_pending,    // the job exists but is leased, scheduled or dead: only pending jobs move
+  invalid_group,  // not a valid branded id
+  lanes_full,     // the new group needs a lane, and none is free or idle
+  read_only,
+  corrupt,
+};
+std::string_view to_string(MoveStatus s) noexcept;
 std::string_view to_string(JobState s) noexcept;
 
 // One job, as read by job()/jobs() (a moment's view, not a lease).
@@ -229,25 +293,34 @@ struct JobInfo {
   BrandedId id;
   BrandedId group;
   JobState state = JobState::pending;
-  std::uint32_t attempt = 0;       // attempts made so far (the last fencing token)
+  std::uint32_t attempt = 0;       // deliveries so far
+  Token token;                     // leased: the current lease's token; otherwise 0
   std::uint64_t when_ms = 0;       // leased: deadline; scheduled: due time; dead: when it died (segment clock)
   std::uint64_t minted_unix_ms = 0;  // from the id's snowflake
+  std::uint64_t ready_ms = 0;      // when it last became pending (segment clock; 0 unknown)
   std::uint32_t payload_bytes = 0;
+  int holder_pid = 0;              // leased: the process holding the lease (0 unknown)
+  RetryPolicy retry;               // the policy it was enqueued with (unset fields: the queue's)
   std::string last_error;          // as given to fail(), truncated to 56 bytes
+  std::string payload;             // filled by job() only when asked (job(id, true))
 };
 
 struct JobFilter {
   std::optional<BrandedId> group;  // only this lane
   std::optional<JobState> state;   // only this state
-  std::size_t limit = 1000;        // at most this many, in slot order
+  std::size_t limit = 1000;        // at most this many, lowest ids first
 };
 
 // A process attached to the segment.
+enum class ProcessState { alive, stopped, dead };
+std::string_view to_string(ProcessState s) noexcept;
 struct ProcessInfo {
   int pid = 0;
-  bool alive = false;
+  bool alive = false;              // state != dead
+  ProcessState state = ProcessState::dead;  // stopped: SIGSTOP, a debugger (it holds what it holds)
+  std::string name;                // its command name (/proc/PID/comm), empty if unknown
   std::uint64_t attached_unix_ms = 0;
-  std::uint64_t leases = 0;        // jobs it holds leased right now (0 when unknown)
+  std::uint64_t leases = 0;        // jobs it holds leased right now
 };
 
 struct Counters {
@@ -255,12 +328,24 @@ struct Counters {
   std::uint64_t retried = 0, dead = 0, expired = 0, promoted = 0, drained = 0;
 };
 
+// Detected corruption: impossible values the library met in the segment
+// (docs/design.md, "Hostile bytes"). Each meeting is counted once.
+struct CorruptionInfo {
+  std::uint64_t count = 0;         // ever
+  std::uint64_t last_unix_ms = 0;  // when it was last met (0: never)
+  std::string last_structure;      // e.g. "lane-run", "ring-cell", "slot-word"
+};
+
 struct Snapshot {
   bool paused = false;                 // the whole queue
   std::vector<BrandedId> ring;         // serviceable lanes, in rota order
-  std::vector<LaneInfo> lanes;         // every lane, in table order
+  std::vector<LaneInfo> lanes;         // every live lane, in table order
   Counters counters;                   // sums over every process, ever
   std::uint64_t jobs_capacity = 0, pending = 0, leased = 0, scheduled = 0, dead = 0;
+  std::uint64_t lanes_live = 0, lanes_capacity = 0;   // groups live at once / --lanes
+  std::uint64_t lanes_reclaimed = 0;   // lanes given back by idle groups, ever
+  std::uint64_t processes_attached = 0, processes_capacity = 0;
+  std::uint64_t corruptions = 0;       // see CorruptionInfo
   std::uint64_t now_ms = 0;
 };
 
@@ -279,6 +364,11 @@ struct FsckReport {
 
 namespace detail { struct Segment; struct QueueAccess; }
 
+// Progress: every operation below is lock-free unless it says otherwise: a
+// process stopped or killed at any instruction of any operation does not
+// stop another's operation (docs/design.md section 5 has the argument per
+// structure and the exact list of what a stopped process holds). Calls that
+// scan a whole table say O(jobs); setup calls make system calls.
 class Queue {
  public:
   // Setup. These allocate and make system calls; they never throw.
@@ -289,6 +379,11 @@ class Queue {
 
   Queue(Queue&&) noexcept;
   Queue& operator=(Queue&&) noexcept;
+  // Detaches. Leases this handle holds stay leased until their deadline
+  // (a process that exits normally keeps them, so `fairlane claim` and
+  // `fairlane complete` can run as separate processes); call release_all()
+  // first to hand them back at once. A process that dies without detaching
+  // has its leases returned within the recovery bound.
   ~Queue();
 
   const std::string& name() const noexcept;
@@ -298,104 +393,136 @@ class Queue {
   std::uint64_t now_ms() const noexcept;
 
   // Mint a fresh id, strictly greater than any minted before in this
-  // segment by any process. Lock-free. mint() uses the job namespace;
-  // mint(kind) returns the empty id when kind is not three letters A-Z.
+  // segment by any process, carrying the segment's node bits. Lock-free; at
+  // most 4,096 ids a millisecond, and when callers mint faster the logical
+  // clock runs ahead of the wall clock, by at most a second: past that
+  // mint() waits for the clock (on time, never on another process).
+  // mint() uses the job namespace; mint(kind) returns the empty id when kind
+  // is not three letters A-Z.
   BrandedId mint() noexcept;
   BrandedId mint(std::string_view kind) noexcept;
 
   // Admit a job. An empty group means the default lane. Idempotent by id:
-  // a second enqueue of a live id returns duplicate and changes nothing.
-  // On any error nothing is written. Lock-free.
+  // a second enqueue of a live id returns duplicate and changes nothing. On
+  // any refusal nothing is written (no slot, no lane, no index entry), except
+  // not_durable, which is an admission. Lock-free.
   EnqueueStatus enqueue(const BrandedId& group, const BrandedId& job, std::string_view payload,
                         EnqueueOptions options = {}) noexcept;
+  // One status per item, in order (a batch is not all-or-nothing). Returns
+  // how many were enqueued. statuses.size() must be >= items.size(); extra
+  // statuses are left alone. Lock-free.
+  std::size_t enqueue_batch(std::span<const EnqueueItem> items, std::span<EnqueueStatus> statuses) noexcept;
 
   // Rotate the ring one step and lease the oldest job of the lane it lands
-  // on for lease_ms. Returns false when nothing is serviceable (or the whole
-  // queue is paused). Lock-free.
+  // on for lease_ms. try_claim says why nothing was claimed; claim is
+  // try_claim() == claimed. Lock-free.
+  ClaimStatus try_claim(Lease& out, std::uint32_t lease_ms) noexcept;
   bool claim(Lease& out, std::uint32_t lease_ms) noexcept;
 
   // As claim, but parks on the segment's futex until a job is serviceable or
-  // the timeout passes. No busy polling.
+  // the timeout passes. No busy polling. Blocking by design (only when
+  // nothing is serviceable); lock-free otherwise.
   bool claim_wait(Lease& out, std::uint32_t lease_ms, std::chrono::milliseconds timeout) noexcept;
 
   // Up to out.size() jobs in one call: each ring step takes
   // min(weight, depth, limit headroom, room left) jobs from its lane.
-  // Returns how many leases were filled.
+  // Returns how many leases were filled. Lock-free.
   std::size_t claim_batch(std::span<Lease> out, std::uint32_t lease_ms) noexcept;
+  // EchoMQ's group-affinity claim: one ring step, then up to out.size() jobs
+  // of the one lane it lands on (capped by its limit headroom), all with one
+  // deadline. Lock-free.
+  std::size_t claim_lane_batch(std::span<Lease> out, std::uint32_t lease_ms) noexcept;
 
-  AckStatus complete(const BrandedId& job, std::uint32_t attempt) noexcept;
-  FailStatus fail(const BrandedId& job, std::uint32_t attempt, const FailOptions& options) noexcept;
-  AckStatus extend(const BrandedId& job, std::uint32_t attempt, std::uint32_t lease_ms) noexcept;
+  // Acknowledgements, fenced by the lease's token: any other token changes
+  // nothing (stale). Lock-free.
+  AckStatus complete(const BrandedId& job, Token token) noexcept;
+  FailStatus fail(const BrandedId& job, Token token, const FailOptions& options = {}) noexcept;
+  AckStatus extend(const BrandedId& job, Token token, std::uint32_t lease_ms) noexcept;
+  // Gives the lease back: the job returns to its lane at its mint position at
+  // once, its attempt count unchanged (a release is not a failed delivery)
+  // and its last error kept. The token is dead afterwards.
+  AckStatus release(const BrandedId& job, Token token) noexcept;
+  // One status per lease (id and token), in order. statuses.size() must be
+  // >= leases.size(). Returns how many completed.
+  std::size_t complete_batch(std::span<const Lease> leases, std::span<AckStatus> statuses) noexcept;
+  // Releases every lease this handle holds. For a process that exits
+  // without the worker runtime. O(jobs). Returns how many it released.
+  std::size_t release_all() noexcept;
 
-  // Lane controls. A group named here for the first time gets its lane.
+  // Lane controls. A group named here for the first time gets its lane (and
+  // keeps it while the setting is in force). Lock-free.
   LaneStatus pause(const BrandedId& group) noexcept;
   LaneStatus resume(const BrandedId& group) noexcept;
   void pause_all() noexcept;
   void resume_all() noexcept;
   // limit 0 clears it. Setting it at or below the active count de-rings the lane.
   LaneStatus set_limit(const BrandedId& group, std::uint32_t limit) noexcept;
+  // weight 1 is the default (and clears the setting).
   LaneStatus set_weight(const BrandedId& group, std::uint32_t weight) noexcept;
-  // Pending jobs of the lane (0 for a group never seen).
+  // Pending jobs of the lane (0 for a group with no lane). Approximate while
+  // others change it.
   std::uint64_t depth(const BrandedId& group) const noexcept;
   // Remove every pending job of the lane. Leased, scheduled and dead jobs are
-  // untouched. Waits for a claimer that is serving the lane at this moment.
+  // untouched. Lock-free; O(depth).
   std::uint64_t drain(const BrandedId& group) noexcept;
+  // Moves a pending job to another group's lane, at its mint position
+  // (EchoMQ's reassign). Lock-free.
+  MoveStatus reassign(const BrandedId& job, const BrandedId& group) noexcept;
 
   // Promote due delayed jobs and return expired leases, and the leases of
   // dead holders, to their lanes now. claim and claim_wait do this by
-  // themselves (a dead holder's leases within about half a second); this is
-  // for tools and tests. Returns how many jobs moved.
+  // themselves, a little at a time; this is for tools and tests: it goes
+  // over the whole table (O(jobs)). Returns how many jobs moved.
   std::uint64_t tick() noexcept;
 
   // Approximate, read-only view (not an atomic picture of the whole queue).
   Snapshot snapshot() const;
 
-  // Jobs by id or by filter: a scan of the slot table (O(jobs)); for tools.
-  std::optional<JobInfo> job(const BrandedId& id) const;
+  // Jobs by id or by filter: O(jobs) scans of the slot table; for tools.
+  // with_payload: also copy the payload into JobInfo::payload.
+  std::optional<JobInfo> job(const BrandedId& id, bool with_payload = false) const;
   std::vector<JobInfo> jobs(const JobFilter& filter = {}) const;
 
   // Dead letters. requeue_dead puts a dead job back in its lane at its mint
-  // position (its attempt count goes on from where it was); purge_dead
+  // position, starting again at attempt 1 with a fresh token; purge_dead
   // removes every dead job. Return how many jobs they moved.
   AckStatus requeue_dead(const BrandedId& id) noexcept;
   std::uint64_t requeue_all_dead() noexcept;
   std::uint64_t purge_dead() noexcept;
 
   // Checks every invariant of the segment against the job slots (the truth):
-  // states, the id index, lane counts and structures, ring membership, the
-  // free list, limits. Exact only while no process is mid-operation (run it
-  // on a quiet segment); it never writes. O(jobs + lanes).
+  // states, the id index, lane words and orders, ring membership, lane
+  // directory, limits. Exact only while no process is mid-operation (run it
+  // on a quiet segment); while one is stopped inside an operation it names
+  // that operation's step and nothing else. It never writes and never
+  // crashes on any bytes. O(jobs + lanes).
   FsckReport fsck() const;
 
   // Rebuilds every derived structure from the job slots and returns what
-  // fsck() found before it did (repairs says what changed; nothing changes
-  // when that was clean). First the slots themselves: a slot stuck admitting
-  // or freeing is freed (with its index entry), an invalid state is freed, a
-  // job naming a lane that does not exist moves to the default lane, of two
-  // live slots with one id the one the index leads to is kept and the other
-  // freed (each reported). Then the lane words (pending, active; busy
-  // cleared), lane structures (pending jobs re-linked in id order), the ring
-  // and hold slot (one token per serviceable lane), the id index, the free
-  // list and the next due time. Afterwards fsck() is clean.
-  // Refuses (Errc::busy, nothing changed) while any other live process is
-  // attached: one mid-operation would race every write. `force` repairs
-  // anyway, for when those processes are known to be idle; other threads of
-  // this process must not use the segment meanwhile. O(jobs + lanes).
+  // fsck() found before it did (repairs says what changed). An offline,
+  // manual tool: the queue never needs it to keep working (docs/design.md
+  // section 7). It refuses (Errc::busy, nothing changed) while any other live
+  // process is attached, unless forced by someone who knows those processes
+  // are idle; other threads of this process must not use the segment
+  // meanwhile. O(jobs + lanes).
   Result<FsckReport> repair(bool force = false);
 
   // The mirror's state and lag (configured == false without a mirror).
   MirrorStatus mirror_status() const;
   RecoveryInfo recovery() const;
+  CorruptionInfo corruption() const;
 
   // Puts a job back as it was, for restore: pending (a leased job comes back
   // pending: its holder is gone), scheduled with its due time, or dead; with
-  // its attempt count and last error. Same checks and statuses as enqueue,
-  // except that a mirrored segment neither refuses nor waits for Valkey (the
-  // mirror resynchronises when it starts). Later mints stay above its id.
+  // its attempt count, retry policy and last error. Same checks and statuses
+  // as enqueue, except that a mirrored segment neither refuses nor waits for
+  // Valkey (the mirror resynchronises when it starts). Later mints stay
+  // above its id.
   EnqueueStatus import_job(const JobInfo& job, std::string_view payload) noexcept;
 
   // The processes attached to the segment (pid plus start time: a reused
-  // pid is not mistaken for the old process).
+  // pid is not mistaken for the old process). Tools that attach only to look
+  // (inspect, stats, watch) are not listed (see open_observer).
   std::vector<ProcessInfo> processes() const;
 
   // Moves this segment's clock forward by ms, for every attached process.

@@ -7,7 +7,7 @@
 // expected outcomes are plain enum values and it never throws.
 #pragma once
 
-#include <cassert>
+#include <stdexcept>
 #include <string>
 #include <string_view>
 #include <utility>
@@ -37,7 +37,21 @@ struct Error {
   std::string message;    // one line, for a person
 };
 
+// What Result::value() throws when it holds an Error: what() is the
+// error's message, error() the whole Error (code and errno included).
+class ResultError : public std::runtime_error {
+ public:
+  explicit ResultError(Error e) : std::runtime_error(e.message), error_(std::move(e)) {}
+  const Error& error() const noexcept { return error_; }
+  Errc code() const noexcept { return error_.code; }
+
+ private:
+  Error error_;
+};
+
 // A value or an Error. Deliberately small: C++20 has no std::expected.
+// value(), operator* and operator-> on an Error throw ResultError; error()
+// on a value throws std::logic_error (a bug in the caller).
 template <class T>
 class [[nodiscard]] Result {
  public:
@@ -47,15 +61,24 @@ class [[nodiscard]] Result {
   bool ok() const noexcept { return v_.index() == 0; }
   explicit operator bool() const noexcept { return ok(); }
 
-  T& value() & { assert(ok()); return std::get<0>(v_); }
-  T&& value() && { assert(ok()); return std::get<0>(std::move(v_)); }
-  const T& value() const& { assert(ok()); return std::get<0>(v_); }
+  T& value() & { check(); return std::get<0>(v_); }
+  T&& value() && { check(); return std::get<0>(std::move(v_)); }
+  const T& value() const& { check(); return std::get<0>(v_); }
   T* operator->() { return &value(); }
+  const T* operator->() const { return &value(); }
   T& operator*() & { return value(); }
+  const T& operator*() const& { return value(); }
+  T&& operator*() && { return std::move(*this).value(); }
 
-  const Error& error() const& { assert(!ok()); return std::get<1>(v_); }
+  const Error& error() const& {
+    if (ok()) throw std::logic_error("Result::error() called on a value");
+    return std::get<1>(v_);
+  }
 
  private:
+  void check() const {
+    if (!ok()) throw ResultError(std::get<1>(v_));
+  }
   std::variant<T, Error> v_;
 };
 

@@ -106,9 +106,21 @@ class ValkeyBackend final : public Backend {
   // second), then claim again, until the timeout. No busy polling.
   bool claim_wait(Lease& out, std::uint32_t lease_ms, std::chrono::milliseconds timeout) override;
   std::size_t claim_batch(std::span<Lease> out, std::uint32_t lease_ms) override;
-  AckStatus complete(const BrandedId& job, std::uint32_t attempt) override;
-  FailStatus fail(const BrandedId& job, std::uint32_t attempt, const FailOptions& options) override;
-  AckStatus extend(const BrandedId& job, std::uint32_t attempt, std::uint32_t lease_ms) override;
+  std::size_t enqueue_batch(std::span<const EnqueueItem> items, std::span<EnqueueStatus> statuses) override;
+  std::size_t claim_lane_batch(std::span<Lease> out, std::uint32_t lease_ms) override;
+  AckStatus complete(const BrandedId& job, Token token) override;
+  std::size_t complete_batch(std::span<const Lease> leases, std::span<AckStatus> statuses) override;
+  FailStatus fail(const BrandedId& job, Token token, const FailOptions& options = {}) override;
+  AckStatus extend(const BrandedId& job, Token token, std::uint32_t lease_ms) override;
+  AckStatus release(const BrandedId& job, Token token) override;
+  MoveStatus reassign(const BrandedId& job, const BrandedId& group) override;
+  std::optional<JobInfo> job(const BrandedId& id, bool with_payload = false) override;
+  std::vector<JobInfo> jobs(const JobFilter& filter = {}) override;
+  AckStatus requeue_dead(const BrandedId& id) override;
+  std::uint64_t requeue_all_dead() override;
+  std::uint64_t purge_dead() override;
+  std::vector<ProcessInfo> processes() override;
+  BackendCapabilities capabilities() const override;
 
   LaneStatus pause(const BrandedId& group) override;
   LaneStatus resume(const BrandedId& group) override;

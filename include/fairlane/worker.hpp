@@ -41,6 +41,7 @@
 
 #include "fairlane/backend.hpp"
 #include "fairlane/queue.hpp"
+#include "fairlane/retry.hpp"
 
 namespace fairlane {
 
@@ -79,30 +80,7 @@ class ManualClock final : public WorkerClock {
   std::atomic<std::uint64_t> ms_;
 };
 
-// How long to wait before retrying a job whose attempt `n` failed.
-//
-//   fixed        base
-//   exponential  min(cap, base * factor^(n-1))
-//
-// then jitter j in [0, 1] takes off a uniform random share of up to j of it:
-// the delay is drawn uniformly from [d * (1 - j), d]. j = 1 is "full jitter",
-// j = 0.5 "equal jitter". The result never exceeds the cap.
-struct Backoff {
-  enum class Kind { fixed, exponential };
-  Kind kind = Kind::exponential;
-  std::chrono::milliseconds base{1000};
-  std::chrono::milliseconds cap{300000};
-  double factor = 2.0;
-  double jitter = 0.0;
-
-  static Backoff fixed(std::chrono::milliseconds delay, double jitter = 0.0) noexcept;
-  static Backoff exponential(std::chrono::milliseconds base, std::chrono::milliseconds cap,
-                             double factor = 2.0, double jitter = 0.0) noexcept;
-
-  // Pure: `u` in [0, 1) is the uniform draw for the jitter (ignored when
-  // jitter is 0). attempt 0 is treated as 1. Thread-safe.
-  std::chrono::milliseconds delay(std::uint32_t attempt, double u = 0.0) const noexcept;
-};
+// Backoff (the delay before a retry) is declared in retry.hpp.
 
 // What the handler says happened. A handler that throws is treated as
 // retry(what()).
@@ -139,6 +117,7 @@ class Job {
   const BrandedId& id() const noexcept { return lease_.id; }
   const BrandedId& group() const noexcept { return lease_.group; }
   std::uint32_t attempt() const noexcept { return lease_.attempt; }  // 1 on the first delivery
+  Token token() const noexcept { return lease_.token; }
   std::string_view payload() const noexcept { return lease_.payload; }
   const Lease& lease() const noexcept { return lease_; }
 

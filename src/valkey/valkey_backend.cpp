@@ -168,6 +168,7 @@ struct ValkeyBackend::Impl {
       if (p->type == REDIS_REPLY_STRING) l.payload.assign(p->str, p->len);
       else l.payload.clear();
       l.attempt = std::uint32_t(integer(r->element[b + 3], Sid::claim));
+      l.token = Token(l.attempt);  // interim: EchoMQ's attempts until the backend keeps a token of its own
       l.deadline_ms = deadline;
       l.waited_us = std::uint64_t(std::max<std::int64_t>(0, integer(r->element[b + 4], Sid::claim))) * 1000;
     }
@@ -290,9 +291,9 @@ bool ValkeyBackend::claim_wait(Lease& out, std::uint32_t lease_ms, std::chrono::
   }
 }
 
-AckStatus ValkeyBackend::complete(const BrandedId& job, std::uint32_t attempt) {
+AckStatus ValkeyBackend::complete(const BrandedId& job, Token token) {
   if (!job.well_formed() || job.kind() != impl_->kind) return AckStatus::gone;
-  const Num a(attempt);
+  const Num a(token.value);
   Reply r = impl_->eval(Sid::complete, {impl_->job(job)}, {job.str(), a.sv()});
   switch (impl_->integer(r.get(), Sid::complete)) {
     case 0: return AckStatus::ok;
@@ -301,9 +302,9 @@ AckStatus ValkeyBackend::complete(const BrandedId& job, std::uint32_t attempt) {
   }
 }
 
-FailStatus ValkeyBackend::fail(const BrandedId& job, std::uint32_t attempt, const FailOptions& options) {
+FailStatus ValkeyBackend::fail(const BrandedId& job, Token token, const FailOptions& options) {
   if (!job.well_formed() || job.kind() != impl_->kind) return FailStatus::gone;
-  const Num a(attempt), delay(options.delay_ms), max(options.max_attempts);
+  const Num a(token.value), delay(options.delay_ms.value_or(0)), max(options.max_attempts.value_or(1));
   const std::string_view err = options.error.substr(0, kMaxErrorBytes);
   Reply r = impl_->eval(Sid::fail, {impl_->job(job)}, {job.str(), a.sv(), delay.sv(), max.sv(), err});
   switch (impl_->integer(r.get(), Sid::fail)) {
@@ -314,9 +315,9 @@ FailStatus ValkeyBackend::fail(const BrandedId& job, std::uint32_t attempt, cons
   }
 }
 
-AckStatus ValkeyBackend::extend(const BrandedId& job, std::uint32_t attempt, std::uint32_t lease_ms) {
+AckStatus ValkeyBackend::extend(const BrandedId& job, Token token, std::uint32_t lease_ms) {
   if (!job.well_formed() || job.kind() != impl_->kind) return AckStatus::gone;
-  const Num a(attempt), ms(lease_ms);
+  const Num a(token.value), ms(lease_ms);
   Reply r = impl_->eval(Sid::extend, {impl_->job(job)}, {job.str(), a.sv(), ms.sv()});
   switch (impl_->integer(r.get(), Sid::extend)) {
     case 0: return AckStatus::ok;
@@ -324,6 +325,61 @@ AckStatus ValkeyBackend::extend(const BrandedId& job, std::uint32_t attempt, std
     default: return AckStatus::gone;
   }
 }
+
+// Interim forms of the calls the Valkey issue implements as one script each.
+std::size_t ValkeyBackend::enqueue_batch(std::span<const EnqueueItem> items, std::span<EnqueueStatus> statuses) {
+  std::size_t n = 0;
+  for (std::size_t i = 0; i < items.size() && i < statuses.size(); ++i) {
+    statuses[i] = enqueue(items[i].group, items[i].job, items[i].payload, items[i].options);
+    n += statuses[i] == EnqueueStatus::enqueued;
+  }
+  return n;
+}
+
+std::size_t ValkeyBackend::complete_batch(std::span<const Lease> leases, std::span<AckStatus> statuses) {
+  std::size_t n = 0;
+  for (std::size_t i = 0; i < leases.size() && i < statuses.size(); ++i) {
+    statuses[i] = complete(leases[i].id, leases[i].token);
+    n += statuses[i] == AckStatus::ok;
+  }
+  return n;
+}
+
+std::size_t ValkeyBackend::claim_lane_batch(std::span<Lease> out, std::uint32_t lease_ms) { return claim_batch(out, lease_ms); }
+
+AckStatus ValkeyBackend::release(const BrandedId& job, Token token) {
+  FailOptions o;
+  o.delay_ms = 0;
+  o.max_attempts = 1U << 30;
+  switch (fail(job, token, o)) {
+    case FailStatus::retrying: case FailStatus::dead: return AckStatus::ok;
+    case FailStatus::stale: return AckStatus::stale;
+    case FailStatus::gone: return AckStatus::gone;
+    case FailStatus::corrupt: return AckStatus::corrupt;
+  }
+  return AckStatus::gone;
+}
+
+MoveStatus ValkeyBackend::reassign(const BrandedId&, const BrandedId&) {
+  throw BackendError(impl_->where + ": reassign is not implemented on Valkey yet");
+}
+std::optional<JobInfo> ValkeyBackend::job(const BrandedId&, bool) {
+  throw BackendError(impl_->where + ": job lookup is not implemented on Valkey yet");
+}
+std::vector<JobInfo> ValkeyBackend::jobs(const JobFilter&) {
+  throw BackendError(impl_->where + ": job listing is not implemented on Valkey yet");
+}
+AckStatus ValkeyBackend::requeue_dead(const BrandedId&) {
+  throw BackendError(impl_->where + ": dead-letter requeue is not implemented on Valkey yet");
+}
+std::uint64_t ValkeyBackend::requeue_all_dead() {
+  throw BackendError(impl_->where + ": dead-letter requeue is not implemented on Valkey yet");
+}
+std::uint64_t ValkeyBackend::purge_dead() {
+  throw BackendError(impl_->where + ": dead-letter purge is not implemented on Valkey yet");
+}
+std::vector<ProcessInfo> ValkeyBackend::processes() { return {}; }
+BackendCapabilities ValkeyBackend::capabilities() const { return {}; }
 
 // ---- lanes -------------------------------------------------------------------------
 

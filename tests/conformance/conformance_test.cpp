@@ -220,7 +220,7 @@ TEST_P(BackendTest, DedupThenReenqueueAfterComplete) {
   Lease l = claim_one();
   EXPECT_EQ(l.payload, "first");
   EXPECT_EQ(q().enqueue(A, id, "third"), EnqueueStatus::duplicate);  // leased is live
-  EXPECT_EQ(q().complete(id, l.attempt), AckStatus::ok);
+  EXPECT_EQ(q().complete(id, l.token), AckStatus::ok);
   EXPECT_EQ(q().enqueue(A, id, "again"), EnqueueStatus::enqueued);  // completed: admissible again
   Lease l2 = claim_one();
   EXPECT_EQ(l2.id, id);
@@ -255,7 +255,7 @@ TEST_P(BackendTest, MalformedIdsAreRefused) {
   EXPECT_EQ(q().enqueue(A, over_job, "x"), EnqueueStatus::invalid_id);
   EXPECT_EQ(q().set_limit(bad_group, 1), LaneStatus::invalid_group);
   EXPECT_EQ(q().pause(bad_group), LaneStatus::invalid_group);
-  EXPECT_EQ(q().complete(bad_job, 1), AckStatus::gone);
+  EXPECT_EQ(q().complete(bad_job, Token(1)), AckStatus::gone);
   const Snapshot after = q().snapshot();
   EXPECT_EQ(after.pending, before.pending);
   EXPECT_EQ(after.lanes.size(), before.lanes.size());
@@ -317,7 +317,7 @@ TEST_P(BackendTest, CompleteOnPausedLaneDoesNotRering) {
   fill(A, 3);
   Lease l = claim_one();
   ASSERT_EQ(q().pause(A), LaneStatus::ok);
-  ASSERT_EQ(q().complete(l.id, l.attempt), AckStatus::ok);
+  ASSERT_EQ(q().complete(l.id, l.token), AckStatus::ok);
   EXPECT_FALSE(lane(A)->ringed);
   Lease l2;
   EXPECT_FALSE(q().claim(l2, 1000));
@@ -358,10 +358,10 @@ TEST_P(BackendTest, LimitOneParksAndReopens) {
     Lease l = claim_one();
     EXPECT_NE(l.group, A) << "claim " << i;
     EXPECT_LE(lane(A)->active, 1U);
-    ASSERT_EQ(q().complete(l.id, l.attempt), AckStatus::ok);
+    ASSERT_EQ(q().complete(l.id, l.token), AckStatus::ok);
   }
   EXPECT_EQ(q().depth(A), 3U);
-  ASSERT_EQ(q().complete(la.id, la.attempt), AckStatus::ok);  // reopens A at the tail
+  ASSERT_EQ(q().complete(la.id, la.token), AckStatus::ok);  // reopens A at the tail
   EXPECT_TRUE(lane(A)->ringed);
   EXPECT_EQ(lane(A)->active, 0U);
   std::vector<BrandedId> served = claim_groups(3);
@@ -441,7 +441,7 @@ TEST_P(BackendTest, DrainRemovesPendingOnly) {
   EXPECT_EQ(seq_string(q().snapshot().ring), "BBB");
   EXPECT_EQ(q().snapshot().counters.drained, 4U);
   EXPECT_EQ(q().snapshot().pending, 3U);
-  EXPECT_EQ(q().complete(la.id, la.attempt), AckStatus::ok);  // the leased job is untouched
+  EXPECT_EQ(q().complete(la.id, la.token), AckStatus::ok);  // the leased job is untouched
   EXPECT_EQ(q().enqueue(A, a_ids[1], "again"), EnqueueStatus::enqueued);  // drained ids are gone
   EXPECT_EQ(q().drain(A), 1U);
   EXPECT_EQ(q().drain(A), 0U);
@@ -515,7 +515,7 @@ TEST_P(BackendTest, BatchTakesWeightPerRingStep) {
   EXPECT_EQ(lane(A)->active, 6U);
   EXPECT_EQ(q().depth(A), 4U);
   EXPECT_EQ(q().depth(C), 0U);
-  for (const auto& l : out) EXPECT_EQ(q().complete(l.id, l.attempt), AckStatus::ok);
+  for (const auto& l : out) EXPECT_EQ(q().complete(l.id, l.token), AckStatus::ok);
 }
 
 TEST_P(BackendTest, BatchStopsAtHeadroomDepthAndRoom) {
@@ -579,11 +579,12 @@ TEST_P(BackendTest, LeaseExpiryReturnsJobToItsMintPosition) {
   EXPECT_EQ(again.id, ids[0]);  // before its younger siblings
   EXPECT_EQ(again.attempt, 2U);
   EXPECT_EQ(again.payload, first.payload);
-  EXPECT_EQ(q().complete(ids[0], 1), AckStatus::stale);  // the old token is fenced off
-  EXPECT_EQ(q().extend(ids[0], 1, 1000), AckStatus::stale);
-  EXPECT_EQ(q().fail(ids[0], 1, FailOptions{}), FailStatus::stale);
+  EXPECT_NE(again.token, first.token);
+  EXPECT_EQ(q().complete(ids[0], first.token), AckStatus::stale);  // the old token is fenced off
+  EXPECT_EQ(q().extend(ids[0], first.token, 1000), AckStatus::stale);
+  EXPECT_EQ(q().fail(ids[0], first.token, FailOptions{}), FailStatus::stale);
   EXPECT_EQ(lane(A)->active, 1U);
-  EXPECT_EQ(q().complete(ids[0], 2), AckStatus::ok);
+  EXPECT_EQ(q().complete(ids[0], again.token), AckStatus::ok);
   EXPECT_EQ(claim_one().id, ids[1]);
 }
 
@@ -596,8 +597,8 @@ TEST_P(BackendTest, ClaimReapsExpiredLeasesByItself) {
   EXPECT_EQ(again.id, ids[0]);
   EXPECT_EQ(again.attempt, 2U);
   EXPECT_EQ(lane(A)->active, 1U);
-  EXPECT_EQ(q().complete(ids[0], 1), AckStatus::stale);
-  EXPECT_EQ(q().complete(ids[0], 2), AckStatus::ok);
+  EXPECT_EQ(q().complete(ids[0], first.token), AckStatus::stale);
+  EXPECT_EQ(q().complete(ids[0], again.token), AckStatus::ok);
 }
 
 TEST_P(BackendTest, AdvanceClockIsSharedByEveryClient) {
@@ -636,7 +637,7 @@ TEST_P(BackendTest, UnexpiredLeaseIsNotReaped) {
   EXPECT_EQ(q().tick(), 0U);
   Lease other;
   EXPECT_FALSE(q().claim(other, 1000));
-  EXPECT_EQ(q().complete(l.id, l.attempt), AckStatus::ok);
+  EXPECT_EQ(q().complete(l.id, l.token), AckStatus::ok);
 }
 
 TEST_P(BackendTest, StaleTokensAreRefused) {
@@ -644,10 +645,10 @@ TEST_P(BackendTest, StaleTokensAreRefused) {
   Lease l = claim_one(10'000);
   ASSERT_EQ(l.attempt, 1U);
   const Snapshot before = q().snapshot();
-  for (std::uint32_t bad : {0U, 2U, 7U}) {
-    EXPECT_EQ(q().complete(l.id, bad), AckStatus::stale) << bad;
-    EXPECT_EQ(q().extend(l.id, bad, 1'000'000), AckStatus::stale) << bad;
-    EXPECT_EQ(q().fail(l.id, bad, FailOptions{0, 5, "nope"}), FailStatus::stale) << bad;
+  for (Token bad : {Token(0), Token(l.token.value + 1), Token(l.token.value ^ (1ULL << 40)), Token(~0ULL)}) {
+    EXPECT_EQ(q().complete(l.id, bad), AckStatus::stale) << bad.value;
+    EXPECT_EQ(q().extend(l.id, bad, 1'000'000), AckStatus::stale) << bad.value;
+    EXPECT_EQ(q().fail(l.id, bad, FailOptions{0, 5, "nope"}), FailStatus::stale) << bad.value;
   }
   const Snapshot after = q().snapshot();
   EXPECT_EQ(after.leased, before.leased);
@@ -658,23 +659,23 @@ TEST_P(BackendTest, StaleTokensAreRefused) {
   EXPECT_EQ(lane(A)->active, 1U);
   q().advance_clock(10'500);  // the refused extend did not move the deadline
   EXPECT_EQ(q().tick(), 1U);
-  EXPECT_EQ(q().complete(ids[1], 0), AckStatus::stale);  // a pending job refuses every token
-  EXPECT_EQ(q().complete(ids[1], 1), AckStatus::stale);
+  EXPECT_EQ(q().complete(ids[1], Token(0)), AckStatus::stale);  // a pending job refuses every token
+  EXPECT_EQ(q().complete(ids[1], l.token), AckStatus::stale);
   EXPECT_EQ(q().depth(A), 2U);
 }
 
 TEST_P(BackendTest, UnknownOrFinishedJobIsGone) {
   const BrandedId never = q().mint();
-  EXPECT_EQ(q().complete(never, 1), AckStatus::gone);
-  EXPECT_EQ(q().extend(never, 1, 100), AckStatus::gone);
-  EXPECT_EQ(q().fail(never, 1, FailOptions{}), FailStatus::gone);
-  EXPECT_EQ(q().complete(BrandedId{}, 1), AckStatus::gone);
+  EXPECT_EQ(q().complete(never, Token(1)), AckStatus::gone);
+  EXPECT_EQ(q().extend(never, Token(1), 100), AckStatus::gone);
+  EXPECT_EQ(q().fail(never, Token(1), FailOptions{}), FailStatus::gone);
+  EXPECT_EQ(q().complete(BrandedId{}, Token(1)), AckStatus::gone);
   fill(A, 1);
   Lease l = claim_one();
-  ASSERT_EQ(q().complete(l.id, l.attempt), AckStatus::ok);
-  EXPECT_EQ(q().complete(l.id, l.attempt), AckStatus::gone);
-  EXPECT_EQ(q().extend(l.id, l.attempt, 100), AckStatus::gone);
-  EXPECT_EQ(q().fail(l.id, l.attempt, FailOptions{}), FailStatus::gone);
+  ASSERT_EQ(q().complete(l.id, l.token), AckStatus::ok);
+  EXPECT_EQ(q().complete(l.id, l.token), AckStatus::gone);
+  EXPECT_EQ(q().extend(l.id, l.token, 100), AckStatus::gone);
+  EXPECT_EQ(q().fail(l.id, l.token, FailOptions{}), FailStatus::gone);
   const Snapshot s = q().snapshot();
   EXPECT_EQ(s.counters.completed, 1U);
   EXPECT_EQ(s.leased, 0U);
@@ -722,7 +723,7 @@ TEST_P(BackendTest, FailRetriesThenDeadLetters) {
   const FailOptions opts{500, 3, "boom"};
   Lease l = claim_one();
   ASSERT_EQ(l.attempt, 1U);
-  EXPECT_EQ(q().fail(id, 1, opts), FailStatus::retrying);
+  EXPECT_EQ(q().fail(id, l.token, opts), FailStatus::retrying);
   EXPECT_EQ(lane(A)->active, 0U);
   EXPECT_EQ(q().snapshot().scheduled, 1U);
   EXPECT_FALSE(q().claim(l, 1000)) << "retry served before its backoff";
@@ -732,11 +733,11 @@ TEST_P(BackendTest, FailRetriesThenDeadLetters) {
   EXPECT_EQ(l.id, id);
   EXPECT_EQ(l.attempt, 2U);
   EXPECT_EQ(l.payload, "work");
-  EXPECT_EQ(q().fail(id, 2, opts), FailStatus::retrying);
+  EXPECT_EQ(q().fail(id, l.token, opts), FailStatus::retrying);
   q().advance_clock(600);
   ASSERT_TRUE(q().claim(l, 1000));
   EXPECT_EQ(l.attempt, 3U);
-  EXPECT_EQ(q().fail(id, 3, opts), FailStatus::dead);
+  EXPECT_EQ(q().fail(id, l.token, opts), FailStatus::dead);
   const Snapshot s = q().snapshot();
   EXPECT_EQ(s.dead, 1U);
   EXPECT_EQ(s.scheduled, 0U);
@@ -749,14 +750,14 @@ TEST_P(BackendTest, FailRetriesThenDeadLetters) {
   q().tick();
   EXPECT_FALSE(q().claim(l, 1000)) << "a dead job was served";
   EXPECT_EQ(q().enqueue(A, id, "dup"), EnqueueStatus::duplicate);  // a dead job still exists
-  EXPECT_EQ(q().complete(id, 3), AckStatus::stale);
-  EXPECT_EQ(q().fail(id, 3, opts), FailStatus::stale);
+  EXPECT_EQ(q().complete(id, l.token), AckStatus::stale);
+  EXPECT_EQ(q().fail(id, l.token, opts), FailStatus::stale);
 }
 
 TEST_P(BackendTest, FailWithDefaultOptionsIsDeadAtOnce) {
   fill(A, 1);
   Lease l = claim_one();
-  EXPECT_EQ(q().fail(l.id, l.attempt, FailOptions{}), FailStatus::dead);
+  EXPECT_EQ(q().fail(l.id, l.token, FailOptions{}), FailStatus::dead);
   EXPECT_EQ(q().snapshot().dead, 1U);
 }
 
@@ -764,11 +765,11 @@ TEST_P(BackendTest, RetryWithoutDelayGoesBackToMintPosition) {
   auto ids = fill(A, 3);
   Lease l = claim_one();
   ASSERT_EQ(l.id, ids[0]);
-  EXPECT_EQ(q().fail(l.id, l.attempt, FailOptions{0, 5, "again"}), FailStatus::retrying);
+  EXPECT_EQ(q().fail(l.id, l.token, FailOptions{0, 5, "again"}), FailStatus::retrying);
   Lease r = claim_one();
   EXPECT_EQ(r.id, ids[0]);
   EXPECT_EQ(r.attempt, 2U);
-  EXPECT_EQ(q().complete(r.id, r.attempt), AckStatus::ok);
+  EXPECT_EQ(q().complete(r.id, r.token), AckStatus::ok);
   EXPECT_EQ(claim_one().id, ids[1]);
 }
 
@@ -778,7 +779,7 @@ TEST_P(BackendTest, FailReleasesLimitSlot) {
   Lease l = claim_one();
   Lease none;
   EXPECT_FALSE(q().claim(none, 1000));
-  EXPECT_EQ(q().fail(l.id, l.attempt, FailOptions{10'000, 5, ""}), FailStatus::retrying);
+  EXPECT_EQ(q().fail(l.id, l.token, FailOptions{10'000, 5, ""}), FailStatus::retrying);
   Lease next = claim_one();
   EXPECT_NE(next.id, l.id);
   EXPECT_EQ(lane(A)->active, 1U);
@@ -789,7 +790,7 @@ TEST_P(BackendTest, FailReleasesLimitSlot) {
 TEST_P(BackendTest, ExtendMovesTheDeadline) {
   fill(A, 1);
   Lease l = claim_one(100);
-  EXPECT_EQ(q().extend(l.id, l.attempt, 1000), AckStatus::ok);
+  EXPECT_EQ(q().extend(l.id, l.token, 1000), AckStatus::ok);
   q().advance_clock(500);  // past the old deadline, before the new one
   EXPECT_EQ(q().tick(), 0U);
   Lease other;
@@ -800,9 +801,9 @@ TEST_P(BackendTest, ExtendMovesTheDeadline) {
   ASSERT_TRUE(q().claim(other, 1000));
   EXPECT_EQ(other.id, l.id);
   EXPECT_EQ(other.attempt, 2U);
-  EXPECT_EQ(q().extend(l.id, 1, 100'000), AckStatus::stale);
-  EXPECT_EQ(q().extend(other.id, other.attempt, 5000), AckStatus::ok);
-  EXPECT_EQ(q().complete(other.id, other.attempt), AckStatus::ok);
+  EXPECT_EQ(q().extend(l.id, l.token, 100'000), AckStatus::stale);
+  EXPECT_EQ(q().extend(other.id, other.token, 5000), AckStatus::ok);
+  EXPECT_EQ(q().complete(other.id, other.token), AckStatus::ok);
   EXPECT_EQ(q().snapshot().leased, 0U);
 }
 
@@ -891,7 +892,7 @@ TEST_P(BackendTest, ManyConsumersServeEveryJobOnce) {
       Lease l;
       while (clients[i]->claim(l, 60'000)) {
         seen[i].push_back(l.id);
-        if (clients[i]->complete(l.id, l.attempt) != AckStatus::ok) ++errors;
+        if (clients[i]->complete(l.id, l.token) != AckStatus::ok) ++errors;
       }
     });
   }

@@ -155,7 +155,7 @@ TEST_F(ValkeyTest, KeyspaceIsEchoMQs) {
   EXPECT_EQ(raw_->num(raw_->cmd("EXISTS %s", lane.c_str())), 0);  // empty lane: gone, as in EchoMQ
   EXPECT_EQ(raw_->num(raw_->cmd("LLEN %s", key("ring").c_str())), 0);
 
-  ASSERT_EQ(b_->fail(l.id, l.attempt, FailOptions{0, 1, "bad input"}), FailStatus::dead);
+  ASSERT_EQ(b_->fail(l.id, l.token, FailOptions{0, 1, "bad input"}), FailStatus::dead);
   EXPECT_EQ(raw_->str(raw_->cmd("HGET %s state", job.c_str())), "dead");
   EXPECT_EQ(raw_->str(raw_->cmd("HGET %s last_error", job.c_str())), "bad input");
   EXPECT_EQ(raw_->num(raw_->cmd("ZCARD %s", key("dead").c_str())), 1);
@@ -196,7 +196,7 @@ TEST_F(ValkeyTest, ServesJobsWrittenByEchoMQ) {
   EXPECT_EQ(l.attempt, 1U);
   EXPECT_EQ(l.payload, "from-echomq");
   EXPECT_EQ(l.waited_us, 0U);  // EchoMQ keeps no ready time
-  EXPECT_EQ(b_->complete(l.id, l.attempt), AckStatus::ok);
+  EXPECT_EQ(b_->complete(l.id, l.token), AckStatus::ok);
   EXPECT_EQ(raw_->num(raw_->cmd("EXISTS %s", job.c_str())), 0);
   const Snapshot s = b_->snapshot();
   ASSERT_EQ(s.lanes.size(), 1U);  // found through the ring, though never registered

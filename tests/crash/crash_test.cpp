@@ -52,7 +52,8 @@ TEST_F(Crash, LeaseOfDeadConsumerIsRedeliveredAndFreesTheLimit) {
   std::ifstream in(out);
   std::string id;
   unsigned attempt = 0;
-  in >> id >> attempt;
+  std::uint64_t dead_token = 0;
+  in >> id >> attempt >> dead_token;
   ASSERT_EQ(id, first.string());
   ASSERT_EQ(attempt, 1U);
 
@@ -66,11 +67,11 @@ TEST_F(Crash, LeaseOfDeadConsumerIsRedeliveredAndFreesTheLimit) {
   }
   EXPECT_EQ(l.id, first) << "limit 1 exceeded while the dead consumer's lease was out";
   EXPECT_EQ(l.attempt, 2U);
-  EXPECT_EQ(q().complete(first, 1), AckStatus::stale) << "the dead consumer's token must be fenced off";
-  EXPECT_EQ(q().complete(first, 2), AckStatus::ok);
+  EXPECT_EQ(q().complete(first, Token(dead_token)), AckStatus::stale) << "the dead consumer's token must be fenced off";
+  EXPECT_EQ(q().complete(first, l.token), AckStatus::ok);
   ASSERT_TRUE(q().claim(l, 60000));
   EXPECT_EQ(l.id, second);
-  EXPECT_EQ(q().complete(second, l.attempt), AckStatus::ok);
+  EXPECT_EQ(q().complete(second, l.token), AckStatus::ok);
   const Snapshot s = q().snapshot();
   EXPECT_EQ(s.leased, 0U);
   EXPECT_EQ(s.pending, 0U);
@@ -106,10 +107,12 @@ TEST_F(Crash, LeasesOfAKilledConsumerAreRedeliveredLongBeforeTheirDeadline) {
   std::ifstream in(out);
   std::string id;
   unsigned attempt = 0;
-  std::uint64_t held = 0;
-  while (in >> id >> attempt) {
+  std::uint64_t token = 0, held = 0;
+  std::map<std::string, std::uint64_t> dead_tokens;
+  while (in >> id >> attempt >> token) {
     ASSERT_TRUE(pending.count(id)) << id;
     ASSERT_EQ(attempt, 1U);
+    dead_tokens[id] = token;
     ++held;
   }
   ASSERT_EQ(held, kHeld);
@@ -131,8 +134,9 @@ TEST_F(Crash, LeasesOfAKilledConsumerAreRedeliveredLongBeforeTheirDeadline) {
     ASSERT_TRUE(pending.count(l.id.string())) << l.id.str();
     EXPECT_EQ(++pending[l.id.string()], 1) << "delivered twice: " << l.id.str();
     EXPECT_EQ(l.attempt, 2U) << l.id.str();
-    EXPECT_EQ(q().complete(l.id, 1), AckStatus::stale) << "the dead consumer's attempt must be fenced off";
-    EXPECT_EQ(q().complete(l.id, l.attempt), AckStatus::ok);
+    EXPECT_EQ(q().complete(l.id, Token(dead_tokens[l.id.string()])), AckStatus::stale)
+        << "the dead consumer's token must be fenced off";
+    EXPECT_EQ(q().complete(l.id, l.token), AckStatus::ok);
     redelivered.push_back(std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now() - killed));
   }
   ASSERT_EQ(redelivered.size(), kHeld) << "the killed consumer's jobs were not redelivered within 30 s";
@@ -227,7 +231,7 @@ TEST_F(Crash, ConsumerKilledInsideAClaimDoesNotWedgeItsLane) {
     q().advance_clock(100);
     if (q().claim_wait(l, 60000, std::chrono::milliseconds(20))) {
       ++served[l.group];
-      ASSERT_EQ(q().complete(l.id, l.attempt), AckStatus::ok);
+      ASSERT_EQ(q().complete(l.id, l.token), AckStatus::ok);
     }
   }
   std::string counts;

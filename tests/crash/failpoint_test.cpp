@@ -130,11 +130,11 @@ const BrandedId kLaneE = BrandedId::make("EEE", 1);  // empty until the child en
     const Lease l = claim_one(c.scenario == Scenario::sweep ? 1 : 60000);
     detail::failpoint_arm(c.failpoint);
     switch (c.scenario) {
-      case Scenario::complete: q.complete(l.id, l.attempt); break;
-      case Scenario::fail_retry: q.fail(l.id, l.attempt, FailOptions{.delay_ms = 0, .max_attempts = 10, .error = "boom"}); break;
-      case Scenario::fail_later: q.fail(l.id, l.attempt, FailOptions{.delay_ms = 50, .max_attempts = 10, .error = "later"}); break;
+      case Scenario::complete: q.complete(l.id, l.token); break;
+      case Scenario::fail_retry: q.fail(l.id, l.token, FailOptions{.delay_ms = 0, .max_attempts = 10, .error = "boom"}); break;
+      case Scenario::fail_later: q.fail(l.id, l.token, FailOptions{.delay_ms = 50, .max_attempts = 10, .error = "later"}); break;
       case Scenario::fail_dead:
-        q.fail(l.id, l.attempt, FailOptions{.delay_ms = 0, .max_attempts = 1, .error = "hopeless"});
+        q.fail(l.id, l.token, FailOptions{.delay_ms = 0, .max_attempts = 1, .error = "hopeless"});
         break;
       case Scenario::sweep:
         q.advance_clock(10);  // the 1 ms lease runs out (the segment's clock, not a sleep)
@@ -218,7 +218,7 @@ TEST_P(Failpoint, SurvivorsGoOnAndRecoveryRestoresEverything) {
   std::map<std::string, int> delivered;  // completed by the survivor
   auto take = [&](const Lease& l) {
     ++delivered[l.id.string()];
-    EXPECT_EQ(q().complete(l.id, l.attempt), AckStatus::ok) << l.id.string();
+    EXPECT_EQ(q().complete(l.id, l.token), AckStatus::ok) << l.id.string();
   };
   // Claims of the other lanes: non-blocking calls, no waiting in between.
   auto others_done = [&] {

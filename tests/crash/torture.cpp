@@ -255,7 +255,7 @@ Queue attach_or_exit(const std::string& name) {
       fo.delay_ms = rng() % 4;  // 0: straight back to the lane; else via scheduled and a sweep's promotion
       fo.max_attempts = kMaxAttempts;
       fo.error = "torture";
-      switch (q.fail(l.id, l.attempt, fo)) {
+      switch (q.fail(l.id, l.token, fo)) {
         case FailStatus::retrying: put_line(log.fd(), "F %s %u", id.c_str(), l.attempt); break;
         case FailStatus::stale: put_line(log.fd(), "S %s %u", id.c_str(), l.attempt); break;
         case FailStatus::gone: put_line(log.fd(), "G %s %u", id.c_str(), l.attempt); break;
@@ -265,7 +265,7 @@ Queue attach_or_exit(const std::string& name) {
           break;
       }
     } else {
-      switch (q.complete(l.id, l.attempt)) {
+      switch (q.complete(l.id, l.token)) {
         case AckStatus::ok: put_line(log.fd(), "C %s %u", id.c_str(), l.attempt); break;
         case AckStatus::stale: put_line(log.fd(), "S %s %u", id.c_str(), l.attempt); break;
         case AckStatus::gone: put_line(log.fd(), "G %s %u", id.c_str(), l.attempt); break;
@@ -782,7 +782,7 @@ class Supervisor {
     if (const std::string bad = check_payload(l); !bad.empty())
       violation(std::string(phase) + ": claim of " + l.id.string() + ": " + bad);
     ledger_.took(l.id, l.attempt);
-    const AckStatus st = q_.complete(l.id, l.attempt);
+    const AckStatus st = q_.complete(l.id, l.token);
     if (st == AckStatus::ok)
       ledger_.drained(l.id, l.attempt);
     else  // nobody else holds leases now: the only holder of this one is us
@@ -898,7 +898,7 @@ class Supervisor {
       if (left[f] == 0) violation("fairness: lane " + l.group.string() + " served more jobs than it was given");
       else --left[f];
       order.push_back(f);
-      if (const AckStatus st = q_.complete(l.id, l.attempt); st != AckStatus::ok)
+      if (const AckStatus st = q_.complete(l.id, l.token); st != AckStatus::ok)
         violation("fairness: complete " + l.id.string() + " -> " + std::string(fairlane::to_string(st)));
     }
 

@@ -169,10 +169,10 @@ TEST_F(MirrorTest, EveryTransitionReachesValkeyAndValkeyConsumersCanServeIt) {
   ASSERT_TRUE(q.claim(c, 60000));
   ASSERT_TRUE(q.claim(d, 60000));
   ASSERT_TRUE(q.claim(e, 60000));
-  EXPECT_EQ(q.complete(a.id, a.attempt), AckStatus::ok);
-  EXPECT_EQ(q.fail(b.id, b.attempt, {.delay_ms = 0, .max_attempts = 5, .error = "again"}), FailStatus::retrying);
-  EXPECT_EQ(q.fail(c.id, c.attempt, {.delay_ms = 0, .max_attempts = 1, .error = "broken"}), FailStatus::dead);
-  EXPECT_EQ(q.extend(d.id, d.attempt, 120000), AckStatus::ok);
+  EXPECT_EQ(q.complete(a.id, a.token), AckStatus::ok);
+  EXPECT_EQ(q.fail(b.id, b.token, {.delay_ms = 0, .max_attempts = 5, .error = "again"}), FailStatus::retrying);
+  EXPECT_EQ(q.fail(c.id, c.token, {.delay_ms = 0, .max_attempts = 1, .error = "broken"}), FailStatus::dead);
+  EXPECT_EQ(q.extend(d.id, d.token, 120000), AckStatus::ok);
   EXPECT_EQ(q.pause(group(2)), LaneStatus::ok);
   EXPECT_EQ(q.set_limit(group(0), 4), LaneStatus::ok);
   EXPECT_EQ(q.set_weight(group(1), 3), LaneStatus::ok);
@@ -191,7 +191,7 @@ TEST_F(MirrorTest, EveryTransitionReachesValkeyAndValkeyConsumersCanServeIt) {
   EXPECT_EQ(hget(job_key(ids[7]), "group"), group(1).string());
 
   // Leases and completions come through too, and the whole queue's pause.
-  EXPECT_EQ(q.complete(d.id, d.attempt), AckStatus::ok);
+  EXPECT_EQ(q.complete(d.id, d.token), AckStatus::ok);
   q.pause_all();
   ASSERT_TRUE(caught_up(q));
   expect_same(q);
@@ -268,7 +268,7 @@ TEST_F(MirrorTest, RefusePolicyRefusesNewJobsWhenTheLogIsFullAndChangesNothing) 
   // Claims and completions go on meanwhile.
   Lease l;
   ASSERT_TRUE(q.claim(l, 30000));
-  EXPECT_EQ(q.complete(l.id, l.attempt), AckStatus::ok);
+  EXPECT_EQ(q.complete(l.id, l.token), AckStatus::ok);
   EXPECT_EQ(q.mirror_status().state, "ok");
 
   // The mirror catches up, and Valkey matches the segment.
@@ -346,7 +346,7 @@ TEST_F(MirrorTest, RestoreRebuildsLanesJobsAndSettings) {
     leased_id = l.id;
     ASSERT_TRUE(q.claim(l, 60000));
     dead_id = l.id;
-    ASSERT_EQ(q.fail(l.id, l.attempt, {.max_attempts = 1, .error = "boom"}), FailStatus::dead);
+    ASSERT_EQ(q.fail(l.id, l.token, {.max_attempts = 1, .error = "boom"}), FailStatus::dead);
     ASSERT_EQ(q.set_limit(group(0), 3), LaneStatus::ok);
     ASSERT_EQ(q.set_weight(group(1), 2), LaneStatus::ok);
     ASSERT_EQ(q.pause(group(4)), LaneStatus::ok);
@@ -396,7 +396,7 @@ TEST_F(MirrorTest, RestoreRebuildsLanesJobsAndSettings) {
     if (l.id == leased_id) {
       EXPECT_EQ(l.attempt, 2u);
     }
-    ASSERT_EQ(q->complete(l.id, l.attempt), AckStatus::ok);
+    ASSERT_EQ(q->complete(l.id, l.token), AckStatus::ok);
   }
   std::vector<std::string> want0, want1;
   for (std::size_t i = 0; i < pending_ids.size(); ++i) {

@@ -84,7 +84,7 @@ int consume(const char* seg, const char* out, long idle_ms, long work_us) {
       continue;
     }
     if (work_us > 0) std::this_thread::sleep_for(std::chrono::microseconds(work_us));
-    if (q.complete(l.id, l.attempt) == AckStatus::ok) line(fd, l.id.str());
+    if (q.complete(l.id, l.token) == AckStatus::ok) line(fd, l.id.str());
   }
 }
 

@@ -492,7 +492,7 @@ TEST_F(MultiProc, ClaimWaitIsWokenByEnqueueInAnotherProcess) {
   EXPECT_EQ(l.id, id);
   EXPECT_EQ(l.group, proto::lane_group(2));
   EXPECT_EQ(l.payload, "wake-up");
-  EXPECT_EQ(q().complete(l.id, l.attempt), AckStatus::ok);
+  EXPECT_EQ(q().complete(l.id, l.token), AckStatus::ok);
 }
 
 TEST_F(MultiProc, ClaimWaitInThreadIsWokenByOtherProcess) {
@@ -579,7 +579,7 @@ TEST_F(MultiProc, ConcurrentDuplicateEnqueueAdmitsOnce) {
   Lease l;
   while (q().claim(l, 60000)) {
     EXPECT_TRUE(served.insert(l.id).second) << l.id.str();
-    ASSERT_EQ(q().complete(l.id, l.attempt), AckStatus::ok);
+    ASSERT_EQ(q().complete(l.id, l.token), AckStatus::ok);
   }
   EXPECT_EQ(served.size(), static_cast<std::size_t>(kIds));
 }

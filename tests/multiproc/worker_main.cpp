@@ -19,10 +19,10 @@
 //   enqueue_one SEG LANE ID PAYLOAD
 //       enqueue one job.
 //   claim_abandon SEG OUTFILE LEASE_MS
-//       claim one job, write "<id> <attempt>", and exit without completing it
+//       claim one job, write "<id> <attempt> <token>", and exit without completing it
 //       (as a consumer that died holding a lease).
 //   claim_hold SEG OUTFILE LEASE_MS N
-//       claim N jobs, write "<id> <attempt>" for each (the file appears
+//       claim N jobs, write "<id> <attempt> <token>" for each (the file appears
 //       complete, by rename), then sleep holding them until killed.
 //
 // Exit status: 0 on success, 2 on bad arguments, 3 when the queue misbehaved
@@ -116,7 +116,7 @@ int consume(char** argv) {
     ++claims;
     std::fprintf(out, "%s %s %u %s\n", lease.id.string().c_str(), lease.group.string().c_str(), lease.attempt,
                  lease.payload.c_str());
-    const AckStatus st = q.complete(lease.id, lease.attempt);
+    const AckStatus st = q.complete(lease.id, lease.token);
     if (st != AckStatus::ok) die(3, "complete " + lease.id.string() + " -> " + std::string(to_string(st)));
   }
   if (std::fclose(out) != 0) die(3, "write failed");
@@ -176,7 +176,8 @@ int claim_abandon(char** argv) {
   if (!q.claim(lease, lease_ms)) die(3, "nothing to claim");
   std::FILE* out = std::fopen(argv[1], "w");
   if (out == nullptr) die(2, std::string("cannot write ") + argv[1]);
-  std::fprintf(out, "%s %u\n", lease.id.string().c_str(), lease.attempt);
+  std::fprintf(out, "%s %u %llu\n", lease.id.string().c_str(), lease.attempt,
+               static_cast<unsigned long long>(lease.token.value));
   if (std::fclose(out) != 0) die(3, "write failed");
   std::_Exit(0);  // no destructors: leave as abruptly as a crash would
 }
@@ -192,7 +193,8 @@ int claim_hold(char** argv) {
   Lease lease;
   for (std::uint64_t i = 0; i < n; ++i) {
     if (!q.claim(lease, lease_ms)) die(3, "nothing to claim after " + std::to_string(i) + " claims");
-    std::fprintf(out, "%s %u\n", lease.id.string().c_str(), lease.attempt);
+    std::fprintf(out, "%s %u %llu\n", lease.id.string().c_str(), lease.attempt,
+               static_cast<unsigned long long>(lease.token.value));
   }
   if (std::fclose(out) != 0) die(3, "write failed");
   if (std::rename(tmp.c_str(), argv[1]) != 0) die(3, "rename failed");

@@ -36,7 +36,7 @@ class DeadJobsTest : public ::testing::Test {
   BrandedId kill_next(std::string_view error) {
     Lease l;
     EXPECT_TRUE(q().claim(l, 60000));
-    EXPECT_EQ(q().fail(l.id, l.attempt, {.delay_ms = 0, .max_attempts = l.attempt, .error = error}), FailStatus::dead);
+    EXPECT_EQ(q().fail(l.id, l.token, {.delay_ms = 0, .max_attempts = l.attempt, .error = error}), FailStatus::dead);
     return l.id;
   }
 
@@ -78,7 +78,7 @@ TEST_F(DeadJobsTest, RequeueRoundTrip) {
   EXPECT_EQ(r.exit_code, 1) << "not dead: nothing to do\n" << show(r);
   EXPECT_NE(r.err.find("not dead"), std::string::npos) << show(r);
 
-  ASSERT_EQ(q().fail(l.id, l.attempt, {.max_attempts = 2, .error = "again"}), FailStatus::dead);
+  ASSERT_EQ(q().fail(l.id, l.token, {.max_attempts = 2, .error = "again"}), FailStatus::dead);
   r = run_tool({"dead", seg(), "requeue", "--all", "--json"});
   ASSERT_EQ(r.exit_code, 0) << show(r);
   EXPECT_EQ(nlohmann::json::parse(r.out)["requeued"], 1);

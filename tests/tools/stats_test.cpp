@@ -195,9 +195,9 @@ class StatsTest : public ::testing::Test {
       ASSERT_EQ(q_->enqueue(group("TEN", i < 6 ? 1 : 2), q_->mint(), "x"), EnqueueStatus::enqueued);
     std::vector<Lease> ls(6);
     for (auto& l : ls) ASSERT_TRUE(q_->claim(l, 60000));
-    for (int i = 0; i < 4; ++i) ASSERT_EQ(q_->complete(ls[i].id, ls[i].attempt), AckStatus::ok);
-    ASSERT_EQ(q_->fail(ls[4].id, ls[4].attempt, {.delay_ms = 0, .max_attempts = 1, .error = "bad"}), FailStatus::dead);
-    ASSERT_EQ(q_->fail(ls[5].id, ls[5].attempt, {.delay_ms = 600000, .max_attempts = 3}), FailStatus::retrying);
+    for (int i = 0; i < 4; ++i) ASSERT_EQ(q_->complete(ls[i].id, ls[i].token), AckStatus::ok);
+    ASSERT_EQ(q_->fail(ls[4].id, ls[4].token, {.delay_ms = 0, .max_attempts = 1, .error = "bad"}), FailStatus::dead);
+    ASSERT_EQ(q_->fail(ls[5].id, ls[5].token, {.delay_ms = 600000, .max_attempts = 3}), FailStatus::retrying);
     ASSERT_EQ(q_->set_limit(group("TEN", 2), 7), LaneStatus::ok);
     ASSERT_EQ(q_->set_weight(group("TEN", 1), 3), LaneStatus::ok);
   }

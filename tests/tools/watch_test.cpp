@@ -128,7 +128,7 @@ TEST_F(WatchTest, ShowsRatesFromTheSecondFrame) {
   for (int i = 0; i < 8; ++i) {
     Lease l;
     ASSERT_TRUE(q_->claim(l, 60000));
-    ASSERT_EQ(q_->complete(l.id, l.attempt), AckStatus::ok);
+    ASSERT_EQ(q_->complete(l.id, l.token), AckStatus::ok);
   }
   const std::regex rate("rate/s  claimed [1-9][0-9.]*k? ");
   EXPECT_TRUE(t.read_until([&](const std::string& o) { return std::regex_search(o, rate); }))

@@ -46,7 +46,7 @@ TEST_F(QueueTest, FullCapacityAfterHundredfoldUse) {
       if (how == 0) {
         const std::size_t n = q().claim_batch(batch, 60000);
         ASSERT_GT(n, 0U);
-        for (std::size_t k = 0; k < n; ++k) ASSERT_EQ(q().complete(batch[k].id, batch[k].attempt), AckStatus::ok);
+        for (std::size_t k = 0; k < n; ++k) ASSERT_EQ(q().complete(batch[k].id, batch[k].token), AckStatus::ok);
         served += n;
         completed += n;
         continue;
@@ -54,7 +54,7 @@ TEST_F(QueueTest, FullCapacityAfterHundredfoldUse) {
       ASSERT_TRUE(q().claim(l, 60000)) << "served " << served << " drained " << drained;
       if (how == 1) {
         // Retry once at once, then complete.
-        ASSERT_EQ(q().fail(l.id, l.attempt, FailOptions{0, 3, "retry"}), FailStatus::retrying);
+        ASSERT_EQ(q().fail(l.id, l.token, FailOptions{0, 3, "retry"}), FailStatus::retrying);
         Lease r;
         bool found = false;
         // The retry is due now; it comes back within one ring cycle.
@@ -64,29 +64,29 @@ TEST_F(QueueTest, FullCapacityAfterHundredfoldUse) {
             found = true;
             ASSERT_EQ(r.attempt, 2U);
           }
-          ASSERT_EQ(q().complete(r.id, r.attempt), AckStatus::ok);
+          ASSERT_EQ(q().complete(r.id, r.token), AckStatus::ok);
           ++served;
           ++completed;
         }
         ASSERT_TRUE(found);
       } else if (how == 2) {
         // Let the lease expire, then serve it again.
-        ASSERT_EQ(q().extend(l.id, l.attempt, 10), AckStatus::ok);
+        ASSERT_EQ(q().extend(l.id, l.token, 10), AckStatus::ok);
         q().advance_clock(20);
         ASSERT_GE(q().tick(), 1U);
-        ASSERT_EQ(q().complete(l.id, l.attempt), AckStatus::stale);
+        ASSERT_EQ(q().complete(l.id, l.token), AckStatus::stale);
         Lease r;
         bool found = false;
         for (int k = 0; k < 8 && !found; ++k) {
           ASSERT_TRUE(q().claim(r, 60000));
           if (r.id == l.id) found = true;
-          ASSERT_EQ(q().complete(r.id, r.attempt), AckStatus::ok);
+          ASSERT_EQ(q().complete(r.id, r.token), AckStatus::ok);
           ++served;
           ++completed;
         }
         ASSERT_TRUE(found);
       } else {
-        ASSERT_EQ(q().complete(l.id, l.attempt), AckStatus::ok);
+        ASSERT_EQ(q().complete(l.id, l.token), AckStatus::ok);
         ++served;
         ++completed;
       }
@@ -121,7 +121,7 @@ TEST_F(QueueTest, FullCapacityAfterHundredfoldUse) {
     ASSERT_TRUE(q().claim(l, 1000)) << i;
     if (prev.valid()) { ASSERT_LT(prev, l.id); }
     prev = l.id;
-    ASSERT_EQ(q().complete(l.id, l.attempt), AckStatus::ok);
+    ASSERT_EQ(q().complete(l.id, l.token), AckStatus::ok);
   }
 }
 
@@ -136,7 +136,7 @@ TEST_F(QueueTest, DeadJobsHoldSlotsUntilCapacity) {
     ASSERT_EQ(q().enqueue(g, q().mint(), "x"), EnqueueStatus::enqueued);
     Lease l;
     ASSERT_TRUE(q().claim(l, 1000));
-    ASSERT_EQ(q().fail(l.id, l.attempt, FailOptions{0, 1, "dead"}), FailStatus::dead);
+    ASSERT_EQ(q().fail(l.id, l.token, FailOptions{0, 1, "dead"}), FailStatus::dead);
   }
   EXPECT_EQ(q().snapshot().dead, 8U);
   EXPECT_EQ(q().enqueue(g, q().mint(), "x"), EnqueueStatus::full);

@@ -39,8 +39,8 @@ class FsckTest : public QueueTest {
     Lease l;
     for (int i = 0; i < 6; ++i) {
       ASSERT_TRUE(q().claim(l, 1000));
-      if (i % 3 == 0) q().complete(l.id, l.attempt);
-      if (i % 3 == 1) q().fail(l.id, l.attempt, {.delay_ms = 0, .max_attempts = 1, .error = "boom"});
+      if (i % 3 == 0) q().complete(l.id, l.token);
+      if (i % 3 == 1) q().fail(l.id, l.token, {.delay_ms = 0, .max_attempts = 1, .error = "boom"});
     }
     ASSERT_EQ(q().pause(B), LaneStatus::ok);
   }

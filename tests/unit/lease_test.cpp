@@ -53,11 +53,12 @@ TEST_F(QueueTest, ExpiredLeaseReturnsToMintPositionViaTick) {
   EXPECT_EQ(again.attempt, 2U);
   EXPECT_EQ(again.payload, first.payload);
   // The old token is fenced off.
-  EXPECT_EQ(q().complete(ids[0], 1), AckStatus::stale);
-  EXPECT_EQ(q().extend(ids[0], 1, 1000), AckStatus::stale);
-  EXPECT_EQ(q().fail(ids[0], 1, FailOptions{}), FailStatus::stale);
+  EXPECT_NE(again.token, first.token);
+  EXPECT_EQ(q().complete(ids[0], first.token), AckStatus::stale);
+  EXPECT_EQ(q().extend(ids[0], first.token, 1000), AckStatus::stale);
+  EXPECT_EQ(q().fail(ids[0], first.token, FailOptions{}), FailStatus::stale);
   EXPECT_EQ(lane(A)->active, 1U);
-  EXPECT_EQ(q().complete(ids[0], 2), AckStatus::ok);
+  EXPECT_EQ(q().complete(ids[0], again.token), AckStatus::ok);
   EXPECT_EQ(claim_one().id, ids[1]);
 }
 
@@ -70,8 +71,8 @@ TEST_F(QueueTest, ClaimSweepsExpiredLeasesByItself) {
   EXPECT_EQ(again.id, ids[0]);
   EXPECT_EQ(again.attempt, 2U);
   EXPECT_EQ(lane(A)->active, 1U);
-  EXPECT_EQ(q().complete(ids[0], 1), AckStatus::stale);
-  EXPECT_EQ(q().complete(ids[0], 2), AckStatus::ok);
+  EXPECT_EQ(q().complete(ids[0], first.token), AckStatus::stale);
+  EXPECT_EQ(q().complete(ids[0], again.token), AckStatus::ok);
 }
 
 TEST_F(QueueTest, ExpiryReleasesLimitSlot) {
@@ -105,7 +106,7 @@ TEST_F(QueueTest, UnexpiredLeaseIsNotReaped) {
   EXPECT_EQ(q().tick(), 0U);
   Lease other;
   EXPECT_FALSE(q().claim(other, 1000));
-  EXPECT_EQ(q().complete(l.id, l.attempt), AckStatus::ok);
+  EXPECT_EQ(q().complete(l.id, l.token), AckStatus::ok);
 }
 
 // ---------------------------------------------------------------- fencing
@@ -115,10 +116,10 @@ TEST_F(QueueTest, StaleTokensChangeNothing) {
   Lease l = claim_one(10'000);
   ASSERT_EQ(l.attempt, 1U);
   const Snapshot before = q().snapshot();
-  for (std::uint32_t bad : {0U, 2U, 7U}) {
-    EXPECT_EQ(q().complete(l.id, bad), AckStatus::stale) << bad;
-    EXPECT_EQ(q().extend(l.id, bad, 1'000'000), AckStatus::stale) << bad;
-    EXPECT_EQ(q().fail(l.id, bad, FailOptions{0, 5, "nope"}), FailStatus::stale) << bad;
+  for (Token bad : {Token(0), Token(l.token.value + 1), Token(l.token.value ^ (1ULL << 40)), Token(~0ULL)}) {
+    EXPECT_EQ(q().complete(l.id, bad), AckStatus::stale) << bad.value;
+    EXPECT_EQ(q().extend(l.id, bad, 1'000'000), AckStatus::stale) << bad.value;
+    EXPECT_EQ(q().fail(l.id, bad, FailOptions{0, 5, "nope"}), FailStatus::stale) << bad.value;
   }
   const Snapshot after = q().snapshot();
   EXPECT_EQ(after.leased, before.leased);
@@ -132,24 +133,24 @@ TEST_F(QueueTest, StaleTokensChangeNothing) {
   EXPECT_EQ(q().tick(), 1U);
 
   // A pending (unleased) job refuses every token too.
-  EXPECT_EQ(q().complete(ids[1], 0), AckStatus::stale);
-  EXPECT_EQ(q().complete(ids[1], 1), AckStatus::stale);
+  EXPECT_EQ(q().complete(ids[1], Token(0)), AckStatus::stale);
+  EXPECT_EQ(q().complete(ids[1], l.token), AckStatus::stale);
   EXPECT_EQ(q().depth(A), 2U);
 }
 
 TEST_F(QueueTest, UnknownIdIsGone) {
   const BrandedId never = q().mint();
-  EXPECT_EQ(q().complete(never, 1), AckStatus::gone);
-  EXPECT_EQ(q().extend(never, 1, 100), AckStatus::gone);
-  EXPECT_EQ(q().fail(never, 1, FailOptions{}), FailStatus::gone);
-  EXPECT_EQ(q().complete(BrandedId{}, 1), AckStatus::gone);
+  EXPECT_EQ(q().complete(never, Token(1)), AckStatus::gone);
+  EXPECT_EQ(q().extend(never, Token(1), 100), AckStatus::gone);
+  EXPECT_EQ(q().fail(never, Token(1), FailOptions{}), FailStatus::gone);
+  EXPECT_EQ(q().complete(BrandedId{}, Token(1)), AckStatus::gone);
 
   fill(A, 1);
   Lease l = claim_one();
-  ASSERT_EQ(q().complete(l.id, l.attempt), AckStatus::ok);
-  EXPECT_EQ(q().complete(l.id, l.attempt), AckStatus::gone);
-  EXPECT_EQ(q().extend(l.id, l.attempt, 100), AckStatus::gone);
-  EXPECT_EQ(q().fail(l.id, l.attempt, FailOptions{}), FailStatus::gone);
+  ASSERT_EQ(q().complete(l.id, l.token), AckStatus::ok);
+  EXPECT_EQ(q().complete(l.id, l.token), AckStatus::gone);
+  EXPECT_EQ(q().extend(l.id, l.token, 100), AckStatus::gone);
+  EXPECT_EQ(q().fail(l.id, l.token, FailOptions{}), FailStatus::gone);
   Snapshot s = q().snapshot();
   EXPECT_EQ(s.counters.completed, 1U);
   EXPECT_EQ(s.leased, 0U);
@@ -215,7 +216,7 @@ TEST_F(QueueTest, FailRetriesThenDeadLetters) {
 
   Lease l = claim_one();
   ASSERT_EQ(l.attempt, 1U);
-  EXPECT_EQ(q().fail(id, 1, opts), FailStatus::retrying);
+  EXPECT_EQ(q().fail(id, l.token, opts), FailStatus::retrying);
   EXPECT_EQ(lane(A)->active, 0U);
   EXPECT_EQ(q().snapshot().scheduled, 1U);
   EXPECT_FALSE(q().claim(l, 1000)) << "retry served before its backoff";
@@ -226,12 +227,12 @@ TEST_F(QueueTest, FailRetriesThenDeadLetters) {
   EXPECT_EQ(l.attempt, 2U);
   EXPECT_EQ(l.payload, "work");
 
-  EXPECT_EQ(q().fail(id, 2, opts), FailStatus::retrying);
+  EXPECT_EQ(q().fail(id, l.token, opts), FailStatus::retrying);
   q().advance_clock(600);
   ASSERT_TRUE(q().claim(l, 1000));
   EXPECT_EQ(l.attempt, 3U);
 
-  EXPECT_EQ(q().fail(id, 3, opts), FailStatus::dead);
+  EXPECT_EQ(q().fail(id, l.token, opts), FailStatus::dead);
   Snapshot s = q().snapshot();
   EXPECT_EQ(s.dead, 1U);
   EXPECT_EQ(s.scheduled, 0U);
@@ -245,14 +246,14 @@ TEST_F(QueueTest, FailRetriesThenDeadLetters) {
   EXPECT_FALSE(q().claim(l, 1000)) << "a dead job was served";
   // A dead job still exists: same id is a duplicate, and its token is stale.
   EXPECT_EQ(q().enqueue(A, id, "dup"), EnqueueStatus::duplicate);
-  EXPECT_EQ(q().complete(id, 3), AckStatus::stale);
-  EXPECT_EQ(q().fail(id, 3, opts), FailStatus::stale);
+  EXPECT_EQ(q().complete(id, l.token), AckStatus::stale);
+  EXPECT_EQ(q().fail(id, l.token, opts), FailStatus::stale);
 }
 
 TEST_F(QueueTest, FailWithDefaultOptionsIsDeadAtOnce) {
   fill(A, 1);
   Lease l = claim_one();
-  EXPECT_EQ(q().fail(l.id, l.attempt, FailOptions{}), FailStatus::dead);
+  EXPECT_EQ(q().fail(l.id, l.token, FailOptions{}), FailStatus::dead);
   EXPECT_EQ(q().snapshot().dead, 1U);
 }
 
@@ -260,11 +261,11 @@ TEST_F(QueueTest, RetryGoesBackToMintPosition) {
   auto ids = fill(A, 3);
   Lease l = claim_one();
   ASSERT_EQ(l.id, ids[0]);
-  EXPECT_EQ(q().fail(l.id, l.attempt, FailOptions{0, 5, "again"}), FailStatus::retrying);
+  EXPECT_EQ(q().fail(l.id, l.token, FailOptions{0, 5, "again"}), FailStatus::retrying);
   Lease r = claim_one();  // due at once: promoted by the claim, served before ids[1]
   EXPECT_EQ(r.id, ids[0]);
   EXPECT_EQ(r.attempt, 2U);
-  EXPECT_EQ(q().complete(r.id, r.attempt), AckStatus::ok);
+  EXPECT_EQ(q().complete(r.id, r.token), AckStatus::ok);
   EXPECT_EQ(claim_one().id, ids[1]);
 }
 
@@ -274,7 +275,7 @@ TEST_F(QueueTest, FailReleasesLimitSlot) {
   Lease l = claim_one();
   Lease none;
   EXPECT_FALSE(q().claim(none, 1000));
-  EXPECT_EQ(q().fail(l.id, l.attempt, FailOptions{10'000, 5, ""}), FailStatus::retrying);
+  EXPECT_EQ(q().fail(l.id, l.token, FailOptions{10'000, 5, ""}), FailStatus::retrying);
   Lease next = claim_one();  // the lane reopened for its next job
   EXPECT_NE(next.id, l.id);
   EXPECT_EQ(lane(A)->active, 1U);
@@ -285,7 +286,7 @@ TEST_F(QueueTest, FailReleasesLimitSlot) {
 TEST_F(QueueTest, ExtendMovesTheDeadline) {
   fill(A, 1);
   Lease l = claim_one(100);
-  EXPECT_EQ(q().extend(l.id, l.attempt, 1000), AckStatus::ok);
+  EXPECT_EQ(q().extend(l.id, l.token, 1000), AckStatus::ok);
   q().advance_clock(500);  // past the old deadline, before the new one
   EXPECT_EQ(q().tick(), 0U);
   Lease other;
@@ -296,15 +297,15 @@ TEST_F(QueueTest, ExtendMovesTheDeadline) {
   ASSERT_TRUE(q().claim(other, 1000));
   EXPECT_EQ(other.id, l.id);
   EXPECT_EQ(other.attempt, 2U);
-  EXPECT_EQ(q().extend(l.id, 1, 100'000), AckStatus::stale);
+  EXPECT_EQ(q().extend(l.id, l.token, 100'000), AckStatus::stale);
 }
 
 TEST_F(QueueTest, ExtendThenCompleteWithSameToken) {
   fill(A, 1);
   Lease l = claim_one(100);
-  ASSERT_EQ(q().extend(l.id, l.attempt, 5000), AckStatus::ok);
-  ASSERT_EQ(q().extend(l.id, l.attempt, 5000), AckStatus::ok);
-  EXPECT_EQ(q().complete(l.id, l.attempt), AckStatus::ok);
+  ASSERT_EQ(q().extend(l.id, l.token, 5000), AckStatus::ok);
+  ASSERT_EQ(q().extend(l.id, l.token, 5000), AckStatus::ok);
+  EXPECT_EQ(q().complete(l.id, l.token), AckStatus::ok);
   EXPECT_EQ(q().snapshot().leased, 0U);
 }
 
@@ -339,7 +340,7 @@ TEST_F(QueueTest, ExhaustedAttemptsDeadLetterInsteadOfReusingAToken) {
   const auto info = q().job(job);
   ASSERT_TRUE(info.has_value());
   EXPECT_EQ(info->state, JobState::dead);
-  EXPECT_EQ(q().complete(job, last), AckStatus::stale);
+  EXPECT_EQ(q().complete(job, l.token), AckStatus::stale);
   EXPECT_TRUE(q().fsck().clean());
 }
 

@@ -808,7 +808,7 @@ class SeedRun {
   void op_complete() {
     const Target t = pick_target();
     desc_ = "complete " + target_name(t);
-    const AckStatus real = q_.complete(target_id(t), t.attempt);
+    const AckStatus real = q_.complete(target_id(t), Token(t.attempt));
     desc_ += " -> " + std::string(to_string(real));
     expect_eq(real, tally(m_.complete(t.sf, t.kind_ok, t.attempt)), "complete status");
   }
@@ -821,7 +821,7 @@ class SeedRun {
     if (chance(15)) error = std::string(70, char('A' + u(26)));  // longer than what is kept
     if (chance(10)) error.clear();
     desc_ = "fail " + target_name(t) + " delay=" + std::to_string(delay) + " max=" + std::to_string(max_attempts);
-    const FailStatus real = q_.fail(target_id(t), t.attempt,
+    const FailStatus real = q_.fail(target_id(t), Token(t.attempt),
                                     FailOptions{.delay_ms = std::uint64_t(delay) * kUnitMs, .max_attempts = max_attempts, .error = error});
     desc_ += " -> " + std::string(to_string(real));
     const FailStatus model = m_.fail(t.sf, t.kind_ok, t.attempt, delay, max_attempts, error);
@@ -834,7 +834,7 @@ class SeedRun {
     const Target t = pick_target();
     const std::int64_t lease = units(1, 4);
     desc_ = "extend " + target_name(t) + " lease=" + std::to_string(lease);
-    const AckStatus real = q_.extend(target_id(t), t.attempt, std::uint32_t(lease * std::int64_t(kUnitMs)));
+    const AckStatus real = q_.extend(target_id(t), Token(t.attempt), std::uint32_t(lease * std::int64_t(kUnitMs)));
     desc_ += " -> " + std::string(to_string(real));
     expect_eq(real, tally(m_.extend(t.sf, t.kind_ok, t.attempt, lease)), "extend status");
   }

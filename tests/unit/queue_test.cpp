@@ -213,7 +213,7 @@ TEST_F(QueueTest, DuplicateLiveIdChangesNothing) {
   // Leased is still live.
   EXPECT_EQ(q().enqueue(A, id, "third"), EnqueueStatus::duplicate);
   EXPECT_EQ(q().depth(A), 0U);
-  EXPECT_EQ(q().complete(id, l.attempt), AckStatus::ok);
+  EXPECT_EQ(q().complete(id, l.token), AckStatus::ok);
 
   // Completed: the id may be admitted again, and is a fresh job (attempt 1).
   EXPECT_EQ(q().enqueue(A, id, "again"), EnqueueStatus::enqueued);
@@ -305,7 +305,7 @@ TEST_F(QueueTest, FullThenRoomAfterComplete) {
   // A leased job still holds its slot.
   Lease l = claim_one();
   EXPECT_EQ(q().enqueue(A, extra, "j"), EnqueueStatus::full);
-  ASSERT_EQ(q().complete(l.id, l.attempt), AckStatus::ok);
+  ASSERT_EQ(q().complete(l.id, l.token), AckStatus::ok);
   EXPECT_EQ(q().enqueue(A, extra, "j"), EnqueueStatus::enqueued);
   EXPECT_EQ(q().enqueue(A, q().mint(), "j"), EnqueueStatus::full);
 }
@@ -365,7 +365,7 @@ TEST_F(QueueTest, CompleteOnPausedLaneDoesNotRering) {
   fill(A, 3);
   Lease l = claim_one();
   ASSERT_EQ(q().pause(A), LaneStatus::ok);
-  ASSERT_EQ(q().complete(l.id, l.attempt), AckStatus::ok);
+  ASSERT_EQ(q().complete(l.id, l.token), AckStatus::ok);
   EXPECT_FALSE(lane(A)->ringed);
   Lease l2;
   EXPECT_FALSE(q().claim(l2, 1000));
@@ -409,11 +409,11 @@ TEST_F(QueueTest, LimitOneHoldsLaneUntilComplete) {
     EXPECT_NE(l.group, A) << "claim " << i;
     auto a = lane(A);
     EXPECT_LE(a->active, a->limit);
-    ASSERT_EQ(q().complete(l.id, l.attempt), AckStatus::ok);
+    ASSERT_EQ(q().complete(l.id, l.token), AckStatus::ok);
   }
   EXPECT_EQ(q().depth(A), 3U);
   // Completion reopens A (at the ring tail).
-  ASSERT_EQ(q().complete(la.id, la.attempt), AckStatus::ok);
+  ASSERT_EQ(q().complete(la.id, la.token), AckStatus::ok);
   EXPECT_TRUE(lane(A)->ringed);
   EXPECT_EQ(lane(A)->active, 0U);
   std::vector<BrandedId> served;
@@ -519,7 +519,7 @@ TEST_F(QueueTest, DrainRemovesPendingOnly) {
   EXPECT_EQ(q().snapshot().counters.drained, 4U);
   EXPECT_EQ(q().snapshot().pending, 3U);
   // The leased job is untouched.
-  EXPECT_EQ(q().complete(la.id, la.attempt), AckStatus::ok);
+  EXPECT_EQ(q().complete(la.id, la.token), AckStatus::ok);
   // Drained jobs are gone: their ids may be admitted again.
   EXPECT_EQ(q().enqueue(A, a_ids[1], "again"), EnqueueStatus::enqueued);
   EXPECT_EQ(q().drain(A), 1U);

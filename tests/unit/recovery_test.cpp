@@ -49,7 +49,7 @@ TEST_F(Recovery, ALiveHolderKeepsItsLease) {
   ASSERT_TRUE(other.claim(l, 60000));
   EXPECT_EQ(q().tick(), 0U) << "a live holder's unexpired lease was taken";
   EXPECT_EQ(q().recovery().runs, 0U);
-  EXPECT_EQ(other.complete(l.id, l.attempt), AckStatus::ok);
+  EXPECT_EQ(other.complete(l.id, l.token), AckStatus::ok);
 }
 
 TEST_F(Recovery, LeaseOfADeadHolderComesBackAndALateCompleteIsFenced) {
@@ -72,15 +72,15 @@ TEST_F(Recovery, LeaseOfADeadHolderComesBackAndALateCompleteIsFenced) {
   EXPECT_GT(r.last_unix_ms, 0U);
 
   // The holder was only slow: its late acks change nothing.
-  EXPECT_EQ(other.complete(held[0].id, held[0].attempt), AckStatus::stale);
-  EXPECT_EQ(other.fail(held[1].id, held[1].attempt, {}), FailStatus::stale);
+  EXPECT_EQ(other.complete(held[0].id, held[0].token), AckStatus::stale);
+  EXPECT_EQ(other.fail(held[1].id, held[1].token, {}), FailStatus::stale);
   // The jobs come back in mint order, attempt 2, then the untouched third.
   Lease l;
   for (int i = 0; i < 3; ++i) {
     ASSERT_TRUE(q().claim(l, 60000));
     EXPECT_EQ(l.id, ids[std::size_t(i)]);
     EXPECT_EQ(l.attempt, i < 2 ? 2U : 1U);
-    EXPECT_EQ(q().complete(l.id, l.attempt), AckStatus::ok);
+    EXPECT_EQ(q().complete(l.id, l.token), AckStatus::ok);
   }
   EXPECT_TRUE(q().fsck().clean());
   raw.proc(rec).start_time -= 1;
@@ -99,7 +99,7 @@ TEST_F(Recovery, ARecordStillBeingAttachedIsNeverJudged) {
   EXPECT_EQ(q().tick(), 0U);
   raw.proc(rec).start_time -= 1;
   raw.proc(rec).owner.store(owner);
-  EXPECT_EQ(other.complete(l.id, l.attempt), AckStatus::ok);
+  EXPECT_EQ(other.complete(l.id, l.token), AckStatus::ok);
 }
 
 TEST_F(Recovery, AHolderThatDetachedCleanlyKeepsItsLeaseUntilItsDeadline) {
@@ -112,7 +112,7 @@ TEST_F(Recovery, AHolderThatDetachedCleanlyKeepsItsLeaseUntilItsDeadline) {
     ASSERT_TRUE(other.claim(l, 60000));
   }
   EXPECT_EQ(q().tick(), 0U);
-  EXPECT_EQ(q().complete(l.id, l.attempt), AckStatus::ok);
+  EXPECT_EQ(q().complete(l.id, l.token), AckStatus::ok);
 }
 
 TEST_F(Recovery, AHolderThatExitedButIsNotYetReapedIsDead) {

@@ -48,7 +48,7 @@ class RepairTest : public QueueTest {
       ASSERT_TRUE(q().claim(l, 600'000));
       leased_.insert(l.id);
     }
-    ASSERT_EQ(q().fail(l.id, l.attempt, {.delay_ms = 0, .max_attempts = 1, .error = "boom"}), FailStatus::dead);
+    ASSERT_EQ(q().fail(l.id, l.token, {.delay_ms = 0, .max_attempts = 1, .error = "boom"}), FailStatus::dead);
     leased_.erase(l.id);
     ASSERT_TRUE(q().fsck().clean()) << show(q().fsck());
   }
@@ -83,7 +83,7 @@ class RepairTest : public QueueTest {
     while (q().claim(l, 600'000)) {
       EXPECT_TRUE(expected.count(l.id)) << "unexpected job " << l.id.str();
       EXPECT_TRUE(got.insert(l.id).second) << "delivered twice: " << l.id.str();
-      EXPECT_EQ(q().complete(l.id, l.attempt), AckStatus::ok);
+      EXPECT_EQ(q().complete(l.id, l.token), AckStatus::ok);
       if (got.size() > expected.size() + 5) break;
     }
     EXPECT_EQ(got, expected);
@@ -92,12 +92,12 @@ class RepairTest : public QueueTest {
     ASSERT_EQ(q().enqueue(A, fresh, "new"), EnqueueStatus::enqueued);
     ASSERT_TRUE(q().claim(l, 1000));
     EXPECT_EQ(l.id, fresh);
-    EXPECT_EQ(q().complete(l.id, l.attempt), AckStatus::ok);
+    EXPECT_EQ(q().complete(l.id, l.token), AckStatus::ok);
     for (const BrandedId& id : leased_) {
       const auto j = q().job(id);
       ASSERT_TRUE(j.has_value()) << id.str();
       EXPECT_EQ(j->state, JobState::leased);
-      EXPECT_EQ(q().complete(id, j->attempt), AckStatus::ok) << "a lease held across the repair was lost";
+      EXPECT_EQ(q().complete(id, j->token), AckStatus::ok) << "a lease held across the repair was lost";
     }
     const FsckReport f = q().fsck();
     EXPECT_TRUE(f.clean()) << show(f);
@@ -249,7 +249,7 @@ TEST_F(RepairTest, AStaleIndexEntry) {
         }
     ASSERT_GE(way, 0);
   }
-  ASSERT_EQ(q().complete(done, l.attempt), AckStatus::ok);
+  ASSERT_EQ(q().complete(done, l.token), AckStatus::ok);
   const auto expected = pending_ids();
   {
     RawSegment raw(q().name());

@@ -122,7 +122,7 @@ TEST(Setup, CreateOpenConfigRoundTrip) {
   Lease l;
   ASSERT_TRUE(opened->claim(l, 1000));
   EXPECT_EQ(l.id, id);
-  EXPECT_EQ(created->complete(l.id, l.attempt), AckStatus::ok);
+  EXPECT_EQ(created->complete(l.id, l.token), AckStatus::ok);
   EXPECT_EQ(created->snapshot().jobs_capacity, 100U);
 }
 

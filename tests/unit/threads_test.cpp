@@ -132,13 +132,13 @@ TEST_F(ThreadsTest, ProducersConsumersOneHandle) {
     if (l.group != group_of(idx % kGroups))
       report_bad("job " + std::to_string(idx) + " served from the wrong lane " + std::string(l.group.str()));
     if (extended(idx)) {
-      const AckStatus st = q.extend(l.id, l.attempt, kLeaseMs);
+      const AckStatus st = q.extend(l.id, l.token, kLeaseMs);
       if (st != AckStatus::ok)
         report_bad("extend of job " + std::to_string(idx) + ": " + std::string(to_string(st)));
     }
     const bool fail = always_fails(idx) || (fails_once(idx) && l.attempt == 1);
     if (fail) {
-      const FailStatus st = q.fail(l.id, l.attempt, {.delay_ms = 0, .max_attempts = kMaxAttempts, .error = "boom"});
+      const FailStatus st = q.fail(l.id, l.token, {.delay_ms = 0, .max_attempts = kMaxAttempts, .error = "boom"});
       const FailStatus want = l.attempt >= kMaxAttempts ? FailStatus::dead : FailStatus::retrying;
       if (st != want) {
         report_bad("fail of job " + std::to_string(idx) + " attempt " + std::to_string(l.attempt) + ": " +
@@ -149,7 +149,7 @@ TEST_F(ThreadsTest, ProducersConsumersOneHandle) {
       }
       return;
     }
-    const AckStatus st = q.complete(l.id, l.attempt);
+    const AckStatus st = q.complete(l.id, l.token);
     if (st == AckStatus::ok) {
       completes[idx].fetch_add(1, std::memory_order_relaxed);
       settled.fetch_add(1, std::memory_order_release);

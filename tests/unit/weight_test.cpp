@@ -91,7 +91,7 @@ TEST_F(QueueTest, BatchTakesWeightPerRingStep) {
   EXPECT_EQ(q().depth(A), 4U);
   EXPECT_EQ(q().depth(C), 0U);
   // Every lease is real: completes with its token.
-  for (const auto& l : out) EXPECT_EQ(q().complete(l.id, l.attempt), AckStatus::ok);
+  for (const auto& l : out) EXPECT_EQ(q().complete(l.id, l.token), AckStatus::ok);
 }
 
 TEST_F(QueueTest, BatchTakesAtMostHeadroom) {

@@ -373,7 +373,7 @@ TEST_F(WorkerTest, AHeartbeatThatFindsTheLeaseGoneStopsTheHandler) {
   w.request_stop();
   ASSERT_TRUE(w.wait_for(kHang));
   EXPECT_TRUE(gate.saw_stop(id));
-  EXPECT_EQ(q().complete(other.id, other.attempt), AckStatus::ok) << "the other consumer's lease is intact";
+  EXPECT_EQ(q().complete(other.id, other.token), AckStatus::ok) << "the other consumer's lease is intact";
 }
 
 // ---------------------------------------------------------------- in-flight bound
@@ -430,7 +430,7 @@ TEST_F(WorkerTest, ShutdownLetsRunningJobsFinishThenHandsBackTheRest) {
   ASSERT_TRUE(q().claim(l, 60000));
   EXPECT_EQ(l.id, b);
   EXPECT_EQ(l.attempt, 2u);
-  EXPECT_EQ(q().complete(l.id, l.attempt), AckStatus::ok);
+  EXPECT_EQ(q().complete(l.id, l.token), AckStatus::ok);
   ASSERT_TRUE(w.wait_for(kHang));  // b's handler saw its stop token and returned
   EXPECT_TRUE(gate.saw_stop(b));
   const WorkerStats st = w.stats();

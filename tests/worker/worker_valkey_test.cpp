@@ -90,7 +90,7 @@ TEST_F(WorkerOnValkey, CompletesRetriesDeadLettersAndHandsBackOnShutdown) {
   ASSERT_TRUE(q_->claim(l, 60000)) << "handed back: claimable at once";
   EXPECT_EQ(l.id, slow);
   EXPECT_EQ(l.attempt, 2u);
-  EXPECT_EQ(q_->complete(l.id, l.attempt), AckStatus::ok);
+  EXPECT_EQ(q_->complete(l.id, l.token), AckStatus::ok);
   ASSERT_TRUE(w.wait_for(kHang));
   EXPECT_TRUE(gate.saw_stop(slow));
   const Snapshot s = q_->snapshot();
