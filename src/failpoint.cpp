@@ -56,6 +56,7 @@ namespace {
 char armed[64];
 std::atomic<unsigned> remaining{0};
 std::atomic<bool> env_read{false};
+std::atomic<int> action{int(FailpointAction::kill)};
 
 bool known(const char* name) noexcept {
   for (std::size_t i = 0; i < kFailpointCount; ++i)
@@ -70,18 +71,29 @@ void read_env() noexcept {
   if (!v || !*v) return;
   char name[sizeof armed] = {};
   std::strncpy(name, v, sizeof name - 1);
+  // name[:nth][:stop]: the nth time the point is reached (default 1), kill
+  // the process there, or stop it (SIGSTOP) when ":stop" is given.
   unsigned nth = 1;
+  FailpointAction act = FailpointAction::kill;
   if (char* colon = std::strchr(name, ':')) {
     *colon = 0;
-    nth = unsigned(std::strtoul(colon + 1, nullptr, 10));
+    char* rest = colon + 1;
+    if (std::strcmp(rest, "stop") == 0) {
+      act = FailpointAction::stop;
+    } else {
+      char* end = nullptr;
+      nth = unsigned(std::strtoul(rest, &end, 10));
+      if (end && std::strcmp(end, ":stop") == 0) act = FailpointAction::stop;
+    }
   }
-  failpoint_arm(name, nth ? nth : 1);
+  failpoint_arm(name, nth ? nth : 1, act);
 }
 
 }  // namespace
 
-void failpoint_arm(const char* name, unsigned nth) noexcept {
+void failpoint_arm(const char* name, unsigned nth, FailpointAction act) noexcept {
   env_read.store(true);
+  action.store(int(act));
   if (!name || !*name) {
     remaining.store(0);
     return;
@@ -98,7 +110,10 @@ void failpoint_hit(const char* name) noexcept {
   read_env();
   if (remaining.load(std::memory_order_relaxed) == 0) return;
   if (std::strcmp(armed, name) != 0) return;
-  if (remaining.fetch_sub(1) == 1) ::raise(SIGKILL);
+  if (remaining.fetch_sub(1) != 1) return;
+  // Stop: the process stays inside its operation, exactly here, until a
+  // SIGCONT; then it goes on (the point fires once).
+  ::raise(action.load() == int(FailpointAction::stop) ? SIGSTOP : SIGKILL);
 }
 
 }  // namespace fairlane::detail

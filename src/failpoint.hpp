@@ -6,11 +6,12 @@
 // fairlane_failpoints, compiled with FAIRLANE_FAILPOINTS); in the library
 // users link, FAIRLANE_FAILPOINT(name) is nothing at all.
 //
-// Arming: failpoint_arm(name, nth) in the process (a forked test child), or
-// the environment variable FAIRLANE_FAILPOINT=name or name:nth, read at the
-// first failpoint reached. The nth time the armed point is reached, the
-// process raises SIGKILL: no handler, no destructor, no flush, as with a
-// kill from outside.
+// Arming: failpoint_arm(name, nth, action) in the process (a forked test
+// child), or the environment variable FAIRLANE_FAILPOINT=name[:nth][:stop],
+// read at the first failpoint reached. The nth time the armed point is
+// reached, the process raises SIGKILL (no handler, no destructor, no flush,
+// as with a kill from outside), or with `stop` SIGSTOP: it stays inside its
+// operation at that instruction until someone sends SIGCONT, then goes on.
 #pragma once
 
 #include <cstddef>
@@ -19,8 +20,9 @@
 
 namespace fairlane::detail {
 
+enum class FailpointAction { kill, stop };
 void failpoint_hit(const char* name) noexcept;
-void failpoint_arm(const char* name, unsigned nth = 1) noexcept;
+void failpoint_arm(const char* name, unsigned nth = 1, FailpointAction action = FailpointAction::kill) noexcept;
 
 // Every failpoint compiled into the library, in the order of the transitions.
 extern const char* const kFailpoints[];
