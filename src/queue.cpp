@@ -552,8 +552,8 @@ Result<Queue> Queue::create(std::string_view name, const QueueOptions& options) 
   return Queue(std::move(s).value());
 }
 
-Result<Queue> Queue::open(std::string_view name) {
-  auto s = open_segment(name);
+Result<Queue> Queue::open(std::string_view name, Attach attach) {
+  auto s = open_segment(name, attach == Attach::observer);
   if (!s) return s.error();
   return Queue(std::move(s).value());
 }
@@ -1114,8 +1114,17 @@ void Queue::resume_all() noexcept {
   if (seg_->log) log_append(*seg_, LogKind::queue, 0);
 }
 
+LaneStatus Queue::clear_limit(const BrandedId& group) noexcept {
+  OpGuard op(*seg_);
+  const std::uint32_t lane = lane_for(*seg_, group, true);
+  if (auto e = lane_error(lane)) return *e;
+  update_lane(*seg_, lane, [](std::uint64_t w) { return LaneWord::with_limit(w, 0); });
+  log_lane(*seg_, lane);
+  return LaneStatus::ok;
+}
+
 LaneStatus Queue::set_limit(const BrandedId& group, std::uint32_t limit) noexcept {
-  if (limit > kMaxLimit) return LaneStatus::invalid_argument;
+  if (limit == 0 || limit > kMaxLimit) return LaneStatus::invalid_argument;
   OpGuard op(*seg_);
   const std::uint32_t lane = lane_for(*seg_, group, true);
   if (auto e = lane_error(lane)) return *e;
@@ -1431,10 +1440,12 @@ std::vector<ProcessInfo> Queue::processes() const {
   }
   for (std::uint32_t i = 0; i < kMaxProcs; ++i) {
     const std::uint64_t owner = s.procs[i].owner.load(std::memory_order_acquire);
-    if (owner == 0) continue;
+    if (owner == 0 || (owner & (1ULL << 34))) continue;  // free, or an observer (a tool that only looks)
     ProcessInfo p;
     p.pid = int(owner & 0xFFFFFFFF);
-    p.alive = process_alive(p.pid, s.procs[i].start_time);
+    p.state = process_state(p.pid, s.procs[i].start_time);
+    p.alive = p.state != ProcessState::dead;
+    p.name = process_name(p.pid);
     p.attached_unix_ms = s.procs[i].attached_unix_ms;
     p.leases = leases[i];
     out.push_back(p);

@@ -84,11 +84,12 @@ void retire_counters(Header* h, CounterBlock& c) noexcept {
 // A record without kStamped is being attached and is never judged dead.
 constexpr std::uint64_t kAttached = 1ULL << 32;
 constexpr std::uint64_t kStamped = 1ULL << 33;
+constexpr std::uint64_t kObserver = 1ULL << 34;  // a tool that only looks: not listed as a process
 
 // Take a process record: a free one, else one whose owner is dead.
-ProcRecord* attach(Segment& s) {
+ProcRecord* attach(Segment& s, bool observer) {
   const int pid = getpid();
-  const std::uint64_t owner = kAttached | std::uint32_t(pid);
+  const std::uint64_t owner = kAttached | std::uint32_t(pid) | (observer ? kObserver : 0);
   const std::uint64_t start = process_start_time(pid);
   for (int pass = 0; pass < 2; ++pass) {
     for (std::uint32_t i = 0; i < kMaxProcs; ++i) {
@@ -195,6 +196,28 @@ bool process_alive(int pid, std::uint64_t start_time) noexcept {
   return now == start_time;
 }
 
+ProcessState process_state(int pid, std::uint64_t start_time) noexcept {
+  if (!process_alive(pid, start_time)) return ProcessState::dead;
+  char state = 0;
+  std::uint64_t now = 0;
+  if (read_proc_stat(pid, state, now) && (state == 'T' || state == 't')) return ProcessState::stopped;
+  return ProcessState::alive;
+}
+
+std::string process_name(int pid) {
+  char path[64];
+  std::snprintf(path, sizeof path, "/proc/%d/comm", pid);
+  const int fd = ::open(path, O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return {};
+  char buf[64];
+  const ssize_t n = ::read(fd, buf, sizeof buf);
+  ::close(fd);
+  if (n <= 0) return {};
+  std::string name(buf, std::size_t(n));
+  while (!name.empty() && (name.back() == '\n' || name.back() == 0)) name.pop_back();
+  return name;
+}
+
 Geometry geometry_for(std::uint32_t jobs, std::uint32_t lanes, std::uint32_t payload_bytes, std::uint32_t log_cells) noexcept {
   Geometry g{};
   g.log_cells = log_cells;
@@ -251,8 +274,8 @@ void bind_tables(Segment& s) {
   s.recovery_ms = h->recovery_ms;
 }
 
-Result<std::unique_ptr<Segment>> finish_attach(std::unique_ptr<Segment> s) {
-  s->me = attach(*s);
+Result<std::unique_ptr<Segment>> finish_attach(std::unique_ptr<Segment> s, bool observer = false) {
+  s->me = attach(*s, observer);
   if (s->me) s->me_index = std::uint32_t(s->me - s->procs);
   if (!s->me)
     return make_error(Errc::system, "segment '" + s->name + "' has no free process record (" +
@@ -379,7 +402,7 @@ Result<std::unique_ptr<Segment>> create_segment(std::string_view name, const Que
   return finish_attach(std::move(s));
 }
 
-Result<std::unique_ptr<Segment>> open_segment(std::string_view name) {
+Result<std::unique_ptr<Segment>> open_segment(std::string_view name, bool observer) {
   if (auto st = check_name(name); !st) return st.error();
   auto s = std::make_unique<Segment>();
   s->name = std::string(name);
@@ -430,7 +453,7 @@ Result<std::unique_ptr<Segment>> open_segment(std::string_view name) {
       g.index_buckets != h->index_buckets || g.lane_buckets != h->lane_buckets || h->default_lane >= h->lane_buckets)
     return make_error(Errc::corrupt, seg + " has a corrupt header (table offsets do not match its capacities)");
   bind_tables(*s);
-  return finish_attach(std::move(s));
+  return finish_attach(std::move(s), observer);
 }
 
 Status remove_segment(std::string_view name) {

@@ -59,12 +59,17 @@ struct QueueAccess {
 };
 
 Result<std::unique_ptr<Segment>> create_segment(std::string_view name, const QueueOptions& o);
-Result<std::unique_ptr<Segment>> open_segment(std::string_view name);
+Result<std::unique_ptr<Segment>> open_segment(std::string_view name, bool observer = false);
 Status remove_segment(std::string_view name);
 
 // Liveness of an attached process: pid and its start time, never a bare pid.
 std::uint64_t process_start_time(int pid) noexcept;
 bool process_alive(int pid, std::uint64_t start_time) noexcept;
+// alive, stopped (SIGSTOP, traced: it holds what it holds) or dead; every
+// doubt counts as alive, as in process_alive.
+ProcessState process_state(int pid, std::uint64_t start_time) noexcept;
+// /proc/PID/comm, empty when it cannot be read.
+std::string process_name(int pid);
 
 // The pid of the owner of process record p if that owner is dead, else 0.
 // Only a record whose owner has stamped its start time is judged (never

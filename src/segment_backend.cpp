@@ -37,6 +37,7 @@ class SegmentBackend final : public Backend {
   void pause_all() override { q_.pause_all(); }
   void resume_all() override { q_.resume_all(); }
   LaneStatus set_limit(const BrandedId& g, std::uint32_t n) override { return q_.set_limit(g, n); }
+  LaneStatus clear_limit(const BrandedId& g) override { return q_.clear_limit(g); }
   LaneStatus set_weight(const BrandedId& g, std::uint32_t w) override { return q_.set_weight(g, w); }
   std::uint64_t depth(const BrandedId& g) override { return q_.depth(g); }
   std::uint64_t drain(const BrandedId& g) override { return q_.drain(g); }

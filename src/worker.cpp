@@ -88,6 +88,7 @@ class SharedBackend final : public Backend {
   void pause_all() override { b_->pause_all(); }
   void resume_all() override { b_->resume_all(); }
   LaneStatus set_limit(const BrandedId& g, std::uint32_t n) override { return b_->set_limit(g, n); }
+  LaneStatus clear_limit(const BrandedId& g) override { return b_->clear_limit(g); }
   LaneStatus set_weight(const BrandedId& g, std::uint32_t w) override { return b_->set_weight(g, w); }
   std::uint64_t depth(const BrandedId& g) override { return b_->depth(g); }
   std::uint64_t drain(const BrandedId& g) override { return b_->drain(g); }

@@ -387,10 +387,10 @@ int run_pause(const LaneArgs& a, bool pause) {
 int run_limit(const LaneArgs& a) {
   std::string target = parse_target(a.segment);
   GroupArg g = parse_group(a.group);
-  std::uint32_t limit = a.value == "none" ? 0 : parse_u32(a.value, "limit", 0, kMaxLimit);
+  std::uint32_t limit = a.value == "none" ? 0 : parse_u32(a.value, "limit (1.." + std::to_string(kMaxLimit) + ", or 'none')", 1, kMaxLimit);
   return guarded([&] {
     Target t = open_target(target);
-    check_lane_status(t->set_limit(g.id, limit), g, t);
+    check_lane_status(limit == 0 ? t->clear_limit(g.id) : t->set_limit(g.id, limit), g, t);
     json jl = nullptr;
     if (limit != 0) jl = limit;
     emit(a.json,

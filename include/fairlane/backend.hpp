@@ -66,7 +66,8 @@ class Backend {
   virtual LaneStatus resume(const BrandedId& group) = 0;
   virtual void pause_all() = 0;
   virtual void resume_all() = 0;
-  virtual LaneStatus set_limit(const BrandedId& group, std::uint32_t limit) = 0;
+  virtual LaneStatus set_limit(const BrandedId& group, std::uint32_t limit) = 0;  // 1..kMaxLimit
+  virtual LaneStatus clear_limit(const BrandedId& group) = 0;
   virtual LaneStatus set_weight(const BrandedId& group, std::uint32_t weight) = 0;
   virtual std::uint64_t depth(const BrandedId& group) = 0;
   virtual std::uint64_t drain(const BrandedId& group) = 0;

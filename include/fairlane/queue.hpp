@@ -202,6 +202,7 @@ struct Lease {
   Token token;                     // the fencing token of this lease
   std::uint64_t deadline_ms = 0;   // on the segment clock (Queue::now_ms)
   std::uint64_t waited_us = 0;     // from becoming pending to this claim
+  RetryPolicy retry;               // the job's own retry policy (unset fields: none given at enqueue)
   std::string payload;
 };
 
@@ -373,7 +374,12 @@ class Queue {
  public:
   // Setup. These allocate and make system calls; they never throw.
   static Result<Queue> create(std::string_view name, const QueueOptions& options = {});
-  static Result<Queue> open(std::string_view name);
+  // An observer (inspect, stats, watch) reads and may run fsck, but is not a
+  // process of the queue: processes() does not list it, it takes no process
+  // record, and every call that would change the segment refuses
+  // (read_only statuses, or does nothing).
+  enum class Attach { member, observer };
+  static Result<Queue> open(std::string_view name, Attach attach = Attach::member);
   static Result<Queue> open_or_create(std::string_view name, const QueueOptions& options = {});
   static Status remove(std::string_view name);
 
@@ -455,8 +461,10 @@ class Queue {
   LaneStatus resume(const BrandedId& group) noexcept;
   void pause_all() noexcept;
   void resume_all() noexcept;
-  // limit 0 clears it. Setting it at or below the active count de-rings the lane.
+  // limit 1..kMaxLimit (0 is invalid_argument, as in EchoMQ: clearing is
+  // clear_limit). Setting it at or below the active count de-rings the lane.
   LaneStatus set_limit(const BrandedId& group, std::uint32_t limit) noexcept;
+  LaneStatus clear_limit(const BrandedId& group) noexcept;
   // weight 1 is the default (and clears the setting).
   LaneStatus set_weight(const BrandedId& group, std::uint32_t weight) noexcept;
   // Pending jobs of the lane (0 for a group with no lane). Approximate while

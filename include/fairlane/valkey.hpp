@@ -127,6 +127,7 @@ class ValkeyBackend final : public Backend {
   void pause_all() override;
   void resume_all() override;
   LaneStatus set_limit(const BrandedId& group, std::uint32_t limit) override;
+  LaneStatus clear_limit(const BrandedId& group) override;
   LaneStatus set_weight(const BrandedId& group, std::uint32_t weight) override;
   std::uint64_t depth(const BrandedId& group) override;
   std::uint64_t drain(const BrandedId& group) override;

@@ -410,6 +410,13 @@ LaneStatus ValkeyBackend::resume(const BrandedId& group) {
 void ValkeyBackend::pause_all() { impl_->eval(Sid::pause_all, {}, {}); }
 void ValkeyBackend::resume_all() { impl_->eval(Sid::resume_all, {}, {}); }
 
+LaneStatus ValkeyBackend::clear_limit(const BrandedId& group) {
+  // Interim: the limit script takes 0 as "clear"; the Valkey issue makes
+  // clearing its own script and refuses limit 0, as EchoMQ does.
+  if (group.valid() && !group.well_formed()) return LaneStatus::invalid_group;
+  return set_limit(group, 0);
+}
+
 LaneStatus ValkeyBackend::set_limit(const BrandedId& group, std::uint32_t limit) {
   if (limit > kMaxLimit) return LaneStatus::invalid_argument;
   const std::string_view g = group_name(group);

@@ -396,7 +396,7 @@ TEST_P(BackendTest, LimitAtOrBelowActiveDeringsAndZeroClears) {
   EXPECT_EQ(seq_string(claim_groups(1)), "BBB");
   ASSERT_EQ(q().set_limit(A, 3), LaneStatus::ok);  // above active: re-ringed
   EXPECT_TRUE(lane(A)->ringed);
-  ASSERT_EQ(q().set_limit(A, 0), LaneStatus::ok);  // cleared
+  ASSERT_EQ(q().clear_limit(A), LaneStatus::ok);  // cleared
   EXPECT_EQ(lane(A)->limit, 0U);
   EXPECT_TRUE(lane(A)->ringed);
   std::vector<BrandedId> rest = claim_groups(20);

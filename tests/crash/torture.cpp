@@ -851,7 +851,7 @@ class Supervisor {
     constexpr std::uint32_t kPerLane = 200;
     for (std::uint32_t f = 0; f < kFairLanes; ++f) {
       const BrandedId g = lane_group(kTortureLanes + f);
-      if (q_.set_weight(g, 1) != LaneStatus::ok || q_.set_limit(g, 0) != LaneStatus::ok) {
+      if (q_.set_weight(g, 1) != LaneStatus::ok || q_.clear_limit(g) != LaneStatus::ok) {
         violation("fairness: cannot set up lane " + g.string());
         return;
       }
@@ -1039,7 +1039,8 @@ int main(int argc, char** argv) {
   std::optional<Queue> q(std::move(created.value()));
   for (std::uint32_t i = 0; i < kTortureLanes; ++i) {
     const BrandedId g = lane_group(i);
-    if (q->set_weight(g, kLanes[i].weight) != LaneStatus::ok || q->set_limit(g, kLanes[i].limit) != LaneStatus::ok) {
+    if (q->set_weight(g, kLanes[i].weight) != LaneStatus::ok ||
+        (kLanes[i].limit != 0 && q->set_limit(g, kLanes[i].limit) != LaneStatus::ok)) {
       std::fprintf(stderr, "torture: cannot configure lane %s\n", g.string().c_str());
       q.reset();
       (void)Queue::remove(segment);

@@ -403,6 +403,13 @@ class Model {
     lanes_[std::size_t(lane)].paused = true;  // no ring change: the token is dropped when drawn
     return LaneStatus::ok;
   }
+  LaneStatus clear_limit(const BrandedId& g) {
+    const int lane = lane_for(g, true);
+    if (lane == kLanesFull) return LaneStatus::lanes_full;
+    lanes_[std::size_t(lane)].limit = 0;
+    touch(lane);
+    return LaneStatus::ok;
+  }
   LaneStatus resume(const BrandedId& g) {
     const int lane = lane_for(g, true);
     if (lane == kLanesFull) return LaneStatus::lanes_full;
@@ -411,7 +418,7 @@ class Model {
     return LaneStatus::ok;
   }
   LaneStatus set_limit(const BrandedId& g, std::uint32_t limit) {
-    if (limit > kMaxLimit) return LaneStatus::invalid_argument;
+    if (limit == 0 || limit > kMaxLimit) return LaneStatus::invalid_argument;
     const int lane = lane_for(g, true);
     if (lane == kLanesFull) return LaneStatus::lanes_full;
     lanes_[std::size_t(lane)].limit = limit;
@@ -867,9 +874,12 @@ class SeedRun {
     const BrandedId g = pick_group();
     const std::uint32_t limit = chance(4) ? kMaxLimit + 1 : std::uint32_t(u(4));
     desc_ = "set_limit " + gname(g) + " " + std::to_string(limit);
-    const LaneStatus real = q_.set_limit(g, limit);
+    // limit 0 is refused (as in EchoMQ); clearing is its own call.
+    const bool clear = limit == 0 && chance(50);
+    const LaneStatus real = clear ? q_.clear_limit(g) : q_.set_limit(g, limit);
+    if (clear) desc_ = "clear_limit " + gname(g);
     desc_ += " -> " + std::string(to_string(real));
-    expect_eq(real, m_.set_limit(g, limit), "set_limit status");
+    expect_eq(real, clear ? m_.clear_limit(g) : m_.set_limit(g, limit), "set_limit status");
   }
   void op_set_weight() {
     const BrandedId g = pick_group();

@@ -453,7 +453,8 @@ TEST_F(QueueTest, LimitAtOrBelowActiveDeringsAndZeroClears) {
   ASSERT_EQ(q().set_limit(A, 3), LaneStatus::ok);
   EXPECT_TRUE(lane(A)->ringed);
   // Limit 0 clears it: A is served beyond 3.
-  ASSERT_EQ(q().set_limit(A, 0), LaneStatus::ok);
+  ASSERT_EQ(q().set_limit(A, 0), LaneStatus::invalid_argument);  // as in EchoMQ
+  ASSERT_EQ(q().clear_limit(A), LaneStatus::ok);
   EXPECT_EQ(lane(A)->limit, 0U);
   EXPECT_TRUE(lane(A)->ringed);
   std::vector<BrandedId> rest = claim_groups(20);

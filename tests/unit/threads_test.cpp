@@ -198,7 +198,7 @@ TEST_F(ThreadsTest, ProducersConsumersOneHandle) {
       if (q.set_limit(g, 1) != LaneStatus::ok) report_bad("set_limit 1");
       if (q.resume(g) != LaneStatus::ok) report_bad("resume");
       std::this_thread::sleep_for(std::chrono::microseconds(300));
-      if (q.set_limit(g, 0) != LaneStatus::ok) report_bad("set_limit 0");
+      if (q.clear_limit(g) != LaneStatus::ok) report_bad("clear_limit");
       std::this_thread::sleep_for(std::chrono::microseconds(500));
     }
     controls_done.store(true, std::memory_order_release);
