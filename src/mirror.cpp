@@ -106,7 +106,7 @@ struct Mirror::Impl {
   bool first_resync = true;
 
   // Shipper state.
-  valkey::Connection conn;
+  valkey::Client conn;
   std::string shas[std::size_t(Script::count_)];
   std::int64_t clock_offset = 0;           // Valkey ms - segment ms
   std::uint64_t offset_taken_ms = 0;
@@ -128,7 +128,7 @@ struct Mirror::Impl {
         prefix(url.prefix()),
         kind(s.h->job_kind, 3),
         max_payload(s.h->payload_bytes),
-        conn(url.host, url.port, opt.valkey) {
+        conn(url, opt.valkey) {
     for (auto k : valkey::kFixedKeys) fixed.push_back(prefix + std::string(k));
     shadow_sf.assign(s.jobs, 0);
     shadow_lane.assign(s.jobs, 0);

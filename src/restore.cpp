@@ -56,7 +56,7 @@ Result<RestoreReport> restore_from_valkey(std::string_view segment, std::string_
   auto url = ValkeyUrl::parse(url_text);
   if (!url) return url.error();
   const std::string prefix = url->prefix(), where = url->str();
-  valkey::Connection conn(url->host, url->port, ValkeyOptions{});
+  valkey::Client conn(*url, ValkeyOptions{});
   RestoreReport rep;
   std::vector<RestoredJob> jobs;
   std::map<std::string, std::pair<std::uint32_t, std::uint32_t>> lane_settings;  // group -> (limit, weight)

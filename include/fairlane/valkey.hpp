@@ -44,8 +44,10 @@
 #include <chrono>
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "fairlane/backend.hpp"
 #include "fairlane/result.hpp"
@@ -65,24 +67,67 @@ struct ValkeyOptions {
   std::chrono::milliseconds command_timeout{5000};  // a reply later than this is a dropped connection
   int reconnect_attempts = 4;                        // connects tried before BackendError
   std::chrono::milliseconds reconnect_backoff{50};   // first pause between them; doubles each time
+  // On a Cluster: how long one call keeps following MOVED/ASK and waiting
+  // out TRYAGAIN / CLUSTERDOWN (a reshard or a failover) before it throws.
+  std::chrono::milliseconds cluster_retry_budget{15000};
+  // Write to a queue whose keyspace is a segment's mirror (meta `owner`).
+  // Without it every write is refused (read_only statuses, or a
+  // ReadOnlyError naming the owner); the tools' --force.
+  bool force = false;
+  // EchoMQ's opt-in stalled sweep for this queue (recorded in meta
+  // `max_stalled`, so every fairlane client of the queue sweeps alike):
+  // unset leaves the queue as it is; 0 turns it off; n > 0 counts `stalled`
+  // on each expired lease and dead-letters it (last_error "stalled") once
+  // the count reaches n. Off, expired leases go back without counting.
+  std::optional<std::uint32_t> max_stalled;
 };
 
-// valkey://HOST:PORT/QUEUE (also redis://). HOST may be a name, an IPv4
-// address or [IPv6]; PORT defaults to 6379. QUEUE: 1..200 printable ASCII
-// characters, none of '{', '}', '/', '*', '?', '[', ']', '\\' or a space.
-struct ValkeyUrl {
+// One node of a URL: HOST:PORT.
+struct ValkeyEndpoint {
   std::string host;
   int port = 6379;
+  std::string address() const;  // "host:port", "[v6]:port"
+};
+
+// valkey://[USER[:PASSWORD]@]HOST:PORT[,HOST:PORT...]/QUEUE (also redis://).
+// HOST may be a name, an IPv4 address or [IPv6]; PORT defaults to 6379.
+// Several nodes: seeds of a Cluster (any one that answers is enough; a
+// single node of a Cluster is enough too). USER and PASSWORD may carry
+// %XX escapes; ":PASSWORD@" alone is the default user. Without a password
+// in the URL, FAIRLANE_VALKEY_PASSWORD applies (the URL wins). QUEUE:
+// 1..200 printable ASCII characters, none of '{', '}', '/', '*', '?', '[',
+// ']', '\' or a space.
+struct ValkeyUrl {
+  std::string host;   // the first node
+  int port = 6379;
+  std::vector<ValkeyEndpoint> nodes;  // every node named, the first one first
+  std::string user;      // empty: the default user
+  std::string password;  // empty: none in the URL
   std::string queue;
 
   static Result<ValkeyUrl> parse(std::string_view url);
-  std::string str() const;       // "valkey://host:port/queue"
-  std::string address() const;   // "host:port", as in messages
+  std::string str() const;       // "valkey://[user@]h1:p1[,h2:p2]/queue": never the password
+  std::string address() const;   // first "host:port", as in messages
   std::string prefix() const;    // "emq:{queue}:"
+  std::string auth_password() const;  // the URL's password, else FAIRLANE_VALKEY_PASSWORD, else ""
 };
+
+// The URL with its password (if any) replaced by "***", for messages.
+std::string redact_url(std::string_view url);
 
 // Does the target name a Valkey queue (valkey:// or redis://) rather than a segment?
 bool is_valkey_url(std::string_view target) noexcept;
+
+// A write refused because the keyspace is a segment's mirror (meta
+// `owner`), thrown by the calls whose status has no read_only value.
+class ReadOnlyError : public BackendError {
+ public:
+  ReadOnlyError(const std::string& message, std::string owner) : BackendError(message), owner_(std::move(owner)) {}
+  const std::string& owner() const noexcept { return owner_; }  // "host:segment"
+
+ private:
+  std::string owner_;
+};
 
 class ValkeyBackend final : public Backend {
  public:
@@ -141,8 +186,16 @@ class ValkeyBackend final : public Backend {
   const ValkeyUrl& url() const noexcept;
   std::uint32_t max_payload() const noexcept;
   std::uint16_t node() const noexcept;
-  // Deletes every key of the queue (SCAN + UNLINK, several round trips; not
+  bool cluster() const noexcept;     // the queue lives on a Valkey Cluster
+  std::string serving_node() const;  // "host:port" of the node serving the queue's slot now
+  // The segment that mirrors into this keyspace ("host:segment", meta
+  // `owner`), or nullopt. While it is set, writes are refused unless
+  // ValkeyOptions::force.
+  std::optional<std::string> owner();
+  // Deletes every key of the queue, and only those ("emq:{Q}:*", SCAN +
+  // UNLINK on the node that serves the queue, several round trips; not
   // atomic). For tests and tools; other clients must be stopped first.
+  // Refused (ReadOnlyError) on a mirror's keyspace unless forced.
   std::uint64_t remove_queue();
 
  private:

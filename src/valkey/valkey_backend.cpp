@@ -9,7 +9,10 @@
 #include <algorithm>
 #include <array>
 #include <charconv>
+#include <cstdio>
 #include <initializer_list>
+#include <random>
+#include <thread>
 #include <utility>
 
 #include "connection.hpp"
@@ -27,27 +30,51 @@ constexpr std::uint32_t kDefaultMaxPayload = 256;       // the segment's default
 constexpr std::uint32_t kLargestPayload = 64u << 20;    // a sane bound for one job
 constexpr std::size_t kMaxErrorBytes = 1024;            // last_error kept by fail()
 constexpr std::chrono::milliseconds kWaitBackstop{1000};  // longest BLPOP between claims
+constexpr int kRetriesBeforeRepair = 5;                 // FLRETRY answers before the `r` flag is sent
+constexpr std::size_t kBatchChunk = 512;                // items per batch script (bounds one script's run)
 
 enum class Sid : std::size_t {
-  init, now, mint, enqueue, claim, complete, fail, extend, pause, resume, pause_all, resume_all,
-  limit, weight, drain, tick, advance, snapshot, count_
+  init, now, mint, enqueue, enqueue_batch, claim, complete, complete_batch, fail, extend, release, pause,
+  resume, pause_all, resume_all, limit, clear_limit, weight, drain, reassign, tick, advance, snapshot, job,
+  jobs, requeue_dead, requeue_all_dead, purge_dead, check_writable, count_
 };
 
 struct ScriptDef {
   std::string_view name;
+  std::string_view helper;  // a shared piece it needs, or empty
   std::string_view body;
 };
 
 constexpr std::array<ScriptDef, std::size_t(Sid::count_)> kScripts = {{
-    {"init", valkey::kInit},         {"now", valkey::kNow},
-    {"mint", valkey::kMint},         {"enqueue", valkey::kEnqueue},
-    {"claim", valkey::kClaim},       {"complete", valkey::kComplete},
-    {"fail", valkey::kFail},         {"extend", valkey::kExtend},
-    {"pause", valkey::kPause},       {"resume", valkey::kResume},
-    {"pause_all", valkey::kPauseAll}, {"resume_all", valkey::kResumeAll},
-    {"limit", valkey::kLimit},       {"weight", valkey::kWeight},
-    {"drain", valkey::kDrain},       {"tick", valkey::kTick},
-    {"advance_clock", valkey::kAdvance}, {"snapshot", valkey::kSnapshot},
+    {"init", {}, valkey::kInit},
+    {"now", {}, valkey::kNow},
+    {"mint", {}, valkey::kMint},
+    {"enqueue", valkey::kEnqueueOne, valkey::kEnqueue},
+    {"enqueue_batch", valkey::kEnqueueOne, valkey::kEnqueueBatch},
+    {"claim", {}, valkey::kClaim},
+    {"complete", valkey::kCompleteOne, valkey::kComplete},
+    {"complete_batch", valkey::kCompleteOne, valkey::kCompleteBatch},
+    {"fail", {}, valkey::kFail},
+    {"extend", {}, valkey::kExtend},
+    {"release", {}, valkey::kRelease},
+    {"pause", {}, valkey::kPause},
+    {"resume", {}, valkey::kResume},
+    {"pause_all", {}, valkey::kPauseAll},
+    {"resume_all", {}, valkey::kResumeAll},
+    {"limit", {}, valkey::kLimit},
+    {"clear_limit", {}, valkey::kClearLimit},
+    {"weight", {}, valkey::kWeight},
+    {"drain", {}, valkey::kDrain},
+    {"reassign", {}, valkey::kReassign},
+    {"tick", {}, valkey::kTick},
+    {"advance_clock", {}, valkey::kAdvance},
+    {"snapshot", {}, valkey::kSnapshot},
+    {"job", {}, valkey::kJob},
+    {"jobs", {}, valkey::kJobs},
+    {"requeue_dead", valkey::kRequeueOne, valkey::kRequeueDead},
+    {"requeue_all_dead", valkey::kRequeueOne, valkey::kRequeueAllDead},
+    {"purge_dead", {}, valkey::kPurgeDead},
+    {"check_writable", {}, valkey::kCheckWritable},
 }};
 
 // A decimal number as a string_view into its own buffer.
@@ -60,23 +87,76 @@ struct Num {
 
 std::string_view text(const redisReply* r) noexcept { return {r->str, r->len}; }
 
+bool starts(std::string_view s, std::string_view p) noexcept { return s.substr(0, p.size()) == p; }
+
+// A job's retry policy in its row (fl_retry): "max;kind;base;cap;factor;jitter",
+// kind '-' (no backoff), 'f' fixed or 'e' exponential. Empty: none.
+std::string encode_policy(const RetryPolicy& p) {
+  if (p.empty()) return {};
+  char buf[160];
+  if (!p.backoff) {
+    std::snprintf(buf, sizeof buf, "%u;-;0;0;1;0", p.max_attempts);
+  } else {
+    const Backoff& b = *p.backoff;
+    std::snprintf(buf, sizeof buf, "%u;%c;%lld;%lld;%.17g;%.17g", p.max_attempts,
+                  b.kind == Backoff::Kind::fixed ? 'f' : 'e', static_cast<long long>(b.base.count()),
+                  static_cast<long long>(b.cap.count()), b.factor, b.jitter);
+  }
+  return buf;
+}
+
+RetryPolicy decode_policy(std::string_view s) {
+  RetryPolicy p;
+  if (s.empty()) return p;
+  std::string parts[6];
+  std::size_t k = 0;
+  for (char c : s) {
+    if (c == ';') {
+      if (++k >= 6) break;
+    } else {
+      parts[k] += c;
+    }
+  }
+  try {
+    p.max_attempts = std::uint32_t(std::stoul(parts[0]));
+    if (parts[1] == "f" || parts[1] == "e") {
+      Backoff b;
+      b.kind = parts[1] == "f" ? Backoff::Kind::fixed : Backoff::Kind::exponential;
+      b.base = std::chrono::milliseconds(std::stoll(parts[2]));
+      b.cap = std::chrono::milliseconds(std::stoll(parts[3]));
+      b.factor = std::stod(parts[4]);
+      b.jitter = std::stod(parts[5]);
+      p.backoff = b;
+    }
+  } catch (const std::exception&) {
+    return RetryPolicy{};  // a row someone else wrote: no policy
+  }
+  return p;
+}
+
+bool policy_ok(const RetryPolicy& p) noexcept {
+  return p.max_attempts <= 65535 && (!p.backoff || p.backoff->valid());
+}
+
 }  // namespace
 
 struct ValkeyBackend::Impl {
   ValkeyUrl url;
   ValkeyOptions options;
-  valkey::Connection conn;
+  valkey::Client conn;
   std::string prefix;
   std::array<std::string, valkey::kFixedKeys.size()> fixed;
   std::array<std::string, std::size_t(Sid::count_)> shas;
   std::string kind = "JOB";
   std::uint32_t max_payload = kDefaultMaxPayload;
-  std::string where;  // "valkey://host:port/queue", for messages
+  std::string where;  // "valkey://host:port/queue", for messages (never a password)
   Args args;
   std::string job_key, lane_key;
+  std::vector<std::string> many_keys;  // batch keys (owned while a call runs)
+  std::mt19937_64 rng{std::random_device{}()};
 
   Impl(ValkeyUrl u, const ValkeyOptions& o)
-      : url(std::move(u)), options(o), conn(url.host, url.port, o), prefix(url.prefix()), where(url.str()) {
+      : url(std::move(u)), options(o), conn(url, o), prefix(url.prefix()), where(url.str()) {
     for (std::size_t i = 0; i < fixed.size(); ++i) fixed[i] = prefix + std::string(valkey::kFixedKeys[i]);
   }
 
@@ -84,6 +164,8 @@ struct ValkeyBackend::Impl {
     throw BackendError(where + ": " + std::string(op) + ": " + std::string(what));
   }
 
+  std::string job_key_of(std::string_view id) const { return prefix + "job:" + std::string(id); }
+  std::string lane_key_of(std::string_view group) const { return prefix + "g:" + std::string(group) + ":pending"; }
   const std::string& job(const BrandedId& id) {
     job_key.assign(prefix).append("job:").append(id.str());
     return job_key;
@@ -95,37 +177,77 @@ struct ValkeyBackend::Impl {
 
   void load(Sid s) {
     Args a;
+    const ScriptDef& d = kScripts[std::size_t(s)];
     std::string source(valkey::kPrelude);
-    source += kScripts[std::size_t(s)].body;
+    source += valkey::kBackendPrelude;
+    source += d.helper;
+    source += d.body;
     a.add("SCRIPT").add("LOAD").add(source);
     Reply r = conn.command(a);
     if (r->type != REDIS_REPLY_STRING) {
-      error(std::string("loading the ") + std::string(kScripts[std::size_t(s)].name) + " script",
+      error(std::string("loading the ") + std::string(d.name) + " script",
             r->type == REDIS_REPLY_ERROR ? text(r.get()) : std::string_view("unexpected reply"));
     }
     shas[std::size_t(s)] = std::string(text(r.get()));
   }
 
-  // One EVALSHA: the fixed keys, then `keys`, then `argv`. Loads the script
-  // on first use and again after NOSCRIPT (a restarted or flushed server).
-  Reply eval(Sid s, std::initializer_list<std::string_view> keys, std::initializer_list<std::string_view> argv) {
-    for (int round = 0; round < 2; ++round) {
+  [[noreturn]] void read_only(std::string_view error_text) const {
+    // "FLREADONLY host:segment; script: ..."
+    std::string_view o = error_text.substr(11);
+    o = o.substr(0, o.find(';'));
+    const std::size_t colon = o.find(':');
+    const std::string host(o.substr(0, colon)), seg(colon == std::string_view::npos ? "" : o.substr(colon + 1));
+    throw ReadOnlyError(where + " is the mirror of segment '" + seg + "' on host " + host +
+                            ": it is read-only through valkey:// (force to write anyway: --force, ValkeyOptions::force)",
+                        std::string(o));
+  }
+
+  // One EVALSHA: the fixed keys, then `keys`, then the flags and `argv`.
+  // Loads the script on first use and again after NOSCRIPT (a restarted or
+  // flushed server); waits out FLRETRY (a key the script needed was not
+  // there) and, after a few in a row, lets the script repair.
+  template <class K, class V>
+  Reply eval_any(Sid s, const K& keys, const V& argv) {
+    int retries = 0;
+    auto pause = std::chrono::milliseconds(2);
+    for (int round = 0; round < 2 + kRetriesBeforeRepair + 1;) {
       if (shas[std::size_t(s)].empty()) load(s);
-      const Num nkeys(fixed.size() + keys.size());
+      const Num nkeys(fixed.size() + std::size(keys));
       args.clear();
       args.add("EVALSHA").add(shas[std::size_t(s)]).add(nkeys.sv());
       for (const auto& k : fixed) args.add(k);
-      for (auto k : keys) args.add(k);
-      for (auto v : argv) args.add(v);
+      for (const auto& k : keys) args.add(k);
+      std::string_view flags = "-";
+      if (options.force) flags = retries >= kRetriesBeforeRepair ? "fr" : "f";
+      else if (retries >= kRetriesBeforeRepair) flags = "r";
+      args.add(flags);
+      for (const auto& v : argv) args.add(v);
       Reply r = conn.command(args);
       if (r->type != REDIS_REPLY_ERROR) return r;
-      if (text(r.get()).substr(0, 8) == "NOSCRIPT") {
+      const std::string_view t = text(r.get());
+      if (starts(t, "NOSCRIPT")) {
         shas[std::size_t(s)].clear();
+        ++round;
         continue;
       }
-      error(kScripts[std::size_t(s)].name, text(r.get()));
+      if (starts(t, "FLREADONLY")) read_only(t);
+      if (starts(t, "FLRETRY")) {
+        ++retries;
+        ++round;
+        std::this_thread::sleep_for(pause);
+        pause = std::min(pause * 2, std::chrono::milliseconds(200));
+        continue;
+      }
+      if (starts(t, "NOAUTH"))
+        error(kScripts[std::size_t(s)].name,
+              "the server needs a password (NOAUTH): give it in the URL (valkey://USER:PASSWORD@HOST:PORT/QUEUE) "
+              "or in FAIRLANE_VALKEY_PASSWORD");
+      error(kScripts[std::size_t(s)].name, t);
     }
-    error(kScripts[std::size_t(s)].name, "the server keeps forgetting its scripts (NOSCRIPT)");
+    error(kScripts[std::size_t(s)].name, "the server keeps refusing the script (NOSCRIPT or FLRETRY)");
+  }
+  Reply eval(Sid s, std::initializer_list<std::string_view> keys, std::initializer_list<std::string_view> argv) {
+    return eval_any(s, keys, argv);
   }
 
   std::int64_t integer(const redisReply* r, Sid s) const {
@@ -152,15 +274,17 @@ struct ValkeyBackend::Impl {
 
   // The claim script's reply, parsed into `out`. Returns how many leases;
   // `next_due` gets the script's hint (ms, -1 none).
-  std::size_t claim(Lease* out, std::size_t room, std::uint32_t lease_ms, std::int64_t* next_due) {
+  std::size_t claim(Lease* out, std::size_t room, std::uint32_t lease_ms, char mode, std::int64_t* next_due) {
     const Num lease(lease_ms), n(room);
-    Reply r = eval(Sid::claim, {}, {lease.sv(), n.sv()});
+    const char m[2] = {mode, 0};
+    Reply r = eval(Sid::claim, {}, {lease.sv(), n.sv(), std::string_view(m, 1)});
     const std::size_t got = std::size_t(integer(element(r.get(), 0, Sid::claim), Sid::claim));
     const std::uint64_t deadline = std::uint64_t(integer(element(r.get(), 1, Sid::claim), Sid::claim));
     if (next_due) *next_due = integer(element(r.get(), 2, Sid::claim), Sid::claim);
-    if (got > room || r->elements != 3 + 5 * got) error("claim", "unexpected reply shape");
+    constexpr std::size_t kF = 7;
+    if (got > room || r->elements != 3 + kF * got) error("claim", "unexpected reply shape");
     for (std::size_t i = 0; i < got; ++i) {
-      const std::size_t b = 3 + 5 * i;
+      const std::size_t b = 3 + kF * i;
       Lease& l = out[i];
       l.id = id_from(r->element[b], Sid::claim);
       l.group = id_from(r->element[b + 1], Sid::claim);
@@ -168,11 +292,34 @@ struct ValkeyBackend::Impl {
       if (p->type == REDIS_REPLY_STRING) l.payload.assign(p->str, p->len);
       else l.payload.clear();
       l.attempt = std::uint32_t(integer(r->element[b + 3], Sid::claim));
-      l.token = Token(l.attempt);  // interim: EchoMQ's attempts until the backend keeps a token of its own
+      l.token = Token(std::uint64_t(integer(r->element[b + 4], Sid::claim)));
       l.deadline_ms = deadline;
-      l.waited_us = std::uint64_t(std::max<std::int64_t>(0, integer(r->element[b + 4], Sid::claim))) * 1000;
+      l.waited_us = std::uint64_t(std::max<std::int64_t>(0, integer(r->element[b + 5], Sid::claim))) * 1000;
+      const redisReply* pol = r->element[b + 6];
+      l.retry = pol->type == REDIS_REPLY_STRING ? decode_policy(text(pol)) : RetryPolicy{};
     }
     return got;
+  }
+
+  JobInfo job_info(const redisReply* x, Sid s, bool with_payload) const {
+    // {id, state, attempt, group, ready_ms, last_error, token, when, payload_bytes, retry, payload, stalled}
+    if (x->type != REDIS_REPLY_ARRAY || x->elements < 12) error(kScripts[std::size_t(s)].name, "unexpected reply shape");
+    JobInfo j;
+    j.id = id_from(x->element[0], s);
+    const std::string_view st = text(x->element[1]);
+    j.state = st == "active" ? JobState::leased : st == "scheduled" ? JobState::scheduled
+              : st == "dead" ? JobState::dead : JobState::pending;
+    j.attempt = std::uint32_t(std::max<std::int64_t>(0, integer(x->element[2], s)));
+    if (auto g = BrandedId::parse(text(x->element[3]))) j.group = *g;  // empty for EchoMQ's flat jobs
+    j.ready_ms = std::uint64_t(std::max<std::int64_t>(0, integer(x->element[4], s)));
+    j.last_error = std::string(text(x->element[5]));
+    j.token = j.state == JobState::leased ? Token(std::uint64_t(integer(x->element[6], s))) : Token();
+    j.when_ms = std::uint64_t(std::max<std::int64_t>(0, integer(x->element[7], s)));
+    j.payload_bytes = std::uint32_t(std::max<std::int64_t>(0, integer(x->element[8], s)));
+    j.retry = decode_policy(text(x->element[9]));
+    if (with_payload) j.payload = std::string(text(x->element[10]));
+    j.minted_unix_ms = (j.id.snowflake() >> 22) + kEpochMs;
+    return j;
   }
 };
 
@@ -192,13 +339,20 @@ Result<std::unique_ptr<ValkeyBackend>> ValkeyBackend::open(std::string_view url,
     return Error{Errc::invalid_argument, 0,
                  "max payload " + std::to_string(options.max_payload) + " is larger than " +
                      std::to_string(kLargestPayload) + " bytes"};
+  if (options.max_stalled && *options.max_stalled > 1'000'000)
+    return Error{Errc::invalid_argument, 0, "max_stalled " + std::to_string(*options.max_stalled) + " is out of range (0..1000000)"};
 
   auto impl = std::make_unique<Impl>(std::move(u).value(), options);
-  if (std::string why = impl->conn.connect(); !why.empty()) return Error{Errc::system, 0, why};
+  if (std::string why = impl->conn.connect(); !why.empty())
+    return Error{why.find("authentication failed") != std::string::npos || why.find("NOAUTH") != std::string::npos
+                     ? Errc::permission_denied
+                     : Errc::system,
+                 0, why};
   try {
     const std::string want_kind = options.job_kind.empty() ? "JOB" : options.job_kind;
     const Num want_max(options.max_payload ? options.max_payload : kDefaultMaxPayload);
-    Reply r = impl->eval(Sid::init, {}, {want_kind, want_max.sv()});
+    const std::string stalled = options.max_stalled ? std::to_string(*options.max_stalled) : std::string();
+    Reply r = impl->eval(Sid::init, {}, {want_kind, want_max.sv(), stalled});
     const redisReply* k = impl->element(r.get(), 0, Sid::init);
     const redisReply* m = impl->element(r.get(), 1, Sid::init);
     if (k->type != REDIS_REPLY_STRING || !valid_kind(text(k)))
@@ -216,7 +370,9 @@ Result<std::unique_ptr<ValkeyBackend>> ValkeyBackend::open(std::string_view url,
                    impl->where + " was set up for payloads of at most " + std::to_string(impl->max_payload) +
                        " bytes, not " + std::to_string(options.max_payload)};
   } catch (const BackendError& e) {
-    return Error{Errc::system, 0, e.what()};
+    const std::string_view w = e.what();
+    const bool auth = w.find("NOAUTH") != std::string_view::npos || w.find("authentication") != std::string_view::npos;
+    return Error{auth ? Errc::permission_denied : Errc::system, 0, std::string(w)};
   }
   return std::unique_ptr<ValkeyBackend>(new ValkeyBackend(std::move(impl)));
 }
@@ -232,6 +388,17 @@ std::uint32_t ValkeyBackend::max_payload() const noexcept { return impl_->max_pa
 std::uint16_t ValkeyBackend::node() const noexcept { return impl_->options.node; }
 std::string ValkeyBackend::describe() const { return impl_->where; }
 std::string ValkeyBackend::job_kind() const { return impl_->kind; }
+bool ValkeyBackend::cluster() const noexcept { return impl_->conn.cluster(); }
+std::string ValkeyBackend::serving_node() const { return impl_->conn.address(); }
+
+std::optional<std::string> ValkeyBackend::owner() {
+  Args a;
+  a.add("HGET").add(impl_->fixed[6]).add("owner");  // META
+  Reply r = impl_->conn.command(a);
+  if (r->type == REDIS_REPLY_STRING) return std::string(text(r.get()));
+  if (r->type == REDIS_REPLY_ERROR) impl_->error("owner", text(r.get()));
+  return std::nullopt;
+}
 
 std::uint64_t ValkeyBackend::now_ms() {
   Reply r = impl_->eval(Sid::now, {}, {});
@@ -247,142 +414,6 @@ BrandedId ValkeyBackend::mint() {
 
 // ---- jobs ------------------------------------------------------------------------
 
-EnqueueStatus ValkeyBackend::enqueue(const BrandedId& group, const BrandedId& job, std::string_view payload,
-                                     EnqueueOptions options) {
-  if (!job.well_formed()) return EnqueueStatus::invalid_id;
-  if (group.valid() && !group.well_formed()) return EnqueueStatus::invalid_group;
-  if (job.kind() != impl_->kind) return EnqueueStatus::kind_mismatch;
-  if (payload.size() > impl_->max_payload) return EnqueueStatus::payload_too_large;
-  const std::string_view g = group.valid() ? group.str() : kDefaultGroup;
-  const Num delay(options.delay_ms);
-  const std::string& jk = impl_->job(job);
-  const std::string& lk = impl_->lane(g);
-  Reply r = impl_->eval(Sid::enqueue, {jk, lk}, {job.str(), g, payload, delay.sv()});
-  return impl_->integer(r.get(), Sid::enqueue) == 1 ? EnqueueStatus::enqueued : EnqueueStatus::duplicate;
-}
-
-bool ValkeyBackend::claim(Lease& out, std::uint32_t lease_ms) {
-  return impl_->claim(&out, 1, lease_ms, nullptr) == 1;
-}
-
-std::size_t ValkeyBackend::claim_batch(std::span<Lease> out, std::uint32_t lease_ms) {
-  if (out.empty()) return 0;
-  return impl_->claim(out.data(), out.size(), lease_ms, nullptr);
-}
-
-bool ValkeyBackend::claim_wait(Lease& out, std::uint32_t lease_ms, std::chrono::milliseconds timeout) {
-  using clock = std::chrono::steady_clock;
-  const auto give_up = clock::now() + std::max(timeout, std::chrono::milliseconds(0));
-  const std::string& wake = impl_->fixed[9];
-  for (;;) {
-    std::int64_t next_due = -1;
-    if (impl_->claim(&out, 1, lease_ms, &next_due) == 1) return true;
-    const auto now = clock::now();
-    if (now >= give_up) return false;
-    // Park on the wake list until an enqueue (or a release, resume, clock
-    // move) pushes a token, the next lease deadline or due time, a second
-    // at most (leases taken by others since our claim), or the timeout.
-    auto block = std::min(std::chrono::ceil<std::chrono::milliseconds>(give_up - now), kWaitBackstop);
-    if (next_due >= 0) block = std::min(block, std::chrono::milliseconds(std::max<std::int64_t>(next_due, 1)));
-    Args a;
-    a.add("BLPOP").add(wake).add_double(double(std::max<std::int64_t>(block.count(), 1)) / 1000.0);
-    Reply r = impl_->conn.blocking_command(a, block);
-    if (r->type == REDIS_REPLY_ERROR) impl_->error("claim_wait", text(r.get()));
-  }
-}
-
-AckStatus ValkeyBackend::complete(const BrandedId& job, Token token) {
-  if (!job.well_formed() || job.kind() != impl_->kind) return AckStatus::gone;
-  const Num a(token.value);
-  Reply r = impl_->eval(Sid::complete, {impl_->job(job)}, {job.str(), a.sv()});
-  switch (impl_->integer(r.get(), Sid::complete)) {
-    case 0: return AckStatus::ok;
-    case 1: return AckStatus::stale;
-    default: return AckStatus::gone;
-  }
-}
-
-FailStatus ValkeyBackend::fail(const BrandedId& job, Token token, const FailOptions& options) {
-  if (!job.well_formed() || job.kind() != impl_->kind) return FailStatus::gone;
-  const Num a(token.value), delay(options.delay_ms.value_or(0)), max(options.max_attempts.value_or(1));
-  const std::string_view err = options.error.substr(0, kMaxErrorBytes);
-  Reply r = impl_->eval(Sid::fail, {impl_->job(job)}, {job.str(), a.sv(), delay.sv(), max.sv(), err});
-  switch (impl_->integer(r.get(), Sid::fail)) {
-    case 0: return FailStatus::retrying;
-    case 1: return FailStatus::dead;
-    case 2: return FailStatus::stale;
-    default: return FailStatus::gone;
-  }
-}
-
-AckStatus ValkeyBackend::extend(const BrandedId& job, Token token, std::uint32_t lease_ms) {
-  if (!job.well_formed() || job.kind() != impl_->kind) return AckStatus::gone;
-  const Num a(token.value), ms(lease_ms);
-  Reply r = impl_->eval(Sid::extend, {impl_->job(job)}, {job.str(), a.sv(), ms.sv()});
-  switch (impl_->integer(r.get(), Sid::extend)) {
-    case 0: return AckStatus::ok;
-    case 1: return AckStatus::stale;
-    default: return AckStatus::gone;
-  }
-}
-
-// Interim forms of the calls the Valkey issue implements as one script each.
-std::size_t ValkeyBackend::enqueue_batch(std::span<const EnqueueItem> items, std::span<EnqueueStatus> statuses) {
-  std::size_t n = 0;
-  for (std::size_t i = 0; i < items.size() && i < statuses.size(); ++i) {
-    statuses[i] = enqueue(items[i].group, items[i].job, items[i].payload, items[i].options);
-    n += statuses[i] == EnqueueStatus::enqueued;
-  }
-  return n;
-}
-
-std::size_t ValkeyBackend::complete_batch(std::span<const Lease> leases, std::span<AckStatus> statuses) {
-  std::size_t n = 0;
-  for (std::size_t i = 0; i < leases.size() && i < statuses.size(); ++i) {
-    statuses[i] = complete(leases[i].id, leases[i].token);
-    n += statuses[i] == AckStatus::ok;
-  }
-  return n;
-}
-
-std::size_t ValkeyBackend::claim_lane_batch(std::span<Lease> out, std::uint32_t lease_ms) { return claim_batch(out, lease_ms); }
-
-AckStatus ValkeyBackend::release(const BrandedId& job, Token token) {
-  FailOptions o;
-  o.delay_ms = 0;
-  o.max_attempts = 1U << 30;
-  switch (fail(job, token, o)) {
-    case FailStatus::retrying: case FailStatus::dead: return AckStatus::ok;
-    case FailStatus::stale: return AckStatus::stale;
-    case FailStatus::gone: return AckStatus::gone;
-    case FailStatus::corrupt: return AckStatus::corrupt;
-  }
-  return AckStatus::gone;
-}
-
-MoveStatus ValkeyBackend::reassign(const BrandedId&, const BrandedId&) {
-  throw BackendError(impl_->where + ": reassign is not implemented on Valkey yet");
-}
-std::optional<JobInfo> ValkeyBackend::job(const BrandedId&, bool) {
-  throw BackendError(impl_->where + ": job lookup is not implemented on Valkey yet");
-}
-std::vector<JobInfo> ValkeyBackend::jobs(const JobFilter&) {
-  throw BackendError(impl_->where + ": job listing is not implemented on Valkey yet");
-}
-AckStatus ValkeyBackend::requeue_dead(const BrandedId&) {
-  throw BackendError(impl_->where + ": dead-letter requeue is not implemented on Valkey yet");
-}
-std::uint64_t ValkeyBackend::requeue_all_dead() {
-  throw BackendError(impl_->where + ": dead-letter requeue is not implemented on Valkey yet");
-}
-std::uint64_t ValkeyBackend::purge_dead() {
-  throw BackendError(impl_->where + ": dead-letter purge is not implemented on Valkey yet");
-}
-std::vector<ProcessInfo> ValkeyBackend::processes() { return {}; }
-BackendCapabilities ValkeyBackend::capabilities() const { return {}; }
-
-// ---- lanes -------------------------------------------------------------------------
-
 namespace {
 // The group's name in the keyspace: the default lane for the empty id; empty
 // for a malformed one.
@@ -393,37 +424,328 @@ std::string_view group_name(const BrandedId& g) noexcept {
 }
 }  // namespace
 
+EnqueueStatus ValkeyBackend::enqueue(const BrandedId& group, const BrandedId& job, std::string_view payload,
+                                     EnqueueOptions options) {
+  if (!job.well_formed()) return EnqueueStatus::invalid_id;
+  if (group.valid() && !group.well_formed()) return EnqueueStatus::invalid_group;
+  if (job.kind() != impl_->kind) return EnqueueStatus::kind_mismatch;
+  if (payload.size() > impl_->max_payload) return EnqueueStatus::payload_too_large;
+  if (!policy_ok(options.retry)) return EnqueueStatus::invalid_argument;
+  const std::string_view g = group.valid() ? group.str() : kDefaultGroup;
+  const Num delay(options.delay_ms);
+  const std::string pol = encode_policy(options.retry);
+  const std::string& jk = impl_->job(job);
+  const std::string& lk = impl_->lane(g);
+  try {
+    Reply r = impl_->eval(Sid::enqueue, {jk, lk}, {job.str(), g, payload, delay.sv(), pol});
+    return impl_->integer(r.get(), Sid::enqueue) == 1 ? EnqueueStatus::enqueued : EnqueueStatus::duplicate;
+  } catch (const ReadOnlyError&) {
+    return EnqueueStatus::read_only;
+  }
+}
+
+std::size_t ValkeyBackend::enqueue_batch(std::span<const EnqueueItem> items, std::span<EnqueueStatus> statuses) {
+  Impl& m = *impl_;
+  const std::size_t total = std::min(items.size(), statuses.size());
+  std::size_t enqueued = 0;
+  // Checked here, as the segment checks, so a refused item costs nothing;
+  // the rest go in one script per chunk of kBatchChunk.
+  std::vector<std::size_t> sent;
+  std::vector<std::string> owned;  // keys, policies, delays: stable while a chunk runs
+  std::vector<std::string_view> keys, argv;
+  for (std::size_t from = 0; from < total; from += kBatchChunk) {
+    const std::size_t to = std::min(total, from + kBatchChunk);
+    sent.clear();
+    owned.clear();
+    owned.reserve(4 * (to - from));
+    keys.clear();
+    argv.clear();
+    for (std::size_t i = from; i < to; ++i) {
+      const EnqueueItem& it = items[i];
+      EnqueueStatus st = EnqueueStatus::enqueued;
+      if (!it.job.well_formed()) st = EnqueueStatus::invalid_id;
+      else if (it.group.valid() && !it.group.well_formed()) st = EnqueueStatus::invalid_group;
+      else if (it.job.kind() != m.kind) st = EnqueueStatus::kind_mismatch;
+      else if (it.payload.size() > m.max_payload) st = EnqueueStatus::payload_too_large;
+      else if (!policy_ok(it.options.retry)) st = EnqueueStatus::invalid_argument;
+      statuses[i] = st;
+      if (st != EnqueueStatus::enqueued) continue;
+      sent.push_back(i);
+    }
+    if (sent.empty()) continue;
+    owned.push_back(std::to_string(sent.size()));
+    argv.push_back(owned.back());
+    for (std::size_t i : sent) {
+      const EnqueueItem& it = items[i];
+      const std::string_view g = it.group.valid() ? it.group.str() : kDefaultGroup;
+      owned.push_back(m.job_key_of(it.job.str()));
+      keys.push_back(owned.back());
+      owned.push_back(m.lane_key_of(g));
+      keys.push_back(owned.back());
+      argv.push_back(it.job.str());
+      argv.push_back(g);
+      argv.push_back(it.payload);
+      owned.push_back(std::to_string(it.options.delay_ms));
+      argv.push_back(owned.back());
+      owned.push_back(encode_policy(it.options.retry));
+      argv.push_back(owned.back());
+    }
+    try {
+      Reply r = m.eval_any(Sid::enqueue_batch, keys, argv);
+      if (r->type != REDIS_REPLY_ARRAY || r->elements != sent.size()) m.error("enqueue_batch", "unexpected reply shape");
+      for (std::size_t k = 0; k < sent.size(); ++k) {
+        const bool ok = m.integer(r->element[k], Sid::enqueue_batch) == 1;
+        statuses[sent[k]] = ok ? EnqueueStatus::enqueued : EnqueueStatus::duplicate;
+        enqueued += ok;
+      }
+    } catch (const ReadOnlyError&) {
+      for (std::size_t i : sent) statuses[i] = EnqueueStatus::read_only;
+    }
+  }
+  return enqueued;
+}
+
+bool ValkeyBackend::claim(Lease& out, std::uint32_t lease_ms) {
+  return impl_->claim(&out, 1, lease_ms, 'w', nullptr) == 1;
+}
+
+std::size_t ValkeyBackend::claim_batch(std::span<Lease> out, std::uint32_t lease_ms) {
+  if (out.empty()) return 0;
+  return impl_->claim(out.data(), out.size(), lease_ms, 'w', nullptr);
+}
+
+std::size_t ValkeyBackend::claim_lane_batch(std::span<Lease> out, std::uint32_t lease_ms) {
+  if (out.empty()) return 0;
+  return impl_->claim(out.data(), out.size(), lease_ms, 'l', nullptr);
+}
+
+bool ValkeyBackend::claim_wait(Lease& out, std::uint32_t lease_ms, std::chrono::milliseconds timeout) {
+  using clock = std::chrono::steady_clock;
+  const auto give_up = clock::now() + std::max(timeout, std::chrono::milliseconds(0));
+  const std::string& wake = impl_->fixed[9];
+  for (;;) {
+    std::int64_t next_due = -1;
+    if (impl_->claim(&out, 1, lease_ms, 'w', &next_due) == 1) return true;
+    const auto now = clock::now();
+    if (now >= give_up) return false;
+    // Park on the wake list until an enqueue (or a release, resume, clock
+    // move) pushes a token, the next lease deadline or due time, a second
+    // at most (leases taken by others since our claim), or the timeout.
+    auto block = std::min(std::chrono::ceil<std::chrono::milliseconds>(give_up - now), kWaitBackstop);
+    if (next_due >= 0) block = std::min(block, std::chrono::milliseconds(std::max<std::int64_t>(next_due, 1)));
+    Args a;
+    a.add("BLPOP").add(wake).add_double(double(std::max<std::int64_t>(block.count(), 1)) / 1000.0);
+    Reply r = impl_->conn.blocking_command(a, block);
+    if (r && r->type == REDIS_REPLY_ERROR) impl_->error("claim_wait", text(r.get()));
+  }
+}
+
+namespace {
+AckStatus ack_status(std::int64_t v) noexcept {
+  switch (v) {
+    case 0: return AckStatus::ok;
+    case 1: return AckStatus::stale;
+    default: return AckStatus::gone;
+  }
+}
+}  // namespace
+
+AckStatus ValkeyBackend::complete(const BrandedId& job, Token token) {
+  if (!job.well_formed() || job.kind() != impl_->kind) return AckStatus::gone;
+  const Num t(token.value);
+  Reply r = impl_->eval(Sid::complete, {impl_->job(job)}, {job.str(), t.sv()});
+  return ack_status(impl_->integer(r.get(), Sid::complete));
+}
+
+std::size_t ValkeyBackend::complete_batch(std::span<const Lease> leases, std::span<AckStatus> statuses) {
+  Impl& m = *impl_;
+  const std::size_t total = std::min(leases.size(), statuses.size());
+  std::size_t done = 0;
+  std::vector<std::size_t> sent;
+  std::vector<std::string> owned;
+  std::vector<std::string_view> keys, argv;
+  for (std::size_t from = 0; from < total; from += kBatchChunk) {
+    const std::size_t to = std::min(total, from + kBatchChunk);
+    sent.clear();
+    owned.clear();
+    owned.reserve(3 * (to - from) + 1);
+    keys.clear();
+    argv.clear();
+    for (std::size_t i = from; i < to; ++i) {
+      const Lease& l = leases[i];
+      if (!l.id.well_formed() || l.id.kind() != m.kind) {
+        statuses[i] = AckStatus::gone;
+        continue;
+      }
+      sent.push_back(i);
+    }
+    if (sent.empty()) continue;
+    owned.push_back(std::to_string(sent.size()));
+    argv.push_back(owned.back());
+    for (std::size_t i : sent) {
+      owned.push_back(m.job_key_of(leases[i].id.str()));
+      keys.push_back(owned.back());
+      argv.push_back(leases[i].id.str());
+      owned.push_back(std::to_string(leases[i].token.value));
+      argv.push_back(owned.back());
+    }
+    Reply r = m.eval_any(Sid::complete_batch, keys, argv);
+    if (r->type != REDIS_REPLY_ARRAY || r->elements != sent.size()) m.error("complete_batch", "unexpected reply shape");
+    for (std::size_t k = 0; k < sent.size(); ++k) {
+      statuses[sent[k]] = ack_status(m.integer(r->element[k], Sid::complete_batch));
+      done += statuses[sent[k]] == AckStatus::ok;
+    }
+  }
+  return done;
+}
+
+FailStatus ValkeyBackend::fail(const BrandedId& job, Token token, const FailOptions& options) {
+  if (!job.well_formed() || job.kind() != impl_->kind) return FailStatus::gone;
+  const Num t(token.value);
+  const std::string delay = options.delay_ms ? std::to_string(*options.delay_ms) : std::string();
+  const std::string max = options.max_attempts ? std::to_string(*options.max_attempts) : std::string();
+  char u[32];
+  std::snprintf(u, sizeof u, "%.17g", std::uniform_real_distribution<double>(0.0, 1.0)(impl_->rng));
+  const std::string_view err = options.error.substr(0, kMaxErrorBytes);
+  Reply r = impl_->eval(Sid::fail, {impl_->job(job)}, {job.str(), t.sv(), delay, max, err, u});
+  switch (impl_->integer(r.get(), Sid::fail)) {
+    case 0: return FailStatus::retrying;
+    case 1: return FailStatus::dead;
+    case 2: return FailStatus::stale;
+    default: return FailStatus::gone;
+  }
+}
+
+AckStatus ValkeyBackend::extend(const BrandedId& job, Token token, std::uint32_t lease_ms) {
+  if (!job.well_formed() || job.kind() != impl_->kind) return AckStatus::gone;
+  const Num t(token.value), ms(lease_ms);
+  Reply r = impl_->eval(Sid::extend, {impl_->job(job)}, {job.str(), t.sv(), ms.sv()});
+  return ack_status(impl_->integer(r.get(), Sid::extend));
+}
+
+AckStatus ValkeyBackend::release(const BrandedId& job, Token token) {
+  if (!job.well_formed() || job.kind() != impl_->kind) return AckStatus::gone;
+  const Num t(token.value);
+  Reply r = impl_->eval(Sid::release, {impl_->job(job)}, {job.str(), t.sv()});
+  return ack_status(impl_->integer(r.get(), Sid::release));
+}
+
+MoveStatus ValkeyBackend::reassign(const BrandedId& job, const BrandedId& group) {
+  if (!job.well_formed() || job.kind() != impl_->kind) return MoveStatus::gone;
+  const std::string_view g = group_name(group);
+  if (g.empty()) return MoveStatus::invalid_group;
+  try {
+    const std::string jk = impl_->job_key_of(job.str());
+    Reply r = impl_->eval(Sid::reassign, {jk, impl_->lane(g)}, {job.str(), g});
+    switch (impl_->integer(r.get(), Sid::reassign)) {
+      case 0: return MoveStatus::moved;
+      case 1: return MoveStatus::gone;
+      default: return MoveStatus::not_pending;
+    }
+  } catch (const ReadOnlyError&) {
+    return MoveStatus::read_only;
+  }
+}
+
+std::optional<JobInfo> ValkeyBackend::job(const BrandedId& id, bool with_payload) {
+  if (!id.well_formed() || id.kind() != impl_->kind) return std::nullopt;
+  Reply r = impl_->eval(Sid::job, {impl_->job(id)}, {id.str(), with_payload ? "1" : "0"});
+  if (r->type == REDIS_REPLY_NIL) return std::nullopt;
+  return impl_->job_info(r.get(), Sid::job, with_payload);
+}
+
+std::vector<JobInfo> ValkeyBackend::jobs(const JobFilter& filter) {
+  std::string_view g;
+  if (filter.group) {
+    g = group_name(*filter.group);
+    if (g.empty()) return {};
+  }
+  std::string_view st;
+  if (filter.state) {
+    switch (*filter.state) {
+      case JobState::pending: st = "pending"; break;
+      case JobState::leased: st = "active"; break;
+      case JobState::scheduled: st = "scheduled"; break;
+      case JobState::dead: st = "dead"; break;
+    }
+  }
+  const Num limit(filter.limit);
+  Reply r = impl_->eval(Sid::jobs, {}, {g, st, limit.sv(), "0"});
+  if (r->type != REDIS_REPLY_ARRAY) impl_->error("jobs", "unexpected reply shape");
+  std::vector<JobInfo> out;
+  out.reserve(r->elements);
+  for (std::size_t i = 0; i < r->elements; ++i) out.push_back(impl_->job_info(r->element[i], Sid::jobs, false));
+  return out;
+}
+
+AckStatus ValkeyBackend::requeue_dead(const BrandedId& id) {
+  if (!id.well_formed() || id.kind() != impl_->kind) return AckStatus::gone;
+  Reply r = impl_->eval(Sid::requeue_dead, {impl_->job(id)}, {id.str()});
+  return ack_status(impl_->integer(r.get(), Sid::requeue_dead));
+}
+
+std::uint64_t ValkeyBackend::requeue_all_dead() {
+  Reply r = impl_->eval(Sid::requeue_all_dead, {}, {});
+  return std::uint64_t(impl_->integer(r.get(), Sid::requeue_all_dead));
+}
+
+std::uint64_t ValkeyBackend::purge_dead() {
+  Reply r = impl_->eval(Sid::purge_dead, {}, {});
+  return std::uint64_t(impl_->integer(r.get(), Sid::purge_dead));
+}
+
+std::vector<ProcessInfo> ValkeyBackend::processes() { return {}; }
+
+BackendCapabilities ValkeyBackend::capabilities() const {
+  BackendCapabilities c;
+  c.process_records = false;  // Valkey keeps no record of its clients
+  c.wait_histograms = false;  // only a lease's own waited_us
+  c.fixed_capacity = false;   // server memory is the bound
+  c.fsck = false;             // every transition is one atomic script
+  return c;
+}
+
+// ---- lanes -------------------------------------------------------------------------
+
+namespace {
+template <class F>
+LaneStatus lane_call(F&& f) {
+  try {
+    f();
+    return LaneStatus::ok;
+  } catch (const ReadOnlyError&) {
+    return LaneStatus::read_only;
+  }
+}
+}  // namespace
+
 LaneStatus ValkeyBackend::pause(const BrandedId& group) {
   const std::string_view g = group_name(group);
   if (g.empty()) return LaneStatus::invalid_group;
-  impl_->eval(Sid::pause, {impl_->lane(g)}, {g});
-  return LaneStatus::ok;
+  return lane_call([&] { impl_->eval(Sid::pause, {impl_->lane(g)}, {g}); });
 }
 
 LaneStatus ValkeyBackend::resume(const BrandedId& group) {
   const std::string_view g = group_name(group);
   if (g.empty()) return LaneStatus::invalid_group;
-  impl_->eval(Sid::resume, {impl_->lane(g)}, {g});
-  return LaneStatus::ok;
+  return lane_call([&] { impl_->eval(Sid::resume, {impl_->lane(g)}, {g}); });
 }
 
 void ValkeyBackend::pause_all() { impl_->eval(Sid::pause_all, {}, {}); }
 void ValkeyBackend::resume_all() { impl_->eval(Sid::resume_all, {}, {}); }
 
-LaneStatus ValkeyBackend::clear_limit(const BrandedId& group) {
-  // Interim: the limit script takes 0 as "clear"; the Valkey issue makes
-  // clearing its own script and refuses limit 0, as EchoMQ does.
-  if (group.valid() && !group.well_formed()) return LaneStatus::invalid_group;
-  return set_limit(group, 0);
-}
-
 LaneStatus ValkeyBackend::set_limit(const BrandedId& group, std::uint32_t limit) {
-  if (limit > kMaxLimit) return LaneStatus::invalid_argument;
+  if (limit < 1 || limit > kMaxLimit) return LaneStatus::invalid_argument;  // 0: EchoMQ refuses it; clear_limit clears
   const std::string_view g = group_name(group);
   if (g.empty()) return LaneStatus::invalid_group;
   const Num n(limit);
-  impl_->eval(Sid::limit, {impl_->lane(g)}, {g, n.sv()});
-  return LaneStatus::ok;
+  return lane_call([&] { impl_->eval(Sid::limit, {impl_->lane(g)}, {g, n.sv()}); });
+}
+
+LaneStatus ValkeyBackend::clear_limit(const BrandedId& group) {
+  const std::string_view g = group_name(group);
+  if (g.empty()) return LaneStatus::invalid_group;
+  return lane_call([&] { impl_->eval(Sid::clear_limit, {impl_->lane(g)}, {g}); });
 }
 
 LaneStatus ValkeyBackend::set_weight(const BrandedId& group, std::uint32_t weight) {
@@ -431,8 +753,7 @@ LaneStatus ValkeyBackend::set_weight(const BrandedId& group, std::uint32_t weigh
   const std::string_view g = group_name(group);
   if (g.empty()) return LaneStatus::invalid_group;
   const Num w(weight);
-  impl_->eval(Sid::weight, {impl_->lane(g)}, {g, w.sv()});
-  return LaneStatus::ok;
+  return lane_call([&] { impl_->eval(Sid::weight, {impl_->lane(g)}, {g, w.sv()}); });
 }
 
 std::uint64_t ValkeyBackend::depth(const BrandedId& group) {
@@ -473,12 +794,19 @@ Snapshot ValkeyBackend::snapshot() {
   s.now_ms = u64(el(root, 1));
   const redisReply* ring = el(root, 2);
   if (ring->type != REDIS_REPLY_ARRAY) m.error("snapshot", "unexpected reply shape");
-  for (std::size_t i = 0; i < ring->elements; ++i) s.ring.push_back(m.id_from(ring->element[i], Sid::snapshot));
+  for (std::size_t i = 0; i < ring->elements; ++i) {
+    auto g = BrandedId::parse(text(ring->element[i]));
+    if (g) s.ring.push_back(*g);
+  }
   const redisReply* c = el(root, 3);
+  // fairlane's counters, except completed and dead: EchoMQ's
+  // metrics:completed / metrics:failed, which every client counts.
+  std::uint64_t released = 0, stalled_dead = 0;
   std::uint64_t* fields[] = {&s.counters.enqueued, &s.counters.duplicates, &s.counters.claimed,
-                             &s.counters.completed, &s.counters.retried,   &s.counters.dead,
-                             &s.counters.expired,  &s.counters.promoted,  &s.counters.drained};
-  for (std::size_t i = 0; i < 9; ++i) *fields[i] = u64(el(c, i));
+                             &s.counters.retried,  &s.counters.expired,    &s.counters.promoted,
+                             &s.counters.drained,  &released,              &stalled_dead,
+                             &s.counters.completed, &s.counters.dead};
+  for (std::size_t i = 0; i < 11; ++i) *fields[i] = u64(el(c, i));
   s.jobs_capacity = 0;
   s.pending = u64(el(root, 4));
   s.leased = u64(el(root, 5));
@@ -501,11 +829,16 @@ Snapshot ValkeyBackend::snapshot() {
     li.served = u64(el(x, 7));
     s.lanes.push_back(li);
   }
+  s.lanes_live = s.lanes.size();
+  s.lanes_capacity = 0;
   return s;
 }
 
 std::uint64_t ValkeyBackend::remove_queue() {
   Impl& m = *impl_;
+  (void)m.eval(Sid::check_writable, {}, {});  // a mirror's keyspace is not ours to remove (ReadOnlyError)
+  // Every key of the queue starts with "emq:{Q}:": the braces end the name,
+  // so the keys of a queue whose name merely starts with Q never match.
   const std::string pattern = m.prefix + "*";
   std::string cursor = "0";
   std::uint64_t removed = 0;
@@ -519,12 +852,18 @@ std::uint64_t ValkeyBackend::remove_queue() {
     cursor = std::string(text(r->element[0]));
     const redisReply* keys = r->element[1];
     if (keys->elements == 0) continue;
-    Args del;
-    del.add("UNLINK");
-    for (std::size_t i = 0; i < keys->elements; ++i) del.add(text(keys->element[i]));
-    Reply d = m.conn.command(del);
-    if (d->type != REDIS_REPLY_INTEGER) m.error("remove_queue", d->type == REDIS_REPLY_ERROR ? text(d.get()) : "unexpected reply");
-    removed += std::uint64_t(d->integer);
+    // One UNLINK per key, pipelined: a multi-key UNLINK would be one
+    // command over keys that a reshard may have split between two nodes.
+    std::vector<Args> dels;
+    for (std::size_t i = 0; i < keys->elements; ++i) {
+      const std::string_view k = text(keys->element[i]);
+      if (k.substr(0, m.prefix.size()) != m.prefix) continue;
+      dels.emplace_back().add("UNLINK").add(k);
+    }
+    for (const Reply& d : m.conn.pipeline(dels)) {
+      if (d->type != REDIS_REPLY_INTEGER) m.error("remove_queue", d->type == REDIS_REPLY_ERROR ? text(d.get()) : "unexpected reply");
+      removed += std::uint64_t(d->integer);
+    }
   } while (cursor != "0");
   // Scripts stay cached on the server; our shas stay valid.
   return removed;
