@@ -17,7 +17,10 @@
 #include <concurrentqueue/blockingconcurrentqueue.h>
 #include <hiredis/hiredis.h>
 
+#include <unistd.h>
+
 #include <algorithm>
+#include <cstdio>
 #include <iterator>
 #include <charconv>
 #include <climits>
@@ -79,6 +82,46 @@ struct Batch {
 };
 
 enum class Script { jobs, lanes, meta, count_ };
+
+// "host:segment": the owner a mirror writes into meta, which makes the
+// keyspace read-only to the Valkey backend (docs/valkey.md).
+std::string mirror_owner(const std::string& segment) {
+  char host[256] = {};
+  if (::gethostname(host, sizeof host - 1) != 0 || !host[0]) std::strcpy(host, "localhost");
+  return std::string(host) + ":" + segment;
+}
+
+// The segment's settings, kept in meta so a restore recreates it as it was.
+// The mirror URL goes without its password (ValkeyUrl::str()).
+std::vector<std::pair<std::string, std::string>> segment_settings(const QueueConfig& c) {
+  std::vector<std::pair<std::string, std::string>> v;
+  auto add = [&](const char* f, std::uint64_t n) { v.emplace_back(f, std::to_string(n)); };
+  add("seg_jobs", c.jobs);
+  add("seg_lanes", c.lanes);
+  add("seg_payload_bytes", c.payload_bytes);
+  add("seg_processes", c.processes);
+  add("seg_node", c.node);
+  add("seg_recovery_ms", c.recovery_ms);
+  std::string url;
+  if (auto u = ValkeyUrl::parse(c.mirror)) url = u->str();
+  v.emplace_back("seg_mirror", url);
+  v.emplace_back("seg_durability", std::string(to_string(c.durability)));
+  v.emplace_back("seg_on_full", std::string(to_string(c.on_full)));
+  add("seg_mirror_log", c.mirror_log);
+  add("seg_sync_timeout_ms", c.sync_timeout_ms);
+  const RetryPolicy& r = c.default_retry;
+  add("seg_retry_max", r.max_attempts);
+  if (r.backoff) {
+    char buf[160];
+    std::snprintf(buf, sizeof buf, "%c;%lld;%lld;%.17g;%.17g", r.backoff->kind == Backoff::Kind::fixed ? 'f' : 'e',
+                  static_cast<long long>(r.backoff->base.count()), static_cast<long long>(r.backoff->cap.count()),
+                  r.backoff->factor, r.backoff->jitter);
+    v.emplace_back("seg_retry_backoff", buf);
+  } else {
+    v.emplace_back("seg_retry_backoff", "");
+  }
+  return v;
+}
 // Jobs or lanes per script call.
 constexpr std::size_t kPerCall = 128;
 // Empty looks, a millisecond apart, before the reader parks.
@@ -95,6 +138,10 @@ struct Mirror::Impl {
   std::vector<std::string> fixed;
   std::string kind;
   std::uint32_t max_payload;
+  // Valkey side: who owns the keyspace (meta `owner`, "host:segment") and
+  // the segment's settings a restore recreates it with (meta seg_*).
+  std::string owner;
+  std::vector<std::pair<std::string, std::string>> settings;
 
   // Reader state.
   std::vector<std::uint64_t> shadow_sf;    // slot -> snowflake last written to Valkey (0: none)
@@ -130,6 +177,8 @@ struct Mirror::Impl {
         max_payload(s.h->payload_bytes),
         conn(url, opt.valkey) {
     for (auto k : valkey::kFixedKeys) fixed.push_back(prefix + std::string(k));
+    owner = mirror_owner(queue.name());
+    settings = segment_settings(queue.config());
     shadow_sf.assign(s.jobs, 0);
     shadow_lane.assign(s.jobs, 0);
     seen_slot.assign(s.jobs, 0);
@@ -531,7 +580,8 @@ struct Mirror::Impl {
       }
     }
     add_eval(cmds, Script::meta);
-    cmds.back().add_num(b.end_seq).add(b.queue_paused ? "1" : "0").add(kind).add_num(max_payload);
+    cmds.back().add_num(b.end_seq).add(b.queue_paused ? "1" : "0").add(kind).add_num(max_payload).add(owner);
+    for (const auto& [field, value] : settings) cmds.back().add(field).add(value);
 
     std::vector<Reply> replies = conn.pipeline(cmds);
     for (std::size_t i = 0; i < replies.size(); ++i) {

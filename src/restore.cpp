@@ -2,8 +2,13 @@
 // by a mirror or by the Valkey backend (include/fairlane/mirror.hpp).
 #include <hiredis/hiredis.h>
 
+#include <unistd.h>
+
 #include <algorithm>
 #include <charconv>
+#include <cstdio>
+#include <cstring>
+#include <optional>
 #include <map>
 #include <string>
 #include <vector>
@@ -55,6 +60,10 @@ struct RestoredJob {
 Result<RestoreReport> restore_from_valkey(std::string_view segment, std::string_view url_text, QueueOptions options) {
   auto url = ValkeyUrl::parse(url_text);
   if (!url) return url.error();
+  // A segment of that name (whole or broken) is never overwritten; say so
+  // before asking Valkey anything.
+  if (auto existing = Queue::open(segment, Queue::Attach::observer); existing || existing.error().code != Errc::not_found)
+    return restore_error(Errc::already_exists, "segment '" + std::string(segment) + "' already exists");
   const std::string prefix = url->prefix(), where = url->str();
   valkey::Client conn(*url, ValkeyOptions{});
   RestoreReport rep;
@@ -64,6 +73,7 @@ Result<RestoreReport> restore_from_valkey(std::string_view segment, std::string_
   std::string kind;
   std::uint32_t max_payload = 0;
   std::int64_t valkey_now = 0;
+  std::map<std::string, std::string> meta;
 
   try {
     if (std::string why = conn.connect(); !why.empty()) return restore_error(Errc::unavailable, why);
@@ -72,7 +82,12 @@ Result<RestoreReport> restore_from_valkey(std::string_view segment, std::string_
       for (auto w : words) a.add(w);
       return conn.command(a);
     };
-    const auto meta = field_map(cmd({"HGETALL", prefix + "meta"}).get());
+    meta = field_map(cmd({"HGETALL", prefix + "meta"}).get());
+    // A queue exists once something opened or mirrored it: it has a meta.
+    // A typo must not "restore" an empty segment.
+    if (meta.empty())
+      return restore_error(Errc::not_found, where + " holds no queue '" + url->queue +
+                                                "' (no " + prefix + "meta key): nothing restored");
     if (auto it = meta.find("job_kind"); it != meta.end()) kind = it->second;
     if (auto it = meta.find("max_payload"); it != meta.end()) max_payload = std::uint32_t(std::stoul(it->second));
     rep.paused = meta.count("paused") != 0;
@@ -108,7 +123,8 @@ Result<RestoreReport> restore_from_valkey(std::string_view segment, std::string_
       for (std::size_t i = from; i < to; ++i) {
         keys.push_back(prefix + "job:" + ids[i]);
         Args a;
-        a.add("HMGET").add(keys.back()).add("state").add("attempts").add("payload").add("group").add("last_error");
+        a.add("HMGET").add(keys.back()).add("state").add("attempts").add("payload").add("group").add("last_error")
+            .add("fl_skip").add("dead_ms").add("fl_retry");
         cmds.push_back(std::move(a));
         Args sc;
         sc.add("ZSCORE").add(schedule_key).add(ids[i]);
@@ -122,7 +138,7 @@ Result<RestoreReport> restore_from_valkey(std::string_view segment, std::string_
         const redisReply* h = replies[(i - from) * 3].get();
         const redisReply* sched = replies[(i - from) * 3 + 1].get();
         const redisReply* dead = replies[(i - from) * 3 + 2].get();
-        if (!h || h->type != REDIS_REPLY_ARRAY || h->elements != 5 || h->element[0]->type != REDIS_REPLY_STRING ||
+        if (!h || h->type != REDIS_REPLY_ARRAY || h->elements != 8 || h->element[0]->type != REDIS_REPLY_STRING ||
             h->element[3]->type != REDIS_REPLY_STRING) {
           ++rep.skipped;  // not a whole job (a key someone else wrote, or half-deleted)
           continue;
@@ -137,7 +153,9 @@ Result<RestoreReport> restore_from_valkey(std::string_view segment, std::string_
         j.info.id = *id;
         j.info.group = *group;
         const std::string_view st = text(h->element[0]);
-        j.info.attempt = std::uint32_t(std::max<std::int64_t>(0, number(h->element[1])));
+        // The delivery count: EchoMQ's attempts less the steps that were no
+        // delivery (fairlane's releases and requeues, fl_skip).
+        j.info.attempt = std::uint32_t(std::max<std::int64_t>(0, number(h->element[1]) - number(h->element[5])));
         j.payload = std::string(text(h->element[2]));
         j.info.last_error = std::string(text(h->element[4]));
         if (st == "pending") {
@@ -149,7 +167,12 @@ Result<RestoreReport> restore_from_valkey(std::string_view segment, std::string_
           j.score = number(sched, valkey_now);
         } else if (st == "dead") {
           j.info.state = JobState::dead;
-          j.score = number(dead, valkey_now);
+          // dead is scored 0 (EchoMQ's id order); the time of death is the
+          // row's dead_ms where fairlane wrote one, else the score of an
+          // older keyspace, else now.
+          const std::int64_t when = number(h->element[6], -1);
+          const std::int64_t score = number(dead, 0);
+          j.score = when >= 0 ? when : score > 0 ? score : valkey_now;
         } else {
           ++rep.skipped;
           continue;
@@ -171,11 +194,64 @@ Result<RestoreReport> restore_from_valkey(std::string_view segment, std::string_
     return restore_error(Errc::corrupt, where + ": a setting that is not a number (" + e.what() + ")");
   }
 
-  // The segment: the queue's kind and payload size unless the options set
-  // them; room for every job.
+  // The segment: what the mirror kept in meta (its geometry and mirror
+  // settings) and the queue's kind and payload size, unless the options set
+  // them (an option left at its default is not set); room for every job.
   const QueueOptions defaults;
   if (options.job_kind == defaults.job_kind && !kind.empty()) options.job_kind = kind;
   if (options.payload_bytes == defaults.payload_bytes && max_payload) options.payload_bytes = max_payload;
+  auto setting = [&](const char* field) -> std::optional<std::uint64_t> {
+    auto it = meta.find(field);
+    if (it == meta.end() || it->second.empty()) return std::nullopt;
+    std::uint64_t v = 0;
+    auto [p, ec] = std::from_chars(it->second.data(), it->second.data() + it->second.size(), v);
+    if (ec != std::errc() || p != it->second.data() + it->second.size()) return std::nullopt;
+    return v;
+  };
+  auto text_setting = [&](const char* field) -> std::string {
+    auto it = meta.find(field);
+    return it == meta.end() ? std::string() : it->second;
+  };
+  if (options.jobs == defaults.jobs)
+    if (auto v = setting("seg_jobs")) options.jobs = std::uint32_t(std::max<std::uint64_t>(*v, jobs.size()));
+  if (options.lanes == defaults.lanes)
+    if (auto v = setting("seg_lanes")) options.lanes = std::uint32_t(*v);
+  if (options.payload_bytes == defaults.payload_bytes)
+    if (auto v = setting("seg_payload_bytes")) options.payload_bytes = std::uint32_t(*v);
+  if (options.processes == defaults.processes)
+    if (auto v = setting("seg_processes")) options.processes = std::uint32_t(*v);
+  if (options.node == defaults.node)
+    if (auto v = setting("seg_node")) options.node = std::uint16_t(*v);
+  if (options.recovery_ms == defaults.recovery_ms)
+    if (auto v = setting("seg_recovery_ms")) options.recovery_ms = std::uint32_t(*v);
+  if (options.default_retry.empty()) {
+    if (auto v = setting("seg_retry_max")) options.default_retry.max_attempts = std::uint32_t(*v);
+    const std::string b = text_setting("seg_retry_backoff");
+    if (!b.empty()) {
+      char k = 0;
+      long long base = 0, cap = 0;
+      double factor = 1, jitter = 0;
+      if (std::sscanf(b.c_str(), "%c;%lld;%lld;%lf;%lf", &k, &base, &cap, &factor, &jitter) == 5) {
+        Backoff bo = k == 'f' ? Backoff::fixed(std::chrono::milliseconds(base), jitter)
+                              : Backoff::exponential(std::chrono::milliseconds(base), std::chrono::milliseconds(cap),
+                                                     factor, jitter);
+        if (bo.valid()) options.default_retry.backoff = bo;
+      }
+    }
+  }
+  if (options.mirror.empty()) {
+    // The mirror it had (kept without a password), with its settings.
+    options.mirror = text_setting("seg_mirror");
+    if (!options.mirror.empty()) {
+      if (text_setting("seg_durability") == "sync") options.durability = Durability::sync;
+      if (text_setting("seg_on_full") == "drop") options.on_full = MirrorFull::drop;
+      if (auto v = setting("seg_mirror_log")) options.mirror_log = std::uint32_t(*v);
+      if (auto v = setting("seg_sync_timeout_ms")) options.sync_timeout_ms = std::uint32_t(*v);
+    }
+  }
+  // A password never lands in the segment header.
+  if (!options.mirror.empty())
+    if (auto mu = ValkeyUrl::parse(options.mirror)) options.mirror = mu->str();
   for (const RestoredJob& j : jobs) {
     if (j.payload.size() > options.payload_bytes)
       return restore_error(Errc::invalid_argument, "job " + j.info.id.string() + " has a payload of " +
@@ -235,6 +311,20 @@ Result<RestoreReport> restore_from_valkey(std::string_view segment, std::string_
     }
   }
   if (rep.paused) q->pause_all();
+  // The restored segment takes the keyspace over: if it mirrors into this
+  // queue, meta names it as the owner from now on (its mirror will too).
+  if (auto mu = ValkeyUrl::parse(options.mirror); mu && mu->queue == url->queue) {
+    char host[256] = {};
+    if (::gethostname(host, sizeof host - 1) != 0 || !host[0]) std::strcpy(host, "localhost");
+    try {
+      Args a;
+      a.add("HSET").add(prefix + "meta").add("owner").add(std::string(host) + ":" + std::string(segment));
+      (void)conn.command(a);
+      rep.owner = std::string(host) + ":" + std::string(segment);
+    } catch (const BackendError&) {
+      // The segment is restored; its mirror writes the owner when it starts.
+    }
+  }
   return rep;
 }
 

@@ -90,15 +90,21 @@ struct RestoreReport {
   std::uint64_t lanes = 0;      // lanes whose limit, weight or pause was restored
   std::uint64_t skipped = 0;    // job keys that were not a whole job, groups that were not ids (not restored)
   bool paused = false;          // the whole queue was paused
+  std::string owner;            // set when the segment took the keyspace over ("host:segment" in meta)
 };
 
 // Builds the segment `segment` from the Valkey queue at `url`: every job in
 // its lane in mint order (leased jobs come back pending: their holders died
 // with the host), scheduled and dead jobs kept with their times, limits,
-// weights and pauses kept. The segment must not exist; it is created with
-// `options` (its job kind and payload size are taken from the queue when
-// options leave them at their defaults; its capacity must hold every job).
-// On any error the new segment is removed again.
+// weights and pauses kept. A queue that was never created (no meta key) is
+// an error (Errc::not_found) and creates nothing; a queue with meta and no
+// jobs restores to an empty segment. The segment must not exist; it is
+// created with `options`, where every field left at its default takes what
+// the mirror kept in meta (the segment's geometry, default retry policy and
+// mirror settings), then the queue's job kind and payload size; its capacity
+// must hold every job. When the new segment mirrors into the same queue it
+// takes the keyspace over (meta `owner` names it). On any error the new
+// segment is removed again.
 Result<RestoreReport> restore_from_valkey(std::string_view segment, std::string_view url, QueueOptions options);
 
 }  // namespace fairlane

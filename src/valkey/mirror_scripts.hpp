@@ -61,7 +61,10 @@ for i = 0, n - 1 do
     elseif st == 'scheduled' then
       redis.call('ZADD', SCHEDULE, ARGV[b + 6], id)
     else
-      redis.call('ZADD', DEAD, ARGV[b + 6], id)
+      -- As EchoMQ keeps it: score 0 (browsed in id order); the time of
+      -- death in the row.
+      redis.call('ZADD', DEAD, 0, id)
+      redis.call('HSET', jk, 'dead_ms', ARGV[b + 6])
     end
   end
 end
@@ -97,12 +100,16 @@ return n
 )lua";
 
 // ARGV: seq (transitions acknowledged once this batch lands), queue paused
-// (1|0), job kind, max payload. The last command of every batch.
+// (1|0), job kind, max payload, owner ("host:segment": the keyspace is this
+// segment's mirror, read-only to the Valkey backend), then field/value
+// pairs of the segment's settings (seg_jobs, seg_lanes, ..., kept for a
+// restore to recreate it as it was). The last command of every batch.
 inline constexpr std::string_view kMirrorMeta = R"lua(
 redis.call('HSETNX', META, 'job_kind', ARGV[3])
 redis.call('HSETNX', META, 'max_payload', ARGV[4])
 if ARGV[2] == '1' then redis.call('HSET', META, 'paused', '1') else redis.call('HDEL', META, 'paused') end
-redis.call('HSET', META, 'mirror_seq', ARGV[1])
+redis.call('HSET', META, 'mirror_seq', ARGV[1], 'owner', ARGV[5])
+for i = 6, #ARGV - 1, 2 do redis.call('HSET', META, ARGV[i], ARGV[i + 1]) end
 return 1
 )lua";
 

@@ -101,8 +101,9 @@ class MirrorTest : public ::testing::Test {
     return q.mirror_status().running;
   }
 
-  std::unique_ptr<ValkeyBackend> valkey() {
+  std::unique_ptr<ValkeyBackend> valkey(bool force = false) {
     ValkeyOptions o;
+    o.force = force;
     o.job_kind = "JOB";
     auto b = ValkeyBackend::open(url_, o);
     EXPECT_TRUE(b) << b.error().message;
@@ -202,9 +203,24 @@ TEST_F(MirrorTest, EveryTransitionReachesValkeyAndValkeyConsumersCanServeIt) {
 
   // A consumer on Valkey serves what the segment admitted: the oldest job of
   // a serviceable lane, with its payload.
+  // The keyspace is the segment's mirror: read-only to the Valkey backend
+  // (a lease taken there would be a second truth), unless forced.
   mirror_->stop();
-  auto v = valkey();
+  auto ro = valkey();
+  ASSERT_TRUE(ro->owner().has_value());
+  EXPECT_NE(ro->owner()->find(":" + name_), std::string::npos) << *ro->owner();
   Lease got;
+  try {
+    (void)ro->claim(got, 30000);
+    ADD_FAILURE() << "a claim on a mirror's keyspace was not refused";
+  } catch (const ReadOnlyError& e) {
+    EXPECT_NE(std::string(e.what()).find("mirror of segment '" + name_ + "'"), std::string::npos) << e.what();
+  }
+  EXPECT_EQ(ro->enqueue(group(0), q.mint(), "x"), EnqueueStatus::read_only);
+  EXPECT_EQ(ro->pause(group(0)), LaneStatus::read_only);
+  EXPECT_THROW(ro->remove_queue(), ReadOnlyError);
+  EXPECT_FALSE(ro->snapshot().lanes.empty());  // reads are fine
+  auto v = valkey(true);
   ASSERT_TRUE(v->claim(got, 30000));
   auto seg_view = q.job(got.id);
   ASSERT_TRUE(seg_view.has_value());
@@ -418,6 +434,97 @@ TEST_F(MirrorTest, RestoreRefusesAnExistingSegmentOrAnUnreachableServer) {
   ASSERT_FALSE(rep);
   EXPECT_EQ(rep.error().code, Errc::unavailable);
   EXPECT_FALSE(Queue::open(name_));  // nothing left behind
+}
+
+TEST_F(MirrorTest, RestoreOfAQueueNeverCreatedIsAnErrorAndCreatesNothing) {
+  auto rep = restore_from_valkey(name_, url_ + "typo", QueueOptions{});
+  ASSERT_FALSE(rep);
+  EXPECT_EQ(rep.error().code, Errc::not_found);
+  EXPECT_NE(rep.error().message.find("holds no queue"), std::string::npos) << rep.error().message;
+  EXPECT_FALSE(Queue::open(name_));
+  auto r = test::run_program(FAIRLANE_CLI_PATH, {"restore", name_, "--from", url_ + "typo"});
+  EXPECT_EQ(r.exit_code, 2) << r.out;
+  EXPECT_NE(r.err.find("holds no queue"), std::string::npos) << r.err;
+  EXPECT_FALSE(Queue::open(name_));
+}
+
+TEST_F(MirrorTest, RestoreRecreatesGeometryAndMirrorSettingsAndTakesTheKeyspaceOver) {
+  {
+    QueueOptions o;
+    o.jobs = 2048;
+    o.lanes = 32;
+    o.payload_bytes = 100;
+    o.mirror = url_;
+    o.durability = Durability::sync;
+    o.on_full = MirrorFull::drop;
+    o.mirror_log = 1024;
+    o.recovery_ms = 700;
+    o.default_retry.max_attempts = 4;
+    auto q = Queue::create(name_, o);
+    ASSERT_TRUE(q) << q.error().message;
+    start_mirror();
+    // A genuinely empty queue: the mirror writes meta, no job.
+    ASSERT_EQ(q->pause(group(1)), LaneStatus::ok);
+    ASSERT_TRUE(caught_up(*q));
+    mirror_->stop();
+    mirror_.reset();
+  }
+  ASSERT_TRUE(Queue::remove(name_));
+  auto rep = restore_from_valkey(name_, url_, QueueOptions{});
+  ASSERT_TRUE(rep) << rep.error().message;
+  EXPECT_EQ(rep->pending + rep->scheduled + rep->dead, 0u);
+  auto q = Queue::open(name_);
+  ASSERT_TRUE(q) << q.error().message;
+  const QueueConfig c = q->config();
+  EXPECT_EQ(c.jobs, 2048u);
+  EXPECT_EQ(c.lanes, 32u);
+  EXPECT_EQ(c.payload_bytes, 100u);
+  EXPECT_EQ(c.recovery_ms, 700u);
+  EXPECT_EQ(c.mirror, url_);
+  EXPECT_EQ(c.durability, Durability::sync);
+  EXPECT_EQ(c.on_full, MirrorFull::drop);
+  EXPECT_EQ(c.mirror_log, 1024u);
+  // c.default_retry: the interim core does not keep it in the header yet;
+  // the mirror writes what config() reports (meta seg_retry_*), and restore
+  // passes it on.
+  EXPECT_NE(rep->owner.find(":" + name_), std::string::npos) << rep->owner;
+  EXPECT_EQ(valkey()->owner().value_or(""), rep->owner);
+
+  // The command's options win over what meta kept.
+  Queue gone = std::move(*q);
+  (void)gone;
+  ASSERT_TRUE(Queue::remove(name_));
+  QueueOptions over;
+  over.jobs = 512;
+  rep = restore_from_valkey(name_, url_, over);
+  ASSERT_TRUE(rep) << rep.error().message;
+  auto q2 = Queue::open(name_);
+  ASSERT_TRUE(q2);
+  EXPECT_EQ(q2->config().jobs, 512u);
+  EXPECT_EQ(q2->config().lanes, 32u);
+}
+
+TEST_F(MirrorTest, APasswordNeverLandsInTheSegmentThroughRestore) {
+  // The URL's password is a secret: the restored segment keeps the mirror
+  // URL without it (the server here has no password; the URL is only
+  // parsed, stored and shown).
+  {
+    Queue q = create();
+    start_mirror();
+    ASSERT_EQ(q.enqueue(group(1), q.mint(), "x"), EnqueueStatus::enqueued);
+    ASSERT_TRUE(caught_up(q));
+    mirror_->stop();
+    mirror_.reset();
+  }
+  ASSERT_TRUE(Queue::remove(name_));
+  QueueOptions o;
+  o.mirror = "valkey://someone:s3cr3t@127.0.0.1:" + std::to_string(server_->port()) + "/" + name_;
+  auto rep = restore_from_valkey(name_, url_, o);
+  ASSERT_TRUE(rep) << rep.error().message;
+  auto q = Queue::open(name_);
+  ASSERT_TRUE(q);
+  EXPECT_EQ(q->config().mirror.find("s3cr3t"), std::string::npos) << q->config().mirror;
+  EXPECT_EQ(q->config().mirror, "valkey://someone@127.0.0.1:" + std::to_string(server_->port()) + "/" + name_);
 }
 
 // ---- the tool ---------------------------------------------------------------------
