@@ -1,6 +1,8 @@
-// One fixture, every backend: each TEST_P body runs once against a fresh
-// segment and once against a fresh Valkey queue (a unique queue name per
-// test, its keys deleted at the end). Time moves only by advance_clock.
+// One fixture, every backend: each TEST_P body runs against a fresh segment,
+// a fresh queue on one Valkey server and a fresh queue on a 3-master Valkey
+// Cluster (a unique queue name per test, so a different slot and often
+// another master; its keys deleted at the end). Time moves only by
+// advance_clock.
 #pragma once
 
 #include <fairlane/backend.hpp>
@@ -18,10 +20,14 @@
 
 namespace fairlane::test {
 
-enum class BackendKind { segment, valkey };
+enum class BackendKind { segment, valkey, cluster };
 
 inline std::string backend_name(const ::testing::TestParamInfo<BackendKind>& info) {
-  return info.param == BackendKind::segment ? "segment" : "valkey";
+  switch (info.param) {
+    case BackendKind::segment: return "segment";
+    case BackendKind::valkey: return "valkey";
+    default: return "cluster";
+  }
 }
 
 // The payload limit both backends are set up with.
@@ -42,9 +48,15 @@ class BackendTest : public ::testing::TestWithParam<BackendKind> {
       b_ = segment_backend(std::move(q).value());
       return;
     }
-    ValkeyTarget& t = valkey_target();
-    if (!t.available) GTEST_SKIP() << "Valkey cases skipped: " << t.skip_reason;
-    url_ = t.url(name_);
+    if (GetParam() == BackendKind::cluster) {
+      ClusterTarget& c = cluster_target();
+      if (!c.available) GTEST_SKIP() << "Valkey Cluster cases skipped: " << c.skip_reason;
+      url_ = c.url(name_);
+    } else {
+      ValkeyTarget& t = valkey_target();
+      if (!t.available) GTEST_SKIP() << "Valkey cases skipped: " << t.skip_reason;
+      url_ = t.url(name_);
+    }
     auto v = ValkeyBackend::open(url_, valkey_options());
     ASSERT_TRUE(v.ok()) << v.error().message;
     valkey_ = v.value().get();
@@ -75,7 +87,7 @@ class BackendTest : public ::testing::TestWithParam<BackendKind> {
   }
 
   Backend& q() { return *b_; }
-  bool is_valkey() const { return GetParam() == BackendKind::valkey; }
+  bool is_valkey() const { return GetParam() != BackendKind::segment; }
 
   // Another client of the same queue: a second attachment of the segment, or
   // a second connection. Owned by the fixture.

@@ -909,7 +909,8 @@ TEST_P(BackendTest, ManyConsumersServeEveryJobOnce) {
   EXPECT_TRUE(s.ring.empty());
 }
 
-INSTANTIATE_TEST_SUITE_P(Backends, BackendTest, ::testing::Values(BackendKind::segment, BackendKind::valkey),
+INSTANTIATE_TEST_SUITE_P(Backends, BackendTest,
+                         ::testing::Values(BackendKind::segment, BackendKind::valkey, BackendKind::cluster),
                          test::backend_name);
 
 }  // namespace

@@ -20,10 +20,16 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <hiredis/hiredis.h>
+
+#include <algorithm>
 #include <chrono>
+#include <cstdio>
 #include <cstdlib>
 #include <memory>
 #include <string>
+#include <thread>
+#include <vector>
 
 #ifndef FAIRLANE_REDIS_SERVER
 #define FAIRLANE_REDIS_SERVER ""
@@ -35,7 +41,8 @@ class RedisServer {
  public:
   // Starts a server on a free loopback port (or on `port` if nonzero).
   // Returns nullptr and says why in `error`.
-  static std::unique_ptr<RedisServer> start(const std::string& binary, std::string& error, int port = 0) {
+  static std::unique_ptr<RedisServer> start(const std::string& binary, std::string& error, int port = 0,
+                                            std::vector<std::string> extra = {}) {
     if (binary.empty() || ::access(binary.c_str(), X_OK) != 0) {
       error = "redis-server not installed" + (binary.empty() ? std::string() : " (" + binary + ")");
       return nullptr;
@@ -46,7 +53,7 @@ class RedisServer {
         error = "no free loopback port";
         return nullptr;
       }
-      auto s = std::unique_ptr<RedisServer>(new RedisServer(binary, p));
+      auto s = std::unique_ptr<RedisServer>(new RedisServer(binary, p, extra));
       if (s->launch(error)) return s;
       if (port) return nullptr;  // the caller wanted exactly this port
     }
@@ -75,7 +82,15 @@ class RedisServer {
   }
 
  private:
-  RedisServer(std::string binary, int port) : binary_(std::move(binary)), port_(port) {}
+  RedisServer(std::string binary, int port, std::vector<std::string> extra)
+      : binary_(std::move(binary)), port_(port), extra_(std::move(extra)) {
+    for (auto& a : extra_) {
+      // "{port}" in an argument: this server's port (a cluster config file
+      // of its own).
+      const auto at = a.find("{port}");
+      if (at != std::string::npos) a.replace(at, 6, std::to_string(port_));
+    }
+  }
 
   static int free_port() {
     int fd = ::socket(AF_INET, SOCK_STREAM, 0);
@@ -113,9 +128,18 @@ class RedisServer {
       if (::getppid() != parent) ::_exit(127);
       ::dup2(fds[1], 1);
       ::dup2(fds[1], 2);
-      ::execl(binary_.c_str(), binary_.c_str(), "--port", port.c_str(), "--bind", "127.0.0.1", "--save", "",
-              "--appendonly", "no", "--daemonize", "no", "--protected-mode", "no", "--dir", "/tmp",
-              "--loglevel", "notice", "--databases", "1", static_cast<char*>(nullptr));
+      std::vector<std::string> args = {binary_, "--port", port, "--bind", "127.0.0.1", "--save", "", "--appendonly",
+                                        "no", "--daemonize", "no", "--protected-mode", "no", "--dir", "/tmp",
+                                        "--loglevel", "notice"};
+      if (std::find(extra_.begin(), extra_.end(), "--cluster-enabled") == extra_.end()) {
+        args.push_back("--databases");
+        args.push_back("1");
+      }
+      args.insert(args.end(), extra_.begin(), extra_.end());
+      std::vector<char*> argv;
+      for (auto& a : args) argv.push_back(a.data());
+      argv.push_back(nullptr);
+      ::execv(binary_.c_str(), argv.data());
       ::_exit(127);
     }
     ::close(fds[1]);
@@ -146,8 +170,216 @@ class RedisServer {
 
   std::string binary_;
   int port_;
+  std::vector<std::string> extra_;
   pid_t pid_ = -1;
 };
+
+// A private Valkey Cluster on loopback: `masters` masters splitting the 16384
+// slots evenly, each with `replicas` replicas, every node a RedisServer in
+// cluster mode with a config file of its own in /tmp (removed at stop).
+// Formed with CLUSTER ADDSLOTSRANGE, MEET and REPLICATE; ready once every
+// node reports cluster_state:ok and knows every other (a bounded liveness
+// wait on the servers' own state, as the cluster forms by gossip).
+class RedisCluster {
+ public:
+  struct Node {
+    std::unique_ptr<RedisServer> server;
+    std::string id;
+    bool master = true;
+  };
+
+  static std::unique_ptr<RedisCluster> start(const std::string& binary, std::string& error, int masters = 3,
+                                             int replicas = 0, const std::vector<std::string>& extra = {}) {
+    auto c = std::unique_ptr<RedisCluster>(new RedisCluster());
+    const int total = masters * (1 + replicas);
+    for (int i = 0; i < total; ++i) {
+      std::vector<std::string> args = {"--cluster-enabled", "yes", "--cluster-config-file",
+                                       "flt-cluster-" + std::to_string(::getpid()) + "-{port}.conf",
+                                       "--cluster-node-timeout", "3000", "--cluster-require-full-coverage", "no"};
+      args.insert(args.end(), extra.begin(), extra.end());
+      auto s = RedisServer::start(binary, error, 0, args);
+      if (!s) return nullptr;
+      Node n;
+      n.server = std::move(s);
+      n.master = i < masters;
+      c->nodes_.push_back(std::move(n));
+    }
+    for (auto& n : c->nodes_) {
+      n.id = c->reply_str(n, {"CLUSTER", "MYID"});
+      if (n.id.empty()) {
+        error = "CLUSTER MYID failed on port " + std::to_string(n.server->port());
+        return nullptr;
+      }
+    }
+    const int per = 16384 / masters;
+    for (int m = 0; m < masters; ++m) {
+      const int lo = m * per, hi = m == masters - 1 ? 16383 : (m + 1) * per - 1;
+      if (c->reply_str(c->nodes_[m], {"CLUSTER", "ADDSLOTSRANGE", std::to_string(lo), std::to_string(hi)}) != "OK") {
+        error = "CLUSTER ADDSLOTSRANGE failed";
+        return nullptr;
+      }
+    }
+    for (std::size_t i = 1; i < c->nodes_.size(); ++i)
+      c->reply_str(c->nodes_[0], {"CLUSTER", "MEET", "127.0.0.1", std::to_string(c->nodes_[i].server->port())});
+    if (!c->wait([&] { return c->all_know_all(); })) {
+      error = "the cluster nodes never met";
+      return nullptr;
+    }
+    for (int r = 0; r < masters * replicas; ++r) {
+      Node& rep = c->nodes_[masters + r];
+      const Node& of = c->nodes_[r % masters];
+      if (c->reply_str(rep, {"CLUSTER", "REPLICATE", of.id}) != "OK") {
+        error = "CLUSTER REPLICATE failed";
+        return nullptr;
+      }
+    }
+    if (!c->wait([&] { return c->converged(); })) {
+      error = "the cluster never reached cluster_state:ok";
+      return nullptr;
+    }
+    return c;
+  }
+
+  ~RedisCluster() {
+    for (auto& n : nodes_) {
+      const int port = n.server->port();
+      n.server->stop();
+      std::remove(("/tmp/flt-cluster-" + std::to_string(::getpid()) + "-" + std::to_string(port) + ".conf").c_str());
+    }
+  }
+
+  std::vector<Node>& nodes() { return nodes_; }
+  int port(std::size_t i) const { return nodes_[i].server->port(); }
+
+  // "valkey://127.0.0.1:p0,127.0.0.1:p1/queue": a seed list of two masters.
+  std::string url(const std::string& queue) const {
+    return "valkey://127.0.0.1:" + std::to_string(port(0)) + ",127.0.0.1:" + std::to_string(port(1)) + "/" + queue;
+  }
+
+  // One command to a node, its reply as text ("" for none or an error,
+  // arrays joined by newlines).
+  std::string reply_str(const Node& n, const std::vector<std::string>& words, std::string* error = nullptr) const {
+    return command(n.server->port(), words, error);
+  }
+  static std::string command(int port, const std::vector<std::string>& words, std::string* error = nullptr) {
+    redisContext* c = redisConnect("127.0.0.1", port);
+    if (!c || c->err) {
+      if (c) redisFree(c);
+      return {};
+    }
+    std::vector<const char*> argv;
+    std::vector<std::size_t> lens;
+    for (const auto& w : words) {
+      argv.push_back(w.data());
+      lens.push_back(w.size());
+    }
+    auto* r = static_cast<redisReply*>(redisCommandArgv(c, int(argv.size()), argv.data(), lens.data()));
+    std::string out;
+    if (r) {
+      if (r->type == REDIS_REPLY_STRING || r->type == REDIS_REPLY_STATUS) out.assign(r->str, r->len);
+      else if (r->type == REDIS_REPLY_INTEGER) out = std::to_string(r->integer);
+      else if (r->type == REDIS_REPLY_ERROR && error) error->assign(r->str, r->len);
+      else if (r->type == REDIS_REPLY_ARRAY)
+        for (std::size_t i = 0; i < r->elements; ++i)
+          if (r->element[i]->type == REDIS_REPLY_STRING) out += std::string(r->element[i]->str, r->element[i]->len) + "\n";
+      freeReplyObject(r);
+    }
+    redisFree(c);
+    return out;
+  }
+
+  // Index of the master serving `slot` now (CLUSTER SLOTS of node 0's view
+  // is not needed: each master knows its own slots, CLUSTER COUNTKEYSINSLOT
+  // aside). -1: none.
+  int owner_of(int slot) const {
+    for (std::size_t i = 0; i < nodes_.size(); ++i) {
+      const std::string nodes = reply_str(nodes_[i], {"CLUSTER", "NODES"});
+      // the line of "myself"
+      std::size_t at = nodes.find("myself");
+      if (at == std::string::npos) continue;
+      const std::size_t bol = nodes.rfind('\n', at) == std::string::npos ? 0 : nodes.rfind('\n', at) + 1;
+      const std::string line = nodes.substr(bol, nodes.find('\n', at) - bol);
+      if (line.find("master") == std::string::npos) continue;
+      // slot ranges are the fields after the 8th
+      std::size_t field = 0, pos = 0;
+      while (field < 8 && pos != std::string::npos) {
+        pos = line.find(' ', pos);
+        if (pos != std::string::npos) ++pos;
+        ++field;
+      }
+      while (pos != std::string::npos && pos < line.size()) {
+        const std::size_t end = line.find(' ', pos);
+        const std::string r = line.substr(pos, end == std::string::npos ? std::string::npos : end - pos);
+        pos = end == std::string::npos ? end : end + 1;
+        if (r.empty() || r[0] == '[') continue;
+        const auto dash = r.find('-');
+        const int lo = std::atoi(r.c_str()), hi = dash == std::string::npos ? lo : std::atoi(r.c_str() + dash + 1);
+        if (lo <= slot && slot <= hi) return int(i);
+      }
+    }
+    return -1;
+  }
+
+  template <class F>
+  static bool wait(F&& ok, std::chrono::seconds within = std::chrono::seconds(30)) {
+    const auto give_up = std::chrono::steady_clock::now() + within;
+    while (std::chrono::steady_clock::now() < give_up) {
+      if (ok()) return true;
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    }
+    return ok();
+  }
+
+  bool converged() const {
+    for (const auto& n : nodes_) {
+      if (reply_str(n, {"CLUSTER", "INFO"}).find("cluster_state:ok") == std::string::npos) return false;
+      if (!n.master && reply_str(n, {"INFO", "replication"}).find("master_link_status:up") == std::string::npos)
+        return false;
+    }
+    return all_know_all();
+  }
+
+ private:
+  RedisCluster() = default;
+  bool all_know_all() const {
+    for (const auto& n : nodes_) {
+      const std::string info = reply_str(n, {"CLUSTER", "INFO"});
+      if (info.find("cluster_known_nodes:" + std::to_string(nodes_.size())) == std::string::npos) return false;
+    }
+    return true;
+  }
+  std::vector<Node> nodes_;
+};
+
+inline std::unique_ptr<RedisCluster>& shared_cluster_slot() {
+  static std::unique_ptr<RedisCluster> c;
+  return c;
+}
+
+// The 3-master cluster the conformance cases share (one per test process),
+// or why there is none.
+struct ClusterTarget {
+  bool available = false;
+  std::string skip_reason;
+  RedisCluster* cluster = nullptr;
+  std::string url(const std::string& queue) const { return cluster->url(queue); }
+};
+
+inline ClusterTarget& cluster_target() {
+  static ClusterTarget t = [] {
+    ClusterTarget v;
+    std::string error;
+    shared_cluster_slot() = RedisCluster::start(FAIRLANE_REDIS_SERVER, error, 3, 0);
+    if (!shared_cluster_slot()) {
+      v.skip_reason = error.empty() ? "the cluster did not start" : error;
+      return v;
+    }
+    v.cluster = shared_cluster_slot().get();
+    v.available = true;
+    return v;
+  }();
+  return t;
+}
 
 // Where the Valkey cases run.
 struct ValkeyTarget {
