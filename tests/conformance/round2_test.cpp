@@ -1,0 +1,305 @@
+// The second round's behaviours, one body per behaviour, run against every
+// backend: fencing tokens that never repeat, release, the job's own retry
+// policy, the batch paths, the group-affinity claim, reassign, job lookup,
+// dead letters in id order, limit 0 refused.
+//
+// Some need the segment's new core (release keeping the attempt, a token
+// that survives re-admission, the job's retry policy, requeue at attempt 1,
+// claim_lane_batch serving one lane, reassign); those are instantiated for
+// Valkey and the Cluster only (ValkeyFirstTest) until the new core lands:
+// then move them to BackendTest.
+#include <array>
+#include <bit>
+#include <cstring>
+#include <set>
+
+#include "backend_fixture.hpp"
+
+namespace fairlane {
+namespace {
+
+using test::BackendKind;
+using test::BackendTest;
+using test::seq_string;
+
+const BrandedId A = BrandedId::make("AAA", 1);
+const BrandedId B = BrandedId::make("BBB", 1);
+const BrandedId C = BrandedId::make("CCC", 1);
+
+class ValkeyFirstTest : public BackendTest {};
+
+// ---------------------------------------------------------------- fencing and release
+
+TEST_P(ValkeyFirstTest, ReleaseKeepsTheAttemptAndKillsTheToken) {
+  auto ids = fill(A, 2);
+  Lease l = claim_one();
+  ASSERT_EQ(l.id, ids[0]);
+  ASSERT_EQ(l.attempt, 1U);
+  ASSERT_EQ(q().release(l.id, l.token), AckStatus::ok);
+  EXPECT_EQ(lane(A)->active, 0U);
+  EXPECT_EQ(q().depth(A), 2U);
+  Lease again = claim_one();
+  EXPECT_EQ(again.id, ids[0]);  // back at its mint position
+  EXPECT_EQ(again.attempt, 1U);  // a release is not a failed delivery
+  EXPECT_NE(again.token, l.token);
+  EXPECT_EQ(q().complete(l.id, l.token), AckStatus::stale);
+  EXPECT_EQ(q().extend(l.id, l.token, 1000), AckStatus::stale);
+  EXPECT_EQ(q().release(l.id, l.token), AckStatus::stale);
+  EXPECT_EQ(q().fail(l.id, l.token, FailOptions{}), FailStatus::stale);
+  EXPECT_EQ(q().fail(again.id, again.token, FailOptions{0, 5, "real error"}), FailStatus::retrying);
+  Lease third = claim_one();
+  EXPECT_EQ(third.attempt, 2U);
+  EXPECT_EQ(q().release(third.id, third.token), AckStatus::ok);
+  auto info = q().job(third.id);
+  ASSERT_TRUE(info.has_value());
+  EXPECT_EQ(info->state, JobState::pending);
+  EXPECT_EQ(info->attempt, 1U);  // deliveries that counted: the released one did not
+  EXPECT_EQ(info->last_error, "real error");  // kept by a release
+  EXPECT_EQ(claim_one().attempt, 2U);
+  EXPECT_EQ(q().release(BrandedId{}, Token(1)), AckStatus::gone);
+}
+
+TEST_P(ValkeyFirstTest, ATokenIsNeverReusedAcrossReadmissions) {
+  // Issue 10's reproduction: C1's lease expires, C2 completes, the id is
+  // enqueued again and C3 claims it at attempt 1: C1's token must not match.
+  const BrandedId x = q().mint();
+  ASSERT_EQ(q().enqueue(A, x, "one"), EnqueueStatus::enqueued);
+  Lease c1 = claim_one(50);
+  q().advance_clock(100);
+  Lease c2 = claim_one();
+  ASSERT_EQ(c2.id, x);
+  ASSERT_EQ(c2.attempt, 2U);
+  ASSERT_EQ(q().complete(x, c2.token), AckStatus::ok);
+  ASSERT_EQ(q().enqueue(A, x, "two"), EnqueueStatus::enqueued);
+  Lease c3 = claim_one();
+  ASSERT_EQ(c3.attempt, 1U);
+  std::set<std::uint64_t> tokens = {c1.token.value, c2.token.value, c3.token.value};
+  EXPECT_EQ(tokens.size(), 3U);
+  EXPECT_EQ(q().complete(x, c1.token), AckStatus::stale);
+  EXPECT_EQ(q().complete(x, c2.token), AckStatus::stale);
+  EXPECT_EQ(q().complete(x, c3.token), AckStatus::ok);
+}
+
+// ---------------------------------------------------------------- retry policy
+
+TEST_P(ValkeyFirstTest, TheJobsRetryPolicyAppliesWhenFailGivesNone) {
+  const BrandedId id = q().mint();
+  EnqueueOptions o;
+  o.retry.max_attempts = 3;
+  o.retry.backoff = Backoff::fixed(std::chrono::milliseconds(500));
+  ASSERT_EQ(q().enqueue(A, id, "work", o), EnqueueStatus::enqueued);
+  auto info = q().job(id);
+  ASSERT_TRUE(info.has_value());
+  EXPECT_EQ(info->retry, o.retry);
+  Lease l = claim_one();
+  EXPECT_EQ(l.retry, o.retry);
+  EXPECT_EQ(q().fail(id, l.token, FailOptions{}), FailStatus::retrying);  // the job's policy: 3 attempts
+  EXPECT_EQ(q().snapshot().scheduled, 1U);
+  q().advance_clock(400);
+  EXPECT_FALSE(q().claim(l, 1000)) << "served before the job's backoff";
+  q().advance_clock(200);
+  ASSERT_TRUE(q().claim(l, 1000));
+  EXPECT_EQ(l.attempt, 2U);
+  FailOptions now;
+  now.delay_ms = 0;  // the call wins over the job for the delay...
+  EXPECT_EQ(q().fail(id, l.token, now), FailStatus::retrying);
+  ASSERT_TRUE(q().claim(l, 1000));
+  EXPECT_EQ(l.attempt, 3U);
+  EXPECT_EQ(q().fail(id, l.token, FailOptions{}), FailStatus::dead);  // ...and the job's max still counts
+  const BrandedId other = q().mint();
+  ASSERT_EQ(q().enqueue(A, other, "w", o), EnqueueStatus::enqueued);
+  ASSERT_TRUE(q().claim(l, 1000));
+  FailOptions once;
+  once.max_attempts = 1;
+  EXPECT_EQ(q().fail(other, l.token, once), FailStatus::dead);  // the call's max wins
+}
+
+TEST_P(ValkeyFirstTest, AnInvalidRetryPolicyIsRefusedAndWritesNothing) {
+  EnqueueOptions o;
+  o.retry.backoff = Backoff::exponential(std::chrono::milliseconds(1000), std::chrono::milliseconds(10));  // base > cap
+  const BrandedId id = q().mint();
+  EXPECT_EQ(q().enqueue(A, id, "x", o), EnqueueStatus::invalid_argument);
+  EXPECT_FALSE(q().job(id).has_value());
+  EXPECT_EQ(q().snapshot().pending, 0U);
+}
+
+// ---------------------------------------------------------------- batches
+
+TEST_P(BackendTest, EnqueueBatchGivesOneStatusPerItem) {
+  const BrandedId dup = q().mint();
+  ASSERT_EQ(q().enqueue(A, dup, "first"), EnqueueStatus::enqueued);
+  const BrandedId a1 = q().mint(), a2 = q().mint(), b1 = q().mint();
+  const BrandedId foreign = BrandedId::make("USR", q().mint().snowflake());
+  std::vector<EnqueueItem> items = {
+      {A, a1, "a1"}, {A, dup, "again"}, {B, b1, "b1"}, {A, foreign, "x"}, {A, a2, "a2"}, {A, a2, "a2 twice"}};
+  std::vector<EnqueueStatus> st(items.size());
+  EXPECT_EQ(q().enqueue_batch(items, st), 3U);
+  EXPECT_EQ(st[0], EnqueueStatus::enqueued);
+  EXPECT_EQ(st[1], EnqueueStatus::duplicate);
+  EXPECT_EQ(st[2], EnqueueStatus::enqueued);
+  EXPECT_EQ(st[3], EnqueueStatus::kind_mismatch);
+  EXPECT_EQ(st[4], EnqueueStatus::enqueued);
+  EXPECT_EQ(st[5], EnqueueStatus::duplicate);
+  EXPECT_EQ(q().depth(A), 3U);
+  EXPECT_EQ(q().depth(B), 1U);
+  EXPECT_EQ(seq_string(claim_groups(4)), "AAA BBB AAA AAA");
+}
+
+TEST_P(BackendTest, CompleteBatchGivesOneStatusPerLease) {
+  fill(A, 3);
+  std::vector<Lease> held(3);
+  ASSERT_EQ(q().claim_batch(held, 60000), 3U);
+  std::vector<Lease> acks = held;
+  acks[1].token = Token(acks[1].token.value + 12345);  // stale
+  acks.push_back(held[0]);                            // twice: gone the second time
+  std::vector<AckStatus> st(acks.size());
+  EXPECT_EQ(q().complete_batch(acks, st), 2U);
+  EXPECT_EQ(st[0], AckStatus::ok);
+  EXPECT_EQ(st[1], AckStatus::stale);
+  EXPECT_EQ(st[2], AckStatus::ok);
+  EXPECT_EQ(st[3], AckStatus::gone);
+  EXPECT_EQ(q().snapshot().leased, 1U);
+  EXPECT_EQ(q().complete(held[1].id, held[1].token), AckStatus::ok);
+}
+
+TEST_P(ValkeyFirstTest, ClaimLaneBatchServesOneLaneUpToItsHeadroom) {
+  auto a = fill(A, 6);
+  fill(B, 4);
+  ASSERT_EQ(q().set_limit(A, 3), LaneStatus::ok);
+  std::vector<Lease> out(10);
+  ASSERT_EQ(q().claim_lane_batch(out, 60000), 3U);  // one rotation: A, capped by its limit
+  for (int i = 0; i < 3; ++i) {
+    EXPECT_EQ(out[i].group, A);
+    EXPECT_EQ(out[i].id, a[i]);
+    EXPECT_EQ(out[i].deadline_ms, out[0].deadline_ms);  // one deadline
+  }
+  EXPECT_FALSE(lane(A)->ringed);  // at its ceiling: off the ring
+  ASSERT_EQ(q().claim_lane_batch(out, 60000), 4U);  // B, emptied
+  for (int i = 0; i < 4; ++i) EXPECT_EQ(out[i].group, B);
+  EXPECT_FALSE(lane(B)->ringed);
+  EXPECT_EQ(q().claim_lane_batch(out, 60000), 0U);
+  std::vector<Lease> two(2);
+  ASSERT_EQ(q().clear_limit(A), LaneStatus::ok);
+  ASSERT_EQ(q().claim_lane_batch(two, 60000), 2U);  // room caps it; the lane stays on the ring
+  EXPECT_TRUE(lane(A)->ringed);
+}
+
+// ---------------------------------------------------------------- reassign
+
+TEST_P(ValkeyFirstTest, ReassignMovesAPendingJobToAnotherLane) {
+  auto a = fill(A, 2);
+  fill(C, 1);
+  ASSERT_EQ(q().reassign(a[1], B), MoveStatus::moved);
+  EXPECT_EQ(q().depth(A), 1U);
+  EXPECT_EQ(q().depth(B), 1U);
+  EXPECT_TRUE(lane(B)->ringed);  // serviceable now: on the ring
+  ASSERT_EQ(q().reassign(a[0], B), MoveStatus::moved);
+  EXPECT_EQ(q().depth(A), 0U);
+  EXPECT_FALSE(lane(A).has_value() && lane(A)->ringed);  // emptied: off the ring
+  auto info = q().job(a[0]);
+  ASSERT_TRUE(info.has_value());
+  EXPECT_EQ(info->group, B);
+  Lease l = claim_one();
+  EXPECT_EQ(l.group, C);
+  l = claim_one();
+  EXPECT_EQ(l.group, B);
+  EXPECT_EQ(l.id, a[0]);  // its mint position in the new lane
+  EXPECT_EQ(q().reassign(a[0], A), MoveStatus::not_pending);
+  EXPECT_EQ(q().reassign(q().mint(), A), MoveStatus::gone);
+  std::array<char, kIdLength> bad{};
+  std::memcpy(bad.data(), "grp0000000000A", kIdLength);
+  EXPECT_EQ(q().reassign(a[1], std::bit_cast<BrandedId>(bad)), MoveStatus::invalid_group);
+}
+
+// ---------------------------------------------------------------- job lookup, dead letters
+
+TEST_P(BackendTest, JobAndJobsShowEachStateInIdOrder) {
+  auto a = fill(A, 3);
+  auto b = fill(B, 2);
+  const BrandedId late = q().mint();
+  ASSERT_EQ(q().enqueue(C, late, "later", EnqueueOptions{60'000}), EnqueueStatus::enqueued);
+  Lease l = claim_one();  // a[0]
+  ASSERT_EQ(l.id, a[0]);
+  auto info = q().job(a[0], true);
+  ASSERT_TRUE(info.has_value());
+  EXPECT_EQ(info->state, JobState::leased);
+  EXPECT_EQ(info->token, l.token);
+  EXPECT_EQ(info->attempt, 1U);
+  EXPECT_EQ(info->when_ms, l.deadline_ms);
+  EXPECT_EQ(info->payload, "p0");
+  EXPECT_EQ(info->payload_bytes, 2U);
+  EXPECT_EQ(q().job(late)->state, JobState::scheduled);
+  EXPECT_EQ(q().job(b[1])->state, JobState::pending);
+  EXPECT_FALSE(q().job(q().mint()).has_value());
+
+  auto all = q().jobs();
+  ASSERT_EQ(all.size(), 6U);
+  for (std::size_t i = 1; i < all.size(); ++i) EXPECT_LT(all[i - 1].id, all[i].id);
+  JobFilter only_a;
+  only_a.group = A;
+  EXPECT_EQ(q().jobs(only_a).size(), 3U);
+  JobFilter leased;
+  leased.state = JobState::leased;
+  auto ls = q().jobs(leased);
+  ASSERT_EQ(ls.size(), 1U);
+  EXPECT_EQ(ls[0].id, a[0]);
+  JobFilter two;
+  two.limit = 2;
+  auto first = q().jobs(two);
+  ASSERT_EQ(first.size(), 2U);
+  EXPECT_EQ(first[0].id, a[0]);
+  EXPECT_EQ(first[1].id, a[1]);
+}
+
+TEST_P(ValkeyFirstTest, DeadLettersInIdOrderRequeueAndPurge) {
+  auto ids = fill(A, 3);
+  // Dead-lettered newest first: the list is still in id order.
+  std::vector<Lease> held(3);
+  ASSERT_EQ(q().claim_batch(held, 60000), 3U);
+  for (int i = 2; i >= 0; --i) ASSERT_EQ(q().fail(held[i].id, held[i].token, FailOptions{0, 1, "x"}), FailStatus::dead);
+  JobFilter dead;
+  dead.state = JobState::dead;
+  auto d = q().jobs(dead);
+  ASSERT_EQ(d.size(), 3U);
+  for (int i = 0; i < 3; ++i) EXPECT_EQ(d[i].id, ids[i]);
+  EXPECT_EQ(q().requeue_dead(ids[1]), AckStatus::ok);
+  EXPECT_EQ(q().requeue_dead(ids[1]), AckStatus::stale);  // not dead any more
+  Lease l = claim_one();
+  EXPECT_EQ(l.id, ids[1]);
+  EXPECT_EQ(l.attempt, 1U);  // starts again
+  EXPECT_NE(l.token, held[1].token);
+  EXPECT_EQ(q().requeue_all_dead(), 2U);
+  EXPECT_EQ(q().snapshot().dead, 0U);
+  EXPECT_EQ(q().depth(A), 2U);
+  std::vector<Lease> again(2);
+  ASSERT_EQ(q().claim_batch(again, 60000), 2U);
+  for (auto& x : again) ASSERT_EQ(q().fail(x.id, x.token, FailOptions{0, 1, "y"}), FailStatus::dead);
+  EXPECT_EQ(q().purge_dead(), 2U);
+  EXPECT_EQ(q().snapshot().dead, 0U);
+  EXPECT_FALSE(q().job(ids[0]).has_value());
+  EXPECT_EQ(q().enqueue(A, ids[0], "again"), EnqueueStatus::enqueued);  // purged ids are gone
+}
+
+TEST_P(BackendTest, LimitZeroIsRefusedAndChangesNothing) {
+  fill(A, 2);
+  ASSERT_EQ(q().set_limit(A, 2), LaneStatus::ok);
+  EXPECT_EQ(q().set_limit(A, 0), LaneStatus::invalid_argument);
+  EXPECT_EQ(lane(A)->limit, 2U);
+  ASSERT_EQ(q().clear_limit(A), LaneStatus::ok);
+  EXPECT_EQ(lane(A)->limit, 0U);
+}
+
+TEST_P(BackendTest, CapabilitiesSayWhatTheBackendShows) {
+  const BackendCapabilities c = q().capabilities();
+  EXPECT_EQ(c.process_records, !is_valkey());
+  EXPECT_EQ(c.wait_histograms, !is_valkey());
+  EXPECT_EQ(c.fixed_capacity, !is_valkey());
+  EXPECT_EQ(c.fsck, !is_valkey());
+  if (is_valkey()) EXPECT_TRUE(q().processes().empty());
+}
+
+INSTANTIATE_TEST_SUITE_P(ValkeyFirst, ValkeyFirstTest, ::testing::Values(BackendKind::valkey, BackendKind::cluster),
+                         test::backend_name);
+
+}  // namespace
+}  // namespace fairlane
