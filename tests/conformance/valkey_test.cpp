@@ -282,3 +282,364 @@ TEST(ValkeyReconnect, ServerGoneThenBack) {
 
 }  // namespace
 }  // namespace fairlane
+
+namespace fairlane {
+namespace {
+
+// ---------------------------------------------------------------- EchoMQ on the same keyspace
+//
+// EchoMQ's transitions restated in our own words (ECHOMQ.md), as small Lua
+// scripts a test runs beside the backend: what EchoMQ itself would write.
+
+// Flat enqueue: a row without a group, the id in `pending` at score 0.
+constexpr const char* kEmqEnqueue =
+    "if redis.call('EXISTS', KEYS[1]) == 1 then return 0 end "
+    "redis.call('HSET', KEYS[1], 'state', 'pending', 'attempts', '0', 'payload', ARGV[2]) "
+    "redis.call('ZADD', KEYS[2], 0, ARGV[1]) return 1";
+// Flat claim: lowest id of `pending`, attempts + 1, into `active` by deadline.
+constexpr const char* kEmqClaim =
+    "local p = redis.call('ZPOPMIN', KEYS[1]) if #p == 0 then return {} end "
+    "local jk = ARGV[1] .. p[1] local att = redis.call('HINCRBY', jk, 'attempts', 1) "
+    "redis.call('HSET', jk, 'state', 'active') local t = redis.call('TIME') "
+    "redis.call('ZADD', KEYS[2], t[1] * 1000 + math.floor(t[2] / 1000) + tonumber(ARGV[2]), p[1]) "
+    "return {p[1], att}";
+// Complete fenced by attempts (EchoMQ does not look at the state).
+constexpr const char* kEmqComplete =
+    "local att = redis.call('HGET', KEYS[2], 'attempts') if not att then return 0 end "
+    "if att ~= ARGV[2] then return -1 end redis.call('ZREM', KEYS[1], ARGV[1]) "
+    "local g = redis.call('HGET', KEYS[2], 'group') "
+    "if g then local act = redis.call('HINCRBY', ARGV[3] .. 'gactive', g, -1) "
+    "if act <= 0 then redis.call('HDEL', ARGV[3] .. 'gactive', g) end end "
+    "redis.call('DEL', KEYS[2]) redis.call('HINCRBY', ARGV[3] .. 'metrics:completed', 'count', 1) return 1";
+// Grouped claim: rotate the ring, pop the lane, attempts + 1, gactive + 1.
+constexpr const char* kEmqGroupClaim =
+    "local g = redis.call('LMOVE', KEYS[1], KEYS[1], 'LEFT', 'RIGHT') if not g then return {} end "
+    "local lane = ARGV[1] .. 'g:' .. g .. ':pending' local p = redis.call('ZPOPMIN', lane) "
+    "if #p == 0 then redis.call('LREM', KEYS[1], 0, g) return {} end "
+    "local jk = ARGV[1] .. 'job:' .. p[1] local att = redis.call('HINCRBY', jk, 'attempts', 1) "
+    "redis.call('HSET', jk, 'state', 'active') local t = redis.call('TIME') "
+    "redis.call('ZADD', KEYS[2], t[1] * 1000 + math.floor(t[2] / 1000) + tonumber(ARGV[2]), p[1]) "
+    "redis.call('HINCRBY', ARGV[1] .. 'gactive', g, 1) "
+    "if redis.call('ZCARD', lane) == 0 then redis.call('LREM', KEYS[1], 0, g) end return {p[1], att, g}";
+// Flat schedule: state scheduled, into `schedule` at now + delay.
+constexpr const char* kEmqSchedule =
+    "redis.call('HSET', KEYS[1], 'state', 'scheduled', 'attempts', '0', 'payload', ARGV[2]) "
+    "local t = redis.call('TIME') "
+    "redis.call('ZADD', KEYS[2], t[1] * 1000 + math.floor(t[2] / 1000) + tonumber(ARGV[3]), ARGV[1]) return 1";
+
+class EchoMQInterop : public ValkeyTest {
+ protected:
+  std::string jk(const BrandedId& id) const { return key("job:" + std::string(id.str())); }
+  long long emq_enqueue(const BrandedId& id, const std::string& payload) {
+    return raw_->num(raw_->cmd("EVAL %s 2 %s %s %b %s", kEmqEnqueue, jk(id).c_str(), key("pending").c_str(),
+                               id.str().data(), id.str().size(), payload.c_str()));
+  }
+  // {id, attempts} of an EchoMQ flat claim.
+  std::pair<std::string, long long> emq_claim(long long lease_ms) {
+    Raw r = raw_->cmd("EVAL %s 2 %s %s %s %lld", kEmqClaim, key("pending").c_str(), key("active").c_str(),
+                      key("job:").c_str(), lease_ms);
+    if (!r || r->type != REDIS_REPLY_ARRAY || r->elements != 2) return {"", -1};
+    return {std::string(r->element[0]->str, r->element[0]->len), r->element[1]->integer};
+  }
+  long long emq_complete(const BrandedId& id, long long attempts) {
+    return raw_->num(raw_->cmd("EVAL %s 2 %s %s %b %lld %s", kEmqComplete, key("active").c_str(), jk(id).c_str(),
+                               id.str().data(), id.str().size(), attempts, key("").c_str()));
+  }
+  std::vector<std::string> zrange(const std::string& k) {
+    std::vector<std::string> out;
+    Raw r = raw_->cmd("ZRANGE %s 0 -1", key(k).c_str());
+    for (std::size_t i = 0; r && i < r->elements; ++i) out.emplace_back(r->element[i]->str, r->element[i]->len);
+    return out;
+  }
+};
+
+TEST_F(EchoMQInterop, AFlatLeaseThatExpiresGoesBackToPendingNotNowhere) {
+  const BrandedId id = b_->mint();
+  ASSERT_EQ(emq_enqueue(id, "flat"), 1);
+  auto [got, att] = emq_claim(100);
+  ASSERT_EQ(got, std::string(id.str()));
+  ASSERT_EQ(att, 1);
+  b_->advance_clock(1000);
+  Lease l;
+  EXPECT_FALSE(b_->claim(l, 1000));  // fairlane's claim never serves a flat job, but its reap returns it
+  EXPECT_EQ(raw_->str(raw_->cmd("HGET %s state", jk(id).c_str())), "pending");
+  EXPECT_EQ(zrange("pending"), std::vector<std::string>{std::string(id.str())});
+  EXPECT_TRUE(zrange("active").empty());
+  // EchoMQ claims it again (attempts 2) and fairlane completes that lease
+  // with EchoMQ's token, its attempts.
+  auto again = emq_claim(60'000);
+  ASSERT_EQ(again.first, std::string(id.str()));
+  ASSERT_EQ(again.second, 2);
+  EXPECT_EQ(b_->complete(id, Token(1)), AckStatus::stale);
+  EXPECT_EQ(b_->complete(id, Token(2)), AckStatus::ok);
+  EXPECT_EQ(raw_->num(raw_->cmd("EXISTS %s", jk(id).c_str())), 0);
+  EXPECT_EQ(raw_->str(raw_->cmd("HGET %s count", key("metrics:completed").c_str())), "1");
+}
+
+TEST_F(EchoMQInterop, ADueFlatScheduledJobIsPromotedToPending) {
+  const BrandedId id = b_->mint();
+  raw_->cmd("EVAL %s 2 %s %s %b %s %d", kEmqSchedule, jk(id).c_str(), key("schedule").c_str(), id.str().data(),
+            id.str().size(), "later", 500);
+  b_->advance_clock(1000);
+  EXPECT_EQ(b_->tick(), 1U);
+  EXPECT_EQ(raw_->str(raw_->cmd("HGET %s state", jk(id).c_str())), "pending");
+  EXPECT_EQ(zrange("pending"), std::vector<std::string>{std::string(id.str())});
+  EXPECT_TRUE(zrange("schedule").empty());
+  auto info = b_->job(id, true);
+  ASSERT_TRUE(info.has_value());
+  EXPECT_EQ(info->state, JobState::pending);
+  EXPECT_FALSE(info->group.valid());  // a flat job rides no lane
+  EXPECT_EQ(info->payload, "later");
+}
+
+TEST_F(EchoMQInterop, DeadIsScoredZeroAndBrowsedInIdOrderByBoth) {
+  std::vector<BrandedId> ids;
+  for (int i = 0; i < 3; ++i) {
+    ids.push_back(b_->mint());
+    ASSERT_EQ(b_->enqueue(A, ids.back(), "x"), EnqueueStatus::enqueued);
+  }
+  std::vector<Lease> held(3);
+  ASSERT_EQ(b_->claim_batch(held, 60'000), 3U);
+  for (int i = 2; i >= 0; --i) ASSERT_EQ(b_->fail(held[i].id, held[i].token, FailOptions{0, 1, "boom"}), FailStatus::dead);
+  for (const auto& id : ids)
+    EXPECT_EQ(raw_->str(raw_->cmd("ZSCORE %s %b", key("dead").c_str(), id.str().data(), id.str().size())), "0");
+  // EchoMQ's newest-first browse: REV by lex.
+  Raw rev = raw_->cmd("ZRANGE %s + - BYLEX REV", key("dead").c_str());
+  ASSERT_TRUE(rev && rev->elements == 3);
+  EXPECT_EQ(std::string(rev->element[0]->str, rev->element[0]->len), std::string(ids[2].str()));
+  EXPECT_EQ(std::string(rev->element[2]->str, rev->element[2]->len), std::string(ids[0].str()));
+  EXPECT_EQ(raw_->str(raw_->cmd("HGET %s count", key("metrics:failed").c_str())), "3");
+  // A dead letter EchoMQ wrote is listed by fairlane in the same order.
+  const BrandedId theirs = BrandedId::make("JOB", ids[2].snowflake() + 1);  // the newest
+  raw_->cmd("HSET %s state dead attempts 1 payload y group %b last_error theirs", jk(theirs).c_str(), A.str().data(),
+            A.str().size());
+  raw_->cmd("ZADD %s 0 %b", key("dead").c_str(), theirs.str().data(), theirs.str().size());
+  JobFilter dead;
+  dead.state = JobState::dead;
+  auto d = b_->jobs(dead);
+  ASSERT_EQ(d.size(), 4U);
+  EXPECT_EQ(d[0].id, ids[0]);
+  EXPECT_EQ(d[3].id, theirs);
+  EXPECT_EQ(d[3].last_error, "theirs");
+}
+
+TEST_F(EchoMQInterop, DrainDeletesTheJobsLogsToo) {
+  const BrandedId id = b_->mint();
+  ASSERT_EQ(b_->enqueue(A, id, "x"), EnqueueStatus::enqueued);
+  raw_->cmd("RPUSH %s line1 line2", (jk(id) + ":logs").c_str());
+  EXPECT_EQ(b_->drain(A), 1U);
+  EXPECT_EQ(raw_->num(raw_->cmd("EXISTS %s", jk(id).c_str())), 0);
+  EXPECT_EQ(raw_->num(raw_->cmd("EXISTS %s", (jk(id) + ":logs").c_str())), 0);
+}
+
+TEST_F(EchoMQInterop, TheStalledSweepCountsAndDeadLettersAtMaxStalled) {
+  ValkeyOptions o;
+  o.max_stalled = 2;
+  auto sw = ValkeyBackend::open(url_, o);
+  ASSERT_TRUE(sw.ok()) << sw.error().message;
+  EXPECT_EQ(raw_->str(raw_->cmd("HGET %s max_stalled", key("meta").c_str())), "2");
+  const BrandedId id = b_->mint();
+  ASSERT_EQ(b_->enqueue(A, id, "x"), EnqueueStatus::enqueued);
+  Lease l;
+  ASSERT_TRUE(b_->claim(l, 100));
+  b_->advance_clock(200);
+  EXPECT_EQ(b_->tick(), 1U);  // stalled once: back in its lane
+  EXPECT_EQ(raw_->str(raw_->cmd("HGET %s stalled", jk(id).c_str())), "1");
+  EXPECT_EQ(b_->depth(A), 1U);
+  ASSERT_TRUE(b_->claim(l, 100));
+  b_->advance_clock(200);
+  b_->tick();
+  EXPECT_EQ(raw_->str(raw_->cmd("HGET %s state", jk(id).c_str())), "dead");
+  EXPECT_EQ(raw_->str(raw_->cmd("HGET %s last_error", jk(id).c_str())), "stalled");
+  EXPECT_EQ(raw_->str(raw_->cmd("HGET %s count", key("metrics:failed").c_str())), "1");
+  EXPECT_EQ(raw_->num(raw_->cmd("HEXISTS %s %b", key("gactive").c_str(), A.str().data(), A.str().size())), 0);
+  // Off again: an expired lease goes back without counting.
+  ValkeyOptions off;
+  off.max_stalled = 0;
+  ASSERT_TRUE(ValkeyBackend::open(url_, off).ok());
+  EXPECT_EQ(raw_->num(raw_->cmd("HEXISTS %s max_stalled", key("meta").c_str())), 0);
+}
+
+TEST_F(EchoMQInterop, EachSidesLeaseIsAcknowledgedThroughTheOther) {
+  // A fairlane lease completed by EchoMQ's script with the row's attempts.
+  const BrandedId x = b_->mint();
+  ASSERT_EQ(b_->enqueue(A, x, "x"), EnqueueStatus::enqueued);
+  Lease l;
+  ASSERT_TRUE(b_->claim(l, 60'000));
+  const long long att = std::stoll(raw_->str(raw_->cmd("HGET %s attempts", jk(x).c_str())));
+  EXPECT_EQ(emq_complete(x, att), 1);
+  EXPECT_EQ(b_->complete(x, l.token), AckStatus::gone);
+  EXPECT_EQ(raw_->num(raw_->cmd("HEXISTS %s %b", key("gactive").c_str(), A.str().data(), A.str().size())), 0);
+
+  // An EchoMQ grouped lease completed through fairlane with its attempts.
+  const BrandedId y = b_->mint();
+  ASSERT_EQ(b_->enqueue(A, y, "y"), EnqueueStatus::enqueued);
+  Raw r = raw_->cmd("EVAL %s 2 %s %s %s %d", kEmqGroupClaim, key("ring").c_str(), key("active").c_str(),
+                    key("").c_str(), 60'000);
+  ASSERT_TRUE(r && r->type == REDIS_REPLY_ARRAY && r->elements == 3);
+  const long long y_att = r->element[1]->integer;
+  EXPECT_EQ(b_->extend(y, Token(std::uint64_t(y_att)), 5000), AckStatus::ok);
+  EXPECT_EQ(b_->complete(y, Token(std::uint64_t(y_att + 1))), AckStatus::stale);
+  EXPECT_EQ(b_->complete(y, Token(std::uint64_t(y_att))), AckStatus::ok);
+
+  // A fairlane token is dead once EchoMQ claimed the job since (its reap,
+  // then its claim): attempts moved on under it.
+  const BrandedId z = b_->mint();
+  ASSERT_EQ(b_->enqueue(A, z, "z"), EnqueueStatus::enqueued);
+  ASSERT_TRUE(b_->claim(l, 100));
+  b_->advance_clock(200);
+  EXPECT_EQ(b_->tick(), 1U);
+  r = raw_->cmd("EVAL %s 2 %s %s %s %d", kEmqGroupClaim, key("ring").c_str(), key("active").c_str(), key("").c_str(),
+                60'000);
+  ASSERT_TRUE(r && r->type == REDIS_REPLY_ARRAY && r->elements == 3);
+  EXPECT_EQ(b_->complete(z, l.token), AckStatus::stale);  // the row still holds fl_token, minted at older attempts
+  EXPECT_EQ(b_->complete(z, Token(std::uint64_t(r->element[1]->integer))), AckStatus::ok);
+}
+
+TEST_F(EchoMQInterop, AReleaseLetsNoEarlierAttemptsMatchAgain) {
+  // EchoMQ claims (attempts 1) and its lease expires; fairlane claims
+  // (attempts 2) and releases. EchoMQ's complete does not look at the state:
+  // with attempts back at 1 the first holder would complete a pending job.
+  const BrandedId x = b_->mint();
+  ASSERT_EQ(b_->enqueue(A, x, "x"), EnqueueStatus::enqueued);
+  Raw r = raw_->cmd("EVAL %s 2 %s %s %s %d", kEmqGroupClaim, key("ring").c_str(), key("active").c_str(),
+                    key("").c_str(), 100);
+  ASSERT_TRUE(r && r->elements == 3);
+  b_->advance_clock(200);
+  Lease l;
+  ASSERT_TRUE(b_->claim(l, 60'000));
+  ASSERT_EQ(l.id, x);
+  ASSERT_EQ(l.attempt, 2U);
+  const long long at_claim = std::stoll(raw_->str(raw_->cmd("HGET %s attempts", jk(x).c_str())));
+  ASSERT_EQ(b_->release(x, l.token), AckStatus::ok);
+  for (long long a = 0; a <= at_claim; ++a) EXPECT_EQ(emq_complete(x, a), -1) << "attempts " << a << " matched again";
+  EXPECT_EQ(raw_->str(raw_->cmd("HGET %s state", jk(x).c_str())), "pending");
+  ASSERT_TRUE(b_->claim(l, 60'000));
+  EXPECT_EQ(l.attempt, 2U);  // the release did not count
+}
+
+// ---------------------------------------------------------------- idle groups
+
+TEST_F(ValkeyTest, IdleGroupsAreForgottenAndSettingsStay) {
+  ASSERT_EQ(b_->set_limit(B, 1), LaneStatus::ok);  // a setting on an idle group
+  for (int i = 0; i < 200; ++i) {
+    const BrandedId g = BrandedId::make("TEN", std::uint64_t(1000 + i));
+    ASSERT_EQ(b_->enqueue(g, b_->mint(), "x"), EnqueueStatus::enqueued);
+    Lease l;
+    ASSERT_TRUE(b_->claim(l, 60'000));
+    ASSERT_EQ(b_->complete(l.id, l.token), AckStatus::ok);
+  }
+  EXPECT_EQ(raw_->num(raw_->cmd("ZCARD %s", key("groups").c_str())), 1);  // B: it holds a setting
+  EXPECT_EQ(raw_->num(raw_->cmd("HLEN %s", key("served").c_str())), 0);
+  EXPECT_EQ(raw_->num(raw_->cmd("HLEN %s", key("gjobs").c_str())), 0);
+  const Snapshot s = b_->snapshot();
+  ASSERT_EQ(s.lanes.size(), 1U);
+  EXPECT_EQ(s.lanes[0].group, B);
+  EXPECT_EQ(s.lanes[0].limit, 1U);
+  // A scheduled or dead job keeps its group known; clearing the last setting forgets it.
+  ASSERT_EQ(b_->enqueue(A, b_->mint(), "later", EnqueueOptions{60'000}), EnqueueStatus::enqueued);
+  EXPECT_EQ(raw_->num(raw_->cmd("ZSCORE %s %b", key("groups").c_str(), A.str().data(), A.str().size())), -1);
+  EXPECT_NE(raw_->str(raw_->cmd("ZSCORE %s %b", key("groups").c_str(), A.str().data(), A.str().size())), "<nil>");
+  ASSERT_EQ(b_->clear_limit(B), LaneStatus::ok);
+  EXPECT_EQ(raw_->str(raw_->cmd("ZSCORE %s %b", key("groups").c_str(), B.str().data(), B.str().size())), "<nil>");
+}
+
+TEST_F(ValkeyTest, DestroyRemovesEveryKeyOfTheQueueAndOnlyThose) {
+  // A queue whose name starts with this one's, and one whose name this one's starts with.
+  const std::string longer = queue_ + "x", shorter = queue_.substr(0, queue_.size() - 1);
+  auto& t = valkey_target();
+  auto other = ValkeyBackend::open(t.url(longer));
+  auto other2 = ValkeyBackend::open(t.url(shorter));
+  ASSERT_TRUE(other.ok() && other2.ok());
+  ASSERT_EQ((*other)->enqueue(A, (*other)->mint(), "keep"), EnqueueStatus::enqueued);
+  ASSERT_EQ((*other2)->enqueue(A, (*other2)->mint(), "keep"), EnqueueStatus::enqueued);
+  ASSERT_EQ(b_->enqueue(A, b_->mint(), "go"), EnqueueStatus::enqueued);
+  EXPECT_GT(b_->remove_queue(), 0U);
+  Raw mine = raw_->cmd("KEYS %s", ("emq:{" + queue_ + "}:*").c_str());
+  EXPECT_EQ(mine->elements, 0U);
+  EXPECT_EQ((*other)->depth(A), 1U);
+  EXPECT_EQ((*other2)->depth(A), 1U);
+  (*other)->remove_queue();
+  (*other2)->remove_queue();
+}
+
+// ---------------------------------------------------------------- AUTH
+
+class ValkeyAuth : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    std::string error;
+    server_ = RedisServer::start(FAIRLANE_REDIS_SERVER, error, 0, {"--requirepass", "s3cret"});
+    if (!server_) GTEST_SKIP() << error;
+    const std::string port = std::to_string(server_->port());
+    redisContext* c = redisConnect("127.0.0.1", server_->port());
+    ASSERT_TRUE(c && !c->err);
+    freeReplyObject(redisCommand(c, "AUTH s3cret"));
+    freeReplyObject(redisCommand(c, "ACL SETUSER alice on >wonder ~* &* +@all"));
+    redisFree(c);
+    hostport_ = "127.0.0.1:" + port;
+    ::unsetenv("FAIRLANE_VALKEY_PASSWORD");
+  }
+  void TearDown() override { ::unsetenv("FAIRLANE_VALKEY_PASSWORD"); }
+  static ValkeyOptions quick() {
+    ValkeyOptions o;
+    o.reconnect_attempts = 1;
+    return o;
+  }
+  std::unique_ptr<RedisServer> server_;
+  std::string hostport_;
+};
+
+TEST_F(ValkeyAuth, DefaultUserAclUserAndTheEnvironment) {
+  auto a = ValkeyBackend::open("valkey://:s3cret@" + hostport_ + "/q", quick());
+  ASSERT_TRUE(a.ok()) << a.error().message;
+  ASSERT_EQ((*a)->enqueue(A, (*a)->mint(), "x"), EnqueueStatus::enqueued);
+  EXPECT_EQ((*a)->describe().find("s3cret"), std::string::npos) << (*a)->describe();
+  auto alice = ValkeyBackend::open("valkey://alice:wonder@" + hostport_ + "/q", quick());
+  ASSERT_TRUE(alice.ok()) << alice.error().message;
+  EXPECT_EQ((*alice)->depth(A), 1U);
+  EXPECT_EQ((*alice)->describe(), "valkey://alice@" + hostport_ + "/q");
+  ::setenv("FAIRLANE_VALKEY_PASSWORD", "s3cret", 1);
+  auto env = ValkeyBackend::open("valkey://" + hostport_ + "/q", quick());
+  ASSERT_TRUE(env.ok()) << env.error().message;
+  EXPECT_EQ((*env)->depth(A), 1U);
+  auto url_wins = ValkeyBackend::open("valkey://alice:wonder@" + hostport_ + "/q", quick());
+  EXPECT_TRUE(url_wins.ok());  // alice with the env's password would be refused
+  ::setenv("FAIRLANE_VALKEY_PASSWORD", "wrong", 1);
+  EXPECT_TRUE(ValkeyBackend::open("valkey://:s3cret@" + hostport_ + "/q", quick()).ok());
+}
+
+TEST_F(ValkeyAuth, AWrongOrMissingPasswordIsAClearErrorWithoutThePassword) {
+  auto bad = ValkeyBackend::open("valkey://:guessed-pw@" + hostport_ + "/q", quick());
+  ASSERT_FALSE(bad.ok());
+  EXPECT_EQ(bad.error().code, Errc::permission_denied);
+  EXPECT_NE(bad.error().message.find("authentication failed"), std::string::npos) << bad.error().message;
+  EXPECT_EQ(bad.error().message.find("guessed-pw"), std::string::npos) << bad.error().message;
+  auto none = ValkeyBackend::open("valkey://" + hostport_ + "/q", quick());
+  ASSERT_FALSE(none.ok());
+  EXPECT_EQ(none.error().code, Errc::permission_denied);
+  EXPECT_NE(none.error().message.find("FAIRLANE_VALKEY_PASSWORD"), std::string::npos) << none.error().message;
+  auto malformed = ValkeyUrl::parse("valkey://bob:hunter2@host:0/q");
+  ASSERT_FALSE(malformed.ok());
+  EXPECT_EQ(malformed.error().message.find("hunter2"), std::string::npos) << malformed.error().message;
+  EXPECT_NE(malformed.error().message.find("bob:***@"), std::string::npos) << malformed.error().message;
+}
+
+TEST(ValkeyUrl, UserPasswordAndSeedLists) {
+  auto u = ValkeyUrl::parse("valkey://al%40ce:p%3Aw@10.0.0.1:7000,[::1]:7001,host/orders");
+  ASSERT_TRUE(u.ok()) << u.error().message;
+  EXPECT_EQ(u->user, "al@ce");
+  EXPECT_EQ(u->password, "p:w");
+  ASSERT_EQ(u->nodes.size(), 3U);
+  EXPECT_EQ(u->nodes[1].address(), "[::1]:7001");
+  EXPECT_EQ(u->nodes[2].port, 6379);
+  EXPECT_EQ(u->host, "10.0.0.1");
+  EXPECT_EQ(u->str(), "valkey://al@ce@10.0.0.1:7000,[::1]:7001,host:6379/orders");
+  EXPECT_EQ(redact_url("valkey://u:secret@h:1/q"), "valkey://u:***@h:1/q");
+  EXPECT_EQ(redact_url("valkey://h:1/q"), "valkey://h:1/q");
+  for (const char* bad : {"valkey://:@h/q", "valkey://@h/q", "valkey://h:1,/q", "valkey://u:%zz@h/q"})
+    EXPECT_FALSE(ValkeyUrl::parse(bad).ok()) << bad;
+}
+
+}  // namespace
+}  // namespace fairlane
