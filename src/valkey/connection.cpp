@@ -216,8 +216,9 @@ bool starts(std::string_view s, std::string_view p) noexcept { return s.substr(0
 bool is_redirect(const redisReply* r) noexcept {
   if (!r || r->type != REDIS_REPLY_ERROR) return false;
   const std::string_view t = rtext(r);
+  // UNBLOCKED: a BLPOP on a master that just became a replica (a failover).
   return starts(t, "MOVED ") || starts(t, "ASK ") || starts(t, "TRYAGAIN") || starts(t, "CLUSTERDOWN") ||
-         starts(t, "LOADING") || starts(t, "MASTERDOWN");
+         starts(t, "LOADING") || starts(t, "MASTERDOWN") || starts(t, "UNBLOCKED");
 }
 
 // "MOVED 3999 127.0.0.1:6381" / "ASK ...": the address, split.

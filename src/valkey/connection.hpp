@@ -131,7 +131,7 @@ std::uint16_t key_slot(std::string_view key) noexcept;
 //   MOVED   the slot has a new owner: switch to it and resend;
 //   ASK     the slot is migrating and the key is already there: resend to
 //           the target after ASKING (once; the owner does not change);
-//   TRYAGAIN, CLUSTERDOWN, LOADING, MASTERDOWN
+//   TRYAGAIN, CLUSTERDOWN, LOADING, MASTERDOWN, UNBLOCKED
 //           mid-migration or mid-failover: back off (1 ms doubling to
 //           100 ms) and resend;
 //   I/O error on the owner (a master that died): ask the nodes for the
