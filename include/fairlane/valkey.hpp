@@ -12,17 +12,29 @@
 // kept in the queue's meta hash so every client sees the same clock.
 //
 // Keys (all `emq:{Q}:<name>`, `{Q}` the Cluster hash tag, so every key of a
-// queue lives in one slot):
-//   ring (list), g:<group>:pending (zset, score 0), job:<id> (hash: state,
-//   attempts, payload, group, last_error, ready_ms), active (zset by lease
-//   deadline), gactive / glimit / gweight (hashes), paused (set), meta
-//   (hash: paused, clock_offset_ms, job_kind, max_payload, mint_ms, mint_seq,
-//   turn_group, turn_left), schedule and dead (zsets), wake (list), plus
-//   three fairlane additions EchoMQ ignores: groups (zset of every group
-//   named, for snapshots), served (hash: claims per group), counters (hash).
+// queue lives in one slot): EchoMQ's ring, g:<group>:pending, pending (flat
+// jobs), job:<id> (+ :logs), active, gactive / glimit / gweight, paused,
+// meta, schedule, dead (score 0), metrics:completed / metrics:failed, wake;
+// and fairlane's groups, gjobs, served, counters, fl:guard (never exists:
+// the reshard guard) plus fl_* fields in rows and meta (docs/valkey.md has
+// the table and what each side's fencing guarantees).
 //
-// Thread safety: NOT thread-safe. One ValkeyBackend is one connection; use
-// one per thread (they may all open the same queue). Every call blocks on a
+// What the tools call, on Valkey (docs/valkey.md):
+//   job/jobs        one script; jobs() in id order, filtered by group and
+//                   state, at most `limit`; EchoMQ's flat jobs have no group
+//   requeue_dead    back to the lane at its mint position, attempt 1, fresh token
+//   purge_dead      rows and logs deleted
+//   processes       empty: Valkey keeps no record of its clients
+//   capabilities    no process records, no wait histograms, no fixed capacity, no fsck
+//   snapshot        one atomic script; jobs_capacity, lanes_capacity 0;
+//                   completed / dead from EchoMQ's metrics (every client's)
+//   remove_queue    every key of the queue and only those
+// On a mirror's keyspace (meta `owner`) every write is refused unless
+// ValkeyOptions::force: read_only statuses, or ReadOnlyError naming the owner.
+//
+// Thread safety: NOT thread-safe. One ValkeyBackend is one client (one
+// connection to the node serving the queue, plus one per node it was sent
+// to by ASK); use one per thread (they may all open the same queue). Every call blocks on a
 // network round trip; claim_wait blocks on BLPOP. Nothing here is on a
 // lock-free fast path: for that, use the segment.
 //
