@@ -63,7 +63,8 @@ int run_mirror(const MirrorArgs& a) {
 
 int run_restore(const RestoreArgs& a) {
   const std::string seg = parse_segment(a.segment);
-  if (!is_valkey_url(a.from)) fail(fmt::format("--from must be a valkey://HOST:PORT/QUEUE URL, got '{}'", a.from));
+  if (!is_valkey_url(a.from))
+    fail(fmt::format("--from must be a valkey://HOST:PORT/QUEUE URL, got '{}'", redact_url(a.from)));
   QueueOptions o;
   if (!a.jobs.empty()) o.jobs = parse_u32(a.jobs, "--jobs", 1);
   if (!a.lanes.empty()) o.lanes = parse_u32(a.lanes, "--lanes", 1);
@@ -80,17 +81,20 @@ int run_restore(const RestoreArgs& a) {
     else fail(fmt::format("--on-full must be refuse or drop, got '{}'", a.on_full));
   }
   auto r = restore_from_valkey(seg, a.from, o);
+  const std::string from = redact_url(a.from);  // what is printed never holds a password
   if (!r) fail(r.error().message);
   const RestoreReport& rep = *r;
-  nlohmann::json j = {{"segment", seg},       {"from", a.from},           {"pending", rep.pending},
+  nlohmann::json j = {{"segment", seg},       {"from", from},           {"pending", rep.pending},
                       {"leased", rep.leased}, {"scheduled", rep.scheduled}, {"dead", rep.dead},
-                      {"lanes", rep.lanes},   {"skipped", rep.skipped},   {"paused", rep.paused}};
+                      {"lanes", rep.lanes},   {"skipped", rep.skipped},   {"paused", rep.paused},
+                      {"owner", rep.owner}};
   if (a.json) {
     fmt::print("{}\n", j.dump());
   } else {
     fmt::print("restored {} from {}: {} pending ({} were leased), {} scheduled, {} dead; {} lane settings{}\n", seg,
-               a.from, rep.pending, rep.leased, rep.scheduled, rep.dead, rep.lanes,
+               from, rep.pending, rep.leased, rep.scheduled, rep.dead, rep.lanes,
                rep.paused ? "; the queue is paused" : "");
+    if (!rep.owner.empty()) fmt::print("{} now owns {} (its mirror's keyspace is read-only through valkey://)\n", seg, from);
     if (rep.skipped) fmt::print(stderr, "fairlane: skipped {} keys or groups that were not whole jobs or branded ids\n", rep.skipped);
   }
   return kExitOk;

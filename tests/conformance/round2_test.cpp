@@ -295,7 +295,9 @@ TEST_P(BackendTest, CapabilitiesSayWhatTheBackendShows) {
   EXPECT_EQ(c.wait_histograms, !is_valkey());
   EXPECT_EQ(c.fixed_capacity, !is_valkey());
   EXPECT_EQ(c.fsck, !is_valkey());
-  if (is_valkey()) EXPECT_TRUE(q().processes().empty());
+  if (is_valkey()) {
+    EXPECT_TRUE(q().processes().empty());
+  }
 }
 
 INSTANTIATE_TEST_SUITE_P(ValkeyFirst, ValkeyFirstTest, ::testing::Values(BackendKind::valkey, BackendKind::cluster),
