@@ -10,6 +10,7 @@
 #include <array>
 #include <charconv>
 #include <cstdio>
+#include <deque>
 #include <initializer_list>
 #include <random>
 #include <thread>
@@ -451,13 +452,12 @@ std::size_t ValkeyBackend::enqueue_batch(std::span<const EnqueueItem> items, std
   // Checked here, as the segment checks, so a refused item costs nothing;
   // the rest go in one script per chunk of kBatchChunk.
   std::vector<std::size_t> sent;
-  std::vector<std::string> owned;  // keys, policies, delays: stable while a chunk runs
+  std::deque<std::string> owned;  // keys, policies, delays: a deque never moves them, so the views stay valid
   std::vector<std::string_view> keys, argv;
   for (std::size_t from = 0; from < total; from += kBatchChunk) {
     const std::size_t to = std::min(total, from + kBatchChunk);
     sent.clear();
     owned.clear();
-    owned.reserve(4 * (to - from));
     keys.clear();
     argv.clear();
     for (std::size_t i = from; i < to; ++i) {
@@ -562,13 +562,12 @@ std::size_t ValkeyBackend::complete_batch(std::span<const Lease> leases, std::sp
   const std::size_t total = std::min(leases.size(), statuses.size());
   std::size_t done = 0;
   std::vector<std::size_t> sent;
-  std::vector<std::string> owned;
+  std::deque<std::string> owned;  // a deque never moves its strings: the views stay valid
   std::vector<std::string_view> keys, argv;
   for (std::size_t from = 0; from < total; from += kBatchChunk) {
     const std::size_t to = std::min(total, from + kBatchChunk);
     sent.clear();
     owned.clear();
-    owned.reserve(3 * (to - from) + 1);
     keys.clear();
     argv.clear();
     for (std::size_t i = from; i < to; ++i) {

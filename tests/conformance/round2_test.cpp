@@ -145,6 +145,29 @@ TEST_P(BackendTest, EnqueueBatchGivesOneStatusPerItem) {
   EXPECT_EQ(seq_string(claim_groups(4)), "AAA BBB AAA AAA");
 }
 
+TEST_P(BackendTest, LargeBatchesAreWholeAcrossChunks) {
+  // More items than one script takes (Valkey sends 512 at a time).
+  constexpr int kN = 700;
+  std::vector<BrandedId> ids;
+  std::vector<EnqueueItem> items;
+  for (int i = 0; i < kN; ++i) ids.push_back(q().mint());
+  for (int i = 0; i < kN; ++i) items.push_back({i % 2 ? A : B, ids[std::size_t(i)], "p"});
+  std::vector<EnqueueStatus> st(kN);
+  ASSERT_EQ(q().enqueue_batch(items, st), std::size_t(kN));
+  EXPECT_EQ(q().depth(A) + q().depth(B), std::uint64_t(kN));
+  std::vector<Lease> held(kN);
+  std::size_t got = 0;
+  while (got < held.size()) {
+    const std::size_t n = q().claim_batch(std::span<Lease>(held.data() + got, held.size() - got), 60000);
+    if (n == 0) break;
+    got += n;
+  }
+  ASSERT_EQ(got, std::size_t(kN));
+  std::vector<AckStatus> acks(kN);
+  EXPECT_EQ(q().complete_batch(held, acks), std::size_t(kN));
+  EXPECT_EQ(q().snapshot().leased, 0U);
+}
+
 TEST_P(BackendTest, CompleteBatchGivesOneStatusPerLease) {
   fill(A, 3);
   std::vector<Lease> held(3);
