@@ -76,17 +76,19 @@ TEST_F(ValkeyCli, EveryQueueCommandTakesAValkeyUrl) {
 
   r = run_cli({"claim", url_, "--lease", "30000"});
   ASSERT_EQ(r.exit_code, 0) << show(r);
-  EXPECT_EQ(first_line(r.out), job + " TEN00000000001 1 hello");
+  ASSERT_EQ(words(r.out).size(), 4U) << show(r);
+  const std::string token = words(r.out)[2];  // ID GROUP TOKEN PAYLOAD: the token is opaque
+  EXPECT_EQ(first_line(r.out), job + " TEN00000000001 " + token + " hello");
 
-  r = run_cli({"extend", url_, job, "1", "60000"});
+  r = run_cli({"extend", url_, job, token, "60000"});
   EXPECT_EQ(r.exit_code, 0) << show(r);
   r = run_cli({"complete", url_, job, "7"});
   EXPECT_EQ(r.exit_code, 1) << show(r);  // stale token: nothing
   EXPECT_NE(r.err.find("stale"), std::string::npos) << show(r);
-  r = run_cli({"complete", url_, job, "1"});
+  r = run_cli({"complete", url_, job, token});
   EXPECT_EQ(r.exit_code, 0) << show(r);
   EXPECT_EQ(first_line(r.out), "completed " + job);
-  r = run_cli({"complete", url_, job, "1"});
+  r = run_cli({"complete", url_, job, token});
   EXPECT_EQ(r.exit_code, 1) << show(r);
   EXPECT_NE(r.err.find("gone"), std::string::npos) << show(r);
 
@@ -104,11 +106,13 @@ TEST_F(ValkeyCli, EveryQueueCommandTakesAValkeyUrl) {
   auto lease = nlohmann::json::parse(r.out);
   EXPECT_EQ(lease["id"], flaky);
   EXPECT_EQ(lease["group"], std::string(kDefaultGroup));
-  r = run_cli({"fail", url_, flaky, "1", "--delay", "0", "--max-attempts", "2", "--error", "boom"});
+  const std::string t1 = lease["token"].is_string() ? lease["token"].get<std::string>() : lease["token"].dump();
+  r = run_cli({"fail", url_, flaky, t1, "--delay", "0", "--max-attempts", "2", "--error", "boom"});
   EXPECT_EQ(first_line(r.out), "retrying " + flaky) << show(r);
   r = run_cli({"claim", url_});
   ASSERT_EQ(r.exit_code, 0) << show(r);
-  r = run_cli({"fail", url_, flaky, "2", "--max-attempts", "2"});
+  ASSERT_GE(words(r.out).size(), 3U) << show(r);
+  r = run_cli({"fail", url_, flaky, words(r.out)[2], "--max-attempts", "2"});
   EXPECT_EQ(first_line(r.out), "dead " + flaky) << show(r);
 
   // Lane controls.
