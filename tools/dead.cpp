@@ -40,7 +40,7 @@ int dead_list(Target& t, const std::string& seg, std::size_t limit, bool as_json
   }
   std::string out = fmt::format("{:<14}  {:<14}  {:>4}  {:<14}  {}\n", "ID", "GROUP", "ATT", "DIED AT", "LAST ERROR");
   for (const JobInfo& j : dead) {
-    out += fmt::format("{:<14}  {:<14}  {:>4}  {:<14}  {}\n", j.id.str(), group_name(j.group), j.attempt,
+    out += fmt::format("{:<14}  {:<14}  {:>4}  {:<14}  {}\n", id_text(j.id), group_name(j.group), j.attempt,
                        local_time(segment_to_unix_ms(j.when_ms, seg_now, unix_now)),
                        j.last_error.empty() ? std::string("-") : one_line(j.last_error, 80));
   }

@@ -114,8 +114,14 @@ int run_destroy(const DestroyArgs& a) {
         case Errc::not_initialized:
         case Errc::corrupt:
           break;  // broken: removed below, if it is ours
+        case Errc::not_found:
+        case Errc::permission_denied:
+          fail(e.message);
         default:
-          fail(e.message);  // not found, permission, ...
+          // Ours but not to be opened now (say, a full or scribbled process
+          // table): who is attached cannot be told, so only --force removes it.
+          if (!a.force || who_made(seg) != Maker::fairlane)
+            fail(fmt::format("{}; nothing removed (--force removes it without knowing who is attached)", e.message));
       }
       switch (who_made(seg)) {
         case Maker::fairlane: what = "broken segment"; break;

@@ -104,7 +104,14 @@ std::string short_us(std::uint64_t us) {
 
 }  // namespace
 
-std::uint64_t lanes_live(const Snapshot& s) { return s.lanes_live != 0 ? s.lanes_live : s.lanes.size(); }
+std::uint64_t lanes_live(const Snapshot& s) {
+  if (s.lanes_live != 0) return s.lanes_live;
+  // A core that does not count them: every listed lane but the default
+  // one, which has a lane of its own outside --lanes.
+  std::uint64_t n = 0;
+  for (const LaneInfo& l : s.lanes) n += l.group.valid() && l.group.str() != kDefaultGroup ? 1 : 0;
+  return n;
+}
 
 std::uint64_t lanes_capacity(const Snapshot& s, const QueueConfig& c) {
   return s.lanes_capacity != 0 ? s.lanes_capacity : c.lanes;

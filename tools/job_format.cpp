@@ -15,9 +15,17 @@
 
 namespace fairlane::cli {
 
+std::string id_text(const BrandedId& id) {
+  std::string out(id.str());
+  // An id is base62 text; anything else came from a scribbled segment.
+  for (char& c : out)
+    if (!((c >= '0' && c <= '9') || (c >= 'A' && c <= 'Z') || (c >= 'a' && c <= 'z'))) c = '?';
+  return out;
+}
+
 std::string group_name(const BrandedId& group) {
   if (!group.valid() || group.str() == kDefaultGroup) return "default";
-  return group.string();
+  return id_text(group);
 }
 
 JobState parse_state(std::string_view text) {
@@ -38,9 +46,26 @@ std::string span_ms(std::uint64_t ms) {
 std::string one_line(std::string_view text, std::size_t max) {
   std::string out;
   out.reserve(std::min(text.size(), max));
-  for (char c : text) {
-    const auto u = static_cast<unsigned char>(c);
-    out.push_back(u < 0x20 || u == 0x7f ? '?' : c);
+  for (std::size_t i = 0; i < text.size();) {
+    const auto u = static_cast<unsigned char>(text[i]);
+    if (u < 0x80) {
+      out.push_back(u < 0x20 || u == 0x7f ? '?' : text[i]);
+      ++i;
+      continue;
+    }
+    // A whole UTF-8 sequence stays (an error message in any language); a
+    // stray byte, or a C1 control (U+0080..U+009F, which some terminals
+    // obey as escapes), becomes '?'.
+    const std::size_t n = (u & 0xE0) == 0xC0 ? 2 : (u & 0xF0) == 0xE0 ? 3 : (u & 0xF8) == 0xF0 ? 4 : 0;
+    const std::string_view seq = n != 0 && i + n <= text.size() ? text.substr(i, n) : std::string_view();
+    const bool c1 = n == 2 && u == 0xC2 && static_cast<unsigned char>(text[i + 1]) < 0xA0;
+    if (!seq.empty() && valid_utf8(seq) && !c1) {
+      out += seq;
+      i += n;
+    } else {
+      out.push_back('?');
+      ++i;
+    }
   }
   if (out.size() > max) {
     out.resize(max == 0 ? 0 : max - 1);

@@ -19,6 +19,9 @@ namespace fairlane::cli {
 
 // "default" for the default lane, else the id.
 std::string group_name(const BrandedId& group);
+// An id as text for a terminal: bytes that are not base62 (a scribbled
+// segment) become '?'.
+std::string id_text(const BrandedId& id);
 
 // pending|leased|scheduled|dead, or throws cli::Failure naming --state.
 JobState parse_state(std::string_view text);

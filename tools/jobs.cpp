@@ -58,7 +58,7 @@ int run_jobs(const JobsArgs& a) {
       auto add = [&when](const std::string& more) { when += (when.empty() ? "" : "  ") + more; };
       if (j.retry.backoff) add("retry " + policy_text(RetryPolicy{0, j.retry.backoff}));
       if (!j.last_error.empty()) add(one_line(j.last_error, 60));
-      out += fmt::format("{:<14}  {:<14}  {:<9} {:>5}  {:>7}  {}\n", j.id.str(), group_name(j.group),
+      out += fmt::format("{:<14}  {:<14}  {:<9} {:>5}  {:>7}  {}\n", id_text(j.id), group_name(j.group),
                          to_string(j.state), attempts(j),
                          span_ms(unix_now >= j.minted_unix_ms ? unix_now - j.minted_unix_ms : 0), when);
     }
@@ -105,7 +105,7 @@ int run_job(const JobArgs& a) {
     };
     std::string out;
     auto line = [&out](std::string_view key, const std::string& value) { out += fmt::format("{:<9}{}\n", key, value); };
-    line("job", j.id.string());
+    line("job", id_text(j.id));
     line("group", group_name(j.group));
     const std::string when = job_when(j, seg_now);
     line("state", std::string(to_string(j.state)) + (when.empty() ? "" : " (" + when + ")"));

@@ -100,7 +100,13 @@ Target open_target(const std::string& label, Access access) {
     return t;
   }
   auto r = Queue::open(label, access == Access::look ? Queue::Attach::observer : Queue::Attach::member);
-  if (!r) fail(r.error().message);
+  if (!r) {
+    const std::string& m = r.error().message;
+    // The process table is full: say which creation flag sizes it.
+    if (m.find("process record") != std::string::npos && m.find("--processes") == std::string::npos)
+      fail(fmt::format("{}; recreate it with a larger --processes (fairlane create {} --processes N)", m, label));
+    fail(m);
+  }
   auto seg = std::make_unique<SegmentTarget>(std::move(r).value());
   t.queue_ = &seg->queue();
   t.backend_ = std::move(seg);

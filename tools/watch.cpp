@@ -271,7 +271,7 @@ std::vector<std::string> render(const std::string& seg, const Sample& cur, const
   if (!cur.have_jobs) tail.emplace_back("  (this backend lists no jobs yet)");
   else if (cur.leases.empty()) tail.emplace_back("  none");
   for (const JobInfo& j : cur.leases)
-    flow(tail, {"  " + j.id.string(), fmt::format("{:<14}", group_name(j.group)), fmt::format("attempt {:<3}", j.attempt),
+    flow(tail, {fmt::format("  {}", id_text(j.id)), fmt::format("{:<14}", group_name(j.group)), fmt::format("attempt {:<3}", j.attempt),
                 job_when(j, s.now_ms)},
          width, 4);
 

@@ -229,8 +229,11 @@ TEST_F(StatsTest, PrometheusParsesBackAndMatchesWhatWasDone) {
   EXPECT_EQ(e.value("fairlane_jobs", {{"state", "scheduled"}}), 1);
   EXPECT_EQ(e.value("fairlane_jobs", {{"state", "dead"}}), 1);
   EXPECT_EQ(e.value("fairlane_jobs_capacity"), 64);
-  EXPECT_EQ(e.value("fairlane_lanes"), 3) << "TEN1, TEN2 and the default lane";
-  EXPECT_GE(e.value("fairlane_processes"), 1) << "this test process is attached";
+  EXPECT_EQ(e.value("fairlane_lanes"), 2) << "TEN1 and TEN2 are live; the default lane holds nothing";
+  EXPECT_EQ(e.value("fairlane_lanes_capacity"), 8);
+  EXPECT_EQ(e.value("fairlane_lanes_reclaimed_total"), 0);
+  EXPECT_EQ(e.value("fairlane_corruptions_total"), 0);
+  EXPECT_EQ(e.value("fairlane_processes"), 1) << "this test process is attached; stats, an observer, is not";
 
   const std::map<std::string, std::string> g1{{"group", "TEN00000000001"}}, g2{{"group", "TEN00000000002"}};
   EXPECT_EQ(e.value("fairlane_lane_weight", g1), 3);
