@@ -207,7 +207,7 @@ std::vector<std::string> render(const std::string& seg, const Sample& cur, const
   }
   const std::string capacity = cur.caps.fixed_capacity ? "of " + grouped(s.jobs_capacity) : std::string();
   flow(head,
-       {"jobs", grouped(s.pending) + " pending", grouped(s.leased) + " leased", grouped(s.scheduled) + " scheduled",
+       {"jobs  ", grouped(s.pending) + " pending", grouped(s.leased) + " leased", grouped(s.scheduled) + " scheduled",
         grouped(s.dead) + " dead", capacity},
        width, 8);
   const Counters& k = s.counters;
@@ -219,7 +219,7 @@ std::vector<std::string> render(const std::string& seg, const Sample& cur, const
         "expired " + rate(k.expired, p.expired, dt, have)},
        width, 8);
   std::vector<std::string> lanes_units{
-      "lanes", fmt::format("{} live of {}", grouped(lanes_live(s)),
+      "lanes ", fmt::format("{} live of {}", grouped(lanes_live(s)),
                            cur.caps.fixed_capacity ? grouped(lanes_capacity(s, cur.config)) : std::string("any")),
       grouped(s.lanes_reclaimed) + " reclaimed"};
   if (cur.caps.process_records) {
