@@ -330,8 +330,9 @@ std::string inspect_table(std::string_view label, const Snapshot& s, const Queue
     line(fmt::format("jobs     {} pending, {} leased, {} scheduled, {} dead", grouped(s.pending), grouped(s.leased),
                      grouped(s.scheduled), grouped(s.dead)));
   }
-  line(fmt::format("lanes    {} live of {}, {} reclaimed", grouped(lanes_live(s)),
-                   view ? grouped(lanes_capacity(s, c)) : std::string("no fixed number"), grouped(s.lanes_reclaimed)));
+  line(fmt::format("lanes    {} live {}, {} reclaimed", grouped(lanes_live(s)),
+                   view ? "of " + grouped(lanes_capacity(s, c)) : std::string("(no fixed number)"),
+                   grouped(s.lanes_reclaimed)));
   const Counters& k = s.counters;
   line(fmt::format("counters enqueued {} duplicates {} claimed {} completed {}", grouped(k.enqueued),
                    grouped(k.duplicates), grouped(k.claimed), grouped(k.completed)));

@@ -358,8 +358,8 @@ std::string stats_text(const std::string& seg, const Snapshot& s, const QueueCon
   out += fmt::format("enqueued {}  claimed {}  completed {}  retried {}  dead {}  expired {}\n", grouped(k.enqueued),
                      grouped(k.claimed), grouped(k.completed), grouped(k.retried), grouped(k.dead),
                      grouped(k.expired));
-  out += fmt::format("lanes {} live of {}, {} reclaimed", grouped(lanes_live(s)),
-                     caps.fixed_capacity ? grouped(lanes_capacity(s, c)) : std::string("no fixed number"),
+  out += fmt::format("lanes {} live {}, {} reclaimed", grouped(lanes_live(s)),
+                     caps.fixed_capacity ? "of " + grouped(lanes_capacity(s, c)) : std::string("(no fixed number)"),
                      grouped(s.lanes_reclaimed));
   if (caps.process_records) {
     std::size_t alive = 0;
