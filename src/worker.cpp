@@ -227,6 +227,7 @@ struct Worker::State {
     BrandedId id, group;
     std::uint32_t attempt;
     Token token;
+    RetryPolicy retry;  // the job's own, for a timeout's fail
   };
   std::vector<Action> actions;
 
@@ -335,9 +336,16 @@ struct Worker::State {
     }
   }
 
-  std::uint64_t backoff_ms(std::uint32_t attempt, std::mt19937_64& rng) const {
+  // The job's own retry policy wins, field by field, over the worker's
+  // (docs/worker.md, "Retries"): a job enqueued with max_attempts 3 is
+  // dead-lettered at its third failure whatever WorkerOptions says.
+  std::uint32_t max_attempts_for(const Lease& l) const noexcept {
+    return l.retry.max_attempts != 0 ? l.retry.max_attempts : o.max_attempts;
+  }
+  std::uint64_t backoff_ms(const Lease& l, std::uint32_t attempt, std::mt19937_64& rng) const {
     const double u = std::uniform_real_distribution<double>(0.0, 1.0)(rng);
-    return static_cast<std::uint64_t>(o.backoff.delay(attempt, u).count());
+    const Backoff& b = l.retry.backoff ? *l.retry.backoff : o.backoff;
+    return static_cast<std::uint64_t>(b.delay(attempt, u).count());
   }
 
   // ---- threads ----
@@ -464,11 +472,11 @@ struct Worker::State {
         return;
       }
       case Outcome::Kind::retry:
-        fail_lease(b, l, backoff_ms(l.attempt, rng), o.max_attempts, out.error(), false);
+        fail_lease(b, l, backoff_ms(l, l.attempt, rng), max_attempts_for(l), out.error(), false);
         return;
       case Outcome::Kind::retry_after:
         fail_lease(b, l, static_cast<std::uint64_t>(std::max<std::int64_t>(0, out.delay().count())),
-                   o.max_attempts, out.error(), false);
+                   max_attempts_for(l), out.error(), false);
         return;
       case Outcome::Kind::dead:
         fail_lease(b, l, 0, 1, out.error(), false);
@@ -548,7 +556,7 @@ struct Worker::State {
         Slot& s = slots[i];
         const int ph = s.phase.load(std::memory_order_acquire);
         if (ph != kQueued && ph != kRunning) continue;
-        Action a{i, s.gen, Action::extend, ph, s.lease.id, s.lease.group, s.lease.attempt, s.lease.token};
+        Action a{i, s.gen, Action::extend, ph, s.lease.id, s.lease.group, s.lease.attempt, s.lease.token, s.lease.retry};
         if (stop && (ph == kQueued || now >= stop_at_ms + grace)) {
           a.what = Action::hand_back;
         } else if (ph == kRunning && timeout != 0 && now >= s.started_ms + timeout) {
@@ -563,11 +571,12 @@ struct Worker::State {
     }
     std::size_t acted = 0;
     for (const Action& a : actions) {
-      Lease l;  // id, group and attempt are all fail/emit need
+      Lease l;  // id, group, attempt and policy are all fail/emit need
       l.id = a.id;
       l.group = a.group;
       l.attempt = a.attempt;
       l.token = a.token;
+      l.retry = a.retry;
       if (a.what == Action::extend) {
         AckStatus st = AckStatus::ok;
         try {
@@ -609,7 +618,7 @@ struct Worker::State {
           break;
         case Action::timeout: {
           const std::string why = "timed out after " + std::to_string(timeout) + " ms";
-          fail_lease(b, l, backoff_ms(a.attempt, tick_rng), o.max_attempts, why, true);
+          fail_lease(b, l, backoff_ms(l, a.attempt, tick_rng), max_attempts_for(l), why, true);
           break;
         }
         case Action::hand_back: hand_back(b, l); break;

@@ -1,8 +1,11 @@
 // The administration commands (see commands.hpp).
 #include "commands.hpp"
 
+#include <cerrno>
 #include <chrono>
 #include <cstdio>
+#include <cstring>
+#include <optional>
 #include <utility>
 
 #include <fmt/format.h>
@@ -14,6 +17,9 @@
 #include "fairlane/queue.hpp"
 #include "fairlane/valkey.hpp"
 #include "format.hpp"
+#include "job_format.hpp"
+#include "retry_format.hpp"
+#include "target.hpp"
 
 namespace fairlane::cli {
 
@@ -36,78 +42,50 @@ void emit(bool as_json, const std::string& text, const json& j) {
   }
 }
 
-// The group as it goes into the library: the default lane is the empty id
-// for enqueue (the documented spelling), kDefaultGroup everywhere else.
-std::string group_label(const GroupArg& g) {
-  return g.is_default ? std::string(kDefaultGroup) : g.id.string();
+// The group as every output names it: "default" for the default lane.
+std::string group_label(const GroupArg& g) { return g.is_default ? std::string("default") : g.id.string(); }
+
+// The lane table is full: say how many groups are live and how to size it.
+[[noreturn]] void fail_lanes_full(Target& t, const GroupArg& g) {
+  const Snapshot s = t->snapshot();
+  const QueueConfig c = t.config();
+  const std::uint64_t cap = lanes_capacity(s, c);
+  fail(fmt::format("no lane free for group {}: {} groups are live at once in '{}', its --lanes {} (a group is live "
+                   "while it has a pending, leased, scheduled or dead job, or a limit, weight or pause); create the "
+                   "segment with --lanes above the most groups live at once",
+                   group_label(g), grouped(lanes_live(s)), t.label(), grouped(cap)));
 }
 
-// A queue the tool works on: a segment by name, or a Valkey queue by
-// valkey://HOST:PORT/QUEUE, both behind the Backend interface.
-struct Target {
-  std::string label;  // as typed: the segment name or the URL
-  std::unique_ptr<Backend> backend;
-  ValkeyBackend* valkey = nullptr;  // set for a Valkey queue
-  Backend* operator->() const { return backend.get(); }
-};
-
-// Checks the target's form before anything is opened.
-std::string parse_target(std::string_view text) {
-  if (is_valkey_url(text)) {
-    auto u = ValkeyUrl::parse(text);
-    if (!u) fail(u.error().message);
-    return std::string(text);
-  }
-  return parse_segment(text);
-}
-
-Target open_target(const std::string& label) {
-  auto r = open_backend(label);
-  if (!r) fail(r.error().message);
-  Target t{label, std::move(r).value()};
-  t.valkey = dynamic_cast<ValkeyBackend*>(t.backend.get());
-  return t;
-}
-
-// What a segment was created with, for messages and inspect (segments only).
-QueueConfig segment_config(const Target& t) { return open_queue(t.label).config(); }
-
-// Runs a command body; a Valkey server that is away or answers with an
-// error (BackendError) is exit 2 with its message.
-template <class F>
-int guarded(F&& body) {
-  try {
-    return body();
-  } catch (const BackendError& e) {
-    fail(e.what());
-  }
-}
-
-void check_lane_status(LaneStatus st, const GroupArg& g, const Target& t) {
+void check_lane_status(LaneStatus st, const GroupArg& g, Target& t) {
   switch (st) {
     case LaneStatus::ok: return;
     case LaneStatus::invalid_group: fail(fmt::format("invalid group '{}'", group_label(g)));
     case LaneStatus::invalid_argument:
       fail(fmt::format("the library refused the value for group {} (invalid_argument)", group_label(g)));
-    case LaneStatus::lanes_full:
-      fail(fmt::format("no lane free for group {}: all {} lanes of '{}' are taken", group_label(g),
-                       segment_config(t).lanes, t.label));
-    case LaneStatus::read_only:
-      fail(fmt::format("'{}' is read-only: it is a mirror's copy (write to the segment that owns it)", t.label));
+    case LaneStatus::lanes_full: fail_lanes_full(t, g);
+    case LaneStatus::read_only: fail_read_only(t);
     case LaneStatus::corrupt:
-      fail(fmt::format("'{}' is corrupt where group {} was looked up (run fairlane fsck)", t.label, group_label(g)));
+      fail(fmt::format("'{}' is corrupt where group {} was looked up (run fairlane fsck)", t.label(), group_label(g)));
   }
   fail(fmt::format("unexpected lane status {}", to_string(st)));
 }
 
 // Stale and gone are "nothing" (exit 1), not errors: the job moved on.
-int ack_nothing(const Target& t, const BrandedId& id, Token token, bool gone, bool as_json,
-                std::string_view op) {
-  if (as_json)
-    print_json({{"id", id.string()}, {"token", token.value}, {"status", gone ? "gone" : "stale"}});
-  if (gone) return nothing(fmt::format("{}: no job {} in '{}' (gone)", op, id.str(), t.label));
-  return nothing(fmt::format("{}: job {} is not leased under token {} (stale token)", op, id.str(),
-                             token.value));
+int ack_nothing(const Target& t, const BrandedId& id, Token token, bool gone, bool as_json, std::string_view op) {
+  if (as_json) print_json({{"id", id.string()}, {"token", token.value}, {"status", gone ? "gone" : "stale"}});
+  if (gone) return nothing(fmt::format("{}: no job {} in '{}' (gone)", op, id.str(), t.label()));
+  return nothing(fmt::format("{}: job {} is not leased under token {} (stale token)", op, id.str(), token.value));
+}
+
+// The acknowledgement statuses that are neither success nor "nothing".
+int ack_result(Target& t, AckStatus st, const BrandedId& id, Token token, bool as_json, std::string_view op) {
+  switch (st) {
+    case AckStatus::ok: return kExitOk;
+    case AckStatus::stale: return ack_nothing(t, id, token, false, as_json, op);
+    case AckStatus::gone: return ack_nothing(t, id, token, true, as_json, op);
+    case AckStatus::corrupt: break;
+  }
+  fail(fmt::format("{}: '{}' is corrupt where job {} was looked up (run fairlane fsck)", op, t.label(), id.str()));
 }
 
 Token parse_token_arg(std::string_view text) {
@@ -115,52 +93,41 @@ Token parse_token_arg(std::string_view text) {
   fail(fmt::format("invalid TOKEN '{}': expected the decimal token printed by claim", text));
 }
 
-// inspect of a Valkey queue: the segment's view, with the header lines that
-// speak of a segment's layout and capacity replaced.
-void inspect_valkey(const Target& t, const Snapshot& s, bool as_json) {
-  QueueConfig c;
-  c.job_kind = t->job_kind();
-  c.payload_bytes = t.valkey->max_payload();
-  c.node = t.valkey->node();
-  if (as_json) {
-    json j = snapshot_json(t.label, s, c);
-    j["backend"] = "valkey";
-    j["config"] = {{"job_kind", c.job_kind},
-                   {"payload_bytes", c.payload_bytes},
-                   {"node", c.node},
-                   {"server", t.valkey->url().address()},
-                   {"queue", t.valkey->url().queue}};
-    print_json(j);
-    return;
+// The largest payload file read: above any queue's payload limit, so a
+// larger file is refused as too large without reading all of it.
+constexpr std::size_t kMaxPayloadFile = 64u << 20;
+
+// The bytes of FILE, or of stdin for "-", unchanged (binary-safe).
+std::string read_payload_file(const std::string& path) {
+  std::FILE* f = path == "-" ? stdin : std::fopen(path.c_str(), "rb");
+  if (f == nullptr) fail(fmt::format("cannot read --payload-file '{}': {}", path, std::strerror(errno)));
+  std::string out;
+  char buf[65536];
+  for (;;) {
+    const std::size_t n = std::fread(buf, 1, sizeof buf, f);
+    out.append(buf, n);
+    if (out.size() > kMaxPayloadFile) {
+      if (f != stdin) std::fclose(f);
+      fail(fmt::format("--payload-file '{}' is larger than {}, more than any queue takes", path, bytes(kMaxPayloadFile)));
+    }
+    if (n < sizeof buf) break;
   }
-  std::string table = inspect_table(t.label, s, c);
-  // Drop the segment's first two lines (layout, capacity) and the "free"
-  // count of the third: a Valkey queue has no fixed capacity.
-  std::size_t cut = 0;
-  for (int i = 0; i < 2 && cut != std::string::npos; ++i) {
-    cut = table.find('\n', cut);
-    if (cut != std::string::npos) ++cut;
-  }
-  std::string rest = cut == std::string::npos ? std::string() : table.substr(cut);
-  if (const std::size_t eol = rest.find('\n'); eol != std::string::npos) {
-    const std::size_t comma = rest.rfind(", ", eol);
-    if (comma != std::string::npos && eol >= 5 && rest.compare(eol - 5, 5, " free") == 0)
-      rest.erase(comma, eol - comma);
-  }
-  std::string out = fmt::format("valkey {}  kind {}  node {}\n", t.label, c.job_kind, c.node);
-  out += fmt::format("{}-byte payloads, no fixed capacity{}\n", c.payload_bytes, s.paused ? "  [QUEUE PAUSED]" : "");
-  out += rest;
-  std::fwrite(out.data(), 1, out.size(), stdout);
+  const bool failed = std::ferror(f) != 0;
+  const int err = errno;
+  if (f != stdin) std::fclose(f);
+  if (failed) fail(fmt::format("cannot read --payload-file '{}': {}", path, std::strerror(err)));
+  return out;
 }
 
 }  // namespace
 
 int run_create(const CreateArgs& a) {
   QueueOptions o;
-  std::string seg = parse_segment(a.segment);
+  std::string seg = parse_segment_target(a.segment, "create");
   o.jobs = parse_u32(a.jobs, "--jobs", 1);
   o.lanes = parse_u32(a.lanes, "--lanes", 1);
   o.payload_bytes = parse_u32(a.payload_bytes, "--payload-bytes", 0);
+  o.processes = parse_u32(a.processes, "--processes", 1, kMaxProcesses);
   o.job_kind = parse_kind(a.job_kind);
   o.mode = parse_mode(a.mode);
   o.node = static_cast<std::uint16_t>(parse_u32(a.node, "--node", 0, 1023));
@@ -179,13 +146,19 @@ int run_create(const CreateArgs& a) {
     o.sync_timeout_ms = parse_u32(a.sync_timeout_ms, "--sync-timeout", 1);
   }
   auto r = Queue::create(seg, o);
-  if (!r) fail(r.error().message);
+  if (!r) {
+    // The interim core takes only the default process table; say which flag.
+    if (r.error().code == Errc::invalid_argument && o.processes != QueueOptions{}.processes)
+      fail(fmt::format("--processes {} refused: {}", o.processes, r.error().message));
+    fail(r.error().message);
+  }
   QueueConfig c = r->config();
   json j = config_json(c);
   j["segment"] = seg;
   emit(a.json,
-       fmt::format("created {}: {} jobs, {} lanes, {}-byte payloads, kind {}, node {}, {}{}", seg,
-                   grouped(c.jobs), grouped(c.lanes), c.payload_bytes, c.job_kind, c.node,
+       fmt::format("created {}: {} jobs, {} lanes, {}-byte payloads, {} processes, kind {}, node {}, {}{}", seg,
+                   grouped(c.jobs), grouped(c.lanes), c.payload_bytes,
+                   grouped(c.processes != 0 ? c.processes : o.processes), c.job_kind, c.node,
                    bytes(c.segment_bytes),
                    c.mirror.empty() ? std::string()
                                     : fmt::format("; mirrored to {} ({}, on a full log: {}); start 'fairlane mirror {}'",
@@ -194,19 +167,11 @@ int run_create(const CreateArgs& a) {
   return kExitOk;
 }
 
-int run_destroy(const SegmentArgs& a) {
-  std::string seg = parse_segment(a.segment);
-  Status st = Queue::remove(seg);
-  if (!st) fail(st.error().message);
-  emit(a.json, fmt::format("destroyed {}", seg), {{"segment", seg}, {"status", "destroyed"}});
-  return kExitOk;
-}
-
 int run_mint(const MintArgs& a) {
   std::string target = parse_target(a.segment);
   std::string kind = a.kind.empty() ? std::string() : parse_kind(a.kind);
   return guarded([&] {
-    Target t = open_target(target);
+    Target t = open_target(target, Access::write);
     // Another namespace takes the next snowflake of the queue's own counter.
     BrandedId id = t->mint();
     if (!kind.empty()) id = BrandedId::make(kind, id.snowflake());
@@ -220,22 +185,25 @@ int run_enqueue(const EnqueueArgs& a) {
   std::string target = parse_target(a.segment);
   GroupArg g = parse_group(a.group);
   if (a.mint == !a.job.empty())
-    fail(a.mint ? "enqueue: give either a JOBID or --mint, not both"
-                : "enqueue: give a JOBID or --mint");
+    fail(a.mint ? "enqueue: give either a JOBID or --mint, not both" : "enqueue: give a JOBID or --mint");
   BrandedId job;
   if (!a.mint) job = parse_id(a.job, "job id");
   EnqueueOptions eo;
   eo.delay_ms = parse_u64(a.delay_ms, "--delay");
+  if (!a.max_attempts.empty()) eo.retry.max_attempts = parse_u32(a.max_attempts, "--max-attempts", 1, 65535);
+  if (!a.backoff.empty()) eo.retry.backoff = parse_backoff(a.backoff);
+  if (a.payload_set && !a.payload_file.empty()) fail("enqueue: give either --payload or --payload-file, not both");
+  const std::string payload = a.payload_file.empty() ? a.payload : read_payload_file(a.payload_file);
 
   return guarded([&] {
-    Target t = open_target(target);
+    Target t = open_target(target, Access::write);
     const std::string kind = t->job_kind();
     if (!a.mint && job.kind() != kind)
-      fail(fmt::format("job id '{}' is of namespace {}, but '{}' takes only {} job ids", job.str(),
-                       job.kind(), target, kind));
+      fail(fmt::format("job id '{}' is of namespace {}, but '{}' takes only {} job ids", job.str(), job.kind(), target,
+                       kind));
     if (a.mint) job = t->mint();
 
-    EnqueueStatus st = t->enqueue(g.is_default ? BrandedId{} : g.id, job, a.payload, eo);
+    EnqueueStatus st = t->enqueue(g.is_default ? BrandedId{} : g.id, job, payload, eo);
     switch (st) {
       case EnqueueStatus::enqueued:
       case EnqueueStatus::duplicate: {
@@ -249,13 +217,11 @@ int run_enqueue(const EnqueueArgs& a) {
       case EnqueueStatus::invalid_id: fail(fmt::format("invalid job id '{}'", job.str()));
       case EnqueueStatus::invalid_group: fail(fmt::format("invalid group '{}'", group_label(g)));
       case EnqueueStatus::payload_too_large:
-        fail(fmt::format("payload of {} bytes is larger than the {} bytes '{}' allows", a.payload.size(),
-                         t.valkey ? t.valkey->max_payload() : segment_config(t).payload_bytes, target));
+        fail(fmt::format("payload of {} bytes is larger than the {} bytes '{}' allows", payload.size(),
+                         t.config().payload_bytes, target));
       case EnqueueStatus::full:
-        fail(fmt::format("queue '{}' is full: all {} job slots are in use", target, segment_config(t).jobs));
-      case EnqueueStatus::lanes_full:
-        fail(fmt::format("no lane free for group {}: all {} lanes of '{}' are taken", group_label(g),
-                         segment_config(t).lanes, target));
+        fail(fmt::format("queue '{}' is full: all {} job slots are in use", target, grouped(t.config().jobs)));
+      case EnqueueStatus::lanes_full: fail_lanes_full(t, g);
       case EnqueueStatus::mirror_behind:
         fail(fmt::format("'{}' refuses new jobs: its mirror's transition log is full (Valkey is away or behind; "
                          "see 'fairlane inspect {}')", target, target));
@@ -266,9 +232,8 @@ int run_enqueue(const EnqueueArgs& a) {
         fail(fmt::format("job {} is enqueued in '{}' but Valkey did not acknowledge it in time (not yet durable; "
                          "enqueueing it again is safe)", job.str(), target));
       case EnqueueStatus::invalid_argument:
-        fail(fmt::format("the retry policy of job {} is out of range", job.str()));
-      case EnqueueStatus::read_only:
-        fail(fmt::format("'{}' is read-only: it is a mirror's copy (write to the segment that owns it)", target));
+        fail(fmt::format("'{}' refused the retry policy of job {} as out of range", target, job.str()));
+      case EnqueueStatus::read_only: fail_read_only(t);
       case EnqueueStatus::corrupt:
         fail(fmt::format("'{}' is corrupt where job {} was to be admitted (run fairlane fsck)", target, job.str()));
     }
@@ -281,14 +246,21 @@ int run_claim(const ClaimArgs& a) {
   std::uint32_t lease_ms = parse_u32(a.lease_ms, "--lease", 1);
   std::uint64_t wait_ms = parse_u64(a.wait_ms, "--wait", 0, 24ULL * 3600 * 1000);
   return guarded([&] {
-    Target t = open_target(target);
+    Target t = open_target(target, Access::write);
     Lease l;
     bool got = wait_ms == 0
                    ? t->claim(l, lease_ms)
                    : t->claim_wait(l, lease_ms, std::chrono::milliseconds(static_cast<std::int64_t>(wait_ms)));
     if (!got) return nothing(fmt::format("nothing to claim in '{}'", target));
-    emit(a.json, fmt::format("{} {} {} {}", l.id.str(), l.group.str(), l.token.value, l.payload),
-         lease_json(l));
+    if (a.json) {
+      print_json(lease_json(l));
+    } else {
+      // The payload goes out as its bytes, after the three fields a script splits on.
+      const std::string head = fmt::format("{} {} {} ", l.id.str(), group_name(l.group), l.token.value);
+      std::fwrite(head.data(), 1, head.size(), stdout);
+      std::fwrite(l.payload.data(), 1, l.payload.size(), stdout);
+      std::fputc('\n', stdout);
+    }
     return kExitOk;
   });
 }
@@ -298,11 +270,10 @@ int run_complete(const AckArgs& a) {
   BrandedId id = parse_id(a.job, "job id");
   Token token = parse_token_arg(a.token);
   return guarded([&] {
-    Target t = open_target(target);
+    Target t = open_target(target, Access::write);
     AckStatus st = t->complete(id, token);
-    if (st != AckStatus::ok) return ack_nothing(t, id, token, st == AckStatus::gone, a.json, "complete");
-    emit(a.json, fmt::format("completed {}", id.str()),
-         {{"id", id.string()}, {"token", token.value}, {"status", "completed"}});
+    if (st != AckStatus::ok) return ack_result(t, st, id, token, a.json, "complete");
+    emit(a.json, fmt::format("completed {}", id.str()), {{"id", id.string()}, {"token", token.value}, {"status", "completed"}});
     return kExitOk;
   });
 }
@@ -312,11 +283,10 @@ int run_release(const AckArgs& a) {
   BrandedId id = parse_id(a.job, "job id");
   Token token = parse_token_arg(a.token);
   return guarded([&] {
-    Target t = open_target(target);
+    Target t = open_target(target, Access::write);
     AckStatus st = t->release(id, token);
-    if (st != AckStatus::ok) return ack_nothing(t, id, token, st == AckStatus::gone, a.json, "release");
-    emit(a.json, fmt::format("released {}", id.str()),
-         {{"id", id.string()}, {"token", token.value}, {"status", "released"}});
+    if (st != AckStatus::ok) return ack_result(t, st, id, token, a.json, "release");
+    emit(a.json, fmt::format("released {}", id.str()), {{"id", id.string()}, {"token", token.value}, {"status", "released"}});
     return kExitOk;
   });
 }
@@ -328,24 +298,23 @@ int run_fail(const AckArgs& a) {
   FailOptions fo;
   // Unset options: the job's own retry policy, then the queue's default.
   if (!a.delay_ms.empty()) fo.delay_ms = parse_u64(a.delay_ms, "--delay");
-  if (!a.max_attempts.empty()) fo.max_attempts = parse_u32(a.max_attempts, "--max-attempts", 1);
+  if (!a.max_attempts.empty()) fo.max_attempts = parse_u32(a.max_attempts, "--max-attempts", 1, 65535);
   fo.error = a.error;
   return guarded([&] {
-    Target t = open_target(target);
+    Target t = open_target(target, Access::write);
     FailStatus st = t->fail(id, token, fo);
     switch (st) {
       case FailStatus::retrying:
       case FailStatus::dead: {
         std::string status(to_string(st));
-        emit(a.json, fmt::format("{} {}", status, id.str()),
-             {{"id", id.string()}, {"token", token.value}, {"status", status}});
+        emit(a.json, fmt::format("{} {}", status, id.str()), {{"id", id.string()}, {"token", token.value}, {"status", status}});
         return kExitOk;
       }
       case FailStatus::stale: return ack_nothing(t, id, token, false, a.json, "fail");
       case FailStatus::gone: return ack_nothing(t, id, token, true, a.json, "fail");
       case FailStatus::corrupt: break;
     }
-    fail(fmt::format("fail: the segment '{}' is corrupt where job {} was looked up (run fairlane fsck)", t.label, id.str()));
+    fail(fmt::format("fail: '{}' is corrupt where job {} was looked up (run fairlane fsck)", t.label(), id.str()));
   });
 }
 
@@ -355,9 +324,9 @@ int run_extend(const AckArgs& a) {
   Token token = parse_token_arg(a.token);
   std::uint32_t ms = parse_u32(a.lease_ms, "MS", 1);
   return guarded([&] {
-    Target t = open_target(target);
+    Target t = open_target(target, Access::write);
     AckStatus st = t->extend(id, token, ms);
-    if (st != AckStatus::ok) return ack_nothing(t, id, token, st == AckStatus::gone, a.json, "extend");
+    if (st != AckStatus::ok) return ack_result(t, st, id, token, a.json, "extend");
     emit(a.json, fmt::format("extended {} by {} ms", id.str(), ms),
          {{"id", id.string()}, {"token", token.value}, {"status", "extended"}, {"lease_ms", ms}});
     return kExitOk;
@@ -369,7 +338,7 @@ int run_pause(const LaneArgs& a, bool pause) {
   const char* verb = pause ? "paused" : "resumed";
   if (a.group.empty()) {
     return guarded([&] {
-      Target t = open_target(target);
+      Target t = open_target(target, Access::write);
       pause ? t->pause_all() : t->resume_all();
       emit(a.json, fmt::format("{} queue {}", verb, target), {{"segment", target}, {"status", verb}});
       return kExitOk;
@@ -377,7 +346,7 @@ int run_pause(const LaneArgs& a, bool pause) {
   }
   GroupArg g = parse_group(a.group);
   return guarded([&] {
-    Target t = open_target(target);
+    Target t = open_target(target, Access::write);
     check_lane_status(pause ? t->pause(g.id) : t->resume(g.id), g, t);
     emit(a.json, fmt::format("{} {}", verb, group_label(g)), {{"group", group_label(g)}, {"status", verb}});
     return kExitOk;
@@ -387,14 +356,14 @@ int run_pause(const LaneArgs& a, bool pause) {
 int run_limit(const LaneArgs& a) {
   std::string target = parse_target(a.segment);
   GroupArg g = parse_group(a.group);
-  std::uint32_t limit = a.value == "none" ? 0 : parse_u32(a.value, "limit (1.." + std::to_string(kMaxLimit) + ", or 'none')", 1, kMaxLimit);
+  std::uint32_t limit =
+      a.value == "none" ? 0 : parse_u32(a.value, "limit (1.." + std::to_string(kMaxLimit) + ", or 'none')", 1, kMaxLimit);
   return guarded([&] {
-    Target t = open_target(target);
+    Target t = open_target(target, Access::write);
     check_lane_status(limit == 0 ? t->clear_limit(g.id) : t->set_limit(g.id, limit), g, t);
     json jl = nullptr;
     if (limit != 0) jl = limit;
-    emit(a.json,
-         fmt::format("limit {} {}", group_label(g), limit == 0 ? std::string("none") : std::to_string(limit)),
+    emit(a.json, fmt::format("limit {} {}", group_label(g), limit == 0 ? std::string("none") : std::to_string(limit)),
          {{"group", group_label(g)}, {"limit", jl}});
     return kExitOk;
   });
@@ -405,7 +374,7 @@ int run_weight(const LaneArgs& a) {
   GroupArg g = parse_group(a.group);
   std::uint32_t w = parse_u32(a.value, "weight", 1, kMaxWeight);
   return guarded([&] {
-    Target t = open_target(target);
+    Target t = open_target(target, Access::write);
     check_lane_status(t->set_weight(g.id, w), g, t);
     emit(a.json, fmt::format("weight {} {}", group_label(g), w), {{"group", group_label(g)}, {"weight", w}});
     return kExitOk;
@@ -416,7 +385,7 @@ int run_depth(const LaneArgs& a) {
   std::string target = parse_target(a.segment);
   GroupArg g = parse_group(a.group);
   return guarded([&] {
-    Target t = open_target(target);
+    Target t = open_target(target, Access::look);
     std::uint64_t d = t->depth(g.id);
     emit(a.json, std::to_string(d), {{"group", group_label(g)}, {"depth", d}});
     return kExitOk;
@@ -427,7 +396,7 @@ int run_drain(const LaneArgs& a) {
   std::string target = parse_target(a.segment);
   GroupArg g = parse_group(a.group);
   return guarded([&] {
-    Target t = open_target(target);
+    Target t = open_target(target, Access::write);
     std::uint64_t n = t->drain(g.id);
     emit(a.json, std::to_string(n), {{"group", group_label(g)}, {"drained", n}});
     return kExitOk;
@@ -437,7 +406,7 @@ int run_drain(const LaneArgs& a) {
 int run_tick(const SegmentArgs& a) {
   std::string target = parse_target(a.segment);
   return guarded([&] {
-    Target t = open_target(target);
+    Target t = open_target(target, Access::write);
     std::uint64_t n = t->tick();
     emit(a.json, std::to_string(n), {{"moved", n}});
     return kExitOk;
@@ -447,21 +416,24 @@ int run_tick(const SegmentArgs& a) {
 int run_inspect(const SegmentArgs& a) {
   std::string target = parse_target(a.segment);
   return guarded([&] {
-    Target t = open_target(target);
-    Snapshot s = t->snapshot();
-    if (t.valkey) {
-      inspect_valkey(t, s, a.json);
-      return kExitOk;
-    }
-    const Queue q = open_queue(target);
-    const QueueConfig c = q.config();
-    const SegmentView view = segment_view(q);  // processes, recovery, mirror
+    Target t = open_target(target, Access::look);
+    const Snapshot s = t->snapshot();
+    const QueueConfig c = t.config();
+    std::optional<SegmentView> view;
+    if (const Queue* q = t.queue()) view = segment_view(*q);
     if (a.json) {
-      json j = snapshot_json(target, s, c);
-      j.update(segment_view_json(view));
+      json j = snapshot_json(target, s, c, view ? &*view : nullptr);
+      if (ValkeyBackend* v = t.valkey()) {
+        j["backend"] = "valkey";
+        j["config"] = {{"job_kind", c.job_kind},
+                       {"payload_bytes", c.payload_bytes},
+                       {"node", c.node},
+                       {"server", v->url().address()},
+                       {"queue", v->url().queue}};
+      }
       print_json(j);
     } else {
-      std::string text = inspect_table(target, s, c, &view);
+      std::string text = inspect_table(target, s, c, view ? &*view : nullptr);
       std::fwrite(text.data(), 1, text.size(), stdout);
     }
     return kExitOk;

@@ -10,12 +10,17 @@
 namespace fairlane::cli {
 
 struct CreateArgs {
-  std::string segment, jobs, lanes, payload_bytes, job_kind, mode, node;
+  std::string segment, jobs, lanes, payload_bytes, processes, job_kind, mode, node;
   std::string mirror, durability, on_full, mirror_log, sync_timeout_ms, recovery_ms;
   bool json = false;
 };
-struct SegmentArgs {  // destroy, tick, inspect, pause/resume without a group
+struct SegmentArgs {  // tick, inspect, pause/resume without a group
   std::string segment;
+  bool json = false;
+};
+struct DestroyArgs {
+  std::string segment;
+  bool force = false;  // remove even while live processes are attached
   bool json = false;
 };
 struct MintArgs {
@@ -24,6 +29,9 @@ struct MintArgs {
 };
 struct EnqueueArgs {
   std::string segment, group, job, payload, delay_ms;
+  std::string payload_file;             // a file's bytes, "-" for stdin
+  std::string max_attempts, backoff;    // the job's retry policy (empty: none)
+  bool payload_set = false;             // --payload was given
   bool mint = false;
   bool json = false;
 };
@@ -43,7 +51,7 @@ struct LaneArgs {  // pause, resume, limit, weight, depth, drain
 };
 
 int run_create(const CreateArgs& a);
-int run_destroy(const SegmentArgs& a);
+int run_destroy(const DestroyArgs& a);
 int run_mint(const MintArgs& a);
 int run_enqueue(const EnqueueArgs& a);
 int run_claim(const ClaimArgs& a);

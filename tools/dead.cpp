@@ -1,9 +1,10 @@
 // `fairlane dead SEG list [--json] | requeue ID | requeue --all | purge`:
 // look at and act on dead-lettered jobs.
 //
-// requeue puts a job back in its lane at its mint position; its attempt
-// count goes on from where it was (attempts are fencing tokens). purge
-// removes every dead job for good.
+// list is in id (mint) order, as EchoMQ browses its dead set. requeue puts a
+// job back in its lane at its mint position, starting again at attempt 1
+// with a fresh token (Queue::requeue_dead). purge removes every dead job for
+// good. On a segment or a valkey:// queue alike.
 #include <algorithm>
 #include <cstdio>
 #include <string>
@@ -16,22 +17,21 @@
 #include "format.hpp"
 #include "inspection.hpp"
 #include "job_format.hpp"
+#include "target.hpp"
 
 namespace fairlane::cli {
 
 namespace {
 
-int dead_list(Queue& q, const std::string& seg, std::size_t limit, bool as_json) {
+int dead_list(Target& t, const std::string& seg, std::size_t limit, bool as_json) {
   JobFilter f;
   f.state = JobState::dead;
   f.limit = limit;
-  std::vector<JobInfo> dead = q.jobs(f);
-  const std::uint64_t seg_now = q.now_ms();
+  std::vector<JobInfo> dead = t->jobs(f);
+  const std::uint64_t seg_now = t->now_ms();
   const std::uint64_t unix_now = unix_now_ms();
-  // Oldest death first, like a log.
-  std::sort(dead.begin(), dead.end(), [](const JobInfo& x, const JobInfo& y) {
-    return x.when_ms != y.when_ms ? x.when_ms < y.when_ms : x.id < y.id;
-  });
+  if (dead.size() > limit) dead.resize(limit);
+  std::sort(dead.begin(), dead.end(), [](const JobInfo& x, const JobInfo& y) { return x.id < y.id; });
   if (as_json) {
     nlohmann::json list = nlohmann::json::array();
     for (const JobInfo& j : dead) list.push_back(job_json(j, seg_now, unix_now));
@@ -40,9 +40,9 @@ int dead_list(Queue& q, const std::string& seg, std::size_t limit, bool as_json)
   }
   std::string out = fmt::format("{:<14}  {:<14}  {:>4}  {:<14}  {}\n", "ID", "GROUP", "ATT", "DIED AT", "LAST ERROR");
   for (const JobInfo& j : dead) {
-    out += fmt::format("{:<14}  {:<14}  {:>4}  {:<14}  {}\n", j.id.str(), group_name(j.group), j.attempt,
+    out += fmt::format("{:<14}  {:<14}  {:>4}  {:<14}  {}\n", id_text(j.id), group_name(j.group), j.attempt,
                        local_time(segment_to_unix_ms(j.when_ms, seg_now, unix_now)),
-                       j.last_error.empty() ? std::string("-") : one_line(j.last_error));
+                       j.last_error.empty() ? std::string("-") : one_line(j.last_error, 80));
   }
   if (dead.empty()) out += "(no dead jobs)\n";
   else if (dead.size() == limit) out += fmt::format("(first {} found; raise --limit for more)\n", limit);
@@ -62,7 +62,7 @@ void emit(bool as_json, const std::string& text, const nlohmann::json& j) {
 }  // namespace
 
 int run_dead(const DeadArgs& a) {
-  const std::string seg = parse_segment_only(a.segment, "dead");
+  const std::string seg = parse_target(a.segment);
   const std::string& act = a.action;
   if (act == "list" || act == "purge") {
     if (!a.id.empty()) fail(fmt::format("dead {}: takes no job id", act));
@@ -77,33 +77,36 @@ int run_dead(const DeadArgs& a) {
   BrandedId id;
   if (!a.id.empty()) id = parse_id(a.id, "job id");
 
-  Queue q = open_segment(seg);
-  if (act == "list") return dead_list(q, seg, limit, a.json);
-  if (act == "purge") {
-    const std::uint64_t n = q.purge_dead();
-    emit(a.json, fmt::format("purged {}", n), {{"segment", seg}, {"purged", n}});
-    return kExitOk;
-  }
-  if (a.all) {
-    const std::uint64_t n = q.requeue_all_dead();
-    emit(a.json, fmt::format("requeued {}", n), {{"segment", seg}, {"requeued", n}});
-    return kExitOk;
-  }
-  switch (q.requeue_dead(id)) {
-    case AckStatus::ok:
-      emit(a.json, fmt::format("requeued {}", id.str()), {{"id", id.string()}, {"status", "requeued"}});
+  return guarded([&] {
+    Target t = open_target(seg, act == "list" ? Access::look : Access::write);
+    if (act == "list") return dead_list(t, seg, limit, a.json);
+    if (act == "purge") {
+      const std::uint64_t n = t->purge_dead();
+      emit(a.json, fmt::format("purged {}", n), {{"segment", seg}, {"purged", n}});
       return kExitOk;
-    case AckStatus::stale: {
-      auto j = q.job(id);
-      if (a.json) print_json({{"id", id.string()}, {"status", "not_dead"}});
-      return nothing(fmt::format("dead requeue: job {} is not dead (it is {})", id.str(),
-                                 j ? to_string(j->state) : std::string_view("changing state")));
     }
-    case AckStatus::gone:
-      if (a.json) print_json({{"id", id.string()}, {"status", "gone"}});
-      return nothing(fmt::format("dead requeue: no job {} in '{}'", id.str(), seg));
-  }
-  fail("dead requeue: unexpected status");
+    if (a.all) {
+      const std::uint64_t n = t->requeue_all_dead();
+      emit(a.json, fmt::format("requeued {}", n), {{"segment", seg}, {"requeued", n}});
+      return kExitOk;
+    }
+    switch (t->requeue_dead(id)) {
+      case AckStatus::ok:
+        emit(a.json, fmt::format("requeued {}", id.str()), {{"id", id.string()}, {"status", "requeued"}});
+        return kExitOk;
+      case AckStatus::stale: {
+        auto j = t->job(id);
+        if (a.json) print_json({{"id", id.string()}, {"status", "not_dead"}});
+        return nothing(fmt::format("dead requeue: job {} is not dead (it is {})", id.str(),
+                                   j ? to_string(j->state) : std::string_view("changing state")));
+      }
+      case AckStatus::gone:
+        if (a.json) print_json({{"id", id.string()}, {"status", "gone"}});
+        return nothing(fmt::format("dead requeue: no job {} in '{}'", id.str(), seg));
+      case AckStatus::corrupt: break;
+    }
+    fail(fmt::format("dead requeue: '{}' is corrupt where job {} was looked up (run fairlane fsck)", seg, id.str()));
+  });
 }
 
 }  // namespace fairlane::cli

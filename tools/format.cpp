@@ -62,12 +62,13 @@ nlohmann::json config_json(const QueueConfig& c) {
           {"node", c.node},
           {"layout_version", c.layout_version},
           {"segment_bytes", c.segment_bytes},
+          {"processes", c.processes},
           {"recovery_ms", c.recovery_ms}};
 }
 
 nlohmann::json lease_json(const Lease& l) {
   return {{"id", l.id.string()},
-          {"group", l.group.string()},
+          {"group", group_name(l.group)},
           {"attempt", l.attempt},
           {"token", l.token.value},
           {"payload", l.payload},
@@ -86,7 +87,7 @@ nlohmann::json counters_json(const Counters& c) {
 nlohmann::json lane_json(const LaneInfo& l) {
   nlohmann::json limit = nullptr;  // null: no limit
   if (l.limit != 0) limit = l.limit;
-  return {{"group", l.group.string()}, {"depth", l.depth},   {"active", l.active},
+  return {{"group", group_name(l.group)}, {"depth", l.depth},   {"active", l.active},
           {"limit", limit},            {"weight", l.weight}, {"paused", l.paused},
           {"ringed", l.ringed},        {"served", l.served},
           // Enqueue-to-claim waits from the segment's histogram: upper
@@ -103,71 +104,132 @@ std::string short_us(std::uint64_t us) {
 
 }  // namespace
 
-nlohmann::json snapshot_json(std::string_view segment, const Snapshot& s, const QueueConfig& c) {
-  nlohmann::json ring = nlohmann::json::array();
-  for (const auto& g : s.ring) ring.push_back(g.string());
-  nlohmann::json lanes = nlohmann::json::array();
-  for (const auto& l : s.lanes) lanes.push_back(lane_json(l));
-  return {{"segment", segment},
-          {"paused", s.paused},
-          {"ring", std::move(ring)},
-          {"lanes", std::move(lanes)},
-          {"counters", counters_json(s.counters)},
-          {"jobs",
-           {{"capacity", s.jobs_capacity},
-            {"pending", s.pending},
-            {"leased", s.leased},
-            {"scheduled", s.scheduled},
-            {"dead", s.dead}}},
-          {"config", config_json(c)},
-          {"now_ms", s.now_ms}};
+std::uint64_t lanes_live(const Snapshot& s) {
+  if (s.lanes_live != 0) return s.lanes_live;
+  // A core that does not count them: every listed lane but the default
+  // one, which has a lane of its own outside --lanes.
+  std::uint64_t n = 0;
+  for (const LaneInfo& l : s.lanes) n += l.group.valid() && l.group.str() != kDefaultGroup ? 1 : 0;
+  return n;
+}
+
+std::uint64_t lanes_capacity(const Snapshot& s, const QueueConfig& c) {
+  return s.lanes_capacity != 0 ? s.lanes_capacity : c.lanes;
+}
+
+std::uint64_t processes_used(const Snapshot& s, const SegmentView& v) {
+  return s.processes_capacity != 0 ? s.processes_attached : v.processes.size();
+}
+
+std::uint64_t processes_capacity(const Snapshot& s, const QueueConfig& c) {
+  if (s.processes_capacity != 0) return s.processes_capacity;
+  // A core that does not report it yet has the fixed default table.
+  return c.processes != 0 ? c.processes : QueueOptions{}.processes;
+}
+
+nlohmann::json process_json(const ProcessInfo& p) {
+  return {{"pid", p.pid},
+          {"name", p.name},
+          {"state", std::string(to_string(p.state))},
+          {"alive", p.state != ProcessState::dead},
+          {"attached_unix_ms", p.attached_unix_ms},
+          {"leases", p.leases}};
 }
 
 SegmentView segment_view(const Queue& q) {
   SegmentView v;
-  const int me = static_cast<int>(::getpid());
-  for (const ProcessInfo& p : q.processes())
-    if (p.pid != me) v.processes.push_back(p);
+  v.processes = q.processes();
   std::sort(v.processes.begin(), v.processes.end(),
             [](const ProcessInfo& a, const ProcessInfo& b) { return a.pid < b.pid; });
   v.recovery = q.recovery();
   v.mirror = q.mirror_status();
+  v.corruption = q.corruption();
   v.unix_ms = unix_now_ms();
   return v;
 }
 
-nlohmann::json segment_view_json(const SegmentView& v) {
-  nlohmann::json procs = nlohmann::json::array();
-  for (const ProcessInfo& p : v.processes)
-    procs.push_back({{"pid", p.pid}, {"alive", p.alive}, {"attached_unix_ms", p.attached_unix_ms}, {"leases", p.leases}});
-  const RecoveryInfo& r = v.recovery;
-  nlohmann::json recovery = {{"runs", r.runs},           {"jobs", r.jobs},         {"last_unix_ms", r.last_unix_ms},
-                             {"last_jobs", r.last_jobs}, {"last_pid", r.last_pid}, {"last_us", r.last_us},
-                             {"repairs", r.repairs}, {"repairs_abandoned", r.repairs_abandoned},
-                             {"repair_unix_ms", r.repair_unix_ms}, {"repair_pid", r.repair_pid},
-                             {"repair_us", r.repair_us}, {"repair_worst_us", r.repair_worst_us},
-                             {"repair_violations", r.repair_violations},
-                             {"repair_blocker_pid", r.repair_blocker_pid}};
-  nlohmann::json mirror = nullptr;  // null: not mirrored
-  if (v.mirror.configured) {
-    const MirrorStatus& m = v.mirror;
-    mirror = {{"url", m.url},
-              {"durability", to_string(m.durability)},
-              {"on_full", to_string(m.on_full)},
-              {"running", m.running},
-              {"pid", m.pid},
-              {"state", m.state},
-              {"logged", m.logged},
-              {"acked", m.acked},
-              {"lag", m.lag},
-              {"lag_ms", m.lag_ms},
-              {"acked_unix_ms", m.acked_unix_ms},
-              {"lost", m.lost},
-              {"resyncs", m.resyncs},
-              {"dropped_unix_ms", m.dropped_unix_ms},
-              {"log_cells", m.log_cells}};
+namespace {
+
+nlohmann::json recovery_json(const RecoveryInfo& r) {
+  return {{"runs", r.runs},
+          {"jobs", r.jobs},
+          {"last_unix_ms", r.last_unix_ms},
+          {"last_jobs", r.last_jobs},
+          {"last_pid", r.last_pid},
+          {"last_us", r.last_us},
+          {"repairs", r.repairs},
+          {"repairs_abandoned", r.repairs_abandoned},
+          {"repair_unix_ms", r.repair_unix_ms},
+          {"repair_pid", r.repair_pid},
+          {"repair_us", r.repair_us},
+          {"repair_worst_us", r.repair_worst_us},
+          {"repair_violations", r.repair_violations},
+          {"repair_blocker_pid", r.repair_blocker_pid}};
+}
+
+nlohmann::json mirror_json(const MirrorStatus& m) {
+  if (!m.configured) return nullptr;  // null: not mirrored
+  return {{"url", m.url},
+          {"durability", to_string(m.durability)},
+          {"on_full", to_string(m.on_full)},
+          {"running", m.running},
+          {"pid", m.pid},
+          {"state", m.state},
+          {"logged", m.logged},
+          {"acked", m.acked},
+          {"lag", m.lag},
+          {"lag_ms", m.lag_ms},
+          {"acked_unix_ms", m.acked_unix_ms},
+          {"lost", m.lost},
+          {"resyncs", m.resyncs},
+          {"dropped_unix_ms", m.dropped_unix_ms},
+          {"log_cells", m.log_cells}};
+}
+
+}  // namespace
+
+nlohmann::json snapshot_json(std::string_view label, const Snapshot& s, const QueueConfig& c, const SegmentView* view) {
+  nlohmann::json ring = nlohmann::json::array();
+  for (const auto& g : s.ring) ring.push_back(group_name(g));
+  nlohmann::json lanes = nlohmann::json::array();
+  for (const auto& l : s.lanes) lanes.push_back(lane_json(l));
+  nlohmann::json j = {{"segment", label},
+                      {"paused", s.paused},
+                      {"ring", std::move(ring)},
+                      {"lanes", std::move(lanes)},
+                      {"lanes_live", lanes_live(s)},
+                      {"lanes_capacity", lanes_capacity(s, c)},
+                      {"lanes_reclaimed", s.lanes_reclaimed},
+                      {"counters", counters_json(s.counters)},
+                      {"jobs",
+                       {{"capacity", s.jobs_capacity},
+                        {"pending", s.pending},
+                        {"leased", s.leased},
+                        {"scheduled", s.scheduled},
+                        {"dead", s.dead}}},
+                      {"config", config_json(c)},
+                      {"corruptions", s.corruptions},
+                      {"now_ms", s.now_ms}};
+  if (view == nullptr) {
+    // What only a segment keeps: absent, not zero.
+    j["processes"] = nullptr;
+    j["process_records"] = nullptr;
+    j["recovery"] = nullptr;
+    j["mirror"] = nullptr;
+    j["corruption"] = nullptr;
+    return j;
   }
-  return {{"processes", std::move(procs)}, {"recovery", std::move(recovery)}, {"mirror", std::move(mirror)}};
+  nlohmann::json procs = nlohmann::json::array();
+  for (const ProcessInfo& p : view->processes) procs.push_back(process_json(p));
+  j["processes"] = std::move(procs);
+  j["process_records"] = {{"used", processes_used(s, *view)}, {"capacity", processes_capacity(s, c)}};
+  j["recovery"] = recovery_json(view->recovery);
+  j["mirror"] = mirror_json(view->mirror);
+  const CorruptionInfo& k = view->corruption;
+  j["corruption"] = {{"count", std::max(k.count, s.corruptions)},
+                     {"last_unix_ms", k.last_unix_ms},
+                     {"last_structure", k.last_structure}};
+  return j;
 }
 
 namespace {
@@ -222,61 +284,92 @@ void recovery_and_mirror_lines(const SegmentView& v, std::string& out) {
                    grouped(m.resyncs), m.acked_unix_ms ? ", last ack " + ago(v.unix_ms, m.acked_unix_ms) : std::string()));
 }
 
-// Under the lanes: the processes attached to the segment.
-void process_lines(const SegmentView& v, std::string& out) {
-  std::size_t alive = 0;
-  for (const ProcessInfo& p : v.processes) alive += p.alive ? 1 : 0;
+// Under the lanes: the processes attached to the segment, with their
+// command name and state (alive, stopped: SIGSTOP or a debugger, dead).
+void process_lines(const Snapshot& s, const QueueConfig& c, const SegmentView& v, std::string& out) {
+  std::size_t alive = 0, stopped = 0;
+  for (const ProcessInfo& p : v.processes) {
+    alive += p.state == ProcessState::alive ? 1 : 0;
+    stopped += p.state == ProcessState::stopped ? 1 : 0;
+  }
   out += '\n';
+  const std::string records =
+      fmt::format("{} of {} records", grouped(processes_used(s, v)), grouped(processes_capacity(s, c)));
   if (v.processes.empty()) {
-    out += "processes (none attached)\n";
+    out += fmt::format("processes (none attached; {})\n", records);
     return;
   }
-  out += fmt::format("processes ({} attached, {} alive)\n", v.processes.size(), alive);
+  out += fmt::format("processes ({} attached, {} alive{}; {})\n", v.processes.size(), alive,
+                     stopped ? fmt::format(", {} stopped", stopped) : std::string(), records);
   for (const ProcessInfo& p : v.processes)
-    out += fmt::format("  pid {:<8} {:<5}  since {} ({}){:>14}\n", p.pid, p.alive ? "alive" : "dead",
-                       local_time(p.attached_unix_ms), ago(v.unix_ms, p.attached_unix_ms),
-                       plural(p.leases, "lease", "leases"));
+    out += fmt::format("  pid {:<8} {:<15} {:<7}  attached {:>9}  {}\n", p.pid,
+                       p.name.empty() ? std::string("?") : one_line(p.name, 15), to_string(p.state),
+                       ago(v.unix_ms, p.attached_unix_ms), plural(p.leases, "lease", "leases"));
 }
 
 }  // namespace
 
-std::string inspect_table(std::string_view segment, const Snapshot& s, const QueueConfig& c, const SegmentView* view) {
+std::string inspect_table(std::string_view label, const Snapshot& s, const QueueConfig& c, const SegmentView* view) {
   std::string out;
   auto line = [&out](std::string text) {
     out += text;
     out += '\n';
   };
-  line(fmt::format("segment {}  layout {}  {}  kind {}  node {}  recovery {} ms", segment, c.layout_version,
-                   bytes(c.segment_bytes), c.job_kind, c.node, c.recovery_ms));
-  line(fmt::format("capacity {} jobs, {} lanes, {}-byte payloads{}", grouped(c.jobs),
-                   grouped(c.lanes), c.payload_bytes, s.paused ? "  [QUEUE PAUSED]" : ""));
-  line(fmt::format("jobs     {} pending, {} leased, {} scheduled, {} dead, {} free",
-                   grouped(s.pending), grouped(s.leased), grouped(s.scheduled), grouped(s.dead),
-                   grouped(s.jobs_capacity - std::min(s.jobs_capacity,
-                                                      s.pending + s.leased + s.scheduled + s.dead))));
+  const char* paused = s.paused ? "  [QUEUE PAUSED]" : "";
+  if (view) {
+    line(fmt::format("segment {}  layout {}  {}  kind {}  node {}  recovery {} ms", label, c.layout_version,
+                     bytes(c.segment_bytes), c.job_kind, c.node, c.recovery_ms));
+    line(fmt::format("capacity {} jobs, {} lanes, {}-byte payloads, {} processes{}", grouped(c.jobs), grouped(c.lanes),
+                     c.payload_bytes, grouped(processes_capacity(s, c)), paused));
+    line(fmt::format("jobs     {} pending, {} leased, {} scheduled, {} dead, {} free", grouped(s.pending),
+                     grouped(s.leased), grouped(s.scheduled), grouped(s.dead),
+                     grouped(s.jobs_capacity - std::min(s.jobs_capacity, s.pending + s.leased + s.scheduled + s.dead))));
+  } else {
+    line(fmt::format("valkey {}  kind {}  node {}", label, c.job_kind, c.node));
+    line(fmt::format("{}-byte payloads, no fixed capacity{}", c.payload_bytes, paused));
+    line(fmt::format("jobs     {} pending, {} leased, {} scheduled, {} dead", grouped(s.pending), grouped(s.leased),
+                     grouped(s.scheduled), grouped(s.dead)));
+  }
+  line(fmt::format("lanes    {} live {}, {} reclaimed", grouped(lanes_live(s)),
+                   view ? "of " + grouped(lanes_capacity(s, c)) : std::string("(no fixed number)"),
+                   grouped(s.lanes_reclaimed)));
   const Counters& k = s.counters;
   line(fmt::format("counters enqueued {} duplicates {} claimed {} completed {}", grouped(k.enqueued),
                    grouped(k.duplicates), grouped(k.claimed), grouped(k.completed)));
   line(fmt::format("         retried {} dead {} expired {} promoted {} drained {}", grouped(k.retried),
                    grouped(k.dead), grouped(k.expired), grouped(k.promoted), grouped(k.drained)));
-  if (view) recovery_and_mirror_lines(*view, out);
+  if (view) {
+    const CorruptionInfo& x = view->corruption;
+    const std::uint64_t n = std::max(x.count, s.corruptions);
+    if (n == 0)
+      line("corrupt  none met");
+    else
+      line(fmt::format("corrupt  {} impossible value{} met{}", grouped(n), n == 1 ? "" : "s",
+                       x.last_unix_ms ? fmt::format(", last {} in {}", ago(view->unix_ms, x.last_unix_ms),
+                                                    one_line(x.last_structure, 24))
+                                      : std::string()) +
+           " (run fairlane fsck)");
+    recovery_and_mirror_lines(*view, out);
+  } else {
+    line("         (a Valkey queue keeps no process records, recovery log or corruption count)");
+  }
 
   // The ring, in rota order, wrapped to 80 columns: four ids per line.
-  const std::string label = fmt::format("ring ({}):", s.ring.size());
-  std::string ring = label;
+  const std::string head = fmt::format("ring ({}):", s.ring.size());
+  std::string ring = head;
   if (s.ring.empty()) ring += " empty, nothing serviceable";
   for (std::size_t i = 0; i < s.ring.size(); ++i) {
     if (i != 0 && i % 4 == 0) {
       line(ring);
-      ring = std::string(label.size(), ' ');
+      ring = std::string(head.size(), ' ');
     }
-    ring += fmt::format(" {}", s.ring[i].str());
+    ring += fmt::format(" {}", group_name(s.ring[i]));
   }
   line(ring);
 
   line("");
-  line(fmt::format("{:<16}{:>9}{:>8}{:>7}{:>7}{:>7}{:>12}{:>11}", "group", "depth", "active", "limit",
-                   "weight", "paused", "served", "wait p99"));
+  line(fmt::format("{:<16}{:>9}{:>8}{:>7}{:>7}{:>7}{:>12}{:>11}", "group", "depth", "active", "limit", "weight",
+                   "paused", "served", "wait p99"));
   if (s.lanes.empty()) line("(no lanes yet)");
   // Table order is the segment's; people find a lane faster sorted by group.
   std::vector<const LaneInfo*> lanes;
@@ -284,14 +377,14 @@ std::string inspect_table(std::string_view segment, const Snapshot& s, const Que
   std::sort(lanes.begin(), lanes.end(), [](const LaneInfo* a, const LaneInfo* b) { return a->group < b->group; });
   for (const LaneInfo* lp : lanes) {
     const LaneInfo& l = *lp;
-    std::string name(l.group.str());
-    if (name == kDefaultGroup) name = "default";
-    line(fmt::format("{:<16}{:>9}{:>8}{:>7}{:>7}{:>7}{:>12}{:>11}", name, grouped(l.depth),
-                     grouped(l.active), l.limit == 0 ? std::string("-") : std::to_string(l.limit),
-                     l.weight, l.paused ? "yes" : "no", grouped(l.served),
-                     l.wait.count() ? "<" + short_us(l.wait.quantile_us(0.99)) : std::string("-")));
+    std::string wait = "-";
+    if (view == nullptr) wait = "n/a";  // Valkey keeps no wait histograms
+    else if (l.wait.count()) wait = "<" + short_us(l.wait.quantile_us(0.99));
+    line(fmt::format("{:<16}{:>9}{:>8}{:>7}{:>7}{:>7}{:>12}{:>11}", group_name(l.group), grouped(l.depth),
+                     grouped(l.active), l.limit == 0 ? std::string("-") : std::to_string(l.limit), l.weight,
+                     l.paused ? "yes" : "no", grouped(l.served), wait));
   }
-  if (view) process_lines(*view, out);
+  if (view) process_lines(s, c, *view, out);
   return out;
 }
 

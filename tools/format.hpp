@@ -31,25 +31,41 @@ std::string dump_json(const nlohmann::json& j);
 
 nlohmann::json config_json(const QueueConfig& c);
 nlohmann::json lease_json(const Lease& l);
-nlohmann::json snapshot_json(std::string_view segment, const Snapshot& s, const QueueConfig& c);
 
-// What only a segment can tell, for `inspect`: the processes attached to it
-// (other than the one reading), what recovery last did, and its mirror.
+// Groups live at once and the bound on them. The snapshot's own figures
+// when it has them; otherwise the lanes it lists and the segment's --lanes.
+std::uint64_t lanes_live(const Snapshot& s);
+std::uint64_t lanes_capacity(const Snapshot& s, const QueueConfig& c);
+
+// What only a segment can tell: the processes attached to it (tools that
+// only look are not among them), what recovery last did, its mirror, and the
+// corruption the library has met in it.
 struct SegmentView {
-  std::vector<ProcessInfo> processes;
+  std::vector<ProcessInfo> processes;  // by pid
   RecoveryInfo recovery;
   MirrorStatus mirror;
+  CorruptionInfo corruption;
   std::uint64_t unix_ms = 0;  // when it was read (wall clock)
 };
-// Reads it; processes of this very process (the reader's own handles) are left out.
 SegmentView segment_view(const Queue& q);
-// {"processes": [...], "recovery": {...}, "mirror": {...} or null}
-nlohmann::json segment_view_json(const SegmentView& v);
 
-// The human `inspect` view, readable on 80 columns. With a SegmentView it
-// also shows recovery and the mirror under the counters, and the attached
-// processes under the lanes.
-std::string inspect_table(std::string_view segment, const Snapshot& s, const QueueConfig& c,
+// Process records in use and their capacity (create --processes).
+std::uint64_t processes_used(const Snapshot& s, const SegmentView& v);
+std::uint64_t processes_capacity(const Snapshot& s, const QueueConfig& c);
+
+// One process for scripts: pid, name, state, alive, attached_unix_ms, leases.
+nlohmann::json process_json(const ProcessInfo& p);
+
+// `inspect --json`: the snapshot, and with a SegmentView also
+// "processes": [...], "recovery": {...}, "mirror": {...} or null, "corruption".
+// Without one (a Valkey queue) those are null: the backend has none.
+nlohmann::json snapshot_json(std::string_view label, const Snapshot& s, const QueueConfig& c,
+                             const SegmentView* view = nullptr);
+
+// The human `inspect` view, readable on 80 columns. With a SegmentView (a
+// segment) it shows the layout, recovery, the mirror and the processes;
+// without one (a Valkey queue) it says what the backend does not keep.
+std::string inspect_table(std::string_view label, const Snapshot& s, const QueueConfig& c,
                           const SegmentView* view = nullptr);
 
 }  // namespace fairlane::cli

@@ -11,6 +11,7 @@
 
 #include "cli_error.hpp"
 #include "fairlane/queue.hpp"
+#include "target.hpp"
 
 namespace fairlane::cli {
 
@@ -62,8 +63,11 @@ int repair(Queue& q, const std::string& segment, bool json, bool force) {
 
 }  // namespace
 
-int run_fsck(const std::string& segment, bool json, bool repair_it, bool force) {
-  auto q = Queue::open(segment);
+int run_fsck(const std::string& text, bool json, bool repair_it, bool force) {
+  const std::string segment = parse_segment_target(text, "fsck");
+  // A check only looks: as an observer it is not a process of the queue. A
+  // repair writes, and refuses while others are attached.
+  auto q = Queue::open(segment, repair_it ? Queue::Attach::member : Queue::Attach::observer);
   if (!q) fail(q.error().message);
   if (repair_it) return repair(q.value(), segment, json, force);
   const FsckReport r = q->fsck();

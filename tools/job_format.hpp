@@ -1,5 +1,9 @@
 // Rendering shared by the inspection commands: jobs, ages, groups, wait
-// histograms. Pure functions of their inputs, except open_segment().
+// histograms. Pure functions of their inputs.
+//
+// Every value here may come from a segment another process scribbled on:
+// nothing is used as an index or a length without a bound, and text from
+// the segment is made safe for a terminal before it is printed.
 #pragma once
 
 #include <cstdint>
@@ -13,15 +17,11 @@
 
 namespace fairlane::cli {
 
-// The SEG argument of a segment-only command: a valkey:// or redis:// URL is
-// refused with a sentence that says why; anything else is parse_segment's.
-std::string parse_segment_only(std::string_view text, std::string_view command);
-
-// Opens an existing segment, or throws cli::Failure with the library's message.
-Queue open_segment(const std::string& segment);
-
 // "default" for the default lane, else the id.
 std::string group_name(const BrandedId& group);
+// An id as text for a terminal: bytes that are not base62 (a scribbled
+// segment) become '?'.
+std::string id_text(const BrandedId& id);
 
 // pending|leased|scheduled|dead, or throws cli::Failure naming --state.
 JobState parse_state(std::string_view text);
@@ -49,8 +49,19 @@ inline std::uint64_t segment_to_unix_ms(std::uint64_t seg_ms, std::uint64_t seg_
 // "due in 30 s", "died 5m02s ago", or "" for pending.
 std::string job_when(const JobInfo& j, std::uint64_t seg_now_ms);
 
-// One job for scripts.
+// One job for scripts: id, group, state, attempt, token (leased) or null,
+// retry policy, ages, last error; the payload is job()'s, not jobs()'.
 nlohmann::json job_json(const JobInfo& j, std::uint64_t seg_now_ms, std::uint64_t unix_now);
+
+// Bytes for a terminal: printable ASCII as is, everything else as \xNN
+// (and a backslash as \\), so any payload prints on one line.
+std::string escape_bytes(std::string_view bytes);
+
+// Standard base64 (RFC 4648, with padding).
+std::string base64(std::string_view bytes);
+
+// Is it valid UTF-8 (what a JSON string can carry unchanged)?
+bool valid_utf8(std::string_view bytes) noexcept;
 
 // The wait histogram for scripts: count, p50/p90/p99 and the 32 bucket counts.
 nlohmann::json wait_json(const WaitHistogram& h);

@@ -39,6 +39,7 @@ class Parser {
     app_.footer(
         "Exit status: 0 success, 1 nothing (empty claim, unknown job or stale token), 2 error.\n"
         "GROUP is a branded id (e.g. TEN00000000001) or 'default'.\n"
+        "SEG is a segment name, or a Valkey queue as valkey://HOST:PORT/QUEUE.\n"
         "Run 'fairlane demo' to watch a flooding tenant fail to starve the quiet ones.");
     add_admin();
     add_jobs();
@@ -94,14 +95,17 @@ class Parser {
     create_.jobs = std::to_string(d.jobs);
     create_.lanes = std::to_string(d.lanes);
     create_.payload_bytes = std::to_string(d.payload_bytes);
+    create_.processes = std::to_string(d.processes);
     create_.job_kind = d.job_kind;
     create_.mode = "0600";
     create_.node = std::to_string(d.node);
     create_.recovery_ms = std::to_string(d.recovery_ms);
     segment(s, create_.segment);
     s->add_option("--jobs", create_.jobs, "job slots (pending+leased+scheduled+dead)")->capture_default_str()->type_name("N");
-    s->add_option("--lanes", create_.lanes, "distinct groups the segment can hold")->capture_default_str()->type_name("N");
+    s->add_option("--lanes", create_.lanes, "groups live at once (with a job or a setting)")->capture_default_str()->type_name("N");
     s->add_option("--payload-bytes", create_.payload_bytes, "largest payload of one job")->capture_default_str()->type_name("N");
+    s->add_option("--processes", create_.processes, "processes attached at once (Queue handles; 1..4096)")
+        ->capture_default_str()->type_name("N");
     s->add_option("--job-kind", create_.job_kind, "namespace of every job id")->capture_default_str()->type_name("KIND");
     s->add_option("--mode", create_.mode, "file mode, octal")->capture_default_str()->type_name("MODE");
     s->add_option("--node", create_.node, "snowflake node (0..1023) for mint")->capture_default_str()->type_name("N");
@@ -139,9 +143,11 @@ class Parser {
     s->add_option("--on-full", restore_.on_full, "refuse or drop")->type_name("POLICY");
     json(s, restore_.json);
 
-    s = sub("destroy", "remove a segment", [this] { return run_destroy(seg_); });
-    segment(s, seg_.segment);
-    json(s, seg_.json);
+    s = sub("destroy", "remove a segment (refused while processes are attached), or every key of a Valkey queue",
+            [this] { return run_destroy(destroy_); });
+    segment(s, destroy_.segment);
+    s->add_flag("--force", destroy_.force, "remove a segment even while live processes are attached to it");
+    json(s, destroy_.json);
 
     s = sub("inspect", "show config, counters, the ring and every lane", [this] { return run_inspect(seg_); });
     segment(s, seg_.segment);
@@ -170,18 +176,27 @@ class Parser {
   }
 
   void add_jobs() {
-    auto* s = sub("enqueue", "admit a job: prints 'enqueued ID' or 'duplicate ID'",
-                  [this] { return run_enqueue(enqueue_); });
+    auto* s = sub("enqueue", "admit a job: prints 'enqueued ID' or 'duplicate ID'", [this] {
+      enqueue_.payload_set = app_.get_subcommand("enqueue")->count("--payload") > 0;
+      return run_enqueue(enqueue_);
+    });
     enqueue_.delay_ms = "0";
     segment(s, enqueue_.segment);
     s->add_option("GROUP", enqueue_.group, "tenant group, or 'default'")->required();
     s->add_option("JOBID", enqueue_.job, "job id (or --mint)");
     s->add_flag("--mint", enqueue_.mint, "mint a fresh job id");
     s->add_option("--payload", enqueue_.payload, "payload text")->type_name("TEXT");
+    s->add_option("--payload-file", enqueue_.payload_file, "payload: the bytes of FILE ('-': stdin), binary-safe")
+        ->type_name("FILE");
     s->add_option("--delay", enqueue_.delay_ms, "not claimable for MS milliseconds")->capture_default_str()->type_name("MS");
+    s->add_option("--max-attempts", enqueue_.max_attempts, "deliveries before the job is dead-lettered (1..65535)")
+        ->type_name("N");
+    s->add_option("--backoff", enqueue_.backoff,
+                  "delay before a retry: fixed:MS or exponential:BASE_MS[:CAP_MS[:FACTOR[:JITTER]]]")
+        ->type_name("SPEC");
     json(s, enqueue_.json);
 
-    s = sub("claim", "lease a job: prints 'ID GROUP ATTEMPT PAYLOAD'; exit 1 when none",
+    s = sub("claim", "lease a job: prints 'ID GROUP TOKEN PAYLOAD'; exit 1 when none",
             [this] { return run_claim(claim_); });
     claim_.lease_ms = "30000";
     claim_.wait_ms = "0";
@@ -193,7 +208,7 @@ class Parser {
     s = sub("complete", "acknowledge a leased job; exit 1 if stale or gone", [this] { return run_complete(ack_); });
     ack_positionals(s);
 
-    s = sub("release", "hand a lease back: the job returns to its lane at once, no attempt spent",
+    s = sub("release", "hand a lease back: the job returns to its lane at once, its attempt count unchanged",
             [this] { return run_release(ack_); });
     ack_positionals(s);
 
@@ -286,6 +301,7 @@ class Parser {
   MirrorArgs mirror_;
   RestoreArgs restore_;
   SegmentArgs seg_;
+  DestroyArgs destroy_;
   MintArgs mint_;
   EnqueueArgs enqueue_;
   ClaimArgs claim_;

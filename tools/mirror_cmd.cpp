@@ -2,6 +2,7 @@
 // until SIGINT or SIGTERM; `fairlane restore SEG --from URL` rebuilds a
 // segment from Valkey.
 #include "mirror_cmd.hpp"
+#include "target.hpp"
 
 #include <csignal>
 #include <cstdio>
@@ -32,7 +33,7 @@ std::string stamp() {
 }  // namespace
 
 int run_mirror(const MirrorArgs& a) {
-  const std::string seg = parse_segment(a.segment);
+  const std::string seg = parse_segment_target(a.segment, "mirror");
   const std::uint64_t seconds = a.seconds.empty() ? 0 : parse_u64(a.seconds, "--seconds");
   MirrorOptions o;
   o.url = a.url;
@@ -62,7 +63,7 @@ int run_mirror(const MirrorArgs& a) {
 }
 
 int run_restore(const RestoreArgs& a) {
-  const std::string seg = parse_segment(a.segment);
+  const std::string seg = parse_segment_target(a.segment, "restore");
   if (!is_valkey_url(a.from))
     fail(fmt::format("--from must be a valkey://HOST:PORT/QUEUE URL, got '{}'", redact_url(a.from)));
   QueueOptions o;

@@ -1,12 +1,15 @@
-// `fairlane watch SEG [--interval MS] [--once]`: a live view of a segment,
-// redrawn every interval on the alternate screen of the terminal.
+// `fairlane watch SEG [--interval MS] [--once]`: a live view of a segment or
+// a valkey:// queue, redrawn every interval on the alternate screen.
 //
 // One frame: jobs by state and the rates of the queue's counters, the ring
 // in rota order, a row per lane (depth, active/limit, weight, state, claims
 // served per second, wait p50/p99 from the segment's histograms, age of the
 // oldest pending job by its id's mint time), the leases that expire first,
-// and the attached processes. Lines fit 80 columns; lanes that do not fit
-// the terminal's height are counted, not shown.
+// and the attached processes with their command names and states. Lines fit
+// 80 columns; from 79 down to 40 the frame is laid out again (fewer lane
+// columns, header and lease lines wrapped at word boundaries), so no word is
+// cut. Lanes that do not fit the terminal's height are counted, not shown.
+// Attached as an observer: watch is not one of the processes it lists.
 //
 // Keys: q, Q, Ctrl-C or Ctrl-D quit; SIGINT, SIGTERM and SIGHUP too. The
 // terminal is restored on every way out but SIGKILL. When stdout is not a
@@ -29,6 +32,7 @@
 #include "format.hpp"
 #include "inspection.hpp"
 #include "job_format.hpp"
+#include "target.hpp"
 #include "terminal.hpp"
 
 namespace fairlane::cli {
@@ -43,38 +47,48 @@ constexpr std::size_t kMaxProcessRows = 4;
 // many pending jobs for the "oldest" column.
 constexpr std::size_t kPendingScan = 200'000;
 
-// Everything one frame shows, read from the segment at one moment.
+// Everything one frame shows, read from the queue at one moment.
 struct Sample {
   QueueConfig config;
+  BackendCapabilities caps;
   Snapshot snap;
   std::map<BrandedId, std::uint64_t> oldest_minted;  // lane -> smallest minted_unix_ms of its pending jobs
+  bool have_jobs = false;                            // the backend lists jobs (oldest, leases)
   std::vector<JobInfo> leases;                       // the leases that expire first, soonest first
-  std::size_t leased_seen = 0;
   std::vector<ProcessInfo> procs;
+  CorruptionInfo corruption;
   std::uint64_t unix_ms = 0;
   SteadyClock::time_point taken;
 };
 
-Sample take(const Queue& q) {
+Sample take(Target& t) {
   Sample s;
-  s.config = q.config();
-  s.snap = q.snapshot();
-  JobFilter f;
-  f.state = JobState::pending;
-  f.limit = kPendingScan;
-  for (const JobInfo& j : q.jobs(f)) {
-    auto [it, fresh] = s.oldest_minted.try_emplace(j.group, j.minted_unix_ms);
-    if (!fresh) it->second = std::min(it->second, j.minted_unix_ms);
+  s.config = t.config();
+  s.caps = t.capabilities();
+  s.snap = t->snapshot();
+  try {
+    JobFilter f;
+    f.state = JobState::pending;
+    f.limit = kPendingScan;
+    for (const JobInfo& j : t->jobs(f)) {
+      auto [it, fresh] = s.oldest_minted.try_emplace(j.group, j.minted_unix_ms);
+      if (!fresh) it->second = std::min(it->second, j.minted_unix_ms);
+    }
+    f.state = JobState::leased;
+    f.limit = std::max<std::size_t>(kMaxLeaseRows, std::min<std::uint64_t>(s.snap.leased, kPendingScan));
+    s.leases = t->jobs(f);
+    s.have_jobs = true;
+  } catch (const BackendError&) {
+    // A backend without job listings yet: the frame goes without them. A
+    // server that is away fails the snapshot above instead.
+    if (t.is_segment()) throw;
   }
-  f.state = JobState::leased;
-  f.limit = s.config.jobs;
-  s.leases = q.jobs(f);
-  s.leased_seen = s.leases.size();
   const std::size_t keep = std::min(s.leases.size(), kMaxLeaseRows);
   std::partial_sort(s.leases.begin(), s.leases.begin() + static_cast<std::ptrdiff_t>(keep), s.leases.end(),
                     [](const JobInfo& a, const JobInfo& b) { return a.when_ms < b.when_ms; });
   s.leases.resize(keep);
-  s.procs = q.processes();
+  if (s.caps.process_records) s.procs = t->processes();
+  if (const Queue* q = t.queue()) s.corruption = q->corruption();
   s.unix_ms = unix_now_ms();
   s.taken = SteadyClock::now();
   return s;
@@ -118,34 +132,106 @@ std::string clock_hms(std::uint64_t unix_ms) {
   return t.size() > 6 ? t.substr(6) : t;
 }
 
+// Lays out units (words, or groups of words that belong together) on lines
+// of at most `width` columns, two spaces between units; a unit that does not
+// fit goes to the next line, indented by `indent`. Words are never cut,
+// unless a single unit is wider than the whole line (then it is cut last,
+// with the rest of the frame).
+void flow(std::vector<std::string>& out, const std::vector<std::string>& units, std::size_t width,
+          std::size_t indent = 4, std::string_view sep = "  ") {
+  std::string line;
+  for (const std::string& u : units) {
+    if (u.empty()) continue;
+    if (line.empty()) {
+      line = u;
+    } else if (line.size() + sep.size() + u.size() <= width) {
+      line += sep;
+      line += u;
+    } else {
+      out.push_back(std::move(line));
+      line = std::string(indent, ' ') + u;
+    }
+  }
+  if (!line.empty()) out.push_back(std::move(line));
+}
+
+// The lane table's columns at a width: the wide form at 80 and more, fewer
+// columns below, never a cut word.
+struct LaneColumns {
+  bool weight = true, served = true, p50 = true, p99 = true, oldest = true;
+  static LaneColumns at(std::size_t width) {
+    LaneColumns c;
+    if (width < 80) c.weight = c.p50 = false;  // 14 8 8 6 7 8 8 = 65 with spaces
+    if (width < 65) c.oldest = false;          // 56
+    if (width < 56) c.p99 = false;             // 47
+    if (width < 47) c.served = false;          // 39
+    return c;
+  }
+};
+
+std::string lane_row(const LaneColumns& c, const std::string& group, const std::string& depth, const std::string& act,
+                     const std::string& weight, const std::string& state, const std::string& served,
+                     const std::string& p50, const std::string& p99, const std::string& oldest) {
+  std::string row = fmt::format("{:<14} {:>8} {:>8}", group, depth, act);
+  if (c.weight) row += fmt::format(" {:>4}", weight);
+  row += fmt::format(" {:<6}", state);
+  if (c.served) row += fmt::format(" {:>7}", served);
+  if (c.p50) row += fmt::format(" {:>8}", p50);
+  if (c.p99) row += fmt::format(" {:>8}", p99);
+  if (c.oldest) row += fmt::format(" {:>8}", oldest);
+  while (!row.empty() && row.back() == ' ') row.pop_back();
+  return row;
+}
+
 std::vector<std::string> render(const std::string& seg, const Sample& cur, const Sample* prev, TermSize size,
                                 std::uint64_t interval_ms, bool live) {
   const Snapshot& s = cur.snap;
   const double dt = prev ? std::chrono::duration<double>(cur.taken - prev->taken).count() : 0.0;
   const bool have = prev != nullptr;
+  // Live: the terminal's width, 80 at most (the layout is made for 80 and
+  // re-laid out below it). One plain frame: 80.
+  const std::size_t width =
+      live ? std::clamp<std::size_t>(static_cast<std::size_t>(std::max(size.cols, 1)), 1, 80) : 80;
   std::vector<std::string> head, lanes, tail;
 
   // Header.
   std::string title = fmt::format("fairlane watch  {}{}", seg, s.paused ? "  [QUEUE PAUSED]" : "");
   std::string right = live ? fmt::format("{}  every {}  q quits", clock_hms(cur.unix_ms), span_ms(interval_ms))
                            : clock_hms(cur.unix_ms);
-  const std::size_t width = 80;
-  if (title.size() + 2 + right.size() <= width) title += std::string(width - title.size() - right.size(), ' ') + right;
-  else title += "  " + right;
-  head.push_back(std::move(title));
-  head.push_back(fmt::format("jobs    {} pending  {} leased  {} scheduled  {} dead  of {}", grouped(s.pending),
-                             grouped(s.leased), grouped(s.scheduled), grouped(s.dead), grouped(s.jobs_capacity)));
+  if (title.size() + 2 + right.size() <= width) {
+    head.push_back(title + std::string(width - title.size() - right.size(), ' ') + right);
+  } else {
+    head.push_back(std::move(title));
+    flow(head, {clock_hms(cur.unix_ms), live ? "every " + span_ms(interval_ms) : std::string(), live ? "q quits" : ""},
+         width, 0);
+  }
+  const std::string capacity = cur.caps.fixed_capacity ? "of " + grouped(s.jobs_capacity) : std::string();
+  flow(head,
+       {"jobs  ", grouped(s.pending) + " pending", grouped(s.leased) + " leased", grouped(s.scheduled) + " scheduled",
+        grouped(s.dead) + " dead", capacity},
+       width, 8);
   const Counters& k = s.counters;
   const Counters none{};
   const Counters& p = prev ? prev->snap.counters : none;
-  head.push_back(fmt::format("rate/s  claimed {}  completed {}  retried {}  dead {}  expired {}",
-                             rate(k.claimed, p.claimed, dt, have), rate(k.completed, p.completed, dt, have),
-                             rate(k.retried, p.retried, dt, have), rate(k.dead, p.dead, dt, have),
-                             rate(k.expired, p.expired, dt, have)));
+  flow(head,
+       {"rate/s", "claimed " + rate(k.claimed, p.claimed, dt, have), "completed " + rate(k.completed, p.completed, dt, have),
+        "retried " + rate(k.retried, p.retried, dt, have), "dead " + rate(k.dead, p.dead, dt, have),
+        "expired " + rate(k.expired, p.expired, dt, have)},
+       width, 8);
+  std::vector<std::string> lanes_units{
+      "lanes ", fmt::format("{} live of {}", grouped(lanes_live(s)),
+                           cur.caps.fixed_capacity ? grouped(lanes_capacity(s, cur.config)) : std::string("any")),
+      grouped(s.lanes_reclaimed) + " reclaimed"};
+  if (cur.caps.process_records) {
+    const std::uint64_t n = std::max(cur.corruption.count, s.corruptions);
+    lanes_units.push_back(n == 0 ? std::string("corrupt 0") : fmt::format("CORRUPT {} (run fsck)", grouped(n)));
+  }
+  flow(head, lanes_units, width, 8);
   std::string ring = fmt::format("ring    {} lane{}:", s.ring.size(), s.ring.size() == 1 ? "" : "s");
   if (s.ring.empty()) ring += " nothing serviceable";
   for (std::size_t i = 0; i < s.ring.size(); ++i) {
-    const std::string id = " " + group_name(s.ring[i]);
+    std::string id(1, ' ');  // not " " + name: GCC 12 warns falsely (-Wrestrict) on that
+    id += group_name(s.ring[i]);
     const std::string more = fmt::format(" +{} more", s.ring.size() - i);
     if (ring.size() + id.size() + (i + 1 < s.ring.size() ? more.size() : 0) > width) {
       ring += more;
@@ -155,8 +241,9 @@ std::vector<std::string> render(const std::string& seg, const Sample& cur, const
   }
   head.push_back(std::move(ring));
   head.emplace_back();
-  head.push_back(fmt::format("{:<14} {:>8} {:>8} {:>4} {:<6} {:>7} {:>8} {:>8} {:>8}", "GROUP", "DEPTH", "ACT/LIM",
-                             "W", "STATE", "SRV/S", "WAIT p50", "p99", "OLDEST"));
+  const LaneColumns cols = LaneColumns::at(width);
+  head.push_back(lane_row(cols, "GROUP", "DEPTH", "ACT/LIM", "W", "STATE", "SRV/S", "WAIT p50",
+                          cols.p50 ? "p99" : "WAIT p99", "OLDEST"));
 
   // Lanes.
   std::map<BrandedId, std::uint64_t> served_before;
@@ -165,43 +252,55 @@ std::vector<std::string> render(const std::string& seg, const Sample& cur, const
   for (const LaneInfo* lp : lane_order(s)) {
     const LaneInfo& l = *lp;
     auto before = served_before.find(l.group);
-    std::string oldest = "-";
+    std::string oldest = cur.have_jobs ? "-" : "n/a";
     if (auto it = cur.oldest_minted.find(l.group); it != cur.oldest_minted.end() && l.depth != 0)
       oldest = span_ms(cur.unix_ms > it->second ? cur.unix_ms - it->second : 0);
-    lanes.push_back(fmt::format(
-        "{:<14} {:>8} {:>8} {:>4} {:<6} {:>7} {:>8} {:>8} {:>8}", group_name(l.group), compact(l.depth),
-        fmt::format("{}/{}", compact(l.active), l.limit == 0 ? std::string("-") : std::to_string(l.limit)), l.weight,
-        lane_state(l, s.paused),
+    const bool waits = cur.caps.wait_histograms;
+    lanes.push_back(lane_row(
+        cols, group_name(l.group), compact(l.depth),
+        fmt::format("{}/{}", compact(l.active), l.limit == 0 ? std::string("-") : std::to_string(l.limit)),
+        std::to_string(l.weight), lane_state(l, s.paused),
         rate(l.served, before == served_before.end() ? 0 : before->second, dt, have && before != served_before.end()),
-        wait_quantile(l.wait, 0.50), wait_quantile(l.wait, 0.99), oldest));
+        waits ? wait_quantile(l.wait, 0.50) : "n/a", waits ? wait_quantile(l.wait, 0.99) : "n/a", oldest));
   }
   if (s.lanes.empty()) lanes.emplace_back("(no lanes yet)");
 
   // Leases about to expire.
   tail.emplace_back();
   tail.push_back(fmt::format("LEASES EXPIRING FIRST  ({} leased)", grouped(s.leased)));
-  if (cur.leases.empty()) tail.emplace_back("  none");
+  if (!cur.have_jobs) tail.emplace_back("  (this backend lists no jobs yet)");
+  else if (cur.leases.empty()) tail.emplace_back("  none");
   for (const JobInfo& j : cur.leases)
-    tail.push_back(fmt::format("  {}  {:<14}  attempt {:<3}  {}", j.id.str(), group_name(j.group), j.attempt,
-                               job_when(j, s.now_ms)));
+    flow(tail, {fmt::format("  {}", id_text(j.id)), fmt::format("{:<14}", group_name(j.group)), fmt::format("attempt {:<3}", j.attempt),
+                job_when(j, s.now_ms)},
+         width, 4);
 
   // Processes.
-  tail.emplace_back();
-  std::size_t alive = 0;
-  for (const auto& pr : cur.procs) alive += pr.alive ? 1 : 0;
-  tail.push_back(fmt::format("PROCESSES  ({} attached, {} alive)", cur.procs.size(), alive));
-  std::vector<ProcessInfo> procs = cur.procs;
-  std::sort(procs.begin(), procs.end(), [](const ProcessInfo& a, const ProcessInfo& b) {
-    return a.leases != b.leases ? a.leases > b.leases : a.pid < b.pid;
-  });
-  const std::size_t proc_rows = live ? std::min(procs.size(), kMaxProcessRows) : procs.size();
-  for (std::size_t i = 0; i < proc_rows; ++i) {
-    const ProcessInfo& pr = procs[i];
-    tail.push_back(fmt::format("  pid {:<8} {:<5}  attached {:>7} ago  {} lease{}", pr.pid, pr.alive ? "alive" : "dead",
-                               span_ms(cur.unix_ms > pr.attached_unix_ms ? cur.unix_ms - pr.attached_unix_ms : 0),
-                               grouped(pr.leases), pr.leases == 1 ? "" : "s"));
+  if (cur.caps.process_records) {
+    tail.emplace_back();
+    std::size_t alive = 0, stopped = 0;
+    for (const auto& pr : cur.procs) {
+      alive += pr.state == ProcessState::alive ? 1 : 0;
+      stopped += pr.state == ProcessState::stopped ? 1 : 0;
+    }
+    tail.push_back(fmt::format("PROCESSES  ({} attached, {} alive{})", cur.procs.size(), alive,
+                               stopped ? fmt::format(", {} stopped", stopped) : std::string()));
+    std::vector<ProcessInfo> procs = cur.procs;
+    std::sort(procs.begin(), procs.end(), [](const ProcessInfo& a, const ProcessInfo& b) {
+      return a.leases != b.leases ? a.leases > b.leases : a.pid < b.pid;
+    });
+    const std::size_t proc_rows = live ? std::min(procs.size(), kMaxProcessRows) : procs.size();
+    for (std::size_t i = 0; i < proc_rows; ++i) {
+      const ProcessInfo& pr = procs[i];
+      flow(tail,
+           {fmt::format("  pid {:<7} {:<15}", pr.pid, pr.name.empty() ? std::string("?") : one_line(pr.name, 15)),
+            fmt::format("{:<7}", to_string(pr.state)),
+            "attached " + span_ms(cur.unix_ms > pr.attached_unix_ms ? cur.unix_ms - pr.attached_unix_ms : 0) + " ago",
+            fmt::format("{} lease{}", grouped(pr.leases), pr.leases == 1 ? "" : "s")},
+           width, 6, " ");
+    }
+    if (proc_rows < procs.size()) tail.push_back(fmt::format("  ... {} more", procs.size() - proc_rows));
   }
-  if (proc_rows < procs.size()) tail.push_back(fmt::format("  ... {} more", procs.size() - proc_rows));
 
   // Fit the height: lanes give way first (at least three rows of them).
   if (live) {
@@ -218,9 +317,10 @@ std::vector<std::string> render(const std::string& seg, const Sample& cur, const
   out.insert(out.end(), lanes.begin(), lanes.end());
   out.insert(out.end(), tail.begin(), tail.end());
   if (live) {
-    const auto cols = static_cast<std::size_t>(std::max(size.cols, 1));
+    // Below 40 columns even the narrow layout cannot help: cut what is left.
+    const auto cols_now = static_cast<std::size_t>(std::max(size.cols, 1));
     for (auto& line : out)
-      if (line.size() > cols) line.resize(cols);
+      if (line.size() > cols_now) line.resize(cols_now);
     if (out.size() > static_cast<std::size_t>(std::max(size.rows, 1))) out.resize(static_cast<std::size_t>(size.rows));
   }
   return out;
@@ -240,10 +340,16 @@ std::string frame_text(const std::vector<std::string>& lines) {
 
 }  // namespace
 
+static int watch(const WatchArgs& a, const std::string& seg, std::uint64_t interval_ms);
+
 int run_watch(const WatchArgs& a) {
-  const std::string seg = parse_segment_only(a.segment, "watch");
+  const std::string seg = parse_target(a.segment);
   const std::uint64_t interval_ms = parse_u64(a.interval_ms, "--interval", 50, 3'600'000);
-  Queue q = open_segment(seg);
+  return guarded([&] { return watch(a, seg, interval_ms); });
+}
+
+static int watch(const WatchArgs& a, const std::string& seg, std::uint64_t interval_ms) {
+  Target q = open_target(seg, Access::look);
 
   if (a.once || !::isatty(STDOUT_FILENO)) {
     const Sample s = take(q);

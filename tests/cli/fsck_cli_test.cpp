@@ -165,7 +165,7 @@ TEST_F(FsckCli, InspectShowsAttachedProcessesAndTheirLeases) {
 
   const CliRun t = run_cli({"inspect", seg()});
   ASSERT_EQ(t.exit_code, 0) << show(t);
-  EXPECT_TRUE(contains(t.out, "processes (1 attached, 1 alive)")) << t.out;
+  EXPECT_TRUE(contains(t.out, "processes (1 attached, 1 alive; 1 of 256 records)")) << t.out;
   EXPECT_TRUE(contains(t.out, "pid " + me)) << t.out;
   EXPECT_TRUE(contains(t.out, "1 lease\n")) << t.out;
   EXPECT_TRUE(contains(t.out, "recovery no lease has come back")) << t.out;
@@ -177,6 +177,8 @@ TEST_F(FsckCli, InspectShowsAttachedProcessesAndTheirLeases) {
   ASSERT_EQ(j.at("processes").size(), 1U) << j.dump();  // inspect leaves itself out
   EXPECT_EQ(j["processes"][0].at("pid"), ::getpid());
   EXPECT_EQ(j["processes"][0].at("alive"), true);
+  EXPECT_EQ(j["processes"][0].at("state"), "alive");
+  EXPECT_FALSE(j["processes"][0].at("name").get<std::string>().empty()) << "the command name, from /proc";
   EXPECT_EQ(j["processes"][0].at("leases"), 1);
   EXPECT_GT(j["processes"][0].at("attached_unix_ms").get<std::uint64_t>(), 0U);
   EXPECT_EQ(j.at("recovery").at("runs"), 0);
@@ -208,7 +210,7 @@ TEST_F(FsckCli, InspectShowsWhatRecoveryLastDid) {
   ASSERT_EQ(t.exit_code, 0) << show(t);
   EXPECT_TRUE(contains(t.out, "recovery 1 sweep returned 2 leases")) << t.out;
   EXPECT_TRUE(contains(t.out, "2 leases of dead pid " + me)) << t.out;
-  EXPECT_TRUE(contains(t.out, "processes (2 attached, 1 alive)")) << t.out;
+  EXPECT_TRUE(contains(t.out, "processes (2 attached, 1 alive; ")) << t.out;
   expect_fits_80_columns(t.out);
 
   nlohmann::json j;

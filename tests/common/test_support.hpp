@@ -148,6 +148,7 @@ class SegmentFixture : public ::testing::Test {
 // The exit status and output of a program run to completion.
 struct ProgramRun {
   int exit_code = -1;  // -1: did not exit normally
+  int signal = 0;      // the signal that killed it, 0 if none
   std::string out, err;
 };
 
@@ -158,9 +159,11 @@ inline std::string slurp_file(const std::filesystem::path& p) {
   return ss.str();
 }
 
-// Runs `exe args...` with stdin from /dev/null and stdout/stderr to files
-// (never a pipe a chatty child could fill), and waits for it.
-inline ProgramRun run_program(const std::string& exe, const std::vector<std::string>& args) {
+// Runs `exe args...` with stdin from `stdin_path` (/dev/null by default) and
+// stdout/stderr to files (never a pipe a chatty child could fill), and waits
+// for it.
+inline ProgramRun run_program(const std::string& exe, const std::vector<std::string>& args,
+                              const std::string& stdin_path = "/dev/null") {
   TempDir dir;
   const auto out_path = dir.path() / "out";
   const auto err_path = dir.path() / "err";
@@ -171,7 +174,7 @@ inline ProgramRun run_program(const std::string& exe, const std::vector<std::str
   argv.push_back(nullptr);
   posix_spawn_file_actions_t fa;
   posix_spawn_file_actions_init(&fa);
-  posix_spawn_file_actions_addopen(&fa, 0, "/dev/null", O_RDONLY, 0);
+  posix_spawn_file_actions_addopen(&fa, 0, stdin_path.c_str(), O_RDONLY, 0);
   posix_spawn_file_actions_addopen(&fa, 1, out_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0600);
   posix_spawn_file_actions_addopen(&fa, 2, err_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0600);
   pid_t pid = -1;
@@ -186,6 +189,7 @@ inline ProgramRun run_program(const std::string& exe, const std::vector<std::str
   while (::waitpid(pid, &st, 0) < 0 && errno == EINTR) {
   }
   if (WIFEXITED(st)) r.exit_code = WEXITSTATUS(st);
+  if (WIFSIGNALED(st)) r.signal = WTERMSIG(st);
   r.out = slurp_file(out_path);
   r.err = slurp_file(err_path);
   return r;

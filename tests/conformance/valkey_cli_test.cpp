@@ -105,7 +105,7 @@ TEST_F(ValkeyCli, EveryQueueCommandTakesAValkeyUrl) {
   ASSERT_EQ(r.exit_code, 0) << show(r);
   auto lease = nlohmann::json::parse(r.out);
   EXPECT_EQ(lease["id"], flaky);
-  EXPECT_EQ(lease["group"], std::string(kDefaultGroup));
+  EXPECT_EQ(lease["group"], "default");
   const std::string t1 = lease["token"].is_string() ? lease["token"].get<std::string>() : lease["token"].dump();
   r = run_cli({"fail", url_, flaky, t1, "--delay", "0", "--max-attempts", "2", "--error", "boom"});
   EXPECT_EQ(first_line(r.out), "retrying " + flaky) << show(r);
@@ -170,6 +170,109 @@ TEST_F(ValkeyCli, RefusalsAreTheSegmentsMessages) {
   r = run_cli({"enqueue", url_, "TEN00000000001", "--mint", "--payload", std::string(257, 'x')});
   EXPECT_EQ(r.exit_code, 2) << show(r);
   EXPECT_NE(r.err.find("larger than the 256 bytes"), std::string::npos) << show(r);
+}
+
+// stats, inspect and watch on a Valkey queue: the fields Valkey has, and
+// what only a segment keeps (process records, wait histograms, a fixed
+// capacity) marked absent rather than shown as zero.
+TEST_F(ValkeyCli, TheViewsShowWhatValkeyHasAndMarkTheRestAbsent) {
+  for (int i = 0; i < 3; ++i) ASSERT_EQ(run_cli({"enqueue", url_, "TEN00000000001", "--mint"}).exit_code, 0);
+  ASSERT_EQ(run_cli({"limit", url_, "TEN00000000001", "5"}).exit_code, 0);
+  CliRun r = run_cli({"claim", url_, "--json"});
+  ASSERT_EQ(r.exit_code, 0) << show(r);
+
+  r = run_cli({"stats", url_, "--json"});
+  ASSERT_EQ(r.exit_code, 0) << show(r);
+  auto j = nlohmann::json::parse(r.out);
+  EXPECT_EQ(j["counters"]["enqueued"], 3);
+  EXPECT_EQ(j["counters"]["claimed"], 1);
+  EXPECT_EQ(j["jobs"]["pending"], 2);
+  EXPECT_EQ(j["jobs"]["leased"], 1);
+  EXPECT_TRUE(j["jobs"]["capacity"].is_null()) << "no fixed capacity: " << r.out;
+  EXPECT_TRUE(j["processes"].is_null()) << "no process records: " << r.out;
+  ASSERT_FALSE(j["lanes"].empty()) << r.out;
+  for (const auto& l : j["lanes"]) {
+    EXPECT_TRUE(l["wait"].is_null()) << "no wait histograms: " << l.dump();
+    if (l["group"] == "TEN00000000001") {
+      EXPECT_EQ(l["limit"], 5);
+      EXPECT_EQ(l["active"], 1);
+      EXPECT_EQ(l["depth"], 2);
+    }
+  }
+
+  r = run_cli({"stats", url_, "--prometheus"});
+  ASSERT_EQ(r.exit_code, 0) << show(r);
+  EXPECT_NE(r.out.find("fairlane_enqueued_total{segment=\"" + url_ + "\"} 3"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("fairlane_lane_limit{segment=\"" + url_ + "\",group=\"TEN00000000001\"} 5"), std::string::npos)
+      << r.out;
+  for (const char* absent : {"fairlane_jobs_capacity", "fairlane_processes", "_wait_seconds", "fairlane_corruptions"})
+    EXPECT_EQ(r.out.find(absent), std::string::npos) << absent << " on Valkey: " << r.out;
+
+  r = run_cli({"stats", url_});
+  ASSERT_EQ(r.exit_code, 0) << show(r);
+  EXPECT_NE(r.out.find("no wait histograms"), std::string::npos) << r.out;
+
+  r = run_cli({"inspect", url_, "--json"});
+  ASSERT_EQ(r.exit_code, 0) << show(r);
+  j = nlohmann::json::parse(r.out);
+  EXPECT_TRUE(j["processes"].is_null()) << r.out;
+  EXPECT_TRUE(j["recovery"].is_null()) << r.out;
+  r = run_cli({"inspect", url_});
+  EXPECT_NE(r.out.find("keeps no process records"), std::string::npos) << r.out;
+
+  r = run_cli({"watch", url_, "--once"});
+  ASSERT_EQ(r.exit_code, 0) << show(r);
+  EXPECT_NE(r.out.find("TEN00000000001"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("2 pending"), std::string::npos) << r.out;
+  EXPECT_EQ(r.out.find("PROCESSES"), std::string::npos) << "Valkey has no process records: " << r.out;
+}
+
+TEST_F(ValkeyCli, DestroyRemovesEveryKeyOfTheQueueAndOnlyThose) {
+  const std::string other = url_ + "_other";
+  ASSERT_EQ(run_cli({"enqueue", other, "TEN00000000001", "--mint"}).exit_code, 0);
+  for (int i = 0; i < 3; ++i) ASSERT_EQ(run_cli({"enqueue", url_, "TEN0000000000" + std::to_string(i + 1), "--mint"}).exit_code, 0);
+  CliRun r = run_cli({"destroy", url_, "--json"});
+  ASSERT_EQ(r.exit_code, 0) << show(r);
+  auto j = nlohmann::json::parse(r.out);
+  EXPECT_EQ(j["status"], "destroyed");
+  EXPECT_GT(j["keys"].get<std::uint64_t>(), 3u) << r.out;
+  EXPECT_EQ(r.err, "") << show(r);
+  EXPECT_EQ(first_line(run_cli({"depth", other, "TEN00000000001"}).out), "1") << "another queue's keys stay";
+  r = run_cli({"stats", url_, "--json"});
+  ASSERT_EQ(r.exit_code, 0) << show(r);
+  EXPECT_EQ(nlohmann::json::parse(r.out)["counters"]["enqueued"], 0) << "nothing of the queue is left";
+  auto b = ValkeyBackend::open(other);
+  if (b.ok()) (*b)->remove_queue();
+}
+
+// needs the Valkey backend: job listings and dead letters (job, jobs, requeue_dead, purge_dead)
+TEST_F(ValkeyCli, DISABLED_DeadLettersAndJobListingsOnValkey) {
+  CliRun r = run_cli({"enqueue", url_, "TEN00000000001", "--mint", "--payload", "x", "--json"});
+  ASSERT_EQ(r.exit_code, 0) << show(r);
+  const std::string id = nlohmann::json::parse(r.out)["id"];
+  r = run_cli({"claim", url_, "--json"});
+  const auto lease = nlohmann::json::parse(r.out);
+  r = run_cli({"fail", url_, id, std::to_string(lease["token"].get<std::uint64_t>()), "--max-attempts", "1",
+               "--error", "boom"});
+  ASSERT_EQ(first_line(r.out), "dead " + id) << show(r);
+  r = run_cli({"dead", url_, "list", "--json"});
+  ASSERT_EQ(r.exit_code, 0) << show(r);
+  auto j = nlohmann::json::parse(r.out);
+  ASSERT_EQ(j["jobs"].size(), 1u) << r.out;
+  EXPECT_EQ(j["jobs"][0]["id"], id);
+  EXPECT_EQ(j["jobs"][0]["last_error"], "boom");
+  r = run_cli({"jobs", url_, "--state", "dead", "--json"});
+  EXPECT_EQ(nlohmann::json::parse(r.out)["jobs"].size(), 1u) << r.out;
+  r = run_cli({"job", url_, id, "--json"});
+  EXPECT_EQ(nlohmann::json::parse(r.out)["state"], "dead") << r.out;
+  EXPECT_EQ(run_cli({"dead", url_, "requeue", id}).exit_code, 0);
+  EXPECT_EQ(first_line(run_cli({"depth", url_, "TEN00000000001"}).out), "1");
+  r = run_cli({"claim", url_, "--json"});
+  r = run_cli({"fail", url_, id, std::to_string(nlohmann::json::parse(r.out)["token"].get<std::uint64_t>()),
+               "--max-attempts", "1"});
+  r = run_cli({"dead", url_, "purge", "--json"});
+  EXPECT_EQ(nlohmann::json::parse(r.out)["purged"], 1) << r.out;
+  // dead list in id order, as EchoMQ's dead set.
 }
 
 TEST(ValkeyCliErrors, UnreachableServerAndBadUrlAreExitTwo) {

@@ -229,8 +229,11 @@ TEST_F(StatsTest, PrometheusParsesBackAndMatchesWhatWasDone) {
   EXPECT_EQ(e.value("fairlane_jobs", {{"state", "scheduled"}}), 1);
   EXPECT_EQ(e.value("fairlane_jobs", {{"state", "dead"}}), 1);
   EXPECT_EQ(e.value("fairlane_jobs_capacity"), 64);
-  EXPECT_EQ(e.value("fairlane_lanes"), 3) << "TEN1, TEN2 and the default lane";
-  EXPECT_GE(e.value("fairlane_processes"), 1) << "this test process is attached";
+  EXPECT_EQ(e.value("fairlane_lanes"), 2) << "TEN1 and TEN2 are live; the default lane holds nothing";
+  EXPECT_EQ(e.value("fairlane_lanes_capacity"), 8);
+  EXPECT_EQ(e.value("fairlane_lanes_reclaimed_total"), 0);
+  EXPECT_EQ(e.value("fairlane_corruptions_total"), 0);
+  EXPECT_EQ(e.value("fairlane_processes"), 1) << "this test process is attached; stats, an observer, is not";
 
   const std::map<std::string, std::string> g1{{"group", "TEN00000000001"}}, g2{{"group", "TEN00000000002"}};
   EXPECT_EQ(e.value("fairlane_lane_weight", g1), 3);
@@ -245,6 +248,48 @@ TEST_F(StatsTest, PrometheusParsesBackAndMatchesWhatWasDone) {
   EXPECT_EQ(e.types.at("fairlane_lane_wait_seconds"), "histogram");
   check_histograms(e);
   EXPECT_GT(e.value("fairlane_lane_wait_seconds_sum", g1), 0.0);
+}
+
+TEST_F(StatsTest, HistogramsAreBoundedAndTheQueueWideOneIsAlwaysThere) {
+  // TEN1 served more claims than TEN2 (6 claims over 2 lanes, TEN1 first).
+  const auto count_groups = [](const Exposition& e) {
+    std::set<std::string> groups;
+    for (const auto& s : e.find("fairlane_lane_wait_seconds_count")) groups.insert(s.labels.at("group"));
+    return groups;
+  };
+  for (const char* which : {"none", "top:1", "top:16", "all"}) {
+    SCOPED_TRACE(which);
+    const auto r = run_tool({"stats", seg(), "--prometheus", "--histograms", which});
+    ASSERT_EQ(r.exit_code, 0) << show(r);
+    const Exposition e = parse(r.out);
+    ASSERT_TRUE(e.errors.empty()) << e.errors.front();
+    // The queue-wide wait: one series, no group label, every claim in it.
+    const auto all = e.find("fairlane_wait_seconds_count");
+    ASSERT_EQ(all.size(), 1u);
+    EXPECT_EQ(all[0].labels.count("group"), 0u);
+    EXPECT_EQ(all[0].value, 6);
+    const auto groups = count_groups(e);
+    if (std::string(which) == "none") {
+      EXPECT_TRUE(groups.empty());
+      EXPECT_EQ(e.types.count("fairlane_lane_wait_seconds"), 0u) << "no empty family either";
+    } else if (std::string(which) == "top:1") {
+      const double s1 = e.value("fairlane_lane_served_total", {{"group", "TEN00000000001"}});
+      const double s2 = e.value("fairlane_lane_served_total", {{"group", "TEN00000000002"}});
+      ASSERT_EQ(groups.size(), 1u);
+      EXPECT_EQ(*groups.begin(), s1 >= s2 ? "TEN00000000001" : "TEN00000000002") << "the group with the most claims";
+    } else {
+      std::set<std::string> lanes;  // every lane the snapshot lists (16 > their number)
+      for (const auto& d : e.find("fairlane_lane_depth")) lanes.insert(d.labels.at("group"));
+      EXPECT_TRUE(lanes.count("TEN00000000001") && lanes.count("TEN00000000002"));
+      EXPECT_EQ(groups, lanes);
+    }
+    if (!groups.empty()) check_histograms(e);
+  }
+  for (const char* bad : {"top", "top:0", "top:x", "some", ""}) {
+    SCOPED_TRACE(bad);
+    const auto r = run_tool({"stats", seg(), "--prometheus", "--histograms", bad});
+    EXPECT_EQ(r.exit_code, 2) << show(r);
+  }
 }
 
 TEST_F(StatsTest, JsonMatchesTheSnapshot) {

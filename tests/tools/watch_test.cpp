@@ -138,6 +138,70 @@ TEST_F(WatchTest, ShowsRatesFromTheSecondFrame) {
   t.wait();
 }
 
+// The last full frame on the screen, as lines of plain text.
+std::vector<std::string> last_frame(const std::string& out) {
+  const std::size_t home = out.rfind("\x1b[H", out.rfind("\x1b[H") - 1);  // the last complete one
+  std::string text;
+  for (std::size_t i = home + 3; i < out.size() && out.compare(i, 3, "\x1b[H") != 0; ++i) {
+    if (out[i] == '\x1b') {
+      ++i;
+      if (i < out.size() && out[i] == '[')
+        while (i + 1 < out.size() && !(out[i + 1] >= '@' && out[i + 1] <= '~')) ++i;
+      ++i;
+      continue;
+    }
+    text.push_back(out[i]);
+  }
+  std::vector<std::string> lines;
+  std::size_t start = 0;
+  for (std::size_t nl = text.find("\r\n"); ; nl = text.find("\r\n", start)) {
+    lines.push_back(text.substr(start, nl == std::string::npos ? std::string::npos : nl - start));
+    if (nl == std::string::npos) break;
+    start = nl + 2;
+  }
+  return lines;
+}
+
+TEST_F(WatchTest, NarrowTerminalsGetANewLayoutNotCutWords) {
+  for (unsigned short cols : {40, 47, 56, 65, 79}) {
+    SCOPED_TRACE(cols);
+    PtyTool t({"watch", seg(), "--interval", "50"}, 40, cols);
+    ASSERT_TRUE(t.read_until([&](const std::string& o) { return occurrences(o, "LEASES EXPIRING FIRST") >= 3; }))
+        << t.output();
+    t.type("q");
+    ASSERT_TRUE(t.read_until([](const std::string& o) { return o.find(kAltOff) != std::string::npos; }));
+    t.wait();
+    const std::vector<std::string> frame = last_frame(t.output());
+    std::string all;
+    for (std::size_t i = 0; i < frame.size(); ++i) {
+      // The title holds the test's long segment name: only it may be cut.
+      if (i != 0) {
+        EXPECT_LE(frame[i].size(), cols) << "wider than the terminal: '" << frame[i] << "'";
+      }
+      all += frame[i] + "\n";
+    }
+    // Every word whole: the lease's expiry with its unit, the header's
+    // figures, the processes' states.
+    EXPECT_TRUE(std::regex_search(all, std::regex("expires in [0-9.]+ (ms|s)\n"))) << all;
+    EXPECT_TRUE(std::regex_search(all, std::regex("attempt 1 "))) << all;
+    EXPECT_TRUE(std::regex_search(all, std::regex("[0-9,]+ scheduled"))) << all;
+    EXPECT_TRUE(std::regex_search(all, std::regex("expired [-0-9.k]+\n"))) << all;
+    EXPECT_TRUE(std::regex_search(all, std::regex("pid [0-9]+ +[^ ]+ +alive"))) << all;
+    EXPECT_EQ(all.find("WAIT p5\n"), std::string::npos) << all;
+    for (const char* g : {"TEN00000000001", "TEN00000000002", "TEN00000000003"})
+      EXPECT_NE(all.find(std::string(g) + " "), std::string::npos) << g << " whole: " << all;
+  }
+}
+
+TEST_F(WatchTest, ShowsProcessesWithTheirNameAndState) {
+  const auto r = run_tool({"watch", seg(), "--once"});
+  ASSERT_EQ(r.exit_code, 0) << show(r);
+  EXPECT_NE(r.out.find("PROCESSES  (1 attached, 1 alive)"), std::string::npos) << "watch itself is not counted\n" << r.out;
+  EXPECT_TRUE(std::regex_search(r.out, std::regex("pid " + std::to_string(::getpid()) + " +[^ ]+ +alive"))) << r.out;
+  EXPECT_NE(r.out.find("lanes   3 live of 16  0 reclaimed"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("corrupt 0"), std::string::npos) << r.out;
+}
+
 TEST_F(WatchTest, WithoutATerminalPrintsOneFrame) {
   const auto r = run_tool({"watch", seg()});
   ASSERT_EQ(r.exit_code, 0) << show(r);

@@ -111,13 +111,19 @@ class WorkerRetryTest : public WorkerTest {
   // Drives a job that always fails through every attempt. `delays` are the
   // backoffs the worker must pick; each is checked against the segment: not
   // due at half of it, claimed again once it has passed.
-  void run_always_failing(const WorkerOptions& o, const std::vector<std::uint64_t>& delays);
+  // With `job_policy`, the job is enqueued carrying that retry policy, and
+  // the last attempt is the job's max_attempts when it sets one.
+  void run_always_failing(const WorkerOptions& o, const std::vector<std::uint64_t>& delays,
+                          const RetryPolicy& job_policy = {});
 };
 
-void WorkerRetryTest::run_always_failing(const WorkerOptions& o, const std::vector<std::uint64_t>& delays) {
+void WorkerRetryTest::run_always_failing(const WorkerOptions& o, const std::vector<std::uint64_t>& delays,
+                                         const RetryPolicy& job_policy) {
   Queue& q = this->q();
   test::EventLog& log = log_;
-  const BrandedId id = enqueue(group("TEN"), "x");
+  const BrandedId id = q.mint();
+  ASSERT_EQ(q.enqueue(group("TEN"), id, "x", EnqueueOptions{.retry = job_policy}), EnqueueStatus::enqueued);
+  const std::uint32_t last = job_policy.max_attempts != 0 ? job_policy.max_attempts : o.max_attempts;
   Worker w(backends(), o, [](Job& job) { return Outcome::retry("boom " + std::to_string(job.attempt())); });
   w.start();
   for (std::size_t i = 0; i < delays.size(); ++i) {
@@ -140,11 +146,11 @@ void WorkerRetryTest::run_always_failing(const WorkerOptions& o, const std::vect
   }
   ASSERT_TRUE(log.wait_for(Kind::dead, 1));
   const test::Seen d = log.of(Kind::dead).back();
-  EXPECT_EQ(d.attempt, o.max_attempts);
+  EXPECT_EQ(d.attempt, last);
   auto j = q.job(id);
   ASSERT_TRUE(j.has_value());
   EXPECT_EQ(j->state, JobState::dead);
-  EXPECT_EQ(j->attempt, o.max_attempts);
+  EXPECT_EQ(j->attempt, last);
   w.request_stop();
   ASSERT_TRUE(w.wait_for(kHang));
   EXPECT_EQ(w.stats().retried, delays.size());
@@ -164,6 +170,31 @@ TEST_F(WorkerRetryTest, ExponentialBackoffGrowsToItsCap) {
   o.backoff = Backoff::exponential(2s, 10s);
   o.max_attempts = 5;
   run_always_failing(o, {2000, 4000, 8000, 10000});
+}
+
+// The job's policy wins over WorkerOptions, each field on its own.
+// needs the new core: the job's retry policy stored and handed back in Lease::retry
+TEST_F(WorkerRetryTest, DISABLED_TheJobsPolicyWinsOverTheWorkers) {
+  WorkerOptions o = manual();
+  o.backoff = Backoff::exponential(2s, 10s);
+  o.max_attempts = 5;
+  run_always_failing(o, {3000, 3000}, RetryPolicy{3, Backoff::fixed(3s)});
+}
+
+// needs the new core: the job's retry policy stored and handed back in Lease::retry
+TEST_F(WorkerRetryTest, DISABLED_AJobWithOnlyMaxAttemptsKeepsTheWorkersBackoff) {
+  WorkerOptions o = manual();
+  o.backoff = Backoff::exponential(2s, 10s);
+  o.max_attempts = 5;
+  run_always_failing(o, {2000}, RetryPolicy{2, std::nullopt});
+}
+
+// needs the new core: the job's retry policy stored and handed back in Lease::retry
+TEST_F(WorkerRetryTest, DISABLED_AJobWithOnlyABackoffKeepsTheWorkersMaxAttempts) {
+  WorkerOptions o = manual();
+  o.backoff = Backoff::exponential(2s, 10s);
+  o.max_attempts = 3;
+  run_always_failing(o, {500, 500}, RetryPolicy{0, Backoff::fixed(500ms)});
 }
 
 TEST_F(WorkerTest, JitteredBackoffStaysWithinItsBounds) {
