@@ -694,6 +694,7 @@ RunResult run_peer(const Options& o, const std::string& spec, const PeerEnv& env
     const std::string lab = sweep.size() > 1 ? r.label + " c=" + std::to_string(c) : r.label;
     RunResult one = run_once(o, *peer, params, c, lab);
     one.label = r.label;
+    one.pxc = r.pxc;
     if (o.progress) {
       if (one.ok && one.mode == Mode::bare)
         std::fprintf(stderr, "  [%s] %u producer(s), %u consumer(s): bare flow %.0f jobs/s (%llu jobs)\n", lab.c_str(),
