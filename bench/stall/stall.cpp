@@ -657,7 +657,10 @@ int main(int argc, char** argv) {
       if (sc.ran) {
         e["ratio_min"] = sc.ratio_min;
         e["ratio_median"] = sc.ratio_median;
-        e["met"] = sc.ratio_min >= 0.9;
+        std::uint32_t worst = 0;
+        for (auto& w : sc.stopped) worst = std::max(worst, w.starved);
+        e["starved_lanes_max_while_stopped"] = worst;
+        if (o.window_ms >= 1000) e["met"] = sc.ratio_min >= 0.9;
         e["repairs"] = sc.recovery.repairs;
         e["repair_worst_us"] = sc.recovery.repair_worst_us;
       }
@@ -691,8 +694,16 @@ int main(int argc, char** argv) {
     line("stopped", sc.stopped);
     line("gone", sc.gone);
     fmt::print("  others' rate stopped / gone (median of gone): min {:.2f}x, median {:.2f}x; target >= 0.9x in every "
-               "window: {}\n",
-               sc.ratio_min, sc.ratio_median, sc.ratio_min >= 0.9 ? "met" : "MISSED");
+               "1-s window: {}\n",
+               sc.ratio_min, sc.ratio_median,
+               o.window_ms < 1000 ? fmt::format("not judged ({} ms windows)", o.window_ms)
+                                  : std::string(sc.ratio_min >= 0.9 ? "met" : "MISSED"));
+    std::uint32_t worst = 0;
+    for (auto& w : sc.stopped) worst = std::max(worst, w.starved);
+    if (worst > 0)
+      fmt::print("  while it was stopped, up to {} backlogged lane(s) got no claim in a window (issue 13: every "
+                 "backlogged lane keeps being served)\n",
+                 worst);
     fmt::print("  (starved: backlogged lanes that got no claim in the window / lanes backlogged throughout it; "
                "repairs after the kill: {}, the gate closed at most {} us)\n",
                sc.recovery.repairs, sc.recovery.repair_worst_us);
