@@ -35,7 +35,7 @@ while [ $# -gt 0 ]; do
     --top) top="$2"; shift 2 ;;
     --keep) keep="$2"; shift 2 ;;
     --probe) probe=1; shift ;;
-    -h|--help) sed -n '2,21p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    -h|--help) sed -n '2,19p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
     *) echo "count.sh: unknown argument $1 (try --help)" >&2; exit 2 ;;
   esac
 done
