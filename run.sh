@@ -2,7 +2,10 @@
 # fairlane's entry point on a fresh Debian 12 machine.
 #   ./run.sh demo [--seconds S]   install deps, build, run the demo
 #   ./run.sh test                 install deps, build, run every test (ctest)
-#   ./run.sh bench [ARGS]         install deps, build, run the benchmark harness
+#   ./run.sh bench [ARGS]         install deps, build, count instructions and locked RMWs per
+#                                 cycle (bench/cycle/count.sh), run the benchmark harness with
+#                                 ARGS (its targets include that count), then the stall
+#                                 measurement (fairlane-stall; --quick in ARGS makes all three short)
 #   ./run.sh sanitize [asan|tsan] [CTEST ARGS]
 #                                 build and run the unit, multiproc and crash tests under
 #                                 ASan+UBSan, then under TSan (presets asan, tsan)
@@ -31,10 +34,29 @@ sanitize() {
     ctest --preset "$p" -j"$(nproc)" "$@"
   done
 }
+bench() {
+  local out=build/release/bench quick=() cycle=() status=0 st=0 side=1
+  for a in "$@"; do
+    case "$a" in
+      --quick) quick=(--quick) ;;
+      --json) side=2 ;;  # stdout is fairlane-bench's JSON alone; the rest goes to stderr
+    esac
+  done
+  # The cycle count (skipped, with a note, without valgrind).
+  if bench/cycle/count.sh --bin "$out" --json "$out/cycle.json" "${quick[@]}" >&"$side"; then
+    cycle=(--cycle-json "$out/cycle.json")
+  fi
+  echo >&"$side"
+  "$out/fairlane-bench" "${cycle[@]}" "$@" || status=$?
+  echo >&"$side"
+  "$out/fairlane-stall" "${quick[@]}" >&"$side" || st=$?
+  [ $status -ne 0 ] || status=$st
+  return $status
+}
 case "$cmd" in
   demo)  build; exec build/release/tools/fairlane demo "$@" ;;
   test)  build; exec ctest --preset release -j"$(nproc)" "$@" ;;
-  bench) build; exec build/release/bench/fairlane-bench "$@" ;;
+  bench) build; bench "$@" ;;
   sanitize) sanitize "$@" ;;
   *) echo "usage: ./run.sh demo|test|bench|sanitize [args]" >&2; exit 2 ;;
 esac

@@ -6,7 +6,7 @@ PKGS=(
   cmake ninja-build g++ pkg-config
   libboost1.81-dev libgtest-dev libgmock-dev libbenchmark-dev
   libconcurrentqueue-dev libhiredis-dev libcli11-dev libfmt-dev nlohmann-json3-dev
-  redis-server gnuplot-nox procps prometheus
+  redis-server gnuplot-nox procps prometheus valgrind binutils
 )
 missing=()
 for p in "${PKGS[@]}"; do

@@ -50,6 +50,12 @@ enum Phase : std::uint32_t {
 // it the clean fairness test.
 inline constexpr std::uint32_t kMaxRounds = 5;
 
+// Batch mode (Mode::batch) has its own rounds, paced by round_state as well:
+// 2r + 1 = round r's fill (producers alone), 2r + 2 = its drain (consumers
+// alone). Round 0 warms the segment with single calls (not reported), round
+// 1 uses single calls, round 2 batch calls.
+inline constexpr std::uint32_t kBatchRounds = 3;
+
 enum class Role : std::uint32_t { producer, consumer };
 
 // One claim of the served sequence.
@@ -90,6 +96,14 @@ struct alignas(64) WorkerSlot {
   std::uint64_t drain_t1[kMaxRounds];  // consumer: when it first found the queue empty for good (ns)
   std::uint64_t drain_cpu[kMaxRounds]; // consumer: its thread's CPU time over the same stretch (ns)
   std::uint64_t drain_faults[kMaxRounds];  // consumer: its thread's minor page faults over it
+  // Bare flow (Mode::bare): when this worker started and finished its part
+  // (ns), the jobs it moved and its thread's CPU time over them.
+  std::uint64_t bare_t0, bare_t1, bare_n, bare_cpu;
+  // Batch mode, per round: a producer's fill (start, end, jobs); a
+  // consumer's time inside its claim calls and its complete calls (batch
+  // rounds only: single calls are not timed one by one).
+  std::uint64_t fill_t0[kMaxRounds], fill_t1[kMaxRounds], fill_n[kMaxRounds];
+  std::uint64_t claim_call_ns[kMaxRounds], complete_call_ns[kMaxRounds];
   char error[256];
   Histogram claim_ns;   // claim call, ns
   Histogram e2c_ns;     // enqueue stamp to claim return, ns
@@ -126,7 +140,7 @@ struct ControlHeader {
   std::atomic<std::uint32_t> wake_parked;
   std::atomic<std::uint32_t> abort;  // a worker failed: everyone stops
 };
-inline constexpr std::uint64_t kControlMagic = 0x4642454e43480001ULL;  // "FBENCH" v1
+inline constexpr std::uint64_t kControlMagic = 0x4642454e43480002ULL;  // "FBENCH" v2
 
 class Control {
  public:

@@ -55,7 +55,7 @@ int main(int argc, char** argv) {
     if (r.skipped && o.progress) std::fprintf(stderr, "  [%s] skipped: %s\n", r.label.c_str(), r.error.c_str());
   }
 
-  const auto targets = check_targets(results);
+  const auto targets = check_targets(results, o.cycle_json);
   const auto json = to_json(o, results, targets);
   if (o.json) std::printf("%s\n", json.dump(2).c_str());
   else print_table(o, results, targets);

@@ -11,8 +11,63 @@ const char* to_string(Topology t) noexcept {
   return t == Topology::threads ? "threads" : "processes";
 }
 
+const char* to_string(Mode m) noexcept {
+  switch (m) {
+    case Mode::flow: return "flow";
+    case Mode::bare: return "bare";
+    case Mode::batch: return "batch";
+  }
+  return "?";
+}
+
 std::vector<std::string> default_peers() {
-  return {"fairlane", "fairlane/threads", "mutex-shm", "boost-mq", "moodycamel", "valkey"};
+  return {"fairlane",      "fairlane/threads", "mutex-shm",     "boost-mq",      "moodycamel", "valkey",
+          "fairlane@2x2",  "mutex-shm@2x2",    "bare:fairlane", "bare:boost-mq", "batch:fairlane"};
+}
+
+namespace {
+std::vector<std::string> bare_peers() { return {"bare:fairlane", "bare:boost-mq"}; }
+}  // namespace
+
+bool parse_spec(const std::string& text, PeerSpec& out, std::string& error) {
+  PeerSpec s;
+  std::string rest = text;
+  if (auto colon = rest.find(':'); colon != std::string::npos) {
+    const std::string m = rest.substr(0, colon);
+    if (m == "bare") s.mode = Mode::bare;
+    else if (m == "batch") s.mode = Mode::batch;
+    else if (m == "flow") s.mode = Mode::flow;
+    else { error = "unknown mode '" + m + "' in '" + text + "' (flow, bare or batch)"; return false; }
+    rest = rest.substr(colon + 1);
+  }
+  if (auto at = rest.find('@'); at != std::string::npos) {
+    const std::string t = rest.substr(at + 1);
+    const auto x = t.find('x');
+    std::uint32_t p = 0, c = 0;
+    auto num = [](std::string_view v, std::uint32_t& n) {
+      auto [ptr, ec] = std::from_chars(v.data(), v.data() + v.size(), n);
+      return ec == std::errc() && ptr == v.data() + v.size() && n > 0;
+    };
+    if (x == std::string::npos || !num(std::string_view(t).substr(0, x), p) || !num(std::string_view(t).substr(x + 1), c)) {
+      error = "bad topology '@" + t + "' in '" + text + "' (@PxC, e.g. @2x2)";
+      return false;
+    }
+    s.producers = p;
+    s.consumers = c;
+    rest = rest.substr(0, at);
+  }
+  if (auto slash = rest.find('/'); slash != std::string::npos) {
+    s.topology = rest.substr(slash + 1);
+    rest = rest.substr(0, slash);
+    if (s.topology != "threads" && s.topology != "processes") {
+      error = "unknown topology '" + s.topology + "' in '" + text + "' (threads or processes)";
+      return false;
+    }
+  }
+  if (rest.empty()) { error = "no peer name in '" + text + "'"; return false; }
+  s.name = rest;
+  out = s;
+  return true;
 }
 
 void print_usage(const char* argv0) {
@@ -24,9 +79,24 @@ threads in one process) and reports claim+complete throughput, claim and
 enqueue-to-claim latency, parked-consumer wake-up latency, fairness over
 backlogged lanes, and peak memory.
 
-  --peers LIST         comma-separated, default: fairlane,fairlane/threads,
-                       mutex-shm,boost-mq,moodycamel,valkey
-                       (name/threads or name/processes picks the topology)
+  --peers LIST         comma-separated runs, each [mode:]name[/threads][@PxC];
+                       default: fairlane,fairlane/threads,mutex-shm,boost-mq,
+                       moodycamel,valkey,fairlane@2x2,mutex-shm@2x2,
+                       bare:fairlane,bare:boost-mq,batch:fairlane
+                       name/threads or name/processes picks the topology;
+                       @PxC runs P producers and C consumers (overrides -p, -c);
+                       mode bare: the bare flow (below); mode batch: fills and
+                       drains with single calls, then with batch calls
+  --bare               only the bare flow: --peers bare:fairlane,bare:boost-mq
+  --bare-jobs N        bare flow: jobs each producer sends, default 2000000
+                       (--quick 200000); the consumers claim and complete them
+                       all, lanes in turn, no per-operation timing
+  --batch N            batch mode: jobs per batch call, default 32
+  --capacity N         jobs the queue holds (bare flow: the same for every
+                       peer, default the backlog rounded up to a power of 2)
+  --cycle-json FILE    the cycle counter's report (bench/cycle/count.sh --json
+                       FILE; ./run.sh bench writes it): judged against the
+                       cycle budget in the targets
   -p, --producers N    producer processes (threads), default 1
   -c, --consumers N    consumer processes (threads), default 1
   --lanes N            tenants, default 100
@@ -47,7 +117,8 @@ backlogged lanes, and peak memory.
   --valkey-consumers L consumer connections to try for valkey, default 1,2,4,8
   --redis-server PATH  default %s
   --seed N             lane-choice seed
-  --quick              about one second per peer (CI smoke)
+  --quick              about one second per peer (CI smoke); prints the figures
+                       and does not judge the targets
   --json               JSON on stdout instead of the table
   --json-file FILE     also write the JSON to FILE
   --trace-dir DIR      write the recorded served sequences (flow, drain) as CSV
@@ -91,7 +162,7 @@ std::vector<std::string> split(std::string_view s) {
 
 std::optional<Options> parse_options(int argc, char** argv, std::string& error) {
   Options o;
-  bool peers_set = false, duration_set = false, warmup_set = false, rounds_set = false,
+  bool peers_set = false, bare_jobs_set = false, duration_set = false, warmup_set = false, rounds_set = false,
        trace_set = false, vk_set = false, drain_set = false, fill_set = false, rounds_d_set = false;
   auto& p = o.params;
   for (int i = 1; i < argc; ++i) {
@@ -113,6 +184,11 @@ std::optional<Options> parse_options(int argc, char** argv, std::string& error) 
     };
     if (a == "-h" || a == "--help") { print_usage(argv[0]); std::exit(0); }
     else if (a == "--peers") { if (!need()) return {}; o.peers = split(v); peers_set = true; }
+    else if (a == "--bare") { o.peers = bare_peers(); peers_set = true; }
+    else if (a == "--bare-jobs") { if (!num(p.bare_jobs)) return {}; bare_jobs_set = true; }
+    else if (a == "--batch") { if (!num(p.batch)) return {}; }
+    else if (a == "--capacity") { if (!num(p.capacity)) return {}; }
+    else if (a == "--cycle-json") { if (!need()) return {}; o.cycle_json = std::string(v); }
     else if (a == "-p" || a == "--producers") { if (!num(p.producers)) return {}; }
     else if (a == "-c" || a == "--consumers") { if (!num(p.consumers)) return {}; }
     else if (a == "--lanes") { if (!num(p.lanes)) return {}; }
@@ -159,6 +235,13 @@ std::optional<Options> parse_options(int argc, char** argv, std::string& error) 
     if (!drain_set) p.drain_jobs = 20000;
     if (!fill_set) o.fill_s = 0.3;
     if (!rounds_d_set) p.drain_rounds = 1;
+    if (!bare_jobs_set) p.bare_jobs = 200'000;
+  }
+  if (p.bare_jobs == 0) { error = "--bare-jobs must be >= 1"; return {}; }
+  if (p.batch == 0 || p.batch > 4096) { error = "--batch must be 1..4096"; return {}; }
+  for (auto& spec : o.peers) {
+    PeerSpec ps;
+    if (!parse_spec(spec, ps, error)) return {};
   }
   if (p.producers == 0 || p.consumers == 0) { error = "need at least one producer and one consumer"; return {}; }
   if (p.producers + p.consumers > 256) { error = "at most 256 workers"; return {}; }

@@ -17,6 +17,14 @@
 
 namespace fairlane::bench {
 
+// What one run of a peer measures (the spec's prefix: "bare:fairlane").
+enum class Mode : std::uint32_t {
+  flow,   // flow, drain rounds, the recorded drain, wake-ups (no prefix)
+  bare,   // bare flow: producers and consumers as fast as they can, no per-operation timing
+  batch,  // fills and drains with single calls, then with batch calls (the peer's batch API)
+};
+const char* to_string(Mode m) noexcept;
+
 enum class Topology : std::uint32_t {
   processes,  // every producer and consumer is its own process (fork + exec)
   threads,    // one worker process, one thread per producer and consumer
@@ -39,6 +47,10 @@ struct Params {
   std::uint32_t lease_ms = 30000;
   Topology topology = Topology::processes;
   std::uint64_t seed = 0x5eed;
+  Mode mode = Mode::flow;
+  std::uint64_t bare_jobs = 2'000'000;  // bare: jobs each producer sends (lanes in turn)
+  std::uint32_t batch = 32;           // batch: jobs per batch call
+  std::uint64_t capacity = 0;         // jobs the queue holds; 0: the peer sizes it from backlog and drain_jobs
 };
 static_assert(std::is_trivially_copyable_v<Params>);
 
@@ -57,8 +69,19 @@ struct Options {
   std::string json_file;              // --json-file: JSON there as well as the table
   std::string trace_dir;              // --trace-dir: the served sequences as CSV
   std::string redis_server = FAIRLANE_BENCH_REDIS_SERVER;
+  std::string cycle_json;             // --cycle-json: the cycle counter's report (bench/cycle/count.sh --json)
   bool list = false;
 };
+
+// One entry of --peers: [mode:]name[/threads|/processes][@PxC].
+struct PeerSpec {
+  Mode mode = Mode::flow;
+  std::string name;
+  std::string topology;               // "", "threads" or "processes"
+  std::uint32_t producers = 0, consumers = 0;  // 0: the command line's -p / -c
+};
+// Parses one spec; false (with error) when it is malformed.
+bool parse_spec(const std::string& text, PeerSpec& out, std::string& error);
 
 // The peers a plain run measures, in table order.
 std::vector<std::string> default_peers();

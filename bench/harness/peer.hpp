@@ -17,6 +17,7 @@
 
 #include <sched.h>
 
+#include <algorithm>
 #include <cstdint>
 #include <memory>
 #include <string>
@@ -63,10 +64,29 @@ class WorkerCtx {
   template <class Claim, class Complete, class Wait>
   void consume(Claim&& claim, Complete&& complete, Wait&& wait);
 
+  // Batch mode (Mode::batch), for peers with a batch API (Peer::supports_batch).
+  //   enq_many(const std::uint32_t* lanes, n, data, len) -> bool: admit n jobs,
+  //       job k into lane lanes[k], all of them (false: a hard error, reported)
+  //   claim_many() -> std::size_t: claim up to params().batch jobs, how many
+  //   complete_many(n) -> void: acknowledge the n jobs claim_many just returned
+  // Round 0 and 1 use enq / claim / complete, round 2 the batch calls.
+  template <class Enq, class EnqMany, class Flush>
+  void produce_batch(Enq&& enq, EnqMany&& enq_many, Flush&& flush);
+  template <class Claim, class Complete, class ClaimMany, class CompleteMany>
+  void consume_batch(Claim&& claim, Complete&& complete, ClaimMany&& claim_many, CompleteMany&& complete_many);
+
   std::uint32_t phase() const noexcept { return h_.phase.load(std::memory_order_relaxed); }
 
  private:
   std::uint64_t backlog() const noexcept;
+  // The bare flow (Mode::bare): produce() and consume() hand over to these.
+  template <class Enq, class Flush>
+  void produce_bare(Enq&& enq, Flush&& flush);
+  template <class Claim, class Complete>
+  void consume_bare(Claim&& claim, Complete&& complete);
+  void wait_round(std::uint32_t state) const noexcept {
+    while (h_.round_state.load(std::memory_order_acquire) < state && !failed()) sleep_ns(20'000);
+  }
   static void backoff(std::uint32_t& spins) noexcept {
     if (++spins < 64) {
 #if defined(__x86_64__) || defined(__i386__)
@@ -93,6 +113,8 @@ class Peer {
   // One line: what a claim+complete cycle costs in this peer.
   virtual std::string_view what() const noexcept = 0;
   virtual bool supports(Topology t) const noexcept { (void)t; return true; }
+  // Batch calls (enqueue_batch, claim_batch, complete_batch): Mode::batch.
+  virtual bool supports_batch() const noexcept { return false; }
   virtual Topology natural_topology() const noexcept { return Topology::processes; }
   // Empty when the peer can run here; else why not (the run is skipped).
   virtual std::string unavailable() const { return {}; }
@@ -141,6 +163,7 @@ std::unique_ptr<Peer> make_valkey_peer(const PeerEnv& env);
 
 template <class Enq, class Flush>
 void WorkerCtx::produce(Enq&& enq, Flush&& flush) {
+  if (p_.mode == Mode::bare) return produce_bare(enq, flush);
   std::vector<char> buf(p_.payload, char('a' + index_ % 26));
   LanePicker pick(p_.lanes, p_.skew, p_.seed * 0x9e3779b97f4a7c15ULL + index_ + 1);
   std::uint64_t produced = 0, measured = 0, full = 0;
@@ -238,6 +261,7 @@ void WorkerCtx::produce(Enq&& enq, Flush&& flush) {
 
 template <class Claim, class Complete, class Wait>
 void WorkerCtx::consume(Claim&& claim, Complete&& complete, Wait&& wait) {
+  if (p_.mode == Mode::bare) return consume_bare(claim, complete);
   Histogram claim_h, e2c_h, wake_h;
   TraceRec* trace = ctl_.trace(index_);
   const std::uint64_t cap = p_.trace_cap;
@@ -350,6 +374,177 @@ void WorkerCtx::consume(Claim&& claim, Complete&& complete, Wait&& wait) {
     }
   }
   slot_.wake_ns = wake_h;
+}
+
+// ---------------------------------------------------------------------------
+// The bare flow: each producer sends bare_jobs jobs, lanes in turn, as fast
+// as the queue takes them; the consumers claim and complete until every job
+// is through. Nothing is timed per operation and nothing is stamped: a clock
+// read at the start and at the end of each worker, a relaxed store of its
+// count every 1,024 jobs (for the orchestrator's watch), and a relaxed load
+// of the abort word only when the queue is full or empty.
+
+template <class Enq, class Flush>
+void WorkerCtx::produce_bare(Enq&& enq, Flush&& flush) {
+  std::vector<char> buf(p_.payload, char('a' + index_ % 26));
+  const std::uint64_t n = p_.bare_jobs;
+  const std::uint32_t lanes = p_.lanes, len = std::uint32_t(buf.size());
+  std::uint32_t lane = index_ % lanes, spins = 0;
+  std::uint64_t full = 0, k = 0;
+  const std::uint64_t c0 = thread_cpu_ns(), t0 = now_ns();
+  for (; k < n; ++k) {
+    while (!enq(lane, buf.data(), len)) {
+      ++full;
+      if (failed()) goto out;
+      backoff(spins);
+    }
+    spins = 0;
+    if (++lane == lanes) lane = 0;
+    if ((k & 1023) == 1023) slot_.count.store(k + 1, std::memory_order_relaxed);
+  }
+  flush();
+out:
+  slot_.bare_t1 = now_ns();
+  slot_.bare_cpu = thread_cpu_ns() - c0;
+  slot_.bare_t0 = t0;
+  slot_.bare_n = k;
+  slot_.full_retries = full;
+  slot_.count.store(k, std::memory_order_relaxed);
+  h_.producers_stopped.fetch_add(1, std::memory_order_release);  // pairs with the consumers' acquire
+}
+
+template <class Claim, class Complete>
+void WorkerCtx::consume_bare(Claim&& claim, Complete&& complete) {
+  const std::uint64_t total = p_.bare_jobs * p_.producers;
+  const bool alone = p_.consumers == 1;
+  std::uint64_t n = 0, empty = 0, t1 = 0;
+  std::uint32_t spins = 0;
+  bool producers_done = false;
+  int empties = 0;
+  const std::uint64_t c0 = thread_cpu_ns(), t0 = now_ns();
+  for (;;) {
+    if (claim()) {
+      complete();
+      ++n;
+      spins = 0;
+      empties = 0;
+      if ((n & 1023) == 0) slot_.count.store(n, std::memory_order_relaxed);
+      if (alone && n == total) { t1 = now_ns(); break; }
+      continue;
+    }
+    ++empty;
+    if (failed()) break;
+    if (producers_done) {
+      // Every job was admitted before the producers said they were done, so
+      // an empty queue now is empty for good (three looks, for peers whose
+      // claim can come back empty while a busy lane is skipped).
+      if (empties == 0) t1 = now_ns();
+      if (++empties >= 3) break;
+      sched_yield();
+      continue;
+    }
+    // acquire: pairs with the producers' release; their jobs are all in.
+    if (h_.producers_stopped.load(std::memory_order_acquire) >= p_.producers) { producers_done = true; continue; }
+    backoff(spins);
+  }
+  if (t1 == 0) t1 = now_ns();
+  slot_.bare_t0 = t0;
+  slot_.bare_t1 = t1;
+  slot_.bare_cpu = thread_cpu_ns() - c0;
+  slot_.bare_n = n;
+  slot_.empty_polls = empty;
+  slot_.count.store(n, std::memory_order_relaxed);
+}
+
+// ---------------------------------------------------------------------------
+// Batch mode: kBatchRounds fills and drains of drain_jobs jobs (lanes in
+// turn), producers alone then consumers alone, single calls then batch calls.
+
+template <class Enq, class EnqMany, class Flush>
+void WorkerCtx::produce_batch(Enq&& enq, EnqMany&& enq_many, Flush&& flush) {
+  std::vector<char> buf(p_.payload, char('a' + index_ % 26));
+  const std::uint32_t lanes = p_.lanes, len = std::uint32_t(buf.size()), b = p_.batch;
+  const std::uint64_t jobs = (p_.drain_jobs + p_.producers - 1) / p_.producers;
+  std::vector<std::uint32_t> lane_of(b);
+  std::uint32_t lane = index_ % lanes, spins = 0;
+  for (std::uint32_t r = 0; r < kBatchRounds && !failed(); ++r) {
+    wait_round(2 * r + 1);
+    const bool batched = r + 1 == kBatchRounds;
+    const std::uint64_t t0 = now_ns();
+    std::uint64_t k = 0;
+    if (!batched) {
+      for (; k < jobs && !failed(); ++k) {
+        while (!enq(lane, buf.data(), len)) {
+          if (failed()) break;
+          backoff(spins);
+        }
+        if (++lane == lanes) lane = 0;
+      }
+    } else {
+      while (k < jobs && !failed()) {
+        const std::uint32_t m = std::uint32_t(std::min<std::uint64_t>(b, jobs - k));
+        for (std::uint32_t i = 0; i < m; ++i) {
+          lane_of[i] = lane;
+          if (++lane == lanes) lane = 0;
+        }
+        if (!enq_many(lane_of.data(), m, buf.data(), len)) break;
+        k += m;
+      }
+    }
+    flush();
+    slot_.fill_t0[r] = t0;
+    slot_.fill_t1[r] = now_ns();
+    slot_.fill_n[r] = k;
+    slot_.count.fetch_add(k, std::memory_order_relaxed);
+    h_.fill_done.fetch_add(1, std::memory_order_release);  // pairs with the orchestrator's acquire
+  }
+  h_.producers_stopped.fetch_add(1, std::memory_order_release);
+}
+
+template <class Claim, class Complete, class ClaimMany, class CompleteMany>
+void WorkerCtx::consume_batch(Claim&& claim, Complete&& complete, ClaimMany&& claim_many,
+                              CompleteMany&& complete_many) {
+  for (std::uint32_t r = 0; r < kBatchRounds && !failed(); ++r) {
+    wait_round(2 * r + 2);
+    const bool batched = r + 1 == kBatchRounds;
+    std::uint64_t drained = 0, in_claim = 0, in_complete = 0, d1 = 0;
+    const std::uint64_t d0 = now_ns();
+    for (int empties = 0; !failed();) {
+      if (!batched) {
+        if (claim()) {
+          complete();
+          ++drained;
+          empties = 0;
+          continue;
+        }
+      } else {
+        const std::uint64_t a = now_ns();
+        const std::size_t got = claim_many();
+        const std::uint64_t b = now_ns();
+        if (got > 0) {
+          complete_many(got);
+          const std::uint64_t c = now_ns();
+          in_claim += b - a;
+          in_complete += c - b;
+          drained += got;
+          empties = 0;
+          continue;
+        }
+      }
+      // The fill was over before the drain began: empty is the end (three
+      // looks, as in the flow drains).
+      if (empties == 0) d1 = now_ns();
+      if (++empties >= 3) break;
+      sched_yield();
+    }
+    slot_.drained[r] = drained;
+    slot_.drain_t0[r] = d0;
+    slot_.drain_t1[r] = d1 ? d1 : now_ns();
+    slot_.claim_call_ns[r] = in_claim;
+    slot_.complete_call_ns[r] = in_complete;
+    slot_.count.fetch_add(drained, std::memory_order_relaxed);
+    h_.drain_done.fetch_add(1, std::memory_order_release);  // pairs with the orchestrator's acquire
+  }
 }
 
 }  // namespace fairlane::bench

@@ -3,7 +3,10 @@
 // One bounded FIFO in a named segment, guarded by a process-shared mutex and
 // two condition variables. No lanes (so no fairness: tenants are served in
 // arrival order), no leases, no acknowledgement: a "cycle" is one receive.
-// The capacity is the harness backlog, so both sides see the same bound.
+// The capacity is the harness backlog (in the bare flow: the capacity every
+// peer gets), so both sides see the same bound. In the bare flow the sender
+// uses try_send and the receiver try_receive, spinning on full and empty as
+// the other peers do (the blocking calls would park on the condvars).
 #include <boost/date_time/posix_time/posix_time_types.hpp>
 #include <boost/interprocess/ipc/message_queue.hpp>
 #include <unistd.h>
@@ -28,7 +31,7 @@ class BoostMqPeer final : public Peer {
     qname_ = "fairlane-bench-mq-" + std::to_string(getpid());
     bip::message_queue::remove(qname_.c_str());
     try {
-      const std::uint64_t cap = std::max(p.backlog, p.drain_jobs) + 64;
+      const std::uint64_t cap = p.capacity ? p.capacity : std::max(p.backlog, p.drain_jobs) + 64;
       bip::message_queue q(bip::create_only, qname_.c_str(), cap, p.payload);
       shared_ = q.get_max_msg() * (q.get_max_msg_size() + 32);
     } catch (const std::exception& e) {

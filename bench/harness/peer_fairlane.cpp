@@ -6,10 +6,14 @@
 // the tenant's group; each consumer claims (ring rotation + lease) and
 // completes with the attempt token; a parked consumer is claim_wait on the
 // segment's futex. Threads of one worker process share one Queue handle.
+// Batch mode: enqueue_batch of freshly minted ids, claim_batch and
+// complete_batch (one status per job).
 #include <unistd.h>
 
 #include <memory>
 #include <optional>
+#include <span>
+#include <vector>
 
 #include "fairlane/queue.hpp"
 #include "peer.hpp"
@@ -29,12 +33,14 @@ class FairlanePeer final : public Peer {
   std::string_view what() const noexcept override {
     return "named shm segment: mint + enqueue; claim (ring rotation, lease) + complete (fenced)";
   }
+  bool supports_batch() const noexcept override { return true; }
 
   bool setup(const Params& p, std::string& info, std::string& error) override {
     name_ = "fairlane-bench-" + std::to_string(getpid());
     (void)fairlane::Queue::remove(name_);
     fairlane::QueueOptions o;
-    o.jobs = pow2_at_least(std::max(p.backlog * 2, p.drain_jobs + p.backlog) + 1024);
+    o.jobs = p.capacity ? std::uint32_t(p.capacity)
+                        : pow2_at_least(std::max(p.backlog * 2, p.drain_jobs + p.backlog) + 1024);
     o.lanes = std::max<std::uint32_t>(p.lanes + 1, 64);
     o.payload_bytes = p.payload;
     auto q = fairlane::Queue::create(name_, o);
@@ -64,7 +70,7 @@ class FairlanePeer final : public Peer {
   void producer_loop(WorkerCtx& ctx) override {
     auto& q = *q_;
     fairlane::BrandedId id;
-    ctx.produce([&](std::uint32_t lane, const char* data, std::uint32_t len) {
+    auto enq = [&](std::uint32_t lane, const char* data, std::uint32_t len) {
       if (!id.valid()) id = q.mint();  // a refused job is offered again under the same id
       const auto st = q.enqueue(groups_[lane], id, std::string_view(data, len));
       if (st == fairlane::EnqueueStatus::enqueued) {
@@ -76,7 +82,35 @@ class FairlanePeer final : public Peer {
         id = {};
       }
       return false;
-    }, [] {});
+    };
+    if (ctx.params().mode != Mode::batch) return ctx.produce(enq, [] {});
+
+    const std::uint32_t b = ctx.params().batch;
+    std::vector<fairlane::EnqueueItem> items(b);
+    std::vector<fairlane::EnqueueStatus> st(b);
+    auto enq_many = [&](const std::uint32_t* lanes, std::uint32_t n, const char* data, std::uint32_t len) {
+      for (std::uint32_t i = 0; i < n; ++i) {
+        items[i].group = groups_[lanes[i]];
+        items[i].job = q.mint();
+        items[i].payload = std::string_view(data, len);
+      }
+      q.enqueue_batch(std::span<const fairlane::EnqueueItem>(items.data(), n),
+                      std::span<fairlane::EnqueueStatus>(st.data(), n));
+      for (std::uint32_t i = 0; i < n; ++i) {
+        if (st[i] == fairlane::EnqueueStatus::enqueued) continue;
+        // A full queue refuses some of a batch: offer those again one by one.
+        while (st[i] == fairlane::EnqueueStatus::full && !ctx.failed()) {
+          sched_yield();
+          st[i] = q.enqueue(items[i].group, items[i].job, items[i].payload);
+        }
+        if (st[i] != fairlane::EnqueueStatus::enqueued) {
+          ctx.fail("fairlane enqueue_batch: " + std::string(fairlane::to_string(st[i])));
+          return false;
+        }
+      }
+      return true;
+    };
+    ctx.produce_batch(enq, enq_many, [] {});
   }
 
   void consumer_loop(WorkerCtx& ctx) override {
@@ -84,16 +118,31 @@ class FairlanePeer final : public Peer {
     const std::uint32_t lease_ms = ctx.params().lease_ms;
     fairlane::Lease lease;
     lease.payload.reserve(ctx.params().payload);
-    ctx.consume(
-        [&]() -> const char* { return q.claim(lease, lease_ms) ? lease.payload.data() : nullptr; },
-        [&] {
-          const auto st = q.complete(lease.id, lease.token);
-          if (st != fairlane::AckStatus::ok) ctx.fail("fairlane complete: " + std::string(fairlane::to_string(st)));
-        },
-        [&](int timeout_ms) -> const char* {
-          return q.claim_wait(lease, lease_ms, std::chrono::milliseconds(timeout_ms)) ? lease.payload.data()
-                                                                                     : nullptr;
-        });
+    auto claim = [&]() -> const char* { return q.claim(lease, lease_ms) ? lease.payload.data() : nullptr; };
+    auto complete = [&] {
+      const auto st = q.complete(lease.id, lease.token);
+      if (st != fairlane::AckStatus::ok) ctx.fail("fairlane complete: " + std::string(fairlane::to_string(st)));
+    };
+    if (ctx.params().mode != Mode::batch) {
+      return ctx.consume(claim, complete, [&](int timeout_ms) -> const char* {
+        return q.claim_wait(lease, lease_ms, std::chrono::milliseconds(timeout_ms)) ? lease.payload.data() : nullptr;
+      });
+    }
+
+    std::vector<fairlane::Lease> leases(ctx.params().batch);
+    for (auto& l : leases) l.payload.reserve(ctx.params().payload);
+    std::vector<fairlane::AckStatus> acks(leases.size());
+    auto claim_many = [&] { return q.claim_batch(std::span<fairlane::Lease>(leases), lease_ms); };
+    auto complete_many = [&](std::size_t n) {
+      const std::size_t ok = q.complete_batch(std::span<const fairlane::Lease>(leases.data(), n),
+                                              std::span<fairlane::AckStatus>(acks.data(), n));
+      if (ok != n) {
+        for (std::size_t i = 0; i < n; ++i)
+          if (acks[i] != fairlane::AckStatus::ok)
+            return ctx.fail("fairlane complete_batch: " + std::string(fairlane::to_string(acks[i])));
+      }
+    };
+    ctx.consume_batch(claim, complete, claim_many, complete_many);
   }
 
   void detach() override { q_.reset(); }

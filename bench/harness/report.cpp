@@ -53,9 +53,14 @@ std::string cpu_ratio(const RunResult& a, const RunResult& b) {
                      cpu_per_job(b) / cpu_per_job(a));
 }
 
-const RunResult* find(const std::vector<RunResult>& rs, const std::string& peer, Topology t) {
+// The run of `peer` in `mode` with the command line's producers and
+// consumers (pxc false) or its own @PxC (pxc true, then p x c).
+const RunResult* find(const std::vector<RunResult>& rs, const std::string& peer, Topology t, Mode mode = Mode::flow,
+                      bool pxc = false, std::uint32_t p = 0, std::uint32_t c = 0) {
   for (auto& r : rs)
-    if (r.ok && r.peer == peer && r.topology == t) return &r;
+    if (r.ok && r.peer == peer && r.topology == t && r.mode == mode && r.pxc == pxc &&
+        (!pxc || (r.params.producers == p && r.params.consumers == c)))
+      return &r;
   return nullptr;
 }
 
@@ -90,21 +95,47 @@ std::string file_label(std::string s) {
 
 }  // namespace
 
-std::vector<TargetCheck> check_targets(const std::vector<RunResult>& rs) {
+std::vector<TargetCheck> check_targets(const std::vector<RunResult>& rs, const std::string& cycle_json) {
   std::vector<TargetCheck> out;
   const RunResult* fl = find(rs, "fairlane", Topology::processes);
-  const RunResult* flt = find(rs, "fairlane", Topology::threads);
   const RunResult* vk = find(rs, "valkey", Topology::processes);
-  const RunResult* mq = find(rs, "boost-mq", Topology::processes);
-  const RunResult* mc = find(rs, "moodycamel", Topology::threads);
+  const RunResult* mx = find(rs, "mutex-shm", Topology::processes);
+  const RunResult* bfl = find(rs, "fairlane", Topology::processes, Mode::bare);
+  const RunResult* bmq = find(rs, "boost-mq", Topology::processes, Mode::bare);
+  const RunResult* fl22 = find(rs, "fairlane", Topology::processes, Mode::flow, true, 2, 2);
+  const RunResult* mx22 = find(rs, "mutex-shm", Topology::processes, Mode::flow, true, 2, 2);
 
   {
-    TargetCheck t{"claim+complete >= 100x Valkey's best (processes)", "", 0, false, false};
+    TargetCheck t;
+    t.name = "cycle budget: <= 1,000 instructions and <= 12 locked RMWs per mint + enqueue + claim + complete "
+                  "(public API, callgrind)";
+    t.missing = "no cycle count: --cycle-json FILE from bench/cycle/count.sh --json FILE (./run.sh bench does both)";
+    if (!cycle_json.empty()) {
+      std::ifstream in(cycle_json);
+      nlohmann::json j = nlohmann::json::parse(in, nullptr, false);
+      if (in && !j.is_discarded() && j.contains("cycle")) {
+        const double ins = j["cycle"].value("instructions_per_cycle", 0.0);
+        const double rmw = j["cycle"].value("locked_rmw_per_cycle", 0.0);
+        t.known = ins > 0;
+        t.ratio = std::min(1000.0 / std::max(ins, 1.0), 12.0 / std::max(rmw, 0.01));
+        t.met = ins <= 1000.0 && rmw <= 12.0;
+        t.detail = fmt::format("{:.0f} instructions and {:.2f} locked RMWs per cycle ({} cycles, from {})", ins, rmw,
+                               j["cycle"].value("cycles", 0), cycle_json);
+      } else {
+        t.missing = "cannot read the cycle counter's report " + cycle_json;
+      }
+    }
+    out.push_back(t);
+  }
+  {
+    TargetCheck t;
+    t.name = "drain >= 300x the best Valkey rota (1-8 connections), across processes";
+    t.missing = "needs fairlane and valkey (processes) in this run";
     if (fl && vk && capacity(*vk) > 0 && vk->cycles_per_s > 0) {
       const double x = capacity(*fl) / capacity(*vk);
       t.known = true;
-      t.ratio = x / 100.0;
-      t.met = x >= 100.0;
+      t.ratio = x / 300.0;
+      t.met = x >= 300.0;
       t.detail = fmt::format("drain {}/s vs {}/s (valkey, best with {} consumer connections): {:.0f}x; "
                              "flow {}/s vs {}/s: {:.0f}x",
                              si(capacity(*fl)), si(capacity(*vk)), vk->params.consumers, x, si(fl->cycles_per_s),
@@ -114,36 +145,70 @@ std::vector<TargetCheck> check_targets(const std::vector<RunResult>& rs) {
     out.push_back(t);
   }
   {
-    TargetCheck t{"faster than Boost message_queue across processes", "", 0, false, false};
-    if (fl && mq && capacity(*mq) > 0 && mq->cycles_per_s > 0) {
-      const double x = capacity(*fl) / capacity(*mq);
+    TargetCheck t;
+    t.name = "bare flow >= Boost message_queue's (1 producer + 1 consumer process, no per-operation timing)";
+    t.missing = "needs bare:fairlane and bare:boost-mq in this run";
+    if (bfl && bmq && bmq->bare.per_s > 0) {
+      const double x = bfl->bare.per_s / bmq->bare.per_s;
       t.known = true;
       t.ratio = x;
-      t.met = x > 1.0;
-      t.detail = fmt::format("drain {}/s vs {}/s: {:.2f}x; flow {}/s vs {}/s: {:.2f}x", si(capacity(*fl)),
-                             si(capacity(*mq)), x, si(fl->cycles_per_s), si(mq->cycles_per_s),
-                             fl->cycles_per_s / mq->cycles_per_s) +
-                 cpu_ratio(*fl, *mq);
+      t.met = x >= 1.0;
+      t.detail = fmt::format("{} jobs/s vs {} messages/s: {:.2f}x; CPU per job {:.0f} + {:.0f} ns vs {:.0f} + {:.0f} ns "
+                             "(producer + consumer)",
+                             si(bfl->bare.per_s), si(bmq->bare.per_s), x, bfl->bare.producer_cpu_ns,
+                             bfl->bare.consumer_cpu_ns, bmq->bare.producer_cpu_ns, bmq->bare.consumer_cpu_ns);
     }
     out.push_back(t);
   }
   {
-    TargetCheck t{"within 2x of moodycamel in one process", "", 0, false, false};
-    if (flt && mc && capacity(*flt) > 0 && flt->cycles_per_s > 0) {
-      const double x = capacity(*mc) / capacity(*flt);
+    TargetCheck t;
+    t.name = "drain >= 1.5x the same work behind one robust process-shared mutex (mutex-shm)";
+    t.missing = "needs fairlane and mutex-shm (processes) in this run";
+    if (fl && mx && capacity(*mx) > 0) {
+      const double x = capacity(*fl) / capacity(*mx);
       t.known = true;
-      t.ratio = 2.0 / x;
-      t.met = x <= 2.0;
-      t.detail = fmt::format("drain {}/s (fairlane/threads) vs {}/s: moodycamel {:.2f}x faster; "
-                             "flow {}/s vs {}/s: {:.2f}x",
-                             si(capacity(*flt)), si(capacity(*mc)), x, si(flt->cycles_per_s), si(mc->cycles_per_s),
-                             mc->cycles_per_s / flt->cycles_per_s) +
-                 cpu_ratio(*flt, *mc);
+      t.ratio = x / 1.5;
+      t.met = x >= 1.5;
+      t.detail = fmt::format("drain {}/s vs {}/s: {:.2f}x", si(capacity(*fl)), si(capacity(*mx)), x) + cpu_ratio(*fl, *mx);
     }
     out.push_back(t);
   }
   {
-    TargetCheck t{"parked-consumer wake-up p50 in tens of us (< 100 us)", "", 0, false, false};
+    TargetCheck t;
+    t.name = "flow >= 1.5x the same work behind one robust process-shared mutex (mutex-shm)";
+    t.missing = "needs fairlane and mutex-shm (processes) in this run";
+    if (fl && mx && mx->cycles_per_s > 0) {
+      const double x = fl->cycles_per_s / mx->cycles_per_s;
+      t.known = true;
+      t.ratio = x / 1.5;
+      t.met = x >= 1.5;
+      t.detail = fmt::format("flow {}/s vs {}/s: {:.2f}x; claim p99 {} vs {}", si(fl->cycles_per_s),
+                             si(mx->cycles_per_s), x, dur(fl->claim.percentile(0.99)), dur(mx->claim.percentile(0.99)));
+    }
+    out.push_back(t);
+  }
+  {
+    TargetCheck t;
+    t.name = "2 producers + 2 consumers on this machine's cores (a lock holder can be preempted holding it): "
+                  "fairlane vs mutex-shm";
+    t.info = true;
+    t.missing = "needs fairlane@2x2 and mutex-shm@2x2 in this run";
+    if (fl22 && mx22 && capacity(*mx22) > 0 && mx22->cycles_per_s > 0) {
+      t.known = true;
+      t.ratio = capacity(*fl22) / capacity(*mx22);
+      t.detail = fmt::format("drain {}/s vs {}/s: {:.2f}x; flow {}/s vs {}/s: {:.2f}x; claim p99.9 {} vs {}, "
+                             "max {} vs {}",
+                             si(capacity(*fl22)), si(capacity(*mx22)), capacity(*fl22) / capacity(*mx22),
+                             si(fl22->cycles_per_s), si(mx22->cycles_per_s), fl22->cycles_per_s / mx22->cycles_per_s,
+                             dur(fl22->claim.percentile(0.999)), dur(mx22->claim.percentile(0.999)),
+                             dur(fl22->claim.max()), dur(mx22->claim.max()));
+    }
+    out.push_back(t);
+  }
+  {
+    TargetCheck t;
+    t.name = "parked-consumer wake-up p50 in tens of us (< 100 us)";
+    t.missing = "needs fairlane (processes) with wake-up rounds";
     if (fl && fl->wake.count() > 0) {
       const double p50 = double(fl->wake.percentile(0.5));
       t.known = true;
@@ -159,44 +224,95 @@ std::vector<TargetCheck> check_targets(const std::vector<RunResult>& rs) {
 
 void print_table(const Options& o, const std::vector<RunResult>& rs, const std::vector<TargetCheck>& targets) {
   const Params& p = o.params;
+  std::vector<const RunResult*> flow, bare, batch;
+  for (auto& r : rs) {
+    if (r.mode == Mode::bare) bare.push_back(&r);
+    else if (r.mode == Mode::batch) batch.push_back(&r);
+    else flow.push_back(&r);
+  }
   fmt::print("fairlane-bench: {} producer(s), {} consumer(s), {} lanes (Zipf {:.2f}), {} B payload, backlog {}, "
              "{:.1f} s measured after {:.1f} s warm-up\n\n",
              p.producers, p.consumers, p.lanes, p.skew, p.payload, p.backlog, o.duration_s, o.warmup_s);
-  fmt::print("{:<20} {:>5} {:>4} {:>9} {:>9} {:>9} {:>7} {:>8} {:>27} {:>27} {:>18}\n", "peer", "procs", "cons",
-             "flow/s", "drain/s", "cold", "drained", "CPU/job", "claim p50 / p99 / p99.9", "enq->claim p50/p99/p99.9",
-             "wake-up p50 / p99");
-  for (auto& r : rs) {
-    if (!r.ok) {
-      fmt::print("{:<20} {}: {}\n", r.label, r.skipped ? "skipped" : "FAILED", r.error);
+  if (!flow.empty()) {
+    fmt::print("{:<24} {:>5} {:>4} {:>9} {:>9} {:>9} {:>7} {:>8} {:>27} {:>27} {:>18}\n", "peer", "procs", "cons",
+               "flow/s", "drain/s", "cold", "drained", "CPU/job", "claim p50 / p99 / p99.9",
+               "enq->claim p50/p99/p99.9", "wake-up p50 / p99");
+    for (auto* r : flow) {
+      if (!r->ok) {
+        fmt::print("{:<24} {}: {}\n", r->label, r->skipped ? "skipped" : "FAILED", r->error);
+        continue;
+      }
+      std::string wake = r->wake.count()
+                             ? fmt::format("{} / {}", dur(r->wake.percentile(0.5)), dur(r->wake.percentile(0.99)))
+                             : "-";
+      fmt::print("{:<24} {:>5} {:>4} {:>9} {:>9} {:>9} {:>7} {:>8} {:>27} {:>27} {:>18}\n", r->label, r->processes,
+                 r->params.consumers, si(r->cycles_per_s), r->drained ? si(r->drained_per_s) : "-",
+                 r->params.drain_rounds > 1 ? si(r->cold_drain_per_s) : "-", si(double(r->drained)),
+                 cpu_per_job(*r) > 0 ? dur(std::uint64_t(cpu_per_job(*r) + 0.5)) : "-", pct3(r->claim), pct3(r->e2c),
+                 wake);
+    }
+    auto jain = [](const FairnessResult& f) {
+      return f.windows ? fmt::format("{:.3f} / {:.3f}", f.jain_mean, f.jain_min) : std::string("-");
+    };
+    auto spread = [](const FairnessResult& f) {
+      return f.windows ? fmt::format("{} / {} / {}", f.spread_p99, f.spread_max, f.window) : std::string("-");
+    };
+    fmt::print("\n{:<24} {:>15} {:>17} {:>6} {:>15} {:>17} {:>6} {:>9} {:>8} {:>8} {:>8}\n", "", "drain: Jain",
+               "spread", "lanes", "flow: Jain", "spread", "lanes", "RSS max", "RSS sum", "server", "shm");
+    fmt::print("{:<24} {:>15} {:>17} {:>6} {:>15} {:>17} {:>6} {:>9} {:>8} {:>8} {:>8}\n", "peer", "mean / min",
+               "p99 / max / W", "backl.", "mean / min", "p99 / max / W", "backl.", "/process", "", "", "");
+    for (auto* r : flow) {
+      if (!r->ok) continue;
+      fmt::print("{:<24} {:>15} {:>17} {:>6.1f} {:>15} {:>17} {:>6.1f} {:>9} {:>8} {:>8} {:>8}\n", r->label,
+                 jain(r->drain_fair), spread(r->drain_fair), r->drain_fair.backlogged_mean, jain(r->fair),
+                 spread(r->fair), r->fair.backlogged_mean, mib(r->rss_max_kb), mib(r->rss_sum_kb),
+                 mib(r->server_rss_kb), mib(r->shared_bytes / 1024));
+    }
+  }
+  if (!bare.empty()) {
+    fmt::print("\nbare flow: each producer sends {} jobs of {} B, lanes in turn over {} tenants; the consumers claim and "
+               "complete every one. No per-operation timing, no stamps; full and empty are retried with the same "
+               "backoff for every peer; the queue holds the same number of jobs for every peer.\n",
+               p.bare_jobs, p.payload, p.lanes);
+    fmt::print("{:<24} {:>5} {:>9} {:>8} {:>10} {:>12} {:>13} {:>13} {:>10} {:>10}\n", "peer", "procs", "jobs",
+               "capacity", "jobs/s", "producer/s", "CPU/job prod", "CPU/job cons", "full", "empty");
+    for (auto* r : bare) {
+      if (!r->ok) {
+        fmt::print("{:<24} {}: {}\n", r->label, r->skipped ? "skipped" : "FAILED", r->error);
+        continue;
+      }
+      fmt::print("{:<24} {:>5} {:>9} {:>8} {:>10} {:>12} {:>13} {:>13} {:>10} {:>10}\n", r->label, r->processes,
+                 si(double(r->bare.jobs)), r->bare.capacity, si(r->bare.per_s), si(r->bare.producer_per_s),
+                 dur(std::uint64_t(r->bare.producer_cpu_ns + 0.5)), dur(std::uint64_t(r->bare.consumer_cpu_ns + 0.5)),
+                 r->full_retries, r->empty_polls);
+    }
+    const RunResult* a = find(rs, "fairlane", Topology::processes, Mode::bare);
+    const RunResult* b = find(rs, "boost-mq", Topology::processes, Mode::bare);
+    if (a && b && b->bare.per_s > 0)
+      fmt::print("fairlane / boost-mq, bare flow: {:.2f}x\n", a->bare.per_s / b->bare.per_s);
+  }
+  for (auto* r : batch) {
+    if (!r->ok) {
+      fmt::print("\n{:<24} {}: {}\n", r->label, r->skipped ? "skipped" : "FAILED", r->error);
       continue;
     }
-    std::string wake = r.wake.count() ? fmt::format("{} / {}", dur(r.wake.percentile(0.5)), dur(r.wake.percentile(0.99)))
-                                      : "-";
-    fmt::print("{:<20} {:>5} {:>4} {:>9} {:>9} {:>9} {:>7} {:>8} {:>27} {:>27} {:>18}\n", r.label, r.processes,
-               r.params.consumers, si(r.cycles_per_s), r.drained ? si(r.drained_per_s) : "-",
-               r.params.drain_rounds > 1 ? si(r.cold_drain_per_s) : "-", si(double(r.drained)),
-               cpu_per_job(r) > 0 ? dur(std::uint64_t(cpu_per_job(r) + 0.5)) : "-", pct3(r.claim), pct3(r.e2c), wake);
-  }
-  auto jain = [](const FairnessResult& f) {
-    return f.windows ? fmt::format("{:.3f} / {:.3f}", f.jain_mean, f.jain_min) : std::string("-");
-  };
-  auto spread = [](const FairnessResult& f) {
-    return f.windows ? fmt::format("{} / {} / {}", f.spread_p99, f.spread_max, f.window) : std::string("-");
-  };
-  fmt::print("\n{:<20} {:>15} {:>17} {:>6} {:>15} {:>17} {:>6} {:>9} {:>8} {:>8} {:>8}\n", "", "drain: Jain",
-             "spread", "lanes", "flow: Jain", "spread", "lanes", "RSS max", "RSS sum", "server", "shm");
-  fmt::print("{:<20} {:>15} {:>17} {:>6} {:>15} {:>17} {:>6} {:>9} {:>8} {:>8} {:>8}\n", "peer", "mean / min",
-             "p99 / max / W", "backl.", "mean / min", "p99 / max / W", "backl.", "/process", "", "", "");
-  for (auto& r : rs) {
-    if (!r.ok) continue;
-    fmt::print("{:<20} {:>15} {:>17} {:>6.1f} {:>15} {:>17} {:>6.1f} {:>9} {:>8} {:>8} {:>8}\n", r.label,
-               jain(r.drain_fair), spread(r.drain_fair), r.drain_fair.backlogged_mean, jain(r.fair), spread(r.fair),
-               r.fair.backlogged_mean, mib(r.rss_max_kb), mib(r.rss_sum_kb), mib(r.server_rss_kb),
-               mib(r.shared_bytes / 1024));
+    const auto& b = r->batch;
+    auto x = [](double a, double c) { return c > 0 ? fmt::format("{:.2f}x", a / c) : std::string("-"); };
+    fmt::print("\n{}: per-job rates, batch {}; {} jobs a round, lanes in turn; producers alone, then consumers alone; "
+               "single calls, then batch calls (a warm-up round first)\n",
+               r->label, b.size, b.jobs);
+    fmt::print("  {:<34} {:>12} {:>12} {:>8}\n", "", "single", "batch", "ratio");
+    fmt::print("  {:<34} {:>12} {:>12} {:>8}\n", "mint + enqueue / enqueue_batch", si(b.enqueue_per_s) + "/s",
+               si(b.enqueue_batch_per_s) + "/s", x(b.enqueue_batch_per_s, b.enqueue_per_s));
+    fmt::print("  {:<34} {:>12} {:>12} {:>8}\n", "claim + complete / _batch", si(b.drain_per_s) + "/s",
+               si(b.drain_batch_per_s) + "/s", x(b.drain_batch_per_s, b.drain_per_s));
+    fmt::print("  {:<34} {:>12} {:>12}   (jobs per second of time inside the call)\n", "  claim_batch", "",
+               si(b.claim_batch_per_s) + "/s");
+    fmt::print("  {:<34} {:>12} {:>12}\n", "  complete_batch", "", si(b.complete_batch_per_s) + "/s");
   }
   fmt::print("\nwhat a cycle is:\n");
   for (auto& r : rs) {
-    if (r.what.empty()) continue;
+    if (r.what.empty() || r.mode != Mode::flow) continue;
     std::string extra;
     if (!r.sweep.empty()) {
       extra = " [consumers tried:";
@@ -204,23 +320,28 @@ void print_table(const Options& o, const std::vector<RunResult>& rs, const std::
         extra += fmt::format(" {}: flow {}/s drain {}/s;", pt.consumers, si(pt.flow_per_s), si(pt.drain_per_s));
       extra += fmt::format(" best {}]", r.params.consumers);
     }
-    fmt::print("  {:<20} {}{}\n", r.label, r.what, extra);
+    fmt::print("  {:<24} {}{}\n", r.label, r.what, extra);
   }
-  fmt::print("\nflow: producers and consumers together, backlog <= {}. drain: consumers alone on a queue "
-             "pre-filled with up to {} jobs ({:.1f} s fill at most), round {} of {}; cold: round 1, on a fresh "
-             "segment. CPU/job: CPU time of the consumers (and of the server, for valkey) per drained job, which "
-             "does not depend on what else the machine runs. Latencies are from the flow; wake-ups from {} rounds "
-             "with consumer 0 parked.\n"
-             "RSS: each worker process's VmHWM less the harness's own resident pages (its records); server: the "
-             "Valkey server's VmHWM; shm: the size of the peer's segment.\n"
-             "Fairness: Jain's index and max - min served among the lanes backlogged throughout each window of W "
-             "claims (backl. = how many, on average), over the recorded drain and over the flow (in the flow, lanes "
-             "are backlogged only where consumers are the bottleneck).\n",
-             p.backlog, p.drain_jobs, o.fill_s, p.drain_rounds, p.drain_rounds, p.wake_rounds);
-  fmt::print("\ntargets (DESIGN.md section 5; claim+complete = the drain rate):\n");
+  if (!flow.empty())
+    fmt::print("\nflow: producers and consumers together, backlog <= {}. drain: consumers alone on a queue "
+               "pre-filled with up to {} jobs ({:.1f} s fill at most), round {} of {}; cold: round 1, on a fresh "
+               "segment. CPU/job: CPU time of the consumers (and of the server, for valkey) per drained job, which "
+               "does not depend on what else the machine runs. Latencies are from the flow; wake-ups from {} rounds "
+               "with consumer 0 parked. @PxC: P producer and C consumer processes.\n"
+               "RSS: each worker process's VmHWM less the harness's own resident pages (its records); server: the "
+               "Valkey server's VmHWM; shm: the size of the peer's segment.\n"
+               "Fairness: Jain's index and max - min served among the lanes backlogged throughout each window of W "
+               "claims (backl. = how many, on average), over the recorded drain and over the flow (in the flow, "
+               "lanes are backlogged only where consumers are the bottleneck).\n",
+               p.backlog, p.drain_jobs, o.fill_s, p.drain_rounds, p.drain_rounds, p.wake_rounds);
+  const bool judge = !o.quick;
+  fmt::print("\ntargets (the design's performance targets, issue 12; ratios within this run; claim+complete = the "
+             "drain rate){}:\n",
+             judge ? "" : " -- not judged in a --quick run, the figures only");
   for (auto& t : targets) {
-    if (!t.known) fmt::print("  [ n/a ] {}: a peer it needs did not run\n", t.name);
-    else fmt::print("  [{}] {}: {}\n", t.met ? " met " : "MISSED", t.name, t.detail);
+    if (!t.known) fmt::print("  [ n/a  ] {}: {}\n", t.name, t.missing);
+    else if (t.info || !judge) fmt::print("  [ info ] {}: {}\n", t.name, t.detail);
+    else fmt::print("  [{}] {}: {}\n", t.met ? "  met " : "MISSED", t.name, t.detail);
   }
 }
 
@@ -233,17 +354,43 @@ nlohmann::json to_json(const Options& o, const std::vector<RunResult>& rs, const
                  {"duration_s", o.duration_s}, {"warmup_s", o.warmup_s}, {"wake_rounds", p.wake_rounds},
                  {"sample", p.sample},       {"quick", o.quick},         {"drain_jobs", p.drain_jobs},
                  {"drain_rounds", p.drain_rounds},
-                 {"fill_s", o.fill_s}};
+                 {"fill_s", o.fill_s},
+                 {"bare_jobs", p.bare_jobs},
+                 {"batch", p.batch}};
   json peers = json::array();
   for (auto& r : rs) {
     json e;
     e["label"] = r.label;
     e["peer"] = r.peer;
     e["topology"] = to_string(r.topology);
+    e["mode"] = to_string(r.mode);
     e["ok"] = r.ok;
     e["skipped"] = r.skipped;
     if (!r.error.empty()) e["error"] = r.error;
-    if (r.ok) {
+    if (r.ok && r.mode == Mode::bare) {
+      e["producers"] = r.params.producers;
+      e["consumers"] = r.params.consumers;
+      e["bare"] = {{"jobs", r.bare.jobs},
+                   {"seconds", r.bare.seconds},
+                   {"per_s", r.bare.per_s},
+                   {"producer_per_s", r.bare.producer_per_s},
+                   {"producer_cpu_ns_per_job", r.bare.producer_cpu_ns},
+                   {"consumer_cpu_ns_per_job", r.bare.consumer_cpu_ns},
+                   {"capacity", r.bare.capacity},
+                   {"full_retries", r.full_retries},
+                   {"empty_polls", r.empty_polls}};
+    } else if (r.ok && r.mode == Mode::batch) {
+      e["producers"] = r.params.producers;
+      e["consumers"] = r.params.consumers;
+      e["batch"] = {{"size", r.batch.size},
+                    {"jobs_per_round", r.batch.jobs},
+                    {"enqueue_per_s", r.batch.enqueue_per_s},
+                    {"enqueue_batch_per_s", r.batch.enqueue_batch_per_s},
+                    {"claim_complete_per_s", r.batch.drain_per_s},
+                    {"claim_complete_batch_per_s", r.batch.drain_batch_per_s},
+                    {"claim_batch_per_s_in_call", r.batch.claim_batch_per_s},
+                    {"complete_batch_per_s_in_call", r.batch.complete_batch_per_s}};
+    } else if (r.ok) {
       e["what"] = r.what;
       e["processes"] = r.processes;
       e["producers"] = r.params.producers;
@@ -282,9 +429,10 @@ nlohmann::json to_json(const Options& o, const std::vector<RunResult>& rs, const
   j["peers"] = std::move(peers);
   json tj = json::array();
   for (auto& t : targets) {
-    json e{{"target", t.name}, {"evaluated", t.known}};
+    json e{{"target", t.name}, {"evaluated", t.known}, {"judged", t.known && !t.info && !o.quick}};
+    if (!t.known) e["missing"] = t.missing;
     if (t.known) {
-      e["met"] = t.met;
+      if (!t.info && !o.quick) e["met"] = t.met;
       e["ratio_to_target"] = t.ratio;
       e["detail"] = t.detail;
     }
@@ -298,7 +446,7 @@ bool write_charts(const std::string& dir, const std::vector<RunResult>& rs, std:
   mkdir(dir.c_str(), 0755);
   std::vector<const RunResult*> ok;
   for (auto& r : rs)
-    if (r.ok) ok.push_back(&r);
+    if (r.ok && r.mode == Mode::flow) ok.push_back(&r);
   if (ok.empty()) { error = "no successful run to chart"; return false; }
 
   {

@@ -19,9 +19,15 @@ struct TargetCheck {
   double ratio = 0;     // measured / required (>= 1 is met)
   bool met = false;
   bool known = false;   // false when a peer it needs did not run
+  bool info = false;    // shown with the targets, not judged
+  std::string missing;  // when !known: what it needs
 };
 
-std::vector<TargetCheck> check_targets(const std::vector<RunResult>& results);
+// The design's performance targets (docs/design.md; the project's design card
+// ../shared/DESIGN.md, "Performance targets") against this run's results and,
+// for the cycle budget, the cycle counter's JSON report (cycle_json; empty:
+// not given).
+std::vector<TargetCheck> check_targets(const std::vector<RunResult>& results, const std::string& cycle_json);
 
 void print_table(const Options& o, const std::vector<RunResult>& results, const std::vector<TargetCheck>& targets);
 nlohmann::json to_json(const Options& o, const std::vector<RunResult>& results,

@@ -212,15 +212,162 @@ bool pace(const Options& o, Control& ctl, Children& kids, const std::string& lab
   }
 }
 
-RunResult run_once(const Options& o, Peer& peer, Topology topo, std::uint32_t consumers, const std::string& label) {
+// Waits until every worker process has exited (the bare flow and batch modes
+// end when their loops do), watching for failures; progress once a second.
+bool reap_all(const Options& o, Control& ctl, Children& kids, const std::string& label, const char* what,
+              double limit_s, RunResult& r) {
+  ControlHeader& h = ctl.header();
+  const std::uint64_t start = now_ns(), deadline = start + std::uint64_t(limit_s * 1e9);
+  std::uint64_t next_report = start + 1'000'000'000ULL, last = 0;
+  for (;;) {
+    bool left = false;
+    for (auto& pid : kids.pids) {
+      if (pid <= 0) continue;
+      int st = 0;
+      if (waitpid(pid, &st, WNOHANG) == pid) {
+        const pid_t was = pid;
+        pid = -1;
+        if (!(WIFEXITED(st) && WEXITSTATUS(st) == 0) && r.error.empty()) {
+          r.error = first_error(ctl);
+          if (r.error.empty()) r.error = "worker " + std::to_string(was) + " " + describe_status(st);
+        }
+      } else {
+        left = true;
+      }
+    }
+    if (!left) return r.error.empty();
+    if (interrupted()) { r.error = "interrupted"; h.abort.store(1); return false; }
+    if (h.abort.load(std::memory_order_relaxed) && r.error.empty()) {
+      r.error = first_error(ctl);
+      if (r.error.empty()) r.error = "a worker failed";
+    }
+    const std::uint64_t now = now_ns();
+    if (now > deadline) {
+      r.error = std::string(what) + " did not finish within " + std::to_string(int(limit_s)) + " s";
+      h.abort.store(1);
+      return false;
+    }
+    if (o.progress && !o.quick && now >= next_report) {
+      const std::uint64_t c = consumers_count(ctl);
+      std::fprintf(stderr, "  [%s] %s %5.1f s  %10.0f jobs/s\n", label.c_str(), what, double(now - start) / 1e9,
+                   double(c - last));
+      last = c;
+      next_report += 1'000'000'000ULL;
+    }
+    sleep_ns(5'000'000);
+  }
+}
+
+// Mode::bare: go, wait for everyone, then the figures from the slots.
+void run_bare(const Options& o, Control& ctl, Children& kids, const std::string& label, RunResult& r) {
+  const Params& p = r.params;
+  ControlHeader& h = ctl.header();
+  h.phase.store(kWarmup, std::memory_order_release);  // pairs with the workers' acquire in wait_for_start
+  if (!reap_all(o, ctl, kids, label, "bare flow", 600.0, r)) return;
+  std::uint64_t t0 = ~std::uint64_t(0), t1 = 0, pt1 = 0, sent = 0, got = 0, pcpu = 0, ccpu = 0;
+  for (std::uint32_t i = 0; i < p.producers + p.consumers; ++i) {
+    const WorkerSlot& s = ctl.slot(i);
+    t0 = std::min(t0, s.bare_t0);
+    if (i < p.producers) {
+      sent += s.bare_n;
+      pcpu += s.bare_cpu;
+      pt1 = std::max(pt1, s.bare_t1);
+      r.full_retries += s.full_retries;
+    } else {
+      got += s.bare_n;
+      ccpu += s.bare_cpu;
+      t1 = std::max(t1, s.bare_t1);
+      r.empty_polls += s.empty_polls;
+    }
+  }
+  if (sent != p.bare_jobs * p.producers || got != sent) {
+    r.error = "bare flow: " + std::to_string(sent) + " sent, " + std::to_string(got) + " claimed, of " +
+              std::to_string(p.bare_jobs * p.producers);
+    return;
+  }
+  auto& b = r.bare;
+  b.jobs = got;
+  b.capacity = p.capacity;
+  b.seconds = t1 > t0 ? double(t1 - t0) / 1e9 : 0;
+  b.per_s = b.seconds > 0 ? double(got) / b.seconds : 0;
+  b.producer_per_s = pt1 > t0 ? double(sent) / (double(pt1 - t0) / 1e9) : 0;
+  b.consumer_cpu_ns = got ? double(ccpu) / double(got) : 0;
+  b.producer_cpu_ns = sent ? double(pcpu) / double(sent) : 0;
+  r.ok = true;
+}
+
+// Mode::batch: kBatchRounds fills (producers alone) and drains (consumers
+// alone), paced through round_state.
+void run_batch(const Options& o, Control& ctl, Children& kids, const std::string& label, RunResult& r) {
+  const Params& p = r.params;
+  ControlHeader& h = ctl.header();
+  h.phase.store(kWarmup, std::memory_order_release);
+  auto wait = [&](const std::atomic<std::uint32_t>& counter, std::uint32_t target, const char* what) {
+    const std::uint64_t deadline = now_ns() + 300'000'000'000ULL;
+    while (counter.load(std::memory_order_acquire) < target) {
+      if (interrupted()) { r.error = "interrupted"; return false; }
+      if (h.abort.load()) { r.error = first_error(ctl); if (r.error.empty()) r.error = "a worker failed"; return false; }
+      if (auto d = kids.early_death(); !d.empty()) { r.error = d; return false; }
+      if (now_ns() > deadline) { r.error = std::string(what) + " did not finish within 300 s"; return false; }
+      sleep_ns(1'000'000);
+    }
+    return true;
+  };
+  for (std::uint32_t round = 0; round < kBatchRounds; ++round) {
+    h.round_state.store(2 * round + 1, std::memory_order_release);
+    if (!wait(h.fill_done, p.producers * (round + 1), "a batch fill")) { h.abort.store(1); return; }
+    h.round_state.store(2 * round + 2, std::memory_order_release);
+    if (!wait(h.drain_done, p.consumers * (round + 1), "a batch drain")) { h.abort.store(1); return; }
+  }
+  if (!reap_all(o, ctl, kids, label, "batch", 60.0, r)) return;
+  auto& b = r.batch;
+  b.size = p.batch;
+  auto figures = [&](std::uint32_t k, double& enq, double& drain, double* claim, double* complete) {
+    std::uint64_t f0 = ~std::uint64_t(0), f1 = 0, filled = 0, d0 = ~std::uint64_t(0), d1 = 0, drained = 0, cn = 0, kn = 0;
+    for (std::uint32_t i = 0; i < p.producers + p.consumers; ++i) {
+      const WorkerSlot& s = ctl.slot(i);
+      if (i < p.producers) {
+        f0 = std::min(f0, s.fill_t0[k]);
+        f1 = std::max(f1, s.fill_t1[k]);
+        filled += s.fill_n[k];
+      } else {
+        d0 = std::min(d0, s.drain_t0[k]);
+        d1 = std::max(d1, s.drain_t1[k]);
+        drained += s.drained[k];
+        cn += s.claim_call_ns[k];
+        kn += s.complete_call_ns[k];
+      }
+    }
+    if (drained != filled) {
+      r.error = "batch round " + std::to_string(k) + ": " + std::to_string(filled) + " enqueued, " +
+                std::to_string(drained) + " drained";
+      return false;
+    }
+    b.jobs = filled;
+    enq = f1 > f0 ? double(filled) / (double(f1 - f0) / 1e9) : 0;
+    drain = d1 > d0 ? double(drained) / (double(d1 - d0) / 1e9) : 0;
+    // Time inside the calls, summed over the consumers: per consumer, as if
+    // its calls ran back to back; times the consumers.
+    if (claim) *claim = cn ? double(drained) * 1e9 / (double(cn) / p.consumers) : 0;
+    if (complete) *complete = kn ? double(drained) * 1e9 / (double(kn) / p.consumers) : 0;
+    return true;
+  };
+  if (!figures(1, b.enqueue_per_s, b.drain_per_s, nullptr, nullptr)) return;
+  if (!figures(2, b.enqueue_batch_per_s, b.drain_batch_per_s, &b.claim_batch_per_s, &b.complete_batch_per_s)) return;
+  r.ok = true;
+}
+
+RunResult run_once(const Options& o, Peer& peer, const Params& params, std::uint32_t consumers,
+                   const std::string& label) {
   RunResult r;
   r.peer = std::string(peer.name());
-  r.topology = topo;
+  r.topology = params.topology;
+  r.mode = params.mode;
   r.label = label;
   r.what = std::string(peer.what());
-  r.params = o.params;
-  r.params.topology = topo;
+  r.params = params;
   r.params.consumers = consumers;
+  const Topology topo = params.topology;
   r.warmup_s = o.warmup_s;
   const Params& p = r.params;
 
@@ -271,6 +418,14 @@ RunResult run_once(const Options& o, Peer& peer, Topology topo, std::uint32_t co
   }
   if (h.abort.load()) {
     r.error = first_error(ctl);
+    return r;
+  }
+  if (p.mode == Mode::bare) {
+    run_bare(o, ctl, kids, label, r);
+    return r;
+  }
+  if (p.mode == Mode::batch) {
+    run_batch(o, ctl, kids, label, r);
     return r;
   }
 
@@ -466,30 +621,58 @@ RunResult run_once(const Options& o, Peer& peer, Topology topo, std::uint32_t co
 RunResult run_peer(const Options& o, const std::string& spec, const PeerEnv& env) {
   RunResult r;
   r.label = spec;
-  const auto slash = spec.find('/');
-  const std::string name = spec.substr(0, slash);
-  auto peer = make_peer(name, env);
-  r.peer = name;
   r.params = o.params;
+  PeerSpec ps;
+  if (!parse_spec(spec, ps, r.error)) return r;
+  auto peer = make_peer(ps.name, env);
+  r.peer = ps.name;
+  r.mode = ps.mode;
   if (!peer) {
-    r.error = "unknown peer '" + name + "'";
+    r.error = "unknown peer '" + ps.name + "'";
     return r;
   }
   r.what = std::string(peer->what());
   Topology topo = peer->natural_topology();
-  if (slash != std::string::npos) {
-    const std::string t = spec.substr(slash + 1);
-    if (t == "threads") topo = Topology::threads;
-    else if (t == "processes") topo = Topology::processes;
-    else {
-      r.error = "unknown topology '" + t + "' (threads or processes)";
-      return r;
-    }
-  }
+  if (ps.topology == "threads") topo = Topology::threads;
+  else if (ps.topology == "processes") topo = Topology::processes;
   r.topology = topo;
-  r.label = name + "/" + to_string(topo);
+  Params params = o.params;
+  params.topology = topo;
+  params.mode = ps.mode;
+  if (ps.producers) {
+    params.producers = ps.producers;
+    params.consumers = ps.consumers;
+    r.pxc = true;
+  }
+  if (ps.mode == Mode::bare) {
+    // The same queue capacity for every peer of the bare flow: the backlog
+    // bound, rounded up to a power of two (fairlane's segment likes those).
+    if (params.capacity == 0) {
+      std::uint64_t c = 1024;
+      while (c < params.backlog) c <<= 1;
+      params.capacity = c;
+    }
+    params.drain_rounds = 0;
+    params.fair_round = 0;
+    params.wake_rounds = 0;
+    params.trace_cap = 1;
+  } else if (ps.mode == Mode::batch) {
+    if (params.drain_jobs == 0) params.drain_jobs = 100000;
+    params.drain_rounds = 0;
+    params.fair_round = 0;
+    params.wake_rounds = 0;
+    params.trace_cap = 1;
+  }
+  r.params = params;
+  r.label = std::string(ps.mode == Mode::flow ? "" : std::string(to_string(ps.mode)) + ":") + ps.name + "/" +
+            to_string(topo) +
+            (r.pxc ? "@" + std::to_string(params.producers) + "x" + std::to_string(params.consumers) : "");
   if (!peer->supports(topo)) {
-    r.error = name + " does not run as " + to_string(topo);
+    r.error = ps.name + " does not run as " + to_string(topo);
+    return r;
+  }
+  if (ps.mode == Mode::batch && !peer->supports_batch()) {
+    r.error = ps.name + " has no batch calls (batch mode runs fairlane)";
     return r;
   }
   if (auto why = peer->unavailable(); !why.empty()) {
@@ -497,8 +680,9 @@ RunResult run_peer(const Options& o, const std::string& spec, const PeerEnv& env
     r.error = why;
     return r;
   }
-  std::vector<std::uint32_t> sweep = peer->consumer_sweep();
-  if (sweep.empty()) sweep.push_back(o.params.consumers);
+  std::vector<std::uint32_t> sweep = ps.mode == Mode::flow && !r.pxc ? peer->consumer_sweep()
+                                                                      : std::vector<std::uint32_t>{};
+  if (sweep.empty()) sweep.push_back(params.consumers);
 
   // The best of the sweep by claim+complete capacity (the drain rate), or by
   // the flow rate when there was no drain.
@@ -508,10 +692,18 @@ RunResult run_peer(const Options& o, const std::string& spec, const PeerEnv& env
   std::vector<RunResult::SweepPoint> points;
   for (std::uint32_t c : sweep) {
     const std::string lab = sweep.size() > 1 ? r.label + " c=" + std::to_string(c) : r.label;
-    RunResult one = run_once(o, *peer, topo, c, lab);
+    RunResult one = run_once(o, *peer, params, c, lab);
     one.label = r.label;
+    one.pxc = r.pxc;
     if (o.progress) {
-      if (one.ok)
+      if (one.ok && one.mode == Mode::bare)
+        std::fprintf(stderr, "  [%s] %u producer(s), %u consumer(s): bare flow %.0f jobs/s (%llu jobs)\n", lab.c_str(),
+                     one.params.producers, c, one.bare.per_s, static_cast<unsigned long long>(one.bare.jobs));
+      else if (one.ok && one.mode == Mode::batch)
+        std::fprintf(stderr, "  [%s] batch %u: enqueue %.0f -> %.0f jobs/s, claim+complete %.0f -> %.0f jobs/s\n",
+                     lab.c_str(), one.batch.size, one.batch.enqueue_per_s, one.batch.enqueue_batch_per_s,
+                     one.batch.drain_per_s, one.batch.drain_batch_per_s);
+      else if (one.ok)
         std::fprintf(stderr, "  [%s] %u producer(s), %u consumer(s): flow %.0f cycles/s, drain %.0f/s (%llu jobs)\n",
                      lab.c_str(), one.params.producers, c, one.cycles_per_s, one.drained_per_s,
                      static_cast<unsigned long long>(one.drained));

@@ -15,9 +15,11 @@
 namespace fairlane::bench {
 
 struct RunResult {
-  std::string label;          // "fairlane/processes"
+  std::string label;          // "fairlane/processes", "bare:fairlane/processes", "mutex-shm/processes@2x2"
   std::string peer;
   Topology topology = Topology::processes;
+  Mode mode = Mode::flow;
+  bool pxc = false;           // the spec set its own producers x consumers (@PxC)
   std::string what;           // the peer's one-line description
   bool ok = false;
   bool skipped = false;
@@ -60,6 +62,29 @@ struct RunResult {
     double drain_per_s;
   };
   std::vector<SweepPoint> sweep;
+
+  // Mode::bare: every job through, from the first worker's start to the last
+  // consumer's end.
+  struct Bare {
+    std::uint64_t jobs = 0;          // claimed + completed (== sent)
+    double seconds = 0;
+    double per_s = 0;                // jobs / seconds: the bare flow rate
+    double producer_per_s = 0;       // sent / the producers' own time
+    double consumer_cpu_ns = 0;      // consumers' CPU per job
+    double producer_cpu_ns = 0;      // producers' CPU per job
+    std::uint64_t capacity = 0;      // jobs the queue held
+  } bare;
+  // Mode::batch: per-job rates, single calls (round 1) and batch calls (round 2).
+  struct Batch {
+    std::uint32_t size = 0;
+    std::uint64_t jobs = 0;               // per round
+    double enqueue_per_s = 0;             // producers alone, enqueue
+    double enqueue_batch_per_s = 0;       // producers alone, enqueue_batch
+    double drain_per_s = 0;               // consumers alone, claim + complete
+    double drain_batch_per_s = 0;         // consumers alone, claim_batch + complete_batch
+    double claim_batch_per_s = 0;         // jobs per second of time inside claim_batch
+    double complete_batch_per_s = 0;      // jobs per second of time inside complete_batch
+  } batch;
 };
 
 // Runs the peer named by spec ("name" or "name/threads"); never throws.

@@ -1,0 +1,80 @@
+#!/usr/bin/env bash
+# The cycle counter (issue 12): instructions and locked read-modify-writes per
+# mint + enqueue + claim + complete cycle, through the public API, counted by
+# callgrind. A count, not a time: the same on a busy machine as on a quiet one.
+#
+#   bench/cycle/count.sh [--bin DIR] [--cycles N] [--quick] [--json FILE] [--top K]
+#                        [--keep DIR] [--probe]
+#
+#   --bin DIR    where fairlane_cycle, fairlane_cycle_report (and _probe) are
+#                (default: build/release/bench next to this script's repository)
+#   --cycles N   measured cycles per region (default 20000; --quick: 2000)
+#   --quick      a short run that prints the figures without judging the budget
+#   --json FILE  the report as JSON too (fairlane-bench --cycle-json FILE reads it)
+#   --keep DIR   keep the callgrind dumps there (callgrind_annotate can read them)
+#   --probe      count the probe instead (known RMWs per iteration) and check
+#                the counter against them: exit 1 on any difference
+#
+# Exit status: 0; 1 when a step failed (or --probe found a wrong count); 77
+# when valgrind or objdump is missing (ctest's SKIP_RETURN_CODE).
+set -euo pipefail
+here="$(cd "$(dirname "$0")" && pwd)"
+bin="$here/../../build/release/bench"
+cycles=""
+quick=0
+json=""
+top=12
+keep=""
+probe=0
+while [ $# -gt 0 ]; do
+  case "$1" in
+    --bin) bin="$2"; shift 2 ;;
+    --cycles) cycles="$2"; shift 2 ;;
+    --quick) quick=1; shift ;;
+    --json) json="$2"; shift 2 ;;
+    --top) top="$2"; shift 2 ;;
+    --keep) keep="$2"; shift 2 ;;
+    --probe) probe=1; shift ;;
+    -h|--help) sed -n '2,19p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    *) echo "count.sh: unknown argument $1 (try --help)" >&2; exit 2 ;;
+  esac
+done
+for tool in valgrind objdump; do
+  if ! command -v "$tool" >/dev/null 2>&1; then
+    echo "count.sh: $tool not found (apt-get install valgrind binutils); skipped" >&2
+    exit 77
+  fi
+done
+[ -z "$cycles" ] && { [ "$quick" = 1 ] && cycles=2000 || cycles=20000; }
+warmup=$(( cycles / 4 > 500 ? cycles / 4 : 500 ))
+
+work="$(mktemp -d "${TMPDIR:-/tmp}/fairlane-cycle.XXXXXX")"
+trap 'rm -rf "$work"' EXIT
+vg=(valgrind --tool=callgrind --dump-instr=yes --collect-atstart=no --instr-atstart=no
+    --callgrind-out-file="$work/callgrind.out.%p")
+report=("$bin/fairlane_cycle_report" --top "$top")
+[ -n "$json" ] && report+=(--json "$json")
+
+if [ "$probe" = 1 ]; then
+  "${vg[@]}" "$bin/fairlane_cycle_probe" --n "$cycles" >"$work/run.log" 2>&1 ||
+    { cat "$work/run.log" >&2; echo "count.sh: the probe failed under valgrind" >&2; exit 1; }
+  report+=(--check)
+  echo "fairlane cycle counter, probe: $cycles iterations per region (known counts; --check)"
+else
+  "${vg[@]}" "$bin/fairlane_cycle" --cycles "$cycles" --warmup "$warmup" >"$work/run.log" 2>&1 ||
+    { cat "$work/run.log" >&2; echo "count.sh: fairlane_cycle failed under valgrind" >&2; exit 1; }
+  [ "$quick" = 1 ] || report+=(--budget 1000,12)
+  echo "fairlane cycle counter: $cycles cycles of mint + enqueue + claim + complete per region" \
+       "(after $warmup warm-up), public API, one thread, 64 tenants in turn over a backlog of 16 each," \
+       "64-byte payloads; callgrind ($(valgrind --version))"
+  echo "locked RMW = an instruction with a lock prefix, an xchg with memory, an mfence (one each)"
+  echo
+fi
+status=0
+"${report[@]}" "$work"/callgrind.out.* || status=$?
+if [ -n "$keep" ]; then
+  mkdir -p "$keep"
+  cp "$work"/callgrind.out.* "$keep"/
+  echo "callgrind dumps kept in $keep"
+fi
+exit $status
