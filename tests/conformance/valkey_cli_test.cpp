@@ -246,7 +246,7 @@ TEST_F(ValkeyCli, DestroyRemovesEveryKeyOfTheQueueAndOnlyThose) {
 }
 
 // needs the Valkey backend: job listings and dead letters (job, jobs, requeue_dead, purge_dead)
-TEST_F(ValkeyCli, DISABLED_DeadLettersAndJobListingsOnValkey) {
+TEST_F(ValkeyCli, DeadLettersAndJobListingsOnValkey) {
   CliRun r = run_cli({"enqueue", url_, "TEN00000000001", "--mint", "--payload", "x", "--json"});
   ASSERT_EQ(r.exit_code, 0) << show(r);
   const std::string id = nlohmann::json::parse(r.out)["id"];
