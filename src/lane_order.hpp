@@ -1,118 +1,84 @@
-// The order of jobs inside one lane: oldest (lowest id) first.
+// The order of a lane's pending jobs: oldest (lowest id) first, in two
+// lock-free structures that live in the job slots (docs/design.md section 5).
 //
-// Newly pending jobs are pushed on the lane's intake, a push-only stack that
-// any process may push to with one CAS. Only the lane's server (the holder
-// of the lane word's busy bit) takes from it, always all of it at once with
-// an exchange, so the stack has no ABA problem. The server keeps the jobs in
-// two structures that live in the job slots:
+//   run     a singly linked list in ascending id order whose head and tail
+//           are in the lane word. Jobs enqueued in mint order (nearly all)
+//           are appended at the tail: link the tail's `next` (one CAS),
+//           then move the lane word's tail (one CAS, which anyone may do
+//           for a link it sees). A pop is one CAS of the lane word (head
+//           to the head's `next`), the same CAS that counts the lease and
+//           moves the ring.
+//   strays  a skip list (kStrayLevels levels, p = 1/4) for the rest: jobs
+//           that come back (retries, expired leases, promotions, releases)
+//           and jobs whose id is older than the run's tail. Insert anywhere
+//           (CAS on the predecessor's link, level 0 first); delete only
+//           the minimum (mark its links top-down, level 0 last, which
+//           decides who owns it; then unlink it from the heads).
 //
-//   run   a linked list in ascending id order; a job newer than the run's
-//         tail (the common case: ids are minted in order) is appended, O(1)
-//   heap  a leftist heap for the rest (retries, recovered leases, ids that
-//         arrive out of order), O(log depth) to insert and to pop
+// A claim takes the smaller of the run's head and the strays' minimum.
 //
-// pop takes the smaller of the run's head and the heap's root. If a server
-// dies mid-operation the structures are rebuilt from the slot table, which
-// stays the truth (the slots say pending and which lane).
+// Every link carries its owner's insertion tag (Link, layout.hpp): a CAS on
+// the link of a node that has since been relinked or reused fails. A node
+// is never freed while linked: a pop unlinks it (run: by the pop itself;
+// strays: its popper unlinks it, and every marked node before it, from
+// every level before it leases it).
+//
+// Bounds: every slot index read from a link is checked against the table;
+// every walk is bounded by the table size (a cycle cannot hang a caller);
+// what fails a check is reported as corruption and the call gives up.
 #pragma once
 
 #include <cstdint>
 
+#include "lanes.hpp"
 #include "segment.hpp"
+#include "slots.hpp"
 
 namespace fairlane::detail {
 
-// Pushes slot onto the lane's intake. Lock-free; any process.
-inline void intake_push(Segment& s, LaneRecord& lane, std::uint32_t slot) noexcept {
-  SlotRecord& r = s.slot(slot);
-  std::uint32_t head = lane.intake.load(std::memory_order_relaxed);
-  do {
-    r.next.store(head, std::memory_order_relaxed);
-    // [R2] release: the slot's fields are visible to the server that takes
-    // the intake; pairs with [A2].
-  } while (!lane.intake.compare_exchange_weak(head, slot + 1, std::memory_order_release, std::memory_order_relaxed));
+inline std::uint64_t node_tag(std::uint64_t ctr) noexcept { return ctr & Link::kTagMask; }
+
+inline std::atomic<std::uint64_t>& node_link(SlotRecord& r, unsigned level) noexcept {
+  return level == 0 ? r.next : r.up[level - 1];
 }
 
-class LaneOrder {
- public:
-  LaneOrder(Segment& s, LaneRecord& lane) noexcept : s_(s), lane_(lane) {}
+// Is `slot1` (slot+1) a slot index of this segment? 0 is "none", never valid here.
+inline bool valid_slot1(const Segment& s, std::uint32_t slot1) noexcept { return slot1 != 0 && slot1 <= s.jobs; }
 
-  // Removes and returns the oldest job, or kNoSlot... the caller reserved a
-  // pending count, so a job is always there (possibly still in the intake).
-  std::uint32_t pop() noexcept {
-    for (;;) {
-      absorb();
-      std::uint32_t r = lane_.run_head, hp = lane_.heap_root;
-      if (r && (!hp || key(r - 1) <= key(hp - 1))) {
-        lane_.run_head = s_.slot(r - 1).next.load(std::memory_order_relaxed);
-        if (!lane_.run_head) lane_.run_tail = 0;
-        return r - 1;
-      }
-      if (hp) {
-        SlotRecord& top = s_.slot(hp - 1);
-        lane_.heap_root = merge(top.left, top.right);
-        return hp - 1;
-      }
-      // Reserved but not yet visible: an enqueuer pushed it to the intake
-      // just before counting it, so it is there; we raced the exchange.
-    }
-  }
+enum class OrderResult { ok, empty, lane_changed, out_of_order, corrupt };
 
- private:
-  std::uint64_t key(std::uint32_t slot) const noexcept { return s_.slot(slot).snowflake.load(std::memory_order_relaxed); }
+// ---- run ---------------------------------------------------------------------------------
 
-  // Moves the intake into the run and the heap.
-  void absorb() noexcept {
-    // [A2] acquire: pairs with [R2].
-    std::uint32_t top = lane_.intake.exchange(0, std::memory_order_acquire);
-    if (!top) return;
-    // The stack is newest-first; reverse it to arrival order.
-    std::uint32_t rev = 0;
-    while (top) {
-      SlotRecord& r = s_.slot(top - 1);
-      std::uint32_t nx = r.next.load(std::memory_order_relaxed);
-      r.next.store(rev, std::memory_order_relaxed);
-      rev = top;
-      top = nx;
-    }
-    while (rev) {
-      std::uint32_t nx = s_.slot(rev - 1).next.load(std::memory_order_relaxed);
-      place(rev - 1);
-      rev = nx;
-    }
-  }
+// Appends `slot` (its sf, lane and tag already written; not linked anywhere)
+// to lane `lane`'s run. `w` is a reading of the lane word, refreshed here.
+// out_of_order: its id is not above the tail's (insert it into strays).
+// lane_changed: the lane is no longer live (reclaimed): look the group up again.
+OrderResult run_append(Segment& s, std::uint32_t lane, std::uint32_t slot, std::uint64_t tag, Word128& w) noexcept;
 
-  void place(std::uint32_t slot) noexcept {
-    SlotRecord& r = s_.slot(slot);
-    if (!lane_.run_tail || key(lane_.run_tail - 1) < key(slot)) {
-      r.next.store(0, std::memory_order_relaxed);
-      if (lane_.run_tail) s_.slot(lane_.run_tail - 1).next.store(slot + 1, std::memory_order_relaxed);
-      else lane_.run_head = slot + 1;
-      lane_.run_tail = slot + 1;
-      return;
-    }
-    r.left = r.right = 0;
-    r.rank = 1;
-    lane_.heap_root = merge(lane_.heap_root, slot + 1);
-  }
+// ---- strays ------------------------------------------------------------------------------
 
-  std::uint32_t rank(std::uint32_t n) const noexcept { return n ? s_.slot(n - 1).rank : 0; }
+// Inserts `slot` (not linked anywhere; its sf, lane and tag written) into
+// lane `lane`'s strays, then sets the lane word's strays flag (ringing the
+// lane if that makes it serviceable), releasing one active count in the same
+// CAS when `release_active` (a lease coming back). lane_changed: the lane is
+// not live (the caller looks again); nothing was linked then.
+OrderResult strays_insert(Segment& s, std::uint32_t lane, std::uint32_t slot, std::uint64_t tag,
+                          bool release_active) noexcept;
 
-  // Leftist-heap merge of two roots (slot+1, 0 = empty). Recursion depth is
-  // bounded by the sum of the right-spine lengths, at most 2 log2(depth).
-  std::uint32_t merge(std::uint32_t a, std::uint32_t b) noexcept {
-    if (!a) return b;
-    if (!b) return a;
-    if (key(b - 1) < key(a - 1)) std::swap(a, b);
-    SlotRecord& ra = s_.slot(a - 1);
-    ra.right = merge(ra.right, b);
-    if (rank(ra.left) < rank(ra.right)) std::swap(ra.left, ra.right);
-    ra.rank = rank(ra.right) + 1;
-    return a;
-  }
+// The strays' minimum (slot+1, 0 if empty) as now linked and unmarked.
+std::uint32_t strays_first(Segment& s, std::uint32_t lane, OrderResult& r) noexcept;
 
-  Segment& s_;
-  LaneRecord& lane_;
-};
+// Takes the strays' minimum if it is still `first1`: marks it (the owner is
+// whoever marks level 0), unlinks it (and every marked node before it) from
+// every level. Returns ok when taken, lane_changed when another took it or
+// it is no longer first.
+OrderResult strays_take(Segment& s, std::uint32_t lane, std::uint32_t first1) noexcept;
+
+// Is `slot` linked in lane `lane`'s strays (marked or not)? For recovery.
+bool strays_contains(Segment& s, std::uint32_t lane, std::uint32_t slot) noexcept;
+
+// Pending jobs of the lane, approximately (run: from the run sequence numbers
+// of head and tail; strays: a bounded walk).
+std::uint64_t lane_depth(const Segment& s, std::uint32_t lane) noexcept;
 
 }  // namespace fairlane::detail

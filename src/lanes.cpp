@@ -1,0 +1,310 @@
+// Lanes: directory lookups, creation and reclaim (lanes.hpp has the
+// protocol), the settling of a lane word's pending release, wake-ups.
+#include "lanes.hpp"
+
+#include <climits>
+
+#include "failpoint.hpp"
+#include "futex.hpp"
+
+namespace fairlane::detail {
+
+namespace {
+
+constexpr std::uint64_t kIncMask = (1ULL << 25) - 1;  // the incarnation bits a directory entry keeps
+
+struct DirProbe {
+  std::uint64_t b1, b2;
+};
+
+DirProbe dir_probe(const Segment& s, GroupKey g) noexcept {
+  const std::uint64_t h = group_hash(g.kind, g.sf, s.seed);
+  DirProbe p{h & s.dir_mask, mix64(h) & s.dir_mask};
+  if (p.b2 == p.b1) p.b2 = p.b1 ^ 1;  // dir_buckets >= 2
+  return p;
+}
+
+Word128& dir_entry(const Segment& s, const DirProbe& p, unsigned k) noexcept {
+  return s.dir[k < kDirWays ? p.b1 : p.b2].e[k % kDirWays];
+}
+
+bool entry_is(const Word128& e, GroupKey g) noexcept {
+  return DirEntry::state(e) != DirState::free && DirEntry::sf(e) == (g.sf & ((1ULL << 63) - 1)) &&
+         DirEntry::kind(e) == g.kind;
+}
+
+std::uint64_t record_inc(const LaneRecord& l) noexcept { return l.key_kind.load(std::memory_order_acquire) >> 16; }
+
+// Does directory entry `e` describe lane record `lane` as it is now?
+bool record_matches(const Segment& s, const Word128& e, std::uint32_t& lane) noexcept {
+  const std::uint32_t l1 = DirEntry::lane1(e);
+  if (l1 == 0 || l1 > s.lane_count || l1 - 1 == kDefaultLane) return false;
+  lane = l1 - 1;
+  const LaneRecord& r = s.lanes[lane];
+  const std::uint64_t kk = r.key_kind.load(std::memory_order_acquire);
+  return r.key_sf.load(std::memory_order_acquire) == DirEntry::sf(e) && std::uint32_t(kk & 0x7FFF) == DirEntry::kind(e) &&
+         ((kk >> 16) & kIncMask) == DirEntry::inc(e);
+}
+
+// Makes a lane record that is creating live (whoever sees it committed in
+// the directory). Its run is empty: nothing to ring.
+void make_live(Segment& s, std::uint32_t lane) noexcept {
+  Word128 w = lane_load(s, lane);
+  while (LaneWord::state(w) == LaneState::creating) {
+    if (cas128(s.lanes[lane].word, w, LaneWord::bumped(LaneWord::with_state(w, LaneState::live), w))) return;
+  }
+}
+
+void release_record(Segment& s, std::uint32_t lane) noexcept {
+  Word128 w = lane_load(s, lane);
+  while (LaneWord::state(w) == LaneState::creating) {
+    if (cas128(s.lanes[lane].word, w, LaneWord::bumped(Word128{}, w))) {
+      s.h->lanes_live.fetch_sub(1, std::memory_order_relaxed);
+      return;
+    }
+  }
+}
+
+// Takes a free lane record for group g (state creating, its key and a new
+// incarnation written). kNoLane: every record is live or being created.
+std::uint32_t take_record(Segment& s, GroupKey g) noexcept {
+  const std::uint32_t n = s.lane_count;
+  if (n < 2) return kNoLane;
+  // The cursor only spreads the starting points (relaxed: a hint).
+  const std::uint64_t start = s.h->lane_cursor.fetch_add(1, std::memory_order_relaxed);
+  for (std::uint32_t k = 0; k < n - 1; ++k) {
+    const std::uint32_t lane = 1 + std::uint32_t((start + k) % (n - 1));
+    LaneRecord& r = s.lanes[lane];
+    Word128 w = lane_load(s, lane);
+    if (LaneWord::state(w) != LaneState::free) continue;
+    Word128 nw = LaneWord::with_state(Word128{}, LaneState::creating);
+    if (!cas128(r.word, w, LaneWord::bumped(nw, w))) continue;
+    // Ours alone until the directory names it: plain (relaxed) stores,
+    // published by the CAS that commits the directory entry.
+    const std::uint64_t inc = (record_inc(r) + 1) & ((1ULL << 48) - 1);
+    r.key_sf.store(g.sf, std::memory_order_relaxed);
+    r.key_kind.store(g.kind | (inc << 16), std::memory_order_release);
+    r.settings.store(Settings::make(0, false, 1, r.settings.load(std::memory_order_relaxed)), std::memory_order_relaxed);
+    r.refs.store(0, std::memory_order_relaxed);
+    r.turn.store(0, std::memory_order_relaxed);
+    r.served.store(0, std::memory_order_relaxed);
+    r.idle_seen.store(0, std::memory_order_relaxed);
+    r.creator.store(my_holder(s), std::memory_order_relaxed);
+    for (auto& head : r.strays) head.store(Link::make(0, 0, inc), std::memory_order_relaxed);
+    for (auto& b : s.waits[lane].b) b.store(0, std::memory_order_relaxed);
+    s.h->lanes_live.fetch_add(1, std::memory_order_relaxed);
+    return lane;
+  }
+  return kNoLane;
+}
+
+}  // namespace
+
+void notify(Segment& s, int count) noexcept {
+  if (s.h->waiters.load(std::memory_order_seq_cst) == 0) return;
+  s.h->wake_seq.fetch_add(1, std::memory_order_release);
+  futex_wake(&s.h->wake_seq, count);
+}
+
+Word128 lane_base(Segment& s, std::uint32_t lane, const Word128& w) noexcept {
+  const std::uint32_t rel1 = LaneWord::rel(w);
+  if (rel1 == 0) return w;
+  Word128 base = LaneWord::with_rel(w, 0, RelOp::complete);
+  if (rel1 > s.jobs) return base;  // scribbled: nothing to finish (fsck names it)
+  const std::uint32_t slot = rel1 - 1;
+  SlotRecord& r = s.slot(slot);
+  Word128 sw = slot_load(s, slot);
+  // Unfinished iff the slot is still leased in this lane: every CAS of the
+  // lane word clears rel after finishing it, and a slot is linked (by a CAS
+  // of this word or a claim's) before it can be leased again.
+  while (SlotWord::state(sw) == SlotState::leased && r.lane.load(std::memory_order_relaxed) == lane) {
+    const std::uint32_t a = SlotWord::attempt(sw);
+    const std::uint64_t ctr = SlotWord::ctr(sw);
+    Word128 to;
+    switch (LaneWord::relop(w)) {
+      case RelOp::complete:
+        to = SlotWord::make(SlotState::free, 0, 0, ctr, 0);
+        break;
+      case RelOp::park: {
+        Word128 target{r.fail_to.load(std::memory_order_acquire), ctr};
+        const SlotState st = SlotWord::state(target);
+        if (st != SlotState::scheduled && st != SlotState::dead)  // scribbled: keep the job, dead
+          target = SlotWord::make(SlotState::dead, a, 0, ctr, 0);
+        to = SlotWord::make(SlotWord::state(target), SlotWord::attempt(target), SlotWord::when(target), ctr, 0);
+        break;
+      }
+      case RelOp::back:
+        to = SlotWord::make(SlotState::returning, a, 0, ctr, 0);  // holder 0: for anyone to link
+        break;
+      case RelOp::release:
+        to = SlotWord::make(SlotState::returning, a ? a - 1 : 0, 0, ctr, 0);
+        break;
+    }
+    // [R7] release (cas128): what the releaser wrote (fail_to, the error) is
+    // visible with the slot's new state.
+    if (slot_cas(s, slot, sw, to)) {
+      FAIRLANE_FAILPOINT("lane.release_settled");
+      break;
+    }
+  }
+  return base;
+}
+
+BrandedId lane_group(const Segment& s, std::uint32_t lane) noexcept {
+  if (lane >= s.lane_count) return {};
+  const LaneRecord& r = s.lanes[lane];
+  const std::uint32_t code = std::uint32_t(r.key_kind.load(std::memory_order_acquire) & 0x7FFF);
+  if (code >= kKindCodes) return {};
+  char k[3];
+  kind_letters(code, k);
+  return BrandedId::make(std::string_view(k, 3), r.key_sf.load(std::memory_order_acquire));
+}
+
+LaneFind lane_find(Segment& s, GroupKey g, bool create, std::uint32_t& lane_out) noexcept {
+  const DirProbe p = dir_probe(s, g);
+  // Each round either finds the group, or moves some creation of it one
+  // step on (commits the winner, kills a loser, frees a stale entry).
+  for (int round = 0; round < 64; ++round) {
+    std::uint32_t best_tentative = kNoLane;
+    Word128 best_entry{};
+    for (unsigned k = 0; k < 2 * kDirWays; ++k) {
+      Word128& slot = dir_entry(s, p, k);
+      Word128 e = load128(slot);
+      if (!entry_is(e, g)) continue;
+      std::uint32_t lane = kNoLane;
+      const bool matches = record_matches(s, e, lane);
+      if (!matches) {
+        // Stale: its lane was reclaimed (and maybe reused), or its creator
+        // gave the record up. Clear it.
+        cas128(slot, e, Word128{});
+        continue;
+      }
+      const LaneState st = LaneWord::state(lane_load(s, lane));
+      if (DirEntry::state(e) == DirState::live) {
+        if (st == LaneState::free) {
+          cas128(slot, e, Word128{});  // reclaimed, entry not yet cleared: clear it for the reclaimer
+          continue;
+        }
+        if (st == LaneState::creating) make_live(s, lane);
+        lane_out = lane;
+        return LaneFind::found;
+      }
+      if (st != LaneState::creating) {  // a tentative entry whose record moved on: dead
+        cas128(slot, e, Word128{});
+        continue;
+      }
+      if (lane < best_tentative) {
+        best_tentative = lane;
+        best_entry = e;
+      }
+    }
+    if (best_tentative != kNoLane) {
+      // A creation is in progress: commit its winner (the lowest lane), so
+      // that nobody waits for its creator; the losers see it and withdraw.
+      for (unsigned k = 0; k < 2 * kDirWays; ++k) {
+        Word128& slot = dir_entry(s, p, k);
+        Word128 e = load128(slot);
+        if (e == best_entry) {
+          Word128 live = DirEntry::make(DirEntry::sf(e), DirEntry::kind(e), DirState::live, DirEntry::lane1(e), DirEntry::inc(e));
+          if (cas128(slot, e, live)) make_live(s, best_tentative);
+        }
+      }
+      continue;
+    }
+    if (!create) return LaneFind::absent;
+
+    // Nobody has the group: create it.
+    std::uint32_t lane = take_record(s, g);
+    if (lane == kNoLane && reclaim_some_idle_lane(s)) lane = take_record(s, g);
+    if (lane == kNoLane) return LaneFind::lanes_full;
+    FAIRLANE_FAILPOINT("lane.record_taken");
+    const std::uint64_t inc = record_inc(s.lanes[lane]) & kIncMask;
+    const Word128 mine = DirEntry::make(g.sf, g.kind, DirState::tentative, lane + 1, inc);
+    Word128* where = nullptr;
+    for (unsigned k = 0; k < 2 * kDirWays && !where; ++k) {
+      Word128& slot = dir_entry(s, p, k);
+      Word128 e = load128(slot);
+      std::uint32_t other = kNoLane;
+      // Free, or stale (its record moved on): ours to take.
+      const bool usable = DirEntry::state(e) == DirState::free ||
+                          !record_matches(s, e, other) || LaneWord::state(lane_load(s, other)) == LaneState::free;
+      if (usable && cas128(slot, e, mine)) where = &slot;
+    }
+    if (!where) {
+      release_record(s, lane);
+      return LaneFind::buckets_full;
+    }
+    FAIRLANE_FAILPOINT("lane.entry_tentative");
+    // Rivals: a live entry of the group, or a tentative one of a lower lane, wins.
+    bool lost = false;
+    for (unsigned k = 0; k < 2 * kDirWays && !lost; ++k) {
+      Word128& slot = dir_entry(s, p, k);
+      if (&slot == where) continue;
+      Word128 e = load128(slot);
+      std::uint32_t other = kNoLane;
+      // A tentative rival of a higher lane is killed (it withdraws when it
+      // sees this); if the kill fails, the entry changed: look at it again
+      // (it may have been committed, and then it wins).
+      while (entry_is(e, g) && record_matches(s, e, other)) {
+        if (DirEntry::state(e) == DirState::live || other < lane) {
+          lost = true;
+          break;
+        }
+        if (cas128(slot, e, Word128{})) break;
+      }
+    }
+    Word128 expect = mine;
+    const Word128 live = DirEntry::make(g.sf, g.kind, DirState::live, lane + 1, inc);
+    if (lost || !cas128(*where, expect, live)) {
+      // Lost, or killed by a rival. Unless someone committed us meanwhile.
+      if (!lost && expect == live) {
+        make_live(s, lane);
+        lane_out = lane;
+        return LaneFind::found;
+      }
+      Word128 e = mine;
+      cas128(*where, e, Word128{});
+      release_record(s, lane);
+      continue;  // the next round finds the winner
+    }
+    FAIRLANE_FAILPOINT("lane.entry_live");
+    make_live(s, lane);
+    lane_out = lane;
+    return LaneFind::found;
+  }
+  report_corrupt(s, CorruptWhat::directory);
+  return LaneFind::corrupt;
+}
+
+bool lane_try_reclaim(Segment& s, std::uint32_t lane) noexcept {
+  if (lane == kDefaultLane || lane >= s.lane_count) return false;
+  LaneRecord& r = s.lanes[lane];
+  const GroupKey g{std::uint32_t(r.key_kind.load(std::memory_order_acquire) & 0x7FFF), r.key_sf.load(std::memory_order_acquire)};
+  const std::uint64_t inc = record_inc(r) & kIncMask;
+  Word128 w = lane_load(s, lane);
+  for (;;) {
+    const Word128 base = lane_base(s, lane, w);
+    if (!lane_idle(s, lane, base)) return false;
+    // The CAS that gives the lane back: any operation computed from an
+    // earlier reading of this word now fails and looks the group up again.
+    if (cas128(r.word, w, LaneWord::bumped(Word128{}, w))) break;
+  }
+  FAIRLANE_FAILPOINT("lane.reclaimed");
+  s.h->lanes_live.fetch_sub(1, std::memory_order_relaxed);
+  s.h->lanes_reclaimed.fetch_add(1, std::memory_order_relaxed);
+  const DirProbe p = dir_probe(s, g);
+  for (unsigned k = 0; k < 2 * kDirWays; ++k) {
+    Word128& slot = dir_entry(s, p, k);
+    Word128 e = load128(slot);
+    if (entry_is(e, g) && DirEntry::lane1(e) == lane + 1 && DirEntry::inc(e) == inc) cas128(slot, e, Word128{});
+  }
+  return true;
+}
+
+bool reclaim_some_idle_lane(Segment& s) noexcept {
+  for (std::uint32_t lane = 1; lane < s.lane_count; ++lane)
+    if (lane_try_reclaim(s, lane)) return true;
+  return false;
+}
+
+}  // namespace fairlane::detail

@@ -1,0 +1,148 @@
+// Lanes: the lane records, the lane directory (group -> lane), the lane
+// word's service decision and ringing, and the reclaim of idle lanes.
+//
+// A lane record is in one of three states (LaneWord::state, LaneState):
+// free, creating (taken by a creator that has not yet won the directory),
+// live. A group finds its lane through the directory (two-choice buckets of
+// 128-bit entries: the group's key, the lane, the lane's incarnation),
+// checked against the record (its key and incarnation) before use, so a
+// stale entry (its lane reclaimed and reused) is never followed.
+//
+// Creation is exactly-once per group without a lock: a creator takes a free
+// record (CAS free -> creating), then a directory entry (CAS free ->
+// tentative), then looks at every entry of the group's two buckets. A live
+// entry of the group wins; among tentative ones the lowest lane index wins;
+// anyone may commit the winner (CAS tentative -> live) and kill a loser (CAS
+// tentative -> free); a creator that loses frees its record. A committed
+// entry's record is made live by whoever sees it still creating.
+//
+// Reclaim: a live lane is idle when it holds no job in any state (run and
+// strays empty, nothing active, no scheduled, dead or returning job counted
+// in refs, no release pending) and its settings are the defaults. It is
+// given back by a CAS of its lane word to free (which fails any operation
+// computed from an older reading of that word: the generations of
+// docs/design.md, "Tenants come and go"), then its directory entry is
+// cleared (by the reclaimer or by the next lookup that finds it stale).
+#pragma once
+
+#include <cstdint>
+#include <optional>
+
+#include "atomic128.hpp"
+#include "fairlane/detail/layout.hpp"
+#include "hash.hpp"
+#include "ring.hpp"
+#include "segment.hpp"
+#include "slots.hpp"
+
+namespace fairlane::detail {
+
+
+inline Word128 lane_load(const Segment& s, std::uint32_t lane) noexcept { return load128(s.lanes[lane].word); }
+inline std::uint64_t lane_settings(const Segment& s, std::uint32_t lane) noexcept {
+  // Acquire: a CAS of the lane word that follows a settings change (set_limit
+  // and friends bump the lane word after writing here) carries it to every
+  // reader of the lane word ([R4]); this load then sees at least that value.
+  return s.lanes[lane].settings.load(std::memory_order_acquire);
+}
+
+// Everything that decides whether a claim may serve the lane now.
+inline bool lane_serviceable(const Word128& w, std::uint64_t st) noexcept {
+  if (LaneWord::state(w) != LaneState::live) return false;
+  if (LaneWord::head(w) == 0 && !LaneWord::strays(w)) return false;
+  if (Settings::paused(st)) return false;
+  const std::uint64_t limit = Settings::limit(st);
+  return limit == 0 || LaneWord::active(w) < limit;
+}
+
+// `w` as every CAS of the lane word must start from it: the release it
+// names (LaneWord::rel) finished first, and the field cleared. Finishing
+// means moving that slot's word out of leased to what the release said
+// (free, or what its fail_to says); a release whose slot word already moved
+// on is just cleared. Every CAS of a lane word starts from here, so rel
+// never names a slot that has since been linked again (docs/design.md
+// section 5, "Releases").
+Word128 lane_base(Segment& s, std::uint32_t lane, const Word128& w) noexcept;
+
+// Is the lane idle (holds nothing, no settings)? `w` must come from lane_base.
+inline bool lane_idle(const Segment& s, std::uint32_t lane, const Word128& w) noexcept {
+  // seq_cst on refs: pairs with the seq_cst increment of refs before a job
+  // of this lane is parked outside its lane ([S6]): either we see it, or the
+  // parker sees the reclaim's CAS of the lane word and looks again.
+  return lane != kDefaultLane && LaneWord::state(w) == LaneState::live && LaneWord::head(w) == 0 &&
+         LaneWord::tail(w) == 0 && !LaneWord::strays(w) && LaneWord::active(w) == 0 && LaneWord::rel(w) == 0 &&
+         s.lanes[lane].refs.load(std::memory_order_seq_cst) == 0 && Settings::defaults(lane_settings(s, lane));
+}
+
+// Wakes one parked consumer if there is one. seq_cst: pairs with the
+// seq_cst increment of `waiters` before a consumer's last look ([S5]):
+// either it sees the lane we just made serviceable or we see it waiting.
+void notify(Segment& s, int count = 1) noexcept;
+
+// CAS of lane `lane`'s word from `w` (a reading) to `nw` with the version
+// moved on; if `nw` is serviceable and not ringed, rings it: pushes a cell
+// first (docs/design.md, "The ring"), and wakes a waiter after. On failure
+// `w` holds the current word. Returns false on failure or when the ring is
+// full (then the lane word is unchanged and corruption is reported).
+inline bool lane_cas(Segment& s, std::uint32_t lane, Word128& w, Word128 nw) noexcept {
+  const bool ring = !LaneWord::ringed(nw) && lane_serviceable(nw, lane_settings(s, lane));
+  if (ring) {
+    const std::uint64_t t = ring_push(s, lane);
+    if (t == ~0ULL) {
+      report_corrupt(s, CorruptWhat::ring_cell);
+      w = lane_load(s, lane);
+      return false;
+    }
+    nw = LaneWord::with_tgen(LaneWord::with_ringed(nw, true), std::uint32_t(t & LaneWord::kTgenMask));
+  }
+  // [S3] seq_cst (cas128): the lane word orders every change of a lane's
+  // state; a ringing CAS follows its cell's push [S1] and precedes the
+  // notify that loads `waiters` ([S5]).
+  if (!cas128(s.lanes[lane].word, w, LaneWord::bumped(nw, w))) return false;
+  if (ring) notify(s);
+  return true;
+}
+
+// Applies `change` (Word128 -> std::optional<Word128>; nullopt = give up)
+// to the lane word until the CAS holds. Returns the word written, or the
+// last reading when change gave up.
+// `change` is given lane_base(w).
+template <class F>
+inline std::optional<Word128> lane_update(Segment& s, std::uint32_t lane, F change) noexcept {
+  Word128 w = lane_load(s, lane);
+  for (;;) {
+    const Word128 base = lane_base(s, lane, w);
+    std::optional<Word128> nw = change(base);
+    if (!nw) return std::nullopt;
+    const Word128 before = w;
+    if (lane_cas(s, lane, w, *nw)) return LaneWord::bumped(*nw, before);
+  }
+}
+
+// ---- the directory ---------------------------------------------------------------
+
+struct GroupKey {
+  std::uint32_t kind = 0;   // namespace code
+  std::uint64_t sf = 0;     // snowflake
+};
+inline GroupKey group_key(const BrandedId& g) noexcept { return GroupKey{kind_code(g.kind()), g.snowflake()}; }
+
+enum class LaneFind { found, absent, lanes_full, buckets_full, corrupt };
+
+// The lane of `g`, creating it if asked. Lock-free. `lane_out` is set when
+// found. buckets_full: both directory buckets of the group hold only live
+// groups (vanishingly rare at eight entries per lane; reported, never a
+// silent refusal).
+LaneFind lane_find(Segment& s, GroupKey g, bool create, std::uint32_t& lane_out) noexcept;
+
+// The group of a live lane (the default lane's is DEF00000000000).
+BrandedId lane_group(const Segment& s, std::uint32_t lane) noexcept;
+
+// Gives lane `lane` back if it is idle now. Returns whether it did.
+bool lane_try_reclaim(Segment& s, std::uint32_t lane) noexcept;
+
+// Finds an idle live lane and reclaims it (for a creation that found no
+// free record). O(lanes).
+bool reclaim_some_idle_lane(Segment& s) noexcept;
+
+}  // namespace fairlane::detail
