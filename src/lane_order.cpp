@@ -1,7 +1,10 @@
 // The lane order: run appends and the strays skip list (lane_order.hpp).
 #include "lane_order.hpp"
 
+#include <algorithm>
+
 #include "failpoint.hpp"
+#include "util.hpp"
 
 namespace fairlane::detail {
 
@@ -9,11 +12,6 @@ namespace {
 
 std::uint64_t key_of(const Segment& s, std::uint32_t slot1) noexcept {
   return s.slot(slot1 - 1).sf.load(std::memory_order_acquire);
-}
-
-// Is the job in slot `slot` (0-based) a plausible member of lane `lane`?
-bool member_of(const Segment& s, std::uint32_t slot, std::uint32_t lane) noexcept {
-  return s.slot(slot).lane.load(std::memory_order_relaxed) == lane;
 }
 
 // A level for a new strays node: 1 + the number of times a coin with
@@ -33,45 +31,21 @@ unsigned random_level() noexcept {
   return lvl;
 }
 
-// Is `node` (slot+1) still reachable as the run of `lane`, for an append
-// whose confirming CAS found the tail moved off its predecessor? (The rare
-// race of an append with the pop of the last node: lane_order.hpp.)
-bool appended_node_reachable(Segment& s, std::uint32_t lane, std::uint32_t node1, std::uint64_t tag) noexcept {
-  SlotRecord& n = s.slot(node1 - 1);
-  // Linked after since, or taken (its slot word moved on): reachable once.
-  if (n.next.load(std::memory_order_acquire) != Link::make(0, 0, tag)) return true;
-  const Word128 sw = slot_load(s, node1 - 1);
-  if (node_tag(SlotWord::ctr(sw)) != tag) return true;
-  const SlotState st = SlotWord::state(sw);
-  if (st != SlotState::admitting && st != SlotState::pending) return true;
-  const Word128 w = lane_load(s, lane);
-  if (LaneWord::tail(w) == node1 || LaneWord::head(w) == node1) return true;
-  // Popped, lease not yet written: some thread's intent names it.
-  for (std::uint32_t i = 0; i < s.thread_count; ++i) {
-    const std::uint64_t in = s.threads[i].intent.load(std::memory_order_acquire);
-    if ((in & 15) == std::uint64_t(Intent::popping) && bits(in, 4, 26) == node1) return true;
-  }
-  for (std::uint32_t i = 0; i < s.proc_count; ++i) {
-    const std::uint64_t in = s.procs[i].intent.load(std::memory_order_acquire);
-    if ((in & 15) == std::uint64_t(Intent::popping) && bits(in, 4, 26) == node1) return true;
-  }
-  // Taken since we looked at its slot word?
-  const Word128 again = slot_load(s, node1 - 1);
-  return !(again == sw);
-}
-
 }  // namespace
 
-OrderResult run_append(Segment& s, std::uint32_t lane, std::uint32_t slot, std::uint64_t tag, Word128& w) noexcept {
+OrderResult run_append(Segment& s, std::uint32_t lane, GroupKey g, std::uint32_t slot, std::uint64_t tag, Word128& w,
+                       std::atomic<std::uint64_t>* pred_intent) noexcept {
   SlotRecord& n = s.slot(slot);
   const std::uint32_t node1 = slot + 1;
   const std::uint64_t key = n.sf.load(std::memory_order_relaxed);
   n.level.store(0, std::memory_order_relaxed);
   // Private until linked: the CAS that links it publishes it ([S3]/[R4]).
   n.next.store(Link::make(0, 0, tag), std::memory_order_relaxed);
+  Word128 sealed_at{};  // the lane word when we last found its tail sealed
   for (std::uint64_t round = 0; round <= s.jobs + 16; ++round) {
     const Word128 base = lane_base(s, lane, w);
-    if (LaneWord::state(base) != LaneState::live) return OrderResult::lane_changed;
+    // Read after w: if the CAS below (from w) succeeds, this is g's lane.
+    if (!lane_is(s, lane, w, g)) return OrderResult::lane_changed;
     const std::uint32_t t1 = LaneWord::tail(base);
     if (t1 == 0) {
       if (LaneWord::head(base) != 0) {
@@ -80,6 +54,7 @@ OrderResult run_append(Segment& s, std::uint32_t lane, std::uint32_t slot, std::
       }
       // An empty run: the node becomes head and tail in one CAS (which also
       // rings the lane if that makes it serviceable).
+      if (pred_intent) pred_intent->store(0, std::memory_order_release);
       n.run_seq.store(1, std::memory_order_relaxed);
       Word128 nw = LaneWord::with_tail(LaneWord::with_head(base, node1, tag & 0xFFF), node1);
       if (lane_cas(s, lane, w, nw)) {
@@ -105,238 +80,271 @@ OrderResult run_append(Segment& s, std::uint32_t lane, std::uint32_t slot, std::
       lane_cas(s, lane, w, LaneWord::with_tail(base, m1));
       continue;
     }
+    if (Link::mark(tl) == Link::kSealed) {
+      // Its claimer is popping it as the run's last node: the run is about
+      // to be empty. Look once more; if the word has not moved, that claimer
+      // is between its seal and its pop (perhaps stopped): go elsewhere.
+      if (sealed_at == w) return OrderResult::sealed;
+      sealed_at = w;
+      w = lane_load(s, lane);
+      continue;
+    }
     if (key_of(s, t1) >= key) return OrderResult::out_of_order;
     n.run_seq.store(t.run_seq.load(std::memory_order_relaxed) + 1, std::memory_order_relaxed);
-    // [S3] seq_cst: links the node; fails if the tail moved on, was
-    // relinked elsewhere (its tag), or was popped and reused.
+    if (pred_intent) pred_intent->store(std::uint64_t(t1) | (Link::tag(tl) << 26), std::memory_order_release);
+    // [S3] seq_cst: links the node. It fails if anything was linked after
+    // the tail, if the tail was sealed for its pop, or if it was relinked
+    // (its tag): so on success the tail was in this run, unpopped, and the
+    // node is reachable from here on (a sealed node is never linked after,
+    // and an unsealed one is popped only with a successor).
     if (!t.next.compare_exchange_strong(tl, Link::make(node1, 0, Link::tag(tl)), std::memory_order_seq_cst)) {
       w = lane_load(s, lane);
       continue;
     }
     FAIRLANE_FAILPOINT("run.linked");
-    // Confirm: move the lane word's tail from t to the node.
+    // Confirm: move the lane word's tail from t to the node, unless someone
+    // did (or moved it further, or popped t: then the head passed to the node).
+    const std::uint64_t linked = Link::make(node1, 0, Link::tag(tl));
     for (;;) {
       const Word128 b2 = lane_base(s, lane, w);
-      if (LaneWord::tail(b2) == t1 && LaneWord::state(b2) == LaneState::live) {
-        if (lane_cas(s, lane, w, LaneWord::with_tail(b2, node1))) return OrderResult::ok;
-        continue;
-      }
-      if (LaneWord::tail(b2) == node1) return OrderResult::ok;  // someone confirmed it for us
-      break;  // the tail moved off t without us: was the node adopted?
+      // t is still this run's node only while its link is still ours (a
+      // reused t was relinked with another tag).
+      if (LaneWord::tail(b2) != t1 || t.next.load(std::memory_order_acquire) != linked) break;
+      if (lane_cas(s, lane, w, LaneWord::with_tail(b2, node1))) break;
     }
-    if (appended_node_reachable(s, lane, node1, tag)) return OrderResult::ok;
-    // Orphaned: t was popped as the last node before our link. Append again.
-    FAIRLANE_FAILPOINT("run.orphaned");
-    n.next.store(Link::make(0, 0, tag), std::memory_order_relaxed);
-    w = lane_load(s, lane);
+    return OrderResult::ok;
   }
   report_corrupt(s, CorruptWhat::lane_order);
   return OrderResult::corrupt;
 }
 
 // ---- strays ---------------------------------------------------------------------------------
+//
+// Every strays link (level 0 and up, and the lane's heads) is an UpLink:
+// the successor, a mark, the tag of the node the link belongs to (its owner)
+// and the tag of the node it leads to (its target), both the low 18 bits of
+// the node's ctr when it was linked (a head's owner tag is the lane's
+// incarnation). A search stands only on nodes whose link still carries the
+// tag it was led there by: a node taken and reused since is noticed and the
+// search starts again from the heads. Marked nodes are always a prefix of
+// level 0 (only the minimum is ever taken), and nothing is inserted after a
+// marked node, so a search never stands on one: it restarts instead.
 
 namespace {
 
-std::uint64_t own_tag(const SlotRecord& y) noexcept { return Link::tag(y.next.load(std::memory_order_acquire)); }
+std::uint64_t stag(std::uint64_t ctr) noexcept { return ctr & UpLink::kTagMask; }
 
-std::uint64_t head_tag(const LaneRecord& l) noexcept { return Link::tag(l.strays[0].load(std::memory_order_acquire)); }
+std::atomic<std::uint64_t>& slink(SlotRecord& r, unsigned level) noexcept {
+  return level == 0 ? r.next : r.up[level - 1];
+}
 
 struct Position {
   std::atomic<std::uint64_t>* pred[kStrayLevels];  // the link to CAS at each level
   std::uint64_t seen[kStrayLevels];                // what it held
 };
 
-// The node an upper-level link leads to, if that link is not stale (its
-// target still the node it was written for, still in this lane's strays at
-// that level); else 0: the level ends here for a search.
-std::uint32_t up_target(const Segment& s, std::uint32_t lane, std::uint64_t link, unsigned level) noexcept {
-  const std::uint32_t y1 = UpLink::succ(link);
-  if (y1 == 0 || !valid_slot1(s, y1)) return 0;
-  const SlotRecord& y = s.slot(y1 - 1);
-  if ((own_tag(y) & UpLink::kTagMask) != UpLink::target_tag(link)) return 0;
-  if (y.level.load(std::memory_order_relaxed) <= level || !member_of(s, y1 - 1, lane)) return 0;
-  return y1;
-}
+enum class Found { ok, corrupt };
 
-// The predecessors of `key` at every level of lane `lane`'s strays, helping
-// to unlink the marked nodes met on the way (level 0 exactly; upper levels as
-// shortcuts). false: corrupt (out of bounds, or a walk too long for a list).
-bool strays_find(Segment& s, std::uint32_t lane, std::uint64_t key, Position& pos) noexcept {
+// The predecessors of `key` at every level of lane `lane`'s strays, unlinking
+// the marked nodes met on the way (level 0 exactly; upper levels are
+// shortcuts, and a stale one ends its level early).
+Found strays_find(Segment& s, std::uint32_t lane, std::uint64_t key, Position& pos) noexcept {
   LaneRecord& l = s.lanes[lane];
-  const std::uint64_t budget = std::uint64_t(s.jobs) * kStrayLevels * 2 + 64;
+  const std::uint64_t budget = std::uint64_t(s.jobs) * kStrayLevels * 4 + 256;
   std::uint64_t steps = 0;
-  std::uint32_t x1 = 0;  // the node we stand on (0: the lane's heads)
+restart:
+  std::uint32_t x1 = 0;     // the node we stand on (0: the lane's heads)
+  std::uint64_t xtag = 0;   // its tag, as the link that led us to it says
   for (int lv = int(kStrayLevels) - 1; lv >= 0; --lv) {
     const unsigned level = unsigned(lv);
-    std::atomic<std::uint64_t>* at = x1 ? &node_link(s.slot(x1 - 1), level) : &l.strays[level];
+    std::atomic<std::uint64_t>* at = x1 ? &slink(s.slot(x1 - 1), level) : &l.strays[level];
+    std::uint64_t link;
     for (;;) {
-      if (++steps > budget) return false;
-      std::uint64_t link = at->load(std::memory_order_acquire);
-      std::uint32_t y1;
-      if (level == 0) {
-        y1 = Link::succ(link);
-        if (y1 != 0 && !valid_slot1(s, y1)) return false;
-      } else {
-        y1 = up_target(s, lane, link, level);
+      if (++steps > budget) return Found::corrupt;
+      link = at->load(std::memory_order_acquire);
+      if (x1 && (UpLink::owner_tag(link) != xtag || UpLink::mark(link) == Link::kDeleted)) {
+        cpu_pause();
+        goto restart;  // the node we stand on was taken (and maybe reused): from the heads again
       }
+      const std::uint32_t y1 = UpLink::succ(link);
       if (y1 == 0) break;
+      if (!valid_slot1(s, y1)) return Found::corrupt;
       SlotRecord& y = s.slot(y1 - 1);
-      const std::uint64_t ylink = node_link(y, level).load(std::memory_order_acquire);
-      if (Link::mark(ylink) == Link::kDeleted) {
-        // y is out at this level: unlink it from where we stand.
-        const std::uint64_t unlinked =
-            level == 0 ? Link::make(Link::succ(ylink), Link::mark(link), Link::tag(link))
-                       : UpLink::make(UpLink::succ(ylink), UpLink::mark(link), UpLink::owner_tag(link), UpLink::target_tag(ylink));
-        at->compare_exchange_strong(link, unlinked, std::memory_order_seq_cst);
+      const std::uint64_t ylink = slink(y, level).load(std::memory_order_acquire);
+      const bool current = UpLink::owner_tag(ylink) == UpLink::target_tag(link) &&
+                           (level == 0 || y.level.load(std::memory_order_relaxed) > level);
+      if (!current) {
+        if (at->load(std::memory_order_acquire) != link) continue;  // moved under us: read again
+        if (level == 0) return Found::corrupt;  // a level-0 successor is never reused while linked
+        break;                                  // a stale shortcut: this level ends here
+      }
+      if (UpLink::mark(ylink) == Link::kDeleted) {
+        // y is out: unlink it from where we stand (its successor, with its tag).
+        const std::uint64_t past = UpLink::make(UpLink::succ(ylink), 0, UpLink::owner_tag(link), UpLink::target_tag(ylink));
+        at->compare_exchange_strong(link, past, std::memory_order_seq_cst);
         continue;
       }
       const std::uint64_t ykey = y.sf.load(std::memory_order_acquire);
-      // Still linked from where we stand? Then what we read of y is y's
-      // (a linked node is never reused).
+      // Still linked from where we stand: then y was in the list while we
+      // read its key (a node leaves level 0 only by being unlinked from its
+      // predecessor, which changes this link).
       if (at->load(std::memory_order_acquire) != link) continue;
       if (ykey >= key) break;
       x1 = y1;
-      at = &node_link(y, level);
+      xtag = UpLink::target_tag(link);
+      at = &slink(y, level);
     }
     pos.pred[level] = at;
-    pos.seen[level] = at->load(std::memory_order_acquire);
+    pos.seen[level] = link;
   }
-  return true;
+  return Found::ok;
 }
 
 }  // namespace
 
-OrderResult strays_insert(Segment& s, std::uint32_t lane, std::uint32_t slot, std::uint64_t tag,
-                          bool release_active) noexcept {
+OrderResult strays_insert(Segment& s, std::uint32_t lane, std::uint32_t slot, std::uint64_t ctr) noexcept {
   SlotRecord& n = s.slot(slot);
   const std::uint32_t node1 = slot + 1;
+  const std::uint64_t tag = stag(ctr);
   const std::uint64_t key = n.sf.load(std::memory_order_relaxed);
   const unsigned height = random_level();
-  Word128 w = lane_load(s, lane);
-  if (LaneWord::state(w) != LaneState::live) return OrderResult::lane_changed;
   n.level.store(std::uint8_t(height), std::memory_order_relaxed);
   Position pos;
   for (std::uint64_t round = 0;; ++round) {
-    if (round > s.jobs + 16 || !strays_find(s, lane, key, pos)) {
+    if (round > s.jobs + 64 || strays_find(s, lane, key, pos) != Found::ok) {
       report_corrupt(s, CorruptWhat::lane_order);
       return OrderResult::corrupt;
     }
-    if (Link::mark(pos.seen[0]) != 0) continue;  // its predecessor is being taken: find again
     // Private until linked at level 0 (that CAS publishes these).
-    n.next.store(Link::make(Link::succ(pos.seen[0]), 0, tag), std::memory_order_relaxed);
-    for (unsigned i = 1; i < height; ++i) {
-      const std::uint32_t t1 = up_target(s, lane, pos.seen[i], i);
-      n.up[i - 1].store(UpLink::make(t1, 0, tag, t1 ? UpLink::target_tag(pos.seen[i]) : 0), std::memory_order_relaxed);
-    }
-    std::uint64_t expect = pos.seen[0];
+    const std::uint64_t s0 = pos.seen[0];
+    n.next.store(UpLink::make(UpLink::succ(s0), 0, tag, UpLink::target_tag(s0)), std::memory_order_relaxed);
+    for (unsigned i = 1; i < height; ++i)
+      n.up[i - 1].store(UpLink::make(UpLink::succ(pos.seen[i]), 0, tag, UpLink::target_tag(pos.seen[i])),
+                        std::memory_order_relaxed);
+    std::uint64_t expect = s0;
     // [S3] seq_cst: links the node at level 0: it is in the list from here.
-    if (pos.pred[0]->compare_exchange_strong(expect, Link::make(node1, 0, Link::tag(expect)), std::memory_order_seq_cst))
+    // Fails if the predecessor was marked or anything was linked after it.
+    if (pos.pred[0]->compare_exchange_strong(expect, UpLink::make(node1, 0, UpLink::owner_tag(s0), tag),
+                                             std::memory_order_seq_cst))
       break;
   }
   FAIRLANE_FAILPOINT("strays.linked");
-  // Upper levels: shortcuts only. A node taken meanwhile may still be linked
-  // here; its link then reads stale once it is reused (UpLink).
+  // Upper levels: shortcuts only, best effort. A node taken meanwhile may
+  // still get linked here; that link reads stale once the node is reused.
   for (unsigned i = 1; i < height; ++i) {
-    for (int tries = 0; tries < 8; ++tries) {
+    bool done = false;
+    for (int tries = 0; tries < 8 && !done; ++tries) {
       const std::uint64_t mine = n.up[i - 1].load(std::memory_order_acquire);
-      if (Link::mark(mine) == Link::kDeleted || Link::mark(n.next.load(std::memory_order_acquire)) == Link::kDeleted) {
-        i = height;  // taken already: do not link it higher
+      if (UpLink::mark(mine) == Link::kDeleted || UpLink::mark(n.next.load(std::memory_order_acquire)) == Link::kDeleted)
+        return OrderResult::ok;  // taken already: do not link it higher
+      std::uint64_t expect = pos.seen[i];
+      if (UpLink::succ(expect) == UpLink::succ(mine) && UpLink::target_tag(expect) == UpLink::target_tag(mine) &&
+          pos.pred[i]->compare_exchange_strong(expect, UpLink::make(node1, 0, UpLink::owner_tag(expect), tag),
+                                               std::memory_order_seq_cst)) {
+        done = true;
         break;
       }
-      std::uint64_t expect = pos.seen[i];
-      if (Link::mark(expect) == 0 && up_target(s, lane, expect, i) == UpLink::succ(mine) &&
-          pos.pred[i]->compare_exchange_strong(expect, UpLink::make(node1, 0, UpLink::owner_tag(expect), tag),
-                                               std::memory_order_seq_cst))
-        break;
-      if (!strays_find(s, lane, key, pos)) break;
-      const std::uint32_t t1 = up_target(s, lane, pos.seen[i], i);
+      if (strays_find(s, lane, key, pos) != Found::ok) return OrderResult::ok;
       std::uint64_t cur = mine;
-      n.up[i - 1].compare_exchange_strong(cur, UpLink::make(t1, 0, tag, t1 ? UpLink::target_tag(pos.seen[i]) : 0),
-                                          std::memory_order_seq_cst);
+      n.up[i - 1].compare_exchange_strong(
+          cur, UpLink::make(UpLink::succ(pos.seen[i]), 0, tag, UpLink::target_tag(pos.seen[i])), std::memory_order_seq_cst);
     }
+    if (!done) break;
   }
-  // Say so in the lane word (and give back the lease's active count). Always
-  // a CAS, even when the flag is already set: a claimer that found the strays
-  // empty and is about to clear the flag must fail ([S7]).
-  for (int round = 0;; ++round) {
-    const Word128 base = lane_base(s, lane, w);
-    if (LaneWord::state(base) != LaneState::live || round > 1000000) {
-      // A lane holding a linked node is never reclaimed: a scribbled word.
-      report_corrupt(s, CorruptWhat::lane_word);
-      return OrderResult::corrupt;
-    }
-    Word128 nw = LaneWord::with_strays(base, true);
-    if (release_active) {
-      const std::uint64_t a = LaneWord::active(base);
-      nw = LaneWord::with_active(nw, a ? a - 1 : 0);
-    }
-    if (lane_cas(s, lane, w, nw)) return OrderResult::ok;
-  }
+  return OrderResult::ok;
 }
 
 std::uint32_t strays_first(Segment& s, std::uint32_t lane, OrderResult& r) noexcept {
   LaneRecord& l = s.lanes[lane];
   r = OrderResult::ok;
-  for (std::uint32_t steps = 0; steps <= s.jobs + 1; ++steps) {
+  for (std::uint32_t steps = 0; steps <= s.jobs + 64; ++steps) {
     std::uint64_t link = l.strays[0].load(std::memory_order_acquire);
-    const std::uint32_t y1 = Link::succ(link);
+    const std::uint32_t y1 = UpLink::succ(link);
     if (y1 == 0) {
       r = OrderResult::empty;
       return 0;
     }
     if (!valid_slot1(s, y1)) break;
     const std::uint64_t ylink = s.slot(y1 - 1).next.load(std::memory_order_acquire);
-    if (Link::mark(ylink) != Link::kDeleted) return y1;
-    // Taken, not yet unlinked by its owner: unlink it for it.
-    l.strays[0].compare_exchange_strong(link, Link::make(Link::succ(ylink), 0, Link::tag(link)), std::memory_order_seq_cst);
+    if (UpLink::owner_tag(ylink) != UpLink::target_tag(link)) {
+      if (l.strays[0].load(std::memory_order_acquire) != link) continue;
+      break;  // a first node that is not what the head says: scribbled
+    }
+    if (UpLink::mark(ylink) != Link::kDeleted) return y1;
+    // Taken, not yet unlinked by its taker: unlink it for it.
+    l.strays[0].compare_exchange_strong(
+        link, UpLink::make(UpLink::succ(ylink), 0, UpLink::owner_tag(link), UpLink::target_tag(ylink)),
+        std::memory_order_seq_cst);
   }
   report_corrupt(s, CorruptWhat::lane_order);
   r = OrderResult::corrupt;
   return 0;
 }
 
-OrderResult strays_take(Segment& s, std::uint32_t lane, std::uint32_t first1) noexcept {
-  LaneRecord& l = s.lanes[lane];
-  SlotRecord& y = s.slot(first1 - 1);
-  if (Link::succ(l.strays[0].load(std::memory_order_acquire)) != first1) return OrderResult::lane_changed;
+void strays_mark(Segment& s, std::uint32_t slot) noexcept {
+  SlotRecord& y = s.slot(slot);
   const unsigned height = std::clamp<unsigned>(y.level.load(std::memory_order_relaxed), 1, kStrayLevels);
-  // Mark the upper levels (top down), then level 0: the level-0 mark
-  // decides who owns y.
+  // The upper levels first (top down), level 0 last: whoever sees level 0
+  // marked sees every level above it marked too.
   for (unsigned i = height; i-- > 1;) {
     std::atomic<std::uint64_t>& link = y.up[i - 1];
     std::uint64_t v = link.load(std::memory_order_acquire);
-    while (Link::mark(v) != Link::kDeleted &&
-           !link.compare_exchange_weak(v, v | (Link::kDeleted << 26), std::memory_order_seq_cst)) {
+    while (UpLink::mark(v) != Link::kDeleted &&
+           !link.compare_exchange_weak(v, with_bits(v, 26, 2, Link::kDeleted), std::memory_order_seq_cst)) {
     }
   }
   std::uint64_t v0 = y.next.load(std::memory_order_acquire);
-  for (;;) {
-    if (Link::mark(v0) == Link::kDeleted) return OrderResult::lane_changed;  // someone else took it
-    if (y.next.compare_exchange_weak(v0, Link::make(Link::succ(v0), Link::kDeleted, Link::tag(v0)), std::memory_order_seq_cst))
-      break;
+  while (UpLink::mark(v0) != Link::kDeleted &&
+         !y.next.compare_exchange_weak(v0, with_bits(v0, 26, 2, Link::kDeleted), std::memory_order_seq_cst)) {
   }
-  FAIRLANE_FAILPOINT("strays.taken");
-  // Out of level 0 before it can be leased (and ever reused): the search
-  // unlinks it where it is, and every marked node on the way.
+  FAIRLANE_FAILPOINT("strays.marked");
+}
+
+OrderResult strays_unlink(Segment& s, std::uint32_t lane, std::uint32_t slot) noexcept {
+  // A search for its key unlinks every marked node at level 0 on the way
+  // from the heads, itself included; after it, no node of the list leads to
+  // it at level 0 (an insert after its predecessor fails once it is unlinked
+  // there, and one that got in first is passed by the search).
   Position pos;
-  if (!strays_find(s, lane, y.sf.load(std::memory_order_relaxed), pos)) {
+  if (strays_find(s, lane, s.slot(slot).sf.load(std::memory_order_relaxed), pos) != Found::ok) {
     report_corrupt(s, CorruptWhat::lane_order);
     return OrderResult::corrupt;
   }
-  (void)head_tag;
   return OrderResult::ok;
 }
 
-bool strays_contains(Segment& s, std::uint32_t lane, std::uint32_t slot) noexcept {
-  LaneRecord& l = s.lanes[lane];
-  std::uint32_t x1 = Link::succ(l.strays[0].load(std::memory_order_acquire));
+// Walks level 0 from the head (bounded), calling f(slot1, link) per node
+// until it returns false.
+template <class F>
+static bool walk_level0(const Segment& s, std::uint32_t lane, F f) noexcept {
+  const LaneRecord& l = s.lanes[lane];
+  std::uint32_t x1 = UpLink::succ(l.strays[0].load(std::memory_order_acquire));
   for (std::uint32_t steps = 0; x1 != 0 && steps <= s.jobs; ++steps) {
     if (!valid_slot1(s, x1)) return false;
-    if (x1 == slot + 1) return true;
-    x1 = Link::succ(s.slot(x1 - 1).next.load(std::memory_order_acquire));
+    const std::uint64_t xl = s.slot(x1 - 1).next.load(std::memory_order_acquire);
+    if (!f(x1, xl)) return true;
+    x1 = UpLink::succ(xl);
   }
-  return false;
+  return x1 == 0;
+}
+
+bool strays_holds(Segment& s, std::uint32_t lane, std::uint32_t slot) noexcept {
+  bool held = false;
+  walk_level0(s, lane, [&](std::uint32_t x1, std::uint64_t xl) {
+    if (x1 != slot + 1) return true;
+    held = UpLink::mark(xl) != Link::kDeleted;
+    return false;
+  });
+  return held;
+}
+
+bool strays_contains(Segment& s, std::uint32_t lane, std::uint32_t slot) noexcept {
+  bool found = false;
+  walk_level0(s, lane, [&](std::uint32_t x1, std::uint64_t) {
+    found = x1 == slot + 1;
+    return !found;
+  });
+  return found;
 }
 
 std::uint64_t lane_depth(const Segment& s, std::uint32_t lane) noexcept {
@@ -350,12 +358,10 @@ std::uint64_t lane_depth(const Segment& s, std::uint32_t lane) noexcept {
     n = std::min<std::uint64_t>(n, s.jobs);
   }
   if (LaneWord::strays(w)) {
-    std::uint32_t x1 = Link::succ(s.lanes[lane].strays[0].load(std::memory_order_acquire));
-    for (std::uint32_t steps = 0; x1 != 0 && steps < s.jobs && valid_slot1(s, x1); ++steps) {
-      const std::uint64_t xl = s.slot(x1 - 1).next.load(std::memory_order_acquire);
-      if (Link::mark(xl) != Link::kDeleted) ++n;
-      x1 = Link::succ(xl);
-    }
+    walk_level0(s, lane, [&](std::uint32_t, std::uint64_t xl) {
+      if (UpLink::mark(xl) != Link::kDeleted) ++n;
+      return true;
+    });
   }
   return std::min<std::uint64_t>(n, s.jobs);
 }

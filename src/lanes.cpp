@@ -2,6 +2,8 @@
 // protocol), the settling of a lane word's pending release, wake-ups.
 #include "lanes.hpp"
 
+#include "lane_order.hpp"
+
 #include <climits>
 
 #include "failpoint.hpp"
@@ -85,7 +87,6 @@ std::uint32_t take_record(Segment& s, GroupKey g) noexcept {
     r.key_sf.store(g.sf, std::memory_order_relaxed);
     r.key_kind.store(g.kind | (inc << 16), std::memory_order_release);
     r.settings.store(Settings::make(0, false, 1, r.settings.load(std::memory_order_relaxed)), std::memory_order_relaxed);
-    r.refs.store(0, std::memory_order_relaxed);
     r.turn.store(0, std::memory_order_relaxed);
     r.served.store(0, std::memory_order_relaxed);
     r.idle_seen.store(0, std::memory_order_relaxed);
@@ -109,45 +110,82 @@ void notify(Segment& s, int count) noexcept {
 Word128 lane_base(Segment& s, std::uint32_t lane, const Word128& w) noexcept {
   const std::uint32_t rel1 = LaneWord::rel(w);
   if (rel1 == 0) return w;
+  const RelOp op = LaneWord::relop(w);
   Word128 base = LaneWord::with_rel(w, 0, RelOp::complete);
-  if (rel1 > s.jobs) return base;  // scribbled: nothing to finish (fsck names it)
+  if (rel1 > s.jobs) {
+    report_corrupt(s, CorruptWhat::lane_word);  // nothing to apply; fsck names it
+    return base;
+  }
   const std::uint32_t slot = rel1 - 1;
   SlotRecord& r = s.slot(slot);
+  if (op == RelOp::take) {
+    strays_mark(s, slot);
+    return base;
+  }
+  // The slot's word before the step, for each step: a slot already past it
+  // was applied by someone else (or, for a lease, never concerned this lane).
   Word128 sw = slot_load(s, slot);
-  // Unfinished iff the slot is still leased in this lane: every CAS of the
-  // lane word clears rel after finishing it, and a slot is linked (by a CAS
-  // of this word or a claim's) before it can be leased again.
-  while (SlotWord::state(sw) == SlotState::leased && r.lane.load(std::memory_order_relaxed) == lane) {
+  const std::uint64_t here = std::uint64_t(lane) + 1;
+  // Lock-free: a failed CAS means the slot moved (an extend, or another
+  // applier); look at it again.
+  for (;;) {
+    const SlotState st = SlotWord::state(sw);
     const std::uint32_t a = SlotWord::attempt(sw);
     const std::uint64_t ctr = SlotWord::ctr(sw);
     Word128 to;
-    switch (LaneWord::relop(w)) {
+    switch (op) {
       case RelOp::complete:
-        to = SlotWord::make(SlotState::free, 0, 0, ctr, 0);
-        break;
-      case RelOp::park: {
-        Word128 target{r.fail_to.load(std::memory_order_acquire), ctr};
-        const SlotState st = SlotWord::state(target);
-        if (st != SlotState::scheduled && st != SlotState::dead)  // scribbled: keep the job, dead
-          target = SlotWord::make(SlotState::dead, a, 0, ctr, 0);
-        to = SlotWord::make(SlotWord::state(target), SlotWord::attempt(target), SlotWord::when(target), ctr, 0);
+      case RelOp::park:
+      case RelOp::back:
+      case RelOp::release: {
+        // A lease of this lane: while rel names it nothing else can move it
+        // (every way out of a lease is a step of this word).
+        if (st != SlotState::leased || r.lane.load(std::memory_order_relaxed) != lane) return base;
+        if (op == RelOp::complete) {
+          to = SlotWord::make(SlotState::free, 0, 0, ctr, 0);
+        } else if (op == RelOp::park) {
+          const Word128 t{r.fail_to.load(std::memory_order_acquire), 0};
+          SlotState ts = SlotWord::state(t);
+          std::uint64_t when = SlotWord::when(t);
+          if (ts != SlotState::scheduled && ts != SlotState::dead) {  // scribbled: keep the job, dead
+            report_corrupt(s, CorruptWhat::slot_record);
+            ts = SlotState::dead;
+            when = 0;
+          }
+          to = SlotWord::make(ts, a, when, ctr, 0);
+        } else {
+          const std::uint32_t keep = op == RelOp::release && a ? a - 1 : a;
+          to = SlotWord::make(SlotState::returning, keep, here, ctr, 0);
+        }
         break;
       }
-      case RelOp::back:
-        to = SlotWord::make(SlotState::returning, a, 0, ctr, 0);  // holder 0: for anyone to link
+      case RelOp::adopt:
+        if (st != SlotState::returning || SlotWord::when(sw) != 0) return base;
+        to = SlotWord::make(SlotState::returning, a, here, ctr, 0);  // for anyone to link
         break;
-      case RelOp::release:
-        to = SlotWord::make(SlotState::returning, a ? a - 1 : 0, 0, ctr, 0);
+      case RelOp::linked:
+        // Its count goes back with this CAS (the one that clears the step).
+        base = LaneWord::with_active(base, LaneWord::active(base) ? LaneWord::active(base) - 1 : 0);
+        if (st != SlotState::returning || SlotWord::when(sw) != here) return base;
+        to = SlotWord::make(SlotState::pending, a, 0, ctr, 0);
         break;
+      case RelOp::drop: {
+        if (st != SlotState::pending || r.lane.load(std::memory_order_relaxed) != lane) return base;
+        // The successor the reassign wrote before naming the slot.
+        const std::uint64_t next = r.fail_to.load(std::memory_order_acquire) & SlotWord::kWhenMask;
+        to = SlotWord::make(SlotState::aborted, 0, next, ctr, 0);
+        break;
+      }
+      case RelOp::take:
+        return base;
     }
-    // [R7] release (cas128): what the releaser wrote (fail_to, the error) is
-    // visible with the slot's new state.
+    // [R7] release (cas128): what the step's author wrote beside the slot
+    // word (fail_to, the error) is visible with the slot's new state.
     if (slot_cas(s, slot, sw, to)) {
-      FAIRLANE_FAILPOINT("lane.release_settled");
-      break;
+      FAIRLANE_FAILPOINT("lane.step_applied");
+      return base;
     }
   }
-  return base;
 }
 
 BrandedId lane_group(const Segment& s, std::uint32_t lane) noexcept {

@@ -16,13 +16,15 @@
 // tentative -> free); a creator that loses frees its record. A committed
 // entry's record is made live by whoever sees it still creating.
 //
-// Reclaim: a live lane is idle when it holds no job in any state (run and
-// strays empty, nothing active, no scheduled, dead or returning job counted
-// in refs, no release pending) and its settings are the defaults. It is
-// given back by a CAS of its lane word to free (which fails any operation
-// computed from an older reading of that word: the generations of
-// docs/design.md, "Tenants come and go"), then its directory entry is
-// cleared (by the reclaimer or by the next lookup that finds it stale).
+// Reclaim: a live lane is idle when its lane word holds nothing: run and
+// strays empty, no active count (leases, jobs popped and not yet leased,
+// jobs returning to it), no step pending, and its settings are the defaults.
+// Scheduled and dead jobs hold no lane (their slot keeps their group, and a
+// promotion or requeue looks the lane up again), so an idle lane is exactly
+// one no job needs. It is given back by a CAS of its lane word to free,
+// which fails any operation computed from an older reading of that word
+// (docs/design.md, "Tenants come and go"); its directory entry is cleared by
+// the reclaimer or by the next lookup that finds it stale.
 #pragma once
 
 #include <cstdint>
@@ -52,26 +54,23 @@ inline bool lane_serviceable(const Word128& w, std::uint64_t st) noexcept {
   if (LaneWord::head(w) == 0 && !LaneWord::strays(w)) return false;
   if (Settings::paused(st)) return false;
   const std::uint64_t limit = Settings::limit(st);
-  return limit == 0 || LaneWord::active(w) < limit;
+  // Without a limit the field's width is the limit (131,071 held at once).
+  return LaneWord::active(w) < (limit ? limit : LaneWord::kActiveMax);
 }
 
-// `w` as every CAS of the lane word must start from it: the release it
-// names (LaneWord::rel) finished first, and the field cleared. Finishing
-// means moving that slot's word out of leased to what the release said
-// (free, or what its fail_to says); a release whose slot word already moved
-// on is just cleared. Every CAS of a lane word starts from here, so rel
-// never names a slot that has since been linked again (docs/design.md
-// section 5, "Releases").
+// `w` as every CAS of the lane word must start from it: the step it names
+// (LaneWord::rel, RelOp) applied to its slot, and the field cleared (with
+// the count of a `linked` step given back). Applying a step is idempotent:
+// a slot whose word already moved on is left alone. Every CAS of a lane word
+// starts from here, so a step is applied before anything else happens in
+// the lane (docs/design.md, "Lane steps").
 Word128 lane_base(Segment& s, std::uint32_t lane, const Word128& w) noexcept;
 
 // Is the lane idle (holds nothing, no settings)? `w` must come from lane_base.
 inline bool lane_idle(const Segment& s, std::uint32_t lane, const Word128& w) noexcept {
-  // seq_cst on refs: pairs with the seq_cst increment of refs before a job
-  // of this lane is parked outside its lane ([S6]): either we see it, or the
-  // parker sees the reclaim's CAS of the lane word and looks again.
   return lane != kDefaultLane && LaneWord::state(w) == LaneState::live && LaneWord::head(w) == 0 &&
          LaneWord::tail(w) == 0 && !LaneWord::strays(w) && LaneWord::active(w) == 0 && LaneWord::rel(w) == 0 &&
-         s.lanes[lane].refs.load(std::memory_order_seq_cst) == 0 && Settings::defaults(lane_settings(s, lane));
+         Settings::defaults(lane_settings(s, lane));
 }
 
 // Wakes one parked consumer if there is one. seq_cst: pairs with the
@@ -126,6 +125,26 @@ struct GroupKey {
   std::uint64_t sf = 0;     // snowflake
 };
 inline GroupKey group_key(const BrandedId& g) noexcept { return GroupKey{kind_code(g.kind()), g.snowflake()}; }
+
+// The group of a job, as its slot keeps it (kNoGroup: the default lane).
+inline bool slot_group(const Segment& s, std::uint32_t slot, GroupKey& g) noexcept {
+  const SlotRecord& r = s.slot(slot);
+  const std::uint64_t kind = r.group_kind.load(std::memory_order_relaxed);
+  g.sf = r.group_sf.load(std::memory_order_relaxed);
+  g.kind = std::uint32_t(kind & 0x7FFF);
+  return kind != kNoGroup;
+}
+
+// Is lane `lane`, whose word `w` was read just before, group g's live lane?
+// A reclaim and a re-creation both move the word on, so if a CAS from `w`
+// succeeds after this returned true, the lane was g's all along.
+inline bool lane_is(const Segment& s, std::uint32_t lane, const Word128& w, GroupKey g) noexcept {
+  if (LaneWord::state(w) != LaneState::live) return false;
+  if (lane == kDefaultLane) return true;
+  const LaneRecord& r = s.lanes[lane];
+  return (r.key_kind.load(std::memory_order_acquire) & 0x7FFF) == g.kind &&
+         r.key_sf.load(std::memory_order_acquire) == g.sf;
+}
 
 enum class LaneFind { found, absent, lanes_full, buckets_full, corrupt };
 

@@ -79,13 +79,16 @@ constexpr std::uint64_t with_bits(std::uint64_t w, unsigned at, unsigned width, 
 // and one lease of it, and no two leases of a slot ever share a ctr.
 enum class SlotState : std::uint8_t {
   free = 0,       // holds no job; taken by a CAS free -> admitting
-  admitting = 1,  // its enqueuer (holder) is writing it; may already be linked in its lane
+  admitting = 1,  // its enqueuer (holder) is writing it; may already be linked in its lane's run
   pending = 2,    // in its lane (the lane's run or strays), committed
   leased = 3,     // claimed: when_ms is the deadline, holder the process
   scheduled = 4,  // delayed or backing off: when_ms is the due time; not linked
   dead = 5,       // dead-lettered: when_ms is when; not linked
-  returning = 6,  // taken back by holder (expiry, promotion, retry, release), on its way into its lane
-  aborted = 7,    // holds no job (lost its admission, or moved by reassign) but may still be
+  returning = 6,  // on its way into a lane's strays: when_ms is that lane + 1, whose
+                  // active count it holds (0: no lane yet, holder is adopting it);
+                  // holder the process linking it, 0 for anyone to link
+  aborted = 7,    // holds no job (lost its admission, or moved by reassign: then
+                  // when_ms names the slot it moved to, Successor) but may still be
                   // linked in a lane: whoever pops it frees it
 };
 inline constexpr std::uint32_t kSlotStates = 8;
@@ -124,6 +127,17 @@ static_assert(SlotWord::attempt(SlotWord::make(SlotState::leased, 65535, 1, 2, 3
 static_assert(SlotWord::when(SlotWord::make(SlotState::dead, 1, (1ULL << 44) - 1, 2, 3)) == (1ULL << 44) - 1);
 static_assert(SlotWord::ctr(SlotWord::make(SlotState::dead, 1, 2, (1ULL << 44) - 1, 3)) == (1ULL << 44) - 1);
 static_assert(SlotWord::holder(SlotWord::make(SlotState::dead, 1, 2, 3, 0xFFFFF)) == 0xFFFFF);
+
+// A slot named in a when_ms field (a reassign's origin and target): slot+1
+// (bits 0..25) and the low 18 bits of its ctr when named (bits 26..43).
+struct Successor {
+  static constexpr std::uint64_t make(std::uint32_t slot, std::uint64_t ctr) noexcept {
+    return std::uint64_t(slot + 1) | ((ctr & 0x3FFFF) << 26);
+  }
+  static constexpr std::uint32_t slot1(std::uint64_t v) noexcept { return std::uint32_t(v & ((1U << 26) - 1)); }
+  static constexpr std::uint64_t ctr18(std::uint64_t v) noexcept { return (v >> 26) & 0x3FFFF; }
+};
+static_assert(Successor::slot1(Successor::make((1U << 26) - 2, ~0ULL)) == (1U << 26) - 1);
 
 // A link of a lane's order (a node's `next` or upper level, a strays head):
 //
@@ -207,6 +221,9 @@ struct alignas(kCacheLine) SlotRecord {
 };
 static_assert(sizeof(SlotRecord) == 192);
 inline constexpr std::uint16_t kSlotHasRetry = 1;  // the job carries a retry policy (line 1)
+// An admitting slot made by reassign: fail_to's when_ms names the slot it
+// moves the job from (Successor), and the move decides its admission.
+inline constexpr std::uint16_t kSlotMoved = 2;
 inline constexpr std::uint64_t kNoGroup = ~0ULL;      // SlotRecord::group_kind of a job without a group
 
 // ---------------------------------------------------------------------------
@@ -216,35 +233,51 @@ inline constexpr std::uint64_t kNoGroup = ~0ULL;      // SlotRecord::group_kind 
 //                              appended at the tail), 0 = empty run
 //       bits 26..37  htag      the head node's insertion tag (low 12 bits):
 //                              a node relinked since cannot pass for the head
-//       bits 38..54  active    leased jobs of this lane
+//       bits 38..54  active    jobs of this lane held out of its order: leased,
+//                              popped and not yet leased, or returning to it
 //       bit  55      ringed    the lane is in the rota: a valid ring cell names it
 //       bit  56      strays    its strays list may hold a job
-//       bits 57..58  state     LaneState (2: being created)
+//       bits 57..58  state     LaneState
 //       bits 59..63  tgen      low 5 bits of the ring position of its token
 //   hi  bits  0..25  tail      slot+1 of the run's last node (exact: appends
 //                              link after it, then move it by CAS)
-//       bits 26..51  rel       slot+1 of the last release of a lease (complete,
-//                              fail, release, expiry) whose slot word may not
-//                              yet show it; whoever writes the lane word next
-//                              finishes that slot first
-//       bits 52..53  relop     what that release does: RelOp
-//       bits 54..63  version   +1 at every CAS
+//       bits 26..51  rel       slot+1 of a job step decided by the CAS that
+//                              wrote this word and not yet applied to the
+//                              slot (RelOp says which); whoever writes the
+//                              lane word next applies it first (lane_base)
+//       bits 52..54  relop     RelOp
+//       bits 55..63  version   +1 at every CAS
 //
 // A CAS computed from an old reading fails unless all 128 bits came back:
-// the version, the head's tag, the counts and the release together make
+// the version, the head's tag, the counts and the pending step together make
 // that a practical impossibility, and every CAS that acts on something read
-// beside the word (a node's next link) checks it again after (docs/design.md
-// section 5, "ABA").
+// beside the word (a node's next link) checks it again after (docs/design.md,
+// "ABA").
 enum class LaneState : std::uint8_t { free = 0, live = 1, creating = 2 };
-// What a release does to its slot: complete frees it; park moves it to
-// what its fail_to says (scheduled or dead); back and release send it back
-// to its lane (returning, for anyone to link: back keeps the delivery count,
-// release gives the delivery back).
-enum class RelOp : std::uint8_t { complete = 0, park = 1, back = 2, release = 3 };
+// The step a lane word CAS decided for slot `rel` (docs/design.md, "Lane
+// steps"). Applying it is idempotent; its effect on the lane word is part of
+// the CAS that named it, except `linked`, whose count goes back with the CAS
+// that clears it.
+//   complete  leased -> free
+//   park      leased -> what its fail_to says (scheduled or dead)
+//   back      leased -> returning to this lane, attempt kept (expiry, retry now)
+//   release   leased -> returning to this lane, the delivery given back
+//   adopt     returning (not yet to a lane) -> returning to this lane: the
+//             CAS took an active count for it (promotion, requeue)
+//   linked    returning to this lane, linked in its strays -> pending; the
+//             clearing CAS gives its active count back
+//   take      the strays' minimum is taken (marked) for the CAS's writer, a
+//             claim (which counted it active if it is a job)
+//   drop      pending, linked and not taken -> aborted, naming the slot the
+//             job moved to (reassign: fail_to holds that Successor); the slot
+//             stays linked for a claim to pop and free
+enum class RelOp : std::uint8_t { complete = 0, park = 1, back = 2, release = 3, adopt = 4, linked = 5, take = 6, drop = 7 };
 
 struct LaneWord {
   static constexpr std::uint64_t kActiveMask = (1ULL << 17) - 1;
+  static constexpr std::uint64_t kActiveMax = kActiveMask;  // at most this many held at once
   static constexpr std::uint64_t kTgenMask = 31;
+  static constexpr std::uint64_t kVersionMask = 511;
 
   static constexpr std::uint32_t head(const Word128& w) noexcept { return std::uint32_t(bits(w.lo, 0, 26)); }
   static constexpr std::uint64_t htag(const Word128& w) noexcept { return bits(w.lo, 26, 12); }
@@ -255,8 +288,8 @@ struct LaneWord {
   static constexpr std::uint32_t tgen(const Word128& w) noexcept { return std::uint32_t(bits(w.lo, 59, 5)); }
   static constexpr std::uint32_t tail(const Word128& w) noexcept { return std::uint32_t(bits(w.hi, 0, 26)); }
   static constexpr std::uint32_t rel(const Word128& w) noexcept { return std::uint32_t(bits(w.hi, 26, 26)); }
-  static constexpr RelOp relop(const Word128& w) noexcept { return RelOp(bits(w.hi, 52, 2)); }
-  static constexpr std::uint64_t version(const Word128& w) noexcept { return bits(w.hi, 54, 10); }
+  static constexpr RelOp relop(const Word128& w) noexcept { return RelOp(bits(w.hi, 52, 3)); }
+  static constexpr std::uint64_t version(const Word128& w) noexcept { return bits(w.hi, 55, 9); }
 
   static constexpr Word128 with_head(Word128 w, std::uint32_t slot1, std::uint64_t tag) noexcept {
     w.lo = with_bits(with_bits(w.lo, 0, 26, slot1), 26, 12, tag);
@@ -269,12 +302,12 @@ struct LaneWord {
   static constexpr Word128 with_tgen(Word128 w, std::uint32_t v) noexcept { w.lo = with_bits(w.lo, 59, 5, v); return w; }
   static constexpr Word128 with_tail(Word128 w, std::uint32_t slot1) noexcept { w.hi = with_bits(w.hi, 0, 26, slot1); return w; }
   static constexpr Word128 with_rel(Word128 w, std::uint32_t slot1, RelOp op) noexcept {
-    w.hi = with_bits(with_bits(w.hi, 26, 26, slot1), 52, 2, std::uint64_t(op));
+    w.hi = with_bits(with_bits(w.hi, 26, 26, slot1), 52, 3, std::uint64_t(op));
     return w;
   }
   // The next version: what every CAS of the lane word writes.
   static constexpr Word128 bumped(Word128 w, const Word128& from) noexcept {
-    w.hi = with_bits(w.hi, 54, 10, (version(from) + 1) & 1023);
+    w.hi = with_bits(w.hi, 55, 9, (version(from) + 1) & kVersionMask);
     return w;
   }
 };
@@ -282,7 +315,8 @@ static_assert(LaneWord::version(LaneWord::bumped(Word128{~0ULL, ~0ULL}, Word128{
 static_assert(LaneWord::version(LaneWord::bumped(Word128{}, Word128{})) == 1);
 static_assert(LaneWord::tgen(LaneWord::with_tgen(Word128{}, 31)) == 31);
 static_assert(LaneWord::rel(LaneWord::with_rel(Word128{}, (1U << 26) - 1, RelOp::park)) == (1U << 26) - 1);
-static_assert(LaneWord::relop(LaneWord::with_rel(Word128{}, 1, RelOp::release)) == RelOp::release);
+static_assert(LaneWord::relop(LaneWord::with_rel(Word128{}, 1, RelOp::take)) == RelOp::take);
+static_assert(LaneWord::version(LaneWord::with_rel(Word128{}, 1, RelOp::take)) == 0);
 static_assert(LaneWord::active(LaneWord::with_active(Word128{~0ULL, 0}, 5)) == 5);
 static_assert(LaneWord::htag(LaneWord::with_head(Word128{}, 7, 4095)) == 4095);
 
@@ -327,8 +361,8 @@ struct alignas(kCacheLine) LaneRecord {
   // line 1
   std::atomic<std::uint64_t> strays[kStrayLevels];  // heads of the strays levels: [0] a Link, [1..] UpLinks
   std::atomic<std::uint64_t> creator;      // Holder of the process creating it (state creating)
-  std::atomic<std::uint64_t> idle_seen;    // the sweep: lane word version (bits 0..10) | segment ms (11..63)
-                                           // when it first found the lane idle
+  std::atomic<std::uint64_t> idle_seen;    // the sweep: when it first found the lane idle: lane word
+                                           // version (bits 0..8) | 1 << 9 | segment ms (bits 10..63)
 };
 static_assert(sizeof(LaneRecord) == 128);
 
@@ -436,13 +470,25 @@ static_assert(sizeof(ProcRecord) == 256);
 //   owner:  proc record index + 1 (bits 0..15) | 1<<16 in use; 0 free
 //   intent: what the thread is between two shared steps of, bits 0..3
 //           Intent, bits 4..29 slot+1, bits 30..63 the slot's ctr (low 34
-//           bits): written by the thread alone before the first of the two
-//           steps, cleared after the second
-//     popping  a claim: the job is taken out of its lane, not yet leased
-//     linking  an enqueue: the job is being linked into its lane (after the
-//              run's tail intent_pred, Link-like slot+1 | tag << 28, or into
-//              the strays / as the first node when 0), not yet committed
-enum class Intent : std::uint8_t { none = 0, popping = 1, linking = 2 };
+//           bits), with intent_lane the lane: written by the thread alone
+//           before the first of the two steps, cleared after the second
+//     pop_run, pop_strays      a claim: the job is being taken out of its
+//                              lane's run (one CAS) or strays (a take step),
+//                              counted active, then leased
+//     drain_run, drain_strays  a drain: the same, then freed
+//     link                     an enqueue: the job is being appended to its
+//                              lane's run (after intent_pred, slot+1 | tag
+//                              << 26 of the tail it links after, 0 when it
+//                              starts the run), not yet committed
+enum class Intent : std::uint8_t { none = 0, pop_run = 1, pop_strays = 2, drain_run = 3, drain_strays = 4, link = 5 };
+struct IntentWord {
+  static constexpr std::uint64_t make(Intent i, std::uint32_t slot, std::uint64_t ctr) noexcept {
+    return std::uint64_t(i) | (std::uint64_t(slot + 1) << 4) | ((ctr & ((1ULL << 34) - 1)) << 30);
+  }
+  static constexpr Intent kind(std::uint64_t v) noexcept { return Intent(v & 15); }
+  static constexpr std::uint32_t slot1(std::uint64_t v) noexcept { return std::uint32_t(bits(v, 4, 26)); }
+  static constexpr std::uint64_t ctr34(std::uint64_t v) noexcept { return v >> 30; }
+};
 struct alignas(kCacheLine) ThreadRecord {
   std::atomic<std::uint64_t> owner;
   std::atomic<std::uint64_t> intent;
