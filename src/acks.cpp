@@ -1,19 +1,21 @@
 // Acknowledgements: complete, fail, extend, release, and their batches; the
-// move of a job back into its lane (shared with the sweep).
+// moves of a job back into its lane (shared with the sweep and the dead
+// letter calls).
 //
-// Every way out of a lease (complete, fail, release, the sweep's expiry or
-// dead holder) goes through the lease's lane word, in one CAS that gives the
-// lane's active count back and names the slot as the lane's pending release
-// (LaneWord::rel, with what it does). The slot word is moved after; whoever
-// writes the lane word next finishes it first if that did not happen
-// (lane_base). So:
+// Every way out of a lease (complete, fail, release, the sweep's expiry) is
+// one step of the lease's lane word: one CAS that gives the lane's active
+// count back (when the job leaves the lane for good: complete, a fail that
+// parks it) and names the slot in the word's step (LaneWord::rel). The slot
+// word is moved after, by the step's author or by whoever writes the lane
+// word next (lane_base). So:
 //   - exactly one of them wins a lease: each reads the lane word, checks the
 //     slot is still leased under the token, and CASes the lane word; the
-//     others fail that CAS, or find the release named in it;
-//   - a process stopped between the two steps holds nothing: the lane's
-//     count is already back, and the next writer of the lane word finishes
-//     its slot (free, scheduled, dead, or returning for anyone to link).
+//     others fail that CAS, or find the step applied and the lease gone;
+//   - a process stopped between the two holds nothing: the lane's count is
+//     already right, and the next writer of the lane word moves its slot
+//     (free, scheduled, dead, or returning for anyone to link).
 #include <algorithm>
+#include <climits>
 #include <cstring>
 #include <random>
 
@@ -29,8 +31,6 @@ namespace detail {
 
 namespace {
 
-enum class Take { ok, stale, gone, corrupt };
-
 // stale when the id is a job of this queue (in another slot or lease), gone when not.
 Take stale_or_gone(const Segment& s, std::uint64_t sf) noexcept {
   return index_find(s, sf) != kNoSlot ? Take::stale : Take::gone;
@@ -40,114 +40,221 @@ RetryPolicy queue_default_retry(const Segment& s) noexcept {
   return retry_decode(s.h->default_retry_a, s.h->default_retry_b);
 }
 
+// Applies the step of a lane word we just wrote (lane_base is idempotent:
+// if someone applied it meanwhile, this changes nothing).
+void apply_step(Segment& s, std::uint32_t lane, const Word128& written) noexcept { (void)lane_base(s, lane, written); }
+
 }  // namespace
 
-// Takes lease `token` of job `sf` out of leased through its lane word (see
-// the file comment). `op` says what the slot becomes. For park, back and
-// release the lane's refs are raised first (the job leaves both its lane and
-// the active count, and the lane must not look idle meanwhile: [S6]).
-Take release_lease(Segment& s, std::uint64_t sf, Token token, RelOp op, std::uint32_t& slot_out, Word128& sw_out,
+// Takes lease `token` of job `sf` out of leased by a step `op` of its lane
+// word (see the file comment) and applies it. complete and park give the
+// lane's active count back in that CAS; back and release keep it (the job
+// is returning to the lane and holds it until it is linked).
+Take release_lease(Segment& s, std::uint64_t sf, Token token, RelOp op, std::uint32_t& slot_out,
                    std::uint32_t& lane_out) noexcept {
   const std::uint32_t slot = token_slot(s, token);
   if (slot >= s.jobs) return stale_or_gone(s, sf);
   SlotRecord& r = s.slot(slot);
-  bool counted = false;
-  auto give_back_ref = [&](std::uint32_t lane) {
-    if (counted) s.lanes[lane].refs.fetch_sub(1, std::memory_order_seq_cst);
-  };
-  std::uint32_t lane = kNoLane;
-  for (int round = 0; round < 1 << 16; ++round) {
+  for (;;) {
     const Word128 sw = slot_load(s, slot);
     if (r.sf.load(std::memory_order_acquire) != sf || SlotWord::state(sw) != SlotState::leased ||
-        !token_matches(s, token, SlotWord::ctr(sw))) {
-      if (lane != kNoLane) give_back_ref(lane);
+        !token_matches(s, token, SlotWord::ctr(sw)))
       return stale_or_gone(s, sf);
-    }
-    const std::uint32_t l = r.lane.load(std::memory_order_relaxed);
-    if (l >= s.lane_count) {
+    const std::uint32_t lane = r.lane.load(std::memory_order_relaxed);
+    if (lane >= s.lane_count) {
       report_corrupt(s, CorruptWhat::slot_record);
-      if (lane != kNoLane) give_back_ref(lane);
       return Take::corrupt;
-    }
-    if (lane != l) {
-      if (lane != kNoLane) give_back_ref(lane);
-      counted = false;
-      lane = l;
-    }
-    if (op != RelOp::complete && !counted) {
-      s.lanes[lane].refs.fetch_add(1, std::memory_order_seq_cst);
-      counted = true;
     }
     Word128 w = lane_load(s, lane);
     const Word128 base = lane_base(s, lane, w);
-    // Every release of this lease by someone else CASes this lane word before
-    // it moves the slot: if the slot is unchanged now, this reading of the
-    // lane word predates any such release, and our CAS fails if one lands.
+    // Every other way out of this lease is a step of this lane word, applied
+    // before anything else: if the slot is unchanged now, this reading of
+    // the word predates any such step, and our CAS fails if one lands.
     if (!(slot_load(s, slot) == sw)) continue;
     if (LaneWord::state(base) != LaneState::live) {
       report_corrupt(s, CorruptWhat::lane_word);  // a leased job's lane is never reclaimed
-      give_back_ref(lane);
       return Take::corrupt;
     }
-    const std::uint64_t a = LaneWord::active(base);
-    const Word128 nw = LaneWord::with_rel(LaneWord::with_active(base, a ? a - 1 : 0), slot + 1, op);
+    RelOp step = op;
+    if (op == RelOp::back && SlotWord::attempt(sw) >= SlotWord::kMaxAttempt) {
+      // Delivered as often as the count can say: dead-lettered rather than
+      // handed out again under a count that no longer rises.
+      r.fail_to.store(target_lo(SlotState::dead, SlotWord::attempt(sw), segment_now_ms(s)), std::memory_order_relaxed);
+      step = RelOp::park;
+    }
+    Word128 nw = LaneWord::with_rel(base, slot + 1, step);
+    if (step == RelOp::complete || step == RelOp::park) {
+      const std::uint64_t a = LaneWord::active(base);
+      nw = LaneWord::with_active(nw, a ? a - 1 : 0);
+    }
+    const Word128 before = w;
     if (lane_cas(s, lane, w, nw)) {
-      FAIRLANE_FAILPOINT("ack.released");
+      FAIRLANE_FAILPOINT("ack.stepped");
+      apply_step(s, lane, LaneWord::bumped(nw, before));
       slot_out = slot;
-      sw_out = sw;
       lane_out = lane;
       return Take::ok;
     }
   }
-  if (lane != kNoLane) give_back_ref(lane);
-  report_corrupt(s, CorruptWhat::lane_word);
-  return Take::corrupt;
 }
 
-// After release_lease: moves the slot on (the caller's own finishing of its
-// release; a helper may have done it already, then this does nothing).
-void finish_release(Segment& s, std::uint32_t slot, Word128 sw, std::uint32_t lane) noexcept {
+void finish_linking(Segment& s, std::uint32_t lane, std::uint32_t slot) noexcept {
+  if (lane >= s.lane_count || slot >= s.jobs) return;
+  const std::uint64_t here = std::uint64_t(lane) + 1;
   Word128 w = lane_load(s, lane);
-  if (LaneWord::rel(w) == slot + 1) lane_base(s, lane, w);  // the same finishing as a helper's
-  (void)sw;
+  for (;;) {
+    const Word128 base = lane_base(s, lane, w);
+    const Word128 sw = slot_load(s, slot);
+    // Applied already (by us or anyone): it is pending now.
+    if (SlotWord::state(sw) != SlotState::returning || SlotWord::when(sw) != here) return;
+    if (LaneWord::state(base) != LaneState::live) {
+      report_corrupt(s, CorruptWhat::lane_word);  // a lane holding a count is never reclaimed
+      return;
+    }
+    Word128 nw = LaneWord::with_strays(base, true);
+    const std::uint64_t a = LaneWord::active(nw);
+    nw = LaneWord::with_rel(LaneWord::with_active(nw, a ? a - 1 : 0), slot + 1, RelOp::linked);
+    const Word128 before = w;
+    // Rings the lane if this makes it serviceable (lane_cas).
+    if (lane_cas(s, lane, w, nw)) {
+      FAIRLANE_FAILPOINT("move.linked");
+      apply_step(s, lane, LaneWord::bumped(nw, before));
+      return;
+    }
+  }
 }
 
-Moved move_to_lane(Segment& s, std::uint32_t slot, Word128 from, MoveFrom what, std::uint32_t attempt) noexcept {
+Moved link_returning(Segment& s, std::uint32_t slot, bool mine) noexcept {
   SlotRecord& r = s.slot(slot);
-  const std::uint32_t lane = r.lane.load(std::memory_order_relaxed);
-  if (lane >= s.lane_count) {
-    report_corrupt(s, CorruptWhat::slot_record);
+  Word128 w = slot_load(s, slot);
+  if (SlotWord::state(w) != SlotState::returning || SlotWord::when(w) == 0) return Moved::changed;
+  if (!mine) {
+    if (SlotWord::holder(w) != 0) return Moved::changed;
+    // Take the move: ours after this CAS (a stopped mover holds this one job).
+    const Word128 taken = SlotWord::make(SlotState::returning, SlotWord::attempt(w), SlotWord::when(w), SlotWord::ctr(w),
+                                         my_holder(s));
+    if (!slot_cas(s, slot, w, taken)) return Moved::changed;
+    w = taken;
+    FAIRLANE_FAILPOINT("move.taken");
+  }
+  const std::uint64_t lane1 = SlotWord::when(w);
+  if (lane1 > s.lane_count) {
+    report_corrupt(s, CorruptWhat::slot_word);
     return Moved::corrupt;
   }
-  // Take the move: a returning slot nobody has taken yet, a scheduled or a
-  // dead one. Ours after this CAS; the refs of its lane count it meanwhile
-  // (a scheduled or dead job already was; a returning one since its release).
-  const std::uint64_t ctr = SlotWord::ctr(from);
-  const Word128 mine = SlotWord::make(SlotState::returning, attempt, 0, ctr, my_holder(s));
-  if (what == MoveFrom::lease) {
-    if (SlotWord::state(from) != SlotState::returning || SlotWord::holder(from) != 0) return Moved::changed;
-  }
-  if (!slot_cas(s, slot, from, mine)) return Moved::changed;
-  FAIRLANE_FAILPOINT("move.taken");
+  const std::uint32_t lane = std::uint32_t(lane1 - 1);
+  // Ours alone until linked; the linking CAS publishes these.
+  r.lane.store(lane, std::memory_order_relaxed);
   r.ready_us.store(segment_now_us(s), std::memory_order_relaxed);
-  const OrderResult o = strays_insert(s, lane, slot, node_tag(ctr), false);
-  if (o != OrderResult::ok) return Moved::corrupt;
-  FAIRLANE_FAILPOINT("move.linked");
-  Word128 cur = mine;
-  // [R8] release: the job is pending in its lane; a claimer that took it from
-  // the strays meanwhile has already leased it (its CAS from returning), and
-  // then this CAS fails, which is fine.
-  slot_cas(s, slot, cur, SlotWord::make(SlotState::pending, attempt, 0, ctr, 0));
-  s.lanes[lane].refs.fetch_sub(1, std::memory_order_seq_cst);
+  if (strays_insert(s, lane, slot, SlotWord::ctr(w)) != OrderResult::ok) return Moved::corrupt;
+  finish_linking(s, lane, slot);
   log_job(s, slot);
   return Moved::ok;
 }
 
-// A returning slot that nobody links (its releaser moved on): link it now.
-void link_returned(Segment& s, std::uint32_t slot) noexcept {
-  const Word128 w = slot_load(s, slot);
-  if (SlotWord::state(w) == SlotState::returning && SlotWord::holder(w) == 0)
-    move_to_lane(s, slot, w, MoveFrom::lease, SlotWord::attempt(w));
+namespace {
+
+// Finds (or makes) the lane of the job in `slot` and takes one active count
+// of it for the job in an `adopt` step. The slot is returning(me, no lane).
+// false: no lane could be had (lanes_full), or the segment is corrupt.
+bool adopt_step(Segment& s, std::uint32_t slot, bool& corrupt) noexcept {
+  corrupt = false;
+  GroupKey g;
+  const bool grouped = slot_group(s, slot, g);
+  for (int round = 0; round < 64; ++round) {
+    std::uint32_t lane = kDefaultLane;
+    if (grouped) {
+      if (g.kind >= kKindCodes) {
+        report_corrupt(s, CorruptWhat::slot_record);
+        corrupt = true;
+        return false;
+      }
+      const LaneFind f = lane_find(s, g, true, lane);
+      if (f == LaneFind::corrupt) corrupt = true;
+      if (f != LaneFind::found) return false;
+    } else {
+      g = GroupKey{};
+    }
+    Word128 w = lane_load(s, lane);
+    for (;;) {
+      const Word128 base = lane_base(s, lane, w);
+      if (!lane_is(s, lane, w, g)) break;  // reclaimed since we found it: look again
+      if (LaneWord::active(base) >= LaneWord::kActiveMax) return false;
+      const Word128 nw = LaneWord::with_rel(LaneWord::with_active(base, LaneWord::active(base) + 1), slot + 1, RelOp::adopt);
+      const Word128 before = w;
+      if (lane_cas(s, lane, w, nw)) {
+        FAIRLANE_FAILPOINT("move.adopted");
+        apply_step(s, lane, LaneWord::bumped(nw, before));
+        return true;
+      }
+    }
+  }
+  report_corrupt(s, CorruptWhat::directory);
+  corrupt = true;
+  return false;
+}
+
+}  // namespace
+
+Adopted adopt_job(Segment& s, std::uint32_t slot, Word128 from, std::uint32_t attempt) noexcept {
+  const Word128 mine = SlotWord::make(SlotState::returning, attempt, 0, SlotWord::ctr(from), my_holder(s));
+  Word128 expect = from;
+  if (!slot_cas(s, slot, expect, mine)) return Adopted::changed;
+  FAIRLANE_FAILPOINT("move.claimed");
+  bool corrupt = false;
+  if (!adopt_step(s, slot, corrupt)) {
+    // Put it back as it was (ours: nobody else moves a returning(me, no lane) slot).
+    Word128 cur = mine;
+    slot_cas(s, slot, cur, from);
+    return corrupt ? Adopted::corrupt : Adopted::lanes_full;
+  }
+  // Returning to its lane now, for anyone to link: link it unless someone
+  // took that first (then it is theirs to finish).
+  const Moved m = link_returning(s, slot);
+  return m == Moved::corrupt ? Adopted::corrupt : Adopted::ok;
+}
+
+// An adopter that died between taking the slot and its `adopt` step (or
+// after it, with the step not yet applied): finish the step if it was taken,
+// else take the slot over and adopt it.
+bool resume_adopt(Segment& s, std::uint32_t slot, Word128 w) noexcept {
+  GroupKey g;
+  std::uint32_t lane = kDefaultLane;
+  if (slot_group(s, slot, g)) {
+    if (g.kind >= kKindCodes || lane_find(s, g, false, lane) != LaneFind::found) lane = kNoLane;
+  }
+  // A step naming it, pending in its group's lane (which that step keeps
+  // live), is applied by this update.
+  if (lane != kNoLane) lane_update(s, lane, [](Word128 b) -> std::optional<Word128> { return b; });
+  const Word128 now = slot_load(s, slot);
+  if (!(now == w)) return true;  // moved on (the step applied): someone links it
+  const Word128 mine = SlotWord::make(SlotState::returning, SlotWord::attempt(w), 0, SlotWord::ctr(w), my_holder(s));
+  Word128 expect = w;
+  if (!slot_cas(s, slot, expect, mine)) return true;
+  bool corrupt = false;
+  if (!adopt_step(s, slot, corrupt)) {
+    // No lane now: leave it for the next pass, adoptable by anyone.
+    Word128 cur = mine;
+    slot_cas(s, slot, cur, SlotWord::make(SlotState::scheduled, SlotWord::attempt(w), 0, SlotWord::ctr(w), 0));
+    return false;
+  }
+  link_returning(s, slot);
+  return true;
+}
+
+void free_aborted(Segment& s, std::uint32_t slot) noexcept {
+  Word128 w = slot_load(s, slot);
+  while (SlotWord::state(w) == SlotState::aborted) {
+    // A reassign's origin: the move is decided before the origin can be
+    // reused (index_resolve of the target commits it: the origin names it).
+    const std::uint32_t to1 = Successor::slot1(SlotWord::when(w));
+    if (to1 != 0 && to1 <= s.jobs) index_resolve(s, to1 - 1);
+    // [R3] release: the next owner of the slot sees it done with.
+    if (slot_cas(s, slot, w, SlotWord::make(SlotState::free, 0, 0, SlotWord::ctr(w), 0))) {
+      FAIRLANE_FAILPOINT("slot.freed");
+      return;
+    }
+  }
 }
 
 }  // namespace detail
@@ -164,18 +271,22 @@ AckStatus to_ack(Take t) noexcept {
   return AckStatus::gone;
 }
 
+// The lease's slot checked up front: the id is this queue's and the token
+// names a slot of the table.
+bool ack_args(Segment& s, const BrandedId& job, std::uint64_t& sf) noexcept {
+  return s.me && job_snowflake(s, job, sf) == IdCheck::ok;
+}
+
 }  // namespace
 
 AckStatus Queue::complete(const BrandedId& job, Token token) noexcept {
   Segment& s = *seg_;
   std::uint64_t sf = 0;
-  if (!s.me || job_snowflake(s, job, sf) != IdCheck::ok) return AckStatus::gone;
+  if (!ack_args(s, job, sf)) return AckStatus::gone;
   std::uint32_t slot = 0, lane = 0;
-  Word128 sw;
-  const Take t = release_lease(s, sf, token, RelOp::complete, slot, sw, lane);
+  const Take t = release_lease(s, sf, token, RelOp::complete, slot, lane);
   if (t != Take::ok) return to_ack(t);
-  finish_release(s, slot, sw, lane);
-  FAIRLANE_FAILPOINT("complete.freed");
+  FAIRLANE_FAILPOINT("complete.done");
   count(s, &CounterBlock::completed);
   log_job(s, slot);
   return AckStatus::ok;
@@ -193,19 +304,21 @@ std::size_t Queue::complete_batch(std::span<const Lease> leases, std::span<AckSt
 FailStatus Queue::fail(const BrandedId& job, Token token, const FailOptions& options) noexcept {
   Segment& s = *seg_;
   std::uint64_t sf = 0;
-  if (!s.me || job_snowflake(s, job, sf) != IdCheck::ok) return FailStatus::gone;
+  if (!ack_args(s, job, sf)) return FailStatus::gone;
   const std::uint32_t slot = token_slot(s, token);
-  if (slot >= s.jobs) return index_find(s, sf) != kNoSlot ? FailStatus::stale : FailStatus::gone;
+  auto refused = [&] { return index_find(s, sf) != kNoSlot ? FailStatus::stale : FailStatus::gone; };
+  if (slot >= s.jobs) return refused();
   SlotRecord& r = s.slot(slot);
   const Word128 seen = slot_load(s, slot);
   if (SlotWord::state(seen) != SlotState::leased || r.sf.load(std::memory_order_acquire) != sf ||
       !token_matches(s, token, SlotWord::ctr(seen)))
-    return index_find(s, sf) != kNoSlot ? FailStatus::stale : FailStatus::gone;
+    return refused();
   const std::uint32_t attempt = SlotWord::attempt(seen);
   // What it does: the call's options, then the job's policy, then the queue's.
-  const RetryPolicy job_policy = (r.flags.load(std::memory_order_relaxed) & kSlotHasRetry)
-                                     ? retry_decode(r.retry.a.load(std::memory_order_relaxed), r.retry.b.load(std::memory_order_relaxed))
-                                     : RetryPolicy{};
+  const RetryPolicy job_policy =
+      (r.flags.load(std::memory_order_relaxed) & kSlotHasRetry)
+          ? retry_decode(r.retry.a.load(std::memory_order_relaxed), r.retry.b.load(std::memory_order_relaxed))
+          : RetryPolicy{};
   thread_local std::mt19937_64 rng{std::random_device{}()};
   const double u = std::uniform_real_distribution<double>(0.0, 1.0)(rng);
   const FailPlan plan = plan_fail(options, job_policy, queue_default_retry(s), attempt, u);
@@ -219,43 +332,49 @@ FailStatus Queue::fail(const BrandedId& job, Token token, const FailOptions& opt
     r.fail_to.store(target_lo(SlotState::scheduled, attempt, now + plan.delay_ms), std::memory_order_relaxed);
     op = RelOp::park;
   }
-  // The error is the lease holder's to write; written before the release so
+  // The error is the lease holder's to write; written before the step so
   // that it is with the job when the job moves on.
   const std::size_t n = std::min<std::size_t>(options.error.size(), kErrorBytes);
   if (n) std::memcpy(r.error, options.error.data(), n);
   r.error_len.store(std::uint8_t(n), std::memory_order_relaxed);
   std::uint32_t got = 0, lane = 0;
-  Word128 sw;
-  const Take t = release_lease(s, sf, token, op, got, sw, lane);
+  const Take t = release_lease(s, sf, token, op, got, lane);
   switch (t) {
     case Take::ok: break;
     case Take::stale: return FailStatus::stale;
     case Take::gone: return FailStatus::gone;
     case Take::corrupt: return FailStatus::corrupt;
   }
-  FAIRLANE_FAILPOINT("fail.released");
-  finish_release(s, slot, sw, lane);
+  FAIRLANE_FAILPOINT("fail.stepped");
+  bool went_dead = dead;
   if (op == RelOp::back) {
-    link_returned(s, slot);
-  } else if (!dead) {
-    lower_next_due(s, now + plan.delay_ms);
-    notify(s, INT_MAX);  // parked consumers shorten their sleep to the new due time
+    link_returning(s, slot);
+  } else {
+    // Two fails of one lease racing from two threads: the winner's step
+    // reads fail_to, which the loser may have written last. Say what
+    // happened, not what was asked.
+    const SlotState now_state = SlotWord::state(slot_load(s, slot));
+    if (now_state == SlotState::dead) went_dead = true;
+    else if (now_state == SlotState::scheduled) went_dead = false;
+    if (!went_dead) {
+      lower_next_due(s, now + plan.delay_ms);
+      notify(s, INT_MAX);  // parked consumers shorten their sleep to the new due time
+    }
   }
   log_job(s, slot);
-  count(s, dead ? &CounterBlock::dead : &CounterBlock::retried);
-  return dead ? FailStatus::dead : FailStatus::retrying;
+  count(s, went_dead ? &CounterBlock::dead : &CounterBlock::retried);
+  return went_dead ? FailStatus::dead : FailStatus::retrying;
 }
 
 AckStatus Queue::release(const BrandedId& job, Token token) noexcept {
   Segment& s = *seg_;
   std::uint64_t sf = 0;
-  if (!s.me || job_snowflake(s, job, sf) != IdCheck::ok) return AckStatus::gone;
+  if (!ack_args(s, job, sf)) return AckStatus::gone;
   std::uint32_t slot = 0, lane = 0;
-  Word128 sw;
-  const Take t = release_lease(s, sf, token, RelOp::release, slot, sw, lane);
+  const Take t = release_lease(s, sf, token, RelOp::release, slot, lane);
   if (t != Take::ok) return to_ack(t);
-  finish_release(s, slot, sw, lane);
-  link_returned(s, slot);
+  FAIRLANE_FAILPOINT("release.stepped");
+  link_returning(s, slot);
   count(s, &CounterBlock::released);
   return AckStatus::ok;
 }
@@ -263,9 +382,9 @@ AckStatus Queue::release(const BrandedId& job, Token token) noexcept {
 AckStatus Queue::extend(const BrandedId& job, Token token, std::uint32_t lease_ms) noexcept {
   Segment& s = *seg_;
   std::uint64_t sf = 0;
-  if (!s.me || job_snowflake(s, job, sf) != IdCheck::ok) return AckStatus::gone;
+  if (!ack_args(s, job, sf)) return AckStatus::gone;
   const std::uint32_t slot = token_slot(s, token);
-  if (slot >= s.jobs) return to_ack(index_find(s, sf) != kNoSlot ? Take::stale : Take::gone);
+  if (slot >= s.jobs) return to_ack(stale_or_gone(s, sf));
   const SlotRecord& r = s.slot(slot);
   const std::uint64_t now = segment_now_ms(s);
   Word128 w = slot_load(s, slot);
@@ -274,7 +393,7 @@ AckStatus Queue::extend(const BrandedId& job, Token token, std::uint32_t lease_m
         !token_matches(s, token, SlotWord::ctr(w)) || SlotWord::when(w) <= now)
       // Past its deadline a lease may be taken back at any moment: too late
       // to extend (the sweep and this call judge by the same deadline).
-      return to_ack(index_find(s, sf) != kNoSlot ? Take::stale : Take::gone);
+      return to_ack(stale_or_gone(s, sf));
     const Word128 nw = SlotWord::make(SlotState::leased, SlotWord::attempt(w), now + lease_ms, SlotWord::ctr(w),
                                       SlotWord::holder(w));
     // [A5] (cas128): fenced by the token (ctr) and the deadline it saw.
@@ -293,9 +412,8 @@ std::size_t Queue::release_all() noexcept {
   for (std::uint32_t i = 0; i < s.jobs; ++i) {
     const Word128 w = slot_load(s, i);
     if (SlotWord::state(w) != SlotState::leased || SlotWord::holder(w) != me) continue;
-    char text[kIdLength];
-    load_id_text(s, s.slot(i), text);
-    const BrandedId id = BrandedId::make(std::string_view(s.kind, 3), s.slot(i).sf.load(std::memory_order_relaxed));
+    const std::uint64_t sf = s.slot(i).sf.load(std::memory_order_relaxed) & ((1ULL << 63) - 1);
+    const BrandedId id = BrandedId::make(std::string_view(s.kind, 3), sf);
     n += release(id, make_token(s, i, SlotWord::ctr(w))) == AckStatus::ok;
   }
   return n;

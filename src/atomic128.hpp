@@ -8,10 +8,14 @@
 // ThreadSanitizer, which cannot see inside inline assembly) the __atomic
 // builtins on unsigned __int128, seq_cst.
 //
-// Loads read the two halves one at a time (acquire each): a value torn
-// between two writes is possible and harmless where it is followed by a CAS
-// (which then fails and hands back a whole current value); readers that act
-// on a load alone say why a torn value cannot mislead them.
+// Loads read the high half, the low half, and the high half again (acquire
+// each), until the two readings of the high half agree: the pair is then a
+// value the word held (at the moment the low half was read), unless the high
+// half went away and came back within those few nanoseconds. Every CAS of a
+// lane word moves its version (high half); a slot word's high half is its
+// ctr and holder, which do not come back to a value without the ctr moving.
+// Code that acts on a load alone (a corruption verdict, a step applied)
+// checks again with a second load or a CAS.
 #pragma once
 
 #include <cstdint>
@@ -60,7 +64,13 @@ inline void store128_init(Word128& w, const Word128& v) noexcept {
 #else
 
 inline Word128 load128(const Word128& w) noexcept {
-  return Word128{__atomic_load_n(&w.lo, __ATOMIC_ACQUIRE), __atomic_load_n(&w.hi, __ATOMIC_ACQUIRE)};
+  std::uint64_t hi = __atomic_load_n(&w.hi, __ATOMIC_ACQUIRE);
+  for (;;) {
+    const std::uint64_t lo = __atomic_load_n(&w.lo, __ATOMIC_ACQUIRE);
+    const std::uint64_t again = __atomic_load_n(&w.hi, __ATOMIC_ACQUIRE);
+    if (again == hi) return Word128{lo, hi};
+    hi = again;
+  }
 }
 
 // On failure `expected` holds the current value, read whole (cmpxchg16b

@@ -5,20 +5,28 @@
 //   2. read L's lane word: if the cell is not L's token, pass it (ringing L
 //      with it, or poking L's word first, if L is not ringed: ring.hpp);
 //      if L is not serviceable, de-ring it and pass the cell;
-//   3. take L's oldest job: the run's head (one CAS of the lane word pops it,
-//      counts it active and, when the turn is over, moves L's token to a
-//      cell pushed at the tail), or the strays' minimum (mark it ours, then
-//      the same CAS without the pop);
+//   3. take L's oldest job in one CAS of L's lane word that also counts it
+//      active and, when L's turn is over, moves L's token to a cell pushed
+//      at the tail: the run's head (the CAS pops it; the last node's link is
+//      sealed first), or the strays' minimum (the CAS names it in a `take`
+//      step, then it is marked ours and unlinked);
 //   4. pass the old cell if the token moved or the lane left the ring;
 //   5. lease the job: CAS its slot word to leased with the next ctr (the
 //      token), the deadline and this process as holder.
-// Between 3 and 5 the job is held by this thread alone: its intent (thread
-// record) names it, so that if the process dies there the sweep puts it back
-// (core.hpp settle_intent); if the process is only stopped, that job is its
+// Between 3 and 5 the job is this thread's alone: its intent (thread record)
+// names it, so that if the process dies there the sweep puts it back
+// (sweeping.cpp); if the process is only stopped, that job is its
 // reservation and nothing else waits for it.
+//
+// What a claim meets at the front and is not a pending job it settles for
+// whoever left it: an admitting job (its admission is decided, index_resolve),
+// a returning one (the `linked` step), an aborted one (popped without a
+// count and freed).
 #include <algorithm>
 #include <array>
 #include <cstring>
+#include <cstdio>
+#include <cstdlib>
 
 #include "clock.hpp"
 #include "core.hpp"
@@ -27,6 +35,32 @@
 #include "util.hpp"
 
 namespace fairlane::detail {
+
+std::atomic<std::uint64_t> g_dbg_pop[1 << 16];  // TEMP DEBUG
+
+// ---- intents -----------------------------------------------------------------------------
+
+IntentGuard::IntentGuard(Segment& s) noexcept {
+  if (ThreadRecord* t = s.thread()) {
+    slot_ = {&t->intent, &t->intent_lane, &t->intent_pred, nullptr};
+    return;
+  }
+  if (!s.me) return;
+  const std::uint64_t me = std::uint64_t(gettid_cached());
+  std::uint64_t free = 0;
+  // Threads of one process only (those beyond the thread records): waiting
+  // here never waits on another process.
+  while (!s.me->intent_tid.compare_exchange_weak(free, me, std::memory_order_acquire, std::memory_order_relaxed)) {
+    free = 0;
+    cpu_pause();
+  }
+  slot_ = {&s.me->intent, &s.me->intent_lane, &s.me->intent_pred, &s.me->intent_tid};
+}
+
+IntentGuard::~IntentGuard() {
+  clear();
+  if (slot_.tid) slot_.tid->store(0, std::memory_order_release);
+}
 
 namespace {
 
@@ -60,70 +94,16 @@ void bump(std::atomic<std::uint64_t>& c, std::uint64_t n = 1) noexcept {
   c.store(c.load(std::memory_order_relaxed) + n, std::memory_order_relaxed);
 }
 
-struct Intent2 {
-  std::atomic<std::uint64_t>* intent = nullptr;
-  std::atomic<std::uint64_t>* lane = nullptr;
-  std::atomic<std::uint64_t>* tid = nullptr;  // the fallback record's owner word, when used
-};
-
-// Where this thread writes its intent: its thread record, or the process
-// record's fallback (taken by CAS, shared by threads without a record).
-Intent2 intent_slot(Segment& s) noexcept {
-  if (ThreadRecord* t = s.thread()) return {&t->intent, &t->intent_lane, nullptr};
-  if (!s.me) return {};
-  const std::uint64_t me = std::uint64_t(gettid_cached());
-  std::uint64_t free = 0;
-  // Threads of one process only: waiting here never waits on another process.
-  while (!s.me->intent_tid.compare_exchange_weak(free, me, std::memory_order_acquire, std::memory_order_relaxed)) {
-    free = 0;
-    cpu_pause();
-  }
-  return {&s.me->intent, &s.me->intent_lane, &s.me->intent_tid};
-}
-
-void intent_set(Intent2& in, std::uint32_t slot, std::uint64_t ctr, std::uint32_t lane) noexcept {
-  if (!in.intent) return;
-  in.lane->store(lane, std::memory_order_relaxed);
-  // Release: a survivor that reads the intent (acquire) sees the lane too.
-  // It is ordered before the CAS that takes the job out of its lane by that
-  // CAS (seq_cst), so the intent is visible whenever the taking is ([S8]).
-  in.intent->store(std::uint64_t(Intent::popping) | (std::uint64_t(slot + 1) << 4) | ((ctr & ((1ULL << 34) - 1)) << 30),
-                   std::memory_order_release);
-}
-void intent_clear(Intent2& in) noexcept {
-  if (!in.intent) return;
-  in.intent->store(0, std::memory_order_release);
-}
-void intent_release(Intent2& in) noexcept {
-  if (in.tid) in.tid->store(0, std::memory_order_release);
-}
-
-struct IntentGuard {
-  Segment& s;
-  Intent2 in;
-  explicit IntentGuard(Segment& seg) noexcept : s(seg), in(intent_slot(seg)) {}
-  ~IntentGuard() {
-    intent_clear(in);
-    intent_release(in);
-  }
-};
-
 enum class Step { served, again, empty, corrupt };
 
-// The lease of a job this thread holds (popped or taken, counted active).
-// Returns false if the slot is not a job after all (aborted, or scribbled):
-// then the active count it took must be given back by the caller.
+// The lease of a job this thread took out of its lane (counted active).
+// The job stays pending until this CAS: nothing else moves a pending job
+// that is out of its lane (a drop needs it linked, recovery needs this
+// thread dead).
 bool lease_job(Segment& s, std::uint32_t slot, std::uint32_t lane, std::uint64_t deadline, std::uint64_t now_us,
                Lease& out) noexcept {
   Word128 w = slot_load(s, slot);
-  for (;;) {
-    SlotState st = SlotWord::state(w);
-    if (st == SlotState::admitting) {
-      if (!index_resolve(s, slot)) return false;
-      w = slot_load(s, slot);
-      continue;
-    }
-    if (st != SlotState::pending && st != SlotState::returning) return false;
+  while (SlotWord::state(w) == SlotState::pending) {
     const std::uint32_t attempt = std::min<std::uint32_t>(SlotWord::attempt(w) + 1, SlotWord::kMaxAttempt);
     const std::uint64_t ctr = SlotWord::ctr(w) + 1;
     // [R6] release (cas128): the lease is published; pairs with the
@@ -133,14 +113,8 @@ bool lease_job(Segment& s, std::uint32_t slot, std::uint32_t lane, std::uint64_t
     fill_lease(s, slot, lane, attempt, make_token(s, slot, ctr), deadline, now_us, out);
     return true;
   }
-}
-
-// Frees a slot that holds no job (aborted) which this thread took out of
-// its lane.
-void discard(Segment& s, std::uint32_t slot) noexcept {
-  Word128 w = slot_load(s, slot);
-  while (SlotWord::state(w) == SlotState::aborted)
-    if (slot_cas(s, slot, w, SlotWord::make(SlotState::free, 0, 0, SlotWord::ctr(w), 0))) return;
+  report_corrupt(s, CorruptWhat::slot_word);  // a job out of its lane that moved under its taker
+  return false;
 }
 
 // Gives back one active count taken for a job that turned out not to be one.
@@ -154,19 +128,19 @@ void unreserve(Segment& s, std::uint32_t lane) noexcept {
 // Claims left in the turn of the token at the head (tgen): weight 1 always
 // one; otherwise the lane's Turn word counts them (exact with one consumer,
 // approximate when several claim one turn at once).
-std::uint32_t turn_left(Segment& s, std::uint32_t lane, std::uint64_t st, std::uint32_t tgen) noexcept {
+std::uint32_t turn_left(Segment& s, std::uint32_t lane, std::uint64_t st, std::uint64_t h) noexcept {
   const std::uint32_t weight = Settings::weight(st);
   if (weight <= 1) return 1;
   const std::uint64_t t = s.lanes[lane].turn.load(std::memory_order_relaxed);
-  return Turn::tgen(t) == tgen ? std::max<std::uint32_t>(Turn::left(t), 1) : weight;
+  return Turn::pos1(t) == std::uint32_t(h + 1) ? std::max<std::uint32_t>(Turn::left(t), 1) : weight;
 }
-void spend_turn(Segment& s, std::uint32_t lane, std::uint64_t st, std::uint32_t tgen, std::uint32_t left) noexcept {
+void spend_turn(Segment& s, std::uint32_t lane, std::uint64_t st, std::uint64_t h, std::uint32_t left) noexcept {
   if (Settings::weight(st) <= 1) return;
   std::atomic<std::uint64_t>& turn = s.lanes[lane].turn;
   std::uint64_t t = turn.load(std::memory_order_relaxed);
   // Relaxed: a count read and written by claimers only; a lost race only
   // makes a turn one claim longer or shorter.
-  turn.compare_exchange_strong(t, Turn::make(tgen, left - 1, t), std::memory_order_relaxed);
+  turn.compare_exchange_strong(t, Turn::make(h, left - 1, t), std::memory_order_relaxed);
 }
 
 std::uint64_t key1(const Segment& s, std::uint32_t slot1) noexcept {
@@ -177,14 +151,14 @@ std::uint64_t key1(const Segment& s, std::uint32_t slot1) noexcept {
 // over: a cell is pushed now, before the CAS, as ring.hpp requires), drop it
 // (the lane stops being serviceable), or leave it at the head. Returns false
 // if the ring is full (corrupt).
-bool decide_token(Segment& s, std::uint32_t lane, std::uint64_t st, std::uint32_t tgen, Word128& nw, bool& pass_now) noexcept {
+bool decide_token(Segment& s, std::uint32_t lane, std::uint64_t st, std::uint64_t h, Word128& nw, bool& pass_now) noexcept {
   pass_now = false;
   if (!lane_serviceable(nw, st)) {
     nw = LaneWord::with_ringed(nw, false);
     pass_now = true;
     return true;
   }
-  if (turn_left(s, lane, st, tgen) > 1) return true;
+  if (turn_left(s, lane, st, h) > 1) return true;
   const std::uint64_t t = ring_push(s, lane);
   if (t == ~0ULL) {
     report_corrupt(s, CorruptWhat::ring_cell);
@@ -193,6 +167,123 @@ bool decide_token(Segment& s, std::uint32_t lane, std::uint64_t st, std::uint32_
   nw = LaneWord::with_tgen(nw, std::uint32_t(t & LaneWord::kTgenMask));
   pass_now = true;
   return true;
+}
+
+// What the front of a lane holds, as one CAS of its lane word can take it.
+enum class Front { job, husk, settle, none, corrupt };
+
+// Reads the front of lane `lane` from `base` (lane_base of the current
+// word): the run's head or the strays' minimum, whichever is older. A front
+// that needs settling first (admitting, returning) is settled here and
+// `settle` returned: read the lane word again.
+Front read_front(Segment& s, std::uint32_t lane, const Word128& w, const Word128& base, std::uint32_t& x1,
+                 bool& from_run) noexcept {
+  const std::uint32_t h1 = LaneWord::head(base);
+  std::uint32_t f1 = 0;
+  OrderResult fr = OrderResult::empty;
+  if (LaneWord::strays(base)) f1 = strays_first(s, lane, fr);
+  if (fr == OrderResult::corrupt) return Front::corrupt;
+  if (h1 && !valid_slot1(s, h1)) {
+    report_corrupt(s, CorruptWhat::lane_word);
+    return Front::corrupt;
+  }
+  if (!h1 && !f1) return Front::none;
+  from_run = h1 && (!f1 || key1(s, h1) <= key1(s, f1));
+  x1 = from_run ? h1 : f1;
+  const std::uint32_t x = x1 - 1;
+  switch (SlotWord::state(slot_load(s, x))) {
+    case SlotState::pending:
+      return Front::job;
+    case SlotState::aborted:
+      return Front::husk;
+    case SlotState::admitting:
+      if (!from_run) break;  // admissions link only into runs
+      index_resolve(s, x);   // committed or aborted after this
+      return Front::settle;
+    case SlotState::returning:
+      if (from_run) break;  // returning jobs link only into strays
+      finish_linking(s, lane, x);
+      return Front::settle;
+    default:
+      break;
+  }
+  // Taken (and maybe leased, completed, reused) by another claimer since we
+  // read the lane word: read it again. Unchanged, the front is really this.
+  if (!(lane_load(s, lane) == w)) return Front::settle;
+  report_corrupt(s, CorruptWhat::lane_order);  // a linked node that is no job
+  return Front::corrupt;
+}
+
+// One CAS of lane `lane`'s word that takes its front `x1` for this thread:
+// pops it (run) or names it in a `take` step (strays), counting it active
+// if it is a job, moving or dropping the token when `token`. On success `w`
+// is the word written and `pass_now` says whether the cell at the head must
+// be passed. On failure `w` holds the current word.
+bool take_cas(Segment& s, std::uint32_t lane, Word128& w, const Word128& base, std::uint32_t x1, bool from_run,
+              bool is_job, bool token, std::uint64_t st, std::uint64_t h, bool& pass_now, bool& corrupt) noexcept {
+  pass_now = false;
+  corrupt = false;
+  SlotRecord& xr = s.slot(x1 - 1);
+  Word128 nw = base;
+  if (from_run) {
+    std::uint64_t xl = xr.next.load(std::memory_order_acquire);
+    if ((Link::tag(xl) & 0xFFF) != LaneWord::htag(base)) {  // the head moved on under us
+      w = lane_load(s, lane);
+      return false;
+    }
+    std::uint32_t y1 = Link::succ(xl);
+    if (y1 == 0) {
+      if (LaneWord::tail(base) != x1) {
+        report_corrupt(s, CorruptWhat::lane_word);
+        corrupt = true;
+        return false;
+      }
+      // The last node: seal its link so that no append lands after a node
+      // that is leaving (an appender that finds it sealed goes elsewhere).
+      if (Link::mark(xl) != Link::kSealed) {
+        if (!xr.next.compare_exchange_strong(xl, Link::make(0, Link::kSealed, Link::tag(xl)), std::memory_order_seq_cst)) {
+          w = lane_load(s, lane);  // something was linked after it: read again
+          return false;
+        }
+        FAIRLANE_FAILPOINT("claim.sealed");
+      }
+    }
+    std::uint64_t ytag = 0;
+    if (y1) {
+      if (!valid_slot1(s, y1)) {
+        report_corrupt(s, CorruptWhat::lane_order);
+        corrupt = true;
+        return false;
+      }
+      ytag = Link::tag(s.slot(y1 - 1).next.load(std::memory_order_acquire));
+    }
+    nw = LaneWord::with_head(nw, y1, ytag & 0xFFF);
+    // x was the tail: y (linked after it, perhaps not yet confirmed) is the
+    // tail now, or the run is empty.
+    if (LaneWord::tail(base) == x1) nw = LaneWord::with_tail(nw, y1);
+  } else {
+    nw = LaneWord::with_rel(nw, x1, RelOp::take);
+  }
+  if (is_job) nw = LaneWord::with_active(nw, LaneWord::active(base) + 1);
+  if (token && is_job && !decide_token(s, lane, st, h, nw, pass_now)) {
+    corrupt = true;
+    return false;
+  }
+  FAIRLANE_FAILPOINT("claim.chosen");
+  // [S3] seq_cst: takes x (its intent is visible first: [S8]), counts it
+  // active, moves or drops the token, all in one step.
+  const Word128 dbg_w = w;
+  if (!cas128(s.lanes[lane].word, w, LaneWord::bumped(nw, w))) return false;
+  if (from_run) g_dbg_pop[(x1 - 1) & 0xFFFF].store((1ULL << 63) | (std::uint64_t(LaneWord::head(nw)) << 32) | (std::uint64_t(LaneWord::tail(nw)) << 6) | (LaneWord::tail(dbg_w) == x1 ? 1 : 0), std::memory_order_relaxed);  // TEMP
+  w = LaneWord::bumped(nw, w);
+  return true;
+}
+
+// After a take_cas of a strays front: mark it ours (the `take` step, which
+// anyone may have applied already) and unlink it.
+bool finish_take(Segment& s, std::uint32_t lane, std::uint32_t slot) noexcept {
+  strays_mark(s, slot);
+  return strays_unlink(s, lane, slot) == OrderResult::ok;
 }
 
 // Serves lane `lane`, whose valid token is the cell at head position h: up
@@ -212,132 +303,66 @@ Step serve(Segment& s, std::uint32_t lane, std::uint64_t h, Word128 w, std::uint
     const bool ours = LaneWord::ringed(base) && LaneWord::tgen(base) == tgen;
     if (!passed && !ours) break;  // another claimer moved the token: its turn now
     const std::uint64_t limit = Settings::limit(st);
-    if (Settings::paused(st) || (limit && LaneWord::active(base) >= limit)) break;
+    if (Settings::paused(st) || LaneWord::active(base) >= (limit ? limit : LaneWord::kActiveMax)) break;
 
-    // The oldest job: the run's head or the strays' minimum.
-    const std::uint32_t h1 = LaneWord::head(base);
-    std::uint32_t f1 = 0;
-    OrderResult fr = OrderResult::empty;
-    if (LaneWord::strays(base)) f1 = strays_first(s, lane, fr);
-    if (fr == OrderResult::corrupt) return result(Step::corrupt);
-    if (h1 && !valid_slot1(s, h1)) {
-      report_corrupt(s, CorruptWhat::lane_word);
-      return result(Step::corrupt);
+    std::uint32_t x1 = 0;
+    bool from_run = false;
+    const Front f = read_front(s, lane, w, base, x1, from_run);
+    if (f == Front::corrupt) return result(Step::corrupt);
+    if (f == Front::settle) {
+      w = lane_load(s, lane);
+      continue;
     }
-    if (!h1 && !f1) {
-      // Nothing left. The strays flag goes (an inserter always CASes the
-      // lane word after linking, so this CAS fails if one just did: [S7]),
-      // and so does the token if it is still ours.
+    if (f == Front::none) {
+      // Nothing left. The strays flag goes (a `linked` step always follows
+      // an insert, so this CAS fails if one just landed: [S7]), and so does
+      // the token if it is still ours.
       Word128 nw = LaneWord::with_strays(base, false);
       if (!passed) nw = LaneWord::with_ringed(nw, false);
       if (cas128(l.word, w, LaneWord::bumped(nw, w))) {
+        if (std::getenv("FAIRLANE_DEBUG_ABORT")) {  // TEMP DEBUG
+          std::uint32_t x = UpLink::succ(l.strays[0].load());
+          for (int k = 0; x && k < 100000; ++k) {
+            std::uint64_t xl = s.slot(x - 1).next.load();
+            if (UpLink::mark(xl) != Link::kDeleted) { std::fprintf(stderr, "none-cas with live strays node %u state %d flag %d\n", x - 1, int(SlotWord::state(slot_load(s, x - 1))), int(LaneWord::strays(base))); __builtin_trap(); }
+            x = UpLink::succ(xl);
+          }
+        }
         if (!passed) ring_pass(s, h);
         passed = true;
         break;
       }
       continue;
     }
-    const bool from_run = h1 && (!f1 || key1(s, h1) <= key1(s, f1));
-    const std::uint32_t x1 = from_run ? h1 : f1;
+    const bool is_job = f == Front::job;
     const std::uint32_t x = x1 - 1;
-    const Word128 xw = slot_load(s, x);
-    const SlotState xs = SlotWord::state(xw);
-    if (xs == SlotState::admitting) {
-      index_resolve(s, x);  // committed or aborted after this; look again
-      w = lane_load(s, lane);
-      continue;
+    guard.set(from_run ? Intent::pop_run : Intent::pop_strays, x, SlotWord::ctr(slot_load(s, x)), lane);
+    bool pass_now = false, corrupt = false;
+    if (!take_cas(s, lane, w, base, x1, from_run, is_job, !passed, st, h, pass_now, corrupt)) {
+      guard.clear();
+      if (corrupt) return result(Step::corrupt);
+      continue;  // w holds the current word; a cell we pushed is stale now
     }
-    const bool is_job = xs == SlotState::pending || xs == SlotState::returning;
-    if (!is_job && xs != SlotState::aborted) {
-      report_corrupt(s, CorruptWhat::lane_order);  // a linked node that is no job
-      return result(Step::corrupt);
-    }
-    if (is_job) intent_set(guard.in, x, SlotWord::ctr(xw), lane);
-
-    bool pass_now = false;
-    if (from_run) {
-      SlotRecord& xr = s.slot(x);
-      const std::uint64_t xl = xr.next.load(std::memory_order_acquire);
-      if ((Link::tag(xl) & 0xFFF) != LaneWord::htag(base)) {  // the head moved on under us
-        w = lane_load(s, lane);
-        continue;
-      }
-      const std::uint32_t y1 = Link::succ(xl);
-      std::uint64_t ytag = 0;
-      if (y1) {
-        if (!valid_slot1(s, y1)) {
-          report_corrupt(s, CorruptWhat::lane_order);
-          return result(Step::corrupt);
-        }
-        ytag = Link::tag(s.slot(y1 - 1).next.load(std::memory_order_acquire));
-      }
-      Word128 nw = LaneWord::with_head(base, y1, ytag & 0xFFF);
-      // x was last: y (linked after it, not yet confirmed) is last now, or
-      // the run is empty (a link that races this CAS is found orphaned by
-      // its appender and appended again: lane_order.hpp).
-      if (LaneWord::tail(base) == x1) nw = LaneWord::with_tail(nw, y1);
-      if (is_job) {
-        nw = LaneWord::with_active(nw, LaneWord::active(base) + 1);
-        if (!passed && !decide_token(s, lane, st, tgen, nw, pass_now)) return result(Step::corrupt);
-      }
-      FAIRLANE_FAILPOINT("claim.chosen");
-      // [S3] seq_cst: pops x (its intent is visible first: [S8]), counts it
-      // active, moves or drops the token, all in one step.
-      if (!cas128(l.word, w, LaneWord::bumped(nw, w))) {
-        intent_clear(guard.in);
-        continue;  // w holds the current word; a cell we pushed is stale now
-      }
-      w = LaneWord::bumped(nw, w);
-    } else {
-      // Strays: mark it ours first (strays_take), then count it.
-      if (strays_take(s, lane, f1) != OrderResult::ok) {
-        intent_clear(guard.in);
-        w = lane_load(s, lane);
-        continue;
-      }
-      FAIRLANE_FAILPOINT("claim.strays_taken");
-      for (int tries = 0;; ++tries) {
-        const Word128 b2 = lane_base(s, lane, w);
-        Word128 nw = b2;
-        if (is_job) {
-          nw = LaneWord::with_active(nw, LaneWord::active(b2) + 1);
-          // Each attempt pushes its own cell: a cell pushed for an earlier
-          // reading may have been passed since.
-          const bool still_ours = LaneWord::ringed(b2) && LaneWord::tgen(b2) == tgen;
-          if (!passed && still_ours && !decide_token(s, lane, st, tgen, nw, pass_now)) return result(Step::corrupt);
-          if (!still_ours) {
-            passed = true;
-            pass_now = false;
-          }
-        }
-        if (cas128(l.word, w, LaneWord::bumped(nw, w))) {
-          w = LaneWord::bumped(nw, w);
-          break;
-        }
-        if (tries > 1000000) return result(Step::corrupt);
-      }
-    }
-    FAIRLANE_FAILPOINT("claim.popped");
+    FAIRLANE_FAILPOINT("claim.taken");
     if (pass_now) {
       ring_pass(s, h);
       passed = true;
       FAIRLANE_FAILPOINT("claim.token_moved");
     } else if (is_job && !passed) {
-      spend_turn(s, lane, st, tgen, turn_left(s, lane, st, tgen));
+      spend_turn(s, lane, st, h, turn_left(s, lane, st, h));
     }
+    if (!from_run && !finish_take(s, lane, x)) return result(Step::corrupt);
     if (!is_job) {
-      discard(s, x);
+      free_aborted(s, x);
+      guard.clear();
       continue;
     }
     if (!lease_job(s, x, lane, deadline, now_us, out[got])) {
-      // Not a job after all (its admission was decided against it): give
-      // back the count and free what is left of it.
       unreserve(s, lane);
-      discard(s, x);
-      w = lane_load(s, lane);
-      continue;
+      guard.clear();
+      return result(Step::corrupt);
     }
-    intent_clear(guard.in);
+    guard.clear();
     bump(s.waits[lane].b[wait_bucket(out[got].waited_us)]);
     bump(l.served);
     log_job(s, x);
@@ -407,7 +432,7 @@ void fill_lease(const Segment& s, std::uint32_t slot, std::uint32_t lane, std::u
   // The digits were written by the admitter from a checked id; a scribbled
   // one is rebuilt from the snowflake rather than handed out.
   if (digits_valid(text + kKindLength)) out.id = IdAccess::from_checked(std::string_view(text, kIdLength));
-  else out.id = BrandedId::make(std::string_view(s.kind, 3), r.sf.load(std::memory_order_relaxed));
+  else out.id = BrandedId::make(std::string_view(s.kind, 3), r.sf.load(std::memory_order_relaxed) & ((1ULL << 63) - 1));
   static const BrandedId kDefault = *BrandedId::parse(kDefaultGroup);
   out.group = lane == kDefaultLane ? kDefault : cached_group(s, lane);
   out.attempt = attempt;
@@ -448,6 +473,54 @@ ClaimStatus claim_some(Segment& s, Lease* out, std::size_t room, std::size_t& go
     return ClaimStatus::claimed;
   }
   return corrupt ? ClaimStatus::corrupt : ClaimStatus::empty;
+}
+
+ClaimStatus take_front(Segment& s, std::uint32_t lane, Lease& out, std::uint32_t lease_ms, std::uint64_t now_us) noexcept {
+  if (!s.me) return ClaimStatus::empty;
+  IntentGuard guard(s);
+  const std::uint64_t deadline = now_us / 1000 + lease_ms;
+  Word128 w = lane_load(s, lane);
+  for (std::uint64_t rounds = 0; rounds < 4 * std::uint64_t(s.jobs) + 64; ++rounds) {
+    const Word128 base = lane_base(s, lane, w);
+    if (LaneWord::state(base) != LaneState::live) return ClaimStatus::empty;
+    std::uint32_t x1 = 0;
+    bool from_run = false;
+    const Front f = read_front(s, lane, w, base, x1, from_run);
+    if (f == Front::corrupt) return ClaimStatus::corrupt;
+    if (f == Front::none) return ClaimStatus::empty;
+    if (f == Front::settle) {
+      w = lane_load(s, lane);
+      continue;
+    }
+    // A drain takes past any limit: it is not a claim a limit is for, but
+    // the count field has a width.
+    if (f == Front::job && LaneWord::active(base) >= LaneWord::kActiveMax) return ClaimStatus::empty;
+    const bool is_job = f == Front::job;
+    const std::uint32_t x = x1 - 1;
+    guard.set(from_run ? Intent::pop_run : Intent::pop_strays, x, SlotWord::ctr(slot_load(s, x)), lane);
+    bool pass_now = false, corrupt = false;
+    // No token: the turn stays where it is (a lane that runs empty leaves
+    // the ring at its next turn).
+    if (!take_cas(s, lane, w, base, x1, from_run, is_job, false, 0, 0, pass_now, corrupt)) {
+      guard.clear();
+      if (corrupt) return ClaimStatus::corrupt;
+      continue;
+    }
+    if (!from_run && !finish_take(s, lane, x)) return ClaimStatus::corrupt;
+    if (!is_job) {
+      free_aborted(s, x);
+      guard.clear();
+      continue;
+    }
+    if (!lease_job(s, x, lane, deadline, now_us, out)) {
+      unreserve(s, lane);
+      return ClaimStatus::corrupt;
+    }
+    guard.clear();
+    return ClaimStatus::claimed;
+  }
+  report_corrupt(s, CorruptWhat::lane_order);
+  return ClaimStatus::corrupt;
 }
 
 }  // namespace fairlane::detail

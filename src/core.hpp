@@ -3,6 +3,7 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 
 #include "fairlane/queue.hpp"
 #include "id_index.hpp"
@@ -23,6 +24,12 @@ inline constexpr std::uint64_t kNever = ~0ULL;
 enum class IdCheck { ok, invalid, kind_mismatch };
 IdCheck job_snowflake(const Segment& s, const BrandedId& id, std::uint64_t& sf) noexcept;
 
+// A group id's key, or false if it is not well formed.
+bool group_of(const BrandedId& group, GroupKey& g) noexcept;
+
+// Does a call's group name the default lane (empty, or DEF00000000000)?
+bool is_default_group(const BrandedId& group) noexcept;
+
 // The lane of a group for a call that names one (empty: the default lane).
 // create: make it if absent. Returns kNoLane with `find` set otherwise.
 std::uint32_t group_lane(Segment& s, const BrandedId& group, bool create, LaneFind& find) noexcept;
@@ -41,27 +48,109 @@ void maybe_sweep(Segment& s, std::uint64_t now_ms) noexcept;
 // The whole table at once (tick). Returns how many jobs moved.
 std::uint64_t sweep_all(Segment& s, std::uint64_t now_ms) noexcept;
 
+// ---- intents (what a thread is between two shared steps of: layout.hpp) ----------------
+
+struct IntentSlot {
+  std::atomic<std::uint64_t>* intent = nullptr;
+  std::atomic<std::uint64_t>* lane = nullptr;
+  std::atomic<std::uint64_t>* pred = nullptr;
+  std::atomic<std::uint64_t>* tid = nullptr;  // the fallback record's owner word, when used
+};
+
+// Where this thread writes its intents for the duration of one call: its
+// thread record, or its process record's fallback (taken by CAS for the
+// call, shared by the process's threads that found no thread record).
+class IntentGuard {
+ public:
+  explicit IntentGuard(Segment& s) noexcept;
+  ~IntentGuard();
+  IntentGuard(const IntentGuard&) = delete;
+  IntentGuard& operator=(const IntentGuard&) = delete;
+  // Release: a survivor that reads the intent (acquire) sees the lane and
+  // pred too. The shared step that follows is a seq_cst CAS, so the intent
+  // is visible to anyone who sees that step ([S8]).
+  void set(Intent kind, std::uint32_t slot, std::uint64_t ctr, std::uint32_t lane) noexcept {
+    if (!slot_.intent) return;
+    slot_.lane->store(lane, std::memory_order_relaxed);
+    slot_.intent->store(IntentWord::make(kind, slot, ctr), std::memory_order_release);
+  }
+  void clear() noexcept {
+    if (slot_.intent) slot_.intent->store(0, std::memory_order_release);
+  }
+  std::atomic<std::uint64_t>* pred() noexcept { return slot_.pred; }
+
+ private:
+  IntentSlot slot_;
+};
+
+// Is there an intent of a live thread (any process but a dead one) naming
+// `slot` with ctr `ctr`? O(threads); for recovery.
+bool live_intent_names(Segment& s, std::uint32_t slot, std::uint64_t ctr, std::uint64_t now_ms) noexcept;
+
 // ---- moving a job back into its lane -----------------------------------------------------
 
-enum class MoveFrom { lease, scheduled, dead };
+// Links a returning slot (returning to lane L = when - 1, holding one of L's
+// active counts) into L's strays and makes it pending: take the move (CAS
+// returning(holder 0) -> returning(me)) unless `mine`, link it, then the
+// `linked` step. ok, or changed when someone else took the move first.
 enum class Moved { ok, changed, corrupt };
+Moved link_returning(Segment& s, std::uint32_t slot, bool mine = false) noexcept;
 
-// Takes slot (whose word is `from`) back into its lane's strays: fence
-// (CAS to returning, owned by us), link, then pending. `attempt` is what the
-// pending job keeps (the next claim hands out attempt + 1). A lease coming
-// back gives its lane's active count back in the linking CAS; a scheduled or
-// dead job gives back its lane's ref. changed: the slot word was not `from`.
-Moved move_to_lane(Segment& s, std::uint32_t slot, Word128 from, MoveFrom what, std::uint32_t attempt) noexcept;
+// The `linked` step for a returning slot already linked in lane `lane`'s
+// strays (its mover's last step, which anyone who meets it there may take).
+void finish_linking(Segment& s, std::uint32_t lane, std::uint32_t slot) noexcept;
 
-// The pending-job side of a fail/park: fills the slot's fail_to.
+// Brings a scheduled (due) or dead job back to its group's lane: take it
+// (CAS to returning(me, no lane)), find or make the lane, the `adopt` step
+// (which takes one active count of the lane for it), then link it.
+// `attempt` is what the pending job keeps (requeue starts again at 0).
+// changed: the slot word was not `from`; lanes_full: no lane (the job is
+// put back as it was).
+enum class Adopted { ok, changed, lanes_full, corrupt };
+Adopted adopt_job(Segment& s, std::uint32_t slot, Word128 from, std::uint32_t attempt) noexcept;
+
+// Finishes the adoption of a job whose adopter died (returning, no lane,
+// holder dead): applies its `adopt` step if it was taken, else adopts it.
+bool resume_adopt(Segment& s, std::uint32_t slot, Word128 w) noexcept;
+
+// Takes a lease out of leased by a step `op` of its lane word and applies
+// it (acks.cpp). stale: the id is a job but not leased under this token.
+enum class Take { ok, stale, gone, corrupt };
+Take release_lease(Segment& s, std::uint64_t sf, Token token, RelOp op, std::uint32_t& slot_out,
+                   std::uint32_t& lane_out) noexcept;
+
+// What a fail() parks a lease as (fail_to's low word: state, attempt, when).
 inline std::uint64_t target_lo(SlotState st, std::uint32_t attempt, std::uint64_t when) noexcept {
   return SlotWord::make(st, attempt, when, 0, 0).lo;
 }
+
+// Frees an aborted slot that is no longer linked anywhere; a reassign's
+// origin (its word names the slot the job moved to) has that move decided
+// first.
+void free_aborted(Segment& s, std::uint32_t slot) noexcept;
+
+// ---- the mirror's side of admissions (queue.cpp) ------------------------------------------
+
+// The running mirror's process record, if its owner is attached; alive?
+const ProcRecord* mirror_proc(const Segment& s) noexcept;
+bool mirror_alive(const Segment& s) noexcept;
+// Before an admission writes anything: is there a mirror to take it?
+std::optional<EnqueueStatus> mirror_admission_check(const Segment& s) noexcept;
+// After an admission: log it. Under sync durability, `wait_seq` is set to
+// the record the enqueuer must see acknowledged (mirror_wait_acked).
+EnqueueStatus mirror_admitted(Segment& s, std::uint32_t slot, std::uint64_t& wait_seq) noexcept;
+// Waits until Valkey has acknowledged record `seq`, the sync timeout, or
+// the mirror's death.
+EnqueueStatus mirror_wait_acked(Segment& s, std::uint64_t seq) noexcept;
 
 // ---- claims (claiming.cpp) ---------------------------------------------------------------
 
 ClaimStatus claim_some(Segment& s, Lease* out, std::size_t room, std::size_t& got, std::uint32_t lease_ms,
                        std::uint64_t now_us, bool one_lane) noexcept;
+
+// Takes the job at the front of lane `lane` for this thread without the
+// ring (drain): one job, leased for `lease_ms`. empty when the lane has none.
+ClaimStatus take_front(Segment& s, std::uint32_t lane, Lease& out, std::uint32_t lease_ms, std::uint64_t now_us) noexcept;
 
 // Fills a lease from its slot (the caller holds the lease).
 void fill_lease(const Segment& s, std::uint32_t slot, std::uint32_t lane, std::uint32_t attempt, Token token,
@@ -69,8 +158,11 @@ void fill_lease(const Segment& s, std::uint32_t slot, std::uint32_t lane, std::u
 
 // ---- finishing what dead processes left half done ---------------------------------------
 
-// Settles the intent of a thread (of a dead process): a job it popped from
-// its lane but had not yet leased goes back. Returns whether it did anything.
-bool settle_intent(Segment& s, std::atomic<std::uint64_t>& intent, std::atomic<std::uint64_t>& intent_lane) noexcept;
+// Settles the intent of a thread of a dead process (sweeping.cpp): a job it
+// took out of its lane and had not yet leased goes back (or, aborted, is
+// freed); a job it was appending is committed if it got linked, freed if
+// not. Returns whether it did anything.
+bool settle_intent(Segment& s, std::atomic<std::uint64_t>& intent, std::atomic<std::uint64_t>& intent_lane,
+                   std::atomic<std::uint64_t>& intent_pred, std::uint64_t now_ms) noexcept;
 
 }  // namespace fairlane::detail

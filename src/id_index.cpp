@@ -2,6 +2,7 @@
 #include "id_index.hpp"
 
 #include "failpoint.hpp"
+#include "lanes.hpp"
 
 namespace fairlane::detail {
 
@@ -15,14 +16,48 @@ bool entry_current(const Segment& s, std::uint64_t e, std::uint32_t& slot) noexc
   return admit_tag(s, slot) == IndexEntry::tag(e);
 }
 
+// May entry e be overwritten? Not current, or current but for another id
+// (an admission tag that came round again: the slot's job hashes elsewhere).
+bool entry_reusable(const Segment& s, std::uint64_t e) noexcept {
+  std::uint32_t slot = 0;
+  if (!entry_current(s, e, slot)) return true;
+  const std::uint64_t h = id_hash(s.slot(slot).sf.load(std::memory_order_acquire), s.seed);
+  return IndexEntry::fp(e) != (std::uint32_t(h >> 34) & 0x3FFFFFFF) || SlotWord::state(slot_load(s, slot)) == SlotState::free;
+}
+
+// A reassign's target (kSlotMoved): its origin, as its fail_to names it.
+bool moved_origin(const Segment& s, std::uint32_t slot, std::uint32_t& origin, std::uint64_t& ctr18) noexcept {
+  const SlotRecord& r = s.slot(slot);
+  if (!(r.flags.load(std::memory_order_relaxed) & kSlotMoved)) return false;
+  const std::uint64_t v = SlotWord::when(Word128{r.fail_to.load(std::memory_order_acquire), 0});
+  const std::uint32_t o1 = Successor::slot1(v);
+  if (o1 == 0 || o1 > s.jobs) return false;
+  origin = o1 - 1;
+  ctr18 = Successor::ctr18(v);
+  return true;
+}
+
+// Does the origin of a move name `slot` (the target, ctr its ctr) as where
+// its job went? Then the move happened and the target is the job.
+bool origin_names(const Segment& s, std::uint32_t origin, std::uint32_t slot, std::uint64_t ctr) noexcept {
+  const Word128 ow = slot_load(s, origin);
+  return SlotWord::state(ow) == SlotState::aborted && SlotWord::when(ow) == Successor::make(slot, ctr);
+}
+
 // The committed word an admitting slot becomes (its fail_to is the target's
 // low half: state, attempt, when).
 Word128 commit_word(const Segment& s, std::uint32_t slot, const Word128& admitting) noexcept {
-  Word128 to{s.slot(slot).fail_to.load(std::memory_order_acquire), SlotWord::ctr(admitting)};
-  const SlotState st = SlotWord::state(to);
-  if (st != SlotState::pending && st != SlotState::scheduled && st != SlotState::dead)
-    to.lo = SlotWord::make(SlotState::pending, 0, 0, 0, 0).lo;  // scribbled target: keep the job, pending
-  return to;
+  const SlotRecord& r = s.slot(slot);
+  const Word128 t{r.fail_to.load(std::memory_order_acquire), 0};
+  SlotState st = SlotWord::state(t);
+  std::uint64_t when = SlotWord::when(t);
+  if (r.flags.load(std::memory_order_relaxed) & kSlotMoved) when = 0;  // a moved job: due at once (fail_to named its origin)
+  if (st != SlotState::pending && st != SlotState::scheduled && st != SlotState::dead) {
+    st = SlotState::dead;  // scribbled target: keep the job where nothing serves it unasked
+    when = 0;
+  }
+  if (st == SlotState::pending) when = 0;
+  return SlotWord::make(st, SlotWord::attempt(t), when, SlotWord::ctr(admitting), 0);
 }
 
 // Commits an admitting slot (to its target). True if it is committed after.
@@ -56,25 +91,86 @@ bool has_entry(const Segment& s, const IndexProbe& p, std::uint32_t slot) noexce
 }
 
 // Writes an entry for `slot`: in an empty way, else a stale one.
+// Writes an entry for `slot` in the less loaded of its two buckets (an
+// empty way first, else one whose entry is reusable): balanced two-choice
+// hashing at four entries per job slot keeps a full bucket pair out of
+// reach in practice, and a full one is reported (full), never ignored.
 bool put_entry(Segment& s, const IndexProbe& p, std::uint32_t slot) noexcept {
   const std::uint64_t mine = IndexEntry::make(p.fp, slot + 1, admit_tag(s, slot));
-  for (int pass = 0; pass < 2; ++pass) {
+  for (int tries = 0; tries < 8; ++tries) {
+    int room[2] = {0, 0};
+    int empty_at[2] = {-1, -1}, reuse_at[2] = {-1, -1};
+    std::uint64_t seen[2 * kIndexWays];
     for (unsigned k = 0; k < 2 * kIndexWays; ++k) {
-      std::atomic<std::uint64_t>& way = index_way(s, p, k);
-      std::uint64_t e = way.load(std::memory_order_relaxed);
-      std::uint32_t other = 0;
-      const bool usable = pass == 0 ? e == 0 : !entry_current(s, e, other);
-      // [S4] seq_cst: our entry is visible before we look for rivals (a
-      // store-load pair with every rival's entry and scan).
-      if (usable && way.compare_exchange_strong(e, mine, std::memory_order_seq_cst)) return true;
+      const std::uint64_t e = index_way(s, p, k).load(std::memory_order_relaxed);
+      seen[k] = e;
+      const unsigned b = k / kIndexWays;
+      if (e == 0) {
+        ++room[b];
+        if (empty_at[b] < 0) empty_at[b] = int(k);
+      } else if (entry_reusable(s, e)) {
+        ++room[b];
+        if (reuse_at[b] < 0) reuse_at[b] = int(k);
+      }
     }
+    if (room[0] == 0 && room[1] == 0) return false;
+    const unsigned b = room[1] > room[0] ? 1 : 0;
+    const int k = empty_at[b] >= 0 ? empty_at[b] : reuse_at[b];
+    std::uint64_t e = seen[k];
+    // [S4] seq_cst: our entry is visible before we look for rivals (a
+    // store-load pair with every rival's entry and scan).
+    if (index_way(s, p, unsigned(k)).compare_exchange_strong(e, mine, std::memory_order_seq_cst)) return true;
   }
   return false;
 }
 
+// Was the admission `ctr` of `slot`, no longer admitting, committed? A
+// helper may have committed it, and a claim leased it (the ctr moves on) and
+// completed it since; a kill leaves it aborted with this ctr (and a claim
+// that pops the husk frees it with this ctr).
+bool admission_committed(const Segment& s, std::uint32_t slot, std::uint64_t ctr) noexcept {
+  const Word128 w = slot_load(s, slot);
+  if (SlotWord::ctr(w) != ctr) return true;
+  const SlotState st = SlotWord::state(w);
+  return st != SlotState::aborted && st != SlotState::free && st != SlotState::admitting;
+}
+
+// The decision of a reassign's target: it is the job iff its origin names
+// it (the move's `drop` step happened). Nobody decides otherwise while its
+// author may still take that step, except recovery for a dead author
+// (cancel): the origin's lane's pending step applied first.
+Admit decide_moved(Segment& s, std::uint32_t slot, std::uint64_t ctr, bool cancel) noexcept {
+  std::uint32_t origin = 0;
+  std::uint64_t c18 = 0;
+  if (!moved_origin(s, slot, origin, c18)) {
+    report_corrupt(s, CorruptWhat::slot_record);
+    kill(s, slot);
+    return Admit::duplicate;
+  }
+  const Word128 w = slot_load(s, slot);
+  if (SlotWord::state(w) != SlotState::admitting || SlotWord::ctr(w) != ctr)
+    return admission_committed(s, slot, ctr) ? Admit::won : Admit::duplicate;
+  if (!origin_names(s, origin, slot, SlotWord::ctr(w)) && cancel) {
+    const std::uint32_t lane = s.slot(origin).lane.load(std::memory_order_relaxed);
+    if (lane < s.lane_count) lane_update(s, lane, [](Word128 b) -> std::optional<Word128> { return b; });
+  }
+  if (origin_names(s, origin, slot, SlotWord::ctr(w))) {
+    if (!commit(s, slot) && !admission_committed(s, slot, ctr)) return Admit::duplicate;
+    // Committed scheduled and due: the next claim's sweep adopts it into its
+    // lane if its mover does not get there first.
+    s.h->sweep.next_due.store(0, std::memory_order_release);
+    return Admit::won;
+  }
+  if (cancel && kill(s, slot) && !admission_committed(s, slot, ctr)) return Admit::duplicate;
+  const Word128 now = slot_load(s, slot);
+  if (SlotWord::state(now) == SlotState::admitting && SlotWord::ctr(now) == ctr) return Admit::undecided;
+  return admission_committed(s, slot, ctr) ? Admit::won : Admit::duplicate;
+}
+
 // The decision for `slot`, whose entry is written (id_index.hpp). Returns
 // won when slot is committed, duplicate (winner set) when another is.
-Admit decide(Segment& s, const IndexProbe& p, std::uint32_t slot, std::uint64_t sf, std::uint32_t& winner) noexcept {
+Admit decide(Segment& s, const IndexProbe& p, std::uint32_t slot, std::uint64_t sf, std::uint64_t ctr,
+             std::uint32_t& winner) noexcept {
   for (int round = 0; round < 256; ++round) {
     bool restart = false;
     for (unsigned k = 0; k < 2 * kIndexWays && !restart; ++k) {
@@ -82,12 +178,34 @@ Admit decide(Segment& s, const IndexProbe& p, std::uint32_t slot, std::uint64_t 
       std::uint32_t rival = 0;
       if (!entry_current(s, e, rival) || rival == slot || IndexEntry::fp(e) != (p.fp & 0x3FFFFFFF)) continue;
       if (s.slot(rival).sf.load(std::memory_order_acquire) != sf) continue;
-      const SlotState st = SlotWord::state(slot_load(s, rival));
+      const Word128 rw = slot_load(s, rival);
+      const SlotState st = SlotWord::state(rw);
+      // A move in progress: its origin, or its target, outranks everyone.
+      std::uint32_t origin = 0;
+      std::uint64_t c18 = 0;
+      const bool rival_moved = st == SlotState::admitting && moved_origin(s, rival, origin, c18);
+      const std::uint32_t succ1 = st == SlotState::aborted ? Successor::slot1(SlotWord::when(rw)) : 0;
+      if (succ1 != 0 && succ1 <= s.jobs && succ1 - 1 != slot) {
+        // An origin whose move may be undecided: decide its target (which
+        // the origin names), then look again.
+        const Word128 tw = slot_load(s, succ1 - 1);
+        if (SlotWord::state(tw) == SlotState::admitting) {
+          decide_moved(s, succ1 - 1, SlotWord::ctr(tw), false);
+          restart = true;
+        }
+        continue;
+      }
+      if (rival_moved) {
+        if (origin_names(s, origin, rival, SlotWord::ctr(rw))) {
+          decide_moved(s, rival, SlotWord::ctr(rw), false);
+          restart = true;
+        }
+        continue;  // undecided: its origin (committed, a rival in its own right) decides for it
+      }
       if (committed_state(st)) {
         // A live job with this id: we lose (unless we are committed already,
         // by a helper: then this is a stale reading of a rival that lost).
-        if (committed_state(SlotWord::state(slot_load(s, slot)))) return Admit::won;
-        if (!kill(s, slot)) return Admit::won;
+        if (!kill(s, slot) || admission_committed(s, slot, ctr)) return Admit::won;
         winner = rival;
         return Admit::duplicate;
       }
@@ -95,7 +213,7 @@ Admit decide(Segment& s, const IndexProbe& p, std::uint32_t slot, std::uint64_t 
       if (rival < slot) {
         // It outranks us: it must be committed before we may say duplicate
         // (its admitter may be stopped).
-        if (!kill(s, slot)) return Admit::won;  // we were committed first after all
+        if (!kill(s, slot) || admission_committed(s, slot, ctr)) return Admit::won;  // committed first after all
         if (commit(s, rival)) {
           winner = rival;
           return Admit::duplicate;
@@ -106,7 +224,7 @@ Admit decide(Segment& s, const IndexProbe& p, std::uint32_t slot, std::uint64_t 
       if (!kill(s, rival)) restart = true;  // it was committed first: look again (it wins)
     }
     if (restart) continue;
-    if (commit(s, slot)) return Admit::won;
+    if (commit(s, slot) || admission_committed(s, slot, ctr)) return Admit::won;
     // Killed by a rival that outranks us: make sure it (or whoever wins) is
     // committed, then it is a duplicate.
     const std::uint32_t w = index_find(s, sf);
@@ -119,14 +237,17 @@ Admit decide(Segment& s, const IndexProbe& p, std::uint32_t slot, std::uint64_t 
     for (unsigned k = 0; k < 2 * kIndexWays; ++k) {
       const std::uint64_t e = index_way(s, p, k).load(std::memory_order_seq_cst);
       std::uint32_t rival = 0;
+      std::uint32_t o = 0;
+      std::uint64_t c = 0;
       if (entry_current(s, e, rival) && rival != slot && s.slot(rival).sf.load(std::memory_order_acquire) == sf &&
-          SlotWord::state(slot_load(s, rival)) == SlotState::admitting && rival < low)
+          SlotWord::state(slot_load(s, rival)) == SlotState::admitting && !moved_origin(s, rival, o, c) && rival < low)
         low = rival;
     }
     if (low != kNoSlot && commit(s, low)) {
       winner = low;
       return Admit::duplicate;
     }
+    if (low == kNoSlot) return Admit::lost;  // nobody holds the id now (its holder was undone): start again
   }
   report_corrupt(s, CorruptWhat::id_index);
   return Admit::corrupt;
@@ -148,25 +269,28 @@ std::uint32_t index_find(const Segment& s, std::uint64_t sf, std::uint32_t* admi
   return kNoSlot;
 }
 
-Admit index_admit(Segment& s, std::uint32_t slot, std::uint64_t sf, std::uint32_t& winner) noexcept {
+Admit index_admit(Segment& s, std::uint32_t slot, std::uint64_t sf, std::uint64_t ctr, std::uint32_t& winner) noexcept {
   const IndexProbe p = index_probe(s, sf);
   if (!put_entry(s, p, slot)) return Admit::full;
   FAIRLANE_FAILPOINT("enqueue.indexed");
-  const Admit a = decide(s, p, slot, sf, winner);
-  if (a == Admit::duplicate) {
-    // A refused enqueue leaves no entry behind.
-    const std::uint64_t mine = IndexEntry::make(p.fp, slot + 1, admit_tag(s, slot));
-    for (unsigned k = 0; k < 2 * kIndexWays; ++k) {
-      std::uint64_t e = mine;
-      if (index_way(s, p, k).compare_exchange_strong(e, 0, std::memory_order_seq_cst)) break;
-    }
-  }
-  return a;
+  std::uint32_t origin = 0;
+  std::uint64_t c18 = 0;
+  if (moved_origin(s, slot, origin, c18)) return decide_moved(s, slot, ctr, false);
+  return decide(s, p, slot, sf, ctr, winner);
 }
 
-bool index_resolve(Segment& s, std::uint32_t slot) noexcept {
+bool index_kill(Segment& s, std::uint32_t slot) noexcept { return kill(s, slot); }
+
+bool move_decided(Segment& s, std::uint32_t slot, std::uint64_t ctr) noexcept {
+  return decide_moved(s, slot, ctr, false) == Admit::won;
+}
+
+bool index_resolve(Segment& s, std::uint32_t slot, bool cancel_move) noexcept {
   const Word128 w = slot_load(s, slot);
   if (SlotWord::state(w) != SlotState::admitting) return committed_state(SlotWord::state(w));
+  std::uint32_t origin = 0;
+  std::uint64_t c18 = 0;
+  if (moved_origin(s, slot, origin, c18)) return decide_moved(s, slot, SlotWord::ctr(w), cancel_move) == Admit::won;
   const std::uint64_t sf = s.slot(slot).sf.load(std::memory_order_acquire);
   const IndexProbe p = index_probe(s, sf);
   // Its admitter may not have written its entry yet: write one for it (a
@@ -176,7 +300,7 @@ bool index_resolve(Segment& s, std::uint32_t slot) noexcept {
     return committed_state(SlotWord::state(slot_load(s, slot)));
   }
   std::uint32_t winner = 0;
-  return decide(s, p, slot, sf, winner) == Admit::won;
+  return decide(s, p, slot, sf, SlotWord::ctr(w), winner) == Admit::won;
 }
 
 }  // namespace fairlane::detail

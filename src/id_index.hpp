@@ -68,17 +68,32 @@ enum class Admit {
   won,        // this slot is the job now (committed)
   duplicate,  // another slot holds the job (committed): winner says which
   full,       // both buckets are full of current entries: nothing written
+  lost,       // this slot lost to a rival that was then undone (its admitter
+              // died unlinked): nobody holds the id; admit it again
+  undecided,  // a reassign's target whose move is not yet decided
   corrupt,
 };
 
 // The admission of `slot` (admitting, holder `holder`, ctr `ctr`, its
 // record and fail_to written, linked in its lane if pending). Lock-free.
-Admit index_admit(Segment& s, std::uint32_t slot, std::uint64_t sf, std::uint32_t& winner) noexcept;
+// `ctr` is the slot's ctr of this admission (its admitter's; a helper may
+// have committed and a claim leased it since, which moves the ctr on).
+Admit index_admit(Segment& s, std::uint32_t slot, std::uint64_t sf, std::uint64_t ctr, std::uint32_t& winner) noexcept;
 
 // Decides the admission of an admitting slot met by someone else (a claim
-// that finds it at the front of its lane): true when it is committed after
-// this (by us or anyone), false when it is aborted (its job lives elsewhere
-// or its admitter gave up).
-bool index_resolve(Segment& s, std::uint32_t slot) noexcept;
+// that finds it at the front of its lane, recovery): true when it is
+// committed after this (by us or anyone), false when it is aborted (its job
+// lives elsewhere or its admitter gave up). A reassign's target is decided
+// by its move alone; with cancel_move (recovery for its dead author) an
+// undone move is cancelled, else it is left undecided (false).
+bool index_resolve(Segment& s, std::uint32_t slot, bool cancel_move = false) noexcept;
+
+// The decision of a reassign's copy `slot` (admission ctr `ctr`), for its
+// mover: true when it is the job (committed, by anyone).
+bool move_decided(Segment& s, std::uint32_t slot, std::uint64_t ctr) noexcept;
+
+// Kills an admitting slot (CAS to aborted, holder kept). True if it is
+// aborted (or was) after; false if it got committed first.
+bool index_kill(Segment& s, std::uint32_t slot) noexcept;
 
 }  // namespace fairlane::detail

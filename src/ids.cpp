@@ -67,7 +67,7 @@ std::array<char, kDigits> encode_base62(std::uint64_t v) noexcept {
   return out;
 }
 
-namespace {
+namespace detail {
 
 // The value of 11 base62 digits, or false (a bad digit, or over 2^63 - 1).
 bool decode_digits(const char* d, std::uint64_t& out, IdError& why) noexcept {
@@ -92,7 +92,9 @@ bool decode_digits(const char* d, std::uint64_t& out, IdError& why) noexcept {
   return true;
 }
 
-}  // namespace
+}  // namespace detail
+
+using detail::decode_digits;
 
 std::optional<BrandedId> BrandedId::parse(std::string_view text, IdError* why) noexcept {
   auto fail = [&](IdError e) -> std::optional<BrandedId> {

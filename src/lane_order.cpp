@@ -8,6 +8,8 @@
 
 namespace fairlane::detail {
 
+std::atomic<std::uint64_t> g_dbg_link[1 << 16];  // TEMP DEBUG
+
 namespace {
 
 std::uint64_t key_of(const Segment& s, std::uint32_t slot1) noexcept {
@@ -57,7 +59,9 @@ OrderResult run_append(Segment& s, std::uint32_t lane, GroupKey g, std::uint32_t
       if (pred_intent) pred_intent->store(0, std::memory_order_release);
       n.run_seq.store(1, std::memory_order_relaxed);
       Word128 nw = LaneWord::with_tail(LaneWord::with_head(base, node1, tag & 0xFFF), node1);
+      const Word128 dbg_before = w;
       if (lane_cas(s, lane, w, nw)) {
+        g_dbg_link[slot & 0xFFFF].store((1ULL << 60) | (std::uint64_t(lane) << 40) | (LaneWord::version(dbg_before) << 20) | 0, std::memory_order_relaxed);  // TEMP
         FAIRLANE_FAILPOINT("run.appended_first");
         return OrderResult::ok;
       }
@@ -69,6 +73,17 @@ OrderResult run_append(Segment& s, std::uint32_t lane, GroupKey g, std::uint32_t
     }
     SlotRecord& t = s.slot(t1 - 1);
     std::uint64_t tl = t.next.load(std::memory_order_acquire);
+    // Read again: only if the word has not moved is `tl` the link of t as
+    // this run's tail (t may have left the run since w, been reused, and be
+    // the last node of another list now: a CAS on that link would put the
+    // node there).
+    {
+      const Word128 again = lane_load(s, lane);
+      if (!(again == w)) {
+        w = again;
+        continue;
+      }
+    }
     if (Link::succ(tl) != 0) {
       // The tail lags: a node is linked after it but not yet confirmed.
       // Confirm it for its appender (anyone may), then look again.
@@ -102,6 +117,7 @@ OrderResult run_append(Segment& s, std::uint32_t lane, GroupKey g, std::uint32_t
       continue;
     }
     FAIRLANE_FAILPOINT("run.linked");
+    g_dbg_link[slot & 0xFFFF].store((2ULL << 60) | (std::uint64_t(lane) << 40) | (std::uint64_t(t1) << 0), std::memory_order_relaxed);  // TEMP
     // Confirm: move the lane word's tail from t to the node, unless someone
     // did (or moved it further, or popped t: then the head passed to the node).
     const std::uint64_t linked = Link::make(node1, 0, Link::tag(tl));
@@ -281,21 +297,27 @@ std::uint32_t strays_first(Segment& s, std::uint32_t lane, OrderResult& r) noexc
   return 0;
 }
 
-void strays_mark(Segment& s, std::uint32_t slot) noexcept {
+void strays_mark(Segment& s, std::uint32_t slot, std::uint32_t lane, const Word128* pending) noexcept {
   SlotRecord& y = s.slot(slot);
   const unsigned height = std::clamp<unsigned>(y.level.load(std::memory_order_relaxed), 1, kStrayLevels);
+  auto still = [&] { return !pending || lane_load(s, lane) == *pending; };
   // The upper levels first (top down), level 0 last: whoever sees level 0
-  // marked sees every level above it marked too.
+  // marked sees every level above it marked too. Each link is read, then the
+  // lane word checked to still name the step (`pending`, when given), then
+  // the CAS made from that reading: a node that left the list (and was
+  // reused) since has other links, and the CAS fails.
   for (unsigned i = height; i-- > 1;) {
     std::atomic<std::uint64_t>& link = y.up[i - 1];
     std::uint64_t v = link.load(std::memory_order_acquire);
-    while (UpLink::mark(v) != Link::kDeleted &&
-           !link.compare_exchange_weak(v, with_bits(v, 26, 2, Link::kDeleted), std::memory_order_seq_cst)) {
+    while (UpLink::mark(v) != Link::kDeleted) {
+      if (!still()) return;
+      if (link.compare_exchange_weak(v, with_bits(v, 26, 2, Link::kDeleted), std::memory_order_seq_cst)) break;
     }
   }
   std::uint64_t v0 = y.next.load(std::memory_order_acquire);
-  while (UpLink::mark(v0) != Link::kDeleted &&
-         !y.next.compare_exchange_weak(v0, with_bits(v0, 26, 2, Link::kDeleted), std::memory_order_seq_cst)) {
+  while (UpLink::mark(v0) != Link::kDeleted) {
+    if (!still()) return;
+    if (y.next.compare_exchange_weak(v0, with_bits(v0, 26, 2, Link::kDeleted), std::memory_order_seq_cst)) break;
   }
   FAIRLANE_FAILPOINT("strays.marked");
 }

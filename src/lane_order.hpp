@@ -74,8 +74,10 @@ OrderResult strays_insert(Segment& s, std::uint32_t lane, std::uint32_t slot, st
 // The strays' minimum (slot+1, 0 if empty) as now linked and unmarked.
 std::uint32_t strays_first(Segment& s, std::uint32_t lane, OrderResult& r) noexcept;
 
-// Marks `slot` taken at every level (idempotent): the `take` step.
-void strays_mark(Segment& s, std::uint32_t slot) noexcept;
+// Marks `slot` taken at every level (idempotent): the `take` step, applied
+// while lane `lane`'s word is still `*pending` (the taker itself, whose step
+// it is, passes none).
+void strays_mark(Segment& s, std::uint32_t slot, std::uint32_t lane = 0, const Word128* pending = nullptr) noexcept;
 // Unlinks the marked `slot` (and every marked node before it) from level 0
 // of lane `lane`'s strays: after it, the slot may be reused.
 OrderResult strays_unlink(Segment& s, std::uint32_t lane, std::uint32_t slot) noexcept;

@@ -118,12 +118,17 @@ Word128 lane_base(Segment& s, std::uint32_t lane, const Word128& w) noexcept {
   }
   const std::uint32_t slot = rel1 - 1;
   SlotRecord& r = s.slot(slot);
+  // Only while the word still names the step: `w` may be an old reading (or
+  // a torn one) whose step was applied long ago, its slot since reused and
+  // perhaps in the step's pre-state again. The slot is read first, then the
+  // word: if the word still names the step, the slot's reading is of the
+  // state the step is about (nothing moves the slot out of it but the step),
+  // and the CAS from that reading fails if it moved on since.
+  auto pending = [&] { return lane_load(s, lane) == w; };
   if (op == RelOp::take) {
-    strays_mark(s, slot);
+    strays_mark(s, slot, lane, &w);
     return base;
   }
-  // The slot's word before the step, for each step: a slot already past it
-  // was applied by someone else (or, for a lease, never concerned this lane).
   Word128 sw = slot_load(s, slot);
   const std::uint64_t here = std::uint64_t(lane) + 1;
   // Lock-free: a failed CAS means the slot moved (an extend, or another
@@ -164,8 +169,7 @@ Word128 lane_base(Segment& s, std::uint32_t lane, const Word128& w) noexcept {
         to = SlotWord::make(SlotState::returning, a, here, ctr, 0);  // for anyone to link
         break;
       case RelOp::linked:
-        // Its count goes back with this CAS (the one that clears the step).
-        base = LaneWord::with_active(base, LaneWord::active(base) ? LaneWord::active(base) - 1 : 0);
+        // Its count went back with the CAS that named it.
         if (st != SlotState::returning || SlotWord::when(sw) != here) return base;
         to = SlotWord::make(SlotState::pending, a, 0, ctr, 0);
         break;
@@ -179,6 +183,7 @@ Word128 lane_base(Segment& s, std::uint32_t lane, const Word128& w) noexcept {
       case RelOp::take:
         return base;
     }
+    if (!pending()) return base;  // applied by someone else meanwhile
     // [R7] release (cas128): what the step's author wrote beside the slot
     // word (fail_to, the error) is visible with the slot's new state.
     if (slot_cas(s, slot, sw, to)) {

@@ -212,7 +212,8 @@ Geometry geometry_for(std::uint32_t jobs, std::uint32_t lanes, std::uint32_t pay
   g.procs = procs;
   g.threads = std::max<std::uint32_t>(64, procs * 16);
   g.ring_cells = std::uint32_t(next_pow2(std::uint64_t(g.lanes) * 4 + g.threads + 64));
-  g.index_buckets = std::uint32_t(next_pow2(std::max<std::uint64_t>(2, (std::uint64_t(jobs) * 2 + kIndexWays - 1) / kIndexWays)));
+  // Four id index entries per job slot (balanced two-choice: id_index.cpp).
+  g.index_buckets = std::uint32_t(next_pow2(std::max<std::uint64_t>(2, (std::uint64_t(jobs) * 4 + kIndexWays - 1) / kIndexWays)));
   g.slot_bits = std::max<std::uint32_t>(1, ceil_log2(jobs));
   std::uint64_t off = round_up(sizeof(Header), 4096);
   g.words_off = off;
@@ -343,11 +344,6 @@ struct ThreadSlots {
 // only in handles that still exist).
 std::mutex live_handles_mu;
 std::vector<std::uint64_t> live_handles;
-
-bool handle_alive(std::uint64_t id) {
-  std::lock_guard l(live_handles_mu);
-  return std::find(live_handles.begin(), live_handles.end(), id) != live_handles.end();
-}
 
 void release_thread_record(Segment& s, ThreadRecord& r) noexcept {
   if (s.me) fold_counters(s.me->retired, r.counters);

@@ -1,15 +1,23 @@
 // The sweep: expiry of leases, promotion of due jobs, the leases of dead
-// holders, and the leftovers of processes that died inside an operation;
+// holders, and what processes that died inside an operation left half done;
 // a chunk of the slot table at a time, by whichever claim or waiter finds
-// one due. No daemon, and no claim does more than one chunk.
+// one due. No daemon, no lock, and no claim does more than one chunk.
 //
 // Passes: a pass over the slot table starts when a deadline or due time
 // may have passed (now >= next_due) or recovery_ms / 2 after the last one
-// started (for holders that die, and for leftovers). While a pass is under
-// way every claim takes one chunk of it (kChunk slots: the cursor's CAS
-// hands out chunks, so claims sweep different parts). next_due is reset
-// when a pass starts and lowered by every chunk's earliest time and by
-// every new deadline, so it is exact again when the pass ends.
+// started (for holders that die, idle lanes, and leftovers). While a pass
+// is under way every claim takes one chunk of it (kChunk slots: the
+// cursor's CAS hands out chunks, so claims sweep different parts). next_due
+// is reset when a pass starts and lowered by every chunk's earliest time and
+// by every new deadline, so it is exact again when the pass ends.
+//
+// Finishing after the dead (docs/design.md, "Recovery"): a survivor only
+// ever finishes or undoes a dead process's step through the same CASes the
+// step's author would have used, so nothing it does can be undone by the
+// dead (they take no more steps) and a process only judged dead is never
+// acted for: liveness is pid plus start time, and every doubt counts alive.
+// A process that is stopped, not dead, keeps what it holds (the list is in
+// docs/design.md); nobody waits for it.
 #include <algorithm>
 #include <climits>
 #include <vector>
@@ -22,13 +30,6 @@ namespace fairlane {
 using namespace detail;
 
 namespace detail {
-
-// acks.cpp
-enum class Take { ok, stale, gone, corrupt };
-Take release_lease(Segment& s, std::uint64_t sf, Token token, RelOp op, std::uint32_t& slot_out, Word128& sw_out,
-                   std::uint32_t& lane_out) noexcept;
-void finish_release(Segment& s, std::uint32_t slot, Word128 sw, std::uint32_t lane) noexcept;
-void link_returned(Segment& s, std::uint32_t slot) noexcept;
 
 namespace {
 
@@ -50,62 +51,220 @@ struct SweepStats {
   std::uint64_t moved = 0, leases = 0, promoted = 0, finished = 0;
   int whose = -1;  // the one dead pid every returned lease belonged to; 0: none or several
   std::uint64_t earliest = kNever;
+  int finished_pid = 0;
 };
 
 // A lease whose deadline passed or whose holder is dead goes back to its lane.
 bool expire(Segment& s, std::uint32_t slot, const Word128& w) noexcept {
   const std::uint64_t sf = s.slot(slot).sf.load(std::memory_order_acquire);
   std::uint32_t got = 0, lane = 0;
-  Word128 sw;
-  if (release_lease(s, sf, make_token(s, slot, SlotWord::ctr(w)), RelOp::back, got, sw, lane) != Take::ok) return false;
+  if (release_lease(s, sf, make_token(s, slot, SlotWord::ctr(w)), RelOp::back, got, lane) != Take::ok) return false;
   FAIRLANE_FAILPOINT("sweep.expired");
-  finish_release(s, slot, sw, lane);
-  link_returned(s, slot);
+  link_returning(s, slot);
   count(s, &CounterBlock::expired);
   return true;
 }
 
-// The thread intents of dead processes: a job popped but not yet leased goes
-// back to its lane; a job being linked by an enqueuer that died is left to
-// its lane if it made it there, freed if not.
-std::uint64_t settle_dead_threads(Segment& s, std::uint64_t now) noexcept {
-  std::uint64_t n = 0;
-  bool any_dead = false;
-  bool dead[kMaxProcs] = {};
+bool ctr_matches(const Word128& w, std::uint64_t ctr34) noexcept {
+  return (SlotWord::ctr(w) & ((1ULL << 34) - 1)) == ctr34;
+}
+
+// Was `slot`, which a dead thread was taking from lane `lane` (run or
+// strays), taken out? Its lane's pending step applied first.
+bool taken_out(Segment& s, std::uint32_t lane, std::uint32_t slot, bool from_run) noexcept {
+  lane_update(s, lane, [](Word128 b) -> std::optional<Word128> { return b; });
+  if (from_run) return LaneWord::head(lane_load(s, lane)) != slot + 1;
+  // A take is decided by its step, and its step marks the node.
+  return UpLink::mark(s.slot(slot).next.load(std::memory_order_acquire)) == Link::kDeleted;
+}
+
+// Was `slot`, which a dead enqueuer was appending to lane `lane`'s run
+// after `pred` (slot+1 | tag << 26, 0: as the first node), linked? Once
+// linked it stays the head or its predecessor's successor until it is
+// popped, and an admitting node is never popped.
+bool appended(Segment& s, std::uint32_t lane, std::uint32_t slot, std::uint64_t pred) noexcept {
+  const Word128 w = lane_load(s, lane);
+  if (LaneWord::head(w) == slot + 1) return true;
+  const std::uint32_t p1 = std::uint32_t(pred & ((1U << 26) - 1));
+  if (p1 == 0 || p1 > s.jobs) return false;
+  const std::uint64_t pl = s.slot(p1 - 1).next.load(std::memory_order_acquire);
+  return Link::succ(pl) == slot + 1 && Link::tag(pl) == (pred >> 26);
+}
+
+}  // namespace
+
+bool live_intent_names(Segment& s, std::uint32_t slot, std::uint64_t ctr, std::uint64_t now_ms) noexcept {
+  const std::uint64_t c34 = ctr & ((1ULL << 34) - 1);
+  auto names = [&](std::uint64_t in) {
+    return IntentWord::kind(in) != Intent::none && IntentWord::slot1(in) == slot + 1 && IntentWord::ctr34(in) == c34;
+  };
+  for (std::uint32_t i = 0; i < s.thread_count; ++i) {
+    const ThreadRecord& t = s.threads[i];
+    if (!names(t.intent.load(std::memory_order_acquire))) continue;
+    const std::uint32_t p1 = std::uint32_t(t.owner.load(std::memory_order_acquire) & 0xFFFF);
+    if (p1 == 0 || p1 > s.proc_count) continue;
+    const ProcRecord& p = s.procs[p1 - 1];
+    if (!holder_dead(s, Holder::make(p1 - 1, p.incarnation.load(std::memory_order_relaxed)), now_ms)) return true;
+  }
+  for (std::uint32_t i = 0; i < s.proc_count; ++i) {
+    if (!names(s.procs[i].intent.load(std::memory_order_acquire))) continue;
+    if (!holder_dead(s, Holder::make(i, s.procs[i].incarnation.load(std::memory_order_relaxed)), now_ms)) return true;
+  }
+  return false;
+}
+
+bool settle_intent(Segment& s, std::atomic<std::uint64_t>& intent, std::atomic<std::uint64_t>& intent_lane,
+                   std::atomic<std::uint64_t>& intent_pred, std::uint64_t now) noexcept {
+  const std::uint64_t in = intent.load(std::memory_order_acquire);
+  const Intent kind = IntentWord::kind(in);
+  if (kind == Intent::none) return false;
+  const std::uint32_t slot1 = IntentWord::slot1(in);
+  const std::uint64_t lane64 = intent_lane.load(std::memory_order_relaxed);
+  const std::uint64_t pred = intent_pred.load(std::memory_order_relaxed);
+  auto done = [&](bool acted) {
+    // Only if nobody settled it meanwhile (a record is settled once).
+    std::uint64_t cur = in;
+    intent.compare_exchange_strong(cur, 0, std::memory_order_acq_rel);
+    return acted;
+  };
+  if (slot1 == 0 || slot1 > s.jobs || lane64 >= s.lane_count) {
+    report_corrupt(s, CorruptWhat::process);
+    return done(false);
+  }
+  const std::uint32_t slot = slot1 - 1;
+  const std::uint32_t lane = std::uint32_t(lane64);
+  const Word128 w = slot_load(s, slot);
+  if (!ctr_matches(w, IntentWord::ctr34(in))) return done(false);  // moved on since: nothing of it is left
+  switch (kind) {
+    case Intent::pop_run:
+    case Intent::pop_strays: {
+      const bool from_run = kind == Intent::pop_run;
+      const SlotState st = SlotWord::state(w);
+      if (st != SlotState::pending && st != SlotState::aborted) return done(false);
+      if (!taken_out(s, lane, slot, from_run)) return done(false);  // the take never happened
+      // Taken out, by this thread or by another: if a live one names it, it
+      // is that one's to lease.
+      if (live_intent_names(s, slot, SlotWord::ctr(w), now)) return done(false);
+      if (!from_run && strays_unlink(s, lane, slot) != OrderResult::ok) return done(false);
+      if (st == SlotState::aborted) {  // a husk: taken without a count
+        free_aborted(s, slot);
+        return done(true);
+      }
+      // A job taken with a count and never leased: it goes back to its lane,
+      // holding that count until it is linked.
+      Word128 cur = w;
+      const Word128 back = SlotWord::make(SlotState::returning, SlotWord::attempt(w), std::uint64_t(lane) + 1,
+                                          SlotWord::ctr(w), 0);
+      if (!slot_cas(s, slot, cur, back)) return done(false);
+      FAIRLANE_FAILPOINT("recover.popped");
+      link_returning(s, slot);
+      return done(true);
+    }
+    case Intent::link: {
+      const SlotState st = SlotWord::state(w);
+      if (st != SlotState::admitting && st != SlotState::aborted) return done(false);
+      const bool linked = appended(s, lane, slot, pred);
+      if (st == SlotState::admitting) {
+        if (linked) {
+          index_resolve(s, slot);  // committed (it will be delivered) or a husk
+          Word128 cur = slot_load(s, slot);
+          if (SlotWord::state(cur) == SlotState::aborted && SlotWord::holder(cur) != 0)
+            slot_cas(s, slot, cur, SlotWord::make(SlotState::aborted, 0, 0, SlotWord::ctr(cur), 0));
+          return done(true);
+        }
+        // Never linked, so no index entry either (it is written after the
+        // link): nobody knows it. Unless it is the reassign target or a
+        // delayed job: those are decided without a link.
+        Word128 cur = w;
+        if (!slot_cas(s, slot, cur, SlotWord::make(SlotState::aborted, 0, 0, SlotWord::ctr(w), SlotWord::holder(w))))
+          return done(false);
+        free_aborted(s, slot);
+        return done(true);
+      }
+      // Aborted: linked, it is a husk for a claim to pop (holder 0 says so);
+      // not linked, nothing leads to it.
+      Word128 cur = w;
+      if (linked) {
+        if (SlotWord::holder(w) != 0) slot_cas(s, slot, cur, SlotWord::make(SlotState::aborted, 0, 0, SlotWord::ctr(w), 0));
+        return done(true);
+      }
+      free_aborted(s, slot);
+      return done(true);
+    }
+    default:
+      return done(false);
+  }
+}
+
+namespace {
+
+// The intents of the threads of dead processes.
+std::uint64_t settle_dead_threads(Segment& s, std::uint64_t now, int& pid) noexcept {
+  std::vector<char> dead(s.proc_count, 0);
+  bool any = false;
   for (std::uint32_t i = 0; i < s.proc_count; ++i) {
     const std::uint64_t owner = s.procs[i].owner.load(std::memory_order_acquire);
     if (!(owner & kOwnerAttached)) continue;
-    if (holder_dead(s, Holder::make(i, s.procs[i].incarnation.load(std::memory_order_relaxed)), now)) {
-      dead[i] = true;
-      any_dead = true;
+    if (const int p = holder_dead(s, Holder::make(i, s.procs[i].incarnation.load(std::memory_order_relaxed)), now)) {
+      dead[i] = 1;
+      any = true;
+      pid = p;
     }
   }
-  if (!any_dead) return 0;
+  if (!any) return 0;
+  std::uint64_t n = 0;
   for (std::uint32_t i = 0; i < s.thread_count; ++i) {
     ThreadRecord& t = s.threads[i];
-    const std::uint64_t owner = t.owner.load(std::memory_order_acquire);
-    const std::uint32_t p1 = std::uint32_t(owner & 0xFFFF);
-    if (owner == 0 || p1 == 0 || p1 > s.proc_count || !dead[p1 - 1]) continue;
-    n += settle_intent(s, t.intent, t.intent_lane);
+    const std::uint32_t p1 = std::uint32_t(t.owner.load(std::memory_order_acquire) & 0xFFFF);
+    if (p1 == 0 || p1 > s.proc_count || !dead[p1 - 1]) continue;
+    n += settle_intent(s, t.intent, t.intent_lane, t.intent_pred, now);
   }
   for (std::uint32_t i = 0; i < s.proc_count; ++i)
-    if (dead[i]) n += settle_intent(s, s.procs[i].intent, s.procs[i].intent_lane);
-  if (n) {
-    RecoveryStats& r = s.h->recovery;
-    r.finished.fetch_add(n, std::memory_order_relaxed);
-    r.finished_unix_ms.store(unix_ms(), std::memory_order_relaxed);
-  }
+    if (dead[i]) n += settle_intent(s, s.procs[i].intent, s.procs[i].intent_lane, s.procs[i].intent_pred, now);
   return n;
 }
 
+// An admitting or aborted slot whose holder is dead and that no intent of
+// that holder names (settle_dead_threads ran first in this pass; a holder
+// that died since has its intents looked at here).
+bool settle_orphan(Segment& s, std::uint32_t slot, const Word128& w, std::uint64_t now) noexcept {
+  const std::uint32_t h1 = Holder::index1(SlotWord::holder(w));
+  if (h1 == 0 || h1 > s.proc_count) return false;
+  for (std::uint32_t i = 0; i < s.thread_count; ++i) {
+    ThreadRecord& t = s.threads[i];
+    if ((t.owner.load(std::memory_order_acquire) & 0xFFFF) != h1) continue;
+    if (IntentWord::slot1(t.intent.load(std::memory_order_acquire)) == slot + 1)
+      return settle_intent(s, t.intent, t.intent_lane, t.intent_pred, now);
+  }
+  ProcRecord& p = s.procs[h1 - 1];
+  if (IntentWord::slot1(p.intent.load(std::memory_order_acquire)) == slot + 1)
+    return settle_intent(s, p.intent, p.intent_lane, p.intent_pred, now);
+  // No intent: it was never linked (an append's intent comes before it).
+  Word128 cur = w;
+  if (SlotWord::state(w) == SlotState::admitting) {
+    const std::uint16_t flags = s.slot(slot).flags.load(std::memory_order_relaxed);
+    const SlotState target = SlotWord::state(Word128{s.slot(slot).fail_to.load(std::memory_order_acquire), 0});
+    if ((flags & kSlotMoved) || target == SlotState::scheduled || target == SlotState::dead) {
+      // Decided without a link: a rival may know it from its index entry.
+      if (index_resolve(s, slot, true)) return true;
+    } else if (!slot_cas(s, slot, cur, SlotWord::make(SlotState::aborted, 0, 0, SlotWord::ctr(w), SlotWord::holder(w)))) {
+      return false;
+    }
+  }
+  free_aborted(s, slot);
+  return true;
+}
+
 // One slot, as a sweep sees it.
-void sweep_slot(Segment& s, std::uint32_t i, std::uint64_t now, bool judge, SweepStats& st) noexcept {
+void sweep_slot(Segment& s, std::uint32_t i, std::uint64_t now, SweepStats& st) noexcept {
   Word128 w = slot_load(s, i);
   switch (SlotWord::state(w)) {
     case SlotState::leased: {
-      int dead = 0;
+      // Holders are judged at most once per recovery_ms / 2 for all
+      // sweepers (ProcRecord::seen caches the verdicts: a verdict costs
+      // system calls).
       const bool due = SlotWord::when(w) <= now;
-      if (judge || due) dead = holder_dead(s, SlotWord::holder(w), now);
+      const int dead = holder_dead(s, SlotWord::holder(w), now);
       if (!due && !dead) {
         st.earliest = std::min(st.earliest, SlotWord::when(w));
         return;
@@ -122,29 +281,55 @@ void sweep_slot(Segment& s, std::uint32_t i, std::uint64_t now, bool judge, Swee
         st.earliest = std::min(st.earliest, SlotWord::when(w));
         return;
       }
-      if (move_to_lane(s, i, w, MoveFrom::scheduled, SlotWord::attempt(w)) == Moved::ok) {
+      const Adopted a = adopt_job(s, i, w, SlotWord::attempt(w));
+      if (a == Adopted::ok) {
         FAIRLANE_FAILPOINT("sweep.promoted");
         ++st.moved;
         ++st.promoted;
         count(s, &CounterBlock::promoted);
+      } else if (a == Adopted::lanes_full) {
+        st.earliest = std::min(st.earliest, now + s.recovery_ms / 2);  // try again next pass
       }
       return;
     }
     case SlotState::returning: {
-      if (SlotWord::holder(w) == 0) {
-        link_returned(s, i);  // its releaser moved on without linking it (stopped or dead)
+      const std::uint32_t holder = SlotWord::holder(w);
+      if (SlotWord::when(w) == 0) {
+        // Being adopted: only its adopter's business, unless that one died.
+        if (holder && holder_dead(s, holder, now) && resume_adopt(s, i, w)) ++st.finished;
+        return;
+      }
+      if (holder == 0) {
+        if (link_returning(s, i) == Moved::ok) ++st.finished;  // its releaser moved on without linking it
+        return;
+      }
+      if (!holder_dead(s, holder, now)) return;
+      // Its mover died: linked already (then only the `linked` step is
+      // left), or not (then we link it).
+      const std::uint32_t lane = std::uint32_t(SlotWord::when(w) - 1);
+      if (lane >= s.lane_count) {
+        report_corrupt(s, CorruptWhat::slot_word);
+        return;
+      }
+      if (strays_holds(s, lane, i)) {
+        finish_linking(s, lane, i);
+      } else {
+        Word128 cur = w;
+        const Word128 mine = SlotWord::make(SlotState::returning, SlotWord::attempt(w), SlotWord::when(w),
+                                            SlotWord::ctr(w), my_holder(s));
+        if (!slot_cas(s, i, cur, mine)) return;
+        link_returning(s, i, true);
+      }
+      ++st.finished;
+      return;
+    }
+    case SlotState::admitting:
+    case SlotState::aborted: {
+      const std::uint32_t holder = SlotWord::holder(w);
+      if (holder == 0) return;  // a husk in its lane (a claim frees it), or unowned
+      if (const int pid = holder_dead(s, holder, now); pid && settle_orphan(s, i, w, now)) {
         ++st.finished;
-      } else if (judge && holder_dead(s, SlotWord::holder(w), now)) {
-        // The mover died: linked already (then it is pending in all but
-        // name), or not (then anyone may link it).
-        const std::uint32_t lane = s.slot(i).lane.load(std::memory_order_relaxed);
-        if (lane < s.lane_count && strays_contains(s, lane, i)) {
-          if (slot_cas(s, i, w, SlotWord::make(SlotState::pending, SlotWord::attempt(w), 0, SlotWord::ctr(w), 0)))
-            s.lanes[lane].refs.fetch_sub(1, std::memory_order_seq_cst);
-        } else if (slot_cas(s, i, w, SlotWord::make(SlotState::returning, SlotWord::attempt(w), 0, SlotWord::ctr(w), 0))) {
-          link_returned(s, i);
-        }
-        ++st.finished;
+        st.finished_pid = pid;
       }
       return;
     }
@@ -154,8 +339,13 @@ void sweep_slot(Segment& s, std::uint32_t i, std::uint64_t now, bool judge, Swee
 }
 
 void record_recovery(Segment& s, const SweepStats& st, std::uint64_t took_us) noexcept {
-  if (!st.leases) return;
   RecoveryStats& r = s.h->recovery;
+  if (st.finished) {
+    r.finished.fetch_add(st.finished, std::memory_order_relaxed);
+    r.finished_unix_ms.store(unix_ms(), std::memory_order_relaxed);
+    if (st.finished_pid) r.finished_pid.store(std::uint64_t(st.finished_pid), std::memory_order_relaxed);
+  }
+  if (!st.leases) return;
   r.runs.fetch_add(1, std::memory_order_relaxed);
   r.jobs.fetch_add(st.leases, std::memory_order_relaxed);
   r.last_jobs.store(st.leases, std::memory_order_relaxed);
@@ -165,14 +355,14 @@ void record_recovery(Segment& s, const SweepStats& st, std::uint64_t took_us) no
 }
 
 // Lane records: free those whose creator died mid-creation; reclaim lanes
-// found idle on two visits in a row with nothing changed between (so a busy
-// tenant keeps its lane between its jobs).
-void sweep_lanes(Segment& s, std::uint32_t from, std::uint32_t to, std::uint64_t now, bool judge) noexcept {
+// found idle on two visits at least recovery_ms / 2 apart with nothing
+// changed between (so a busy tenant keeps its lane between its jobs).
+void sweep_lanes(Segment& s, std::uint32_t from, std::uint32_t to, std::uint64_t now) noexcept {
   for (std::uint32_t lane = std::max<std::uint32_t>(from, 1); lane < to && lane < s.lane_count; ++lane) {
     LaneRecord& l = s.lanes[lane];
     const Word128 w = lane_load(s, lane);
     if (LaneWord::state(w) == LaneState::creating) {
-      if (judge && holder_dead(s, std::uint32_t(l.creator.load(std::memory_order_relaxed)), now)) {
+      if (holder_dead(s, std::uint32_t(l.creator.load(std::memory_order_relaxed)), now)) {
         Word128 cur = w;
         if (cas128(l.word, cur, LaneWord::bumped(Word128{}, w))) s.h->lanes_live.fetch_sub(1, std::memory_order_relaxed);
       }
@@ -182,115 +372,69 @@ void sweep_lanes(Segment& s, std::uint32_t from, std::uint32_t to, std::uint64_t
     const Word128 base = lane_base(s, lane, w);
     if (!lane_idle(s, lane, base)) continue;
     const std::uint64_t seen = l.idle_seen.load(std::memory_order_relaxed);
-    const std::uint64_t mark = (now << 11) | (LaneWord::version(w) & 1023) | 1024;
-    if ((seen & 2047) == ((LaneWord::version(w) & 1023) | 1024) && (seen >> 11) + s.recovery_ms <= now) {
+    const std::uint64_t ver = (LaneWord::version(w) & LaneWord::kVersionMask) | 512;
+    if ((seen & 1023) == ver && (seen >> 10) + s.recovery_ms / 2 <= now) {
       if (lane_try_reclaim(s, lane)) continue;
     }
-    if ((seen & 2047) != ((LaneWord::version(w) & 1023) | 1024)) l.idle_seen.store(mark, std::memory_order_relaxed);
+    // Relaxed: a hint for the next visit; a lost race costs one more pass.
+    if ((seen & 1023) != ver) l.idle_seen.store((now << 10) | ver, std::memory_order_relaxed);
   }
 }
 
-// Does the chunk [from, to) of pass `pass`.
+// Does the chunk [from, to) of the slot table, and its share of the lanes.
 void sweep_chunk(Segment& s, std::uint32_t from, std::uint32_t to, std::uint64_t now, SweepStats& st) noexcept {
-  // Holders of unexpired leases are judged once per recovery_ms / 2
-  // (ProcRecord::seen caches the verdicts): judging costs system calls.
-  const bool judge = true;
-  for (std::uint32_t i = from; i < to; ++i) sweep_slot(s, i, now, judge, st);
-  // Lane records in proportion: the whole lane table once per pass.
+  for (std::uint32_t i = from; i < to; ++i) sweep_slot(s, i, now, st);
   const std::uint64_t lanes = s.lane_count;
-  const std::uint32_t lf = std::uint32_t(lanes * from / std::max<std::uint32_t>(s.jobs, 1));
-  const std::uint32_t lt = to >= s.jobs ? s.lane_count : std::uint32_t(lanes * to / std::max<std::uint32_t>(s.jobs, 1));
-  sweep_lanes(s, lf, lt, now, judge);
+  const std::uint64_t jobs = std::max<std::uint32_t>(s.jobs, 1);
+  const std::uint32_t lf = std::uint32_t(lanes * from / jobs);
+  const std::uint32_t lt = to >= s.jobs ? s.lane_count : std::uint32_t(lanes * to / jobs);
+  sweep_lanes(s, lf, lt, now);
+}
+
+void run_chunk(Segment& s, std::uint32_t from, std::uint32_t to, std::uint64_t now, bool first) noexcept {
+  SweepStats st;
+  const std::uint64_t t0 = monotonic_us();
+  if (first) st.finished += settle_dead_threads(s, now, st.finished_pid);
+  sweep_chunk(s, from, to, now, st);
+  lower_next_due(s, st.earliest);
+  record_recovery(s, st, monotonic_us() - t0);
 }
 
 }  // namespace
 
 void lower_next_due(Segment& s, std::uint64_t when) noexcept { atomic_min(s.h->sweep.next_due, when); }
 
-bool settle_intent(Segment& s, std::atomic<std::uint64_t>& intent, std::atomic<std::uint64_t>& intent_lane) noexcept {
-  const std::uint64_t in = intent.load(std::memory_order_acquire);
-  if ((in & 15) != std::uint64_t(Intent::popping)) return false;
-  const std::uint32_t slot1 = std::uint32_t(bits(in, 4, 26));
-  const std::uint32_t lane = std::uint32_t(intent_lane.load(std::memory_order_relaxed));
-  if (slot1 == 0 || slot1 > s.jobs || lane >= s.lane_count) {
-    intent.store(0, std::memory_order_release);
-    return false;
-  }
-  const std::uint32_t slot = slot1 - 1;
-  const Word128 w = slot_load(s, slot);
-  // Popped but never leased: pending still, with the ctr it had, yet out of
-  // its lane. (If it is still in its lane, the pop never happened.)
-  bool acted = false;
-  if (SlotWord::state(w) == SlotState::pending && (SlotWord::ctr(w) & ((1ULL << 34) - 1)) == (in >> 30)) {
-    const Word128 lw = lane_load(s, lane);
-    const bool linked = LaneWord::head(lw) == slot1 || strays_contains(s, lane, slot) ||
-                        Link::mark(s.slot(slot).next.load(std::memory_order_acquire)) == 0 &&
-                            LaneWord::head(lw) != 0 && false;
-    if (!linked) {
-      // Ours now (its popper is dead): count it out of active as a lease
-      // coming back, then link it.
-      s.lanes[lane].refs.fetch_add(1, std::memory_order_seq_cst);
-      Word128 cur = w;
-      if (slot_cas(s, slot, cur, SlotWord::make(SlotState::returning, SlotWord::attempt(w), 0, SlotWord::ctr(w), 0))) {
-        lane_update(s, lane, [](Word128 b) -> std::optional<Word128> {
-          const std::uint64_t a = LaneWord::active(b);
-          return LaneWord::with_active(b, a ? a - 1 : 0);
-        });
-        link_returned(s, slot);
-        acted = true;
-      } else {
-        s.lanes[lane].refs.fetch_sub(1, std::memory_order_seq_cst);
-      }
-    }
-  }
-  intent.store(0, std::memory_order_release);
-  return acted;
-}
-
 void maybe_sweep(Segment& s, std::uint64_t now) noexcept {
   SweepShared& sw = s.h->sweep;
   std::uint64_t c = sw.cursor.load(std::memory_order_acquire);
   const std::uint32_t jobs = s.jobs;
-  const bool in_pass = Cursor::pos(c) < jobs && Cursor::pos(c) != 0;
-  if (!in_pass) {
+  const std::uint32_t pos = Cursor::pos(c);
+  if (pos >= jobs || pos == 0) {
     const std::uint64_t started = sw.pass_started_ms.load(std::memory_order_relaxed);
     const bool due = now >= sw.next_due.load(std::memory_order_relaxed) || now >= started + s.recovery_ms / 2 ||
                      started > now + kMaxRecoveryMs;  // a scribbled start time must not stop passes
     if (!due) return;
-    // Start a pass: elect one starter by the cursor's CAS.
-    const std::uint64_t next = Cursor::make(Cursor::pass(c) + 1, std::min(kChunk, jobs));
+    // Start a pass: the cursor's CAS elects one starter.
+    const std::uint32_t first = std::min(kChunk, jobs);
+    const std::uint64_t next = Cursor::make(Cursor::pass(c) + 1, first >= jobs ? jobs : first);
     if (!sw.cursor.compare_exchange_strong(c, next, std::memory_order_acq_rel)) return;
     sw.pass_started_ms.store(now, std::memory_order_relaxed);
     // From here new deadlines lower next_due again; this pass's chunks lower
     // it by what they see.
     sw.next_due.store(kNever, std::memory_order_release);
-    settle_dead_threads(s, now);
-    SweepStats st;
-    const std::uint64_t t0 = monotonic_us();
-    sweep_chunk(s, 0, std::min(kChunk, jobs), now, st);
-    lower_next_due(s, st.earliest);
-    record_recovery(s, st, monotonic_us() - t0);
-    if (kChunk >= jobs) {
-      std::uint64_t done = next;
-      sw.cursor.compare_exchange_strong(done, Cursor::make(Cursor::pass(next), jobs), std::memory_order_acq_rel);
-    }
+    run_chunk(s, 0, first, now, true);
     return;
   }
   // A pass under way: take the next chunk.
-  const std::uint32_t from = Cursor::pos(c);
-  const std::uint32_t to = std::min<std::uint64_t>(std::uint64_t(from) + kChunk, jobs);
+  const std::uint32_t to = std::uint32_t(std::min<std::uint64_t>(std::uint64_t(pos) + kChunk, jobs));
   if (!sw.cursor.compare_exchange_strong(c, Cursor::make(Cursor::pass(c), to), std::memory_order_acq_rel)) return;
-  SweepStats st;
-  const std::uint64_t t0 = monotonic_us();
-  sweep_chunk(s, from, to, now, st);
-  lower_next_due(s, st.earliest);
-  record_recovery(s, st, monotonic_us() - t0);
+  run_chunk(s, pos, to, now, false);
 }
 
 std::uint64_t sweep_all(Segment& s, std::uint64_t now) noexcept {
   SweepStats st;
   const std::uint64_t t0 = monotonic_us();
-  settle_dead_threads(s, now);
+  st.finished += settle_dead_threads(s, now, st.finished_pid);
   s.h->sweep.next_due.store(kNever, std::memory_order_release);
   sweep_chunk(s, 0, s.jobs, now, st);
   lower_next_due(s, st.earliest);

@@ -29,6 +29,10 @@ inline std::uint32_t gettid_cached() noexcept {
 // The value of a base62 digit, or -1 (a table: no branches per character).
 extern const std::int8_t kDigitValue[256];
 
+// The value of the 11 base62 digits at d, or false (a bad digit, or over
+// 2^63 - 1; `why` says which).
+bool decode_digits(const char* d, std::uint64_t& out, IdError& why) noexcept;
+
 struct IdAccess {
   // An id from 14 bytes the caller has checked (kind letters, digits of the
   // alphabet, value within 63 bits): no parse.
@@ -44,8 +48,12 @@ struct IdAccess {
 inline bool digits_valid(const char* d) noexcept {
   unsigned bad = 0;
   for (int i = 0; i < int(kDigits); ++i) bad |= unsigned(kDigitValue[static_cast<unsigned char>(d[i])]) & 0x80U;
-  // 62^11 > 2^63: only a first digit of 'A'.. (value >= 10) can overflow; then parse the slow way.
-  return bad == 0;
+  if (bad) return false;
+  // 10 * 62^10 < 2^63: a first digit 0-9 cannot overflow; past that, decode.
+  if (d[0] <= '9') return true;
+  std::uint64_t v = 0;
+  IdError why = IdError::ok;
+  return decode_digits(d, v, why);
 }
 
 }  // namespace fairlane::detail

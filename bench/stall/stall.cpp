@@ -661,8 +661,7 @@ int main(int argc, char** argv) {
         for (auto& w : sc.stopped) worst = std::max(worst, w.starved);
         e["starved_lanes_max_while_stopped"] = worst;
         if (o.window_ms >= 1000) e["met"] = sc.ratio_min >= 0.9;
-        e["repairs"] = sc.recovery.repairs;
-        e["repair_worst_us"] = sc.recovery.repair_worst_us;
+        e["finished"] = sc.recovery.finished;
       }
       arr.push_back(e);
       all_ran &= sc.ran;
@@ -705,8 +704,8 @@ int main(int argc, char** argv) {
                  "backlogged lane keeps being served)\n",
                  worst);
     fmt::print("  (starved: backlogged lanes that got no claim in the window / lanes backlogged throughout it; "
-               "repairs after the kill: {}, the gate closed at most {} us)\n",
-               sc.recovery.repairs, sc.recovery.repair_worst_us);
+               "steps of the dead process finished by survivors after the kill: {})\n",
+               sc.recovery.finished);
   }
   return all_ran ? 0 : 1;
 }

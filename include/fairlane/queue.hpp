@@ -128,7 +128,10 @@ struct MirrorStatus {
   std::uint32_t log_cells = 0;
 };
 
-// What recovery (returning the leases of dead or late holders) last did.
+// What recovery (returning the leases of dead or late holders, and finishing
+// what processes that died inside an operation left half done) has done.
+// There is no stop-the-world repair: each of these is done by a survivor's
+// claim, one step at a time, beside everyone else's operations.
 struct RecoveryInfo {
   std::uint64_t runs = 0;          // sweeps that returned at least one lease, ever
   std::uint64_t jobs = 0;          // leases they returned, ever
@@ -136,16 +139,11 @@ struct RecoveryInfo {
   std::uint64_t last_jobs = 0;
   int last_pid = 0;                // the one dead holder of them all, else 0
   std::uint64_t last_us = 0;       // how long the last one took
-  // Repairs behind the gate after a process died inside an operation
-  // (docs/design.md section 7): every other operation waits for one.
-  std::uint64_t repairs = 0;            // ever
-  std::uint64_t repairs_abandoned = 0;  // gave up: a live process stayed inside an operation
-  std::uint64_t repair_unix_ms = 0;     // when the last one finished
-  int repair_pid = 0;                   // the dead process it repaired after (0: none dead, a forced repair)
-  std::uint64_t repair_us = 0;          // how long the gate was closed for the last one
-  std::uint64_t repair_worst_us = 0;    // the longest it was ever closed
-  std::uint64_t repair_violations = 0;  // what fsck found before the last one
-  int repair_blocker_pid = 0;           // the live process the last abandoned one waited for
+  // Steps of dead processes finished or undone (a job taken out of its lane
+  // and not yet leased put back, an admission decided, a move linked), ever.
+  std::uint64_t finished = 0;
+  std::uint64_t finished_unix_ms = 0;  // when the last one was
+  int finished_pid = 0;                // the dead process it was for (0: unknown)
 };
 
 enum class EnqueueStatus {
@@ -283,6 +281,7 @@ enum class MoveStatus {
   not_pending,    // the job exists but is leased, scheduled or dead: only pending jobs move
   invalid_group,  // not a valid branded id
   lanes_full,     // the new group needs a lane, and none is free or idle
+  full,           // every job slot is in use: a move needs one for the job's copy
   read_only,
   corrupt,
 };

@@ -255,9 +255,8 @@ inline constexpr std::uint64_t kNoGroup = ~0ULL;      // SlotRecord::group_kind 
 // "ABA").
 enum class LaneState : std::uint8_t { free = 0, live = 1, creating = 2 };
 // The step a lane word CAS decided for slot `rel` (docs/design.md, "Lane
-// steps"). Applying it is idempotent; its effect on the lane word is part of
-// the CAS that named it, except `linked`, whose count goes back with the CAS
-// that clears it.
+// steps"). Applying it is idempotent; its effect on the lane word (a count
+// taken or given back, the strays flag) is part of the CAS that named it.
 //   complete  leased -> free
 //   park      leased -> what its fail_to says (scheduled or dead)
 //   back      leased -> returning to this lane, attempt kept (expiry, retry now)
@@ -265,7 +264,7 @@ enum class LaneState : std::uint8_t { free = 0, live = 1, creating = 2 };
 //   adopt     returning (not yet to a lane) -> returning to this lane: the
 //             CAS took an active count for it (promotion, requeue)
 //   linked    returning to this lane, linked in its strays -> pending; the
-//             clearing CAS gives its active count back
+//             CAS gave its active count back and set the strays flag
 //   take      the strays' minimum is taken (marked) for the CAS's writer, a
 //             claim (which counted it active if it is a job)
 //   drop      pending, linked and not taken -> aborted, naming the slot the
@@ -321,13 +320,13 @@ static_assert(LaneWord::active(LaneWord::with_active(Word128{~0ULL, 0}, 5)) == 5
 static_assert(LaneWord::htag(LaneWord::with_head(Word128{}, 7, 4095)) == 4095);
 
 // The weighted turn of a lane (one word, CAS, only for weights > 1):
-//   bits 0..4 the tgen of the token whose turn it counts | bits 5..14 claims
-//   left in that turn | bits 15..63 version
+//   bits 0..31 the ring position + 1 of the token whose turn it counts
+//   (0: none) | bits 32..41 claims left in that turn | bits 42..63 version
 struct Turn {
-  static constexpr std::uint32_t tgen(std::uint64_t t) noexcept { return std::uint32_t(bits(t, 0, 5)); }
-  static constexpr std::uint32_t left(std::uint64_t t) noexcept { return std::uint32_t(bits(t, 5, 10)); }
-  static constexpr std::uint64_t make(std::uint32_t tgen, std::uint32_t left, std::uint64_t from) noexcept {
-    return (tgen & 31) | (std::uint64_t(left & 1023) << 5) | (((from >> 15) + 1) << 15);
+  static constexpr std::uint32_t pos1(std::uint64_t t) noexcept { return std::uint32_t(t); }
+  static constexpr std::uint32_t left(std::uint64_t t) noexcept { return std::uint32_t(bits(t, 32, 10)); }
+  static constexpr std::uint64_t make(std::uint64_t pos, std::uint32_t left, std::uint64_t from) noexcept {
+    return std::uint64_t(std::uint32_t(pos + 1)) | (std::uint64_t(left & 1023) << 32) | (((from >> 42) + 1) << 42);
   }
 };
 
