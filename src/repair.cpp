@@ -1,8 +1,387 @@
-// placeholder
-#include "segment.hpp"
+// repair: every derived structure rebuilt from the job slots (the truth).
+//
+// fsck (src/fsck.cpp) compares lane words and orders, the ring, the lane
+// directory and the id index with what the slot words say. repair makes them
+// say it: it first settles the slots themselves (a step a dead or stopped
+// process left half done, an impossible state, a group that cannot be named,
+// two slots with one id), then rewrites each derived structure from
+// scratch.
+//
+// It is the offline tool, and the queue never needs it to keep working:
+// every half-done step is finished or undone online by survivors (the
+// sweep). It runs alone: it refuses while another live process is attached,
+// unless forced by someone who knows those processes are idle (their next
+// operation then sees the rebuilt tables). Plain stores inside it are
+// published by the fence and the wake-up at the end.
+#include <unistd.h>
+
+#include <algorithm>
+#include <climits>
+#include <map>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "atomic128.hpp"
+#include "clock.hpp"
+#include "core.hpp"
+#include "futex.hpp"
+#include "retry_codec.hpp"
+
 namespace fairlane {
+using namespace detail;
+
+namespace {
+
+constexpr std::size_t kMaxNotes = 1000;
+
+// Pids of the live processes attached to the segment other than this one.
+std::vector<int> other_live_processes(const Segment& s) {
+  std::vector<int> out;
+  const int me = int(::getpid());
+  for (std::uint32_t i = 0; i < s.proc_count; ++i) {
+    if (&s.procs[i] == s.me) continue;
+    const std::uint64_t owner = s.procs[i].owner.load(std::memory_order_acquire);
+    if (!(owner & kOwnerAttached)) continue;
+    const int pid = int(owner & 0x7FFFFFFF);
+    if (pid == me) continue;  // another handle of this process: its threads are the caller's business
+    const std::uint64_t start = (owner & kOwnerStamped) ? s.procs[i].start_time.load(std::memory_order_relaxed) : 0;
+    if (process_alive(pid, start)) out.push_back(pid);
+  }
+  return out;
+}
+
+struct GroupLess {
+  bool operator()(const GroupKey& a, const GroupKey& b) const noexcept {
+    return a.kind != b.kind ? a.kind < b.kind : a.sf < b.sf;
+  }
+};
+
+class Repairer {
+ public:
+  Repairer(Segment& s, FsckReport& report) : s_(s), report_(report) {}
+
+  void run() {
+    keep_settings();
+    settle_slots();
+    clear_derived();
+    rebuild_lanes();
+    rebuild_index();
+    rebuild_sweep();
+    mark_mirror();
+    // Publish, then wake every parked consumer: what it waited for may be
+    // serviceable now.
+    std::atomic_thread_fence(std::memory_order_seq_cst);
+    s_.h->wake_seq.fetch_add(1, std::memory_order_release);
+    futex_wake(&s_.h->wake_seq, INT_MAX);
+  }
+
+ private:
+  void note(std::string line) {
+    if (report_.repairs.size() < kMaxNotes) report_.repairs.push_back(std::move(line));
+  }
+  std::string job(std::uint32_t slot) const {
+    const std::uint64_t sf = s_.slot(slot).sf.load(std::memory_order_relaxed) & kMaxSnowflake;
+    return "job " + BrandedId::make(std::string_view(s_.kind, 3), sf).string() + " (slot " + std::to_string(slot) + ")";
+  }
+  void set_slot(std::uint32_t i, const Word128& w) { store128_init(s_.words[i], w); }
+  void free_slot(std::uint32_t i) { set_slot(i, SlotWord::make(SlotState::free, 0, 0, SlotWord::ctr(slot_load(s_, i)) + 1, 0)); }
+
+  // Settings of live groups, by group: they outlive the rebuild.
+  void keep_settings() {
+    for (std::uint32_t l = 1; l < s_.lane_count; ++l) {
+      const Word128 w = lane_load(s_, l);
+      if (LaneWord::state(w) != LaneState::live) continue;
+      const LaneRecord& r = s_.lanes[l];
+      const std::uint64_t st = r.settings.load(std::memory_order_relaxed);
+      const std::uint32_t kind = std::uint32_t(r.key_kind.load(std::memory_order_relaxed) & 0x7FFF);
+      if (kind >= kKindCodes) continue;
+      if (!Settings::defaults(st)) settings_[GroupKey{kind, r.key_sf.load(std::memory_order_relaxed)}] = st;
+    }
+    default_settings_ = s_.lanes[kDefaultLane].settings.load(std::memory_order_relaxed);
+  }
+
+  // The slot words themselves: each ends free, pending, leased, scheduled or
+  // dead, with sane fields, and no id is held twice.
+  void settle_slots() {
+    const std::uint64_t now = segment_now_ms(s_);
+    std::unordered_map<std::uint64_t, std::uint32_t> ids;
+    ids.reserve(s_.jobs);
+    for (std::uint32_t i = 0; i < s_.jobs; ++i) {
+      const Word128 w = slot_load(s_, i);
+      const SlotState st = SlotWord::state(w);
+      SlotRecord& r = s_.slot(i);
+      if (st == SlotState::free) continue;
+      if (std::size_t(st) >= kSlotStates) {
+        note("slot " + std::to_string(i) + " had the invalid state " + std::to_string(int(st)) +
+             ": freed (nothing in it can be trusted)");
+        free_slot(i);
+        continue;
+      }
+      if (st == SlotState::aborted) {
+        note(job(i) + " was a husk (aborted): freed");
+        free_slot(i);
+        continue;
+      }
+      // Fields a scribble may have pushed out of range.
+      if (r.payload_len.load() > s_.payload_bytes) {
+        note(job(i) + ": payload length " + std::to_string(r.payload_len.load()) + " clamped to " +
+             std::to_string(s_.payload_bytes));
+        r.payload_len.store(s_.payload_bytes);
+      }
+      if (r.error_len.load() > kErrorBytes) r.error_len.store(kErrorBytes);
+      const std::uint64_t gk = r.group_kind.load();
+      if (gk != kNoGroup && gk >= kKindCodes) {
+        note(job(i) + ": its group cannot be named; it goes to the default lane");
+        r.group_kind.store(kNoGroup);
+      }
+      Word128 to = w;
+      switch (st) {
+        case SlotState::admitting: {
+          // Linked or indexed, a rival may have been told `duplicate`
+          // because of it: the job must not vanish. It is admitted as its
+          // target says (pending ones come back pending).
+          const SlotState target = SlotWord::state(Word128{r.fail_to.load(), 0});
+          const SlotState as = target == SlotState::scheduled || target == SlotState::dead ? target : SlotState::pending;
+          const std::uint64_t when = as == SlotState::pending ? 0 : SlotWord::when(Word128{r.fail_to.load(), 0});
+          to = SlotWord::make(as, SlotWord::attempt(Word128{r.fail_to.load(), 0}), (r.flags.load() & kSlotMoved) ? 0 : when,
+                              SlotWord::ctr(w), 0);
+          r.flags.store(std::uint16_t(r.flags.load() & ~kSlotMoved));
+          note(job(i) + " was being admitted: admitted " + std::string(as == SlotState::pending ? "pending" : "as its target"));
+          break;
+        }
+        case SlotState::returning:
+          to = SlotWord::make(SlotState::pending, SlotWord::attempt(w), 0, SlotWord::ctr(w), 0);
+          note(job(i) + " was on its way back to its lane: pending");
+          break;
+        case SlotState::leased:
+          if (SlotWord::when(w) > now + (1ULL << 40)) to = SlotWord::make(SlotState::leased, SlotWord::attempt(w), now, SlotWord::ctr(w), SlotWord::holder(w));
+          break;
+        default:
+          break;
+      }
+      // One id, one job: the lowest slot keeps it.
+      const std::uint64_t sf = r.sf.load();
+      auto [it, fresh] = ids.try_emplace(sf, i);
+      if (!fresh) {
+        note(job(i) + " held the same id as slot " + std::to_string(it->second) + ": freed");
+        free_slot(i);
+        continue;
+      }
+      if (!(to == w)) set_slot(i, to);
+    }
+  }
+
+  void clear_derived() {
+    // Lane records: all free, the default lane live; the directory, the
+    // ring and the id index empty; no intents (every half-done step was
+    // settled above).
+    for (std::uint32_t l = 0; l < s_.lane_count; ++l) {
+      LaneRecord& r = s_.lanes[l];
+      const std::uint64_t inc = ((r.key_kind.load() >> 16) + 1) & ((1ULL << 48) - 1);
+      store128_init(r.word, Word128{});
+      r.settings.store(Settings::make(0, false, 1, r.settings.load()));
+      if (l != kDefaultLane) {
+        r.key_sf.store(0);
+        r.key_kind.store(inc << 16);
+      }
+      r.turn.store(0);
+      r.idle_seen.store(0);
+      r.creator.store(0);
+      for (auto& head : r.strays) head.store(UpLink::make(0, 0, inc, 0));
+    }
+    {
+      LaneRecord& d = s_.lanes[kDefaultLane];
+      store128_init(d.word, LaneWord::with_state(Word128{}, LaneState::live));
+      d.settings.store(Settings::make(Settings::limit(default_settings_), Settings::paused(default_settings_),
+                                      Settings::weight(default_settings_), d.settings.load()));
+    }
+    for (std::uint64_t b = 0; b <= s_.dir_mask; ++b)
+      for (auto& e : s_.dir[b].e) store128_init(e, Word128{});
+    for (std::uint64_t i = 0; i <= s_.ring_mask; ++i) s_.ring[i].store(RingCell::make(i - (s_.ring_mask + 1), 0));
+    s_.h->ring_head.store(0);
+    s_.h->ring_tail.store(0);
+    for (std::uint64_t b = 0; b <= s_.index_mask; ++b)
+      for (auto& e : s_.index[b].e) e.store(0);
+    for (std::uint32_t i = 0; i < s_.thread_count; ++i) {
+      s_.threads[i].intent.store(0);
+      s_.threads[i].intent_pred.store(0);
+    }
+    for (std::uint32_t i = 0; i < s_.proc_count; ++i) {
+      s_.procs[i].intent.store(0);
+      s_.procs[i].intent_tid.store(0);
+    }
+  }
+
+  std::uint32_t make_lane(const GroupKey& g, std::uint32_t& next_lane) {
+    if (next_lane >= s_.lane_count) return kNoLane;
+    const std::uint32_t l = next_lane++;
+    LaneRecord& r = s_.lanes[l];
+    const std::uint64_t inc = r.key_kind.load() >> 16;
+    r.key_sf.store(g.sf);
+    r.key_kind.store(g.kind | (inc << 16));
+    store128_init(r.word, LaneWord::with_state(Word128{}, LaneState::live));
+    // Its directory entry, in the first free way of its two buckets.
+    const std::uint64_t h = group_hash(g.kind, g.sf, s_.seed);
+    std::uint64_t b1 = h & s_.dir_mask, b2 = mix64(h) & s_.dir_mask;
+    if (b2 == b1) b2 = b1 ^ 1;
+    const Word128 e = DirEntry::make(g.sf, g.kind, DirState::live, l + 1, inc & ((1ULL << 25) - 1));
+    bool placed = false;
+    for (std::uint64_t b : {b1, b2})
+      for (auto& way : s_.dir[b].e)
+        if (!placed && DirEntry::state(load128(way)) == DirState::free) {
+          store128_init(way, e);
+          placed = true;
+        }
+    if (!placed) note("no directory room for lane #" + std::to_string(l) + " (its group will get a new lane)");
+    return l;
+  }
+
+  void rebuild_lanes() {
+    // Which lane each job goes to: its group's (made on first use).
+    std::map<GroupKey, std::uint32_t, GroupLess> lane_of;
+    std::uint32_t next_lane = 1;
+    std::vector<std::vector<std::pair<std::uint64_t, std::uint32_t>>> runs(s_.lane_count);
+    std::vector<std::uint64_t> active(s_.lane_count, 0);
+    auto lane_for = [&](std::uint32_t slot) -> std::uint32_t {
+      GroupKey g;
+      if (!slot_group(s_, slot, g)) return kDefaultLane;
+      auto it = lane_of.find(g);
+      if (it != lane_of.end()) return it->second;
+      const std::uint32_t l = make_lane(g, next_lane);
+      if (l != kNoLane) lane_of.emplace(g, l);
+      return l;
+    };
+    for (const auto& [g, st] : settings_) {
+      const std::uint32_t l = make_lane(g, next_lane);
+      if (l == kNoLane) break;
+      lane_of.emplace(g, l);
+      s_.lanes[l].settings.store(Settings::make(Settings::limit(st), Settings::paused(st), Settings::weight(st),
+                                                s_.lanes[l].settings.load()));
+    }
+    for (std::uint32_t i = 0; i < s_.jobs; ++i) {
+      const Word128 w = slot_load(s_, i);
+      const SlotState st = SlotWord::state(w);
+      if (st != SlotState::pending && st != SlotState::leased) continue;
+      const std::uint32_t l = lane_for(i);
+      if (l == kNoLane) {
+        // More groups than lane records: it waits, due, for a lane to free.
+        set_slot(i, SlotWord::make(SlotState::scheduled, SlotWord::attempt(w), 0, SlotWord::ctr(w), 0));
+        note(job(i) + ": no lane record left for its group; scheduled, due now (adopted when one frees)");
+        continue;
+      }
+      s_.slot(i).lane.store(l);
+      if (st == SlotState::leased) {
+        ++active[l];
+      } else {
+        runs[l].emplace_back(s_.slot(i).sf.load(), i);
+      }
+    }
+    std::uint64_t pos = 0;
+    std::uint64_t live = 1;
+    for (std::uint32_t l = 0; l < s_.lane_count; ++l) {
+      if (LaneWord::state(lane_load(s_, l)) != LaneState::live) continue;
+      if (l != kDefaultLane) ++live;
+      auto& run = runs[l];
+      std::sort(run.begin(), run.end());
+      Word128 w = LaneWord::with_state(Word128{}, LaneState::live);
+      for (std::size_t k = 0; k < run.size(); ++k) {
+        SlotRecord& r = s_.slot(run[k].second);
+        const std::uint64_t tag = node_tag(SlotWord::ctr(slot_load(s_, run[k].second)));
+        const std::uint32_t next1 = k + 1 < run.size() ? run[k + 1].second + 1 : 0;
+        r.next.store(Link::make(next1, 0, tag));
+        r.level.store(0);
+        r.run_seq.store(k + 1);
+      }
+      if (!run.empty()) {
+        const std::uint32_t h1 = run.front().second + 1;
+        w = LaneWord::with_head(w, h1, node_tag(SlotWord::ctr(slot_load(s_, h1 - 1))) & 0xFFF);
+        w = LaneWord::with_tail(w, run.back().second + 1);
+      }
+      w = LaneWord::with_active(w, std::min<std::uint64_t>(active[l], LaneWord::kActiveMax));
+      if (lane_serviceable(w, s_.lanes[l].settings.load())) {
+        s_.ring[pos & s_.ring_mask].store(RingCell::make(pos, l + 1));
+        w = LaneWord::with_tgen(LaneWord::with_ringed(w, true), std::uint32_t(pos & LaneWord::kTgenMask));
+        ++pos;
+      }
+      store128_init(s_.lanes[l].word, w);
+    }
+    s_.h->ring_tail.store(pos);
+    s_.h->lanes_live.store(live);
+    note("lanes, ring and directory rebuilt: " + std::to_string(live) + " lanes live, " + std::to_string(pos) +
+         " in the ring");
+  }
+
+  void rebuild_index() {
+    std::uint64_t n = 0;
+    for (std::uint32_t i = 0; i < s_.jobs; ++i) {
+      if (!committed_state(SlotWord::state(slot_load(s_, i)))) continue;
+      const std::uint64_t sf = s_.slot(i).sf.load();
+      const IndexProbe p = index_probe(s_, sf);
+      const std::uint64_t e = IndexEntry::make(p.fp, i + 1, admit_tag(s_, i));
+      bool placed = false;
+      for (unsigned k = 0; k < 2 * kIndexWays && !placed; ++k) {
+        std::atomic<std::uint64_t>& way = index_way(s_, p, k);
+        if (way.load() == 0) {
+          way.store(e);
+          placed = true;
+        }
+      }
+      if (!placed) note(job(i) + ": no room in its id index buckets (found by claims, not by id)");
+      ++n;
+    }
+    note("id index rebuilt: " + std::to_string(n) + " jobs");
+  }
+
+  void rebuild_sweep() {
+    std::uint64_t earliest = kNever;
+    for (std::uint32_t i = 0; i < s_.jobs; ++i) {
+      const Word128 w = slot_load(s_, i);
+      const SlotState st = SlotWord::state(w);
+      if (st == SlotState::leased || st == SlotState::scheduled) earliest = std::min(earliest, SlotWord::when(w));
+    }
+    s_.h->sweep.next_due.store(earliest);
+    s_.h->sweep.cursor.store(0);
+  }
+
+  // Nothing of this went through the transition log: a mirror must
+  // resynchronise everything.
+  void mark_mirror() {
+    if (!s_.log) return;
+    std::uint32_t ok = std::uint32_t(MirrorState::ok);
+    if (s_.h->mirror.state.compare_exchange_strong(ok, std::uint32_t(MirrorState::resync), std::memory_order_acq_rel))
+      note("mirror: asked to resynchronise (repair changes are not in its log)");
+  }
+
+  Segment& s_;
+  FsckReport& report_;
+  std::map<GroupKey, std::uint64_t, GroupLess> settings_;
+  std::uint64_t default_settings_ = 0;
+};
+
+}  // namespace
+
 namespace detail {
-void rebuild_segment(Segment&, FsckReport&) {}
+void rebuild_segment(Segment& s, FsckReport& report) { Repairer(s, report).run(); }
+}  // namespace detail
+
+Result<FsckReport> Queue::repair(bool force) {
+  Segment& s = *seg_;
+  if (!s.me) return Error{Errc::invalid_argument, 0, "segment '" + s.name + "' is open as an observer: repair needs a member"};
+  const std::vector<int> others = other_live_processes(s);
+  if (!others.empty() && !force) {
+    std::string pids;
+    for (std::size_t i = 0; i < others.size() && i < 8; ++i) pids += (i ? ", " : "") + std::to_string(others[i]);
+    if (others.size() > 8) pids += ", ...";
+    const bool one = others.size() == 1;
+    return Error{Errc::busy, 0,
+                 "refusing to repair segment '" + s.name + "': " + std::to_string(others.size()) + " other live " +
+                     (one ? "process is" : "processes are") + " attached (pid " + pids + "); stop " +
+                     (one ? "it" : "them") + " first, or force it if " + (one ? "it is" : "they are") + " idle"};
+  }
+  FsckReport report = check_segment(s);
+  rebuild_segment(s, report);
+  return report;
 }
-Result<FsckReport> Queue::repair(bool) { return FsckReport{}; }
-}
+
+}  // namespace fairlane
