@@ -47,10 +47,11 @@
 // clean, round robin intact. Each failure counts one violation and says
 // which job or lane; the run exits 0 only with none.
 //
-// A kill inside an operation is recovered by the survivors behind the gate
-// (design.md section 7); the summary line counts those repairs. Without that
-// recovery a kill there strands a job, a ring token or an active count, and
-// the run fails within its deadlines, saying what it was still waiting for.
+// A kill inside an operation is recovered by the survivors' own claims, step
+// by step, beside everyone else's work (docs/design.md, "Recovery"); the
+// summary line counts the steps finished for the dead. Without that recovery
+// a kill there strands a job, a ring token or an active count, and the run
+// fails within its deadlines, saying what it was still waiting for.
 #include <fairlane/ids.hpp>
 #include <fairlane/queue.hpp>
 #include <fairlane/result.hpp>
@@ -1145,9 +1146,7 @@ class Supervisor {
                     std::to_string(ledger_.retried()) + ", stale " + std::to_string(ledger_.stale());
     s += ", recoveries: sweeps " + std::to_string(rec.runs);
     s += " leases " + std::to_string(rec.jobs);
-    s += " repairs " + std::to_string(rec.repairs) + " (gate closed at most " + std::to_string(rec.repair_worst_us) + " us";
-    if (rec.repairs_abandoned != 0) s += ", " + std::to_string(rec.repairs_abandoned) + " abandoned";
-    s += ")";
+    s += ", steps finished for the dead " + std::to_string(rec.finished);
     s += ", stops " + std::to_string(stops_) + " (" + std::to_string(stops_past_recovery_) + " past the recovery bound, " +
          std::to_string(stops_past_lease_) + " past the lease, held at most " + std::to_string(longest_hold_ms_) +
          " ms; " + std::to_string(stopped_kills_) + " stopped children killed)";
