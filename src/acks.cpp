@@ -47,9 +47,7 @@ void apply_step(Segment& s, std::uint32_t lane, const Word128& written) noexcept
 }  // namespace
 
 // Takes lease `token` of job `sf` out of leased by a step `op` of its lane
-// word (see the file comment) and applies it. complete and park give the
-// lane's active count back in that CAS; back and release keep it (the job
-// is returning to the lane and holds it until it is linked).
+// word (see the file comment) and applies it.
 Take release_lease(Segment& s, std::uint64_t sf, Token token, RelOp op, std::uint32_t& slot_out,
                    std::uint32_t& lane_out) noexcept {
   const std::uint32_t slot = token_slot(s, token);
@@ -82,15 +80,13 @@ Take release_lease(Segment& s, std::uint64_t sf, Token token, RelOp op, std::uin
       r.fail_to.store(target_lo(SlotState::dead, SlotWord::attempt(sw), segment_now_ms(s)), std::memory_order_relaxed);
       step = RelOp::park;
     }
-    Word128 nw = LaneWord::with_rel(base, slot + 1, step);
-    if (step == RelOp::complete || step == RelOp::park) {
-      const std::uint64_t a = LaneWord::active(base);
-      nw = LaneWord::with_active(nw, a ? a - 1 : 0);
-    }
-    const Word128 before = w;
+    // Every way out of a lease gives its active count back in this CAS (a
+    // job returning to its lane holds nothing of it meanwhile).
+    const std::uint64_t a = LaneWord::active(base);
+    const Word128 nw = LaneWord::with_active(LaneWord::with_rel(base, slot + 1, step), a ? a - 1 : 0);
     if (lane_cas(s, lane, w, nw)) {
       FAIRLANE_FAILPOINT("ack.stepped");
-      apply_step(s, lane, LaneWord::bumped(nw, before));
+      apply_step(s, lane, w);
       slot_out = slot;
       lane_out = lane;
       return Take::ok;
@@ -100,146 +96,91 @@ Take release_lease(Segment& s, std::uint64_t sf, Token token, RelOp op, std::uin
 
 void finish_linking(Segment& s, std::uint32_t lane, std::uint32_t slot) noexcept {
   if (lane >= s.lane_count || slot >= s.jobs) return;
-  const std::uint64_t here = std::uint64_t(lane) + 1;
   Word128 w = lane_load(s, lane);
   for (;;) {
     const Word128 base = lane_base(s, lane, w);
-    const Word128 sw = slot_load(s, slot);
     // Applied already (by us or anyone): it is pending now.
-    if (SlotWord::state(sw) != SlotState::returning || SlotWord::when(sw) != here) return;
+    if (SlotWord::state(slot_load(s, slot)) != SlotState::returning) return;
     if (LaneWord::state(base) != LaneState::live) {
-      report_corrupt(s, CorruptWhat::lane_word);  // a lane holding a count is never reclaimed
+      report_corrupt(s, CorruptWhat::lane_word);  // a lane holding a linked node is never given back
       return;
     }
-    Word128 nw = LaneWord::with_strays(base, true);
-    const std::uint64_t a = LaneWord::active(nw);
-    nw = LaneWord::with_rel(LaneWord::with_active(nw, a ? a - 1 : 0), slot + 1, RelOp::linked);
-    const Word128 before = w;
+    const Word128 nw = LaneWord::with_rel(LaneWord::with_strays(base, true), slot + 1, RelOp::linked);
     // Rings the lane if this makes it serviceable (lane_cas).
     if (lane_cas(s, lane, w, nw)) {
       FAIRLANE_FAILPOINT("move.linked");
-      apply_step(s, lane, LaneWord::bumped(nw, before));
+      apply_step(s, lane, w);
       return;
     }
   }
 }
 
-Moved link_returning(Segment& s, std::uint32_t slot, bool mine) noexcept {
+Moved link_returning(Segment& s, std::uint32_t slot, bool mine, const Word128* fallback) noexcept {
   SlotRecord& r = s.slot(slot);
   Word128 w = slot_load(s, slot);
-  if (SlotWord::state(w) != SlotState::returning || SlotWord::when(w) == 0) return Moved::changed;
+  if (SlotWord::state(w) != SlotState::returning) return Moved::changed;
   if (!mine) {
     if (SlotWord::holder(w) != 0) return Moved::changed;
     // Take the move: ours after this CAS (a stopped mover holds this one job).
-    const Word128 taken = SlotWord::make(SlotState::returning, SlotWord::attempt(w), SlotWord::when(w), SlotWord::ctr(w),
-                                         my_holder(s));
+    const Word128 taken = SlotWord::make(SlotState::returning, SlotWord::attempt(w), 0, SlotWord::ctr(w), my_holder(s));
     if (!slot_cas(s, slot, w, taken)) return Moved::changed;
     w = taken;
     FAIRLANE_FAILPOINT("move.taken");
   }
-  const std::uint64_t lane1 = SlotWord::when(w);
-  if (lane1 > s.lane_count) {
-    report_corrupt(s, CorruptWhat::slot_word);
-    return Moved::corrupt;
-  }
-  const std::uint32_t lane = std::uint32_t(lane1 - 1);
-  // Ours alone until linked; the linking CAS publishes these.
-  r.lane.store(lane, std::memory_order_relaxed);
-  r.ready_us.store(segment_now_us(s), std::memory_order_relaxed);
-  if (strays_insert(s, lane, slot, SlotWord::ctr(w)) != OrderResult::ok) return Moved::corrupt;
-  finish_linking(s, lane, slot);
-  log_job(s, slot);
-  return Moved::ok;
-}
-
-namespace {
-
-// Finds (or makes) the lane of the job in `slot` and takes one active count
-// of it for the job in an `adopt` step. The slot is returning(me, no lane).
-// false: no lane could be had (lanes_full), or the segment is corrupt.
-bool adopt_step(Segment& s, std::uint32_t slot, bool& corrupt) noexcept {
-  corrupt = false;
   GroupKey g;
   const bool grouped = slot_group(s, slot, g);
+  if (grouped && g.kind >= kKindCodes) {
+    report_corrupt(s, CorruptWhat::slot_record);
+    return Moved::corrupt;
+  }
+  if (!grouped) g = GroupKey{};
   for (int round = 0; round < 64; ++round) {
     std::uint32_t lane = kDefaultLane;
     if (grouped) {
-      if (g.kind >= kKindCodes) {
-        report_corrupt(s, CorruptWhat::slot_record);
-        corrupt = true;
-        return false;
-      }
       const LaneFind f = lane_find(s, g, true, lane);
-      if (f == LaneFind::corrupt) corrupt = true;
-      if (f != LaneFind::found) return false;
-    } else {
-      g = GroupKey{};
-    }
-    Word128 w = lane_load(s, lane);
-    for (;;) {
-      const Word128 base = lane_base(s, lane, w);
-      if (!lane_is(s, lane, w, g)) break;  // reclaimed since we found it: look again
-      if (LaneWord::active(base) >= LaneWord::kActiveMax) return false;
-      const Word128 nw = LaneWord::with_rel(LaneWord::with_active(base, LaneWord::active(base) + 1), slot + 1, RelOp::adopt);
-      const Word128 before = w;
-      if (lane_cas(s, lane, w, nw)) {
-        FAIRLANE_FAILPOINT("move.adopted");
-        apply_step(s, lane, LaneWord::bumped(nw, before));
-        return true;
+      if (f == LaneFind::corrupt) return Moved::corrupt;
+      if (f != LaneFind::found) {
+        // No lane for its group now: it waits where it was (a job coming
+        // back from a lease waits scheduled, due now), for the sweep.
+        Word128 cur = w;
+        const Word128 wait =
+            fallback ? *fallback : SlotWord::make(SlotState::scheduled, SlotWord::attempt(w), 0, SlotWord::ctr(w), 0);
+        slot_cas(s, slot, cur, wait);
+        lower_next_due(s, 0);
+        return Moved::parked;
       }
+    }
+    // Ours alone until linked; the linking CAS publishes these.
+    r.lane.store(lane, std::memory_order_relaxed);
+    r.ready_us.store(segment_now_us(s), std::memory_order_relaxed);
+    const std::uint64_t inc = s.lanes[lane].key_kind.load(std::memory_order_acquire) >> 16;
+    switch (strays_insert(s, lane, slot, SlotWord::ctr(w), g, inc)) {
+      case OrderResult::ok:
+        finish_linking(s, lane, slot);
+        log_job(s, slot);
+        return Moved::ok;
+      case OrderResult::lane_changed:
+        continue;  // given back under us: find it again
+      default:
+        return Moved::corrupt;
     }
   }
   report_corrupt(s, CorruptWhat::directory);
-  corrupt = true;
-  return false;
+  return Moved::corrupt;
 }
-
-}  // namespace
 
 Adopted adopt_job(Segment& s, std::uint32_t slot, Word128 from, std::uint32_t attempt) noexcept {
   const Word128 mine = SlotWord::make(SlotState::returning, attempt, 0, SlotWord::ctr(from), my_holder(s));
   Word128 expect = from;
   if (!slot_cas(s, slot, expect, mine)) return Adopted::changed;
   FAIRLANE_FAILPOINT("move.claimed");
-  bool corrupt = false;
-  if (!adopt_step(s, slot, corrupt)) {
-    // Put it back as it was (ours: nobody else moves a returning(me, no lane) slot).
-    Word128 cur = mine;
-    slot_cas(s, slot, cur, from);
-    return corrupt ? Adopted::corrupt : Adopted::lanes_full;
+  switch (link_returning(s, slot, true, &from)) {
+    case Moved::ok: return Adopted::ok;
+    case Moved::parked: return Adopted::lanes_full;
+    case Moved::changed: return Adopted::changed;
+    case Moved::corrupt: return Adopted::corrupt;
   }
-  // Returning to its lane now, for anyone to link: link it unless someone
-  // took that first (then it is theirs to finish).
-  const Moved m = link_returning(s, slot);
-  return m == Moved::corrupt ? Adopted::corrupt : Adopted::ok;
-}
-
-// An adopter that died between taking the slot and its `adopt` step (or
-// after it, with the step not yet applied): finish the step if it was taken,
-// else take the slot over and adopt it.
-bool resume_adopt(Segment& s, std::uint32_t slot, Word128 w) noexcept {
-  GroupKey g;
-  std::uint32_t lane = kDefaultLane;
-  if (slot_group(s, slot, g)) {
-    if (g.kind >= kKindCodes || lane_find(s, g, false, lane) != LaneFind::found) lane = kNoLane;
-  }
-  // A step naming it, pending in its group's lane (which that step keeps
-  // live), is applied by this update.
-  if (lane != kNoLane) lane_update(s, lane, [](Word128 b) -> std::optional<Word128> { return b; });
-  const Word128 now = slot_load(s, slot);
-  if (!(now == w)) return true;  // moved on (the step applied): someone links it
-  const Word128 mine = SlotWord::make(SlotState::returning, SlotWord::attempt(w), 0, SlotWord::ctr(w), my_holder(s));
-  Word128 expect = w;
-  if (!slot_cas(s, slot, expect, mine)) return true;
-  bool corrupt = false;
-  if (!adopt_step(s, slot, corrupt)) {
-    // No lane now: leave it for the next pass, adoptable by anyone.
-    Word128 cur = mine;
-    slot_cas(s, slot, cur, SlotWord::make(SlotState::scheduled, SlotWord::attempt(w), 0, SlotWord::ctr(w), 0));
-    return false;
-  }
-  link_returning(s, slot);
-  return true;
+  return Adopted::corrupt;
 }
 
 void free_aborted(Segment& s, std::uint32_t slot) noexcept {

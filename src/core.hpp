@@ -89,29 +89,25 @@ bool live_intent_names(Segment& s, std::uint32_t slot, std::uint64_t ctr, std::u
 
 // ---- moving a job back into its lane -----------------------------------------------------
 
-// Links a returning slot (returning to lane L = when - 1, holding one of L's
-// active counts) into L's strays and makes it pending: take the move (CAS
-// returning(holder 0) -> returning(me)) unless `mine`, link it, then the
-// `linked` step. ok, or changed when someone else took the move first.
-enum class Moved { ok, changed, corrupt };
-Moved link_returning(Segment& s, std::uint32_t slot, bool mine = false) noexcept;
+// Links a returning slot into its group's lane's strays (finding or making
+// the lane) and makes it pending: take the move (CAS returning(holder 0) ->
+// returning(me)) unless `mine`, link it, then the `linked` step. changed:
+// someone else took the move first; parked: no lane could be had, so the
+// slot was put as `fallback` says (or, without one, scheduled, due now) for
+// the sweep to try again.
+enum class Moved { ok, changed, parked, corrupt };
+Moved link_returning(Segment& s, std::uint32_t slot, bool mine = false, const Word128* fallback = nullptr) noexcept;
 
 // The `linked` step for a returning slot already linked in lane `lane`'s
 // strays (its mover's last step, which anyone who meets it there may take).
 void finish_linking(Segment& s, std::uint32_t lane, std::uint32_t slot) noexcept;
 
 // Brings a scheduled (due) or dead job back to its group's lane: take it
-// (CAS to returning(me, no lane)), find or make the lane, the `adopt` step
-// (which takes one active count of the lane for it), then link it.
-// `attempt` is what the pending job keeps (requeue starts again at 0).
-// changed: the slot word was not `from`; lanes_full: no lane (the job is
-// put back as it was).
+// (CAS to returning(me)), then link it. `attempt` is what the pending job
+// keeps (requeue starts again at 0). changed: the slot word was not `from`;
+// lanes_full: no lane for its group now (the job is put back as it was).
 enum class Adopted { ok, changed, lanes_full, corrupt };
 Adopted adopt_job(Segment& s, std::uint32_t slot, Word128 from, std::uint32_t attempt) noexcept;
-
-// Finishes the adoption of a job whose adopter died (returning, no lane,
-// holder dead): applies its `adopt` step if it was taken, else adopts it.
-bool resume_adopt(Segment& s, std::uint32_t slot, Word128 w) noexcept;
 
 // Takes a lease out of leased by a step `op` of its lane word and applies
 // it (acks.cpp). stale: the id is a job but not leased under this token.

@@ -18,6 +18,7 @@ const char* const kFailpoints[] = {
     "lane.record_taken",      // a free lane record taken (creating), no directory entry yet
     "lane.entry_tentative",   // its directory entry written tentative, rivals not yet looked at
     "lane.entry_live",        // the entry committed live, the record still creating
+    "lane.sealed",            // an idle lane's strays sealed for its reclaim, its word not yet freed
     "lane.reclaimed",         // an idle lane's word freed, its directory entry not yet cleared
     "lane.step_applied",      // a lane word step applied to its slot (the word still names it)
     "lane.settings_written",  // a setting written, the lane word not yet moved (lane_controls.cpp)
@@ -41,21 +42,20 @@ const char* const kFailpoints[] = {
     "fail.stepped",           // a fail's step made and applied, the retry not yet linked
     "release.stepped",        // a release's step made and applied, the job not yet linked
     // a job back into its lane (acks.cpp)
-    "move.claimed",           // a scheduled or dead job taken for adoption, no lane count yet
-    "move.adopted",           // its lane's count taken (the adopt step), not linked
+    "move.claimed",           // a scheduled or dead job taken (returning) to go back to its lane
     "move.taken",             // a returning job taken for linking, not linked
     "strays.linked",          // linked in its lane's strays, the linked step not yet made
     "move.linked",            // the linked step made, not applied
     "slot.freed",             // a husk freed (the call that popped it not finished)
     // the sweep (sweeping.cpp)
     "sweep.expired",          // an expired lease stepped back, not yet linked
-    "sweep.promoted",         // a due job adopted into its lane
+    "sweep.promoted",         // a due job back in its lane
     "recover.popped",         // a dead claimer's job taken back (returning), not yet linked
     // lane controls and dead letters (lane_controls.cpp, inspection.cpp)
     "drain.removed",          // one drained job completed, the drain not finished
     "reassign.copied",        // the copy written and indexed (undecided), the origin still pending
     "reassign.dropped",       // the origin dropped (a husk naming the copy), the copy not decided
-    "reassign.committed",     // the copy committed, not yet adopted into its lane
+    "reassign.committed",     // the copy committed, not yet in its new lane
     "dead.purged",            // one dead job freed, the purge not finished
 };
 const std::size_t kFailpointCount = sizeof kFailpoints / sizeof kFailpoints[0];

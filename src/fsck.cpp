@@ -139,10 +139,11 @@ class Checker {
     switch (LaneWord::relop(w)) {
       case RelOp::complete:
       case RelOp::park:
-      case RelOp::back:
       case RelOp::release: return st == SlotState::leased && s_.slot(slot).lane.load(std::memory_order_relaxed) == lane;
-      case RelOp::adopt: return st == SlotState::returning && SlotWord::when(sw) == 0;
-      case RelOp::linked: return st == SlotState::returning && SlotWord::when(sw) == lane + 1;
+      case RelOp::back:
+        return (st == SlotState::leased || st == SlotState::pending) &&
+               s_.slot(slot).lane.load(std::memory_order_relaxed) == lane;
+      case RelOp::linked: return st == SlotState::returning;
       case RelOp::drop: return st == SlotState::pending;
       case RelOp::take: return UpLink::mark(s_.slot(slot).next.load(std::memory_order_acquire)) != Link::kDeleted;
     }
@@ -181,18 +182,12 @@ class Checker {
           if (r.lane.load(std::memory_order_relaxed) < s_.lane_count) exempt_lane_[r.lane.load()] = 1;
           in_flight(pid_of(holder) + " is admitting " + job(i));
           break;
-        case SlotState::returning: {
-          const std::uint64_t l1 = SlotWord::when(w);
-          if (l1 > s_.lane_count) {
-            issue("slot-word", job(i) + " is returning to lane #" + std::to_string(l1 - 1) + ", past the table");
-            break;
-          }
+        case SlotState::returning:
           exempt_slot_[i] = 1;
-          if (l1) exempt_lane_[l1 - 1] = 1;
-          in_flight(job(i) + " is on its way back to " + (l1 ? lane_name(std::uint32_t(l1 - 1)) : std::string("its lane")) +
-                    (holder ? " (moved by " + pid_of(holder) + ")" : " (for anyone to link)"));
+          if (r.lane.load(std::memory_order_relaxed) < s_.lane_count) exempt_lane_[r.lane.load()] = 1;
+          in_flight(job(i) + " is on its way back to its lane" +
+                    (holder ? " (moved by " + pid_of(holder) + ")" : std::string(" (for anyone to link)")));
           break;
-        }
         default:
           break;
       }
@@ -217,10 +212,7 @@ class Checker {
       walk_strays(l, w);
     }
     if (l0_missing()) issue("lane-word", "the default lane (#0) is not live");
-    const std::uint64_t counted = s_.h->lanes_live.load(std::memory_order_relaxed);
-    if (counted != live)
-      issue("lane-live-count", "the header counts " + std::to_string(counted) + " lanes live, the table has " +
-                                   std::to_string(live));
+    (void)live;
   }
   bool l0_missing() const { return LaneWord::state(lane_load(s_, kDefaultLane)) != LaneState::live; }
 
@@ -326,8 +318,7 @@ class Checker {
     }
   }
 
-  // A lane's active count: its leases, and the jobs returning to it (each
-  // holds one), on a quiet lane.
+  // A lane's active count: its leases, on a quiet lane.
   void check_counts() {
     std::vector<std::uint64_t> held(s_.lane_count, 0);
     for (std::uint32_t i = 0; i < s_.jobs; ++i) {
@@ -339,8 +330,6 @@ class Checker {
           ++held[l];
           if (!lane_live(l)) issue("lane-of-lease", job(i) + " is leased in " + lane_name(l) + ", which is not live");
         }
-      } else if (st == SlotState::returning && SlotWord::when(w) && SlotWord::when(w) <= s_.lane_count) {
-        ++held[SlotWord::when(w) - 1];
       }
     }
     for (std::uint32_t l = 0; l < s_.lane_count; ++l) {

@@ -206,11 +206,10 @@ bool drop_origin(Segment& s, std::uint32_t x, std::uint64_t xctr, std::uint32_t 
         UpLink::mark(xr.next.load(std::memory_order_acquire)) == Link::kDeleted)
       return false;
     if (any_intent_names(s, x, xctr)) return false;
-    const Word128 before = w;
     const Word128 nw = LaneWord::with_rel(base, x + 1, RelOp::drop);
     if (lane_cas(s, lane, w, nw)) {
       FAIRLANE_FAILPOINT("reassign.dropped");
-      (void)lane_base(s, lane, LaneWord::bumped(nw, before));  // apply it
+      (void)lane_base(s, lane, w);  // apply it
       return true;
     }
   }

@@ -218,8 +218,30 @@ restart:
 
 }  // namespace
 
-OrderResult strays_insert(Segment& s, std::uint32_t lane, std::uint32_t slot, std::uint64_t ctr) noexcept {
+namespace {
+
+// An insert that found its lane's strays sealed by a reclaim: the reclaim is
+// made to fail (the lane word moved on by a CAS of ours, if the lane is
+// still g's and live), then the seal, dead now, opened. lane_changed: the
+// lane was given back (or is another group's): look the group up again.
+OrderResult meet_seal(Segment& s, std::uint32_t lane, GroupKey g, std::uint64_t seal) noexcept {
+  const auto moved = lane_update(s, lane, [&](Word128 b) -> std::optional<Word128> {
+    if (LaneWord::state(b) != LaneState::live) return std::nullopt;
+    return b;
+  });
+  if (!moved || !lane_is(s, lane, *moved, g)) return OrderResult::lane_changed;
+  std::uint64_t cur = seal;
+  s.lanes[lane].strays[0].compare_exchange_strong(cur, strays_head(UpLink::owner_tag(seal), false, 0),
+                                                  std::memory_order_seq_cst);
+  return OrderResult::ok;
+}
+
+}  // namespace
+
+OrderResult strays_insert(Segment& s, std::uint32_t lane, std::uint32_t slot, std::uint64_t ctr, GroupKey g,
+                          std::uint64_t inc) noexcept {
   SlotRecord& n = s.slot(slot);
+  LaneRecord& l = s.lanes[lane];
   const std::uint32_t node1 = slot + 1;
   const std::uint64_t tag = stag(ctr);
   const std::uint64_t key = n.sf.load(std::memory_order_relaxed);
@@ -231,8 +253,23 @@ OrderResult strays_insert(Segment& s, std::uint32_t lane, std::uint32_t slot, st
       report_corrupt(s, CorruptWhat::lane_order);
       return OrderResult::corrupt;
     }
-    // Private until linked at level 0 (that CAS publishes these).
     const std::uint64_t s0 = pos.seen[0];
+    if (pos.pred[0] == &l.strays[0]) {
+      // Into empty strays, or before every node: the head's CAS. Its owner
+      // tag is the lane's incarnation (a lane given back and made again for
+      // another group has another), and a reclaim seals it.
+      if ((UpLink::owner_tag(s0) & UpLink::kTagMask) != (inc & UpLink::kTagMask)) return OrderResult::lane_changed;
+      if (UpLink::mark(s0) == Link::kSealed) {
+        if (meet_seal(s, lane, g, s0) == OrderResult::lane_changed) return OrderResult::lane_changed;
+        continue;
+      }
+    }
+    // The lane is still g's (after the search: a node found in its strays is
+    // of the lane as it is now, and the CAS below fails if that node left).
+    if (!lane_is(s, lane, lane_load(s, lane), g) ||
+        (l.key_kind.load(std::memory_order_acquire) >> 16 & UpLink::kTagMask) != (inc & UpLink::kTagMask))
+      return OrderResult::lane_changed;
+    // Private until linked at level 0 (that CAS publishes these).
     n.next.store(UpLink::make(UpLink::succ(s0), 0, tag, UpLink::target_tag(s0)), std::memory_order_relaxed);
     for (unsigned i = 1; i < height; ++i)
       n.up[i - 1].store(UpLink::make(UpLink::succ(pos.seen[i]), 0, tag, UpLink::target_tag(pos.seen[i])),

@@ -65,11 +65,14 @@ OrderResult run_append(Segment& s, std::uint32_t lane, GroupKey g, std::uint32_t
 // ---- strays ------------------------------------------------------------------------------
 
 // Links `slot` (its sf written; not linked anywhere; ctr its slot word's
-// ctr) into lane `lane`'s strays at its key's place. The caller holds one of
-// the lane's active counts for it (a job returning to the lane), so the lane
-// is live throughout; it sets the lane word's strays flag afterwards (the
-// `linked` step). ok or corrupt.
-OrderResult strays_insert(Segment& s, std::uint32_t lane, std::uint32_t slot, std::uint64_t ctr) noexcept;
+// ctr) into lane `lane`'s strays at its key's place, the lane being group
+// g's of incarnation `inc` (as lane_find found it). Once linked the lane
+// cannot be given back until the node is taken (a reclaim needs empty
+// strays); the caller then sets the lane word's strays flag (the `linked`
+// step). lane_changed: the lane is not g's any more (nothing linked); ok or
+// corrupt.
+OrderResult strays_insert(Segment& s, std::uint32_t lane, std::uint32_t slot, std::uint64_t ctr, GroupKey g,
+                          std::uint64_t inc) noexcept;
 
 // The strays' minimum (slot+1, 0 if empty) as now linked and unmarked.
 std::uint32_t strays_first(Segment& s, std::uint32_t lane, OrderResult& r) noexcept;

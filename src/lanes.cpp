@@ -61,7 +61,6 @@ void release_record(Segment& s, std::uint32_t lane) noexcept {
   Word128 w = lane_load(s, lane);
   while (LaneWord::state(w) == LaneState::creating) {
     if (cas128(s.lanes[lane].word, w, LaneWord::bumped(Word128{}, w))) {
-      s.h->lanes_live.fetch_sub(1, std::memory_order_relaxed);
       return;
     }
   }
@@ -91,9 +90,8 @@ std::uint32_t take_record(Segment& s, GroupKey g) noexcept {
     r.served.store(0, std::memory_order_relaxed);
     r.idle_seen.store(0, std::memory_order_relaxed);
     r.creator.store(my_holder(s), std::memory_order_relaxed);
-    for (auto& head : r.strays) head.store(Link::make(0, 0, inc), std::memory_order_relaxed);
+    for (auto& head : r.strays) head.store(strays_head(inc, false, 0), std::memory_order_relaxed);
     for (auto& b : s.waits[lane].b) b.store(0, std::memory_order_relaxed);
-    s.h->lanes_live.fetch_add(1, std::memory_order_relaxed);
     return lane;
   }
   return kNoLane;
@@ -130,7 +128,6 @@ Word128 lane_base(Segment& s, std::uint32_t lane, const Word128& w) noexcept {
     return base;
   }
   Word128 sw = slot_load(s, slot);
-  const std::uint64_t here = std::uint64_t(lane) + 1;
   // Lock-free: a failed CAS means the slot moved (an extend, or another
   // applier); look at it again.
   for (;;) {
@@ -143,9 +140,12 @@ Word128 lane_base(Segment& s, std::uint32_t lane, const Word128& w) noexcept {
       case RelOp::park:
       case RelOp::back:
       case RelOp::release: {
-        // A lease of this lane: while rel names it nothing else can move it
-        // (every way out of a lease is a step of this word).
-        if (st != SlotState::leased || r.lane.load(std::memory_order_relaxed) != lane) return base;
+        // A lease of this lane: while the word names it nothing else can
+        // move it (every way out of a lease is a step of this word). `back`
+        // also returns a job a dead claimer took out of the lane and never
+        // leased (pending, out of its order: recovery checked that first).
+        const bool taken_back = op == RelOp::back && st == SlotState::pending;
+        if ((st != SlotState::leased && !taken_back) || r.lane.load(std::memory_order_relaxed) != lane) return base;
         if (op == RelOp::complete) {
           to = SlotWord::make(SlotState::free, 0, 0, ctr, 0);
         } else if (op == RelOp::park) {
@@ -159,18 +159,14 @@ Word128 lane_base(Segment& s, std::uint32_t lane, const Word128& w) noexcept {
           }
           to = SlotWord::make(ts, a, when, ctr, 0);
         } else {
+          // Returning, for anyone to link (holder 0).
           const std::uint32_t keep = op == RelOp::release && a ? a - 1 : a;
-          to = SlotWord::make(SlotState::returning, keep, here, ctr, 0);
+          to = SlotWord::make(SlotState::returning, keep, 0, ctr, 0);
         }
         break;
       }
-      case RelOp::adopt:
-        if (st != SlotState::returning || SlotWord::when(sw) != 0) return base;
-        to = SlotWord::make(SlotState::returning, a, here, ctr, 0);  // for anyone to link
-        break;
       case RelOp::linked:
-        // Its count went back with the CAS that named it.
-        if (st != SlotState::returning || SlotWord::when(sw) != here) return base;
+        if (st != SlotState::returning) return base;
         to = SlotWord::make(SlotState::pending, a, 0, ctr, 0);
         break;
       case RelOp::drop: {
@@ -325,23 +321,39 @@ bool lane_try_reclaim(Segment& s, std::uint32_t lane) noexcept {
   const GroupKey g{std::uint32_t(r.key_kind.load(std::memory_order_acquire) & 0x7FFF), r.key_sf.load(std::memory_order_acquire)};
   const std::uint64_t inc = record_inc(r) & kIncMask;
   Word128 w = lane_load(s, lane);
-  for (;;) {
+  for (int round = 0; round < 4; ++round) {
     const Word128 base = lane_base(s, lane, w);
     if (!lane_idle(s, lane, base)) return false;
+    // Close the strays to inserters: a seal on the (empty) head naming this
+    // very reading of the word. An insert into empty strays is a CAS of the
+    // head, so from here none lands unless the seal is opened first, and it
+    // is opened only once the word has moved past `w` (then this CAS fails).
+    std::uint64_t h = r.strays[0].load(std::memory_order_acquire);
+    if (UpLink::succ(h) != 0) return false;  // taken nodes not yet unlinked, or an insert
+    const std::uint64_t seal = strays_head(UpLink::owner_tag(h), true, LaneWord::version(w));
+    if (h != seal && !r.strays[0].compare_exchange_strong(h, seal, std::memory_order_seq_cst)) return false;
+    FAIRLANE_FAILPOINT("lane.sealed");
     // The CAS that gives the lane back: any operation computed from an
     // earlier reading of this word now fails and looks the group up again.
-    if (cas128(r.word, w, LaneWord::bumped(Word128{}, w))) break;
+    if (cas128(r.word, w, LaneWord::bumped(Word128{}, w))) {
+      FAIRLANE_FAILPOINT("lane.reclaimed");
+      s.h->lanes_reclaimed.fetch_add(1, std::memory_order_relaxed);
+      const DirProbe p = dir_probe(s, g);
+      for (unsigned k = 0; k < 2 * kDirWays; ++k) {
+        Word128& slot = dir_entry(s, p, k);
+        Word128 e = load128(slot);
+        if (entry_is(e, g) && DirEntry::lane1(e) == lane + 1 && DirEntry::inc(e) == inc) cas128(slot, e, Word128{});
+      }
+      return true;
+    }
+    // The word moved: our seal is dead. Open it (unless the lane was given
+    // back meanwhile, or a newer seal replaced it: then the CAS fails).
+    if (LaneWord::state(w) == LaneState::live) {
+      std::uint64_t cur = seal;
+      r.strays[0].compare_exchange_strong(cur, strays_head(UpLink::owner_tag(seal), false, 0), std::memory_order_seq_cst);
+    }
   }
-  FAIRLANE_FAILPOINT("lane.reclaimed");
-  s.h->lanes_live.fetch_sub(1, std::memory_order_relaxed);
-  s.h->lanes_reclaimed.fetch_add(1, std::memory_order_relaxed);
-  const DirProbe p = dir_probe(s, g);
-  for (unsigned k = 0; k < 2 * kDirWays; ++k) {
-    Word128& slot = dir_entry(s, p, k);
-    Word128 e = load128(slot);
-    if (entry_is(e, g) && DirEntry::lane1(e) == lane + 1 && DirEntry::inc(e) == inc) cas128(slot, e, Word128{});
-  }
-  return true;
+  return false;
 }
 
 bool reclaim_some_idle_lane(Segment& s) noexcept {

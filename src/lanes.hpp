@@ -80,9 +80,11 @@ void notify(Segment& s, int count = 1) noexcept;
 
 // CAS of lane `lane`'s word from `w` (a reading) to `nw` with the version
 // moved on; if `nw` is serviceable and not ringed, rings it: pushes a cell
-// first (docs/design.md, "The ring"), and wakes a waiter after. On failure
-// `w` holds the current word. Returns false on failure or when the ring is
-// full (then the lane word is unchanged and corruption is reported).
+// first (docs/design.md, "The ring"), and wakes a waiter after. `w` holds
+// the word after the call: the one written on success (what a step's author
+// applies its step from), the current one on failure. Returns false on
+// failure or when the ring is full (then the lane word is unchanged and
+// corruption is reported).
 inline bool lane_cas(Segment& s, std::uint32_t lane, Word128& w, Word128 nw) noexcept {
   const bool ring = !LaneWord::ringed(nw) && lane_serviceable(nw, lane_settings(s, lane));
   if (ring) {
@@ -97,7 +99,9 @@ inline bool lane_cas(Segment& s, std::uint32_t lane, Word128& w, Word128 nw) noe
   // [S3] seq_cst (cas128): the lane word orders every change of a lane's
   // state; a ringing CAS follows its cell's push [S1] and precedes the
   // notify that loads `waiters` ([S5]).
-  if (!cas128(s.lanes[lane].word, w, LaneWord::bumped(nw, w))) return false;
+  const Word128 written = LaneWord::bumped(nw, w);
+  if (!cas128(s.lanes[lane].word, w, written)) return false;
+  w = written;
   if (ring) notify(s);
   return true;
 }
@@ -113,9 +117,15 @@ inline std::optional<Word128> lane_update(Segment& s, std::uint32_t lane, F chan
     const Word128 base = lane_base(s, lane, w);
     std::optional<Word128> nw = change(base);
     if (!nw) return std::nullopt;
-    const Word128 before = w;
-    if (lane_cas(s, lane, w, *nw)) return LaneWord::bumped(*nw, before);
+    if (lane_cas(s, lane, w, *nw)) return w;
   }
+}
+
+// The strays head of a lane: its incarnation's tag as owner tag; sealed by
+// a reclaim, with the version of the lane word the reclaim is for as target
+// tag (lane_try_reclaim).
+inline std::uint64_t strays_head(std::uint64_t inc, bool sealed, std::uint64_t version) noexcept {
+  return UpLink::make(0, sealed ? Link::kSealed : 0, inc & UpLink::kTagMask, version & UpLink::kTagMask);
 }
 
 // ---- the directory ---------------------------------------------------------------
@@ -157,7 +167,8 @@ LaneFind lane_find(Segment& s, GroupKey g, bool create, std::uint32_t& lane_out)
 // The group of a live lane (the default lane's is DEF00000000000).
 BrandedId lane_group(const Segment& s, std::uint32_t lane) noexcept;
 
-// Gives lane `lane` back if it is idle now. Returns whether it did.
+// Gives lane `lane` back if it is idle now (sealing its strays first, so
+// that no insert lands in a lane being given back). Returns whether it did.
 bool lane_try_reclaim(Segment& s, std::uint32_t lane) noexcept;
 
 // Finds an idle live lane and reclaims it (for a creation that found no

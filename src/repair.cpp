@@ -178,7 +178,10 @@ class Repairer {
     // settled above).
     for (std::uint32_t l = 0; l < s_.lane_count; ++l) {
       LaneRecord& r = s_.lanes[l];
-      const std::uint64_t inc = ((r.key_kind.load() >> 16) + 1) & ((1ULL << 48) - 1);
+      // A new incarnation for every group lane (stale views of the old ones
+      // fail on it); the default lane keeps its own.
+      const std::uint64_t inc =
+          l == kDefaultLane ? (r.key_kind.load() >> 16) : ((r.key_kind.load() >> 16) + 1) & ((1ULL << 48) - 1);
       store128_init(r.word, Word128{});
       r.settings.store(Settings::make(0, false, 1, r.settings.load()));
       if (l != kDefaultLane) {
@@ -188,7 +191,7 @@ class Repairer {
       r.turn.store(0);
       r.idle_seen.store(0);
       r.creator.store(0);
-      for (auto& head : r.strays) head.store(UpLink::make(0, 0, inc, 0));
+      for (auto& head : r.strays) head.store(strays_head(inc, false, 0));
     }
     {
       LaneRecord& d = s_.lanes[kDefaultLane];
@@ -307,7 +310,6 @@ class Repairer {
       store128_init(s_.lanes[l].word, w);
     }
     s_.h->ring_tail.store(pos);
-    s_.h->lanes_live.store(live);
     note("lanes, ring and directory rebuilt: " + std::to_string(live) + " lanes live, " + std::to_string(pos) +
          " in the ring");
   }

@@ -91,6 +91,22 @@ bool appended(Segment& s, std::uint32_t lane, std::uint32_t slot, std::uint64_t 
   return Link::succ(pl) == slot + 1 && Link::tag(pl) == (pred >> 26);
 }
 
+// The `back` step for a pending job (w) that a dead claimer took out of lane
+// `lane` with a count and never leased. False if it moved on meanwhile.
+bool return_taken(Segment& s, std::uint32_t lane, std::uint32_t slot, const Word128& w) noexcept {
+  Word128 lw = lane_load(s, lane);
+  for (;;) {
+    const Word128 base = lane_base(s, lane, lw);
+    if (!(slot_load(s, slot) == w) || s.slot(slot).lane.load(std::memory_order_relaxed) != lane) return false;
+    const std::uint64_t a = LaneWord::active(base);
+    const Word128 nw = LaneWord::with_active(LaneWord::with_rel(base, slot + 1, RelOp::back), a ? a - 1 : 0);
+    if (lane_cas(s, lane, lw, nw)) {
+      (void)lane_base(s, lane, lw);  // apply it
+      return true;
+    }
+  }
+}
+
 }  // namespace
 
 bool live_intent_names(Segment& s, std::uint32_t slot, std::uint64_t ctr, std::uint64_t now_ms) noexcept {
@@ -150,12 +166,9 @@ bool settle_intent(Segment& s, std::atomic<std::uint64_t>& intent, std::atomic<s
         free_aborted(s, slot);
         return done(true);
       }
-      // A job taken with a count and never leased: it goes back to its lane,
-      // holding that count until it is linked.
-      Word128 cur = w;
-      const Word128 back = SlotWord::make(SlotState::returning, SlotWord::attempt(w), std::uint64_t(lane) + 1,
-                                          SlotWord::ctr(w), 0);
-      if (!slot_cas(s, slot, cur, back)) return done(false);
+      // A job taken with a count and never leased: a `back` step gives the
+      // count back and makes it returning, for anyone to link.
+      if (!return_taken(s, lane, slot, w)) return done(false);
       FAIRLANE_FAILPOINT("recover.popped");
       link_returning(s, slot);
       return done(true);
@@ -294,29 +307,22 @@ void sweep_slot(Segment& s, std::uint32_t i, std::uint64_t now, SweepStats& st) 
     }
     case SlotState::returning: {
       const std::uint32_t holder = SlotWord::holder(w);
-      if (SlotWord::when(w) == 0) {
-        // Being adopted: only its adopter's business, unless that one died.
-        if (holder && holder_dead(s, holder, now) && resume_adopt(s, i, w)) ++st.finished;
-        return;
-      }
       if (holder == 0) {
         if (link_returning(s, i) == Moved::ok) ++st.finished;  // its releaser moved on without linking it
         return;
       }
-      if (!holder_dead(s, holder, now)) return;
+      if (!holder_dead(s, holder, now)) return;  // its mover is at it (or stopped: it holds this one job)
       // Its mover died: linked already (then only the `linked` step is
-      // left), or not (then we link it).
-      const std::uint32_t lane = std::uint32_t(SlotWord::when(w) - 1);
-      if (lane >= s.lane_count) {
-        report_corrupt(s, CorruptWhat::slot_word);
-        return;
-      }
-      if (strays_holds(s, lane, i)) {
+      // left: a linked node keeps its group's lane live, so it is there), or
+      // not (then we take the move over).
+      GroupKey g;
+      std::uint32_t lane = kDefaultLane;
+      if (slot_group(s, i, g) && (g.kind >= kKindCodes || lane_find(s, g, false, lane) != LaneFind::found)) lane = kNoLane;
+      if (lane != kNoLane && strays_holds(s, lane, i)) {
         finish_linking(s, lane, i);
       } else {
         Word128 cur = w;
-        const Word128 mine = SlotWord::make(SlotState::returning, SlotWord::attempt(w), SlotWord::when(w),
-                                            SlotWord::ctr(w), my_holder(s));
+        const Word128 mine = SlotWord::make(SlotState::returning, SlotWord::attempt(w), 0, SlotWord::ctr(w), my_holder(s));
         if (!slot_cas(s, i, cur, mine)) return;
         link_returning(s, i, true);
       }
@@ -364,7 +370,7 @@ void sweep_lanes(Segment& s, std::uint32_t from, std::uint32_t to, std::uint64_t
     if (LaneWord::state(w) == LaneState::creating) {
       if (holder_dead(s, std::uint32_t(l.creator.load(std::memory_order_relaxed)), now)) {
         Word128 cur = w;
-        if (cas128(l.word, cur, LaneWord::bumped(Word128{}, w))) s.h->lanes_live.fetch_sub(1, std::memory_order_relaxed);
+        cas128(l.word, cur, LaneWord::bumped(Word128{}, w));
       }
       continue;
     }

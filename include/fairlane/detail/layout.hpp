@@ -84,9 +84,8 @@ enum class SlotState : std::uint8_t {
   leased = 3,     // claimed: when_ms is the deadline, holder the process
   scheduled = 4,  // delayed or backing off: when_ms is the due time; not linked
   dead = 5,       // dead-lettered: when_ms is when; not linked
-  returning = 6,  // on its way into a lane's strays: when_ms is that lane + 1, whose
-                  // active count it holds (0: no lane yet, holder is adopting it);
-                  // holder the process linking it, 0 for anyone to link
+  returning = 6,  // on its way into its group's lane's strays (it holds nothing of
+                  // any lane meanwhile): holder the process linking it, 0 for anyone
   aborted = 7,    // holds no job (lost its admission, or moved by reassign: then
                   // when_ms names the slot it moved to, Successor) but may still be
                   // linked in a lane: whoever pops it frees it
@@ -233,8 +232,8 @@ inline constexpr std::uint64_t kNoGroup = ~0ULL;      // SlotRecord::group_kind 
 //                              appended at the tail), 0 = empty run
 //       bits 26..37  htag      the head node's insertion tag (low 12 bits):
 //                              a node relinked since cannot pass for the head
-//       bits 38..54  active    jobs of this lane held out of its order: leased,
-//                              popped and not yet leased, or returning to it
+//       bits 38..54  active    jobs of this lane leased, or taken out of its
+//                              order and not yet leased
 //       bit  55      ringed    the lane is in the rota: a valid ring cell names it
 //       bit  56      strays    its strays list may hold a job
 //       bits 57..58  state     LaneState
@@ -256,21 +255,20 @@ inline constexpr std::uint64_t kNoGroup = ~0ULL;      // SlotRecord::group_kind 
 enum class LaneState : std::uint8_t { free = 0, live = 1, creating = 2 };
 // The step a lane word CAS decided for slot `rel` (docs/design.md, "Lane
 // steps"). Applying it is idempotent; its effect on the lane word (a count
-// taken or given back, the strays flag) is part of the CAS that named it.
+// given back or taken, the strays flag) is part of the CAS that named it.
 //   complete  leased -> free
 //   park      leased -> what its fail_to says (scheduled or dead)
-//   back      leased -> returning to this lane, attempt kept (expiry, retry now)
-//   release   leased -> returning to this lane, the delivery given back
-//   adopt     returning (not yet to a lane) -> returning to this lane: the
-//             CAS took an active count for it (promotion, requeue)
-//   linked    returning to this lane, linked in its strays -> pending; the
-//             CAS gave its active count back and set the strays flag
+//   back      leased -> returning, attempt kept (expiry, retry now); or a
+//             job taken out of its lane by a claimer that died before
+//             leasing it (pending) -> returning (recovery)
+//   release   leased -> returning, the delivery given back
+//   linked    returning, linked in this lane's strays -> pending
 //   take      the strays' minimum is taken (marked) for the CAS's writer, a
 //             claim (which counted it active if it is a job)
 //   drop      pending, linked and not taken -> aborted, naming the slot the
 //             job moved to (reassign: fail_to holds that Successor); the slot
 //             stays linked for a claim to pop and free
-enum class RelOp : std::uint8_t { complete = 0, park = 1, back = 2, release = 3, adopt = 4, linked = 5, take = 6, drop = 7 };
+enum class RelOp : std::uint8_t { complete = 0, park = 1, back = 2, release = 3, linked = 4, take = 5, drop = 6 };
 
 struct LaneWord {
   static constexpr std::uint64_t kActiveMask = (1ULL << 17) - 1;
@@ -648,7 +646,7 @@ struct alignas(kCacheLine) Header {
   alignas(kCacheLine) std::atomic<std::uint32_t> queue_paused;
   std::atomic<std::uint32_t> reserved2;
   std::atomic<std::int64_t> clock_offset_ms;                   // advance_clock()
-  alignas(kCacheLine) std::atomic<std::uint64_t> lanes_live;   // lane records live (the default lane included)
+  alignas(kCacheLine) std::atomic<std::uint64_t> reserved3;    // (lanes live are counted from the lane words)
   std::atomic<std::uint64_t> lanes_reclaimed;                  // lanes given back by idle groups, ever
   std::atomic<std::uint64_t> lane_cursor;                      // where the next lane allocation looks first
   SweepShared sweep;
