@@ -279,6 +279,18 @@ bool take_cas(Segment& s, std::uint32_t lane, Word128& w, const Word128& base, s
   return true;
 }
 
+// A husk this thread took out of lane `lane`: freed, and no longer counted
+// in the lane's depth if it was in the run.
+void drop_husk(Segment& s, std::uint32_t lane, std::uint32_t slot, bool from_run) noexcept {
+  if (from_run) {
+    std::atomic<std::uint64_t>& h = s.lanes[lane].husks;
+    std::uint64_t v = h.load(std::memory_order_relaxed);
+    while (v && !h.compare_exchange_weak(v, v - 1, std::memory_order_relaxed)) {
+    }
+  }
+  free_aborted(s, slot);
+}
+
 // After a take_cas of a strays front: mark it ours (the `take` step, which
 // anyone may have applied already) and unlink it.
 bool finish_take(Segment& s, std::uint32_t lane, std::uint32_t slot) noexcept {
@@ -353,7 +365,7 @@ Step serve(Segment& s, std::uint32_t lane, std::uint64_t h, Word128 w, std::uint
     }
     if (!from_run && !finish_take(s, lane, x)) return result(Step::corrupt);
     if (!is_job) {
-      free_aborted(s, x);
+      drop_husk(s, lane, x, from_run);
       guard.clear();
       continue;
     }
@@ -475,6 +487,40 @@ ClaimStatus claim_some(Segment& s, Lease* out, std::size_t room, std::size_t& go
   return corrupt ? ClaimStatus::corrupt : ClaimStatus::empty;
 }
 
+void pop_front_husks(Segment& s, std::uint32_t lane) noexcept {
+  if (!s.me || lane >= s.lane_count) return;
+  IntentGuard guard(s);
+  Word128 w = lane_load(s, lane);
+  for (std::uint32_t rounds = 0; rounds < 1024; ++rounds) {
+    const Word128 base = lane_base(s, lane, w);
+    if (LaneWord::state(base) != LaneState::live) return;
+    std::uint32_t x1 = 0;
+    bool from_run = false;
+    const Front f = read_front(s, lane, w, base, x1, from_run);
+    if (f == Front::settle) {
+      w = lane_load(s, lane);
+      continue;
+    }
+    if (f == Front::none && LaneWord::strays(base)) {
+      // Emptied: the strays flag goes, as a claim's would ([S7]).
+      if (cas128(s.lanes[lane].word, w, LaneWord::bumped(LaneWord::with_strays(base, false), w))) return;
+      continue;
+    }
+    if (f != Front::husk) return;
+    const std::uint32_t x = x1 - 1;
+    guard.set(from_run ? Intent::pop_run : Intent::pop_strays, x, SlotWord::ctr(slot_load(s, x)), lane);
+    bool pass_now = false, corrupt = false;
+    if (!take_cas(s, lane, w, base, x1, from_run, false, false, 0, 0, pass_now, corrupt)) {
+      guard.clear();
+      if (corrupt) return;
+      continue;
+    }
+    if (!from_run && !finish_take(s, lane, x)) return;
+    drop_husk(s, lane, x, from_run);
+    guard.clear();
+  }
+}
+
 ClaimStatus take_front(Segment& s, std::uint32_t lane, Lease& out, std::uint32_t lease_ms, std::uint64_t now_us) noexcept {
   if (!s.me) return ClaimStatus::empty;
   IntentGuard guard(s);
@@ -508,7 +554,7 @@ ClaimStatus take_front(Segment& s, std::uint32_t lane, Lease& out, std::uint32_t
     }
     if (!from_run && !finish_take(s, lane, x)) return ClaimStatus::corrupt;
     if (!is_job) {
-      free_aborted(s, x);
+      drop_husk(s, lane, x, from_run);
       guard.clear();
       continue;
     }

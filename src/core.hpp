@@ -148,6 +148,10 @@ ClaimStatus claim_some(Segment& s, Lease* out, std::size_t room, std::size_t& go
 // ring (drain): one job, leased for `lease_ms`. empty when the lane has none.
 ClaimStatus take_front(Segment& s, std::uint32_t lane, Lease& out, std::uint32_t lease_ms, std::uint64_t now_us) noexcept;
 
+// Pops and frees the husks (aborted slots) at the front of lane `lane`, so
+// that a lane whose last job moved away (reassign) leaves the ring.
+void pop_front_husks(Segment& s, std::uint32_t lane) noexcept;
+
 // Fills a lease from its slot (the caller holds the lease).
 void fill_lease(const Segment& s, std::uint32_t slot, std::uint32_t lane, std::uint32_t attempt, Token token,
                 std::uint64_t deadline, std::uint64_t now_us, Lease& out);

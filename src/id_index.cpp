@@ -76,7 +76,16 @@ bool kill(Segment& s, std::uint32_t slot) noexcept {
   Word128 w = slot_load(s, slot);
   while (SlotWord::state(w) == SlotState::admitting) {
     const Word128 aborted = SlotWord::make(SlotState::aborted, 0, 0, SlotWord::ctr(w), SlotWord::holder(w));
-    if (slot_cas(s, slot, w, aborted)) return true;
+    if (slot_cas(s, slot, w, aborted)) {
+      // A pending admission is linked in its run before anyone can kill it
+      // (its index entry comes after the link): it is a husk there now.
+      const SlotRecord& r = s.slot(slot);
+      const bool pending_target = SlotWord::state(Word128{r.fail_to.load(std::memory_order_relaxed), 0}) == SlotState::pending;
+      const std::uint32_t lane = r.lane.load(std::memory_order_relaxed);
+      if (pending_target && !(r.flags.load(std::memory_order_relaxed) & kSlotMoved) && lane < s.lane_count)
+        s.lanes[lane].husks.fetch_add(1, std::memory_order_relaxed);
+      return true;
+    }
   }
   return !committed_state(SlotWord::state(w));
 }

@@ -120,7 +120,7 @@ Snapshot Queue::snapshot() const {
   for (std::uint32_t i = 0; i < s.lane_count; ++i) {
     const Word128 w = lane_load(s, i);
     if (LaneWord::state(w) != LaneState::live) continue;
-    ++live;
+    if (i != kDefaultLane) ++live;  // groups live at once (the default lane is not one)
     const LaneRecord& l = s.lanes[i];
     const std::uint64_t st = lane_settings(s, i);
     LaneInfo li;

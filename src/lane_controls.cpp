@@ -285,6 +285,10 @@ MoveStatus Queue::reassign(const BrandedId& job, const BrandedId& group) noexcep
     return MoveStatus::not_pending;
   }
   FAIRLANE_FAILPOINT("reassign.committed");
+  // The origin is a husk in its lane now: if it is at the front, it goes, so
+  // that a lane the move emptied leaves the ring (as EchoMQ's does).
+  const std::uint32_t from_lane = xr.lane.load(std::memory_order_relaxed);
+  if (from_lane < s.lane_count) pop_front_husks(s, from_lane);
   const Word128 cw = slot_load(s, n);
   if (SlotWord::state(cw) == SlotState::scheduled) adopt_job(s, n, cw, SlotWord::attempt(cw));
   lower_next_due(s, 0);  // if the adoption did not happen, the next sweep does it

@@ -411,14 +411,19 @@ std::uint64_t lane_depth(const Segment& s, std::uint32_t lane) noexcept {
   std::uint64_t n = 0;
   const std::uint32_t h1 = LaneWord::head(w), t1 = LaneWord::tail(w);
   if (valid_slot1(s, h1) && valid_slot1(s, t1)) {
+    // The run from its sequence numbers (O(1)), less its husks.
     const std::uint64_t a = s.slot(h1 - 1).run_seq.load(std::memory_order_relaxed);
     const std::uint64_t b = s.slot(t1 - 1).run_seq.load(std::memory_order_relaxed);
     n = b >= a ? b - a + 1 : 1;
+    const std::uint64_t husks = s.lanes[lane].husks.load(std::memory_order_relaxed);
+    n = n > husks ? n - husks : 0;
     n = std::min<std::uint64_t>(n, s.jobs);
   }
   if (LaneWord::strays(w)) {
-    walk_level0(s, lane, [&](std::uint32_t, std::uint64_t xl) {
-      if (UpLink::mark(xl) != Link::kDeleted) ++n;
+    walk_level0(s, lane, [&](std::uint32_t x1, std::uint64_t xl) {
+      if (UpLink::mark(xl) == Link::kDeleted) return true;
+      const SlotState st = SlotWord::state(slot_load(s, x1 - 1));
+      if (st == SlotState::pending || st == SlotState::returning) ++n;
       return true;
     });
   }

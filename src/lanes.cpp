@@ -87,6 +87,7 @@ std::uint32_t take_record(Segment& s, GroupKey g) noexcept {
     r.key_kind.store(g.kind | (inc << 16), std::memory_order_release);
     r.settings.store(Settings::make(0, false, 1, r.settings.load(std::memory_order_relaxed)), std::memory_order_relaxed);
     r.turn.store(0, std::memory_order_relaxed);
+    r.husks.store(0, std::memory_order_relaxed);
     r.served.store(0, std::memory_order_relaxed);
     r.idle_seen.store(0, std::memory_order_relaxed);
     r.creator.store(my_holder(s), std::memory_order_relaxed);
@@ -174,7 +175,12 @@ Word128 lane_base(Segment& s, std::uint32_t lane, const Word128& w) noexcept {
         // The successor the reassign wrote before naming the slot.
         const std::uint64_t next = r.fail_to.load(std::memory_order_acquire) & SlotWord::kWhenMask;
         to = SlotWord::make(SlotState::aborted, 0, next, ctr, 0);
-        break;
+        if (!pending()) return base;
+        if (slot_cas(s, slot, sw, to)) {
+          if (r.level.load(std::memory_order_relaxed) == 0) s.lanes[lane].husks.fetch_add(1, std::memory_order_relaxed);
+          return base;
+        }
+        continue;
       }
       case RelOp::take:
         return base;
@@ -253,8 +259,11 @@ LaneFind lane_find(Segment& s, GroupKey g, bool create, std::uint32_t& lane_out)
     if (!create) return LaneFind::absent;
 
     // Nobody has the group: create it.
+    // A free record, else an idle lane given back first (another creator
+    // may take the record we freed: then give back the next idle one).
     std::uint32_t lane = take_record(s, g);
-    if (lane == kNoLane && reclaim_some_idle_lane(s)) lane = take_record(s, g);
+    for (std::uint32_t tries = 0; lane == kNoLane && tries < s.lane_count && reclaim_some_idle_lane(s); ++tries)
+      lane = take_record(s, g);
     if (lane == kNoLane) return LaneFind::lanes_full;
     FAIRLANE_FAILPOINT("lane.record_taken");
     const std::uint64_t inc = record_inc(s.lanes[lane]) & kIncMask;
@@ -357,8 +366,13 @@ bool lane_try_reclaim(Segment& s, std::uint32_t lane) noexcept {
 }
 
 bool reclaim_some_idle_lane(Segment& s) noexcept {
-  for (std::uint32_t lane = 1; lane < s.lane_count; ++lane)
-    if (lane_try_reclaim(s, lane)) return true;
+  const std::uint32_t n = s.lane_count;
+  if (n < 2) return false;
+  // From a rotating start (relaxed: a hint), so that creators racing for
+  // records look at different lanes first.
+  const std::uint64_t start = s.h->lane_cursor.fetch_add(1, std::memory_order_relaxed);
+  for (std::uint32_t k = 0; k < n - 1; ++k)
+    if (lane_try_reclaim(s, 1 + std::uint32_t((start + k) % (n - 1)))) return true;
   return false;
 }
 

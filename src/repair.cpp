@@ -95,7 +95,7 @@ class Repairer {
       const LaneRecord& r = s_.lanes[l];
       const std::uint64_t st = r.settings.load(std::memory_order_relaxed);
       const std::uint32_t kind = std::uint32_t(r.key_kind.load(std::memory_order_relaxed) & 0x7FFF);
-      if (kind >= kKindCodes) continue;
+      if (kind >= kKindCodes || r.key_sf.load(std::memory_order_relaxed) > kMaxSnowflake) continue;
       if (!Settings::defaults(st)) settings_[GroupKey{kind, r.key_sf.load(std::memory_order_relaxed)}] = st;
     }
     default_settings_ = s_.lanes[kDefaultLane].settings.load(std::memory_order_relaxed);
@@ -130,8 +130,13 @@ class Repairer {
         r.payload_len.store(s_.payload_bytes);
       }
       if (r.error_len.load() > kErrorBytes) r.error_len.store(kErrorBytes);
+      if (r.sf.load() > kMaxSnowflake) {
+        note("slot " + std::to_string(i) + " holds an id past 63 bits: freed (its id cannot be named)");
+        free_slot(i);
+        continue;
+      }
       const std::uint64_t gk = r.group_kind.load();
-      if (gk != kNoGroup && gk >= kKindCodes) {
+      if (gk != kNoGroup && (gk >= kKindCodes || r.group_sf.load() > kMaxSnowflake)) {
         note(job(i) + ": its group cannot be named; it goes to the default lane");
         r.group_kind.store(kNoGroup);
       }
@@ -154,10 +159,20 @@ class Repairer {
           to = SlotWord::make(SlotState::pending, SlotWord::attempt(w), 0, SlotWord::ctr(w), 0);
           note(job(i) + " was on its way back to its lane: pending");
           break;
-        case SlotState::leased:
-          if (SlotWord::when(w) > now + (1ULL << 40)) to = SlotWord::make(SlotState::leased, SlotWord::attempt(w), now, SlotWord::ctr(w), SlotWord::holder(w));
+        case SlotState::leased: {
+          const std::uint32_t h1 = Holder::index1(SlotWord::holder(w));
+          if (h1 == 0 || h1 > s_.proc_count) {
+            to = SlotWord::make(SlotState::pending, SlotWord::attempt(w), 0, SlotWord::ctr(w), 0);
+            note(job(i) + " was leased by a holder that cannot exist: pending");
+          } else if (SlotWord::when(w) > now + (1ULL << 40)) {
+            to = SlotWord::make(SlotState::leased, SlotWord::attempt(w), now, SlotWord::ctr(w), SlotWord::holder(w));
+          }
           break;
+        }
         default:
+          // Pending, scheduled and dead jobs have no holder; pending ones no time.
+          if (SlotWord::holder(w) != 0 || (st == SlotState::pending && SlotWord::when(w) != 0))
+            to = SlotWord::make(st, SlotWord::attempt(w), st == SlotState::pending ? 0 : SlotWord::when(w), SlotWord::ctr(w), 0);
           break;
       }
       // One id, one job: the lowest slot keeps it.
@@ -189,6 +204,7 @@ class Repairer {
         r.key_kind.store(inc << 16);
       }
       r.turn.store(0);
+      r.husks.store(0);
       r.idle_seen.store(0);
       r.creator.store(0);
       for (auto& head : r.strays) head.store(strays_head(inc, false, 0));
@@ -207,8 +223,15 @@ class Repairer {
     for (std::uint64_t b = 0; b <= s_.index_mask; ++b)
       for (auto& e : s_.index[b].e) e.store(0);
     for (std::uint32_t i = 0; i < s_.thread_count; ++i) {
-      s_.threads[i].intent.store(0);
-      s_.threads[i].intent_pred.store(0);
+      ThreadRecord& t = s_.threads[i];
+      t.intent.store(0);
+      t.intent_pred.store(0);
+      const std::uint64_t owner = t.owner.load();
+      const std::uint32_t p1 = std::uint32_t(owner & 0xFFFF);
+      if (owner != 0 && (p1 == 0 || p1 > s_.proc_count || owner >> 17 != 0)) {
+        note("thread record " + std::to_string(i) + " named process record " + std::to_string(p1) + ": freed");
+        t.owner.store(0);
+      }
     }
     for (std::uint32_t i = 0; i < s_.proc_count; ++i) {
       s_.procs[i].intent.store(0);

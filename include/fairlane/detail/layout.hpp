@@ -350,7 +350,7 @@ struct Settings {
 struct alignas(kCacheLine) LaneRecord {
   Word128 word;                            // LaneWord
   std::atomic<std::uint64_t> settings;     // Settings
-  std::atomic<std::uint64_t> reserved0;
+  std::atomic<std::uint64_t> husks;        // aborted slots still linked in its run (for depth; approximate)
   std::atomic<std::uint64_t> key_sf;       // the group id's snowflake
   std::atomic<std::uint64_t> key_kind;     // bits 0..14 namespace code | bits 16..63 incarnation
   std::atomic<std::uint64_t> turn;         // Turn (weights > 1)
