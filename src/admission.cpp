@@ -18,8 +18,6 @@
 #include <climits>
 #include <cstring>
 #include <thread>
-#include <cstdio>
-#include <cstdlib>
 
 #include "clock.hpp"
 #include "core.hpp"
@@ -277,14 +275,7 @@ EnqueueStatus admit(Segment& s, const BrandedId& group, const BrandedId& job, st
       guard.clear();
       // A group lane made for this job alone goes back if nothing else needs it.
       if (grouped && lane != kDefaultLane) lane_try_reclaim(s, lane);
-      if (ad == Admit::lost) {
-        if (std::getenv("FAIRLANE_DEBUG_ABORT")) {  // TEMP DEBUG
-          const Word128 sw = slot_load(s, slot);
-          std::fprintf(stderr, "lost: slot %u state %d holder %u ctr %lu linked %d lane %u\n", slot, int(SlotWord::state(sw)), SlotWord::holder(sw), (unsigned long)SlotWord::ctr(sw), int(linked), lane);
-          __builtin_trap();
-        }
-        continue;  // the id is free again: admit it afresh
-      }
+      if (ad == Admit::lost) continue;  // the id is free again: admit it afresh
       count(s, &CounterBlock::duplicates);
       return EnqueueStatus::duplicate;
     }

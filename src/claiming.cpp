@@ -25,8 +25,6 @@
 #include <algorithm>
 #include <array>
 #include <cstring>
-#include <cstdio>
-#include <cstdlib>
 
 #include "clock.hpp"
 #include "core.hpp"
@@ -35,8 +33,6 @@
 #include "util.hpp"
 
 namespace fairlane::detail {
-
-std::atomic<std::uint64_t> g_dbg_pop[1 << 16];  // TEMP DEBUG
 
 // ---- intents -----------------------------------------------------------------------------
 
@@ -272,9 +268,7 @@ bool take_cas(Segment& s, std::uint32_t lane, Word128& w, const Word128& base, s
   FAIRLANE_FAILPOINT("claim.chosen");
   // [S3] seq_cst: takes x (its intent is visible first: [S8]), counts it
   // active, moves or drops the token, all in one step.
-  const Word128 dbg_w = w;
   if (!cas128(s.lanes[lane].word, w, LaneWord::bumped(nw, w))) return false;
-  if (from_run) g_dbg_pop[(x1 - 1) & 0xFFFF].store((1ULL << 63) | (std::uint64_t(LaneWord::head(nw)) << 32) | (std::uint64_t(LaneWord::tail(nw)) << 6) | (LaneWord::tail(dbg_w) == x1 ? 1 : 0), std::memory_order_relaxed);  // TEMP
   w = LaneWord::bumped(nw, w);
   return true;
 }
@@ -332,14 +326,6 @@ Step serve(Segment& s, std::uint32_t lane, std::uint64_t h, Word128 w, std::uint
       Word128 nw = LaneWord::with_strays(base, false);
       if (!passed) nw = LaneWord::with_ringed(nw, false);
       if (cas128(l.word, w, LaneWord::bumped(nw, w))) {
-        if (std::getenv("FAIRLANE_DEBUG_ABORT")) {  // TEMP DEBUG
-          std::uint32_t x = UpLink::succ(l.strays[0].load());
-          for (int k = 0; x && k < 100000; ++k) {
-            std::uint64_t xl = s.slot(x - 1).next.load();
-            if (UpLink::mark(xl) != Link::kDeleted) { std::fprintf(stderr, "none-cas with live strays node %u state %d flag %d\n", x - 1, int(SlotWord::state(slot_load(s, x - 1))), int(LaneWord::strays(base))); __builtin_trap(); }
-            x = UpLink::succ(xl);
-          }
-        }
         if (!passed) ring_pass(s, h);
         passed = true;
         break;

@@ -8,8 +8,6 @@
 
 namespace fairlane::detail {
 
-std::atomic<std::uint64_t> g_dbg_link[1 << 16];  // TEMP DEBUG
-
 namespace {
 
 std::uint64_t key_of(const Segment& s, std::uint32_t slot1) noexcept {
@@ -59,9 +57,7 @@ OrderResult run_append(Segment& s, std::uint32_t lane, GroupKey g, std::uint32_t
       if (pred_intent) pred_intent->store(0, std::memory_order_release);
       n.run_seq.store(1, std::memory_order_relaxed);
       Word128 nw = LaneWord::with_tail(LaneWord::with_head(base, node1, tag & 0xFFF), node1);
-      const Word128 dbg_before = w;
       if (lane_cas(s, lane, w, nw)) {
-        g_dbg_link[slot & 0xFFFF].store((1ULL << 60) | (std::uint64_t(lane) << 40) | (LaneWord::version(dbg_before) << 20) | 0, std::memory_order_relaxed);  // TEMP
         FAIRLANE_FAILPOINT("run.appended_first");
         return OrderResult::ok;
       }
@@ -117,7 +113,6 @@ OrderResult run_append(Segment& s, std::uint32_t lane, GroupKey g, std::uint32_t
       continue;
     }
     FAIRLANE_FAILPOINT("run.linked");
-    g_dbg_link[slot & 0xFFFF].store((2ULL << 60) | (std::uint64_t(lane) << 40) | (std::uint64_t(t1) << 0), std::memory_order_relaxed);  // TEMP
     // Confirm: move the lane word's tail from t to the node, unless someone
     // did (or moved it further, or popped t: then the head passed to the node).
     const std::uint64_t linked = Link::make(node1, 0, Link::tag(tl));

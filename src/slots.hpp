@@ -10,7 +10,6 @@
 #pragma once
 
 #include <cstdint>
-#include <cstdlib>
 #include <cstring>
 #include <string_view>
 
@@ -41,7 +40,6 @@ std::string_view corruption_name(CorruptWhat w) noexcept;
 // further and reports `corrupt`; the sweep and fsck --repair deal with the
 // damage. Relaxed: statistics.
 inline void report_corrupt(Segment& s, CorruptWhat what) noexcept {
-  if (std::getenv("FAIRLANE_DEBUG_ABORT")) __builtin_trap();  // TEMP DEBUG
   CorruptionStats& c = s.h->corruption;
   c.count.fetch_add(1, std::memory_order_relaxed);
   c.what.store(std::uint64_t(what), std::memory_order_relaxed);
