@@ -23,6 +23,7 @@
 #include "core.hpp"
 #include "failpoint.hpp"
 #include "retry_codec.hpp"
+#include "util.hpp"
 
 namespace fairlane {
 using namespace detail;
@@ -212,10 +213,23 @@ AckStatus to_ack(Take t) noexcept {
   return AckStatus::gone;
 }
 
-// The lease's slot checked up front: the id is this queue's and the token
-// names a slot of the table.
-bool ack_args(Segment& s, const BrandedId& job, std::uint64_t& sf) noexcept {
-  return s.me && job_snowflake(s, job, sf) == IdCheck::ok;
+// The id of an acknowledgement as a snowflake. The fast way: the token's
+// slot holds the id's text (written by its admitter from a checked id), so
+// equal bytes give the slot's snowflake without decoding anything; else the
+// id is decoded (and refused if it is not this queue's).
+bool ack_args(Segment& s, const BrandedId& job, Token token, std::uint64_t& sf) noexcept {
+  if (!s.me) return false;
+  const std::uint32_t slot = token_slot(s, token);
+  if (slot < s.jobs && job.valid()) {
+    const SlotRecord& r = s.slot(slot);
+    char text[kIdLength];
+    load_id_text(s, r, text);
+    if (std::memcmp(text, IdAccess::bytes(job), kIdLength) == 0) {
+      sf = r.sf.load(std::memory_order_acquire);
+      return true;
+    }
+  }
+  return job_snowflake(s, job, sf) == IdCheck::ok;
 }
 
 }  // namespace
@@ -223,7 +237,7 @@ bool ack_args(Segment& s, const BrandedId& job, std::uint64_t& sf) noexcept {
 AckStatus Queue::complete(const BrandedId& job, Token token) noexcept {
   Segment& s = *seg_;
   std::uint64_t sf = 0;
-  if (!ack_args(s, job, sf)) return AckStatus::gone;
+  if (!ack_args(s, job, token, sf)) return AckStatus::gone;
   std::uint32_t slot = 0, lane = 0;
   const Take t = release_lease(s, sf, token, RelOp::complete, slot, lane);
   if (t != Take::ok) return to_ack(t);
@@ -245,7 +259,7 @@ std::size_t Queue::complete_batch(std::span<const Lease> leases, std::span<AckSt
 FailStatus Queue::fail(const BrandedId& job, Token token, const FailOptions& options) noexcept {
   Segment& s = *seg_;
   std::uint64_t sf = 0;
-  if (!ack_args(s, job, sf)) return FailStatus::gone;
+  if (!ack_args(s, job, token, sf)) return FailStatus::gone;
   const std::uint32_t slot = token_slot(s, token);
   auto refused = [&] { return index_find(s, sf) != kNoSlot ? FailStatus::stale : FailStatus::gone; };
   if (slot >= s.jobs) return refused();
@@ -310,7 +324,7 @@ FailStatus Queue::fail(const BrandedId& job, Token token, const FailOptions& opt
 AckStatus Queue::release(const BrandedId& job, Token token) noexcept {
   Segment& s = *seg_;
   std::uint64_t sf = 0;
-  if (!ack_args(s, job, sf)) return AckStatus::gone;
+  if (!ack_args(s, job, token, sf)) return AckStatus::gone;
   std::uint32_t slot = 0, lane = 0;
   const Take t = release_lease(s, sf, token, RelOp::release, slot, lane);
   if (t != Take::ok) return to_ack(t);
@@ -323,7 +337,7 @@ AckStatus Queue::release(const BrandedId& job, Token token) noexcept {
 AckStatus Queue::extend(const BrandedId& job, Token token, std::uint32_t lease_ms) noexcept {
   Segment& s = *seg_;
   std::uint64_t sf = 0;
-  if (!ack_args(s, job, sf)) return AckStatus::gone;
+  if (!ack_args(s, job, token, sf)) return AckStatus::gone;
   const std::uint32_t slot = token_slot(s, token);
   if (slot >= s.jobs) return to_ack(stale_or_gone(s, sf));
   const SlotRecord& r = s.slot(slot);

@@ -44,10 +44,19 @@ IdCheck job_snowflake(const Segment& s, const BrandedId& id, std::uint64_t& sf) 
 bool group_of(const BrandedId& group, GroupKey& g) noexcept {
   if (!group.valid()) return false;
   const char* b = IdAccess::bytes(group);
+  // The last group this thread named, first: a tenant's jobs come in runs.
+  thread_local char last[kIdLength] = {};
+  thread_local GroupKey last_key{};
+  if (std::memcmp(last, b, kIdLength) == 0) {
+    g = last_key;
+    return true;
+  }
   if (!valid_kind(std::string_view(b, kKindLength))) return false;
   IdError why = IdError::ok;
   if (!decode_digits(b + kKindLength, g.sf, why)) return false;
   g.kind = kind_code(std::string_view(b, kKindLength));
+  std::memcpy(last, b, kIdLength);
+  last_key = g;
   return true;
 }
 
@@ -122,6 +131,8 @@ void drop_lost(Segment& s, std::uint32_t slot, bool linked) noexcept {
 void write_job(Segment& s, std::uint32_t slot, std::uint64_t sf, const BrandedId& job, const GroupKey* g,
                std::string_view payload, const Admission& a, std::uint64_t ctr) noexcept {
   SlotRecord& r = s.slot(slot);
+  // The previous job of this slot leaves the index (ctr 1: the slot's first).
+  if (ctr > 1) index_forget(s, slot, r.sf.load(std::memory_order_relaxed));
   // Ours alone until linked or indexed; those CASes publish every field.
   r.sf.store(sf, std::memory_order_relaxed);
   std::array<char, kDigits> d;
@@ -149,7 +160,6 @@ void write_job(Segment& s, std::uint32_t slot, std::uint64_t sf, const BrandedId
   // The admission tag moves on: index entries of earlier admissions of this
   // slot are stale from here ([R9] release: before any entry with the new tag).
   s.tags[slot].store(std::uint8_t(s.tags[slot].load(std::memory_order_relaxed) + 1), std::memory_order_release);
-  (void)ctr;
 }
 
 // Appends the admitting slot to its group's lane. linked: it is in the run;

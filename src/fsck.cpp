@@ -100,7 +100,7 @@ class Checker {
       const ThreadRecord& t = s_.threads[i];
       const std::uint64_t owner = t.owner.load(std::memory_order_acquire);
       if (owner == 0) continue;
-      const std::uint32_t p1 = std::uint32_t(owner & 0xFFFF);
+      const std::uint32_t p1 = ThreadOwner::proc1(owner);
       if (p1 == 0 || p1 > s_.proc_count) {
         issue("process-record", "thread record " + std::to_string(i) + " names process record " + std::to_string(p1));
         continue;

@@ -91,44 +91,54 @@ bool kill(Segment& s, std::uint32_t slot) noexcept {
 }
 
 bool has_entry(const Segment& s, const IndexProbe& p, std::uint32_t slot) noexcept {
-  for (unsigned k = 0; k < 2 * kIndexWays; ++k) {
-    const std::uint64_t e = index_way(s, p, k).load(std::memory_order_seq_cst);
+  bool found = false;
+  index_scan(s, p, [&](std::atomic<std::uint64_t>&, std::uint64_t e) {
     std::uint32_t at = 0;
-    if (entry_current(s, e, at) && at == slot && IndexEntry::fp(e) == (p.fp & 0x3FFFFFFF)) return true;
-  }
-  return false;
+    found = IndexEntry::fp(e) == (p.fp & 0x3FFFFFFF) && entry_current(s, e, at) && at == slot;
+    return !found;
+  });
+  return found;
 }
 
-// Writes an entry for `slot`: in an empty way, else a stale one.
-// Writes an entry for `slot` in the less loaded of its two buckets (an
-// empty way first, else one whose entry is reusable): balanced two-choice
-// hashing at four entries per job slot keeps a full bucket pair out of
-// reach in practice, and a full one is reported (full), never ignored.
+// Writes an entry for `slot`: in an empty way of the id's first bucket, else
+// (the first bucket's overflow flag set first: readers then look at the
+// second) of its second, else in a way whose entry is stale. Four entries per
+// job slot, and entries taken out when their slot is reused, keep a full
+// pair of buckets out of reach in practice. false: both full of current
+// entries (reported as full, never ignored).
 bool put_entry(Segment& s, const IndexProbe& p, std::uint32_t slot) noexcept {
   const std::uint64_t mine = IndexEntry::make(p.fp, slot + 1, admit_tag(s, slot));
-  for (int tries = 0; tries < 8; ++tries) {
-    int room[2] = {0, 0};
-    int empty_at[2] = {-1, -1}, reuse_at[2] = {-1, -1};
-    std::uint64_t seen[2 * kIndexWays];
-    for (unsigned k = 0; k < 2 * kIndexWays; ++k) {
-      const std::uint64_t e = index_way(s, p, k).load(std::memory_order_relaxed);
-      seen[k] = e;
-      const unsigned b = k / kIndexWays;
-      if (e == 0) {
-        ++room[b];
-        if (empty_at[b] < 0) empty_at[b] = int(k);
-      } else if (entry_reusable(s, e)) {
-        ++room[b];
-        if (reuse_at[b] < 0) reuse_at[b] = int(k);
-      }
+  IndexBucket& a = s.index[p.b1];
+  IndexBucket& b = s.index[p.b2];
+  for (int tries = 0; tries < 16; ++tries) {
+    std::atomic<std::uint64_t>* way = nullptr;
+    std::uint64_t e = 0;
+    for (unsigned k = 0; k < kIndexWays && !way; ++k)
+      if (a.e[k].load(std::memory_order_relaxed) == 0) way = &a.e[k];
+    if (!way) {
+      // [S4] seq_cst: the flag is set before any entry goes to the second
+      // bucket; a reader that missed it saw the first bucket before, and then
+      // our scan sees its entry.
+      if (!a.overflow.load(std::memory_order_relaxed)) a.overflow.store(1, std::memory_order_seq_cst);
+      for (unsigned k = 0; k < kIndexWays && !way; ++k)
+        if (b.e[k].load(std::memory_order_relaxed) == 0) way = &b.e[k];
     }
-    if (room[0] == 0 && room[1] == 0) return false;
-    const unsigned b = room[1] > room[0] ? 1 : 0;
-    const int k = empty_at[b] >= 0 ? empty_at[b] : reuse_at[b];
-    std::uint64_t e = seen[k];
+    if (!way) {
+      // No empty way: a stale entry's (left by a scribble, or a slot freed
+      // and not yet reused).
+      for (unsigned k = 0; k < 2 * kIndexWays && !way; ++k) {
+        std::atomic<std::uint64_t>& w = index_way(s, p, k);
+        const std::uint64_t v = w.load(std::memory_order_relaxed);
+        if (entry_reusable(s, v)) {
+          way = &w;
+          e = v;
+        }
+      }
+      if (!way) return false;
+    }
     // [S4] seq_cst: our entry is visible before we look for rivals (a
     // store-load pair with every rival's entry and scan).
-    if (index_way(s, p, unsigned(k)).compare_exchange_strong(e, mine, std::memory_order_seq_cst)) return true;
+    if (way->compare_exchange_strong(e, mine, std::memory_order_seq_cst)) return true;
   }
   return false;
 }
@@ -182,11 +192,18 @@ Admit decide(Segment& s, const IndexProbe& p, std::uint32_t slot, std::uint64_t 
              std::uint32_t& winner) noexcept {
   for (int round = 0; round < 256; ++round) {
     bool restart = false;
-    for (unsigned k = 0; k < 2 * kIndexWays && !restart; ++k) {
-      const std::uint64_t e = index_way(s, p, k).load(std::memory_order_seq_cst);
-      std::uint32_t rival = 0;
-      if (!entry_current(s, e, rival) || rival == slot || IndexEntry::fp(e) != (p.fp & 0x3FFFFFFF)) continue;
-      if (s.slot(rival).sf.load(std::memory_order_acquire) != sf) continue;
+    // The other slots holding an entry of this id (nearly always none).
+    std::uint32_t rivals[2 * kIndexWays];
+    unsigned n = 0;
+    index_scan(s, p, [&](std::atomic<std::uint64_t>&, std::uint64_t e) {
+      std::uint32_t r = 0;
+      if (IndexEntry::fp(e) == (p.fp & 0x3FFFFFFF) && entry_current(s, e, r) && r != slot &&
+          s.slot(r).sf.load(std::memory_order_acquire) == sf)
+        rivals[n++] = r;
+      return true;
+    });
+    for (unsigned k = 0; k < n && !restart; ++k) {
+      const std::uint32_t rival = rivals[k];
       const Word128 rw = slot_load(s, rival);
       const SlotState st = SlotWord::state(rw);
       // A move in progress: its origin, or its target, outranks everyone.
@@ -243,15 +260,16 @@ Admit decide(Segment& s, const IndexProbe& p, std::uint32_t slot, std::uint64_t 
     }
     // Nobody committed yet: help the lowest admitting rival.
     std::uint32_t low = kNoSlot;
-    for (unsigned k = 0; k < 2 * kIndexWays; ++k) {
-      const std::uint64_t e = index_way(s, p, k).load(std::memory_order_seq_cst);
+    index_scan(s, p, [&](std::atomic<std::uint64_t>&, std::uint64_t e) {
       std::uint32_t rival = 0;
       std::uint32_t o = 0;
       std::uint64_t c = 0;
-      if (entry_current(s, e, rival) && rival != slot && s.slot(rival).sf.load(std::memory_order_acquire) == sf &&
+      if (IndexEntry::fp(e) == (p.fp & 0x3FFFFFFF) && entry_current(s, e, rival) && rival != slot &&
+          s.slot(rival).sf.load(std::memory_order_acquire) == sf &&
           SlotWord::state(slot_load(s, rival)) == SlotState::admitting && !moved_origin(s, rival, o, c) && rival < low)
         low = rival;
-    }
+      return true;
+    });
     if (low != kNoSlot && commit(s, low)) {
       winner = low;
       return Admit::duplicate;
@@ -266,16 +284,20 @@ Admit decide(Segment& s, const IndexProbe& p, std::uint32_t slot, std::uint64_t 
 
 std::uint32_t index_find(const Segment& s, std::uint64_t sf, std::uint32_t* admitting) noexcept {
   const IndexProbe p = index_probe(s, sf);
-  for (unsigned k = 0; k < 2 * kIndexWays; ++k) {
-    const std::uint64_t e = index_way(s, p, k).load(std::memory_order_seq_cst);
+  std::uint32_t found = kNoSlot;
+  index_scan(s, p, [&](std::atomic<std::uint64_t>&, std::uint64_t e) {
     std::uint32_t slot = 0;
-    if (!entry_current(s, e, slot) || IndexEntry::fp(e) != (p.fp & 0x3FFFFFFF)) continue;
-    if (s.slot(slot).sf.load(std::memory_order_acquire) != sf) continue;
+    if (IndexEntry::fp(e) != (p.fp & 0x3FFFFFFF) || !entry_current(s, e, slot)) return true;
+    if (s.slot(slot).sf.load(std::memory_order_acquire) != sf) return true;
     const SlotState st = SlotWord::state(slot_load(s, slot));
-    if (committed_state(st)) return slot;
+    if (committed_state(st)) {
+      found = slot;
+      return false;
+    }
     if (st == SlotState::admitting && admitting) *admitting = slot;
-  }
-  return kNoSlot;
+    return true;
+  });
+  return found;
 }
 
 Admit index_admit(Segment& s, std::uint32_t slot, std::uint64_t sf, std::uint64_t ctr, std::uint32_t& winner) noexcept {
@@ -289,6 +311,18 @@ Admit index_admit(Segment& s, std::uint32_t slot, std::uint64_t sf, std::uint64_
 }
 
 bool index_kill(Segment& s, std::uint32_t slot) noexcept { return kill(s, slot); }
+
+void index_forget(Segment& s, std::uint32_t slot, std::uint64_t old_sf) noexcept {
+  const IndexProbe p = index_probe(s, old_sf);
+  const std::uint64_t old = IndexEntry::make(p.fp, slot + 1, admit_tag(s, slot));
+  index_scan(s, p, [&](std::atomic<std::uint64_t>& way, std::uint64_t e) {
+    // Current (its slot's tag has not moved) and the slot is ours (admitting,
+    // not free): nobody else writes this way while it holds it, so a plain
+    // store takes it out.
+    if (e == old) way.store(0, std::memory_order_relaxed);
+    return true;
+  });
+}
 
 bool move_decided(Segment& s, std::uint32_t slot, std::uint64_t ctr) noexcept {
   return decide_moved(s, slot, ctr, false) == Admit::won;

@@ -55,6 +55,25 @@ inline std::atomic<std::uint64_t>& index_way(const Segment& s, const IndexProbe&
   return s.index[k < kIndexWays ? p.b1 : p.b2].e[k % kIndexWays];
 }
 
+// Calls f(way, entry) for the ways an entry of this id can be in: its first
+// bucket, and its second only if the first has overflowed. Stops when f
+// returns false. [S4] seq_cst loads (plain loads on x86): a store-load pair
+// with every admitter's entry and scan.
+template <class F>
+inline void index_scan(const Segment& s, const IndexProbe& p, F f) noexcept {
+  const IndexBucket& a = s.index[p.b1];
+  for (unsigned k = 0; k < kIndexWays; ++k) {
+    std::atomic<std::uint64_t>& way = const_cast<std::atomic<std::uint64_t>&>(a.e[k]);
+    if (!f(way, way.load(std::memory_order_seq_cst))) return;
+  }
+  if (!a.overflow.load(std::memory_order_seq_cst)) return;
+  const IndexBucket& b = s.index[p.b2];
+  for (unsigned k = 0; k < kIndexWays; ++k) {
+    std::atomic<std::uint64_t>& way = const_cast<std::atomic<std::uint64_t>&>(b.e[k]);
+    if (!f(way, way.load(std::memory_order_seq_cst))) return;
+  }
+}
+
 inline bool committed_state(SlotState st) noexcept {
   return st == SlotState::pending || st == SlotState::leased || st == SlotState::scheduled || st == SlotState::dead ||
          st == SlotState::returning;
@@ -91,6 +110,11 @@ bool index_resolve(Segment& s, std::uint32_t slot, bool cancel_move = false) noe
 // The decision of a reassign's copy `slot` (admission ctr `ctr`), for its
 // mover: true when it is the job (committed, by anyone).
 bool move_decided(Segment& s, std::uint32_t slot, std::uint64_t ctr) noexcept;
+
+// Takes out the entries of a slot's previous admission (id old_sf): its
+// new admitter calls this before moving the slot's admission tag on, so
+// that the index holds the live jobs and not every job ever.
+void index_forget(Segment& s, std::uint32_t slot, std::uint64_t old_sf) noexcept;
 
 // Kills an admitting slot (CAS to aborted, holder kept). True if it is
 // aborted (or was) after; false if it got committed first.

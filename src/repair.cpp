@@ -220,15 +220,17 @@ class Repairer {
     for (std::uint64_t i = 0; i <= s_.ring_mask; ++i) s_.ring[i].store(RingCell::make(i - (s_.ring_mask + 1), 0));
     s_.h->ring_head.store(0);
     s_.h->ring_tail.store(0);
-    for (std::uint64_t b = 0; b <= s_.index_mask; ++b)
+    for (std::uint64_t b = 0; b <= s_.index_mask; ++b) {
       for (auto& e : s_.index[b].e) e.store(0);
+      s_.index[b].overflow.store(0);
+    }
     for (std::uint32_t i = 0; i < s_.thread_count; ++i) {
       ThreadRecord& t = s_.threads[i];
       t.intent.store(0);
       t.intent_pred.store(0);
       const std::uint64_t owner = t.owner.load();
-      const std::uint32_t p1 = std::uint32_t(owner & 0xFFFF);
-      if (owner != 0 && (p1 == 0 || p1 > s_.proc_count || owner >> 17 != 0)) {
+      const std::uint32_t p1 = ThreadOwner::proc1(owner);
+      if (owner != 0 && (p1 == 0 || p1 > s_.proc_count || (owner & ~0xFF01FFFFULL) != 0)) {
         note("thread record " + std::to_string(i) + " named process record " + std::to_string(p1) + ": freed");
         t.owner.store(0);
       }
@@ -346,6 +348,7 @@ class Repairer {
       const std::uint64_t e = IndexEntry::make(p.fp, i + 1, admit_tag(s_, i));
       bool placed = false;
       for (unsigned k = 0; k < 2 * kIndexWays && !placed; ++k) {
+        if (k == kIndexWays) s_.index[p.b1].overflow.store(1);
         std::atomic<std::uint64_t>& way = index_way(s_, p, k);
         if (way.load() == 0) {
           way.store(e);

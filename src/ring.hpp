@@ -62,12 +62,9 @@ inline std::uint64_t ring_push(Segment& s, std::uint32_t lane) noexcept {
     // [S1] seq_cst: the cell is visible before the lane word CAS that makes
     // it a token ([S3]), and to a waiter's re-check (no lost wake-up).
     if (cell.compare_exchange_strong(c, RingCell::make(t, lane + 1), std::memory_order_seq_cst)) {
-      // The hint only moves forward; a lost race leaves it behind, which
-      // only costs the next pusher a probe.
-      std::uint64_t hint = s.h->ring_tail.load(std::memory_order_relaxed);
-      while (hint < t + 1 && !s.h->ring_tail.compare_exchange_weak(hint, t + 1, std::memory_order_release,
-                                                                    std::memory_order_relaxed)) {
-      }
+      // The hint, a plain store: a racing pusher may move it back a little,
+      // which only costs the next pusher a probe (it skips written cells).
+      if (s.h->ring_tail.load(std::memory_order_relaxed) < t + 1) s.h->ring_tail.store(t + 1, std::memory_order_relaxed);
       return t;
     }
     --t;  // lost the cell: look at it again

@@ -296,7 +296,10 @@ ProcRecord* attach(Segment& s) {
       ProcRecord& p = s.procs[i];
       std::uint64_t cur = p.owner.load(std::memory_order_acquire);
       bool take = cur == 0;
-      if (!take && pass == 1 && (cur & kOwnerStamped) && !process_alive(int(cur & 0xFFFFFFFF), p.start_time.load()))
+      // A dead owner's record, once the sweep has settled what its fallback
+      // intent says it was in the middle of.
+      if (!take && pass == 1 && (cur & kOwnerStamped) && p.intent.load(std::memory_order_acquire) == 0 &&
+          !process_alive(int(cur & 0xFFFFFFFF), p.start_time.load()))
         take = true;
       if (!take) continue;
       // [A1] acq_rel: claims the record; pairs with [R1] of a detaching owner.
@@ -365,21 +368,32 @@ thread_local ThreadSlots tls_slots;
 
 ThreadRecord* Segment::thread() noexcept {
   if (!me) return nullptr;
+  // The last handle this thread used, first (handle ids are never reused, so
+  // a closed handle's entry never matches again).
+  thread_local std::uint64_t last_handle = 0;
+  thread_local ThreadRecord* last_rec = nullptr;
+  if (last_handle == handle_id) return last_rec;
   for (const auto& e : tls_slots.entries)
-    if (e.handle == handle_id) return e.rec;
+    if (e.handle == handle_id) {
+      last_handle = handle_id;
+      last_rec = e.rec;
+      return e.rec;
+    }
   // First call of this thread on this handle: take a free thread record.
-  const std::uint64_t owner = (std::uint64_t(me_index) + 1) | (1ULL << 16);
+  const std::uint64_t owner = ThreadOwner::make(me_index, me->incarnation.load(std::memory_order_relaxed));
   const std::uint32_t start = std::uint32_t(syscall(SYS_gettid)) % thread_count;
   for (std::uint32_t k = 0; k < thread_count; ++k) {
     ThreadRecord& r = threads[(start + k) % thread_count];
     std::uint64_t cur = r.owner.load(std::memory_order_acquire);
     if (cur != 0) {
-      // A record of a process that is gone (it died without detaching) is free too.
-      const std::uint32_t p1 = std::uint32_t(cur & 0xFFFF);
-      if (p1 == 0 || p1 > proc_count || (procs[p1 - 1].owner.load(std::memory_order_acquire) != 0 &&
-                                         dead_owner_pid(procs[p1 - 1]) == 0))
-        continue;
-      if (r.intent.load(std::memory_order_acquire) != 0) continue;  // the sweep settles it first
+      // A record of a process that is gone (it died without detaching) is
+      // free too, once the sweep has settled what it was in the middle of.
+      const std::uint32_t p1 = ThreadOwner::proc1(cur);
+      const bool gone = p1 == 0 || p1 > proc_count ||
+                        (procs[p1 - 1].incarnation.load(std::memory_order_relaxed) & 0xFF) != ThreadOwner::inc(cur) ||
+                        !(procs[p1 - 1].owner.load(std::memory_order_acquire) & kOwnerAttached) ||
+                        dead_owner_pid(procs[p1 - 1]) != 0;
+      if (!gone || r.intent.load(std::memory_order_acquire) != 0) continue;
     }
     // [A13] acquire: pairs with [R13].
     if (!r.owner.compare_exchange_strong(cur, owner, std::memory_order_acq_rel)) continue;
@@ -391,6 +405,8 @@ ThreadRecord* Segment::thread() noexcept {
       r.owner.store(0, std::memory_order_release);
       return nullptr;
     }
+    last_handle = handle_id;
+    last_rec = &r;
     return &r;
   }
   return nullptr;
@@ -414,13 +430,23 @@ Segment::~Segment() {
   if (!me) return;
   // Every thread record of this handle (other threads' too: a handle closes
   // when no thread uses it any more).
-  const std::uint64_t owner = std::uint64_t(me_index) + 1;
+  const std::uint64_t owner = ThreadOwner::make(me_index, me->incarnation.load(std::memory_order_relaxed));
   for (std::uint32_t i = 0; i < thread_count; ++i)
-    if ((threads[i].owner.load(std::memory_order_acquire) & 0xFFFF) == owner) release_thread_record(*this, threads[i]);
+    if (threads[i].owner.load(std::memory_order_acquire) == owner) release_thread_record(*this, threads[i]);
   fold_counters(h->retired, me->retired);
   me->start_time.store(0, std::memory_order_relaxed);
   // [R1] release: hands the record back; pairs with [A1].
   me->owner.store(0, std::memory_order_release);
+}
+
+int thread_owner_dead(Segment& s, std::uint64_t owner, std::uint64_t now_ms) noexcept {
+  const std::uint32_t p1 = ThreadOwner::proc1(owner);
+  if (p1 == 0 || p1 > s.proc_count) return 1;
+  const ProcRecord& p = s.procs[p1 - 1];
+  if ((p.incarnation.load(std::memory_order_relaxed) & 0xFF) != ThreadOwner::inc(owner) ||
+      !(p.owner.load(std::memory_order_acquire) & kOwnerAttached))
+    return 1;
+  return holder_dead(s, Holder::make(p1 - 1, ThreadOwner::inc(owner)), now_ms);
 }
 
 int holder_dead(Segment& s, std::uint32_t holder, std::uint64_t now_ms) noexcept {

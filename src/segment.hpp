@@ -102,6 +102,25 @@ inline constexpr std::uint64_t kOwnerAttached = 1ULL << 32;
 inline constexpr std::uint64_t kOwnerStamped = 1ULL << 33;
 inline constexpr std::uint64_t kOwnerObserver = 1ULL << 34;
 
+// A thread record's owner word: its process record index + 1 (bits 0..15),
+// in use (bit 16), and that record's incarnation mod 256 (bits 24..31), so
+// that the records of a process that died are known as such even once its
+// process record has a new owner.
+struct ThreadOwner {
+  static constexpr std::uint64_t kInUse = 1ULL << 16;
+  static constexpr std::uint64_t make(std::uint32_t proc_index, std::uint64_t inc) noexcept {
+    return std::uint64_t(proc_index + 1) | kInUse | ((inc & 0xFF) << 24);
+  }
+  static constexpr std::uint32_t proc1(std::uint64_t o) noexcept { return std::uint32_t(o & 0xFFFF); }
+  static constexpr std::uint32_t inc(std::uint64_t o) noexcept { return std::uint32_t((o >> 24) & 0xFF); }
+};
+
+// Is the process a thread record belongs to gone? Its pid (or 1 when it
+// cannot be named) if it died, 0 if it is alive (or stopped): a record of
+// another incarnation of its process record is gone (a process that detaches
+// releases its thread records first).
+int thread_owner_dead(Segment& s, std::uint64_t owner, std::uint64_t now_ms) noexcept;
+
 // The pid of the owner of process record p if that owner is dead, else 0.
 // Only a record whose owner has stamped its start time is judged (never
 // one being attached), and only if it did not change hands while read; a

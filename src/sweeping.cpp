@@ -117,10 +117,7 @@ bool live_intent_names(Segment& s, std::uint32_t slot, std::uint64_t ctr, std::u
   for (std::uint32_t i = 0; i < s.thread_count; ++i) {
     const ThreadRecord& t = s.threads[i];
     if (!names(t.intent.load(std::memory_order_acquire))) continue;
-    const std::uint32_t p1 = std::uint32_t(t.owner.load(std::memory_order_acquire) & 0xFFFF);
-    if (p1 == 0 || p1 > s.proc_count) continue;
-    const ProcRecord& p = s.procs[p1 - 1];
-    if (!holder_dead(s, Holder::make(p1 - 1, p.incarnation.load(std::memory_order_relaxed)), now_ms)) return true;
+    if (!thread_owner_dead(s, t.owner.load(std::memory_order_acquire), now_ms)) return true;
   }
   for (std::uint32_t i = 0; i < s.proc_count; ++i) {
     if (!names(s.procs[i].intent.load(std::memory_order_acquire))) continue;
@@ -224,14 +221,20 @@ std::uint64_t settle_dead_threads(Segment& s, std::uint64_t now, int& pid) noexc
       pid = p;
     }
   }
-  if (!any) return 0;
   std::uint64_t n = 0;
+  // Every thread record with something in flight whose process is gone
+  // (dead, or an older incarnation of its process record).
   for (std::uint32_t i = 0; i < s.thread_count; ++i) {
     ThreadRecord& t = s.threads[i];
-    const std::uint32_t p1 = std::uint32_t(t.owner.load(std::memory_order_acquire) & 0xFFFF);
-    if (p1 == 0 || p1 > s.proc_count || !dead[p1 - 1]) continue;
-    n += settle_intent(s, t.intent, t.intent_lane, t.intent_pred, now);
+    if (t.intent.load(std::memory_order_acquire) == 0) continue;
+    const std::uint64_t owner = t.owner.load(std::memory_order_acquire);
+    if (owner == 0) continue;
+    if (const int p = thread_owner_dead(s, owner, now)) {
+      n += settle_intent(s, t.intent, t.intent_lane, t.intent_pred, now);
+      pid = p;
+    }
   }
+  if (!any) return n;
   for (std::uint32_t i = 0; i < s.proc_count; ++i)
     if (dead[i]) n += settle_intent(s, s.procs[i].intent, s.procs[i].intent_lane, s.procs[i].intent_pred, now);
   return n;
@@ -245,7 +248,7 @@ bool settle_orphan(Segment& s, std::uint32_t slot, const Word128& w, std::uint64
   if (h1 == 0 || h1 > s.proc_count) return false;
   for (std::uint32_t i = 0; i < s.thread_count; ++i) {
     ThreadRecord& t = s.threads[i];
-    if ((t.owner.load(std::memory_order_acquire) & 0xFFFF) != h1) continue;
+    if (ThreadOwner::proc1(t.owner.load(std::memory_order_acquire)) != h1) continue;
     if (IntentWord::slot1(t.intent.load(std::memory_order_acquire)) == slot + 1)
       return settle_intent(s, t.intent, t.intent_lane, t.intent_pred, now);
   }

@@ -36,7 +36,7 @@ inline constexpr std::uint32_t kMaxLanes = (1U << 21) - 2;     // lane+1 fits 22
 inline constexpr std::uint32_t kMaxProcs = 4096;               // QueueOptions::processes, at most
 inline constexpr std::uint32_t kMaxPayload = 1U << 20;
 inline constexpr std::uint32_t kErrorBytes = 56;
-inline constexpr std::uint32_t kIndexWays = 8;                 // id index entries per bucket
+inline constexpr std::uint32_t kIndexWays = 7;                 // id index entries per bucket
 inline constexpr std::uint32_t kDirWays = 4;                   // lane directory entries per bucket
 inline constexpr std::uint32_t kStrayLevels = 6;               // strays skip-list levels
 inline constexpr std::uint32_t kMirrorUrlBytes = 160;
@@ -406,12 +406,19 @@ struct RingCell {
   }
 };
 
-// Id index entry: a job id -> the slot that admitted it. Two-choice hashing,
-// kIndexWays a bucket, two entries per job slot. An entry is current while
-// the slot's admission tag still equals its tag; entries are removed lazily:
-// a stale entry (its slot freed or readmitted) is reused by the next insert.
+// Id index entry: a job id -> the slot that admitted it. Two-choice hashing
+// over buckets of kIndexWays entries, four entries per job slot. An entry
+// is current while its slot's admission tag still equals its tag; a new
+// admission of a slot takes out the entries of the previous one before it
+// moves the tag on, so the index holds the live jobs (and the slots freed and
+// not yet reused), and a stale entry left by a scribble is reused by the next
+// insert that needs the room.
 //
 //   bits 0..7 tag (the slot's admission tag) | 8..33 slot+1 | 34..63 fingerprint
+//
+// An insert goes to the id's first bucket, or (that one full) to its second,
+// after setting the first's overflow flag: a reader looks at the second
+// bucket only when the first says it overflowed (the flag is sticky).
 struct IndexEntry {
   static constexpr std::uint32_t tag(std::uint64_t e) noexcept { return std::uint32_t(e & 0xFF); }
   static constexpr std::uint32_t slot1(std::uint64_t e) noexcept { return std::uint32_t(bits(e, 8, 26)); }
@@ -422,6 +429,7 @@ struct IndexEntry {
 };
 struct alignas(kCacheLine) IndexBucket {
   std::atomic<std::uint64_t> e[kIndexWays];
+  std::atomic<std::uint64_t> overflow;  // 1 once an entry of an id hashed here went to its second bucket
 };
 static_assert(sizeof(IndexBucket) == 64);
 
