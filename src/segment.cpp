@@ -439,6 +439,18 @@ Segment::~Segment() {
   me->owner.store(0, std::memory_order_release);
 }
 
+int holder_gone(Segment& s, std::uint32_t holder, std::uint64_t now_ms) noexcept {
+  const std::uint32_t i1 = Holder::index1(holder);
+  if (i1 == 0 || i1 > s.proc_count) return 1;
+  if (s.me && i1 - 1 == s.me_index && (s.me->incarnation.load(std::memory_order_relaxed) & 0xFF) == Holder::inc(holder))
+    return 0;
+  const ProcRecord& p = s.procs[i1 - 1];
+  if ((p.incarnation.load(std::memory_order_relaxed) & 0xFF) != Holder::inc(holder) ||
+      !(p.owner.load(std::memory_order_acquire) & kOwnerAttached))
+    return 1;
+  return holder_dead(s, holder, now_ms);
+}
+
 int thread_owner_dead(Segment& s, std::uint64_t owner, std::uint64_t now_ms) noexcept {
   const std::uint32_t p1 = ThreadOwner::proc1(owner);
   if (p1 == 0 || p1 > s.proc_count) return 1;

@@ -115,6 +115,12 @@ struct ThreadOwner {
   static constexpr std::uint32_t inc(std::uint64_t o) noexcept { return std::uint32_t((o >> 24) & 0xFF); }
 };
 
+// Is the holder of a step in flight (an admission, a move, a lane's
+// creation: not a lease) gone? As holder_dead, and also when its process
+// record is free or has another incarnation: a process detaches only between
+// its operations, so one whose record moved on while it held a step died.
+int holder_gone(Segment& s, std::uint32_t holder, std::uint64_t now_ms) noexcept;
+
 // Is the process a thread record belongs to gone? Its pid (or 1 when it
 // cannot be named) if it died, 0 if it is alive (or stopped): a record of
 // another incarnation of its process record is gone (a process that detaches

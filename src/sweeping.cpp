@@ -314,7 +314,7 @@ void sweep_slot(Segment& s, std::uint32_t i, std::uint64_t now, SweepStats& st) 
         if (link_returning(s, i) == Moved::ok) ++st.finished;  // its releaser moved on without linking it
         return;
       }
-      if (!holder_dead(s, holder, now)) return;  // its mover is at it (or stopped: it holds this one job)
+      if (!holder_gone(s, holder, now)) return;  // its mover is at it (or stopped: it holds this one job)
       // Its mover died: linked already (then only the `linked` step is
       // left: a linked node keeps its group's lane live, so it is there), or
       // not (then we take the move over).
@@ -336,7 +336,7 @@ void sweep_slot(Segment& s, std::uint32_t i, std::uint64_t now, SweepStats& st) 
     case SlotState::aborted: {
       const std::uint32_t holder = SlotWord::holder(w);
       if (holder == 0) return;  // a husk in its lane (a claim frees it), or unowned
-      if (const int pid = holder_dead(s, holder, now); pid && settle_orphan(s, i, w, now)) {
+      if (const int pid = holder_gone(s, holder, now); pid && settle_orphan(s, i, w, now)) {
         ++st.finished;
         st.finished_pid = pid;
       }
@@ -371,7 +371,7 @@ void sweep_lanes(Segment& s, std::uint32_t from, std::uint32_t to, std::uint64_t
     LaneRecord& l = s.lanes[lane];
     const Word128 w = lane_load(s, lane);
     if (LaneWord::state(w) == LaneState::creating) {
-      if (holder_dead(s, std::uint32_t(l.creator.load(std::memory_order_relaxed)), now)) {
+      if (holder_gone(s, std::uint32_t(l.creator.load(std::memory_order_relaxed)), now)) {
         Word128 cur = w;
         cas128(l.word, cur, LaneWord::bumped(Word128{}, w));
       }
