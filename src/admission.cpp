@@ -44,19 +44,26 @@ IdCheck job_snowflake(const Segment& s, const BrandedId& id, std::uint64_t& sf) 
 bool group_of(const BrandedId& group, GroupKey& g) noexcept {
   if (!group.valid()) return false;
   const char* b = IdAccess::bytes(group);
-  // The last group this thread named, first: a tenant's jobs come in runs.
-  thread_local char last[kIdLength] = {};
-  thread_local GroupKey last_key{};
-  if (std::memcmp(last, b, kIdLength) == 0) {
-    g = last_key;
+  // Groups this thread named lately, first (direct-mapped on the id's low
+  // digits): a producer names the same tenants over and over.
+  struct Entry {
+    char id[kIdLength];
+    GroupKey key;
+  };
+  thread_local Entry cache[256] = {};
+  std::uint64_t tail8 = 0;
+  std::memcpy(&tail8, b + kIdLength - 8, 8);
+  Entry& e = cache[(tail8 * 0x9E3779B97F4A7C15ULL) >> 56];
+  if (std::memcmp(e.id, b, kIdLength) == 0) {
+    g = e.key;
     return true;
   }
   if (!valid_kind(std::string_view(b, kKindLength))) return false;
   IdError why = IdError::ok;
   if (!decode_digits(b + kKindLength, g.sf, why)) return false;
   g.kind = kind_code(std::string_view(b, kKindLength));
-  std::memcpy(last, b, kIdLength);
-  last_key = g;
+  std::memcpy(e.id, b, kIdLength);
+  e.key = g;
   return true;
 }
 
@@ -173,7 +180,7 @@ bool link_admission(Segment& s, std::uint32_t slot, std::uint64_t ctr, const Gro
   for (int round = 0; round < 64; ++round) {
     std::uint32_t lane = kDefaultLane;
     if (g) {
-      const LaneFind f = lane_find(s, key, true, lane);
+      const LaneFind f = lane_find_cached(s, key, lane);
       if (f != LaneFind::found) {
         refused = true;
         st = f == LaneFind::corrupt ? EnqueueStatus::corrupt : EnqueueStatus::lanes_full;

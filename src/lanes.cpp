@@ -128,6 +128,17 @@ Word128 lane_base(Segment& s, std::uint32_t lane, const Word128& w) noexcept {
     strays_mark(s, slot, lane, &w);
     return base;
   }
+  // The common case first: the step was applied (by its author, right after
+  // its CAS) and the word just still names it. The slot's state is in the low
+  // half alone: one load says it has moved past the step's pre-state.
+  {
+    const SlotState st = SlotState(__atomic_load_n(&s.words[slot].lo, __ATOMIC_ACQUIRE) & 15);
+    const bool pre = op == RelOp::linked   ? st == SlotState::returning
+                     : op == RelOp::drop   ? st == SlotState::pending
+                     : op == RelOp::back   ? st == SlotState::leased || st == SlotState::pending
+                                           : st == SlotState::leased;
+    if (!pre) return base;
+  }
   Word128 sw = slot_load(s, slot);
   // Lock-free: a failed CAS means the slot moved (an extend, or another
   // applier); look at it again.
@@ -322,6 +333,34 @@ LaneFind lane_find(Segment& s, GroupKey g, bool create, std::uint32_t& lane_out)
   }
   report_corrupt(s, CorruptWhat::directory);
   return LaneFind::corrupt;
+}
+
+LaneFind lane_find_cached(Segment& s, GroupKey g, std::uint32_t& lane_out) noexcept {
+  // The lanes this thread found lately, first (direct-mapped on the group):
+  // a hit is checked against the record (its key and incarnation, and that it
+  // is live); the caller's CAS checks it again against the lane word.
+  struct Entry {
+    std::uint64_t handle = 0, sf = 0, key_kind = 0;
+    std::uint32_t lane = 0;
+  };
+  thread_local Entry cache[256];
+  Entry& e = cache[((g.sf + g.kind) * 0x9E3779B97F4A7C15ULL) >> 56];
+  if (e.handle == s.handle_id && e.sf == g.sf && (e.key_kind & 0x7FFF) == g.kind && e.lane < s.lane_count) {
+    const LaneRecord& r = s.lanes[e.lane];
+    if (r.key_kind.load(std::memory_order_acquire) == e.key_kind && r.key_sf.load(std::memory_order_acquire) == g.sf &&
+        LaneWord::state(lane_load(s, e.lane)) == LaneState::live) {
+      lane_out = e.lane;
+      return LaneFind::found;
+    }
+  }
+  const LaneFind f = lane_find(s, g, true, lane_out);
+  if (f == LaneFind::found) {
+    e.handle = s.handle_id;
+    e.sf = g.sf;
+    e.lane = lane_out;
+    e.key_kind = s.lanes[lane_out].key_kind.load(std::memory_order_acquire);
+  }
+  return f;
 }
 
 bool lane_try_reclaim(Segment& s, std::uint32_t lane) noexcept {

@@ -164,6 +164,11 @@ enum class LaneFind { found, absent, lanes_full, buckets_full, corrupt };
 // silent refusal).
 LaneFind lane_find(Segment& s, GroupKey g, bool create, std::uint32_t& lane_out) noexcept;
 
+// lane_find(create), with the lanes this thread found lately tried first.
+// The lane it answers was g's when it looked; callers check it again in the
+// CAS that uses it (lane_is), as they do for lane_find's answer.
+LaneFind lane_find_cached(Segment& s, GroupKey g, std::uint32_t& lane_out) noexcept;
+
 // The group of a live lane (the default lane's is DEF00000000000).
 BrandedId lane_group(const Segment& s, std::uint32_t lane) noexcept;
 
