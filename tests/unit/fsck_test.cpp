@@ -6,7 +6,9 @@
 #include "segment_damage.hpp"
 
 #include <chrono>
+#include <map>
 #include <random>
+#include <set>
 
 namespace fairlane {
 namespace {
@@ -161,6 +163,76 @@ TEST_F(FsckTest, CleanAfterACompleteThatBringsALaneBelowItsLimit) {
   EXPECT_FALSE(q().job(l.id).has_value()) << "a completed job is still there: " << to_string(q().job(l.id)->state);
   EXPECT_EQ(q().snapshot().leased, 0U);
   expect_clean("after a complete below the limit");
+}
+
+// A drain pops the jobs of its lane and the husks reassign left there. When
+// the last thing it pops is a husk in the strays, its `take` step must not
+// stay named in the lane word: the husk's slot is freed and reused, and a
+// stale step applied to the next job in that slot would mark it taken in
+// another lane (the job would never be delivered).
+TEST_F(FsckTest, NoJobIsLostAfterADrainEndsOnAHusk) {
+  QueueOptions o = small_options();
+  o.jobs = 4;
+  make_queue(o);
+  const BrandedId A = group("AAA"), B = group("BBB"), C = group("CCC");
+  const BrandedId j = q().mint(), h = q().mint();
+  ASSERT_EQ(q().enqueue(A, j, "j"), EnqueueStatus::enqueued);
+  ASSERT_EQ(q().enqueue(A, h, "h"), EnqueueStatus::enqueued);
+  Lease lj = claim_one(), lh = claim_one();
+  ASSERT_EQ(lj.id, j);
+  ASSERT_EQ(q().pause(A), LaneStatus::ok);  // (no lane of this test is rung by an ack's step)
+  ASSERT_EQ(q().fail(h, lh.token, FailOptions{.delay_ms = 0, .max_attempts = 5}), FailStatus::retrying);
+  ASSERT_EQ(q().fail(j, lj.token, FailOptions{.delay_ms = 0, .max_attempts = 5}), FailStatus::retrying);
+  ASSERT_EQ(q().enqueue(B, q().mint(), "keeps B ringed"), EnqueueStatus::enqueued);
+  ASSERT_EQ(q().reassign(h, B), MoveStatus::moved);  // A's strays: j, then h's husk
+  ASSERT_EQ(q().drain(A), 1U);
+  expect_clean("after the drain");
+  // Every slot used again, each job back through C's strays.
+  std::set<BrandedId> all;
+  for (const auto& info : q().jobs()) all.insert(info.id);
+  for (;;) {
+    const BrandedId id = q().mint();
+    if (q().enqueue(C, id, "c") != EnqueueStatus::enqueued) break;
+    all.insert(id);
+  }
+  ASSERT_EQ(q().pause(B), LaneStatus::ok);
+  std::vector<Lease> ls(8);
+  const std::size_t n = q().claim_batch(ls, 60000);
+  ASSERT_GE(n, 1U);
+  ASSERT_EQ(q().pause(C), LaneStatus::ok);
+  for (std::size_t i = 0; i < n; ++i)
+    ASSERT_EQ(q().fail(ls[i].id, ls[i].token, FailOptions{.delay_ms = 0, .max_attempts = 5}), FailStatus::retrying);
+  for (const BrandedId& g : {A, B, C}) ASSERT_EQ(q().resume(g), LaneStatus::ok);
+  q().tick();  // the sweep looks at every lane word
+  expect_clean("after the slots were reused and a sweep ran");
+  std::set<BrandedId> got;
+  Lease l;
+  while (q().claim(l, 60000)) {
+    got.insert(l.id);
+    ASSERT_EQ(q().complete(l.id, l.token), AckStatus::ok);
+  }
+  for (const BrandedId& id : all) EXPECT_TRUE(got.count(id)) << "never delivered: " << id.str();
+}
+
+// A job moved away from a lane leaves a husk there with its id; moved back,
+// it sits beside its own husk. Two nodes with one id are not out of order.
+TEST_F(FsckTest, CleanWhenAMovedJobComesBackToItsLane) {
+  const BrandedId L = group("LLL"), M = group("MMM");
+  const auto ids = fill(L, 3);
+  ASSERT_EQ(q().enqueue(M, q().mint(), "keeps M ringed"), EnqueueStatus::enqueued);
+  Lease l = claim_one();
+  ASSERT_EQ(l.id, ids[0]);
+  ASSERT_EQ(q().fail(l.id, l.token, FailOptions{.delay_ms = 0, .max_attempts = 5}), FailStatus::retrying);  // L's strays
+  ASSERT_EQ(q().reassign(ids[0], M), MoveStatus::moved);
+  ASSERT_EQ(q().reassign(ids[0], L), MoveStatus::moved);
+  expect_clean("after a move away and back");
+  std::map<BrandedId, int> got;
+  while (q().claim(l, 60000)) {
+    ++got[l.id];
+    ASSERT_EQ(q().complete(l.id, l.token), AckStatus::ok);
+  }
+  for (const BrandedId& id : ids) EXPECT_EQ(got[id], 1) << id.str();
+  expect_clean("after serving everything");
 }
 
 // ---- each kind of damage is named ---------------------------------------------------------
