@@ -1,67 +1,492 @@
-// Recovery of leases whose holder died: the sweep judges each lease's holder
-// (its process record: pid + start time) and returns the leases of a dead
-// one at once, with the same CAS as expiry, so a holder that was only slow
-// is fenced off by its attempt number. recovery() reports what it did.
+// Online recovery: what survivors do about processes that die (or stop)
+// holding leases or in the middle of an operation. There is no stop-the-world
+// repair: a survivor's claims (a sweep pass every recovery_ms / 2) return the
+// leases of dead holders and finish or undo the half-done steps of dead
+// threads through their intents; a stopped process is alive and keeps what
+// it holds, and nobody waits for it.
 //
-// A second Queue handle in this process is a second process record; its
-// start time, rewritten through a raw mapping, makes it look dead (a pid
-// whose start time differs is another process). Real deaths are in
-// tests/crash.
-#include "queue_fixture.hpp"
+// Real processes: children forked from the test (forked_child.hpp) open the
+// segment themselves, and die by SIGKILL or stop by SIGSTOP at a named step
+// (failpoints: this file is linked against fairlane_failpoints, label crash).
+// The assertions are about progress and outcomes; time appears only as the
+// segment clock (advance_clock) and as generous hang guards. A few
+// single-process cases make a second handle look dead through a raw mapping
+// (its start time rewritten: same pid, another process).
+#include "forked_child.hpp"
 #include "raw_segment.hpp"
+#include "test_support.hpp"
 
+#include <signal.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <chrono>
+#include <cstring>
 #include <fstream>
 #include <iterator>
+#include <map>
+#include <set>
 #include <string>
+#include <thread>
+
+#include "failpoint.hpp"
 
 namespace fairlane {
 namespace {
 
-using test::QueueTest;
+using namespace std::chrono_literals;
+using test::ForkedChild;
 using test::RawSegment;
+using test::SharedBlock;
+using Clock = std::chrono::steady_clock;
 
 const BrandedId A = BrandedId::make("AAA", 1);
+const BrandedId B = BrandedId::make("BBB", 1);
+const BrandedId E = BrandedId::make("EEE", 1);  // no lane until a child's enqueue makes it
 
-class Recovery : public QueueTest {
+constexpr std::uint32_t kLongLease = 600'000;
+
+// What a child tells the parent: the leases it took, and how far it got.
+struct ChildReport {
+  std::atomic<int> stage{0};  // 1: its leases are taken (or its operation done)
+  std::atomic<int> leases{0};
+  char ids[16][kIdLength + 1] = {};
+  std::uint64_t tokens[16] = {};
+  std::atomic<int> done{0};   // set after a continued child finished its operation
+};
+
+void tell(ChildReport& r, const Lease& l) {
+  const int i = r.leases.load();
+  if (i >= 16) return;
+  std::memcpy(r.ids[i], l.id.str().data(), kIdLength);
+  r.tokens[i] = l.token.value;
+  r.leases.store(i + 1);
+}
+BrandedId reported_id(const ChildReport& r, int i) { return *BrandedId::parse(std::string_view(r.ids[i], kIdLength)); }
+
+// Waits until the child stops (SIGSTOP at its failpoint) or exits; true if stopped.
+bool wait_stopped(ForkedChild& c, std::chrono::milliseconds guard) {
+  const auto until = Clock::now() + guard;
+  while (Clock::now() < until) {
+    int st = 0;
+    const pid_t r = ::waitpid(c.pid(), &st, WNOHANG | WUNTRACED);
+    if (r == c.pid()) return WIFSTOPPED(st);
+    if (r < 0) return false;
+    std::this_thread::sleep_for(2ms);
+  }
+  return false;
+}
+
+// Waits until a predicate holds, with a hang guard.
+template <class F>
+bool eventually(F pred, std::chrono::milliseconds guard = 20s) {
+  const auto until = Clock::now() + guard;
+  while (!pred()) {
+    if (Clock::now() > until) return false;
+    std::this_thread::sleep_for(1ms);
+  }
+  return true;
+}
+
+std::string show(const FsckReport& r) {
+  std::string s;
+  for (const auto& i : r.issues) s += "  " + i.invariant + ": " + i.detail + "\n";
+  return s;
+}
+
+class Recovery : public test::SegmentFixture {
+ protected:
+  void make(std::uint32_t recovery_ms) {
+    QueueOptions o;
+    o.jobs = 64;
+    o.lanes = 8;
+    o.payload_bytes = 32;
+    o.recovery_ms = recovery_ms;
+    create(o);
+  }
+  std::vector<BrandedId> fill(const BrandedId& g, int n) {
+    std::vector<BrandedId> ids;
+    for (int i = 0; i < n; ++i) {
+      ids.push_back(q().mint());
+      EXPECT_EQ(q().enqueue(g, ids.back(), "job " + ids.back().string()), EnqueueStatus::enqueued);
+    }
+    return ids;
+  }
+  // Claims (and completes) until nothing is claimable; counts deliveries.
+  void claim_all(std::map<BrandedId, int>& got, std::map<BrandedId, std::uint32_t>* attempts = nullptr) {
+    Lease l;
+    for (int guard = 0; guard < 1000 && q().claim(l, kLongLease); ++guard) {
+      ++got[l.id];
+      if (attempts) (*attempts)[l.id] = l.attempt;
+      EXPECT_EQ(q().complete(l.id, l.token), AckStatus::ok) << l.id.str();
+    }
+  }
+  void expect_clean() {
+    q().tick();
+    const FsckReport r = q().fsck();
+    EXPECT_TRUE(r.clean()) << show(r);
+    const Snapshot s = q().snapshot();
+    for (const LaneInfo& li : s.lanes) EXPECT_EQ(li.active, 0U) << li.group.str();
+  }
+};
+
+// ---- a consumer dies holding leases ----------------------------------------------------------
+
+TEST_F(Recovery, LeasesOfADeadConsumerComeBackToTheSurvivorsClaimsWithinTheBound) {
+  constexpr std::uint32_t kBound = 1000;
+  make(kBound);
+  const auto a = fill(A, 3);
+  const auto b = fill(B, 2);
+  SharedBlock<ChildReport> rep;
+  const std::string name = seg();
+  ForkedChild child([&] {
+    auto r = Queue::open(name);
+    if (!r) return 3;
+    Lease l;
+    for (int i = 0; i < 3; ++i) {
+      if (!r->claim(l, kLongLease)) return 4;
+      tell(*rep, l);
+    }
+    rep->stage.store(1);
+    for (;;) ::pause();  // holds its leases until killed
+  }, 120);
+  ASSERT_TRUE(eventually([&] { return rep->stage.load() == 1 || child.poll(); })) << "the child never took its leases";
+  ASSERT_EQ(rep->stage.load(), 1) << child.describe();
+  std::set<BrandedId> held;
+  for (int i = 0; i < 3; ++i) {
+    const BrandedId id = reported_id(*rep, i);
+    held.insert(id);
+    const auto j = q().job(id);
+    ASSERT_TRUE(j.has_value());
+    EXPECT_EQ(j->state, JobState::leased);
+    EXPECT_EQ(j->holder_pid, child.pid());
+  }
+  // While it lives, nothing of it comes back, whatever the sweeps.
+  q().advance_clock(kBound);
+  EXPECT_EQ(q().tick(), 0U);
+  const RecoveryInfo before = q().recovery();
+
+  child.kill_now();
+  child.wait();
+  // One recovery bound of segment time later, the survivor's claims alone
+  // (no tick) take them back.
+  q().advance_clock(kBound);
+  std::map<BrandedId, int> got;
+  std::map<BrandedId, std::uint32_t> attempts;
+  claim_all(got, &attempts);
+  for (const BrandedId& id : a) EXPECT_EQ(got[id], 1) << id.str();
+  for (const BrandedId& id : b) EXPECT_EQ(got[id], 1) << id.str();
+  EXPECT_EQ(got.size(), 5U);
+  for (const BrandedId& id : held) EXPECT_EQ(attempts[id], 2U) << "its dead lease counts as a delivery: " << id.str();
+  const RecoveryInfo r = q().recovery();
+  EXPECT_EQ(r.runs, before.runs + 1);
+  EXPECT_EQ(r.jobs, before.jobs + 3);
+  EXPECT_EQ(r.last_jobs, 3U);
+  EXPECT_EQ(r.last_pid, child.pid());
+  EXPECT_GT(r.last_unix_ms, 0U);
+  // The dead holder's tokens are fenced off for good.
+  for (int i = 0; i < 3; ++i)
+    EXPECT_NE(q().complete(reported_id(*rep, i), Token(rep->tokens[i])), AckStatus::ok) << "a dead lease completed";
+  bool listed_alive = false;
+  for (const ProcessInfo& p : q().processes()) listed_alive = listed_alive || (p.pid == child.pid() && p.alive);
+  EXPECT_FALSE(listed_alive) << "processes() shows the dead child alive";
+  expect_clean();
+}
+
+// A consumer parked in claim_wait, with nobody else calling anything, gets
+// a dead consumer's lease back: parked consumers wake to look (real time).
+TEST_F(Recovery, AParkedConsumerRecoversADeadConsumersLeaseByItself) {
+  make(40);
+  const auto ids = fill(A, 1);
+  SharedBlock<ChildReport> rep;
+  const std::string name = seg();
+  ForkedChild child([&] {
+    auto r = Queue::open(name);
+    Lease l;
+    if (!r || !r->claim(l, kLongLease)) return 3;
+    tell(*rep, l);
+    rep->stage.store(1);
+    ::raise(SIGKILL);
+    return 0;
+  }, 60);
+  child.wait();
+  ASSERT_EQ(rep->stage.load(), 1) << child.describe();
+  const auto t0 = Clock::now();
+  Lease l;
+  ASSERT_TRUE(q().claim_wait(l, kLongLease, 20s)) << "the parked consumer never looked for the dead holder's lease";
+  EXPECT_EQ(l.id, ids[0]);
+  EXPECT_EQ(l.attempt, 2U);
+  EXPECT_EQ(q().complete(l.id, l.token), AckStatus::ok);
+  std::printf("[ recovery ] a parked consumer had the dead holder's lease back after %lld ms (bound 40 ms)\n",
+              static_cast<long long>(std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now() - t0).count()));
+  EXPECT_EQ(q().recovery().last_pid, child.pid());
+  expect_clean();
+}
+
+// ---- a claimer dies between taking a job out of its lane and leasing it -------------------------
+
+TEST_F(Recovery, AClaimerKilledAfterTakingAJobGivesItBack) {
+  constexpr std::uint32_t kBound = 1000;
+  make(kBound);
+  const auto a = fill(A, 3);
+  const std::string name = seg();
+  ForkedChild child([&] {
+    auto r = Queue::open(name);
+    if (!r) return 3;
+    detail::failpoint_arm("claim.taken");
+    Lease l;
+    r->claim(l, kLongLease);
+    return 5;  // not reached: killed at claim.taken
+  }, 60);
+  child.wait();
+  ASSERT_TRUE(child.signaled() && WTERMSIG(child.status()) == SIGKILL) << child.describe();
+  // Its job is out of lane A and not leased: pending, and fsck names the dead
+  // thread's step (its intent) and nothing else.
+  for (const BrandedId& id : a) EXPECT_EQ(q().job(id)->state, JobState::pending) << id.str();
+  const FsckReport during = q().fsck();
+  EXPECT_FALSE(during.clean());
+  for (const FsckIssue& i : during.issues) {
+    EXPECT_EQ(i.invariant, "in-flight") << i.detail;
+    EXPECT_NE(i.detail.find("pid " + std::to_string(child.pid())), std::string::npos) << i.detail;
+  }
+  const RecoveryInfo before = q().recovery();
+  q().advance_clock(kBound);
+  std::map<BrandedId, int> got;
+  std::map<BrandedId, std::uint32_t> attempts;
+  claim_all(got, &attempts);
+  for (const BrandedId& id : a) {
+    EXPECT_EQ(got[id], 1) << id.str();
+    EXPECT_EQ(attempts[id], 1U) << "the dead claimer never leased it: " << id.str();
+  }
+  const RecoveryInfo r = q().recovery();
+  EXPECT_GT(r.finished, before.finished) << "nothing was finished for the dead claimer";
+  EXPECT_EQ(r.finished_pid, child.pid());
+  EXPECT_GT(r.finished_unix_ms, 0U);
+  EXPECT_EQ(r.runs, before.runs) << "no lease was returned: it never had one";
+  expect_clean();
+}
+
+// ---- an enqueuer dies in the middle of an admission -------------------------------------------
+
+struct EnqueueCase {
+  const char* failpoint;
+  bool new_lane;  // the child's job makes its lane (E) rather than joining A's run
+};
+void PrintTo(const EnqueueCase& c, std::ostream* os) { *os << c.failpoint << (c.new_lane ? " (new lane)" : ""); }
+
+class EnqueuerKilled : public Recovery, public ::testing::WithParamInterface<EnqueueCase> {};
+
+// The job is delivered exactly once, or (never committed) never appears;
+// and an enqueue of the same id by a survivor says which: duplicate iff the
+// dead one's job will be delivered.
+TEST_P(EnqueuerKilled, TheJobIsDeliveredExactlyOnceOrNotAtAll) {
+  const EnqueueCase c = GetParam();
+  constexpr std::uint32_t kBound = 1000;
+  make(kBound);
+  const auto a = fill(A, 3);
+  const BrandedId x = q().mint();
+  const BrandedId g = c.new_lane ? E : A;
+  const std::string name = seg();
+  ForkedChild child([&] {
+    auto r = Queue::open(name);
+    if (!r) return 3;
+    detail::failpoint_arm(c.failpoint);
+    r->enqueue(g, x, "child");
+    return 5;
+  }, 60);
+  child.wait();
+  ASSERT_TRUE(child.signaled() && WTERMSIG(child.status()) == SIGKILL) << c.failpoint << " not reached: " << child.describe();
+  const FsckReport during = q().fsck();
+  for (const FsckIssue& i : during.issues) EXPECT_EQ(i.invariant, "in-flight") << i.detail;
+
+  // A survivor enqueues the same id at once: nothing waits for the dead.
+  const EnqueueStatus again = q().enqueue(g, x, "again");
+  ASSERT_TRUE(again == EnqueueStatus::enqueued || again == EnqueueStatus::duplicate) << to_string(again);
+  q().advance_clock(kBound);
+  std::map<BrandedId, int> got;
+  Lease l;
+  std::string payload;
+  for (int guard = 0; guard < 100 && q().claim(l, kLongLease); ++guard) {
+    ++got[l.id];
+    if (l.id == x) payload = l.payload;
+    EXPECT_EQ(q().complete(l.id, l.token), AckStatus::ok);
+  }
+  for (const BrandedId& id : a) EXPECT_EQ(got[id], 1) << id.str();
+  EXPECT_EQ(got[x], 1) << "the contested id was delivered " << got[x] << " times";
+  EXPECT_EQ(payload, again == EnqueueStatus::duplicate ? "child" : "again")
+      << "enqueue said " << to_string(again) << " but the other admission was delivered";
+  std::printf("[ recovery ] enqueuer killed at %-18s: the survivor's enqueue said %s\n", c.failpoint,
+              std::string(to_string(again)).c_str());
+  EXPECT_FALSE(q().job(x).has_value());
+  expect_clean();
+}
+
+INSTANTIATE_TEST_SUITE_P(AtEachStep, EnqueuerKilled,
+                         ::testing::Values(EnqueueCase{"run.linked", false}, EnqueueCase{"run.appended_first", true},
+                                           EnqueueCase{"enqueue.lane_found", false}, EnqueueCase{"enqueue.indexed", false},
+                                           EnqueueCase{"enqueue.slot_taken", false}),
+                         [](const ::testing::TestParamInfo<EnqueueCase>& info) {
+                           std::string n = info.param.failpoint;
+                           for (char& ch : n)
+                             if (ch == '.') ch = '_';
+                           return n;
+                         });
+
+// A dead enqueuer's job, left linked and undecided at run.linked, is settled
+// by the sweep alone (no survivor names its id): delivered once, fsck clean.
+TEST_F(Recovery, AnEnqueuerKilledAtRunLinkedIsSettledByTheSweep) {
+  constexpr std::uint32_t kBound = 1000;
+  make(kBound);
+  const auto a = fill(A, 2);
+  const BrandedId x = q().mint();
+  const std::string name = seg();
+  ForkedChild child([&] {
+    auto r = Queue::open(name);
+    if (!r) return 3;
+    detail::failpoint_arm("run.linked");
+    r->enqueue(A, x, "child");
+    return 5;
+  }, 60);
+  child.wait();
+  ASSERT_TRUE(child.signaled()) << child.describe();
+  const RecoveryInfo before = q().recovery();
+  q().advance_clock(kBound);
+  q().tick();
+  EXPECT_GT(q().recovery().finished, before.finished);
+  const auto j = q().job(x);
+  std::map<BrandedId, int> got;
+  claim_all(got);
+  for (const BrandedId& id : a) EXPECT_EQ(got[id], 1) << id.str();
+  EXPECT_EQ(got[x], j ? 1 : 0) << "job(x) " << (j ? "found it" : "did not find it") << " before the claims";
+  EXPECT_LE(got[x], 1);
+  expect_clean();
+}
+
+// ---- a claimer stopped between taking a job and leasing it ------------------------------------
+
+class StoppedClaimer : public Recovery, public ::testing::WithParamInterface<bool> {};  // true: continued, false: killed
+
+TEST_P(StoppedClaimer, HoldsOnlyTheJobItTookUntilContinuedOrKilled) {
+  const bool continued = GetParam();
+  make(40);  // sweeps look at it often: a stopped process must never be taken for dead
+  std::set<BrandedId> all;
+  for (const BrandedId& id : fill(A, 4)) all.insert(id);
+  for (const BrandedId& id : fill(B, 3)) all.insert(id);
+  SharedBlock<ChildReport> rep;
+  const std::string name = seg();
+  ForkedChild child([&] {
+    auto r = Queue::open(name);
+    if (!r) return 3;
+    detail::failpoint_arm("claim.taken", 1, detail::FailpointAction::stop);
+    Lease l;
+    if (!r->claim(l, kLongLease)) return 4;  // continued: the claim finishes
+    tell(*rep, l);
+    if (r->complete(l.id, l.token) != AckStatus::ok) return 6;
+    rep->done.store(1);
+    return 0;
+  }, 120);
+  ASSERT_TRUE(wait_stopped(child, 20s)) << "the child did not stop at claim.taken: " << child.describe();
+
+  const FsckReport during = q().fsck();
+  for (const FsckIssue& i : during.issues) EXPECT_EQ(i.invariant, "in-flight") << i.detail;
+  EXPECT_FALSE(during.clean()) << "fsck does not name the stopped claimer's step";
+
+  // The survivor claims everything else, the stopped child's lane included,
+  // and new work on that lane; time passes and sweeps run; the taken job
+  // stays the stopped child's.
+  std::map<BrandedId, int> got;
+  claim_all(got);
+  for (const BrandedId& id : fill(A, 2)) all.insert(id);
+  for (int round = 0; round < 3; ++round) {
+    q().advance_clock(kLongLease + 1000);
+    q().tick();
+    claim_all(got);
+  }
+  std::set<BrandedId> missing;
+  for (const BrandedId& id : all)
+    if (!got.count(id)) missing.insert(id);
+  ASSERT_EQ(missing.size(), 1U) << "the survivor did not get every job but the one the stopped claimer took";
+  const BrandedId held = *missing.begin();
+  for (const auto& [id, n] : got) EXPECT_EQ(n, 1) << id.str();
+  const auto hj = q().job(held);
+  ASSERT_TRUE(hj.has_value());
+  EXPECT_EQ(hj->state, JobState::pending) << "taken, not leased";
+  // Jobs of the held job's lane were served meanwhile (3 more of A, or all of B).
+  std::uint64_t served_from_its_lane = 0;
+  for (const LaneInfo& li : q().snapshot().lanes)
+    if (li.group == hj->group) served_from_its_lane = li.served;
+  EXPECT_GE(served_from_its_lane, 2U) << "the stopped claimer's lane was not served";
+  EXPECT_EQ(q().recovery().finished, 0U) << "something was finished for a process that is only stopped";
+
+  if (continued) {
+    ASSERT_EQ(::kill(child.pid(), SIGCONT), 0);
+    ASSERT_TRUE(child.wait_for(20s)) << "the continued child did not finish";
+    EXPECT_TRUE(child.exited_zero()) << child.describe();
+    ASSERT_EQ(rep->leases.load(), 1);
+    EXPECT_EQ(reported_id(*rep, 0), held) << "the continued claim leased another job than the one it took";
+    EXPECT_EQ(rep->done.load(), 1);
+  } else {
+    child.kill_now();
+    child.wait();
+    q().advance_clock(1000);
+    std::map<BrandedId, std::uint32_t> attempts;
+    claim_all(got, &attempts);
+    EXPECT_EQ(got[held], 1) << "the killed claimer's job did not come back";
+    EXPECT_EQ(attempts[held], 1U);
+    EXPECT_GT(q().recovery().finished, 0U);
+    EXPECT_EQ(q().recovery().finished_pid, child.pid());
+  }
+  for (const auto& [id, n] : got) EXPECT_EQ(n, 1) << id.str();
+  EXPECT_FALSE(q().job(held).has_value());
+  expect_clean();
+}
+
+INSTANTIATE_TEST_SUITE_P(ThenContinuedOrKilled, StoppedClaimer, ::testing::Bool(),
+                         [](const ::testing::TestParamInfo<bool>& info) {
+                           return std::string(info.param ? "continued" : "killed");
+                         });
+
+// ---- holders that look dead through a raw mapping (one process) -------------------------------
+
+class DeadLooking : public Recovery {
  protected:
   Queue second() {
-    auto r = Queue::open(q().name());
+    auto r = Queue::open(seg());
     EXPECT_TRUE(r.ok());
     return std::move(r.value());
   }
-  // The process record (index) holding the one leased slot.
-  std::uint32_t holder_record(RawSegment& raw) {
+  // The process record (index) holding the first leased slot.
+  static std::uint32_t holder_record(RawSegment& raw) {
     const std::uint32_t slot = raw.find_slot(detail::SlotState::leased);
     EXPECT_NE(slot, ~0U);
-    const std::uint32_t h = raw.slot(slot).holder;
+    const std::uint32_t h = detail::Holder::index1(detail::SlotWord::holder(raw.slot_word_value(slot)));
     EXPECT_GE(h, 1U);
     return h - 1;
   }
 };
 
-TEST_F(Recovery, ALiveHolderKeepsItsLease) {
+TEST_F(DeadLooking, ALiveHolderKeepsItsLease) {
+  make(500);
   fill(A, 2);
   Queue other = second();
   Lease l;
   ASSERT_TRUE(other.claim(l, 60000));
+  q().advance_clock(1000);
   EXPECT_EQ(q().tick(), 0U) << "a live holder's unexpired lease was taken";
   EXPECT_EQ(q().recovery().runs, 0U);
   EXPECT_EQ(other.complete(l.id, l.token), AckStatus::ok);
 }
 
-TEST_F(Recovery, LeaseOfADeadHolderComesBackAndALateCompleteIsFenced) {
+TEST_F(DeadLooking, LeasesOfAHolderThatLooksDeadComeBackAndItsLateAcksAreFenced) {
+  make(500);
   const auto ids = fill(A, 3);
   Queue other = second();
   Lease held[2];
   ASSERT_TRUE(other.claim(held[0], 60000));
   ASSERT_TRUE(other.claim(held[1], 60000));
-  RawSegment raw(q().name());
+  RawSegment raw(seg());
   const std::uint32_t rec = holder_record(raw);
-  // Its pid is ours, but its start time now names another process: dead.
-  raw.proc(rec).start_time += 1;
+  raw.proc(rec).start_time += 1;  // its pid is ours, but its start time names another process: dead
 
   EXPECT_EQ(q().tick(), 2U);
   const RecoveryInfo r = q().recovery();
@@ -69,29 +494,30 @@ TEST_F(Recovery, LeaseOfADeadHolderComesBackAndALateCompleteIsFenced) {
   EXPECT_EQ(r.jobs, 2U);
   EXPECT_EQ(r.last_jobs, 2U);
   EXPECT_EQ(r.last_pid, int(::getpid()));
-  EXPECT_GT(r.last_unix_ms, 0U);
-
   // The holder was only slow: its late acks change nothing.
   EXPECT_EQ(other.complete(held[0].id, held[0].token), AckStatus::stale);
   EXPECT_EQ(other.fail(held[1].id, held[1].token, {}), FailStatus::stale);
-  // The jobs come back in mint order, attempt 2, then the untouched third.
+  EXPECT_EQ(other.release(held[1].id, held[1].token), AckStatus::stale);
+  // They come back in mint order, at attempt 2, then the untouched third.
   Lease l;
   for (int i = 0; i < 3; ++i) {
     ASSERT_TRUE(q().claim(l, 60000));
     EXPECT_EQ(l.id, ids[std::size_t(i)]);
     EXPECT_EQ(l.attempt, i < 2 ? 2U : 1U);
+    EXPECT_NE(l.token, held[std::size_t(std::min(i, 1))].token);
     EXPECT_EQ(q().complete(l.id, l.token), AckStatus::ok);
   }
-  EXPECT_TRUE(q().fsck().clean());
+  EXPECT_TRUE(q().fsck().clean()) << show(q().fsck());
   raw.proc(rec).start_time -= 1;
 }
 
-TEST_F(Recovery, ARecordStillBeingAttachedIsNeverJudged) {
+TEST_F(DeadLooking, ARecordStillBeingAttachedIsNeverJudged) {
+  make(500);
   fill(A, 1);
   Queue other = second();
   Lease l;
   ASSERT_TRUE(other.claim(l, 60000));
-  RawSegment raw(q().name());
+  RawSegment raw(seg());
   const std::uint32_t rec = holder_record(raw);
   const std::uint64_t owner = raw.proc(rec).owner.load();
   raw.proc(rec).owner.store(owner & ~(1ULL << 33));  // not stamped: its start time is not written yet
@@ -102,58 +528,49 @@ TEST_F(Recovery, ARecordStillBeingAttachedIsNeverJudged) {
   EXPECT_EQ(other.complete(l.id, l.token), AckStatus::ok);
 }
 
-TEST_F(Recovery, AHolderThatDetachedCleanlyKeepsItsLeaseUntilItsDeadline) {
+TEST_F(DeadLooking, AHolderThatDetachedCleanlyKeepsItsLeaseUntilItsDeadline) {
   // `fairlane claim` detaches and exits; `fairlane complete` comes later
   // from another process. A free record is not a dead holder.
-  const auto ids = fill(A, 1);
+  make(500);
+  fill(A, 1);
   Lease l;
   {
     Queue other = second();
     ASSERT_TRUE(other.claim(l, 60000));
   }
+  q().advance_clock(1000);
   EXPECT_EQ(q().tick(), 0U);
   EXPECT_EQ(q().complete(l.id, l.token), AckStatus::ok);
 }
 
-TEST_F(Recovery, AHolderThatExitedButIsNotYetReapedIsDead) {
-  // A zombie still answers kill(pid, 0) and keeps its /proc entry and start
-  // time; it holds nothing any more.
+TEST_F(DeadLooking, AHolderThatExitedButIsNotYetReapedIsDead) {
+  // A zombie still answers kill(pid, 0) and keeps its /proc entry; it holds
+  // nothing any more.
+  make(500);
   fill(A, 2);
-  int ready[2];
-  ASSERT_EQ(::pipe(ready), 0);
-  const pid_t child = ::fork();
-  ASSERT_GE(child, 0);
-  if (child == 0) {
-    ::close(ready[0]);
-    auto other = Queue::open(q().name());
+  const std::string name = seg();
+  ForkedChild child([&] {
+    auto other = Queue::open(name);
     Lease l;
     const bool ok = other && other->claim(l, 60000) && other->claim(l, 60000);
-    const char c = ok ? '1' : '0';
-    (void)!::write(ready[1], &c, 1);
-    ::_exit(0);  // no detach: the record stays attached, the process a zombie
-  }
-  ::close(ready[1]);
-  char c = 0;
-  ASSERT_EQ(::read(ready[0], &c, 1), 1);
-  ::close(ready[0]);
-  ASSERT_EQ(c, '1');
-  // Until it has exited, without reaping it (WNOWAIT): it stays a zombie.
+    ::_exit(ok ? 0 : 3);  // no detach: the record stays attached, the process a zombie
+    return 0;
+  }, 60);
   siginfo_t info{};
-  ASSERT_EQ(::waitid(P_PID, id_t(child), &info, WEXITED | WNOWAIT), 0);
-  const std::string stat = "/proc/" + std::to_string(child) + "/stat";
-  std::ifstream in(stat);
+  ASSERT_EQ(::waitid(P_PID, id_t(child.pid()), &info, WEXITED | WNOWAIT), 0);  // exited, not reaped
+  ASSERT_EQ(info.si_status, 0);
+  std::ifstream in("/proc/" + std::to_string(child.pid()) + "/stat");
   const std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
   const auto paren = text.rfind(')');
-  const bool zombie = paren != std::string::npos && paren + 2 < text.size() && text[paren + 2] == 'Z';
-  ASSERT_TRUE(zombie);
+  ASSERT_TRUE(paren != std::string::npos && paren + 2 < text.size() && text[paren + 2] == 'Z') << text;
   EXPECT_EQ(q().tick(), 2U);
-  EXPECT_EQ(q().recovery().last_pid, int(child));
-  int st = 0;
-  ::waitpid(child, &st, 0);
-  EXPECT_TRUE(q().fsck().clean());
+  EXPECT_EQ(q().recovery().last_pid, int(child.pid()));
+  child.wait();
+  EXPECT_TRUE(q().fsck().clean()) << show(q().fsck());
 }
 
-TEST_F(Recovery, ExpiredLeasesAreCountedAndPromotionsAreNot) {
+TEST_F(DeadLooking, ExpiredLeasesAreCountedAndPromotionsAreNot) {
+  make(500);
   fill(A, 2);
   ASSERT_EQ(q().enqueue(A, q().mint(), "later", {.delay_ms = 100}), EnqueueStatus::enqueued);
   Lease l;
@@ -168,7 +585,8 @@ TEST_F(Recovery, ExpiredLeasesAreCountedAndPromotionsAreNot) {
   EXPECT_EQ(r.runs, 1U);
   EXPECT_EQ(r.last_jobs, 2U);
   EXPECT_EQ(r.last_pid, 0) << "expired leases of a live holder name no dead pid";
-  EXPECT_TRUE(q().fsck().clean());
+  EXPECT_EQ(r.finished, 0U);
+  EXPECT_TRUE(q().fsck().clean()) << show(q().fsck());
 }
 
 }  // namespace
