@@ -141,13 +141,17 @@ Moved link_returning(Segment& s, std::uint32_t slot, bool mine, const Word128* f
       const LaneFind f = lane_find(s, g, true, lane);
       if (f == LaneFind::corrupt) return Moved::corrupt;
       if (f != LaneFind::found) {
-        // No lane for its group now: it waits where it was (a job coming
-        // back from a lease waits scheduled, due now), for the sweep.
+        // No lane for its group now (lane_find has already tried to reclaim
+        // an idle one): it waits where it was (a job coming back from a
+        // lease waits scheduled, due now) for a sweep to try again. Not the
+        // next claim's sweep: lanes come free when sweeps reclaim idle ones,
+        // so the next try is a sweep's interval away (a full table must not
+        // turn every claim into a pass over the slots).
         Word128 cur = w;
         const Word128 wait =
             fallback ? *fallback : SlotWord::make(SlotState::scheduled, SlotWord::attempt(w), 0, SlotWord::ctr(w), 0);
         slot_cas(s, slot, cur, wait);
-        lower_next_due(s, 0);
+        lower_next_due(s, segment_now_ms(s) + s.recovery_ms / 2);
         return Moved::parked;
       }
     }

@@ -259,6 +259,10 @@ bool take_cas(Segment& s, std::uint32_t lane, Word128& w, const Word128& base, s
     if (LaneWord::tail(base) == x1) nw = LaneWord::with_tail(nw, y1);
   } else {
     nw = LaneWord::with_rel(nw, x1, RelOp::take);
+    // The last node of the strays: the flag goes with it (an insert after
+    // it makes its `linked` step after its link, a CAS of this word that
+    // sets the flag again), so that a lane emptied here leaves the ring now.
+    if (UpLink::succ(xr.next.load(std::memory_order_acquire)) == 0) nw = LaneWord::with_strays(nw, false);
   }
   if (is_job) nw = LaneWord::with_active(nw, LaneWord::active(base) + 1);
   if (token && is_job && !decide_token(s, lane, st, h, nw, pass_now)) {
@@ -281,6 +285,12 @@ void drop_husk(Segment& s, std::uint32_t lane, std::uint32_t slot, bool from_run
     std::uint64_t v = h.load(std::memory_order_relaxed);
     while (v && !h.compare_exchange_weak(v, v - 1, std::memory_order_relaxed)) {
     }
+  } else {
+    // The lane word still names it in the `take` step of our CAS. A job's
+    // step is cleared by its lease's next step (a CAS of this word) before
+    // its slot can be reused; a husk is freed now, so the step goes first:
+    // applied to a reuse of the slot, it would mark a job that is not taken.
+    lane_update(s, lane, [](Word128 b) -> std::optional<Word128> { return b; });
   }
   free_aborted(s, slot);
 }

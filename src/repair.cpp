@@ -91,7 +91,9 @@ class Repairer {
   void keep_settings() {
     for (std::uint32_t l = 1; l < s_.lane_count; ++l) {
       const Word128 w = lane_load(s_, l);
-      if (LaneWord::state(w) != LaneState::live) continue;
+      // A live lane's, or one whose state a scribble made impossible (its
+      // settings word may be intact).
+      if (LaneWord::state(w) == LaneState::free || LaneWord::state(w) == LaneState::creating) continue;
       const LaneRecord& r = s_.lanes[l];
       const std::uint64_t st = r.settings.load(std::memory_order_relaxed);
       const std::uint32_t kind = std::uint32_t(r.key_kind.load(std::memory_order_relaxed) & 0x7FFF);
@@ -162,8 +164,12 @@ class Repairer {
         case SlotState::leased: {
           const std::uint32_t h1 = Holder::index1(SlotWord::holder(w));
           if (h1 == 0 || h1 > s_.proc_count) {
-            to = SlotWord::make(SlotState::pending, SlotWord::attempt(w), 0, SlotWord::ctr(w), 0);
-            note(job(i) + " was leased by a holder that cannot exist: pending");
+            // Its holder may still hold the token, which stays good: the
+            // lease keeps its deadline and now names no process (a holder
+            // that cannot be judged dead is waited for until the deadline).
+            const std::uint64_t until = std::min<std::uint64_t>(SlotWord::when(w), now + (1ULL << 40));
+            to = SlotWord::make(SlotState::leased, SlotWord::attempt(w), until, SlotWord::ctr(w), 0);
+            note(job(i) + " was leased by a holder that cannot exist: leased by no one until its deadline");
           } else if (SlotWord::when(w) > now + (1ULL << 40)) {
             to = SlotWord::make(SlotState::leased, SlotWord::attempt(w), now, SlotWord::ctr(w), SlotWord::holder(w));
           }

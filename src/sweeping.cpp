@@ -159,7 +159,7 @@ bool settle_intent(Segment& s, std::atomic<std::uint64_t>& intent, std::atomic<s
       // is that one's to lease.
       if (live_intent_names(s, slot, SlotWord::ctr(w), now)) return done(false);
       if (!from_run && strays_unlink(s, lane, slot) != OrderResult::ok) return done(false);
-      if (st == SlotState::aborted) {  // a husk: taken without a count
+      if (st == SlotState::aborted) {  // a husk: taken without a count (taken_out cleared its step)
         free_aborted(s, slot);
         return done(true);
       }

@@ -231,20 +231,24 @@ class Model {
     }
     return -1;
   }
-  // The group's lane, made if asked: the first free record, else the
-  // lowest-numbered idle lane is reclaimed for it.
+  // The group's lane, made if asked: a free record, else an idle lane is
+  // reclaimed for it, both from the rotating cursor.
   int lane_for(const BrandedId& g, bool create) {
     const int found = find(g);
     if (found != kAbsent || !create) return found;
     int r = take_record();
     if (r < 0) {
-      for (int i = 1; i <= int(lane_cap); ++i)
+      // From the same rotating cursor (lanes.cpp reclaim_some_idle_lane).
+      const std::uint64_t start = cursor_++;
+      for (std::uint32_t k = 0; k < lane_cap; ++k) {
+        const int i = 1 + int((start + k) % lane_cap);
         if (records_[std::size_t(i)] && idle(i)) {
           reclaim(i);
           ++coverage.reclaimed_for_new;
           r = take_record();
           break;
         }
+      }
     }
     if (r < 0) return kLanesFull;
     records_[std::size_t(r)] = MLane{};
@@ -394,6 +398,8 @@ class Model {
         }
         const Node x = from->front();
         from->erase(from->begin());
+        // The take of the strays' last node clears the flag in its CAS.
+        if (from == &l.strays && l.strays.empty()) l.strays_flag = false;
         if (x.husk) {  // popped and freed, no count
           ++coverage.husks_popped;
           continue;
@@ -528,7 +534,7 @@ class Model {
   }
   std::uint64_t depth(const BrandedId& g) const {
     const int r = find(g);
-    return r < 0 ? 0 : lane(r).run.size() + lane(r).strays.size();
+    return r < 0 ? 0 : lane(r).pending();  // husks are not jobs
   }
   std::uint64_t drain(const BrandedId& g) {
     const int r = find(g);
@@ -539,9 +545,10 @@ class Model {
       std::vector<Node>* from = nullptr;
       if (!l.run.empty()) from = &l.run;
       if (l.strays_flag && !l.strays.empty() && (!from || l.strays.front().sf < l.run.front().sf)) from = &l.strays;
-      if (!from) break;  // the strays flag stays: only a claim clears it
+      if (!from) break;
       const Node x = from->front();
       from->erase(from->begin());
+      if (from == &l.strays && l.strays.empty()) l.strays_flag = false;  // as a claim's take
       if (x.husk) continue;
       jobs_.erase(x.sf);  // freed: the id may be enqueued again
       ++n;
@@ -573,6 +580,21 @@ class Model {
           x.husk = true;  // the `drop` step: a husk in place, for a claim to pop
           dropped = true;
         }
+    // The move pops the husks at the old lane's front (so that a lane it
+    // emptied leaves the ring), as a claim would.
+    for (;;) {
+      std::vector<Node>* front = nullptr;
+      if (!o.run.empty()) front = &o.run;
+      if (o.strays_flag && !o.strays.empty() && (!front || o.strays.front().sf < o.run.front().sf)) front = &o.strays;
+      if (!front) {
+        o.strays_flag = false;
+        break;
+      }
+      if (!front->front().husk) break;
+      front->erase(front->begin());
+      if (front == &o.strays && o.strays.empty()) o.strays_flag = false;
+      ++coverage.husks_popped;
+    }
     touch(from);
     j.group = norm(g);
     link_back(to, sf);  // the copy, adopted into its new lane
@@ -727,7 +749,18 @@ class SeedRun {
     if (failure_.empty()) compare_state();
     if (failure_.empty() && (fsck_every_ || op_ % 16 == 15)) check_fsck();
     log_.push_back(desc_);
-    if (trace_) std::printf("  [%d] %s\n", op_, desc_.c_str());
+    if (trace_) {
+      std::printf("  [%d] %s\n", op_, desc_.c_str());
+      std::string ring = "      ring:";
+      const Snapshot snap = q_.snapshot();
+      for (const auto& g : snap.ring) ring += " " + gname(g);
+      ring += " (lanes";
+      for (const auto& li : snap.lanes) ring += " " + gname(li.group) + "/" + std::to_string(li.depth) + "/" + std::to_string(li.active);
+      ring += "; scheduled " + std::to_string(snap.scheduled) + ")";
+      ring += " | model:";
+      for (const auto& g : m_.visible_ring()) ring += " " + gname(g);
+      std::printf("%s\n", ring.c_str());
+    }
     return failure_.empty();
   }
 
@@ -1277,7 +1310,7 @@ class SeedRun {
       });
     if (!failure_.empty()) return;
     const Snapshot s = q_.snapshot();
-    if (s.lanes_live != 1) fail_with("end: " + std::to_string(s.lanes_live - 1) + " idle lanes not reclaimed after two sweeps");
+    if (s.lanes_live != 0) fail_with("end: " + std::to_string(s.lanes_live) + " idle lanes not reclaimed after two sweeps");
     check_fsck();
   }
 
@@ -1314,7 +1347,7 @@ class SeedRun {
         auto cmp = [&](const char* what, std::uint64_t real, std::uint64_t model) {
           if (real != model) d << g << " " << what << ": segment " << real << ", model " << model << "; ";
         };
-        cmp("depth", li.depth, l.run.size() + l.strays.size());
+        cmp("depth", li.depth, l.pending());  // husks are not jobs
         cmp("active", li.active, l.active);
         cmp("limit", li.limit, l.limit);
         cmp("weight", li.weight, l.weight);
@@ -1322,7 +1355,8 @@ class SeedRun {
         cmp("ringed", li.ringed, l.ringed && l.serviceable());
         cmp("served", li.served, l.served);
       }
-      if (s.lanes_live != live.size()) d << "lanes_live: segment " << s.lanes_live << ", model " << live.size() << "; ";
+      // lanes_live counts groups: the default lane (record 0, always live) is not one.
+      if (s.lanes_live != live.size() - 1) d << "lanes_live: segment " << s.lanes_live << ", model " << live.size() - 1 << "; ";
     }
     if (s.lanes_reclaimed != m_.reclaimed) d << "lanes_reclaimed: segment " << s.lanes_reclaimed << ", model " << m_.reclaimed << "; ";
     if (s.lanes_capacity != m_.lane_cap) d << "lanes_capacity: segment " << s.lanes_capacity << "; ";
@@ -1576,9 +1610,9 @@ TEST_F(ModelContract, SettingsThatAreDefaultsMakeNoLane) {
   EXPECT_EQ(q().set_weight(A, 1), LaneStatus::ok);
   EXPECT_EQ(q().clear_limit(A), LaneStatus::ok);
   EXPECT_EQ(q().resume(A), LaneStatus::ok);
-  EXPECT_EQ(q().snapshot().lanes_live, 1U);
+  EXPECT_EQ(q().snapshot().lanes_live, 0U);
   EXPECT_EQ(q().set_weight(A, 2), LaneStatus::ok);
-  EXPECT_EQ(q().snapshot().lanes_live, 2U);
+  EXPECT_EQ(q().snapshot().lanes_live, 1U);
 }
 
 TEST_F(ModelContract, AnIdleLaneIsReclaimedAndALaneWithASettingIsNot) {
@@ -1587,13 +1621,13 @@ TEST_F(ModelContract, AnIdleLaneIsReclaimedAndALaneWithASettingIsNot) {
   Lease l;
   ASSERT_TRUE(q().claim(l, 60000));
   ASSERT_EQ(q().complete(l.id, l.token), AckStatus::ok);
-  EXPECT_EQ(q().snapshot().lanes_live, 3U);
+  EXPECT_EQ(q().snapshot().lanes_live, 2U);
   for (int i = 0; i < 2; ++i) {
     q().advance_clock(q().config().recovery_ms);
     q().tick();
   }
   const Snapshot s = q().snapshot();
-  EXPECT_EQ(s.lanes_live, 2U) << "the idle lane of A was not reclaimed";
+  EXPECT_EQ(s.lanes_live, 1U) << "the idle lane of A was not reclaimed";
   EXPECT_EQ(s.lanes_reclaimed, 1U);
   bool b_kept = false;
   for (const LaneInfo& li : s.lanes) b_kept = b_kept || (li.group == B && li.limit == 2);
@@ -1602,7 +1636,7 @@ TEST_F(ModelContract, AnIdleLaneIsReclaimedAndALaneWithASettingIsNot) {
 
 TEST_F(ModelContract, ScheduledAndDeadJobsHoldNoLane) {
   ASSERT_EQ(q().enqueue(A, q().mint(), "later", EnqueueOptions{.delay_ms = 60000}), EnqueueStatus::enqueued);
-  EXPECT_EQ(q().snapshot().lanes_live, 1U);
+  EXPECT_EQ(q().snapshot().lanes_live, 0U);
   ASSERT_EQ(q().enqueue(B, q().mint(), "b"), EnqueueStatus::enqueued);
   Lease l;
   ASSERT_TRUE(q().claim(l, 60000));
@@ -1611,12 +1645,12 @@ TEST_F(ModelContract, ScheduledAndDeadJobsHoldNoLane) {
     q().advance_clock(1000);
     q().tick();
   }
-  EXPECT_EQ(q().snapshot().lanes_live, 1U);
+  EXPECT_EQ(q().snapshot().lanes_live, 0U);
   // They find their lanes again when they need them.
   EXPECT_EQ(q().requeue_dead(l.id), AckStatus::ok);
   q().advance_clock(60000);
   EXPECT_EQ(q().tick(), 1U);
-  EXPECT_EQ(q().snapshot().lanes_live, 3U);
+  EXPECT_EQ(q().snapshot().lanes_live, 2U);
 }
 
 // The documented view: the ring holds lanes that can be served now

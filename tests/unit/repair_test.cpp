@@ -123,7 +123,7 @@ TEST_F(RepairTest, ManyKindsOfDamageAtOnce) {
   {
     RawSegment raw(q().name());
     for (Damage d : {Damage::unlinked, Damage::active_off, Damage::unringed, Damage::dir_removed, Damage::index_removed,
-                     Damage::husk_leaked, Damage::live_count, Damage::strays_flag})
+                     Damage::husk_leaked, Damage::strays_flag})
       for (const BrandedId& id : do_damage(raw, p, d)) lost.insert(id);
     raw.header().ring_tail.store(raw.header().ring_head.load());  // and the ring's tail hint
     raw.header().sweep.next_due.store(~0ULL);                     // and the sweep's due time

@@ -183,7 +183,6 @@ enum class Damage {
   duplicate_id,         // two slots holding one id (one of the jobs is lost)
   husk_leaked,          // an aborted slot linked nowhere, with no owner
   strays_flag,          // a lane with strays whose word says none
-  live_count,           // the header's count of live lanes off
   lease_lane,           // a lease naming a lane record that is not live
   lane_state,           // a lane word with an invalid state
   slot_record,          // a payload length past the segment's payload size
@@ -218,9 +217,8 @@ inline const std::vector<DamageKind>& damage_kinds() {
       {Damage::duplicate_id, "duplicate_id", "index-duplicate", {}},
       {Damage::husk_leaked, "husk_leaked", "slot-leaked", {}},
       {Damage::strays_flag, "strays_flag", "lane-strays-flag", {}},
-      {Damage::live_count, "live_count", "lane-live-count", {}},
       {Damage::lease_lane, "lease_lane", "lane-of-lease", {"lane-active-count"}},
-      {Damage::lane_state, "lane_state", "lane-word", {"job-unlinked", "lane-live-count"}},
+      {Damage::lane_state, "lane_state", "lane-word", {"job-unlinked"}},
       {Damage::slot_record, "slot_record", "slot-record", {}},
       {Damage::slot_holder, "slot_holder", "slot-word", {}},
       {Damage::ring_cell, "ring_cell", "ring-cell", {}},
@@ -360,9 +358,6 @@ inline std::set<BrandedId> do_damage(RawSegment& raw, const Population& p, Damag
       set_lane_word(raw, a, LaneWord::with_strays(w, false));
       return {};
     }
-    case Damage::live_count:
-      h.lanes_live.fetch_add(3);
-      return {};
     case Damage::lease_lane: {
       // b0's lease names the last lane record, which is free.
       const std::uint32_t last = h.lane_capacity - 1;
