@@ -173,24 +173,21 @@ TEST_F(WorkerRetryTest, ExponentialBackoffGrowsToItsCap) {
 }
 
 // The job's policy wins over WorkerOptions, each field on its own.
-// needs the new core: the job's retry policy stored and handed back in Lease::retry
-TEST_F(WorkerRetryTest, DISABLED_TheJobsPolicyWinsOverTheWorkers) {
+TEST_F(WorkerRetryTest, TheJobsPolicyWinsOverTheWorkers) {
   WorkerOptions o = manual();
   o.backoff = Backoff::exponential(2s, 10s);
   o.max_attempts = 5;
   run_always_failing(o, {3000, 3000}, RetryPolicy{3, Backoff::fixed(3s)});
 }
 
-// needs the new core: the job's retry policy stored and handed back in Lease::retry
-TEST_F(WorkerRetryTest, DISABLED_AJobWithOnlyMaxAttemptsKeepsTheWorkersBackoff) {
+TEST_F(WorkerRetryTest, AJobWithOnlyMaxAttemptsKeepsTheWorkersBackoff) {
   WorkerOptions o = manual();
   o.backoff = Backoff::exponential(2s, 10s);
   o.max_attempts = 5;
   run_always_failing(o, {2000}, RetryPolicy{2, std::nullopt});
 }
 
-// needs the new core: the job's retry policy stored and handed back in Lease::retry
-TEST_F(WorkerRetryTest, DISABLED_AJobWithOnlyABackoffKeepsTheWorkersMaxAttempts) {
+TEST_F(WorkerRetryTest, AJobWithOnlyABackoffKeepsTheWorkersMaxAttempts) {
   WorkerOptions o = manual();
   o.backoff = Backoff::exponential(2s, 10s);
   o.max_attempts = 3;
