@@ -174,12 +174,12 @@ Moved link_returning(Segment& s, std::uint32_t slot, bool mine, const Word128* f
   return Moved::corrupt;
 }
 
-Adopted adopt_job(Segment& s, std::uint32_t slot, Word128 from, std::uint32_t attempt) noexcept {
+Adopted adopt_job(Segment& s, std::uint32_t slot, Word128 from, std::uint32_t attempt, bool wait_on_full) noexcept {
   const Word128 mine = SlotWord::make(SlotState::returning, attempt, 0, SlotWord::ctr(from), my_holder(s));
   Word128 expect = from;
   if (!slot_cas(s, slot, expect, mine)) return Adopted::changed;
   FAIRLANE_FAILPOINT("move.claimed");
-  switch (link_returning(s, slot, true, &from)) {
+  switch (link_returning(s, slot, true, wait_on_full ? nullptr : &from)) {
     case Moved::ok: return Adopted::ok;
     case Moved::parked: return Adopted::lanes_full;
     case Moved::changed: return Adopted::changed;

@@ -107,7 +107,10 @@ void finish_linking(Segment& s, std::uint32_t lane, std::uint32_t slot) noexcept
 // keeps (requeue starts again at 0). changed: the slot word was not `from`;
 // lanes_full: no lane for its group now (the job is put back as it was).
 enum class Adopted { ok, changed, lanes_full, corrupt };
-Adopted adopt_job(Segment& s, std::uint32_t slot, Word128 from, std::uint32_t attempt) noexcept;
+// `wait_on_full`: with no lane for its group now, the job waits scheduled,
+// due now, for a sweep to link it (a requeue); without it, it stays as it
+// was (a promotion, tried again by a later sweep).
+Adopted adopt_job(Segment& s, std::uint32_t slot, Word128 from, std::uint32_t attempt, bool wait_on_full = false) noexcept;
 
 // Takes a lease out of leased by a step `op` of its lane word and applies
 // it (acks.cpp). stale: the id is a job but not leased under this token.

@@ -242,10 +242,10 @@ AckStatus Queue::requeue_dead(const BrandedId& id) noexcept {
   if (slot == kNoSlot) return AckStatus::gone;
   const Word128 w = slot_load(s, slot);
   if (SlotWord::state(w) != SlotState::dead) return AckStatus::stale;
-  switch (adopt_job(s, slot, w, 0)) {
+  switch (adopt_job(s, slot, w, 0, true)) {
     case Adopted::ok: return AckStatus::ok;
     case Adopted::changed: return AckStatus::stale;
-    case Adopted::lanes_full: return AckStatus::stale;  // still dead: no lane for its group now
+    case Adopted::lanes_full: return AckStatus::ok;  // requeued: it waits, due now, for a lane of its group
     case Adopted::corrupt: return AckStatus::corrupt;
   }
   return AckStatus::stale;
@@ -257,7 +257,9 @@ std::uint64_t Queue::requeue_all_dead() noexcept {
   std::uint64_t n = 0;
   for (std::uint32_t i = 0; i < s.jobs; ++i) {
     const Word128 w = slot_load(s, i);
-    if (SlotWord::state(w) == SlotState::dead) n += adopt_job(s, i, w, 0) == Adopted::ok;
+    if (SlotWord::state(w) != SlotState::dead) continue;
+    const Adopted a = adopt_job(s, i, w, 0, true);
+    n += a == Adopted::ok || a == Adopted::lanes_full;
   }
   return n;
 }

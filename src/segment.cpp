@@ -22,6 +22,8 @@
 #include <string>
 #include <vector>
 
+#include "fairlane/valkey.hpp"
+
 #include "atomic128.hpp"
 #include "clock.hpp"
 #include "hash.hpp"
@@ -504,11 +506,20 @@ Result<std::unique_ptr<Segment>> create_segment(std::string_view name, const Que
     return make_error(Errc::invalid_argument, "the default retry policy is out of range (max attempts 1..65535, "
                                               "backoff base and cap up to 2^32-1 ms, factor 1..1000, jitter 0..1)");
   std::uint32_t log_cells = 0;
+  std::string mirror_url;
   if (!o.mirror.empty()) {
     if (o.mirror.size() >= kMirrorUrlBytes)
       return make_error(Errc::invalid_argument, "mirror URL is longer than " + std::to_string(kMirrorUrlBytes - 1) + " bytes");
     if (o.mirror.rfind("valkey://", 0) != 0 && o.mirror.rfind("redis://", 0) != 0)
-      return make_error(Errc::invalid_argument, "mirror must be a valkey://HOST:PORT/QUEUE URL, got '" + o.mirror + "'");
+      return make_error(Errc::invalid_argument, "mirror must be a valkey://HOST:PORT/QUEUE URL, got '" + redact_url(o.mirror) + "'");
+    auto parsed = ValkeyUrl::parse(o.mirror);
+    if (!parsed) return make_error(Errc::invalid_argument, "mirror URL: " + parsed.error().message);
+    // A password is a secret and every attached process can read the
+    // header: the segment keeps the URL without it (the mirror takes it
+    // from FAIRLANE_VALKEY_PASSWORD, or from the URL it is started with).
+    mirror_url = parsed->str();
+    if (mirror_url.size() >= kMirrorUrlBytes)
+      return make_error(Errc::invalid_argument, "mirror URL is longer than " + std::to_string(kMirrorUrlBytes - 1) + " bytes");
     if (o.mirror_log < 64 || o.mirror_log > (1U << 26) || (o.mirror_log & (o.mirror_log - 1)))
       return make_error(Errc::invalid_argument, "mirror log must be a power of two from 64 to 2^26 records, got " +
                                                     std::to_string(o.mirror_log));
@@ -566,7 +577,7 @@ Result<std::unique_ptr<Segment>> create_segment(std::string_view name, const Que
   h->recovery_ms = o.recovery_ms;
   retry_encode(o.default_retry, h->default_retry_a, h->default_retry_b);
   if (log_cells) {
-    std::memcpy(h->mirror_url, o.mirror.data(), o.mirror.size());
+    std::memcpy(h->mirror_url, mirror_url.data(), mirror_url.size());
     h->durability = o.durability == Durability::sync ? 2 : 1;
     h->on_full = o.on_full == MirrorFull::drop ? 1 : 0;
     h->sync_timeout_ms = o.sync_timeout_ms;

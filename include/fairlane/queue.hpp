@@ -58,10 +58,13 @@ std::string_view to_string(MirrorFull f) noexcept;
 // Fixed at creation; a segment cannot be resized.
 struct QueueOptions {
   std::uint32_t jobs = 65536;          // job slots: pending + leased + scheduled + dead
-  // Groups live at once: a group holds a lane while it has a job (pending,
-  // leased, scheduled or dead) or a setting (a limit, a weight other than 1,
-  // a pause); an idle group gives its lane back by itself, so any number of
-  // groups pass through a segment over its life.
+  // Groups live at once: a group holds a lane while it has a job pending or
+  // leased (or coming back to it) or a setting (a limit, a weight other
+  // than 1, a pause); an idle group gives its lane back by itself, so any
+  // number of groups pass through a segment over its life. Scheduled and
+  // dead jobs hold no lane: a job that falls due (or is requeued) while
+  // every lane is live with other groups waits, due now, and the sweeps try
+  // again every recovery_ms / 2.
   std::uint32_t lanes = 4096;
   std::uint32_t payload_bytes = 256;   // largest payload of one job
   std::uint32_t processes = 256;       // Queue handles attached at once (1..kMaxProcesses)
@@ -491,7 +494,9 @@ class Queue {
   std::vector<JobInfo> jobs(const JobFilter& filter = {}) const;
 
   // Dead letters. requeue_dead puts a dead job back in its lane at its mint
-  // position, starting again at attempt 1 with a fresh token; purge_dead
+  // position, starting again at attempt 1 with a fresh token (a dead job
+  // holds no lane: if every lane is live with other groups, it waits as a
+  // job due now and enters its lane when a sweep finds one free); purge_dead
   // removes every dead job. Return how many jobs they moved.
   AckStatus requeue_dead(const BrandedId& id) noexcept;
   std::uint64_t requeue_all_dead() noexcept;

@@ -527,6 +527,30 @@ TEST_F(MirrorTest, APasswordNeverLandsInTheSegmentThroughRestore) {
   EXPECT_EQ(q->config().mirror, "valkey://someone@127.0.0.1:" + std::to_string(server_->port()) + "/" + name_);
 }
 
+TEST_F(MirrorTest, APasswordNeverLandsInTheSegmentThroughCreate) {
+  // Every attached process reads the header: create keeps the mirror URL
+  // without its password, as restore does.
+  QueueOptions o;
+  o.jobs = 64;
+  o.lanes = 8;
+  o.mirror = "valkey://someone:s3cr3t@127.0.0.1:" + std::to_string(server_->port()) + "/" + name_;
+  auto q = Queue::create(name_, o);
+  ASSERT_TRUE(q) << q.error().message;
+  EXPECT_EQ(q->config().mirror, "valkey://someone@127.0.0.1:" + std::to_string(server_->port()) + "/" + name_);
+  // Nor anywhere else in the segment's bytes.
+  std::ifstream f("/dev/shm/" + name_, std::ios::binary);
+  const std::string bytes((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
+  EXPECT_EQ(bytes.find("s3cr3t"), std::string::npos);
+  // A URL that does not parse is refused, and says why without the secret.
+  ASSERT_TRUE(Queue::remove(name_));
+  o.mirror = "valkey://someone:s3cr3t@/q";
+  auto bad = Queue::create(name_, o);
+  ASSERT_FALSE(bad);
+  EXPECT_EQ(bad.error().code, Errc::invalid_argument);
+  EXPECT_EQ(bad.error().message.find("s3cr3t"), std::string::npos) << bad.error().message;
+  EXPECT_FALSE(Queue::open(name_));
+}
+
 // ---- the tool ---------------------------------------------------------------------
 
 TEST_F(MirrorTest, ToolRefusesBadMirrorSettingsAndWritesNothing) {

@@ -444,7 +444,7 @@ TEST_F(MultiProc, StalledClaimerDoesNotStarveItsLane) {
       if (got + kSlack < share || got > share + kSlack + 1) {
         violation = "with consumer " + std::to_string(attempt % 2) + " stopped, lane " + g.string() + " got " +
                     std::to_string(got) + " of " + std::to_string(served_total) + " claims:";
-        for (auto& [h, m] : after) violation += " " + h.string() + "=" + std::to_string(before.at(h) - m);
+        for (auto& [h, m] : after) violation.append(" ").append(h.string()).append("=").append(std::to_string(before.at(h) - m));
       }
     }
     ++windows;

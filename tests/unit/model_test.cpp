@@ -114,7 +114,7 @@ constexpr std::uint64_t kIdBase = snowflake_of(100'000'000ULL, 0, 0);
 const BrandedId kDefaultLaneGroup = *BrandedId::parse(kDefaultGroup);
 
 BrandedId job_id(std::uint64_t sf) { return BrandedId::make("JOB", sf); }
-std::string id_name(std::uint64_t sf) { return "#" + std::to_string(sf - kIdBase); }
+std::string id_name(std::uint64_t sf) { return std::string("#").append(std::to_string(sf - kIdBase)); }
 std::string gname(const BrandedId& g) { return g.valid() ? std::string(g.kind()) : std::string("<default>"); }
 BrandedId norm(const BrandedId& g) { return g.valid() ? g : kDefaultLaneGroup; }
 

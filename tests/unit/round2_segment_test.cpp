@@ -508,6 +508,40 @@ TEST_F(Round2Segment, RequeueDeadStartsAgainAtItsMintPosition) {
   EXPECT_EQ(claim_one().attempt, 2U);
 }
 
+TEST_F(Round2Segment, RequeueDeadWithEveryLaneTakenWaitsForALane) {
+  // A dead job holds no lane. Requeued while every lane is live with other
+  // groups, it is requeued all the same (ok means it will be delivered): it
+  // waits, due now, and enters its lane once one comes free.
+  QueueOptions o = small_options();
+  o.lanes = 2;
+  make_queue(o);
+  auto a = fill(A, 1);
+  Lease l = claim_one();
+  ASSERT_EQ(q().fail(a[0], l.token, FailOptions{0, 1, "x"}), FailStatus::dead);
+  // A's lane is idle now: C's enqueue reclaims it.
+  fill(B, 1);
+  fill(C, 1);
+  EXPECT_FALSE(lane(A).has_value()) << "a group with only a dead job keeps no lane";
+  EXPECT_EQ(q().enqueue(D, q().mint(), "x"), EnqueueStatus::lanes_full);
+  ASSERT_EQ(q().requeue_dead(a[0]), AckStatus::ok);
+  EXPECT_EQ(q().requeue_dead(a[0]), AckStatus::stale);  // no longer dead
+  EXPECT_EQ(q().snapshot().dead, 0U);
+  EXPECT_EQ(q().job(a[0])->state, JobState::scheduled);
+  // B and C are served and leave; the next sweep links A's job.
+  for (int i = 0; i < 2; ++i) {
+    Lease x = claim_one();
+    EXPECT_NE(x.group, A);
+    ASSERT_EQ(q().complete(x.id, x.token), AckStatus::ok);
+  }
+  q().advance_clock(o.recovery_ms);
+  q().tick();
+  l = claim_one();
+  EXPECT_EQ(l.id, a[0]);
+  EXPECT_EQ(l.group, A);
+  EXPECT_EQ(l.attempt, 1U);
+  EXPECT_EQ(q().requeue_all_dead(), 0U);
+}
+
 TEST_F(Round2Segment, PurgeDeadRemovesOnlyTheDeadAndFreesTheirSlots) {
   QueueOptions o = small_options();
   o.jobs = 8;
