@@ -148,10 +148,11 @@ Moved link_returning(Segment& s, std::uint32_t slot, bool mine, const Word128* f
         // so the next try is a sweep's interval away (a full table must not
         // turn every claim into a pass over the slots).
         Word128 cur = w;
+        const std::uint64_t now = segment_now_ms(s);
         const Word128 wait =
-            fallback ? *fallback : SlotWord::make(SlotState::scheduled, SlotWord::attempt(w), 0, SlotWord::ctr(w), 0);
+            fallback ? *fallback : SlotWord::make(SlotState::scheduled, SlotWord::attempt(w), now, SlotWord::ctr(w), 0);
         slot_cas(s, slot, cur, wait);
-        lower_next_due(s, segment_now_ms(s) + s.recovery_ms / 2);
+        lower_next_due(s, now + s.recovery_ms / 2);
         return Moved::parked;
       }
     }
@@ -188,13 +189,16 @@ Adopted adopt_job(Segment& s, std::uint32_t slot, Word128 from, std::uint32_t at
   return Adopted::corrupt;
 }
 
-void free_aborted(Segment& s, std::uint32_t slot) noexcept {
+void free_aborted(Segment& s, std::uint32_t slot, std::uint64_t ctr) noexcept {
   Word128 w = slot_load(s, slot);
-  while (SlotWord::state(w) == SlotState::aborted) {
+  while (SlotWord::state(w) == SlotState::aborted && (ctr == kAnyCtr || SlotWord::ctr(w) == ctr)) {
     // A reassign's origin: the move is decided before the origin can be
     // reused (index_resolve of the target commits it: the origin names it).
     const std::uint32_t to1 = Successor::slot1(SlotWord::when(w));
-    if (to1 != 0 && to1 <= s.jobs) index_resolve(s, to1 - 1);
+    if (to1 != 0 && to1 <= s.jobs) {
+      const Word128 tw = slot_load(s, to1 - 1);
+      if ((SlotWord::ctr(tw) & 0x3FFFF) == Successor::ctr18(SlotWord::when(w))) index_resolve(s, to1 - 1, tw);
+    }
     // [R3] release: the next owner of the slot sees it done with.
     if (slot_cas(s, slot, w, SlotWord::make(SlotState::free, 0, 0, SlotWord::ctr(w), 0))) {
       FAIRLANE_FAILPOINT("slot.freed");

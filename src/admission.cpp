@@ -167,6 +167,8 @@ void write_job(Segment& s, std::uint32_t slot, std::uint64_t sf, const BrandedId
   // The admission tag moves on: index entries of earlier admissions of this
   // slot are stale from here ([R9] release: before any entry with the new tag).
   s.tags[slot].store(std::uint8_t(s.tags[slot].load(std::memory_order_relaxed) + 1), std::memory_order_release);
+  // [R13] release: helpers may decide this admission from here.
+  r.pub.store(ctr, std::memory_order_release);
 }
 
 // Appends the admitting slot to its group's lane. linked: it is in the run;
@@ -237,11 +239,12 @@ EnqueueStatus admit(Segment& s, const BrandedId& group, const BrandedId& job, st
     // A live duplicate costs nothing. An admitting rival is decided first,
     // so that a duplicate is found here rather than after our own link.
     std::uint32_t admitting = kNoSlot;
-    if (index_find(s, sf, &admitting) != kNoSlot) {
+    Word128 admitting_word;
+    if (index_find(s, sf, &admitting, &admitting_word) != kNoSlot) {
       count(s, &CounterBlock::duplicates);
       return EnqueueStatus::duplicate;
     }
-    if (admitting != kNoSlot && index_resolve(s, admitting)) {
+    if (admitting != kNoSlot && index_resolve(s, admitting, admitting_word, false, sf)) {
       count(s, &CounterBlock::duplicates);
       return EnqueueStatus::duplicate;
     }
@@ -280,7 +283,7 @@ EnqueueStatus admit(Segment& s, const BrandedId& group, const BrandedId& job, st
     if (ad != Admit::won) {
       if (ad == Admit::full || ad == Admit::corrupt) {
         if (linked) {
-          index_kill(s, slot);
+          index_kill(s, slot, ctr);
           drop_lost(s, slot, true);
         } else {
           give_back(s, slot, ctr);

@@ -187,14 +187,15 @@ Front read_front(Segment& s, std::uint32_t lane, const Word128& w, const Word128
   from_run = h1 && (!f1 || key1(s, h1) <= key1(s, f1));
   x1 = from_run ? h1 : f1;
   const std::uint32_t x = x1 - 1;
-  switch (SlotWord::state(slot_load(s, x))) {
+  const Word128 xw = slot_load(s, x);
+  switch (SlotWord::state(xw)) {
     case SlotState::pending:
       return Front::job;
     case SlotState::aborted:
       return Front::husk;
     case SlotState::admitting:
-      if (!from_run) break;  // admissions link only into runs
-      index_resolve(s, x);   // committed or aborted after this
+      if (!from_run) break;       // admissions link only into runs
+      index_resolve(s, x, xw);    // committed or aborted after this (unless it moved on: read again)
       return Front::settle;
     case SlotState::returning:
       if (from_run) break;  // returning jobs link only into strays

@@ -126,7 +126,10 @@ inline std::uint64_t target_lo(SlotState st, std::uint32_t attempt, std::uint64_
 // Frees an aborted slot that is no longer linked anywhere; a reassign's
 // origin (its word names the slot the job moved to) has that move decided
 // first.
-void free_aborted(Segment& s, std::uint32_t slot) noexcept;
+// With `ctr`, only that incarnation of the slot (a caller that read it
+// earlier leaves a later one alone).
+inline constexpr std::uint64_t kAnyCtr = ~0ULL;
+void free_aborted(Segment& s, std::uint32_t slot, std::uint64_t ctr = kAnyCtr) noexcept;
 
 // ---- the mirror's side of admissions (queue.cpp) ------------------------------------------
 

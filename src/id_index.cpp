@@ -60,21 +60,28 @@ Word128 commit_word(const Segment& s, std::uint32_t slot, const Word128& admitti
   return SlotWord::make(st, SlotWord::attempt(t), when, SlotWord::ctr(admitting), 0);
 }
 
-// Commits an admitting slot (to its target). True if it is committed after.
-bool commit(Segment& s, std::uint32_t slot) noexcept {
+// Commits admission `ctr` of a slot (to its target). True if it is
+// committed after; false if it was aborted, or the slot has moved on to
+// another admission (whose fate is not ours to decide: a caller that read
+// the slot long ago looks again), or that admission is not yet published.
+// Only the admission read is ever decided: every CAS expects its ctr.
+bool commit(Segment& s, std::uint32_t slot, std::uint64_t ctr) noexcept {
   Word128 w = slot_load(s, slot);
-  while (SlotWord::state(w) == SlotState::admitting) {
+  while (SlotWord::state(w) == SlotState::admitting && SlotWord::ctr(w) == ctr) {
+    if (!admission_published(s, slot, w)) return false;
     // [R5] release (cas128): the job's fields are visible to whoever sees it committed.
     if (slot_cas(s, slot, w, commit_word(s, slot, w))) return true;
   }
-  return committed_state(SlotWord::state(w));
+  return SlotWord::ctr(w) == ctr && committed_state(SlotWord::state(w));
 }
 
-// Aborts an admitting slot. True if it is aborted (or was) after; false if
-// it got committed first.
-bool kill(Segment& s, std::uint32_t slot) noexcept {
+// Aborts admission `ctr` of a slot. True if it is aborted (or was) after;
+// false if it got committed first, or the slot has moved on to another
+// admission, or that admission is not yet published (as commit).
+bool kill(Segment& s, std::uint32_t slot, std::uint64_t ctr) noexcept {
   Word128 w = slot_load(s, slot);
-  while (SlotWord::state(w) == SlotState::admitting) {
+  while (SlotWord::state(w) == SlotState::admitting && SlotWord::ctr(w) == ctr) {
+    if (!admission_published(s, slot, w)) return false;
     const Word128 aborted = SlotWord::make(SlotState::aborted, 0, 0, SlotWord::ctr(w), SlotWord::holder(w));
     if (slot_cas(s, slot, w, aborted)) {
       // A pending admission is linked in its run before anyone can kill it
@@ -87,7 +94,29 @@ bool kill(Segment& s, std::uint32_t slot) noexcept {
       return true;
     }
   }
-  return !committed_state(SlotWord::state(w));
+  return SlotWord::ctr(w) == ctr && !committed_state(SlotWord::state(w));
+}
+
+// The word of rival `r` if it is an admission (published) or a job of id
+// `sf`: the id read between two loads of the word that agree, so that it
+// is that incarnation's (the ctr moves at every admission).
+// An admission not yet published has not written its entry either, so it
+// is no rival yet: the rule "the later entry sees the earlier" holds
+// without it. A word that moves under the two loads (a lease, a release)
+// is read again, a few times.
+bool rival_word(const Segment& s, std::uint32_t r, std::uint64_t sf, Word128& rw) noexcept {
+  for (int tries = 0; tries < 8; ++tries) {
+    rw = slot_load(s, r);
+    const SlotState st = SlotWord::state(rw);
+    if (st == SlotState::admitting) {
+      if (!admission_published(s, r, rw)) return false;
+    } else if (!committed_state(st) && st != SlotState::aborted) {
+      return false;
+    }
+    if (s.slot(r).sf.load(std::memory_order_acquire) != sf) return false;
+    if (slot_load(s, r) == rw) return true;
+  }
+  return false;
 }
 
 bool has_entry(const Segment& s, const IndexProbe& p, std::uint32_t slot) noexcept {
@@ -163,7 +192,7 @@ Admit decide_moved(Segment& s, std::uint32_t slot, std::uint64_t ctr, bool cance
   std::uint64_t c18 = 0;
   if (!moved_origin(s, slot, origin, c18)) {
     report_corrupt(s, CorruptWhat::slot_record);
-    kill(s, slot);
+    kill(s, slot, ctr);
     return Admit::duplicate;
   }
   const Word128 w = slot_load(s, slot);
@@ -174,13 +203,13 @@ Admit decide_moved(Segment& s, std::uint32_t slot, std::uint64_t ctr, bool cance
     if (lane < s.lane_count) lane_update(s, lane, [](Word128 b) -> std::optional<Word128> { return b; });
   }
   if (origin_names(s, origin, slot, SlotWord::ctr(w))) {
-    if (!commit(s, slot) && !admission_committed(s, slot, ctr)) return Admit::duplicate;
+    if (!commit(s, slot, ctr) && !admission_committed(s, slot, ctr)) return Admit::duplicate;
     // Committed scheduled and due: the next claim's sweep adopts it into its
     // lane if its mover does not get there first.
     s.h->sweep.next_due.store(0, std::memory_order_release);
     return Admit::won;
   }
-  if (cancel && kill(s, slot) && !admission_committed(s, slot, ctr)) return Admit::duplicate;
+  if (cancel && kill(s, slot, ctr) && !admission_committed(s, slot, ctr)) return Admit::duplicate;
   const Word128 now = slot_load(s, slot);
   if (SlotWord::state(now) == SlotState::admitting && SlotWord::ctr(now) == ctr) return Admit::undecided;
   return admission_committed(s, slot, ctr) ? Admit::won : Admit::duplicate;
@@ -204,7 +233,13 @@ Admit decide(Segment& s, const IndexProbe& p, std::uint32_t slot, std::uint64_t 
     });
     for (unsigned k = 0; k < n && !restart; ++k) {
       const std::uint32_t rival = rivals[k];
-      const Word128 rw = slot_load(s, rival);
+      Word128 rw;
+      if (!rival_word(s, rival, sf, rw)) {
+        // Moved on since the scan (free, another id, or an admission not
+        // yet published): not a rival. Still a job and still moving: look again.
+        if (committed_state(SlotWord::state(slot_load(s, rival)))) restart = true;
+        continue;
+      }
       const SlotState st = SlotWord::state(rw);
       // A move in progress: its origin, or its target, outranks everyone.
       std::uint32_t origin = 0;
@@ -231,7 +266,7 @@ Admit decide(Segment& s, const IndexProbe& p, std::uint32_t slot, std::uint64_t 
       if (committed_state(st)) {
         // A live job with this id: we lose (unless we are committed already,
         // by a helper: then this is a stale reading of a rival that lost).
-        if (!kill(s, slot) || admission_committed(s, slot, ctr)) return Admit::won;
+        if (!kill(s, slot, ctr) || admission_committed(s, slot, ctr)) return Admit::won;
         winner = rival;
         return Admit::duplicate;
       }
@@ -239,18 +274,18 @@ Admit decide(Segment& s, const IndexProbe& p, std::uint32_t slot, std::uint64_t 
       if (rival < slot) {
         // It outranks us: it must be committed before we may say duplicate
         // (its admitter may be stopped).
-        if (!kill(s, slot) || admission_committed(s, slot, ctr)) return Admit::won;  // committed first after all
-        if (commit(s, rival)) {
+        if (!kill(s, slot, ctr) || admission_committed(s, slot, ctr)) return Admit::won;  // committed first after all
+        if (commit(s, rival, SlotWord::ctr(rw))) {
           winner = rival;
           return Admit::duplicate;
         }
         restart = true;  // it was aborted meanwhile: look again
         continue;
       }
-      if (!kill(s, rival)) restart = true;  // it was committed first: look again (it wins)
+      if (!kill(s, rival, SlotWord::ctr(rw))) restart = true;  // it was committed first (or moved on): look again
     }
     if (restart) continue;
-    if (commit(s, slot) || admission_committed(s, slot, ctr)) return Admit::won;
+    if (commit(s, slot, ctr) || admission_committed(s, slot, ctr)) return Admit::won;
     // Killed by a rival that outranks us: make sure it (or whoever wins) is
     // committed, then it is a duplicate.
     const std::uint32_t w = index_find(s, sf);
@@ -260,17 +295,20 @@ Admit decide(Segment& s, const IndexProbe& p, std::uint32_t slot, std::uint64_t 
     }
     // Nobody committed yet: help the lowest admitting rival.
     std::uint32_t low = kNoSlot;
+    std::uint64_t low_ctr = 0;
     index_scan(s, p, [&](std::atomic<std::uint64_t>&, std::uint64_t e) {
       std::uint32_t rival = 0;
       std::uint32_t o = 0;
       std::uint64_t c = 0;
-      if (IndexEntry::fp(e) == (p.fp & 0x3FFFFFFF) && entry_current(s, e, rival) && rival != slot &&
-          s.slot(rival).sf.load(std::memory_order_acquire) == sf &&
-          SlotWord::state(slot_load(s, rival)) == SlotState::admitting && !moved_origin(s, rival, o, c) && rival < low)
+      Word128 rw;
+      if (IndexEntry::fp(e) == (p.fp & 0x3FFFFFFF) && entry_current(s, e, rival) && rival != slot && rival < low &&
+          rival_word(s, rival, sf, rw) && SlotWord::state(rw) == SlotState::admitting && !moved_origin(s, rival, o, c)) {
         low = rival;
+        low_ctr = SlotWord::ctr(rw);
+      }
       return true;
     });
-    if (low != kNoSlot && commit(s, low)) {
+    if (low != kNoSlot && commit(s, low, low_ctr)) {
       winner = low;
       return Admit::duplicate;
     }
@@ -282,19 +320,23 @@ Admit decide(Segment& s, const IndexProbe& p, std::uint32_t slot, std::uint64_t 
 
 }  // namespace
 
-std::uint32_t index_find(const Segment& s, std::uint64_t sf, std::uint32_t* admitting) noexcept {
+std::uint32_t index_find(const Segment& s, std::uint64_t sf, std::uint32_t* admitting, Word128* admitting_word) noexcept {
   const IndexProbe p = index_probe(s, sf);
   std::uint32_t found = kNoSlot;
   index_scan(s, p, [&](std::atomic<std::uint64_t>&, std::uint64_t e) {
     std::uint32_t slot = 0;
     if (IndexEntry::fp(e) != (p.fp & 0x3FFFFFFF) || !entry_current(s, e, slot)) return true;
-    if (s.slot(slot).sf.load(std::memory_order_acquire) != sf) return true;
-    const SlotState st = SlotWord::state(slot_load(s, slot));
+    Word128 w;
+    if (!rival_word(s, slot, sf, w)) return true;
+    const SlotState st = SlotWord::state(w);
     if (committed_state(st)) {
       found = slot;
       return false;
     }
-    if (st == SlotState::admitting && admitting) *admitting = slot;
+    if (st == SlotState::admitting && admitting) {
+      *admitting = slot;
+      if (admitting_word) *admitting_word = w;
+    }
     return true;
   });
   return found;
@@ -310,16 +352,19 @@ Admit index_admit(Segment& s, std::uint32_t slot, std::uint64_t sf, std::uint64_
   return decide(s, p, slot, sf, ctr, winner);
 }
 
-bool index_kill(Segment& s, std::uint32_t slot) noexcept { return kill(s, slot); }
+bool index_kill(Segment& s, std::uint32_t slot, std::uint64_t ctr) noexcept { return kill(s, slot, ctr); }
 
 void index_forget(Segment& s, std::uint32_t slot, std::uint64_t old_sf) noexcept {
   const IndexProbe p = index_probe(s, old_sf);
   const std::uint64_t old = IndexEntry::make(p.fp, slot + 1, admit_tag(s, slot));
   index_scan(s, p, [&](std::atomic<std::uint64_t>& way, std::uint64_t e) {
-    // Current (its slot's tag has not moved) and the slot is ours (admitting,
-    // not free): nobody else writes this way while it holds it, so a plain
-    // store takes it out.
-    if (e == old) way.store(0, std::memory_order_relaxed);
+    // Current (its slot's tag has not moved) and the slot is ours: a writer
+    // that took the slot's free state for staleness may be replacing the
+    // entry right now, so it goes by CAS (never a plain store over theirs).
+    if (e == old) {
+      std::uint64_t expect = e;
+      way.compare_exchange_strong(expect, 0, std::memory_order_relaxed);
+    }
     return true;
   });
 }
@@ -328,22 +373,26 @@ bool move_decided(Segment& s, std::uint32_t slot, std::uint64_t ctr) noexcept {
   return decide_moved(s, slot, ctr, false) == Admit::won;
 }
 
-bool index_resolve(Segment& s, std::uint32_t slot, bool cancel_move) noexcept {
+bool index_resolve(Segment& s, std::uint32_t slot, const Word128& seen, bool cancel_move, std::uint64_t expect_sf) noexcept {
+  const std::uint64_t ctr = SlotWord::ctr(seen);
   const Word128 w = slot_load(s, slot);
+  if (SlotWord::ctr(w) != ctr) return false;  // moved on: not the admission the caller read
   if (SlotWord::state(w) != SlotState::admitting) return committed_state(SlotWord::state(w));
+  if (!admission_published(s, slot, w)) return false;
+  const std::uint64_t sf = s.slot(slot).sf.load(std::memory_order_acquire);
+  if (expect_sf && sf != expect_sf) return false;
   std::uint32_t origin = 0;
   std::uint64_t c18 = 0;
-  if (moved_origin(s, slot, origin, c18)) return decide_moved(s, slot, SlotWord::ctr(w), cancel_move) == Admit::won;
-  const std::uint64_t sf = s.slot(slot).sf.load(std::memory_order_acquire);
+  if (moved_origin(s, slot, origin, c18)) return decide_moved(s, slot, ctr, cancel_move) == Admit::won;
   const IndexProbe p = index_probe(s, sf);
   // Its admitter may not have written its entry yet: write one for it (a
   // second entry for the same slot is harmless: both go stale together).
   if (!has_entry(s, p, slot) && !put_entry(s, p, slot)) {
-    kill(s, slot);  // no room to admit it: it was never admitted (its admitter sees full)
-    return committed_state(SlotWord::state(slot_load(s, slot)));
+    kill(s, slot, ctr);  // no room to admit it: it was never admitted (its admitter sees full)
+    return admission_committed(s, slot, ctr) && SlotWord::ctr(slot_load(s, slot)) == ctr;
   }
   std::uint32_t winner = 0;
-  return decide(s, p, slot, sf, SlotWord::ctr(w), winner) == Admit::won;
+  return decide(s, p, slot, sf, ctr, winner) == Admit::won;
 }
 
 }  // namespace fairlane::detail

@@ -79,9 +79,11 @@ inline bool committed_state(SlotState st) noexcept {
          st == SlotState::returning;
 }
 
-// The slot of the committed job with this id, or kNoSlot. `rival` (if
-// given) is set to an admitting slot of this id when one is seen.
-std::uint32_t index_find(const Segment& s, std::uint64_t sf, std::uint32_t* admitting = nullptr) noexcept;
+// The slot of the committed job with this id, or kNoSlot. `admitting` (if
+// given) is set to an admitting slot of this id when one is seen, and
+// `admitting_word` to the word it was seen with.
+std::uint32_t index_find(const Segment& s, std::uint64_t sf, std::uint32_t* admitting = nullptr,
+                         Word128* admitting_word = nullptr) noexcept;
 
 enum class Admit {
   won,        // this slot is the job now (committed)
@@ -105,7 +107,11 @@ Admit index_admit(Segment& s, std::uint32_t slot, std::uint64_t sf, std::uint64_
 // lives elsewhere or its admitter gave up). A reassign's target is decided
 // by its move alone; with cancel_move (recovery for its dead author) an
 // undone move is cancelled, else it is left undecided (false).
-bool index_resolve(Segment& s, std::uint32_t slot, bool cancel_move = false) noexcept;
+// Only the admission the caller read (`seen`, its ctr) is decided: a slot
+// that has moved on since answers false and is left alone. With expect_sf,
+// only an admission of that id.
+bool index_resolve(Segment& s, std::uint32_t slot, const Word128& seen, bool cancel_move = false,
+                   std::uint64_t expect_sf = 0) noexcept;
 
 // The decision of a reassign's copy `slot` (admission ctr `ctr`), for its
 // mover: true when it is the job (committed, by anyone).
@@ -116,8 +122,9 @@ bool move_decided(Segment& s, std::uint32_t slot, std::uint64_t ctr) noexcept;
 // that the index holds the live jobs and not every job ever.
 void index_forget(Segment& s, std::uint32_t slot, std::uint64_t old_sf) noexcept;
 
-// Kills an admitting slot (CAS to aborted, holder kept). True if it is
-// aborted (or was) after; false if it got committed first.
-bool index_kill(Segment& s, std::uint32_t slot) noexcept;
+// Kills admission `ctr` of a slot (CAS to aborted, holder kept). True if
+// it is aborted (or was) after; false if it got committed first (or the
+// slot has moved on to another admission).
+bool index_kill(Segment& s, std::uint32_t slot, std::uint64_t ctr) noexcept;
 
 }  // namespace fairlane::detail

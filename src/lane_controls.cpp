@@ -270,6 +270,7 @@ MoveStatus Queue::reassign(const BrandedId& job, const BrandedId& group) noexcep
   nr.fail_to.store(target_lo(SlotState::scheduled, SlotWord::attempt(xw), Successor::make(x, SlotWord::ctr(xw))),
                    std::memory_order_relaxed);
   s.tags[n].store(std::uint8_t(s.tags[n].load(std::memory_order_relaxed) + 1), std::memory_order_release);
+  nr.pub.store(nctr, std::memory_order_release);  // [R13]
   std::uint32_t winner = 0;
   const Admit first = index_admit(s, n, sf, nctr, winner);  // undecided: the origin is still pending
   if (first == Admit::full || first == Admit::corrupt) {
@@ -282,7 +283,7 @@ MoveStatus Queue::reassign(const BrandedId& job, const BrandedId& group) noexcep
   // Decided by the rule now: the origin names the copy, or it does not.
   if (!move_decided(s, n, nctr)) {
     // The origin was taken first (a claim has it), or moved by another call.
-    if (index_kill(s, n)) free_aborted(s, n);
+    if (index_kill(s, n, nctr)) free_aborted(s, n);
     return MoveStatus::not_pending;
   }
   FAIRLANE_FAILPOINT("reassign.committed");

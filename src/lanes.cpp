@@ -171,9 +171,13 @@ Word128 lane_base(Segment& s, std::uint32_t lane, const Word128& w) noexcept {
           }
           to = SlotWord::make(ts, a, when, ctr, 0);
         } else {
-          // Returning, for anyone to link (holder 0).
+          // Returning, for anyone to link (holder 0). `back` moves the ctr
+          // on: recovery decides a dead claimer's take by the word it read
+          // (return_taken), and a second settler of the same dead intent,
+          // slower than the first, must find the job moved on once it has
+          // been put back and relinked, not the same word again.
           const std::uint32_t keep = op == RelOp::release && a ? a - 1 : a;
-          to = SlotWord::make(SlotState::returning, keep, 0, ctr, 0);
+          to = SlotWord::make(SlotState::returning, keep, 0, op == RelOp::back ? ctr + 1 : ctr, 0);
         }
         break;
       }

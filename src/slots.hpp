@@ -114,6 +114,13 @@ inline std::uint8_t admit_tag(const Segment& s, std::uint32_t slot) noexcept {
   return s.tags[slot].load(std::memory_order_acquire);
 }
 
+// Is `w` (admitting) an admission whose fields are written ([R13] acquire:
+// pairs with its admitter's release store of `pub`; the fields read after
+// this are that admission's)?
+inline bool admission_published(const Segment& s, std::uint32_t slot, const Word128& w) noexcept {
+  return s.slot(slot).pub.load(std::memory_order_acquire) == SlotWord::ctr(w);
+}
+
 // ---- allocation ---------------------------------------------------------------------
 
 // Takes a free slot for the calling handle: CAS free -> admitting(holder),

@@ -176,7 +176,7 @@ bool settle_intent(Segment& s, std::atomic<std::uint64_t>& intent, std::atomic<s
       const bool linked = appended(s, lane, slot, pred);
       if (st == SlotState::admitting) {
         if (linked) {
-          index_resolve(s, slot);  // committed (it will be delivered) or a husk
+          index_resolve(s, slot, w);  // committed (it will be delivered) or a husk
           Word128 cur = slot_load(s, slot);
           if (SlotWord::state(cur) == SlotState::aborted && SlotWord::holder(cur) != 0)
             slot_cas(s, slot, cur, SlotWord::make(SlotState::aborted, 0, 0, SlotWord::ctr(cur), 0));
@@ -258,16 +258,19 @@ bool settle_orphan(Segment& s, std::uint32_t slot, const Word128& w, std::uint64
   // No intent: it was never linked (an append's intent comes before it).
   Word128 cur = w;
   if (SlotWord::state(w) == SlotState::admitting) {
-    const std::uint16_t flags = s.slot(slot).flags.load(std::memory_order_relaxed);
-    const SlotState target = SlotWord::state(Word128{s.slot(slot).fail_to.load(std::memory_order_acquire), 0});
+    // Not published: its admitter died writing it, before any entry or link.
+    const bool published = admission_published(s, slot, w);
+    const std::uint16_t flags = published ? s.slot(slot).flags.load(std::memory_order_relaxed) : 0;
+    const SlotState target =
+        published ? SlotWord::state(Word128{s.slot(slot).fail_to.load(std::memory_order_acquire), 0}) : SlotState::free;
     if ((flags & kSlotMoved) || target == SlotState::scheduled || target == SlotState::dead) {
       // Decided without a link: a rival may know it from its index entry.
-      if (index_resolve(s, slot, true)) return true;
+      if (index_resolve(s, slot, w, true)) return true;
     } else if (!slot_cas(s, slot, cur, SlotWord::make(SlotState::aborted, 0, 0, SlotWord::ctr(w), SlotWord::holder(w)))) {
       return false;
     }
   }
-  free_aborted(s, slot);
+  free_aborted(s, slot, SlotWord::ctr(w));
   return true;
 }
 

@@ -104,7 +104,7 @@ class Parser {
     s->add_option("--jobs", create_.jobs, "job slots (pending+leased+scheduled+dead)")->capture_default_str()->type_name("N");
     s->add_option("--lanes", create_.lanes, "groups live at once (with a job or a setting)")->capture_default_str()->type_name("N");
     s->add_option("--payload-bytes", create_.payload_bytes, "largest payload of one job")->capture_default_str()->type_name("N");
-    s->add_option("--processes", create_.processes, "processes attached at once (Queue handles; 1..4096)")
+    s->add_option("--processes", create_.processes, "processes attached at once (Queue handles; 1..4095)")
         ->capture_default_str()->type_name("N");
     s->add_option("--job-kind", create_.job_kind, "namespace of every job id")->capture_default_str()->type_name("KIND");
     s->add_option("--mode", create_.mode, "file mode, octal")->capture_default_str()->type_name("MODE");

@@ -90,7 +90,7 @@ struct QueueOptions {
 
 inline constexpr std::uint32_t kMinRecoveryMs = 20;
 inline constexpr std::uint32_t kMaxRecoveryMs = 60000;
-inline constexpr std::uint32_t kMaxProcesses = 4096;
+inline constexpr std::uint32_t kMaxProcesses = 4095;
 
 // What a segment was created with, read back from its header.
 struct QueueConfig {
@@ -237,7 +237,7 @@ std::string_view to_string(FailStatus s) noexcept;
 struct FailOptions {
   std::optional<std::uint64_t> delay_ms = {};      // backoff before the retry
   std::optional<std::uint32_t> max_attempts = {};  // dead-letter once attempt >= this
-  std::string_view error = {};                     // kept as the job's last error (truncated to 56 bytes)
+  std::string_view error = {};                     // kept as the job's last error (truncated to 48 bytes)
 };
 
 enum class LaneStatus {
@@ -304,7 +304,7 @@ struct JobInfo {
   std::uint32_t payload_bytes = 0;
   int holder_pid = 0;              // leased: the process holding the lease (0 unknown)
   RetryPolicy retry;               // the policy it was enqueued with (unset fields: the queue's)
-  std::string last_error;          // as given to fail(), truncated to 56 bytes
+  std::string last_error;          // as given to fail(), truncated to 48 bytes
   std::string payload;             // filled by job() only when asked (job(id, true))
 };
 

@@ -105,7 +105,7 @@ constexpr std::uint64_t kDefaultSeeds = 1500;
 #else
 constexpr std::uint64_t kDefaultSeeds = 1500;
 #endif
-constexpr std::size_t kErrorKept = 56;               // last_error is truncated to this (queue.hpp)
+constexpr std::size_t kErrorKept = 48;               // last_error is truncated to this (queue.hpp)
 constexpr std::uint64_t kActiveMax = (1ULL << 17) - 1;  // a lane's active count field
 // Job ids: fresh ones are kIdBase + 2k in mint order; odd offsets are ids that
 // arrive out of mint order (older than jobs already queued).
@@ -608,7 +608,8 @@ class Model {
     auto it = jobs_.find(sf);
     if (it == jobs_.end()) return AckStatus::gone;
     if (it->second.st != MState::dead) return AckStatus::stale;
-    return adopt_dead(sf) ? AckStatus::ok : AckStatus::stale;  // stale: still dead, no lane for its group now
+    adopt_dead(sf);  // with no lane for its group now, it waits due: requeued all the same
+    return AckStatus::ok;
   }
   std::uint64_t requeue_all_dead(const std::map<std::uint64_t, std::uint32_t>& slot_of) {
     std::vector<std::pair<std::uint32_t, std::uint64_t>> dead;
@@ -616,7 +617,10 @@ class Model {
       if (j.st == MState::dead) dead.emplace_back(slot_of.count(sf) ? slot_of.at(sf) : ~0U, sf);
     std::sort(dead.begin(), dead.end());
     std::uint64_t n = 0;
-    for (const auto& [slot, sf] : dead) n += adopt_dead(sf);
+    for (const auto& [slot, sf] : dead) {
+      adopt_dead(sf);
+      ++n;
+    }
     return n;
   }
   std::uint64_t purge_dead() {
@@ -680,13 +684,19 @@ class Model {
     ring_.pop_front();
     head_is_held_ = false;
   }
+  // A dead job back at attempt 0, its last error kept: into its lane, or,
+  // with no lane for its group now, due (scheduled) for a sweep to link.
   bool adopt_dead(std::uint64_t sf) {
     MJob& j = jobs_.at(sf);
-    const int r = lane_for(j.group, true);
-    if (r == kLanesFull) return false;
-    j.st = MState::pending;  // at attempt 0 again, its last error kept
     j.attempt = 0;
     j.when = 0;
+    const int r = lane_for(j.group, true);
+    if (r == kLanesFull) {
+      j.st = MState::scheduled;
+      j.when = now;
+      return false;
+    }
+    j.st = MState::pending;
     link_back(r, sf);
     return true;
   }

@@ -29,7 +29,10 @@
 #include <string>
 #include <thread>
 
+#include "core.hpp"
 #include "failpoint.hpp"
+#include "id_index.hpp"
+#include "segment.hpp"
 
 namespace fairlane {
 namespace {
@@ -263,6 +266,98 @@ TEST_F(Recovery, AClaimerKilledAfterTakingAJobGivesItBack) {
   EXPECT_EQ(r.finished_pid, child.pid());
   EXPECT_GT(r.finished_unix_ms, 0U);
   EXPECT_EQ(r.runs, before.runs) << "no lease was returned: it never had one";
+  expect_clean();
+}
+
+// ---- helpers that read the segment long ago ----------------------------------------------------
+
+// A helper (a claim that met an admitting slot at its lane's front, a
+// rival enqueue) that read a slot's admission and was then stopped must not
+// decide a later admission of the same slot when it resumes. Here the slot
+// is reused by a delayed enqueue stopped right after taking it (its fields
+// not yet written): the stale helper's decision must change nothing, and
+// the delayed job must be delivered when it falls due.
+TEST_F(Recovery, AStaleHelperCannotDecideALaterAdmissionOfTheSlot) {
+  QueueOptions o;
+  o.jobs = 1;  // one slot: every admission reuses it
+  o.lanes = 2;
+  o.payload_bytes = 16;
+  create(o);
+  detail::Segment& s = detail::QueueAccess::segment(q());
+  const BrandedId j1 = q().mint();
+  ASSERT_EQ(q().enqueue({}, j1, "a"), EnqueueStatus::enqueued);
+  // What the helper read: J1's admission (the ctr it was admitted with).
+  const detail::Word128 committed = detail::slot_load(s, 0);
+  const detail::Word128 seen = detail::SlotWord::make(detail::SlotState::admitting, 0, 0,
+                                                      detail::SlotWord::ctr(committed), detail::SlotWord::holder(committed));
+  Lease l;
+  ASSERT_TRUE(q().claim(l, kLongLease));
+  ASSERT_EQ(q().complete(l.id, l.token), AckStatus::ok);
+  const BrandedId j2 = q().mint();
+  const std::string name = seg();
+  ForkedChild child([&] {
+    auto r = Queue::open(name);
+    if (!r) return 3;
+    detail::failpoint_arm("enqueue.slot_taken", 1, detail::FailpointAction::stop);
+    EnqueueOptions eo;
+    eo.delay_ms = 50;
+    return r->enqueue({}, j2, "b", eo) == EnqueueStatus::enqueued ? 0 : 4;
+  }, 60);
+  ASSERT_TRUE(wait_stopped(child, 20s)) << child.describe();
+  const detail::Word128 before = detail::slot_load(s, 0);
+  EXPECT_FALSE(detail::index_resolve(s, 0, seen)) << "a stale helper decided another admission";
+  EXPECT_TRUE(detail::slot_load(s, 0) == before) << "a stale helper changed the slot";
+  ::kill(child.pid(), SIGCONT);
+  child.wait();
+  ASSERT_TRUE(child.exited_zero()) << child.describe();
+  EXPECT_EQ(q().job(j2)->state, JobState::scheduled);
+  q().advance_clock(1000);
+  q().tick();
+  Lease l2;
+  ASSERT_TRUE(q().claim(l2, kLongLease)) << "the delayed job was lost";
+  EXPECT_EQ(l2.id, j2);
+  EXPECT_EQ(q().complete(l2.id, l2.token), AckStatus::ok);
+  expect_clean();
+}
+
+// Two sweeps that settle the same dead claimer's take (the second read the
+// dead thread's intent before the first cleared it, and resumes after the
+// job was put back and relinked) return the job once: the second finds it
+// moved on.
+TEST_F(Recovery, ASecondSettlementOfTheSameDeadTakeChangesNothing) {
+  make(1000);
+  const auto a = fill(A, 2);
+  const std::string name = seg();
+  ForkedChild child([&] {
+    auto r = Queue::open(name);
+    if (!r) return 3;
+    detail::failpoint_arm("claim.taken");
+    Lease l;
+    r->claim(l, kLongLease);
+    return 5;  // not reached: killed at claim.taken
+  }, 60);
+  child.wait();
+  ASSERT_TRUE(child.signaled() && WTERMSIG(child.status()) == SIGKILL) << child.describe();
+  detail::Segment& s = detail::QueueAccess::segment(q());
+  // The dead thread's intent, as the slower sweep read it.
+  std::uint64_t in = 0, lane = 0, pred = 0;
+  for (std::uint32_t i = 0; i < s.thread_count; ++i)
+    if (const std::uint64_t v = s.threads[i].intent.load()) {
+      in = v;
+      lane = s.threads[i].intent_lane.load();
+      pred = s.threads[i].intent_pred.load();
+    }
+  ASSERT_NE(in, 0U) << "the dead claimer left no intent";
+  q().advance_clock(1000);
+  q().tick();  // the first settlement: the job goes back to its lane
+  std::atomic<std::uint64_t> stale_in{in}, stale_lane{lane}, stale_pred{pred};
+  EXPECT_FALSE(detail::settle_intent(s, stale_in, stale_lane, stale_pred, detail::segment_now_ms(s)))
+      << "the second settlement acted on a job already put back";
+  const FsckReport r = q().fsck();
+  EXPECT_TRUE(r.clean()) << show(r);
+  std::map<BrandedId, int> got;
+  claim_all(got);
+  for (const BrandedId& id : a) EXPECT_EQ(got[id], 1) << id.str();
   expect_clean();
 }
 

@@ -29,13 +29,13 @@
 namespace fairlane::detail {
 
 inline constexpr std::uint64_t kMagic = 0x314E4C5249414646ULL;  // "FFAIRLN1" little-endian
-inline constexpr std::uint32_t kLayoutVersion = 4;
+inline constexpr std::uint32_t kLayoutVersion = 5;
 inline constexpr std::size_t kCacheLine = 64;
 inline constexpr std::uint32_t kMaxJobs = (1U << 26) - 2;      // slot+1 fits a 26-bit field
 inline constexpr std::uint32_t kMaxLanes = (1U << 21) - 2;     // lane+1 fits 22 bits, with the default lane
-inline constexpr std::uint32_t kMaxProcs = 4096;               // QueueOptions::processes, at most
+inline constexpr std::uint32_t kMaxProcs = 4095;               // QueueOptions::processes, at most (index+1 fits 12 bits)
 inline constexpr std::uint32_t kMaxPayload = 1U << 20;
-inline constexpr std::uint32_t kErrorBytes = 56;
+inline constexpr std::uint32_t kErrorBytes = 48;
 inline constexpr std::uint32_t kIndexWays = 7;                 // id index entries per bucket
 inline constexpr std::uint32_t kDirWays = 4;                   // lane directory entries per bucket
 inline constexpr std::uint32_t kStrayLevels = 6;               // strays skip-list levels
@@ -103,6 +103,8 @@ struct Holder {
   static constexpr std::uint32_t index1(std::uint32_t h) noexcept { return h & 0xFFF; }
   static constexpr std::uint32_t inc(std::uint32_t h) noexcept { return h >> 12; }
 };
+// Every record's holder is nonzero (0 is "no holder").
+static_assert(Holder::index1(Holder::make(kMaxProcs - 1, 0xFF)) == kMaxProcs);
 
 struct SlotWord {
   static constexpr std::uint32_t kMaxAttempt = 0xFFFF;
@@ -214,8 +216,15 @@ struct alignas(kCacheLine) SlotRecord {
   std::atomic<std::uint64_t> up[kStrayLevels - 1];  // UpLink: strays levels 1..
   RetryRecord retry;
   std::atomic<std::uint64_t> group_kind;   // the job's group: namespace code (the default lane: kNoGroup)
-  // line 2: the last error given to fail(), and the group's snowflake
+  // line 2: the last error given to fail(), the admission the record's
+  // fields are of, and the group's snowflake
   char error[kErrorBytes];
+  // The ctr of the admission whose fields (id, group, fail_to, flags) are
+  // written: stored (release) by its admitter once they are, before it is
+  // linked or indexed. A helper acts on an admitting slot only for the
+  // admission it has read this from, so a helper that read the slot long
+  // ago (stopped, or slow) cannot decide a later admission of it.
+  std::atomic<std::uint64_t> pub;
   std::atomic<std::uint64_t> group_sf;
 };
 static_assert(sizeof(SlotRecord) == 192);
