@@ -83,18 +83,20 @@ void notify(Segment& s, int count = 1) noexcept;
 // first (docs/design.md, "The ring"), and wakes a waiter after. `w` holds
 // the word after the call: the one written on success (what a step's author
 // applies its step from), the current one on failure. Returns false on
-// failure or when the ring is full (then the lane word is unchanged and
-// corruption is reported).
+// failure. A ring with no room (a scribbled head or tail: the ring is sized
+// so that it cannot fill) is reported as corruption and the change is made
+// without ringing, so that no caller's loop waits on it; a later write of
+// the lane word, or the next sweep (sweep_lanes), rings the lane.
 inline bool lane_cas(Segment& s, std::uint32_t lane, Word128& w, Word128 nw) noexcept {
-  const bool ring = !LaneWord::ringed(nw) && lane_serviceable(nw, lane_settings(s, lane));
+  bool ring = !LaneWord::ringed(nw) && lane_serviceable(nw, lane_settings(s, lane));
   if (ring) {
     const std::uint64_t t = ring_push(s, lane);
     if (t == ~0ULL) {
       report_corrupt(s, CorruptWhat::ring_cell);
-      w = lane_load(s, lane);
-      return false;
+      ring = false;
+    } else {
+      nw = LaneWord::with_tgen(LaneWord::with_ringed(nw, true), std::uint32_t(t & LaneWord::kTgenMask));
     }
-    nw = LaneWord::with_tgen(LaneWord::with_ringed(nw, true), std::uint32_t(t & LaneWord::kTgenMask));
   }
   // [S3] seq_cst (cas128): the lane word orders every change of a lane's
   // state; a ringing CAS follows its cell's push [S1] and precedes the

@@ -370,9 +370,19 @@ void record_recovery(Segment& s, const SweepStats& st, std::uint64_t took_us) no
 // found idle on two visits at least recovery_ms / 2 apart with nothing
 // changed between (so a busy tenant keeps its lane between its jobs).
 void sweep_lanes(Segment& s, std::uint32_t from, std::uint32_t to, std::uint64_t now) noexcept {
-  for (std::uint32_t lane = std::max<std::uint32_t>(from, 1); lane < to && lane < s.lane_count; ++lane) {
+  for (std::uint32_t lane = from; lane < to && lane < s.lane_count; ++lane) {
     LaneRecord& l = s.lanes[lane];
-    const Word128 w = lane_load(s, lane);
+    Word128 w = lane_load(s, lane);
+    // Serviceable and in no ring cell: a settings change whose author stopped
+    // (or died) between its settings CAS and its lane CAS, or a ring push
+    // refused as corrupt. Any write of the word rings it; this is one.
+    if (LaneWord::state(w) == LaneState::live && !LaneWord::ringed(w) && lane_serviceable(w, lane_settings(s, lane))) {
+      const Word128 base = lane_base(s, lane, w);
+      Word128 cur = w;
+      (void)lane_cas(s, lane, cur, base);  // lost to another write: that one rang it
+      w = lane_load(s, lane);
+    }
+    if (lane == kDefaultLane) continue;  // never reclaimed
     if (LaneWord::state(w) == LaneState::creating) {
       if (holder_gone(s, std::uint32_t(l.creator.load(std::memory_order_relaxed)), now)) {
         Word128 cur = w;

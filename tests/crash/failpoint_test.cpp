@@ -67,11 +67,12 @@ enum class Scenario {
   purge,           // purge the dead letters
   reclaim,         // an idle group's lane given back by the sweep
   recover,         // a sweep finishing after a claimer that died holding a taken job
+  resume,          // resume lane A (paused before): nothing else writes lane A afterwards
 };
 const char* const kScenarioNames[] = {"enqueue_new", "enqueue", "enqueue_old", "enqueue_later", "claim", "claim_last",
                                       "claim_retry", "complete", "fail_retry", "fail_later", "fail_dead", "release",
                                       "sweep", "drain", "pause_new", "reassign", "reassign_husk", "purge", "reclaim",
-                                      "recover"};
+                                      "recover", "resume"};
 
 struct Case {
   const char* failpoint;
@@ -85,6 +86,7 @@ const Case kCases[] = {
     {"lane.entry_live", Scenario::enqueue_new},
     {"lane.record_taken", Scenario::pause_new},
     {"lane.settings_written", Scenario::pause_new},
+    {"lane.settings_written", Scenario::resume},
     {"lane.sealed", Scenario::reclaim},
     {"lane.reclaimed", Scenario::reclaim},
     {"lane.step_applied", Scenario::complete},
@@ -221,6 +223,7 @@ bool leases_first(Scenario sc) {
     case Scenario::claim_retry: claim_one(60000); break;
     case Scenario::drain: q.drain(kLaneA); break;
     case Scenario::pause_new: q.pause(kLaneE); break;
+    case Scenario::resume: q.resume(kLaneA); break;
     case Scenario::reassign: q.reassign(*BrandedId::parse(arg), kLaneC); break;
     case Scenario::reassign_husk: {
       q.reassign(*BrandedId::parse(arg), kLaneC);
@@ -329,6 +332,19 @@ TEST_P(Failpoint, SurvivorsGoOnAndNothingIsLost) {
     ASSERT_EQ(q().set_weight(kLaneI, 1), LaneStatus::ok);  // ... idle from here
   }
   if (c.scenario == Scenario::recover) kill_a_claimer(seg());
+  // The resume in force (written) must ring the lane without another write
+  // of it: the survivors add nothing to lane A then.
+  if (c.scenario == Scenario::resume) {
+    ASSERT_EQ(q().pause(kLaneA), LaneStatus::ok);
+    // A claim passes lane A's cell and drops its token (a paused lane leaves
+    // the rota when a claim draws it): the resume must ring it again.
+    Lease l;
+    ASSERT_TRUE(q().claim(l, 60000));
+    ASSERT_NE(lane_of[l.id.string()], kLaneA);
+    take(l);
+    const Snapshot snap = q().snapshot();
+    ASSERT_EQ(std::find(snap.ring.begin(), snap.ring.end(), kLaneA), snap.ring.end());
+  }
   // The child's claim must meet the front the case is about: the other lanes
   // are paused meanwhile (resumed once the child has reached its point).
   std::vector<BrandedId> paused;
@@ -375,14 +391,21 @@ TEST_P(Failpoint, SurvivorsGoOnAndNothingIsLost) {
   };
 
   if (c.stop) {
-    // While it is stopped, fsck names its step and nothing else.
+    // While it is stopped, fsck names its step and nothing else. A settings
+    // change leaves no intent: stopped between its settings CAS and its lane
+    // CAS, the lane it made serviceable is not in the ring until a sweep (or
+    // any write of the lane word) rings it, and fsck says so.
     const FsckReport during = q().fsck();
-    for (const FsckIssue& i : during.issues)
+    for (const FsckIssue& i : during.issues) {
+      if (c.scenario == Scenario::resume && i.invariant == "ring-membership" &&
+          i.detail.find(kLaneA.string()) != std::string::npos)
+        continue;
       EXPECT_EQ(i.invariant, "in-flight") << "while stopped at " << c.failpoint << ": " << i.invariant << ": " << i.detail;
+    }
   }
 
   // Survivors: enqueue on every lane, the child's included, at once.
-  add(kLaneA, 1);
+  if (c.scenario != Scenario::resume) add(kLaneA, 1);
   add(kLaneC, 2);
   add(kLaneE, 1);
   // Claims of the other lanes: non-blocking calls, no waiting in between.

@@ -5,10 +5,12 @@
 #include "forked_child.hpp"
 #include "segment_damage.hpp"
 
+#include <atomic>
 #include <chrono>
 #include <map>
 #include <random>
 #include <set>
+#include <thread>
 
 namespace fairlane {
 namespace {
@@ -332,6 +334,47 @@ TEST_F(FsckTest, RandomBytesOverEachTableNeverCrashOrHangIt) {
       expect_fsck_survives(q(), what);
     }
   }
+}
+
+// A ring with no room (its head scribbled a lap behind the tail) must not
+// turn a lane write into a spin: the complete that needs to ring its lane
+// returns, corruption is counted, and the lane is rung by a later sweep
+// once the ring is whole again.
+TEST_F(FsckTest, AScribbledRingHeadNeverHangsAnAck) {
+  const BrandedId g = BrandedId::make("TEN", 1);
+  ASSERT_EQ(q().set_limit(g, 1), LaneStatus::ok);
+  ASSERT_EQ(q().enqueue(g, q().mint(), "a"), EnqueueStatus::enqueued);
+  ASSERT_EQ(q().enqueue(g, q().mint(), "b"), EnqueueStatus::enqueued);
+  Lease held = claim_one();  // the lane is at its limit: out of the rota
+  RawSegment raw(seg());
+  // Move the ring on past a lap with traffic on the default lane.
+  for (std::uint64_t i = 0; i <= raw.header().ring_cells; ++i) {
+    ASSERT_EQ(q().enqueue({}, q().mint(), "d"), EnqueueStatus::enqueued);
+    Lease d = claim_one();
+    ASSERT_EQ(q().complete(d.id, d.token), AckStatus::ok);
+  }
+  const std::uint64_t head = raw.header().ring_head.load();
+  raw.header().ring_head.store(0);  // the scribble: every push now finds the ring full
+  const std::uint64_t before = q().corruption().count;
+  std::atomic<bool> done{false};
+  std::thread t([&] {
+    EXPECT_EQ(q().complete(held.id, held.token), AckStatus::ok);
+    done = true;
+  });
+  const auto give_up = std::chrono::steady_clock::now() + 10s;
+  while (!done.load() && std::chrono::steady_clock::now() < give_up) std::this_thread::sleep_for(1ms);
+  if (!done.load()) {
+    ADD_FAILURE() << "complete spins on a ring with no room";
+    std::_Exit(1);  // the spinning thread cannot be joined
+  }
+  t.join();
+  EXPECT_GT(q().corruption().count, before);
+  raw.header().ring_head.store(head);  // mended: the next sweep rings the lane
+  q().advance_clock(QueueOptions{}.recovery_ms);
+  q().tick();
+  Lease l;
+  ASSERT_TRUE(q().claim(l, 60'000)) << "the lane was never rung again";
+  EXPECT_EQ(l.group, g);
 }
 
 }  // namespace
