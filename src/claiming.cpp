@@ -92,14 +92,17 @@ void bump(std::atomic<std::uint64_t>& c, std::uint64_t n = 1) noexcept {
 
 enum class Step { served, again, empty, corrupt };
 
-// The lease of a job this thread took out of its lane (counted active).
-// The job stays pending until this CAS: nothing else moves a pending job
-// that is out of its lane (a drop needs it linked, recovery needs this
-// thread dead).
-bool lease_job(Segment& s, std::uint32_t slot, std::uint32_t lane, std::uint64_t deadline, std::uint64_t now_us,
-               Lease& out) noexcept {
+// The lease of a job this thread took out of its lane (counted active,
+// with ctr taken_ctr). The job stays pending until this CAS: nothing else
+// moves a pending job that is out of its lane (a drop needs it linked),
+// except recovery, once this thread is dead or its take has outlived the
+// lease's deadline (then `lost`: the job is back in its lane).
+enum class Leased { ok, lost, corrupt };
+
+Leased lease_job(Segment& s, std::uint32_t slot, std::uint32_t lane, std::uint64_t deadline, std::uint64_t now_us,
+                 std::uint64_t taken_ctr, Lease& out) noexcept {
   Word128 w = slot_load(s, slot);
-  while (SlotWord::state(w) == SlotState::pending) {
+  while (SlotWord::state(w) == SlotState::pending && SlotWord::ctr(w) == taken_ctr) {
     const std::uint32_t attempt = std::min<std::uint32_t>(SlotWord::attempt(w) + 1, SlotWord::kMaxAttempt);
     const std::uint64_t ctr = SlotWord::ctr(w) + 1;
     // [R6] release (cas128): the lease is published; pairs with the
@@ -107,10 +110,13 @@ bool lease_job(Segment& s, std::uint32_t slot, std::uint32_t lane, std::uint64_t
     if (!slot_cas(s, slot, w, SlotWord::make(SlotState::leased, attempt, deadline, ctr, my_holder(s)))) continue;
     FAIRLANE_FAILPOINT("claim.leased");
     fill_lease(s, slot, lane, attempt, make_token(s, slot, ctr), deadline, now_us, out);
-    return true;
+    return Leased::ok;
   }
+  // Put back by a sweep (our take outlived its lease's deadline: its `back`
+  // step moved the ctr on and gave the count back), and maybe taken since.
+  if (SlotWord::ctr(w) != taken_ctr) return Leased::lost;
   report_corrupt(s, CorruptWhat::slot_word);  // a job out of its lane that moved under its taker
-  return false;
+  return Leased::corrupt;
 }
 
 // Gives back one active count taken for a job that turned out not to be one.
@@ -345,7 +351,8 @@ Step serve(Segment& s, std::uint32_t lane, std::uint64_t h, Word128 w, std::uint
     }
     const bool is_job = f == Front::job;
     const std::uint32_t x = x1 - 1;
-    guard.set(from_run ? Intent::pop_run : Intent::pop_strays, x, SlotWord::ctr(slot_load(s, x)), lane);
+    const std::uint64_t taken_ctr = SlotWord::ctr(slot_load(s, x));
+    guard.set_take(from_run ? Intent::pop_run : Intent::pop_strays, x, taken_ctr, lane, is_job ? deadline : 0);
     bool pass_now = false, corrupt = false;
     if (!take_cas(s, lane, w, base, x1, from_run, is_job, !passed, st, h, pass_now, corrupt)) {
       guard.clear();
@@ -366,7 +373,13 @@ Step serve(Segment& s, std::uint32_t lane, std::uint64_t h, Word128 w, std::uint
       guard.clear();
       continue;
     }
-    if (!lease_job(s, x, lane, deadline, now_us, out[got])) {
+    const Leased le = lease_job(s, x, lane, deadline, now_us, taken_ctr, out[got]);
+    if (le == Leased::lost) {
+      guard.clear();
+      w = lane_load(s, lane);
+      continue;
+    }
+    if (le == Leased::corrupt) {
       unreserve(s, lane);
       guard.clear();
       return result(Step::corrupt);
@@ -505,7 +518,7 @@ void pop_front_husks(Segment& s, std::uint32_t lane) noexcept {
     }
     if (f != Front::husk) return;
     const std::uint32_t x = x1 - 1;
-    guard.set(from_run ? Intent::pop_run : Intent::pop_strays, x, SlotWord::ctr(slot_load(s, x)), lane);
+    guard.set_take(from_run ? Intent::pop_run : Intent::pop_strays, x, SlotWord::ctr(slot_load(s, x)), lane, 0);
     bool pass_now = false, corrupt = false;
     if (!take_cas(s, lane, w, base, x1, from_run, false, false, 0, 0, pass_now, corrupt)) {
       guard.clear();
@@ -540,7 +553,8 @@ ClaimStatus take_front(Segment& s, std::uint32_t lane, Lease& out, std::uint32_t
     if (f == Front::job && LaneWord::active(base) >= LaneWord::kActiveMax) return ClaimStatus::empty;
     const bool is_job = f == Front::job;
     const std::uint32_t x = x1 - 1;
-    guard.set(from_run ? Intent::pop_run : Intent::pop_strays, x, SlotWord::ctr(slot_load(s, x)), lane);
+    const std::uint64_t taken_ctr = SlotWord::ctr(slot_load(s, x));
+    guard.set_take(from_run ? Intent::pop_run : Intent::pop_strays, x, taken_ctr, lane, is_job ? deadline : 0);
     bool pass_now = false, corrupt = false;
     // No token: the turn stays where it is (a lane that runs empty leaves
     // the ring at its next turn).
@@ -555,7 +569,13 @@ ClaimStatus take_front(Segment& s, std::uint32_t lane, Lease& out, std::uint32_t
       guard.clear();
       continue;
     }
-    if (!lease_job(s, x, lane, deadline, now_us, out)) {
+    const Leased le = lease_job(s, x, lane, deadline, now_us, taken_ctr, out);
+    if (le == Leased::lost) {
+      guard.clear();
+      w = lane_load(s, lane);
+      continue;
+    }
+    if (le == Leased::corrupt) {
       unreserve(s, lane);
       return ClaimStatus::corrupt;
     }

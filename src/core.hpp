@@ -74,6 +74,16 @@ class IntentGuard {
     slot_.lane->store(lane, std::memory_order_relaxed);
     slot_.intent->store(IntentWord::make(kind, slot, ctr), std::memory_order_release);
   }
+  // A take (pop_run, pop_strays) with the deadline (segment ms) of the lease
+  // it is for, in pred: a taker still short of its lease past that deadline
+  // (stopped, or descheduled that long) has its take undone by a sweep as
+  // if it were dead, as its lease would have expired (0: no deadline, a husk).
+  void set_take(Intent kind, std::uint32_t slot, std::uint64_t ctr, std::uint32_t lane, std::uint64_t deadline_ms) noexcept {
+    if (!slot_.intent) return;
+    slot_.pred->store(deadline_ms, std::memory_order_relaxed);
+    slot_.lane->store(lane, std::memory_order_relaxed);
+    slot_.intent->store(IntentWord::make(kind, slot, ctr), std::memory_order_release);
+  }
   void clear() noexcept {
     if (slot_.intent) slot_.intent->store(0, std::memory_order_release);
   }

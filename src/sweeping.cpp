@@ -109,18 +109,26 @@ bool return_taken(Segment& s, std::uint32_t lane, std::uint32_t slot, const Word
 
 }  // namespace
 
+bool take_overdue(std::uint64_t in, std::uint64_t pred, std::uint64_t now_ms) noexcept {
+  const Intent k = IntentWord::kind(in);
+  return (k == Intent::pop_run || k == Intent::pop_strays) && pred != 0 && pred < now_ms;
+}
+
 bool live_intent_names(Segment& s, std::uint32_t slot, std::uint64_t ctr, std::uint64_t now_ms) noexcept {
   const std::uint64_t c34 = ctr & ((1ULL << 34) - 1);
-  auto names = [&](std::uint64_t in) {
-    return IntentWord::kind(in) != Intent::none && IntentWord::slot1(in) == slot + 1 && IntentWord::ctr34(in) == c34;
+  auto names = [&](std::uint64_t in, const std::atomic<std::uint64_t>& pred) {
+    if (IntentWord::kind(in) == Intent::none || IntentWord::slot1(in) != slot + 1 || IntentWord::ctr34(in) != c34)
+      return false;
+    // A take past its lease's deadline protects nothing: it is undone.
+    return !take_overdue(in, pred.load(std::memory_order_relaxed), now_ms);
   };
   for (std::uint32_t i = 0; i < s.thread_count; ++i) {
     const ThreadRecord& t = s.threads[i];
-    if (!names(t.intent.load(std::memory_order_acquire))) continue;
+    if (!names(t.intent.load(std::memory_order_acquire), t.intent_pred)) continue;
     if (!thread_owner_dead(s, t.owner.load(std::memory_order_acquire), now_ms)) return true;
   }
   for (std::uint32_t i = 0; i < s.proc_count; ++i) {
-    if (!names(s.procs[i].intent.load(std::memory_order_acquire))) continue;
+    if (!names(s.procs[i].intent.load(std::memory_order_acquire), s.procs[i].intent_pred)) continue;
     if (!holder_dead(s, Holder::make(i, s.procs[i].incarnation.load(std::memory_order_relaxed)), now_ms)) return true;
   }
   return false;
@@ -208,16 +216,18 @@ bool settle_intent(Segment& s, std::atomic<std::uint64_t>& intent, std::atomic<s
 
 namespace {
 
-// The intents of the threads of dead processes.
+// The intents of the threads of dead processes, and the takes of live ones
+// that have outlived their leases' deadlines (a taker stopped or
+// descheduled between its take and its lease: the job goes back to its
+// lane as its lease would have expired; the taker's lease CAS then fails).
 std::uint64_t settle_dead_threads(Segment& s, std::uint64_t now, int& pid) noexcept {
-  std::vector<char> dead(s.proc_count, 0);
-  bool any = false;
+  thread_local std::vector<char> dead;  // kept: a claim's sweep allocates once per thread
+  dead.assign(s.proc_count, 0);
   for (std::uint32_t i = 0; i < s.proc_count; ++i) {
     const std::uint64_t owner = s.procs[i].owner.load(std::memory_order_acquire);
     if (!(owner & kOwnerAttached)) continue;
     if (const int p = holder_dead(s, Holder::make(i, s.procs[i].incarnation.load(std::memory_order_relaxed)), now)) {
       dead[i] = 1;
-      any = true;
       pid = p;
     }
   }
@@ -232,11 +242,15 @@ std::uint64_t settle_dead_threads(Segment& s, std::uint64_t now, int& pid) noexc
     if (const int p = thread_owner_dead(s, owner, now)) {
       n += settle_intent(s, t.intent, t.intent_lane, t.intent_pred, now);
       pid = p;
+    } else if (take_overdue(t.intent.load(std::memory_order_acquire), t.intent_pred.load(std::memory_order_relaxed), now)) {
+      n += settle_intent(s, t.intent, t.intent_lane, t.intent_pred, now);
     }
   }
-  if (!any) return n;
-  for (std::uint32_t i = 0; i < s.proc_count; ++i)
-    if (dead[i]) n += settle_intent(s, s.procs[i].intent, s.procs[i].intent_lane, s.procs[i].intent_pred, now);
+  for (std::uint32_t i = 0; i < s.proc_count; ++i) {
+    ProcRecord& p = s.procs[i];
+    if (dead[i] || take_overdue(p.intent.load(std::memory_order_acquire), p.intent_pred.load(std::memory_order_relaxed), now))
+      n += settle_intent(s, p.intent, p.intent_lane, p.intent_pred, now);
+  }
   return n;
 }
 

@@ -461,7 +461,11 @@ TEST_F(Recovery, AnEnqueuerKilledAtRunLinkedIsSettledByTheSweep) {
 
 class StoppedClaimer : public Recovery, public ::testing::WithParamInterface<bool> {};  // true: continued, false: killed
 
-TEST_P(StoppedClaimer, HoldsOnlyTheJobItTookUntilContinuedOrKilled) {
+// A claimer stopped between its take and its lease holds that one job, and
+// only until the deadline of the lease it was taking: then a sweep puts the
+// job back in its lane, as its lease would have expired. Continued, its
+// claim finds its take undone and goes on; killed, nothing more is owed.
+TEST_P(StoppedClaimer, HoldsOnlyTheJobItTookUntilItsLeaseDeadline) {
   const bool continued = GetParam();
   make(40);  // sweeps look at it often: a stopped process must never be taken for dead
   std::set<BrandedId> all;
@@ -474,7 +478,7 @@ TEST_P(StoppedClaimer, HoldsOnlyTheJobItTookUntilContinuedOrKilled) {
     if (!r) return 3;
     detail::failpoint_arm("claim.taken", 1, detail::FailpointAction::stop);
     Lease l;
-    if (!r->claim(l, kLongLease)) return 4;  // continued: the claim finishes
+    if (!r->claim(l, kLongLease)) return 7;  // its take undone, and nothing left to claim
     tell(*rep, l);
     if (r->complete(l.id, l.token) != AckStatus::ok) return 6;
     rep->done.store(1);
@@ -486,14 +490,14 @@ TEST_P(StoppedClaimer, HoldsOnlyTheJobItTookUntilContinuedOrKilled) {
   for (const FsckIssue& i : during.issues) EXPECT_EQ(i.invariant, "in-flight") << i.detail;
   EXPECT_FALSE(during.clean()) << "fsck does not name the stopped claimer's step";
 
-  // The survivor claims everything else, the stopped child's lane included,
-  // and new work on that lane; time passes and sweeps run; the taken job
-  // stays the stopped child's.
+  // Before the deadline: the survivor claims everything else, the stopped
+  // child's lane included, and new work on that lane; sweeps run; the taken
+  // job stays the stopped child's.
   std::map<BrandedId, int> got;
   claim_all(got);
   for (const BrandedId& id : fill(A, 2)) all.insert(id);
   for (int round = 0; round < 3; ++round) {
-    q().advance_clock(kLongLease + 1000);
+    q().advance_clock(kLongLease / 4);
     q().tick();
     claim_all(got);
   }
@@ -506,30 +510,32 @@ TEST_P(StoppedClaimer, HoldsOnlyTheJobItTookUntilContinuedOrKilled) {
   const auto hj = q().job(held);
   ASSERT_TRUE(hj.has_value());
   EXPECT_EQ(hj->state, JobState::pending) << "taken, not leased";
-  // Jobs of the held job's lane were served meanwhile (3 more of A, or all of B).
   std::uint64_t served_from_its_lane = 0;
   for (const LaneInfo& li : q().snapshot().lanes)
     if (li.group == hj->group) served_from_its_lane = li.served;
   EXPECT_GE(served_from_its_lane, 2U) << "the stopped claimer's lane was not served";
-  EXPECT_EQ(q().recovery().finished, 0U) << "something was finished for a process that is only stopped";
+  EXPECT_EQ(q().recovery().finished, 0U) << "something was undone for a process that is only stopped, before its deadline";
+
+  // Past the deadline: the job is back, at its attempt (never leased).
+  q().advance_clock(kLongLease);
+  q().tick();
+  std::map<BrandedId, std::uint32_t> attempts;
+  claim_all(got, &attempts);
+  EXPECT_EQ(got[held], 1) << "the stopped claimer's take outlived its deadline";
+  EXPECT_EQ(attempts[held], 1U);
+  EXPECT_GT(q().recovery().finished, 0U);
 
   if (continued) {
     ASSERT_EQ(::kill(child.pid(), SIGCONT), 0);
     ASSERT_TRUE(child.wait_for(20s)) << "the continued child did not finish";
-    EXPECT_TRUE(child.exited_zero()) << child.describe();
-    ASSERT_EQ(rep->leases.load(), 1);
-    EXPECT_EQ(reported_id(*rep, 0), held) << "the continued claim leased another job than the one it took";
-    EXPECT_EQ(rep->done.load(), 1);
+    EXPECT_TRUE(child.reaped() && WIFEXITED(child.status()) && WEXITSTATUS(child.status()) == 7)
+        << "the continued claim leased a job it no longer held: " << child.describe();
+    EXPECT_EQ(rep->leases.load(), 0);
   } else {
     child.kill_now();
     child.wait();
     q().advance_clock(1000);
-    std::map<BrandedId, std::uint32_t> attempts;
-    claim_all(got, &attempts);
-    EXPECT_EQ(got[held], 1) << "the killed claimer's job did not come back";
-    EXPECT_EQ(attempts[held], 1U);
-    EXPECT_GT(q().recovery().finished, 0U);
-    EXPECT_EQ(q().recovery().finished_pid, child.pid());
+    claim_all(got);
   }
   for (const auto& [id, n] : got) EXPECT_EQ(n, 1) << id.str();
   EXPECT_FALSE(q().job(held).has_value());
@@ -540,6 +546,41 @@ INSTANTIATE_TEST_SUITE_P(ThenContinuedOrKilled, StoppedClaimer, ::testing::Bool(
                          [](const ::testing::TestParamInfo<bool>& info) {
                            return std::string(info.param ? "continued" : "killed");
                          });
+
+// With a limit of 1, a stopped claimer's take fills the lane's limit: the
+// lane waits for that take's lease deadline, no longer (as it would for a
+// stopped holder's lease), then every job of it is delivered once.
+TEST_F(Recovery, AStoppedTakerHoldsALimitedLaneOnlyUntilItsDeadline) {
+  make(40);
+  ASSERT_EQ(q().set_limit(A, 1), LaneStatus::ok);
+  const auto a = fill(A, 3);
+  const std::string name = seg();
+  constexpr std::uint32_t kLease = 5'000;
+  ForkedChild child([&] {
+    auto r = Queue::open(name);
+    if (!r) return 3;
+    detail::failpoint_arm("claim.taken", 1, detail::FailpointAction::stop);
+    Lease l;
+    return r->claim(l, kLease) ? 0 : 7;
+  }, 120);
+  ASSERT_TRUE(wait_stopped(child, 20s)) << child.describe();
+  Lease l;
+  q().advance_clock(kLease / 2);
+  q().tick();
+  EXPECT_FALSE(q().claim(l, kLongLease)) << "the limit let a second job out while the take holds the lane's one";
+  q().advance_clock(kLease);
+  q().tick();
+  std::map<BrandedId, int> got;
+  for (int i = 0; i < 3; ++i) {
+    ASSERT_TRUE(q().claim(l, kLongLease)) << "lane A is still held by the stopped taker (claim " << i << ")";
+    ++got[l.id];
+    EXPECT_EQ(q().complete(l.id, l.token), AckStatus::ok);
+  }
+  for (const BrandedId& id : a) EXPECT_EQ(got[id], 1) << id.str();
+  child.kill_now();
+  child.wait();
+  expect_clean();
+}
 
 // ---- holders that look dead through a raw mapping (one process) -------------------------------
 
