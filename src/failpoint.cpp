@@ -15,6 +15,7 @@ namespace fairlane::detail {
 
 const char* const kFailpoints[] = {
     // a lane's creation and reclaim (lanes.cpp)
+    "lane.creating",          // a free lane record taken by its CAS (creating), its key not yet written
     "lane.record_taken",      // a free lane record taken (creating), no directory entry yet
     "lane.entry_tentative",   // its directory entry written tentative, rivals not yet looked at
     "lane.entry_live",        // the entry committed live, the record still creating

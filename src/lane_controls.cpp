@@ -190,8 +190,16 @@ bool drop_origin(Segment& s, std::uint32_t x, std::uint64_t xctr, std::uint32_t 
   SlotRecord& xr = s.slot(x);
   const std::uint32_t lane = xr.lane.load(std::memory_order_relaxed);
   if (lane >= s.lane_count) return false;
-  // The successor the step writes (read when it is applied).
-  xr.fail_to.store(Successor::make(n, nctr), std::memory_order_release);
+  // The successor the step writes (read when it is applied), in the origin's
+  // own pending word: a CAS that expects the ctr read, so that a move whose
+  // origin was taken, completed and reused meanwhile writes nothing into
+  // the slot's next job.
+  for (Word128 xw0 = slot_load(s, x);;) {
+    if (SlotWord::state(xw0) != SlotState::pending || SlotWord::ctr(xw0) != xctr) return false;
+    const Word128 named = SlotWord::make(SlotState::pending, SlotWord::attempt(xw0), Successor::make(n, nctr), xctr,
+                                         SlotWord::holder(xw0));
+    if (xw0 == named || slot_cas(s, x, xw0, named)) break;
+  }
   Word128 w = lane_load(s, lane);
   for (;;) {
     const Word128 base = lane_base(s, lane, w);

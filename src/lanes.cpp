@@ -43,6 +43,11 @@ bool record_matches(const Segment& s, const Word128& e, std::uint32_t& lane) noe
   if (l1 == 0 || l1 > s.lane_count || l1 - 1 == kDefaultLane) return false;
   lane = l1 - 1;
   const LaneRecord& r = s.lanes[lane];
+  // A record being created carries its new incarnation in its word from the
+  // CAS that took it: an entry of the record's previous life never matches
+  // it, even before its creator has written the new key.
+  const Word128 w = lane_load(s, lane);
+  if (LaneWord::state(w) == LaneState::creating && LaneWord::head(w) != DirEntry::inc(e)) return false;
   const std::uint64_t kk = r.key_kind.load(std::memory_order_acquire);
   return r.key_sf.load(std::memory_order_acquire) == DirEntry::sf(e) && std::uint32_t(kk & 0x7FFF) == DirEntry::kind(e) &&
          ((kk >> 16) & kIncMask) == DirEntry::inc(e);
@@ -53,7 +58,9 @@ bool record_matches(const Segment& s, const Word128& e, std::uint32_t& lane) noe
 void make_live(Segment& s, std::uint32_t lane) noexcept {
   Word128 w = lane_load(s, lane);
   while (LaneWord::state(w) == LaneState::creating) {
-    if (cas128(s.lanes[lane].word, w, LaneWord::bumped(LaneWord::with_state(w, LaneState::live), w))) return;
+    // A live word of its own: the creating word's fields (incarnation,
+    // creator) mean nothing in a live one.
+    if (cas128(s.lanes[lane].word, w, LaneWord::bumped(LaneWord::with_state(Word128{}, LaneState::live), w))) return;
   }
 }
 
@@ -78,11 +85,17 @@ std::uint32_t take_record(Segment& s, GroupKey g) noexcept {
     LaneRecord& r = s.lanes[lane];
     Word128 w = lane_load(s, lane);
     if (LaneWord::state(w) != LaneState::free) continue;
-    Word128 nw = LaneWord::with_state(Word128{}, LaneState::creating);
+    // The creating word names the record's new incarnation (head) and its
+    // creator (tail) from the CAS on: a stale directory entry cannot take
+    // the record for its old group, and a sweep judges the real creator.
+    const std::uint64_t inc = (record_inc(r) + 1) & ((1ULL << 48) - 1);
+    Word128 nw = LaneWord::with_tail(LaneWord::with_head(LaneWord::with_state(Word128{}, LaneState::creating),
+                                                         std::uint32_t(inc & kIncMask), 0),
+                                     my_holder(s));
     if (!cas128(r.word, w, LaneWord::bumped(nw, w))) continue;
+    FAIRLANE_FAILPOINT("lane.creating");
     // Ours alone until the directory names it: plain (relaxed) stores,
     // published by the CAS that commits the directory entry.
-    const std::uint64_t inc = (record_inc(r) + 1) & ((1ULL << 48) - 1);
     r.key_sf.store(g.sf, std::memory_order_relaxed);
     r.key_kind.store(g.kind | (inc << 16), std::memory_order_release);
     r.settings.store(Settings::make(0, false, 1, r.settings.load(std::memory_order_relaxed)), std::memory_order_relaxed);
@@ -187,8 +200,8 @@ Word128 lane_base(Segment& s, std::uint32_t lane, const Word128& w) noexcept {
         break;
       case RelOp::drop: {
         if (st != SlotState::pending || r.lane.load(std::memory_order_relaxed) != lane) return base;
-        // The successor the reassign wrote before naming the slot.
-        const std::uint64_t next = r.fail_to.load(std::memory_order_acquire) & SlotWord::kWhenMask;
+        // The successor the reassign wrote (in the pending word) before naming the slot.
+        const std::uint64_t next = SlotWord::when(sw);
         to = SlotWord::make(SlotState::aborted, 0, next, ctr, 0);
         if (!pending()) return base;
         if (slot_cas(s, slot, sw, to)) {

@@ -398,7 +398,7 @@ void sweep_lanes(Segment& s, std::uint32_t from, std::uint32_t to, std::uint64_t
     }
     if (lane == kDefaultLane) continue;  // never reclaimed
     if (LaneWord::state(w) == LaneState::creating) {
-      if (holder_gone(s, std::uint32_t(l.creator.load(std::memory_order_relaxed)), now)) {
+      if (holder_gone(s, LaneWord::tail(w), now)) {  // the creator, as the creating CAS named it
         Word128 cur = w;
         cas128(l.word, cur, LaneWord::bumped(Word128{}, w));
       }

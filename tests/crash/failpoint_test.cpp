@@ -81,6 +81,7 @@ struct Case {
 };
 
 const Case kCases[] = {
+    {"lane.creating", Scenario::enqueue_new},
     {"lane.record_taken", Scenario::enqueue_new},
     {"lane.entry_tentative", Scenario::enqueue_new},
     {"lane.entry_live", Scenario::enqueue_new},

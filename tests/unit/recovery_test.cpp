@@ -361,6 +361,59 @@ TEST_F(Recovery, ASecondSettlementOfTheSameDeadTakeChangesNothing) {
   expect_clean();
 }
 
+// A creator stopped right after taking a lane record (its key not yet
+// written) keeps it: a sweep judges the creator the record's word names,
+// not the record's previous creator (long gone), so the record is not
+// freed under it and handed to another group.
+TEST_F(Recovery, AStoppedCreatorKeepsTheRecordItTook) {
+  QueueOptions o;
+  o.jobs = 16;
+  o.lanes = 1;  // one lane record for groups: every creation takes it
+  o.payload_bytes = 32;
+  o.recovery_ms = 40;
+  create(o);
+  const std::string name = seg();
+  const BrandedId g1 = BrandedId::make("GGA", 1), g2 = BrandedId::make("GGB", 1), g3 = BrandedId::make("GGC", 1);
+  ForkedChild first([&] {
+    auto r = Queue::open(name);
+    if (!r) return 3;
+    if (r->enqueue(g1, r->mint(), "one") != EnqueueStatus::enqueued) return 4;
+    Lease l;
+    if (!r->claim(l, kLongLease) || r->complete(l.id, l.token) != AckStatus::ok) return 5;
+    return 0;  // detaches: the record's creator is gone from here
+  }, 60);
+  first.wait();
+  ASSERT_TRUE(first.exited_zero()) << first.describe();
+  for (int i = 0; i < 4; ++i) {
+    q().advance_clock(o.recovery_ms);
+    q().tick();
+  }
+  ASSERT_GE(q().snapshot().lanes_reclaimed, 1U) << "g1's idle lane was not given back";
+  const BrandedId id2 = q().mint();
+  ForkedChild second([&] {
+    auto r = Queue::open(name);
+    if (!r) return 3;
+    detail::failpoint_arm("lane.creating", 1, detail::FailpointAction::stop);
+    return r->enqueue(g2, id2, "two") == EnqueueStatus::enqueued ? 0 : 4;
+  }, 60);
+  ASSERT_TRUE(wait_stopped(second, 20s)) << second.describe();
+  for (int i = 0; i < 4; ++i) {
+    q().advance_clock(o.recovery_ms);
+    q().tick();
+  }
+  EXPECT_EQ(q().enqueue(g3, q().mint(), "three"), EnqueueStatus::lanes_full)
+      << "the stopped creator's record was freed and taken by another group";
+  ::kill(second.pid(), SIGCONT);
+  second.wait();
+  ASSERT_TRUE(second.exited_zero()) << second.describe();
+  Lease l;
+  ASSERT_TRUE(q().claim(l, kLongLease));
+  EXPECT_EQ(l.id, id2);
+  EXPECT_EQ(l.group, g2);
+  EXPECT_EQ(q().complete(l.id, l.token), AckStatus::ok);
+  expect_clean();
+}
+
 // ---- an enqueuer dies in the middle of an admission -------------------------------------------
 
 struct EnqueueCase {

@@ -366,7 +366,7 @@ struct alignas(kCacheLine) LaneRecord {
   std::atomic<std::uint64_t> served;       // claims served (statistics; approximate under contention)
   // line 1
   std::atomic<std::uint64_t> strays[kStrayLevels];  // heads of the strays levels: [0] a Link, [1..] UpLinks
-  std::atomic<std::uint64_t> creator;      // Holder of the process creating it (state creating)
+  std::atomic<std::uint64_t> creator;      // Holder of its last creator (for display: a creating word names its creator itself)
   std::atomic<std::uint64_t> idle_seen;    // the sweep: when it first found the lane idle: lane word
                                            // version (bits 0..8) | 1 << 9 | segment ms (bits 10..63)
 };
