@@ -78,7 +78,7 @@ Take release_lease(Segment& s, std::uint64_t sf, Token token, RelOp op, std::uin
     if (op == RelOp::back && SlotWord::attempt(sw) >= SlotWord::kMaxAttempt) {
       // Delivered as often as the count can say: dead-lettered rather than
       // handed out again under a count that no longer rises.
-      r.fail_to.store(target_lo(SlotState::dead, SlotWord::attempt(sw), segment_now_ms(s)), std::memory_order_relaxed);
+      r.run_seq.store(park_plan(SlotState::dead, SlotWord::ctr(sw), segment_now_ms(s)), std::memory_order_relaxed);
       step = RelOp::park;
     }
     // Every way out of a lease gives its active count back in this CAS (a
@@ -287,12 +287,13 @@ FailStatus Queue::fail(const BrandedId& job, Token token, const FailOptions& opt
   const FailPlan plan = plan_fail(options, job_policy, queue_default_retry(s), attempt, u);
   const std::uint64_t now = segment_now_ms(s);
   const bool dead = attempt >= std::max<std::uint32_t>(plan.max_attempts, 1);
+  FAIRLANE_FAILPOINT("fail.planned");
   RelOp op = RelOp::back;
   if (dead) {
-    r.fail_to.store(target_lo(SlotState::dead, attempt, now), std::memory_order_relaxed);
+    r.run_seq.store(park_plan(SlotState::dead, SlotWord::ctr(seen), now), std::memory_order_relaxed);
     op = RelOp::park;
   } else if (plan.delay_ms > 0) {
-    r.fail_to.store(target_lo(SlotState::scheduled, attempt, now + plan.delay_ms), std::memory_order_relaxed);
+    r.run_seq.store(park_plan(SlotState::scheduled, SlotWord::ctr(seen), now + plan.delay_ms), std::memory_order_relaxed);
     op = RelOp::park;
   }
   // The error is the lease holder's to write; written before the step so
@@ -310,13 +311,16 @@ FailStatus Queue::fail(const BrandedId& job, Token token, const FailOptions& opt
   }
   FAIRLANE_FAILPOINT("fail.stepped");
   bool went_dead = dead;
-  if (op == RelOp::back) {
+  const SlotState now_state = SlotWord::state(slot_load(s, slot));
+  if (op == RelOp::back || now_state == SlotState::returning) {
+    // Back to its lane (a park whose plan was overwritten by a stale fail()
+    // of an older lease falls back to this too).
     link_returning(s, slot);
+    went_dead = false;
   } else {
     // Two fails of one lease racing from two threads: the winner's step
-    // reads fail_to, which the loser may have written last. Say what
+    // reads the plan, which the loser may have written last. Say what
     // happened, not what was asked.
-    const SlotState now_state = SlotWord::state(slot_load(s, slot));
     if (now_state == SlotState::dead) went_dead = true;
     else if (now_state == SlotState::scheduled) went_dead = false;
     if (!went_dead) {

@@ -133,6 +133,17 @@ inline std::uint64_t target_lo(SlotState st, std::uint32_t attempt, std::uint64_
   return SlotWord::make(st, attempt, when, 0, 0).lo;
 }
 
+// Where a lease's `park` step goes (scheduled or dead, and when), for the
+// lease of ctr `ctr`: kept in the slot's run_seq, which a leased job does
+// not use (it is in no run), never in fail_to, which a later admission of
+// the slot owns. The attempt bits carry the lease's ctr (low 16 bits): a
+// fail() that read the lease long ago and writes its plan after the slot
+// has moved on cannot pass its plan for a later lease's (lane_base falls
+// back to `back`), and touches no admission at all.
+inline std::uint64_t park_plan(SlotState st, std::uint64_t ctr, std::uint64_t when) noexcept {
+  return target_lo(st, std::uint32_t(ctr & 0xFFFF), when);
+}
+
 // Frees an aborted slot that is no longer linked anywhere; a reassign's
 // origin (its word names the slot the job moved to) has that move decided
 // first.

@@ -40,6 +40,7 @@ const char* const kFailpoints[] = {
     // acknowledgements (acks.cpp)
     "ack.stepped",            // the lease's lane step made, not applied to its slot
     "complete.done",          // completed, the call not finished
+    "fail.planned",           // a fail's lease checked and its plan chosen, nothing written
     "fail.stepped",           // a fail's step made and applied, the retry not yet linked
     "release.stepped",        // a release's step made and applied, the job not yet linked
     // a job back into its lane (acks.cpp)

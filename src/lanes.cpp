@@ -174,15 +174,17 @@ Word128 lane_base(Segment& s, std::uint32_t lane, const Word128& w) noexcept {
         if (op == RelOp::complete) {
           to = SlotWord::make(SlotState::free, 0, 0, ctr, 0);
         } else if (op == RelOp::park) {
-          const Word128 t{r.fail_to.load(std::memory_order_acquire), 0};
-          SlotState ts = SlotWord::state(t);
-          std::uint64_t when = SlotWord::when(t);
-          if (ts != SlotState::scheduled && ts != SlotState::dead) {  // scribbled: keep the job, dead
-            report_corrupt(s, CorruptWhat::slot_record);
-            ts = SlotState::dead;
-            when = 0;
+          const Word128 t{r.run_seq.load(std::memory_order_acquire), 0};  // park_plan
+          const SlotState ts = SlotWord::state(t);
+          if ((ts == SlotState::scheduled || ts == SlotState::dead) && SlotWord::attempt(t) == (ctr & 0xFFFF)) {
+            to = SlotWord::make(ts, a, SlotWord::when(t), ctr, 0);
+          } else {
+            // Not this lease's plan (a stale fail() wrote over it, or a
+            // scribble): back to its lane, for anyone to link, rather than a
+            // wrong plan; a scribble is counted.
+            if (ts != SlotState::scheduled && ts != SlotState::dead) report_corrupt(s, CorruptWhat::slot_record);
+            to = SlotWord::make(SlotState::returning, a, 0, ctr + 1, 0);
           }
-          to = SlotWord::make(ts, a, when, ctr, 0);
         } else {
           // Returning, for anyone to link (holder 0). `back` moves the ctr
           // on: recovery decides a dead claimer's take by the word it read

@@ -111,6 +111,7 @@ const Case kCases[] = {
     {"ack.stepped", Scenario::fail_later},
     {"ack.stepped", Scenario::release},
     {"complete.done", Scenario::complete},
+    {"fail.planned", Scenario::fail_later},
     {"fail.stepped", Scenario::fail_retry},
     {"fail.stepped", Scenario::fail_later},
     {"fail.stepped", Scenario::fail_dead},

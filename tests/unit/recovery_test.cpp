@@ -414,6 +414,59 @@ TEST_F(Recovery, AStoppedCreatorKeepsTheRecordItTook) {
   expect_clean();
 }
 
+// A fail() that checked its lease and was then stopped past the lease's
+// deadline writes its plan after the job was redelivered, completed and its
+// slot taken by a new admission (itself stopped before its decision). The
+// stale fail() is refused and the new job is delivered as enqueued: the
+// plan never reaches another job.
+TEST_F(Recovery, AStaleFailWritesNothingIntoTheSlotsNextJob) {
+  QueueOptions o;
+  o.jobs = 1;  // every admission reuses the one slot
+  o.lanes = 2;
+  o.payload_bytes = 16;
+  o.recovery_ms = 40;
+  create(o);
+  const std::string name = seg();
+  const BrandedId j1 = q().mint();
+  ASSERT_EQ(q().enqueue({}, j1, "one"), EnqueueStatus::enqueued);
+  ForkedChild failer([&] {
+    auto r = Queue::open(name);
+    if (!r) return 3;
+    Lease l;
+    if (!r->claim(l, 50)) return 4;
+    detail::failpoint_arm("fail.planned", 1, detail::FailpointAction::stop);
+    // Its job is completed by then: the answer is gone (no job with this id).
+    return r->fail(l.id, l.token, FailOptions{.delay_ms = 0, .max_attempts = 1, .error = "stale"}) == FailStatus::gone ? 0 : 5;
+  }, 60);
+  ASSERT_TRUE(wait_stopped(failer, 20s)) << failer.describe();
+  q().advance_clock(1000);  // its lease expires
+  q().tick();
+  Lease l;
+  ASSERT_TRUE(q().claim(l, kLongLease));
+  ASSERT_EQ(l.id, j1);
+  ASSERT_EQ(q().complete(l.id, l.token), AckStatus::ok);
+  const BrandedId j2 = q().mint();
+  ForkedChild admitter([&] {
+    auto r = Queue::open(name);
+    if (!r) return 3;
+    detail::failpoint_arm("enqueue.indexed", 1, detail::FailpointAction::stop);
+    return r->enqueue({}, j2, "two") == EnqueueStatus::enqueued ? 0 : 4;
+  }, 60);
+  ASSERT_TRUE(wait_stopped(admitter, 20s)) << admitter.describe();
+  ::kill(failer.pid(), SIGCONT);
+  failer.wait();
+  EXPECT_TRUE(failer.exited_zero()) << "the stale fail was not refused: " << failer.describe();
+  ::kill(admitter.pid(), SIGCONT);
+  admitter.wait();
+  ASSERT_TRUE(admitter.exited_zero()) << admitter.describe();
+  ASSERT_EQ(q().job(j2)->state, JobState::pending);
+  ASSERT_TRUE(q().claim(l, kLongLease)) << "the new job was not delivered";
+  EXPECT_EQ(l.id, j2);
+  EXPECT_EQ(l.attempt, 1U);
+  EXPECT_EQ(q().complete(l.id, l.token), AckStatus::ok);
+  expect_clean();
+}
+
 // ---- an enqueuer dies in the middle of an admission -------------------------------------------
 
 struct EnqueueCase {

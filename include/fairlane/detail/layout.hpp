@@ -209,9 +209,11 @@ struct alignas(kCacheLine) SlotRecord {
   std::atomic<std::uint8_t> level;         // strays tower height (1..kStrayLevels), 0 when in the run
   std::atomic<std::uint8_t> error_len;
   std::atomic<std::uint16_t> flags;        // kSlotHasRetry
-  std::atomic<std::uint64_t> run_seq;      // position in its lane's run (for depth)
+  std::atomic<std::uint64_t> run_seq;      // position in its lane's run (for depth); while leased,
+                                           // where its park step goes (park_plan, core.hpp)
   std::atomic<std::uint64_t> ready_us;     // segment clock (us) when it last became pending
-  std::atomic<std::uint64_t> fail_to;      // what a pending fail() leads to: SlotState (4) | when (44) << 4
+  std::atomic<std::uint64_t> fail_to;      // an admission's target, as a slot word's low half
+                                           // (state | attempt | when); a reassign copy's origin
   // line 1: the strays tower and the retry policy
   std::atomic<std::uint64_t> up[kStrayLevels - 1];  // UpLink: strays levels 1..
   RetryRecord retry;
