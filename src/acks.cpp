@@ -75,6 +75,7 @@ Take release_lease(Segment& s, std::uint64_t sf, Token token, RelOp op, std::uin
       return Take::corrupt;
     }
     RelOp step = op;
+    if (op != RelOp::park) r.run_seq.store(exit_mark(SlotWord::ctr(sw)), std::memory_order_relaxed);
     if (op == RelOp::back && SlotWord::attempt(sw) >= SlotWord::kMaxAttempt) {
       // Delivered as often as the count can say: dead-lettered rather than
       // handed out again under a count that no longer rises.

@@ -143,6 +143,10 @@ inline std::uint64_t target_lo(SlotState st, std::uint32_t attempt, std::uint64_
 inline std::uint64_t park_plan(SlotState st, std::uint64_t ctr, std::uint64_t when) noexcept {
   return target_lo(st, std::uint32_t(ctr & 0xFFFF), when);
 }
+// The mark every other exit of a lease (complete, release, back) and the
+// return of a taken job leave in run_seq before their lane CAS: the step is
+// applied only to the lease (or take) it was made for (lane_base).
+inline std::uint64_t exit_mark(std::uint64_t ctr) noexcept { return park_plan(SlotState::free, ctr, 0); }
 
 // Frees an aborted slot that is no longer linked anywhere; a reassign's
 // origin (its word names the slot the job moved to) has that move decided

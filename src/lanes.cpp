@@ -171,18 +171,24 @@ Word128 lane_base(Segment& s, std::uint32_t lane, const Word128& w) noexcept {
         // leased (pending, out of its order: recovery checked that first).
         const bool taken_back = op == RelOp::back && st == SlotState::pending;
         if ((st != SlotState::leased && !taken_back) || r.lane.load(std::memory_order_relaxed) != lane) return base;
+        // The step's author marked the slot for this lease (or take) before
+        // its CAS (exit_mark, park_plan: its ctr's low bits). A word that
+        // came back bit for bit under an author stopped for hundreds of CASes
+        // of this lane (the version has 9 bits) names a step of an older
+        // lease: it is not applied to the slot's new lease.
+        const Word128 t{r.run_seq.load(std::memory_order_acquire), 0};
+        if (SlotWord::attempt(t) != (ctr & 0xFFFF)) return base;
+        const SlotState ts = SlotWord::state(t);
         if (op == RelOp::complete) {
           to = SlotWord::make(SlotState::free, 0, 0, ctr, 0);
         } else if (op == RelOp::park) {
-          const Word128 t{r.run_seq.load(std::memory_order_acquire), 0};  // park_plan
-          const SlotState ts = SlotWord::state(t);
-          if ((ts == SlotState::scheduled || ts == SlotState::dead) && SlotWord::attempt(t) == (ctr & 0xFFFF)) {
+          if (ts == SlotState::scheduled || ts == SlotState::dead) {
             to = SlotWord::make(ts, a, SlotWord::when(t), ctr, 0);
           } else {
-            // Not this lease's plan (a stale fail() wrote over it, or a
-            // scribble): back to its lane, for anyone to link, rather than a
-            // wrong plan; a scribble is counted.
-            if (ts != SlotState::scheduled && ts != SlotState::dead) report_corrupt(s, CorruptWhat::slot_record);
+            // Another exit of the same lease (an expiry racing the fail)
+            // marked the slot after the plan: back to its lane, for anyone
+            // to link, rather than a plan half overwritten.
+            if (ts != SlotState::free) report_corrupt(s, CorruptWhat::slot_record);
             to = SlotWord::make(SlotState::returning, a, 0, ctr + 1, 0);
           }
         } else {

@@ -98,6 +98,7 @@ bool return_taken(Segment& s, std::uint32_t lane, std::uint32_t slot, const Word
   for (;;) {
     const Word128 base = lane_base(s, lane, lw);
     if (!(slot_load(s, slot) == w) || s.slot(slot).lane.load(std::memory_order_relaxed) != lane) return false;
+    s.slot(slot).run_seq.store(exit_mark(SlotWord::ctr(w)), std::memory_order_relaxed);
     const std::uint64_t a = LaneWord::active(base);
     const Word128 nw = LaneWord::with_active(LaneWord::with_rel(base, slot + 1, RelOp::back), a ? a - 1 : 0);
     if (lane_cas(s, lane, lw, nw)) {

@@ -467,6 +467,59 @@ TEST_F(Recovery, AStaleFailWritesNothingIntoTheSlotsNextJob) {
   expect_clean();
 }
 
+// An acker stopped between its checks and its lane CAS, for as many CASes
+// of the lane as bring its word back bit for bit (the version has 9 bits),
+// must not complete the job's newer lease when it resumes. Its reading and
+// its CAS are replayed here with the calls release_lease makes.
+TEST_F(Recovery, AStaleAckOnAWordThatCameBackCompletesNoNewerLease) {
+  QueueOptions o;
+  o.jobs = 16;
+  o.lanes = 2;
+  o.payload_bytes = 16;
+  create(o);
+  using namespace detail;
+  Segment& s = QueueAccess::segment(q());
+  const std::uint32_t lane = kDefaultLane;
+  const BrandedId j1 = q().mint();
+  ASSERT_EQ(q().enqueue({}, j1, "a"), EnqueueStatus::enqueued);
+  Lease l1;
+  ASSERT_TRUE(q().claim(l1, 1000));
+  const std::uint32_t x = token_slot(s, l1.token);
+  // The stale acker: it checked the lease, marked the slot, read the word.
+  const Word128 sw = slot_load(s, x);
+  s.slot(x).run_seq.store(exit_mark(SlotWord::ctr(sw)));
+  const Word128 w = lane_load(s, lane);
+  const Word128 base = lane_base(s, lane, w);
+  const Word128 nw = LaneWord::with_active(LaneWord::with_rel(base, x + 1, RelOp::complete),
+                                           LaneWord::active(base) ? LaneWord::active(base) - 1 : 0);
+  // Meanwhile: its lease expires, and B holds the job again.
+  q().advance_clock(2000);
+  q().tick();
+  Lease l2;
+  ASSERT_TRUE(q().claim(l2, 3'600'000));
+  ASSERT_EQ(l2.id, j1);
+  ASSERT_EQ(q().set_weight({}, 1), LaneStatus::ok);
+  // Traffic on the lane until its word is what the acker read.
+  int cycles = 0;
+  for (; cycles < 5000 && !(lane_load(s, lane) == w); ++cycles) {
+    ASSERT_EQ(q().enqueue({}, q().mint(), "y"), EnqueueStatus::enqueued);
+    Lease ly;
+    ASSERT_TRUE(q().claim(ly, 1000));
+    ASSERT_EQ(q().complete(ly.id, ly.token), AckStatus::ok);
+    ASSERT_EQ(q().set_weight({}, 1), LaneStatus::ok);
+  }
+  ASSERT_TRUE(lane_load(s, lane) == w) << "the word never came back: nothing to test";
+  // The acker resumes: its CAS succeeds on the word that came back...
+  Word128 ww = w;
+  ASSERT_TRUE(lane_cas(s, lane, ww, nw));
+  (void)lane_base(s, lane, ww);
+  // ... and its step is not applied to B's lease.
+  EXPECT_EQ(SlotWord::state(slot_load(s, x)), SlotState::leased);
+  EXPECT_EQ(q().complete(l2.id, l2.token), AckStatus::ok) << "a stale ack completed a newer lease";
+  const FsckReport r = q().fsck();
+  EXPECT_TRUE(r.clean()) << show(r);
+}
+
 // ---- an enqueuer dies in the middle of an admission -------------------------------------------
 
 struct EnqueueCase {
