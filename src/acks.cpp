@@ -129,18 +129,26 @@ Moved link_returning(Segment& s, std::uint32_t slot, bool mine, const Word128* f
     w = taken;
     FAIRLANE_FAILPOINT("move.taken");
   }
+  // Met corruption before the job was linked (strays_insert fails only
+  // before its level-0 link): the move is given up, not kept, so that a
+  // later sweep tries it again (a live mover's move is never taken over).
+  auto give_up = [&] {
+    Word128 cur = w;
+    slot_cas(s, slot, cur, SlotWord::make(SlotState::returning, SlotWord::attempt(w), 0, SlotWord::ctr(w), 0));
+    return Moved::corrupt;
+  };
   GroupKey g;
   const bool grouped = slot_group(s, slot, g);
   if (grouped && g.kind >= kKindCodes) {
     report_corrupt(s, CorruptWhat::slot_record);
-    return Moved::corrupt;
+    return give_up();
   }
   if (!grouped) g = GroupKey{};
   for (int round = 0; round < 64; ++round) {
     std::uint32_t lane = kDefaultLane;
     if (grouped) {
       const LaneFind f = lane_find(s, g, true, lane);
-      if (f == LaneFind::corrupt) return Moved::corrupt;
+      if (f == LaneFind::corrupt) return give_up();
       if (f != LaneFind::found) {
         // No lane for its group now (lane_find has already tried to reclaim
         // an idle one): it waits where it was (a job coming back from a
@@ -169,11 +177,11 @@ Moved link_returning(Segment& s, std::uint32_t slot, bool mine, const Word128* f
       case OrderResult::lane_changed:
         continue;  // given back under us: find it again
       default:
-        return Moved::corrupt;
+        return give_up();
     }
   }
   report_corrupt(s, CorruptWhat::directory);
-  return Moved::corrupt;
+  return give_up();
 }
 
 Adopted adopt_job(Segment& s, std::uint32_t slot, Word128 from, std::uint32_t attempt, bool wait_on_full) noexcept {

@@ -279,12 +279,16 @@ EnqueueStatus admit(Segment& s, const BrandedId& group, const BrandedId& job, st
       lane = s.slot(slot).lane.load(std::memory_order_relaxed);
     }
     std::uint32_t winner = 0;
-    const Admit ad = index_admit(s, slot, sf, ctr, winner);
+    Admit ad = index_admit(s, slot, sf, ctr, winner);
+    // A claim that met it linked committed it first (with an index entry of
+    // its own; it may be leased by now): it is admitted, and the answer
+    // says so. Our own admission cannot be aborted at another ctr, so a
+    // kill that fails means it was committed.
+    if ((ad == Admit::full || ad == Admit::corrupt) && linked && !index_kill(s, slot, ctr)) ad = Admit::won;
     if (ad != Admit::won) {
       if (ad == Admit::full || ad == Admit::corrupt) {
         if (linked) {
-          index_kill(s, slot, ctr);
-          drop_lost(s, slot, true);
+          drop_lost(s, slot, true);  // killed above: a husk in its run, for a claim to pop
         } else {
           give_back(s, slot, ctr);
         }

@@ -377,5 +377,30 @@ TEST_F(FsckTest, AScribbledRingHeadNeverHangsAnAck) {
   EXPECT_EQ(l.group, g);
 }
 
+// A job on its way back to its lane that meets corruption (here its group,
+// scribbled while it was leased) is given up by its mover, not kept: once
+// the bytes are mended, a sweep links it and it is delivered.
+TEST_F(FsckTest, AMoveThatMeetsCorruptionIsGivenUpForASweepToRetry) {
+  const BrandedId g = BrandedId::make("TEN", 1);
+  const BrandedId id = q().mint();
+  ASSERT_EQ(q().enqueue(g, id, "a"), EnqueueStatus::enqueued);
+  Lease l = claim_one();
+  RawSegment raw(seg());
+  const std::uint32_t x = slot_of(raw, id);
+  const std::uint64_t kind = raw.slot(x).group_kind.load();
+  raw.slot(x).group_kind.store(26 * 26 * 26 + 7);  // the scribble: no namespace has this code
+  const std::uint64_t before = q().corruption().count;
+  EXPECT_EQ(q().release(l.id, l.token), AckStatus::ok);
+  EXPECT_GT(q().corruption().count, before);
+  EXPECT_EQ(SlotWord::state(raw.slot_word_value(x)), SlotState::returning);
+  EXPECT_EQ(SlotWord::holder(raw.slot_word_value(x)), 0U) << "the move is still held by the call that gave up";
+  raw.slot(x).group_kind.store(kind);  // mended
+  q().advance_clock(QueueOptions{}.recovery_ms);
+  q().tick();
+  Lease again;
+  ASSERT_TRUE(q().claim(again, 60'000)) << "the job never came back";
+  EXPECT_EQ(again.id, id);
+}
+
 }  // namespace
 }  // namespace fairlane
