@@ -187,7 +187,13 @@ restart:
       if (!current) {
         if (at->load(std::memory_order_acquire) != link) continue;  // moved under us: read again
         if (level == 0) return Found::corrupt;  // a level-0 successor is never reused while linked
-        break;                                  // a stale shortcut: this level ends here
+        // A stale shortcut (its target taken, maybe reused): this level ends
+        // here, and the shortcut is cut, so that it cannot pass for current
+        // once its target's 18-bit tag comes round again.
+        const std::uint64_t cut = UpLink::make(0, UpLink::mark(link), UpLink::owner_tag(link), 0);
+        if (!at->compare_exchange_strong(link, cut, std::memory_order_seq_cst)) continue;
+        link = cut;
+        break;
       }
       if (UpLink::mark(ylink) == Link::kDeleted) {
         // y is out: unlink it from where we stand (its successor, with its tag).
