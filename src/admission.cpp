@@ -167,7 +167,7 @@ void write_job(Segment& s, std::uint32_t slot, std::uint64_t sf, const BrandedId
   // The admission tag moves on: index entries of earlier admissions of this
   // slot are stale from here ([R9] release: before any entry with the new tag).
   s.tags[slot].store(std::uint8_t(s.tags[slot].load(std::memory_order_relaxed) + 1), std::memory_order_release);
-  // [R13] release: helpers may decide this admission from here.
+  // [R14] release: helpers may decide this admission from here.
   r.pub.store(ctr, std::memory_order_release);
 }
 

@@ -114,7 +114,7 @@ inline std::uint8_t admit_tag(const Segment& s, std::uint32_t slot) noexcept {
   return s.tags[slot].load(std::memory_order_acquire);
 }
 
-// Is `w` (admitting) an admission whose fields are written ([R13] acquire:
+// Is `w` (admitting) an admission whose fields are written ([R14] acquire:
 // pairs with its admitter's release store of `pub`; the fields read after
 // this are that admission's)?
 inline bool admission_published(const Segment& s, std::uint32_t slot, const Word128& w) noexcept {
