@@ -25,7 +25,9 @@ build() {
 # (target fairlane_tests_<label>; asan also builds the tool and the cli tests)
 # and run them; the test presets carry the label filter and the *SAN_OPTIONS. Stops at the first preset that fails, so
 # the log ends with that preset's ctest summary. Under tsan, ModelTest is left
-# out: it is single-threaded, so TSan has nothing to check in it (asan runs it).
+# out: it is single-threaded, so TSan has nothing to check in it (asan runs it);
+# so is Setup.TheLastProcessRecordHoldsItsLeases, which maps the segment 4,095
+# times in one process (TSan's shadow of each mapping makes it take minutes).
 # TSan sees only this process: races between processes through the segment
 # are outside what it can check.
 sanitize() {

@@ -56,6 +56,11 @@ Take release_lease(Segment& s, std::uint64_t sf, Token token, RelOp op, std::uin
   SlotRecord& r = s.slot(slot);
   for (;;) {
     const Word128 sw = slot_load(s, slot);
+    // The mark goes in by a CAS from this reading: a later writer of the
+    // field (a newer lease's exit, a run append after the slot's reuse)
+    // changes it, so an exit that checked this lease long ago and resumes
+    // now writes nothing.
+    std::uint64_t rs = r.run_seq.load(std::memory_order_acquire);
     if (r.sf.load(std::memory_order_acquire) != sf || SlotWord::state(sw) != SlotState::leased ||
         !token_matches(s, token, SlotWord::ctr(sw)))
       return stale_or_gone(s, sf);
@@ -75,12 +80,15 @@ Take release_lease(Segment& s, std::uint64_t sf, Token token, RelOp op, std::uin
       return Take::corrupt;
     }
     RelOp step = op;
-    if (op != RelOp::park) r.run_seq.store(exit_mark(SlotWord::ctr(sw)), std::memory_order_relaxed);
     if (op == RelOp::back && SlotWord::attempt(sw) >= SlotWord::kMaxAttempt) {
       // Delivered as often as the count can say: dead-lettered rather than
       // handed out again under a count that no longer rises.
-      r.run_seq.store(park_plan(SlotState::dead, SlotWord::ctr(sw), segment_now_ms(s)), std::memory_order_relaxed);
+      if (!r.run_seq.compare_exchange_strong(rs, park_plan(SlotState::dead, SlotWord::ctr(sw), segment_now_ms(s)),
+                                             std::memory_order_acq_rel))
+        continue;
       step = RelOp::park;
+    } else if (op != RelOp::park) {  // a park's plan is in already (fail())
+      if (!r.run_seq.compare_exchange_strong(rs, exit_mark(SlotWord::ctr(sw)), std::memory_order_acq_rel)) continue;
     }
     // Every way out of a lease gives its active count back in this CAS (a
     // job returning to its lane holds nothing of it meanwhile).
@@ -282,6 +290,7 @@ FailStatus Queue::fail(const BrandedId& job, Token token, const FailOptions& opt
   if (slot >= s.jobs) return refused();
   SlotRecord& r = s.slot(slot);
   const Word128 seen = slot_load(s, slot);
+  std::uint64_t rs = r.run_seq.load(std::memory_order_acquire);  // the plan goes in by a CAS from this
   if (SlotWord::state(seen) != SlotState::leased || r.sf.load(std::memory_order_acquire) != sf ||
       !token_matches(s, token, SlotWord::ctr(seen)))
     return refused();
@@ -298,11 +307,16 @@ FailStatus Queue::fail(const BrandedId& job, Token token, const FailOptions& opt
   const bool dead = attempt >= std::max<std::uint32_t>(plan.max_attempts, 1);
   FAIRLANE_FAILPOINT("fail.planned");
   RelOp op = RelOp::back;
+  // A fail() that checked its lease long ago finds the field moved on (a
+  // newer lease's exit, a reuse of the slot): it writes nothing.
   if (dead) {
-    r.run_seq.store(park_plan(SlotState::dead, SlotWord::ctr(seen), now), std::memory_order_relaxed);
+    if (!r.run_seq.compare_exchange_strong(rs, park_plan(SlotState::dead, SlotWord::ctr(seen), now), std::memory_order_acq_rel))
+      return refused();
     op = RelOp::park;
   } else if (plan.delay_ms > 0) {
-    r.run_seq.store(park_plan(SlotState::scheduled, SlotWord::ctr(seen), now + plan.delay_ms), std::memory_order_relaxed);
+    if (!r.run_seq.compare_exchange_strong(rs, park_plan(SlotState::scheduled, SlotWord::ctr(seen), now + plan.delay_ms),
+                                           std::memory_order_acq_rel))
+      return refused();
     op = RelOp::park;
   }
   // The error is the lease holder's to write; written before the step so

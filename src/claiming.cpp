@@ -302,10 +302,14 @@ void drop_husk(Segment& s, std::uint32_t lane, std::uint32_t slot, bool from_run
   free_aborted(s, slot);
 }
 
-// After a take_cas of a strays front: mark it ours (the `take` step, which
-// anyone may have applied already) and unlink it.
-bool finish_take(Segment& s, std::uint32_t lane, std::uint32_t slot) noexcept {
-  strays_mark(s, slot);
+// After a take_cas of a strays front (`taken`: the word it wrote): mark it
+// ours (the `take` step, which anyone may have applied already) and unlink
+// it. The marking is made only while the lane word is still the one the take
+// wrote: once it moved, whoever moved it applied the step (lane_base), and a
+// taker that resumes after a sweep put its job back and relinked it must not
+// mark the job's new links.
+bool finish_take(Segment& s, std::uint32_t lane, std::uint32_t slot, const Word128& taken) noexcept {
+  strays_mark(s, slot, lane, &taken);
   return strays_unlink(s, lane, slot) == OrderResult::ok;
 }
 
@@ -359,6 +363,7 @@ Step serve(Segment& s, std::uint32_t lane, std::uint64_t h, Word128 w, std::uint
       if (corrupt) return result(Step::corrupt);
       continue;  // w holds the current word; a cell we pushed is stale now
     }
+    const Word128 taken_word = w;  // the word our take wrote
     FAIRLANE_FAILPOINT("claim.taken");
     if (pass_now) {
       ring_pass(s, h);
@@ -367,7 +372,7 @@ Step serve(Segment& s, std::uint32_t lane, std::uint64_t h, Word128 w, std::uint
     } else if (is_job && !passed) {
       spend_turn(s, lane, st, h, turn_left(s, lane, st, h));
     }
-    if (!from_run && !finish_take(s, lane, x)) return result(Step::corrupt);
+    if (!from_run && !finish_take(s, lane, x, taken_word)) return result(Step::corrupt);
     if (!is_job) {
       drop_husk(s, lane, x, from_run);
       guard.clear();
@@ -525,7 +530,8 @@ void pop_front_husks(Segment& s, std::uint32_t lane) noexcept {
       if (corrupt) return;
       continue;
     }
-    if (!from_run && !finish_take(s, lane, x)) return;
+    const Word128 taken_word = w;
+    if (!from_run && !finish_take(s, lane, x, taken_word)) return;
     drop_husk(s, lane, x, from_run);
     guard.clear();
   }
@@ -563,7 +569,8 @@ ClaimStatus take_front(Segment& s, std::uint32_t lane, Lease& out, std::uint32_t
       if (corrupt) return ClaimStatus::corrupt;
       continue;
     }
-    if (!from_run && !finish_take(s, lane, x)) return ClaimStatus::corrupt;
+    const Word128 taken_word = w;
+    if (!from_run && !finish_take(s, lane, x, taken_word)) return ClaimStatus::corrupt;
     if (!is_job) {
       drop_husk(s, lane, x, from_run);
       guard.clear();

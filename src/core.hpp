@@ -192,8 +192,11 @@ void fill_lease(const Segment& s, std::uint32_t slot, std::uint32_t lane, std::u
 // Settles the intent of a thread of a dead process (sweeping.cpp): a job it
 // took out of its lane and had not yet leased goes back (or, aborted, is
 // freed); a job it was appending is committed if it got linked, freed if
-// not. Returns whether it did anything.
+// not. With live_owner, the intent is a live thread's take past its lease's
+// deadline: it is undone only if it is still overdue as read here, and the
+// intent itself is left to its owner (only the owner clears a live intent).
+// Returns whether it did anything.
 bool settle_intent(Segment& s, std::atomic<std::uint64_t>& intent, std::atomic<std::uint64_t>& intent_lane,
-                   std::atomic<std::uint64_t>& intent_pred, std::uint64_t now_ms) noexcept;
+                   std::atomic<std::uint64_t>& intent_pred, std::uint64_t now_ms, bool live_owner = false) noexcept;
 
 }  // namespace fairlane::detail

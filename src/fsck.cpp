@@ -188,6 +188,13 @@ class Checker {
           in_flight(job(i) + " is on its way back to its lane" +
                     (holder ? " (moved by " + pid_of(holder) + ")" : std::string(" (for anyone to link)")));
           break;
+        case SlotState::pending:
+          if (!holder) break;
+          // A take revoked by a settler, its `back` step not yet made.
+          exempt_slot_[i] = 1;
+          if (r.lane.load(std::memory_order_relaxed) < s_.lane_count) exempt_lane_[r.lane.load()] = 1;
+          in_flight(pid_of(holder) + " is putting " + job(i) + " back into its lane");
+          break;
         default:
           break;
       }

@@ -117,7 +117,9 @@ Snapshot Queue::snapshot() const {
   }
 
   std::uint64_t live = 0;
+  for (std::uint32_t b = 0; b < kWaitBuckets; ++b) snap.wait.buckets[b] = s.h->retired_waits.b[b].load(std::memory_order_relaxed);
   for (std::uint32_t i = 0; i < s.lane_count; ++i) {
+    for (std::uint32_t b = 0; b < kWaitBuckets; ++b) snap.wait.buckets[b] += s.waits[i].b[b].load(std::memory_order_relaxed);
     const Word128 w = lane_load(s, i);
     if (LaneWord::state(w) != LaneState::live) continue;
     if (i != kDefaultLane) ++live;  // groups live at once (the default lane is not one)

@@ -120,7 +120,9 @@ OrderResult run_append(Segment& s, std::uint32_t lane, GroupKey g, std::uint32_t
       const Word128 b2 = lane_base(s, lane, w);
       // t is still this run's node only while its link is still ours (a
       // reused t was relinked with another tag).
-      if (LaneWord::tail(b2) != t1 || t.next.load(std::memory_order_acquire) != linked) break;
+      if (LaneWord::state(b2) != LaneState::live || LaneWord::tail(b2) != t1 ||
+          t.next.load(std::memory_order_acquire) != linked)
+        break;
       if (lane_cas(s, lane, w, LaneWord::with_tail(b2, node1))) break;
     }
     return OrderResult::ok;

@@ -105,7 +105,15 @@ std::uint32_t take_record(Segment& s, GroupKey g) noexcept {
     r.idle_seen.store(0, std::memory_order_relaxed);
     r.creator.store(my_holder(s), std::memory_order_relaxed);
     for (auto& head : r.strays) head.store(strays_head(inc, false, 0), std::memory_order_relaxed);
-    for (auto& b : s.waits[lane].b) b.store(0, std::memory_order_relaxed);
+    // The previous life's waits go to the queue-wide count first (relaxed:
+    // statistics; a reader in between sees them twice for a moment).
+    for (std::uint32_t i = 0; i < kWaitBuckets; ++i) {
+      std::atomic<std::uint64_t>& b = s.waits[lane].b[i];
+      if (const std::uint64_t v = b.load(std::memory_order_relaxed)) {
+        s.h->retired_waits.b[i].fetch_add(v, std::memory_order_relaxed);
+        b.store(0, std::memory_order_relaxed);
+      }
+    }
     return lane;
   }
   return kNoLane;

@@ -73,7 +73,13 @@ bool ctr_matches(const Word128& w, std::uint64_t ctr34) noexcept {
 // strays), taken out? Its lane's pending step applied first.
 bool taken_out(Segment& s, std::uint32_t lane, std::uint32_t slot, bool from_run) noexcept {
   lane_update(s, lane, [](Word128 b) -> std::optional<Word128> { return b; });
-  if (from_run) return LaneWord::head(lane_load(s, lane)) != slot + 1;
+  if (from_run) {
+    // A lane that is not live has no run: its head field is no slot (a
+    // creating word keeps an incarnation there). A run job taken from a lane
+    // that was reclaimed since was taken (a lane with a count is never idle).
+    const Word128 w = lane_load(s, lane);
+    return LaneWord::state(w) != LaneState::live || LaneWord::head(w) != slot + 1;
+  }
   // A take is decided by its step, and its step marks the node.
   return UpLink::mark(s.slot(slot).next.load(std::memory_order_acquire)) == Link::kDeleted;
 }
@@ -84,6 +90,10 @@ bool taken_out(Segment& s, std::uint32_t lane, std::uint32_t slot, bool from_run
 // popped, and an admitting node is never popped.
 bool appended(Segment& s, std::uint32_t lane, std::uint32_t slot, std::uint64_t pred) noexcept {
   const Word128 w = lane_load(s, lane);
+  // Only a live word's head is a slot (a creating word keeps an incarnation
+  // there). A lane that is not live holds no admitting node either: a linked
+  // one keeps its lane from being idle.
+  if (LaneWord::state(w) != LaneState::live) return false;
   if (LaneWord::head(w) == slot + 1) return true;
   const std::uint32_t p1 = std::uint32_t(pred & ((1U << 26) - 1));
   if (p1 == 0 || p1 > s.jobs) return false;
@@ -91,20 +101,54 @@ bool appended(Segment& s, std::uint32_t lane, std::uint32_t slot, std::uint64_t 
   return Link::succ(pl) == slot + 1 && Link::tag(pl) == (pred >> 26);
 }
 
-// The `back` step for a pending job (w) that a dead claimer took out of lane
-// `lane` with a count and never leased. False if it moved on meanwhile.
-bool return_taken(Segment& s, std::uint32_t lane, std::uint32_t slot, const Word128& w) noexcept {
+}  // namespace
+
+// The `back` step for a revoked take (pending, out of its lane, counted
+// active, its ctr moved on and this settler's holder in its word): gives the
+// count back and makes the job returning, for anyone to link. False if
+// someone else finished it first.
+bool finish_return(Segment& s, std::uint32_t lane, std::uint32_t slot, const Word128& revoked) noexcept {
   Word128 lw = lane_load(s, lane);
   for (;;) {
     const Word128 base = lane_base(s, lane, lw);
-    if (!(slot_load(s, slot) == w) || s.slot(slot).lane.load(std::memory_order_relaxed) != lane) return false;
-    s.slot(slot).run_seq.store(exit_mark(SlotWord::ctr(w)), std::memory_order_relaxed);
+    std::uint64_t rs = s.slot(slot).run_seq.load(std::memory_order_acquire);
+    if (!(slot_load(s, slot) == revoked) || s.slot(slot).lane.load(std::memory_order_relaxed) != lane) return false;
+    if (LaneWord::state(base) != LaneState::live) {
+      report_corrupt(s, CorruptWhat::lane_word);  // a lane with a count is never reclaimed
+      return false;
+    }
+    if (!s.slot(slot).run_seq.compare_exchange_strong(rs, exit_mark(SlotWord::ctr(revoked)), std::memory_order_acq_rel)) {
+      lw = lane_load(s, lane);
+      continue;
+    }
     const std::uint64_t a = LaneWord::active(base);
     const Word128 nw = LaneWord::with_active(LaneWord::with_rel(base, slot + 1, RelOp::back), a ? a - 1 : 0);
     if (lane_cas(s, lane, lw, nw)) {
       (void)lane_base(s, lane, lw);  // apply it
       return true;
     }
+  }
+}
+
+namespace {
+
+// Puts back a job (w: pending at its taker's ctr) that a claimer took out
+// of lane `lane` with a count and never leased: first revoked in its own
+// word (ctr + 1, this process as holder), so that the taker's lease CAS,
+// which expects the ctr it took, fails from here if the taker is alive;
+// then the `back` step. False if it moved on (the taker leased it, or
+// another settler revoked it first: then it is theirs to finish, and if that
+// one dies the sweep finishes it, sweep_slot).
+bool return_taken(Segment& s, std::uint32_t lane, std::uint32_t slot, const Word128& w) noexcept {
+  Word128 cur = slot_load(s, slot);
+  for (;;) {
+    if (SlotWord::state(cur) != SlotState::pending || SlotWord::ctr(cur) != SlotWord::ctr(w) ||
+        SlotWord::holder(cur) != 0 || s.slot(slot).lane.load(std::memory_order_relaxed) != lane)
+      return false;
+    // Its `when` may name a reassign's copy (a move that the take made fail):
+    // it goes with the revoke.
+    const Word128 revoked = SlotWord::make(SlotState::pending, SlotWord::attempt(cur), 0, SlotWord::ctr(cur) + 1, my_holder(s));
+    if (slot_cas(s, slot, cur, revoked)) return finish_return(s, lane, slot, revoked);
   }
 }
 
@@ -136,15 +180,22 @@ bool live_intent_names(Segment& s, std::uint32_t slot, std::uint64_t ctr, std::u
 }
 
 bool settle_intent(Segment& s, std::atomic<std::uint64_t>& intent, std::atomic<std::uint64_t>& intent_lane,
-                   std::atomic<std::uint64_t>& intent_pred, std::uint64_t now) noexcept {
+                   std::atomic<std::uint64_t>& intent_pred, std::uint64_t now, bool live_owner) noexcept {
   const std::uint64_t in = intent.load(std::memory_order_acquire);
   const Intent kind = IntentWord::kind(in);
   if (kind == Intent::none) return false;
   const std::uint32_t slot1 = IntentWord::slot1(in);
   const std::uint64_t lane64 = intent_lane.load(std::memory_order_relaxed);
   const std::uint64_t pred = intent_pred.load(std::memory_order_relaxed);
+  // A live owner may have moved on to another take since the caller looked:
+  // judged again on these loads. (The pred loaded may be of the next intent:
+  // then the intent word differs below, or the take is not overdue.)
+  if (live_owner && !take_overdue(in, pred, now)) return false;
   auto done = [&](bool acted) {
-    // Only if nobody settled it meanwhile (a record is settled once).
+    // Only if nobody settled it meanwhile (a record is settled once), and
+    // never a live owner's: it clears its own (it may have written the same
+    // intent again, for a take that is not overdue).
+    if (live_owner) return acted;
     std::uint64_t cur = in;
     intent.compare_exchange_strong(cur, 0, std::memory_order_acq_rel);
     return acted;
@@ -169,7 +220,7 @@ bool settle_intent(Segment& s, std::atomic<std::uint64_t>& intent, std::atomic<s
       if (live_intent_names(s, slot, SlotWord::ctr(w), now)) return done(false);
       if (!from_run && strays_unlink(s, lane, slot) != OrderResult::ok) return done(false);
       if (st == SlotState::aborted) {  // a husk: taken without a count (taken_out cleared its step)
-        free_aborted(s, slot);
+        free_aborted(s, slot, SlotWord::ctr(w));
         return done(true);
       }
       // A job taken with a count and never leased: a `back` step gives the
@@ -197,7 +248,7 @@ bool settle_intent(Segment& s, std::atomic<std::uint64_t>& intent, std::atomic<s
         Word128 cur = w;
         if (!slot_cas(s, slot, cur, SlotWord::make(SlotState::aborted, 0, 0, SlotWord::ctr(w), SlotWord::holder(w))))
           return done(false);
-        free_aborted(s, slot);
+        free_aborted(s, slot, SlotWord::ctr(w));
         return done(true);
       }
       // Aborted: linked, it is a husk for a claim to pop (holder 0 says so);
@@ -207,7 +258,7 @@ bool settle_intent(Segment& s, std::atomic<std::uint64_t>& intent, std::atomic<s
         if (SlotWord::holder(w) != 0) slot_cas(s, slot, cur, SlotWord::make(SlotState::aborted, 0, 0, SlotWord::ctr(w), 0));
         return done(true);
       }
-      free_aborted(s, slot);
+      free_aborted(s, slot, SlotWord::ctr(w));
       return done(true);
     }
     default:
@@ -244,13 +295,15 @@ std::uint64_t settle_dead_threads(Segment& s, std::uint64_t now, int& pid) noexc
       n += settle_intent(s, t.intent, t.intent_lane, t.intent_pred, now);
       pid = p;
     } else if (take_overdue(t.intent.load(std::memory_order_acquire), t.intent_pred.load(std::memory_order_relaxed), now)) {
-      n += settle_intent(s, t.intent, t.intent_lane, t.intent_pred, now);
+      n += settle_intent(s, t.intent, t.intent_lane, t.intent_pred, now, true);
     }
   }
   for (std::uint32_t i = 0; i < s.proc_count; ++i) {
     ProcRecord& p = s.procs[i];
-    if (dead[i] || take_overdue(p.intent.load(std::memory_order_acquire), p.intent_pred.load(std::memory_order_relaxed), now))
+    if (dead[i])
       n += settle_intent(s, p.intent, p.intent_lane, p.intent_pred, now);
+    else if (take_overdue(p.intent.load(std::memory_order_acquire), p.intent_pred.load(std::memory_order_relaxed), now))
+      n += settle_intent(s, p.intent, p.intent_lane, p.intent_pred, now, true);
   }
   return n;
 }
@@ -293,6 +346,23 @@ bool settle_orphan(Segment& s, std::uint32_t slot, const Word128& w, std::uint64
 void sweep_slot(Segment& s, std::uint32_t i, std::uint64_t now, SweepStats& st) noexcept {
   Word128 w = slot_load(s, i);
   switch (SlotWord::state(w)) {
+    case SlotState::pending: {
+      // A holder in a pending word: a take revoked by a settler
+      // (return_taken) whose `back` step is not made yet. Its settler is at
+      // it (or stopped: it holds this one job); gone, we finish it.
+      const std::uint32_t holder = SlotWord::holder(w);
+      if (holder == 0 || !holder_gone(s, holder, now)) return;
+      const std::uint32_t lane = s.slot(i).lane.load(std::memory_order_relaxed);
+      if (lane >= s.lane_count) {
+        report_corrupt(s, CorruptWhat::slot_record);
+        return;
+      }
+      if (finish_return(s, lane, i, w)) {
+        link_returning(s, i);
+        ++st.finished;
+      }
+      return;
+    }
     case SlotState::leased: {
       // Holders are judged at most once per recovery_ms / 2 for all
       // sweepers (ProcRecord::seen caches the verdicts: a verdict costs

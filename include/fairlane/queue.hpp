@@ -343,6 +343,7 @@ struct Snapshot {
   bool paused = false;                 // the whole queue
   std::vector<BrandedId> ring;         // serviceable lanes, in rota order
   std::vector<LaneInfo> lanes;         // every live lane, in table order
+  WaitHistogram wait;                  // every claim's enqueue-to-claim wait, ever (lanes given back included)
   Counters counters;                   // sums over every process, ever
   std::uint64_t jobs_capacity = 0, pending = 0, leased = 0, scheduled = 0, dead = 0;
   std::uint64_t lanes_live = 0, lanes_capacity = 0;   // groups live at once / --lanes

@@ -673,6 +673,9 @@ struct alignas(kCacheLine) Header {
   CounterBlock retired;
   RecoveryStats recovery;
   MirrorShared mirror;
+  // The waits of the claims of lanes given back and taken again since: the
+  // queue-wide histogram is these plus every lane record's own.
+  WaitBuckets retired_waits;
 };
 
 }  // namespace fairlane::detail
