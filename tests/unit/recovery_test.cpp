@@ -520,6 +520,86 @@ TEST_F(Recovery, AStaleAckOnAWordThatCameBackCompletesNoNewerLease) {
   EXPECT_TRUE(r.clean()) << show(r);
 }
 
+// A claimer stopped after taking a job from the strays, past its lease's
+// deadline: a sweep puts the job back and relinks it (new links). When the
+// claimer resumes it must not mark those new links as taken (that would
+// unlink a pending job from every list): the job is delivered once.
+TEST_F(Recovery, AResumedTakerDoesNotMarkItsJobsNewLinks) {
+  make(40);
+  const auto a = fill(A, 1);
+  Lease l0;
+  ASSERT_TRUE(q().claim(l0, kLongLease));
+  ASSERT_EQ(q().release(l0.id, l0.token), AckStatus::ok);  // back at its id: in the strays
+  SharedBlock<ChildReport> rep;
+  const std::string name = seg();
+  ForkedChild child([&] {
+    auto r = Queue::open(name);
+    if (!r) return 3;
+    detail::failpoint_arm("claim.taken", 1, detail::FailpointAction::stop);
+    Lease l;
+    if (!r->claim(l, 50)) return 7;  // its take undone and nothing else to take
+    tell(*rep, l);
+    return r->complete(l.id, l.token) == AckStatus::ok ? 0 : 6;
+  }, 60);
+  ASSERT_TRUE(wait_stopped(child, 20s)) << child.describe();
+  q().advance_clock(1000);  // the take is overdue: the job goes back, relinked
+  q().tick();
+  ASSERT_EQ(q().job(a[0])->state, JobState::pending);
+  ::kill(child.pid(), SIGCONT);
+  child.wait();
+  ASSERT_TRUE(child.reaped() && WIFEXITED(child.status())) << child.describe();
+  int delivered = rep->leases.load();
+  std::map<BrandedId, int> got;
+  claim_all(got);
+  delivered += got[a[0]];
+  EXPECT_EQ(delivered, 1) << "the job was " << (delivered ? "delivered twice" : "lost");
+  expect_clean();
+}
+
+// A fail() stopped after checking its lease, while the job is redelivered
+// and its new holder's complete has made its lane step but not applied it:
+// the stale fail() must not overwrite the new lease's exit mark, or the
+// completion (answered ok) would never be applied and the job delivered
+// again.
+TEST_F(Recovery, AStaleFailCannotUndoANewerCompletion) {
+  make(40);
+  const auto a = fill(A, 1);
+  const std::string name = seg();
+  ForkedChild failer([&] {
+    auto r = Queue::open(name);
+    if (!r) return 3;
+    Lease l;
+    if (!r->claim(l, 50)) return 4;
+    detail::failpoint_arm("fail.planned", 1, detail::FailpointAction::stop);
+    const FailStatus st = r->fail(l.id, l.token, FailOptions{.delay_ms = 60'000, .max_attempts = 10, .error = "x"});
+    return st == FailStatus::stale ? 0 : 5;
+  }, 60);
+  ASSERT_TRUE(wait_stopped(failer, 20s)) << failer.describe();
+  q().advance_clock(1000);  // the failer's lease expires
+  q().tick();
+  ForkedChild completer([&] {
+    auto r = Queue::open(name);
+    if (!r) return 3;
+    Lease l;
+    if (!r->claim(l, kLongLease)) return 4;
+    detail::failpoint_arm("ack.stepped", 1, detail::FailpointAction::stop);
+    return r->complete(l.id, l.token) == AckStatus::ok ? 0 : 5;
+  }, 60);
+  ASSERT_TRUE(wait_stopped(completer, 20s)) << completer.describe();
+  ::kill(failer.pid(), SIGCONT);
+  failer.wait();
+  EXPECT_TRUE(failer.exited_zero()) << "the stale fail was not refused: " << failer.describe();
+  ::kill(completer.pid(), SIGCONT);
+  completer.wait();
+  ASSERT_TRUE(completer.exited_zero()) << completer.describe();
+  q().tick();
+  EXPECT_FALSE(q().job(a[0]).has_value()) << "a completion answered ok was not applied";
+  q().advance_clock(2 * kLongLease);
+  Lease l;
+  EXPECT_FALSE(q().claim(l, kLongLease)) << "the completed job was delivered again";
+  expect_clean();
+}
+
 // ---- an enqueuer dies in the middle of an admission -------------------------------------------
 
 struct EnqueueCase {
