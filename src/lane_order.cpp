@@ -410,14 +410,25 @@ bool strays_contains(Segment& s, std::uint32_t lane, std::uint32_t slot) noexcep
 }
 
 std::uint64_t lane_depth(const Segment& s, std::uint32_t lane) noexcept {
-  const Word128 w = lane_load(s, lane);
+  Word128 w = lane_load(s, lane);
   std::uint64_t n = 0;
-  const std::uint32_t h1 = LaneWord::head(w), t1 = LaneWord::tail(w);
-  if (valid_slot1(s, h1) && valid_slot1(s, t1)) {
-    // The run from its sequence numbers (O(1)), less its husks.
-    const std::uint64_t a = s.slot(h1 - 1).run_seq.load(std::memory_order_relaxed);
-    const std::uint64_t b = s.slot(t1 - 1).run_seq.load(std::memory_order_relaxed);
-    n = b >= a ? b - a + 1 : 1;
+  // The run from its sequence numbers (O(1)), less its husks. The numbers
+  // are the run's only while the word still names that head and tail (a
+  // head popped meanwhile may be a lease whose field holds its exit mark):
+  // read again a few times, and without a steady reading count the head.
+  std::uint64_t a = 0, b = 0;
+  bool steady = false;
+  for (int tries = 0; tries < 4 && !steady; ++tries) {
+    const std::uint32_t h1 = LaneWord::head(w), t1 = LaneWord::tail(w);
+    if (LaneWord::state(w) != LaneState::live || !valid_slot1(s, h1) || !valid_slot1(s, t1)) break;
+    a = s.slot(h1 - 1).run_seq.load(std::memory_order_acquire);
+    b = s.slot(t1 - 1).run_seq.load(std::memory_order_acquire);
+    const Word128 again = lane_load(s, lane);
+    steady = again == w;
+    w = again;
+  }
+  if (LaneWord::state(w) == LaneState::live && LaneWord::head(w) != 0) {
+    n = steady && b >= a ? b - a + 1 : 1;
     const std::uint64_t husks = s.lanes[lane].husks.load(std::memory_order_relaxed);
     n = n > husks ? n - husks : 0;
     n = std::min<std::uint64_t>(n, s.jobs);

@@ -312,7 +312,7 @@ class Repairer {
       }
     }
     std::uint64_t pos = 0;
-    std::uint64_t live = 1;
+    std::uint64_t live = 0;  // groups live (the default lane is not one), as inspect counts them
     for (std::uint32_t l = 0; l < s_.lane_count; ++l) {
       if (LaneWord::state(lane_load(s_, l)) != LaneState::live) continue;
       if (l != kDefaultLane) ++live;
@@ -341,8 +341,8 @@ class Repairer {
       store128_init(s_.lanes[l].word, w);
     }
     s_.h->ring_tail.store(pos);
-    note("lanes, ring and directory rebuilt: " + std::to_string(live) + " lanes live, " + std::to_string(pos) +
-         " in the ring");
+    note("lanes, ring and directory rebuilt: " + std::to_string(live) + (live == 1 ? " group lane live, " : " group lanes live, ") +
+         std::to_string(pos) + " in the ring");
   }
 
   void rebuild_index() {

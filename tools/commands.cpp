@@ -52,7 +52,7 @@ std::string group_label(const GroupArg& g) { return g.is_default ? std::string("
   const std::uint64_t cap = lanes_capacity(s, c);
   fail(fmt::format("no lane free for group {}: {} groups are live at once in '{}', its --lanes {} (a group is live "
                    "while it has a pending or leased job, or a limit, weight or pause); create the "
-                   "segment with --lanes above the most groups live at once",
+                   "segment with --lanes at least the most groups live at once",
                    group_label(g), grouped(lanes_live(s)), t.label(), grouped(cap)));
 }
 

@@ -251,7 +251,7 @@ class Parser {
     lane_group(s);
     s->add_option("N", lane_.value, "1..131071, or 'none' (0) to clear")->required();
 
-    s = sub("weight", "jobs a lane may take per turn in claim_batch", [this] { return run_weight(lane_); });
+    s = sub("weight", "claims a lane gets per turn of the rotation (claim and claim_batch)", [this] { return run_weight(lane_); });
     lane_group(s);
     s->add_option("W", lane_.value, "1..1000")->required();
 
