@@ -146,7 +146,9 @@ class Parser {
     s = sub("destroy", "remove a segment (refused while processes are attached), or every key of a Valkey queue",
             [this] { return run_destroy(destroy_); });
     segment(s, destroy_.segment);
-    s->add_flag("--force", destroy_.force, "remove a segment even while live processes are attached to it");
+    s->add_flag("--force", destroy_.force,
+                "remove a segment even while live processes are attached to it (a Valkey queue: even if it is a "
+                "segment's mirror)");
     json(s, destroy_.json);
 
     s = sub("inspect", "show config, counters, the ring and every lane", [this] { return run_inspect(seg_); });

@@ -527,6 +527,35 @@ TEST_F(MirrorTest, APasswordNeverLandsInTheSegmentThroughRestore) {
   EXPECT_EQ(q->config().mirror, "valkey://someone@127.0.0.1:" + std::to_string(server_->port()) + "/" + name_);
 }
 
+TEST_F(MirrorTest, DestroyOfAMirrorsKeyspaceNeedsForce) {
+  // A mirror's keyspace is read-only through valkey://, destroy included;
+  // --force removes it (a stale mirror of a segment that is gone).
+  Queue q = create();
+  start_mirror();
+  ASSERT_EQ(q.enqueue(group(1), q.mint(), "x"), EnqueueStatus::enqueued);
+  ASSERT_TRUE(caught_up(q));
+  mirror_->stop();
+  mirror_.reset();
+  auto count_keys = [&] {
+    redisContext* c = redisConnect("127.0.0.1", server_->port());
+    if (!c || c->err) return std::size_t(~0ULL);
+    auto* rep = static_cast<redisReply*>(redisCommand(c, "KEYS emq:{%s}:*", name_.c_str()));
+    const std::size_t n = rep ? rep->elements : ~0ULL;
+    if (rep) freeReplyObject(rep);
+    redisFree(c);
+    return n;
+  };
+  ASSERT_GT(count_keys(), 0u) << "the mirror wrote nothing under emq:{" << name_ << "}";
+  auto r = test::run_program(FAIRLANE_CLI_PATH, {"destroy", url_});
+  EXPECT_EQ(r.exit_code, 2) << r.out << r.err;
+  EXPECT_NE(r.err.find("read-only"), std::string::npos) << r.err;
+  EXPECT_TRUE(valkey()->owner().has_value()) << "refused, yet something was removed";
+  r = test::run_program(FAIRLANE_CLI_PATH, {"destroy", url_, "--force"});
+  EXPECT_EQ(r.exit_code, 0) << r.out << r.err;
+  EXPECT_NE(r.out.find("destroyed"), std::string::npos) << r.out;
+  EXPECT_EQ(count_keys(), 0u) << "keys left after destroy --force";
+}
+
 TEST_F(MirrorTest, APasswordNeverLandsInTheSegmentThroughCreate) {
   // Every attached process reads the header: create keeps the mirror URL
   // without its password, as restore does.
