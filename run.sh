@@ -7,8 +7,11 @@
 #                                 ARGS (its targets include that count), then the stall
 #                                 measurement (fairlane-stall; --quick in ARGS makes all three short)
 #   ./run.sh sanitize [asan|tsan] [CTEST ARGS]
-#                                 build and run the unit, multiproc and crash tests under
-#                                 ASan+UBSan, then under TSan (presets asan, tsan)
+#                                 build and run the unit, multiproc, crash and churn tests
+#                                 (and, under asan, the cli tests) under ASan+UBSan, then
+#                                 under TSan (presets asan, tsan)
+#   ./run.sh fuzz [CTEST ARGS]    build the libFuzzer target with clang (preset fuzz) and run
+#                                 it for 100,000 inputs from tests/fuzz/corpus (ctest label fuzz)
 set -euo pipefail
 cd "$(dirname "$0")"
 cmd="${1:-demo}"
@@ -18,11 +21,13 @@ build() {
   cmake --preset release >/dev/null
   cmake --build --preset release -j"$(nproc)"
 }
-# Configure, build the test executables of the labels unit|multiproc|crash
-# (target fairlane_tests_<label>) and run them; the test presets carry the
-# label filter and the *SAN_OPTIONS. Stops at the first preset that fails, so
+# Configure, build the test executables of the labels unit|multiproc|crash|churn
+# (target fairlane_tests_<label>; asan also builds the tool and the cli tests)
+# and run them; the test presets carry the label filter and the *SAN_OPTIONS. Stops at the first preset that fails, so
 # the log ends with that preset's ctest summary. Under tsan, ModelTest is left
-# out: it is single-threaded, so TSan has nothing to check in it (asan runs it).
+# out: it is single-threaded, so TSan has nothing to check in it (asan runs it);
+# so is Setup.TheLastProcessRecordHoldsItsLeases, which maps the segment 4,095
+# times in one process (TSan's shadow of each mapping makes it take minutes).
 # TSan sees only this process: races between processes through the segment
 # are outside what it can check.
 sanitize() {
@@ -33,6 +38,13 @@ sanitize() {
     cmake --build --preset "$p" -j"$(nproc)"
     ctest --preset "$p" -j"$(nproc)" "$@"
   done
+}
+# The fuzz target (tests/fuzz): clang, libFuzzer, ASan+UBSan; a crash, leak
+# or hang leaves its input in build/fuzz/tests/fuzz/artifacts/.
+fuzz() {
+  cmake --preset fuzz >/dev/null
+  cmake --build --preset fuzz -j"$(nproc)"
+  ctest --preset fuzz "$@"
 }
 bench() {
   local out=build/release/bench quick=() cycle=() status=0 st=0 side=1
@@ -58,5 +70,6 @@ case "$cmd" in
   test)  build; exec ctest --preset release -j"$(nproc)" "$@" ;;
   bench) build; bench "$@" ;;
   sanitize) sanitize "$@" ;;
-  *) echo "usage: ./run.sh demo|test|bench|sanitize [args]" >&2; exit 2 ;;
+  fuzz) fuzz "$@" ;;
+  *) echo "usage: ./run.sh demo|test|bench|sanitize|fuzz [args]" >&2; exit 2 ;;
 esac

@@ -14,40 +14,51 @@
 namespace fairlane::detail {
 
 const char* const kFailpoints[] = {
-    // enqueue (queue.cpp: admit)
-    "enqueue.slot_taken",     // popped a free slot, nothing written yet
-    "enqueue.admitting",      // slot is admitting with its fields, not indexed
-    "enqueue.indexed",        // id committed in the index, slot still admitting
-    "enqueue.pending",        // slot pending, not yet in its lane's intake
-    // a slot entering its lane (enqueue, retry, expiry, requeue)
-    "lane.intake_pushed",     // on the intake, not yet counted in the lane word
-    "lane.ringed",            // lane word says ringed, token not yet pushed
-    "ring.cell_filled",       // token in its cell, ring tail not yet moved
-    // claim (queue.cpp: claim_some)
-    "ring.cell_taken",        // token taken from its cell, ring head not yet moved
-    "claim.token_taken",      // holding a token, nothing reserved
-    "claim.reserved",         // jobs reserved and the lane structure owned (busy)
-    "claim.token_returned",   // token back in the ring, structure still owned
-    "claim.popped",           // jobs out of the lane structure, structure still owned
-    "claim.released",         // structure released, jobs not yet leased
-    "claim.leased",           // a job leased (published), the claim not finished
-    // complete / fail
-    "complete.freeing",       // lease taken (freeing), index entry still there
-    "free.unindexed",         // index entry gone, slot still freeing
-    "free.freed",             // slot free, not yet on the free list
-    "complete.freed",         // slot on the free list, lane's active not released
-    "fail.taken",             // lease taken (freeing), no new state yet
-    "fail.pending",           // back to pending, not yet in its lane
-    "fail.scheduled",         // scheduled for a retry, lane's active not released
-    "fail.dead",              // dead-lettered, lane's active not released
-    // sweep
-    "sweep.returned",         // an expired lease taken back (pending), not in its lane
-    // drain
-    "drain.owned",            // lane structure owned by the drain
-    "drain.counted",          // one job uncounted, not yet popped
-    // the gate's repair (gate.cpp)
-    "repair.closed",          // gate closed, nothing repaired yet
-    "repair.rebuilt",         // structures rebuilt, gate still closed
+    // a lane's creation and reclaim (lanes.cpp)
+    "lane.creating",          // a free lane record taken by its CAS (creating), its key not yet written
+    "lane.record_taken",      // a free lane record taken (creating), no directory entry yet
+    "lane.entry_tentative",   // its directory entry written tentative, rivals not yet looked at
+    "lane.entry_live",        // the entry committed live, the record still creating
+    "lane.sealed",            // an idle lane's strays sealed for its reclaim, its word not yet freed
+    "lane.reclaimed",         // an idle lane's word freed, its directory entry not yet cleared
+    "lane.step_applied",      // a lane word step applied to its slot (the word still names it)
+    "lane.settings_written",  // a setting written, the lane word not yet moved (lane_controls.cpp)
+    // enqueue (admission.cpp)
+    "enqueue.slot_taken",     // a slot taken (admitting), the job not yet written
+    "enqueue.lane_found",     // the job written, its lane found or made, not linked
+    "run.appended_first",     // linked as its run's first node (lane word CAS), not indexed
+    "run.linked",             // linked after the run's tail, the tail not yet confirmed
+    "enqueue.indexed",        // its index entry written, the admission not decided
+    "enqueue.committed",      // committed, the enqueue not finished
+    // claim (claiming.cpp)
+    "claim.sealed",           // the run's last node sealed for its pop, not popped
+    "claim.chosen",           // the take's CAS computed (a cell pushed for the token), not made
+    "claim.taken",            // the job out of its lane (popped or named by a take), not leased
+    "strays.marked",          // a strays node marked taken, not unlinked
+    "claim.token_moved",      // the token's old cell passed
+    "claim.leased",           // the job leased, the claim not finished
+    // acknowledgements (acks.cpp)
+    "ack.stepped",            // the lease's lane step made, not applied to its slot
+    "complete.done",          // completed, the call not finished
+    "fail.planned",           // a fail's lease checked and its plan chosen, nothing written
+    "fail.stepped",           // a fail's step made and applied, the retry not yet linked
+    "release.stepped",        // a release's step made and applied, the job not yet linked
+    // a job back into its lane (acks.cpp)
+    "move.claimed",           // a scheduled or dead job taken (returning) to go back to its lane
+    "move.taken",             // a returning job taken for linking, not linked
+    "strays.linked",          // linked in its lane's strays, the linked step not yet made
+    "move.linked",            // the linked step made, not applied
+    "slot.freed",             // a husk freed (the call that popped it not finished)
+    // the sweep (sweeping.cpp)
+    "sweep.expired",          // an expired lease stepped back, not yet linked
+    "sweep.promoted",         // a due job back in its lane
+    "recover.popped",         // a dead claimer's job taken back (returning), not yet linked
+    // lane controls and dead letters (lane_controls.cpp, inspection.cpp)
+    "drain.removed",          // one drained job completed, the drain not finished
+    "reassign.copied",        // the copy written and indexed (undecided), the origin still pending
+    "reassign.dropped",       // the origin dropped (a husk naming the copy), the copy not decided
+    "reassign.committed",     // the copy committed, not yet in its new lane
+    "dead.purged",            // one dead job freed, the purge not finished
 };
 const std::size_t kFailpointCount = sizeof kFailpoints / sizeof kFailpoints[0];
 

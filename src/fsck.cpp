@@ -1,20 +1,26 @@
 // fsck: every invariant of the segment checked against the job slots.
 //
-// The slot words are the truth; the lane words, lane structures, ring, hold
-// slot, id index and free list are derived, and each is compared with what
-// the slots say. Read-only. Exact on a quiet segment: a process that is
-// mid-operation shows up as a transitional slot or a count off by one.
+// The slot words are the truth; lane words and orders, the ring, the lane
+// directory and the id index are derived, and each is compared with what
+// the slots say. Read-only, and safe on any bytes: every index is checked
+// before use and every walk is bounded.
+//
+// Exact on a quiet segment. A process in the middle of an operation leaves
+// a step that is not finished: a thread's intent (a job being taken out of
+// its lane, or appended to it), an admitting slot, a job on its way back to
+// its lane (returning), a lane word step not yet applied to its slot. Each
+// is reported once as "in-flight", naming the process and the step, and the
+// checks it would disturb (that job's place, its lane's counts) are left out
+// for it: fsck names what a stopped process is in the middle of, and
+// nothing else.
 #include <algorithm>
 #include <string>
 #include <unordered_map>
+#include <unordered_set>
 #include <vector>
 
+#include "core.hpp"
 #include "fairlane/queue.hpp"
-#include "hash.hpp"
-#include "id_index.hpp"
-#include "lane_table.hpp"
-#include "ring.hpp"
-#include "segment.hpp"
 
 namespace fairlane {
 using namespace detail;
@@ -23,268 +29,403 @@ namespace {
 
 constexpr std::size_t kMaxIssues = 1000;
 
+const char* state_name(SlotState st) {
+  static const char* names[] = {"free", "admitting", "pending", "leased", "scheduled", "dead", "returning", "aborted"};
+  return std::size_t(st) < kSlotStates ? names[std::size_t(st)] : "invalid";
+}
+
 class Checker {
  public:
-  explicit Checker(const Segment& s) : s_(s), lanes_(s.lane_mask + 1) {}
+  explicit Checker(const Segment& s) : s_(const_cast<Segment&>(s)) {}
 
   FsckReport run() {
     report_.slots = s_.jobs;
+    report_.lanes = s_.lane_count;
+    in_lane_.assign(s_.jobs, 0);
+    exempt_slot_.assign(s_.jobs, 0);
+    exempt_lane_.assign(s_.lane_count, 0);
+    find_in_flight();
     check_slots();
-    check_index();
     check_lanes();
+    check_placement();
+    check_counts();
     check_ring();
-    check_free_list();
-    check_next_due();
+    check_directory();
+    check_index();
     return std::move(report_);
   }
 
  private:
-  struct LaneTruth {
-    std::uint64_t pending = 0, active = 0;
-    int tokens = 0;
-  };
-
   void issue(const char* invariant, std::string detail) {
     if (report_.issues.size() < kMaxIssues) report_.issues.push_back({invariant, std::move(detail)});
   }
   std::string job(std::uint32_t slot) const {
-    return "job " + BrandedId::make(std::string_view(s_.h->job_kind, 3), s_.slot(slot).snowflake.load()).string() +
-           " (slot " + std::to_string(slot) + ")";
+    const std::uint64_t sf = s_.slot(slot).sf.load(std::memory_order_relaxed) & kMaxSnowflake;
+    return "job " + BrandedId::make(std::string_view(s_.kind, 3), sf).string() + " (slot " + std::to_string(slot) + ")";
   }
-  std::string lane(std::uint32_t i) const { return "lane " + lane_group(s_, i).string() + " (#" + std::to_string(i) + ")"; }
-  static const char* state_name(SlotState st) {
-    static const char* names[] = {"free", "admitting", "pending", "leased", "scheduled", "dead", "freeing", "invalid"};
-    return names[std::size_t(st) & 7];
+  std::string lane_name(std::uint32_t i) const {
+    if (i == kDefaultLane) return "the default lane (#0)";
+    return "lane " + lane_group(s_, i).string() + " (#" + std::to_string(i) + ")";
+  }
+  std::string pid_of(std::uint32_t holder) const {
+    const std::uint32_t i1 = Holder::index1(holder);
+    if (i1 == 0 || i1 > s_.proc_count) return "an unknown process";
+    return "pid " + std::to_string(s_.procs[i1 - 1].owner.load(std::memory_order_relaxed) & 0x7FFFFFFF);
+  }
+  bool lane_live(std::uint32_t lane) const {
+    return lane < s_.lane_count && LaneWord::state(lane_load(s_, lane)) == LaneState::live;
   }
 
-  // Invariant 1: each job in exactly one place; its fields sane.
+  // ---- steps in flight ----------------------------------------------------------------
+
+  void in_flight(std::string what) { issue("in-flight", std::move(what)); }
+
+  void find_in_flight() {
+    auto intent = [&](std::uint64_t in, std::uint64_t lane, std::uint32_t proc1) {
+      const Intent kind = IntentWord::kind(in);
+      if (kind == Intent::none) return;
+      const std::uint32_t slot1 = IntentWord::slot1(in);
+      if (slot1 == 0 || slot1 > s_.jobs || lane >= s_.lane_count) {
+        issue("process-record", "a thread of pid " + pid(proc1) + " has an intent naming slot " + std::to_string(slot1) +
+                                    " and lane " + std::to_string(lane) + ", out of range");
+        return;
+      }
+      exempt_slot_[slot1 - 1] = 1;
+      exempt_lane_[lane] = 1;
+      const char* what = kind == Intent::link ? "appending" : "taking";
+      in_flight("pid " + pid(proc1) + " is " + what + " " + job(slot1 - 1) + (kind == Intent::link ? " to " : " from ") +
+                lane_name(std::uint32_t(lane)));
+    };
+    for (std::uint32_t i = 0; i < s_.thread_count; ++i) {
+      const ThreadRecord& t = s_.threads[i];
+      const std::uint64_t owner = t.owner.load(std::memory_order_acquire);
+      if (owner == 0) continue;
+      const std::uint32_t p1 = ThreadOwner::proc1(owner);
+      if (p1 == 0 || p1 > s_.proc_count) {
+        issue("process-record", "thread record " + std::to_string(i) + " names process record " + std::to_string(p1));
+        continue;
+      }
+      intent(t.intent.load(std::memory_order_acquire), t.intent_lane.load(std::memory_order_relaxed), p1);
+    }
+    for (std::uint32_t i = 0; i < s_.proc_count; ++i)
+      intent(s_.procs[i].intent.load(std::memory_order_acquire), s_.procs[i].intent_lane.load(std::memory_order_relaxed),
+             i + 1);
+    // Lane steps decided and not yet applied to their slot.
+    for (std::uint32_t l = 0; l < s_.lane_count; ++l) {
+      const Word128 w = lane_load(s_, l);
+      if (LaneWord::state(w) != LaneState::live || LaneWord::rel(w) == 0) continue;
+      const std::uint32_t r1 = LaneWord::rel(w);
+      if (r1 > s_.jobs) {
+        issue("lane-word", lane_name(l) + " names slot " + std::to_string(r1 - 1) + " in its step, past the table");
+        continue;
+      }
+      if (step_pending(l, w, r1 - 1)) {
+        exempt_slot_[r1 - 1] = 1;
+        exempt_lane_[l] = 1;
+        in_flight(lane_name(l) + " has a step (" + std::to_string(int(LaneWord::relop(w))) + ") for " + job(r1 - 1) +
+                  " not yet applied (its next writer applies it)");
+      }
+    }
+  }
+
+  std::string pid(std::uint32_t proc1) const {
+    return std::to_string(s_.procs[proc1 - 1].owner.load(std::memory_order_relaxed) & 0x7FFFFFFF);
+  }
+
+  // Is the step the lane word names still to be applied to its slot?
+  bool step_pending(std::uint32_t lane, const Word128& w, std::uint32_t slot) const {
+    const Word128 sw = slot_load(s_, slot);
+    const SlotState st = SlotWord::state(sw);
+    switch (LaneWord::relop(w)) {
+      case RelOp::complete:
+      case RelOp::park:
+      case RelOp::release: return st == SlotState::leased && s_.slot(slot).lane.load(std::memory_order_relaxed) == lane;
+      case RelOp::back:
+        return (st == SlotState::leased || st == SlotState::pending) &&
+               s_.slot(slot).lane.load(std::memory_order_relaxed) == lane;
+      case RelOp::linked: return st == SlotState::returning;
+      case RelOp::drop: return st == SlotState::pending;
+      case RelOp::take: return UpLink::mark(s_.slot(slot).next.load(std::memory_order_acquire)) != Link::kDeleted;
+    }
+    return false;
+  }
+
+  // ---- slots ------------------------------------------------------------------------------
+
   void check_slots() {
-    std::unordered_map<std::uint64_t, std::uint32_t> ids;
-    ids.reserve(s_.jobs);
     for (std::uint32_t i = 0; i < s_.jobs; ++i) {
-      const std::uint64_t w = s_.words[i].load(std::memory_order_acquire);
+      const Word128 w = slot_load(s_, i);
       const SlotState st = SlotWord::state(w);
-      if (st == SlotState::free) continue;
-      if (std::uint8_t(st) > std::uint8_t(SlotState::freeing)) {
+      if (std::size_t(st) >= kSlotStates) {
         issue("slot-state", job(i) + " has an invalid state " + std::to_string(int(st)));
         continue;
       }
-      if (st == SlotState::admitting || st == SlotState::freeing) {
-        issue("slot-transitional", job(i) + " is " + state_name(st) + ": an operation is in progress or its process died");
-        continue;
-      }
+      if (st == SlotState::free) continue;
       const SlotRecord& r = s_.slot(i);
-      if (r.lane > s_.lane_mask || !lane_in_use(s_, r.lane)) {
-        issue("slot-lane", job(i) + " names lane #" + std::to_string(r.lane) + ", which does not exist");
-        continue;
+      if (r.payload_len.load(std::memory_order_relaxed) > s_.payload_bytes)
+        issue("slot-record", job(i) + " has a payload of " + std::to_string(r.payload_len.load()) + " bytes, over " +
+                                 std::to_string(s_.payload_bytes));
+      if (r.error_len.load(std::memory_order_relaxed) > kErrorBytes)
+        issue("slot-record", job(i) + " has an error text of " + std::to_string(r.error_len.load()) + " bytes");
+      const std::uint64_t gk = r.group_kind.load(std::memory_order_relaxed);
+      if (gk != kNoGroup && gk >= kKindCodes) issue("slot-record", job(i) + " names an impossible group namespace");
+      if (st == SlotState::leased || st == SlotState::pending) {
+        if (r.lane.load(std::memory_order_relaxed) >= s_.lane_count)
+          issue("slot-record", job(i) + " names lane #" + std::to_string(r.lane.load()) + ", past the table");
       }
-      if (r.payload_len > s_.payload_bytes) issue("slot-payload", job(i) + " has a payload length over the segment's limit");
-      if (st == SlotState::pending) ++lanes_[r.lane].pending;
-      if (st == SlotState::leased) ++lanes_[r.lane].active;
-      if ((st == SlotState::leased || st == SlotState::scheduled) && SlotWord::when(w) == 0)
-        issue("slot-when", job(i) + " is " + state_name(st) + " without a deadline");
-      // Invariant 2: an id is admitted at most once.
-      auto [it, fresh] = ids.emplace(r.snowflake.load(std::memory_order_relaxed), i);
-      if (!fresh) issue("duplicate-id", job(i) + " has the same id as slot " + std::to_string(it->second));
+      const std::uint32_t holder = SlotWord::holder(w);
+      if (holder && (Holder::index1(holder) == 0 || Holder::index1(holder) > s_.proc_count))
+        issue("slot-word", job(i) + " names holder " + std::to_string(holder) + ", past the process table");
+      switch (st) {
+        case SlotState::admitting:
+          exempt_slot_[i] = 1;
+          if (r.lane.load(std::memory_order_relaxed) < s_.lane_count) exempt_lane_[r.lane.load()] = 1;
+          in_flight(pid_of(holder) + " is admitting " + job(i));
+          break;
+        case SlotState::returning:
+          exempt_slot_[i] = 1;
+          if (r.lane.load(std::memory_order_relaxed) < s_.lane_count) exempt_lane_[r.lane.load()] = 1;
+          in_flight(job(i) + " is on its way back to its lane" +
+                    (holder ? " (moved by " + pid_of(holder) + ")" : std::string(" (for anyone to link)")));
+          break;
+        case SlotState::pending:
+          if (!holder) break;
+          // A take revoked by a settler, its `back` step not yet made.
+          exempt_slot_[i] = 1;
+          if (r.lane.load(std::memory_order_relaxed) < s_.lane_count) exempt_lane_[r.lane.load()] = 1;
+          in_flight(pid_of(holder) + " is putting " + job(i) + " back into its lane");
+          break;
+        default:
+          break;
+      }
     }
   }
 
-  // Every live job has exactly one committed index entry, in one of its two
-  // buckets, and no entry points anywhere else.
-  void check_index() {
-    std::vector<std::uint8_t> seen(s_.jobs, 0);
-    for (std::uint64_t b = 0; b <= s_.index_mask; ++b) {
-      for (std::uint32_t k = 0; k < kIndexWays; ++k) {
-        const std::uint64_t e = s_.index[b].e[k].load(std::memory_order_acquire);
-        if (e == 0) continue;
-        const std::uint32_t slot = IndexEntry::slot(e);
-        // Built only for a report: this loop runs under the gate's repair.
-        auto where = [&] { return "index bucket " + std::to_string(b) + " way " + std::to_string(k); };
-        if (!IndexEntry::committed(e)) {
-          issue("index-tentative", where() + " holds a tentative entry for slot " + std::to_string(slot));
-          continue;
-        }
-        if (slot >= s_.jobs) {
-          issue("index-slot-range", where() + " points past the slot table");
-          continue;
-        }
-        const SlotState st = SlotWord::state(s_.words[slot].load(std::memory_order_acquire));
-        if (st == SlotState::free) {
-          issue("index-stale", where() + " points to free slot " + std::to_string(slot));
-          continue;
-        }
-        const IndexProbe p = index_probe(s_, s_.slot(slot).snowflake.load(std::memory_order_relaxed));
-        if ((b != p.b1 && b != p.b2) || IndexEntry::fp(e) != (p.fp & 0x7FFFFFFF))
-          issue("index-misplaced", where() + " holds " + job(slot) + " outside its buckets");
-        ++seen[slot];
-      }
-    }
-    for (std::uint32_t i = 0; i < s_.jobs; ++i) {
-      const SlotState st = SlotWord::state(s_.words[i].load(std::memory_order_relaxed));
-      if (st == SlotState::free || st == SlotState::admitting || st == SlotState::freeing) continue;
-      if (seen[i] == 0) issue("index-missing", job(i) + " is " + state_name(st) + " but not in the id index");
-      if (seen[i] > 1) issue("index-duplicate", job(i) + " has " + std::to_string(seen[i]) + " index entries");
-    }
-  }
+  // ---- lane orders --------------------------------------------------------------------------
 
-  // Lane words agree with the slots; each lane structure holds exactly its
-  // pending slots, in order (invariant 6).
   void check_lanes() {
-    std::uint32_t used = 0;
-    for (std::uint32_t i = 0; i <= s_.lane_mask; ++i) {
-      if (s_.lanes[i].key_a.load(std::memory_order_acquire) != 0) ++used;
-      if (!lane_in_use(s_, i)) continue;
-      ++report_.lanes;
-      const LaneRecord& l = s_.lanes[i];
-      const std::uint64_t w = l.word.load(std::memory_order_acquire);
-      if (w & LaneWord::kBusy) issue("lane-busy", lane(i) + " is held by a server");
-      if (LaneWord::pending(w) != lanes_[i].pending)
-        issue("lane-pending-count", lane(i) + " counts " + std::to_string(LaneWord::pending(w)) + " pending, the slots say " +
-                                        std::to_string(lanes_[i].pending));
-      if (LaneWord::active(w) != lanes_[i].active)
-        issue("lane-active-count", lane(i) + " counts " + std::to_string(LaneWord::active(w)) + " active, the slots say " +
-                                       std::to_string(lanes_[i].active));
-      check_structure(i);
-    }
-    if (used != s_.h->lanes_used.load(std::memory_order_relaxed))
-      issue("lanes-used", "the header counts " + std::to_string(s_.h->lanes_used.load()) + " lanes taken, the table holds " +
-                              std::to_string(used));
-  }
-
-  void check_structure(std::uint32_t li) {
-    const LaneRecord& l = s_.lanes[li];
-    std::vector<std::uint32_t> members;
-    // One mark table for every lane, stamped with the lane's visit number:
-    // a table per lane made the check O(lanes x jobs), and the gate's repair
-    // (which runs this check) keeps every operation waiting meanwhile.
-    if (mark_.empty()) mark_.assign(s_.jobs, 0);
-    const std::uint32_t visit_no = ++visits_;
-    auto& mark = mark_;
-    bool broken = false;
-    auto visit = [&](std::uint32_t link, const char* part) {
-      if (link == 0) return false;
-      const std::uint32_t slot = link - 1;
-      if (slot >= s_.jobs || mark[slot] == visit_no) {
-        issue("lane-structure", lane(li) + ": its " + part + " links slot " + std::to_string(slot) + " twice or out of range");
-        broken = true;
-        return false;
-      }
-      mark[slot] = visit_no;
-      members.push_back(slot);
-      return true;
-    };
-    for (std::uint32_t n = l.intake.load(std::memory_order_acquire); visit(n, "intake") && !broken;)
-      n = s_.slot(n - 1).next.load(std::memory_order_relaxed);
-    std::uint64_t last = 0;
-    bool first = true;
-    for (std::uint32_t n = l.run_head; visit(n, "run") && !broken;) {
-      const std::uint64_t key = s_.slot(n - 1).snowflake.load(std::memory_order_relaxed);
-      if (!first && key <= last) issue("lane-order", lane(li) + ": its ascending run is out of order at " + job(n - 1));
-      first = false;
-      last = key;
-      n = s_.slot(n - 1).next.load(std::memory_order_relaxed);
-    }
-    std::vector<std::uint32_t> stack;
-    if (visit(l.heap_root, "heap")) stack.push_back(l.heap_root - 1);
-    while (!stack.empty() && !broken) {
-      const std::uint32_t n = stack.back();
-      stack.pop_back();
-      const std::uint64_t key = s_.slot(n).snowflake.load(std::memory_order_relaxed);
-      for (std::uint32_t c : {s_.slot(n).left, s_.slot(n).right}) {
-        if (!visit(c, "heap")) continue;
-        if (s_.slot(c - 1).snowflake.load(std::memory_order_relaxed) < key)
-          issue("lane-order", lane(li) + ": its heap has a child older than its parent at " + job(c - 1));
-        stack.push_back(c - 1);
-      }
-    }
-    if (broken) return;
-    for (std::uint32_t slot : members) {
-      const SlotState st = SlotWord::state(s_.words[slot].load(std::memory_order_relaxed));
-      if (st != SlotState::pending || s_.slot(slot).lane != li)
-        issue("lane-structure", lane(li) + " holds " + job(slot) + ", which is " + state_name(st) +
-                                    (s_.slot(slot).lane != li ? " in another lane" : ""));
-    }
-    if (members.size() != lanes_[li].pending)
-      issue("lane-structure", lane(li) + " links " + std::to_string(members.size()) + " jobs, the slots say " +
-                                  std::to_string(lanes_[li].pending) + " are pending there");
-  }
-
-  // Invariant 3: a lane has a token iff it says ringed; a serviceable lane
-  // always has one (no lost wake-up); no lane has two.
-  void check_ring() {
-    const std::uint64_t cells = s_.ring_mask + 1;
-    const std::uint64_t head = s_.h->ring_head.load(std::memory_order_acquire);
-    const std::uint64_t tail = s_.h->ring_tail.load(std::memory_order_acquire);
-    if (tail < head || tail - head > cells) issue("ring-indexes", "ring head " + std::to_string(head) + ", tail " + std::to_string(tail));
-    auto token = [&](std::uint32_t lane_index, std::uint64_t position) {  // position ~0: the hold slot
-      if (lane_index > s_.lane_mask || !lane_in_use(s_, lane_index)) {
-        const std::string where = position == ~0ULL ? std::string("the hold slot") : "ring position " + std::to_string(position);
-        issue("ring-token", where + " holds a token for lane #" + std::to_string(lane_index) + ", which does not exist");
-        return;
-      }
-      ++report_.tokens;
-      if (++lanes_[lane_index].tokens == 2) issue("ring-duplicate-token", lane(lane_index) + " has two tokens");
-    };
-    const std::uint64_t hw = s_.h->hold.load(std::memory_order_acquire);
-    if (hw) token(std::uint32_t(hw) - 1, ~0ULL);
-    for (std::uint64_t p = head; p < tail && p - head <= cells; ++p) {
-      const std::uint64_t c = s_.ring[p & s_.ring_mask].load(std::memory_order_acquire);
-      if (RingCell::pos(c) != (p & RingCell::kPosMask) || RingCell::value(c) == 0) {
-        issue("ring-cell", "ring position " + std::to_string(p) + " is inside [head, tail) but holds no token");
+    std::uint64_t live = 0;
+    for (std::uint32_t l = 0; l < s_.lane_count; ++l) {
+      const Word128 w = lane_load(s_, l);
+      const LaneState st = LaneWord::state(w);
+      if (std::uint32_t(st) > 2) {
+        issue("lane-word", lane_name(l) + " has an invalid state");
         continue;
       }
-      token(std::uint32_t(RingCell::value(c) - 1), p);
+      if (st == LaneState::free) continue;
+      ++live;
+      if (st == LaneState::creating) continue;
+      walk_run(l, w);
+      walk_strays(l, w);
     }
-    for (std::uint32_t i = 0; i <= s_.lane_mask; ++i) {
-      if (!lane_in_use(s_, i)) continue;
-      const std::uint64_t w = s_.lanes[i].word.load(std::memory_order_acquire);
-      const bool ringed = (w & LaneWord::kRinged) != 0;
-      if (ringed && lanes_[i].tokens == 0) issue("ring-membership", lane(i) + " says ringed but has no token");
-      if (!ringed && lanes_[i].tokens > 0) issue("ring-membership", lane(i) + " has a token but does not say ringed");
-      if (LaneWord::serviceable(w) && !ringed) issue("ring-lost-wakeup", lane(i) + " is serviceable but off the ring");
-    }
+    if (l0_missing()) issue("lane-word", "the default lane (#0) is not live");
+    (void)live;
   }
+  bool l0_missing() const { return LaneWord::state(lane_load(s_, kDefaultLane)) != LaneState::live; }
 
-  // The free list holds exactly the free slots, each once.
-  void check_free_list() {
-    std::vector<std::uint8_t> on(s_.jobs, 0);
-    std::uint64_t n = 0;
-    for (std::uint32_t link = std::uint32_t(s_.h->free_head.load(std::memory_order_acquire)); link;) {
-      const std::uint32_t slot = link - 1;
-      if (slot >= s_.jobs || on[slot]) {
-        issue("free-list", "the free list loops or leaves the table at slot " + std::to_string(slot));
+  void walk_run(std::uint32_t l, const Word128& w) {
+    std::uint32_t x1 = LaneWord::head(w);
+    const std::uint32_t t1 = LaneWord::tail(w);
+    if ((x1 == 0) != (t1 == 0)) {
+      issue("lane-order", lane_name(l) + " has a run with head " + std::to_string(x1) + " and tail " + std::to_string(t1));
+      return;
+    }
+    std::uint64_t prev = 0;
+    bool first = true, saw_tail = false;
+    for (std::uint32_t steps = 0; x1 != 0; ++steps) {
+      if (x1 > s_.jobs || steps > s_.jobs) {
+        issue("lane-order", lane_name(l) + "'s run leaves the table or loops");
         return;
       }
-      on[slot] = 1;
-      ++n;
-      const SlotState st = SlotWord::state(s_.words[slot].load(std::memory_order_relaxed));
-      if (st != SlotState::free) issue("free-list", job(slot) + " is on the free list but " + state_name(st));
-      link = s_.slot(slot).next.load(std::memory_order_relaxed);
+      const std::uint32_t x = x1 - 1;
+      const SlotRecord& r = s_.slot(x);
+      const SlotState st = SlotWord::state(slot_load(s_, x));
+      if (st != SlotState::pending && st != SlotState::admitting && st != SlotState::aborted) {
+        issue("lane-order", lane_name(l) + "'s run holds " + job(x) + ", which is " + state_name(st));
+        return;
+      }
+      if (in_lane_[x]++) {
+        issue("lane-order", job(x) + " is linked twice");
+        return;
+      }
+      if (st == SlotState::pending && r.lane.load(std::memory_order_relaxed) != l)
+        issue("lane-order", job(x) + " is in " + lane_name(l) + "'s run but names lane #" + std::to_string(r.lane.load()));
+      const std::uint64_t key = r.sf.load(std::memory_order_relaxed);
+      if (!first && key < prev) issue("lane-order", lane_name(l) + "'s run is out of id order at " + job(x));
+      prev = key;
+      first = false;
+      if (x1 == t1) saw_tail = true;
+      const std::uint64_t link = r.next.load(std::memory_order_acquire);
+      const std::uint32_t next1 = Link::succ(link);
+      if (x1 == t1 && next1 != 0 && !exempt_lane_[l]) {
+        // A node linked after the tail and not yet confirmed: an append in
+        // flight (its appender's intent exempts the lane) or lost.
+        issue("lane-order", lane_name(l) + "'s tail " + job(x) + " has a successor the lane word does not show");
+      }
+      x1 = next1;
     }
-    for (std::uint32_t i = 0; i < s_.jobs; ++i)
-      if (SlotWord::state(s_.words[i].load(std::memory_order_relaxed)) == SlotState::free && !on[i])
-        issue("free-list-leak", "slot " + std::to_string(i) + " is free but not on the free list");
+    if (!saw_tail && t1 != 0) issue("lane-order", lane_name(l) + "'s tail is not on its run");
   }
 
-  // Expiry and promotion are driven by next_due: it must not be later than
-  // the earliest deadline (the backstop sweep would still catch it).
-  void check_next_due() {
-    std::uint64_t earliest = ~0ULL;
+  void walk_strays(std::uint32_t l, const Word128& w) {
+    std::uint32_t x1 = UpLink::succ(s_.lanes[l].strays[0].load(std::memory_order_acquire));
+    std::uint64_t prev = 0;
+    bool first = true, any = false, marked_done = false;
+    for (std::uint32_t steps = 0; x1 != 0; ++steps) {
+      if (x1 > s_.jobs || steps > s_.jobs) {
+        issue("lane-order", lane_name(l) + "'s strays leave the table or loop");
+        return;
+      }
+      const std::uint32_t x = x1 - 1;
+      const SlotRecord& r = s_.slot(x);
+      const std::uint64_t link = r.next.load(std::memory_order_acquire);
+      const bool marked = UpLink::mark(link) == Link::kDeleted;
+      if (marked) {
+        // Taken, not yet unlinked: only as a prefix, and only while its taker
+        // is between its take and its unlink (an intent names it).
+        if (marked_done || !exempt_slot_[x])
+          issue("lane-order", lane_name(l) + "'s strays hold " + job(x) + " taken but not unlinked");
+      } else {
+        marked_done = true;
+        any = true;
+        const SlotState st = SlotWord::state(slot_load(s_, x));
+        if (st != SlotState::pending && st != SlotState::returning && st != SlotState::aborted) {
+          issue("lane-order", lane_name(l) + "'s strays hold " + job(x) + ", which is " + state_name(st));
+          return;
+        }
+        if (in_lane_[x]++) {
+          issue("lane-order", job(x) + " is linked twice");
+          return;
+        }
+        const std::uint64_t key = r.sf.load(std::memory_order_relaxed);
+        // Equal keys are one job's husk beside its copy (a move there and back).
+        if (!first && key < prev) issue("lane-order", lane_name(l) + "'s strays are out of id order at " + job(x));
+        prev = key;
+        first = false;
+      }
+      x1 = UpLink::succ(link);
+    }
+    if (any && !LaneWord::strays(w) && !exempt_lane_[l])
+      issue("lane-strays-flag", lane_name(l) + " holds jobs in its strays but its word says none");
+  }
+
+  // Every pending job is in its lane's order (exactly once: walk_run and
+  // walk_strays count).
+  void check_placement() {
     for (std::uint32_t i = 0; i < s_.jobs; ++i) {
-      const std::uint64_t w = s_.words[i].load(std::memory_order_relaxed);
-      const SlotState st = SlotWord::state(w);
-      if (st == SlotState::leased || st == SlotState::scheduled) earliest = std::min(earliest, SlotWord::when(w));
+      if (exempt_slot_[i]) continue;
+      const SlotState st = SlotWord::state(slot_load(s_, i));
+      if (st == SlotState::pending && !in_lane_[i]) {
+        const std::uint32_t l = s_.slot(i).lane.load(std::memory_order_relaxed);
+        issue("job-unlinked", job(i) + " is pending but in no lane's order (it names " +
+                                  (l < s_.lane_count ? lane_name(l) : "lane #" + std::to_string(l)) +
+                                  (lane_live(l) ? ")" : ", which is not live)"));
+      }
+      if (st == SlotState::aborted && !in_lane_[i] && SlotWord::holder(slot_load(s_, i)) == 0)
+        issue("slot-leaked", job(i) + " is a husk (aborted) linked nowhere: it is never freed");
     }
-    const std::uint64_t due = s_.h->next_due.load(std::memory_order_acquire);
-    if (earliest != ~0ULL && due > earliest)
-      issue("next-due", "next due time " + std::to_string(due) + " is later than the earliest deadline " + std::to_string(earliest));
   }
 
-  std::vector<std::uint32_t> mark_;  // check_structure's visited slots
-  std::uint32_t visits_ = 0;
-  const Segment& s_;
-  std::vector<LaneTruth> lanes_;
+  // A lane's active count: its leases, on a quiet lane.
+  void check_counts() {
+    std::vector<std::uint64_t> held(s_.lane_count, 0);
+    for (std::uint32_t i = 0; i < s_.jobs; ++i) {
+      const Word128 w = slot_load(s_, i);
+      const SlotState st = SlotWord::state(w);
+      if (st == SlotState::leased) {
+        const std::uint32_t l = s_.slot(i).lane.load(std::memory_order_relaxed);
+        if (l < s_.lane_count) {
+          ++held[l];
+          if (!lane_live(l)) issue("lane-of-lease", job(i) + " is leased in " + lane_name(l) + ", which is not live");
+        }
+      }
+    }
+    for (std::uint32_t l = 0; l < s_.lane_count; ++l) {
+      const Word128 w = lane_load(s_, l);
+      if (LaneWord::state(w) != LaneState::live || exempt_lane_[l]) continue;
+      if (LaneWord::active(w) != held[l])
+        issue("lane-active-count", lane_name(l) + " counts " + std::to_string(LaneWord::active(w)) + " active, its jobs say " +
+                                       std::to_string(held[l]));
+    }
+  }
+
+  // ---- ring ---------------------------------------------------------------------------------
+
+  void check_ring() {
+    const std::uint64_t head = s_.h->ring_head.load(std::memory_order_acquire);
+    std::vector<char> token(s_.lane_count, 0);
+    for (std::uint64_t p = head; p < head + s_.ring_mask + 1; ++p) {
+      const std::uint64_t c = s_.ring[p & s_.ring_mask].load(std::memory_order_acquire);
+      if (!cell_written_for(c, p)) break;
+      const std::uint32_t l1 = RingCell::lane1(c);
+      if (l1 == 0 || l1 > s_.lane_count) {
+        issue("ring-cell", "ring position " + std::to_string(p) + " names lane #" + std::to_string(l1) + ", past the table");
+        continue;
+      }
+      const Word128 w = lane_load(s_, l1 - 1);
+      if (LaneWord::state(w) == LaneState::live && LaneWord::ringed(w) && LaneWord::tgen(w) == (p & LaneWord::kTgenMask))
+        token[l1 - 1] = 1;
+    }
+    for (std::uint32_t l = 0; l < s_.lane_count; ++l) {
+      const Word128 w = lane_load(s_, l);
+      if (LaneWord::state(w) != LaneState::live) continue;
+      if (LaneWord::ringed(w)) ++report_.tokens;
+      const bool serviceable = lane_serviceable(w, lane_settings(s_, l));
+      if (LaneWord::ringed(w) && !token[l])
+        issue("ring-membership", lane_name(l) + " is ringed but no cell from the head on is its token");
+      if (serviceable && !LaneWord::ringed(w) && !exempt_lane_[l])
+        issue("ring-membership", lane_name(l) + " is serviceable but not in the ring");
+    }
+  }
+
+  // ---- directory ----------------------------------------------------------------------------
+
+  void check_directory() {
+    std::vector<int> entries(s_.lane_count, 0);
+    const std::uint64_t buckets = s_.dir_mask + 1;
+    for (std::uint64_t b = 0; b < buckets; ++b) {
+      for (unsigned k = 0; k < kDirWays; ++k) {
+        const Word128 e = load128(s_.dir[b].e[k]);
+        if (DirEntry::state(e) != DirState::live) continue;
+        const std::uint32_t l1 = DirEntry::lane1(e);
+        if (l1 == 0 || l1 > s_.lane_count || l1 - 1 == kDefaultLane) {
+          issue("lane-directory", "directory bucket " + std::to_string(b) + " names lane #" + std::to_string(l1 - 1));
+          continue;
+        }
+        const std::uint32_t l = l1 - 1;
+        if (!lane_live(l)) continue;  // stale: cleared by the next lookup that meets it
+        const LaneRecord& r = s_.lanes[l];
+        if (r.key_sf.load() != DirEntry::sf(e) || (r.key_kind.load() & 0x7FFF) != DirEntry::kind(e) ||
+            ((r.key_kind.load() >> 16) & ((1ULL << 25) - 1)) != DirEntry::inc(e))
+          continue;  // an older incarnation's entry: stale
+        ++entries[l];
+      }
+    }
+    for (std::uint32_t l = 1; l < s_.lane_count; ++l) {
+      if (!lane_live(l)) continue;
+      if (entries[l] == 0) issue("lane-directory", lane_name(l) + " is live but its group cannot find it");
+      if (entries[l] > 1) issue("lane-directory", lane_name(l) + " has " + std::to_string(entries[l]) + " directory entries");
+    }
+  }
+
+  // ---- id index -------------------------------------------------------------------------------
+
+  void check_index() {
+    std::unordered_map<std::uint64_t, std::uint32_t> ids;
+    ids.reserve(s_.jobs);
+    for (std::uint32_t i = 0; i < s_.jobs; ++i) {
+      const SlotState st = SlotWord::state(slot_load(s_, i));
+      if (!committed_state(st)) continue;
+      const std::uint64_t sf = s_.slot(i).sf.load(std::memory_order_relaxed);
+      auto [it, fresh] = ids.try_emplace(sf, i);
+      if (!fresh) issue("index-duplicate", job(i) + " and slot " + std::to_string(it->second) + " hold the same id");
+      if (index_find(s_, sf) == kNoSlot) issue("index-missing", job(i) + " is not found by its id");
+    }
+  }
+
+  Segment& s_;
   FsckReport report_;
+  std::vector<std::uint8_t> in_lane_, exempt_slot_, exempt_lane_;
 };
 
 }  // namespace

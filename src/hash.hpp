@@ -1,7 +1,9 @@
-// Hashing of group keys (lane table) and job ids (id index).
+// Hashing of group keys (lane directory) and job ids (id index), and the
+// numeric code of a three-letter namespace.
 #pragma once
 
 #include <cstdint>
+#include <string_view>
 
 #include "fairlane/ids.hpp"
 
@@ -17,21 +19,24 @@ constexpr std::uint64_t mix64(std::uint64_t x) noexcept {
   return x;
 }
 
-// A group's two key words. Both are nonzero for every valid id: bit 63 set.
-inline std::uint64_t lane_key_a(const BrandedId& g) noexcept {
-  auto k = g.kind();
-  std::uint64_t code = std::uint64_t(k[0] - 'A') * 676 + std::uint64_t(k[1] - 'A') * 26 + std::uint64_t(k[2] - 'A');
-  return (1ULL << 63) | code;
+// AAA = 0 .. ZZZ = 17575 (15 bits). The caller passes three letters A-Z.
+constexpr std::uint32_t kind_code(std::string_view k) noexcept {
+  return std::uint32_t(k[0] - 'A') * 676 + std::uint32_t(k[1] - 'A') * 26 + std::uint32_t(k[2] - 'A');
 }
-inline std::uint64_t lane_key_b(const BrandedId& g) noexcept { return (1ULL << 63) | g.snowflake(); }
-inline BrandedId group_of(std::uint64_t a, std::uint64_t b) noexcept {
-  std::uint64_t code = a & ~(1ULL << 63);
-  char kind[3] = {char('A' + code / 676), char('A' + code / 26 % 26), char('A' + code % 26)};
-  return BrandedId::make(std::string_view(kind, 3), b & ~(1ULL << 63));
+inline constexpr std::uint32_t kKindCodes = 26 * 26 * 26;
+
+// The three letters of a code below kKindCodes.
+inline void kind_letters(std::uint32_t code, char out[3]) noexcept {
+  out[0] = char('A' + code / 676 % 26);
+  out[1] = char('A' + code / 26 % 26);
+  out[2] = char('A' + code % 26);
 }
-inline std::uint64_t lane_hash(std::uint64_t a, std::uint64_t b, std::uint64_t seed) noexcept {
-  return mix64(b ^ mix64(a ^ seed));
+
+inline std::uint64_t group_hash(std::uint32_t kind, std::uint64_t sf, std::uint64_t seed) noexcept {
+  return mix64(sf ^ mix64(std::uint64_t(kind) ^ seed));
 }
-inline std::uint64_t id_hash(std::uint64_t snowflake, std::uint64_t seed) noexcept { return mix64(snowflake ^ seed ^ 0x5851F42D4C957F2DULL); }
+inline std::uint64_t id_hash(std::uint64_t snowflake, std::uint64_t seed) noexcept {
+  return mix64(snowflake ^ seed ^ 0x5851F42D4C957F2DULL);
+}
 
 }  // namespace fairlane::detail

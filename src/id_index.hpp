@@ -1,128 +1,130 @@
-// The id index: job id -> slot, so that enqueue can refuse a live id and
-// complete/fail/extend can find a job. Two-choice hashing over buckets of 8
-// entries (one cache line each), at most 2 entries per job slot in total, so
-// a full bucket pair is vanishingly rare (and reported as `full`, never
-// ignored).
+// The id index: job id -> the slot that admitted it, so that enqueue can
+// refuse a live id and job(id) can find a job. Two-choice hashing over
+// buckets of kIndexWays entries, two entries per job slot.
 //
-// Admission is exactly-once without a lock: an enqueuer claims an entry as
-// tentative, then looks for rivals with the same id. A committed rival means
-// duplicate. Among tentative rivals the lower slot number wins: the winner
-// clears (kills) the loser's entry by CAS, the loser withdraws. An entry
-// becomes committed only by a CAS from its own tentative value, so of two
-// rivals at most one commits: either the kill lands first and the commit
-// fails, or the commit lands first and the rival sees it committed.
+// Entries are removed lazily: an entry is current while its slot's
+// admission tag (Segment::tags, bumped by every admission of the slot)
+// still equals the entry's; a stale entry is reused by the next insert that
+// needs the room. Completing a job never touches the index: the consumer
+// never writes the producer's index lines.
+//
+// Exactly-once admission, decided on the slot words (docs/design.md section
+// 5, "Admission"): an admitter prepares its slot (admitting, with what it
+// will become in `fail_to`), links it into its lane if it is to be pending,
+// writes its index entry, then looks at every entry of the id's two buckets
+// for a rival slot with the same id:
+//
+//   a committed rival (pending, leased, scheduled, dead, returning)   it loses
+//   an admitting rival in a lower slot     it commits that rival (CAS of the
+//                                          rival's slot word to its target),
+//                                          then loses
+//   an admitting rival in a higher slot    it kills that rival (CAS to aborted)
+//
+// and then commits itself (CAS admitting -> its target). A failed kill or
+// commit looks at the rival again. Of two rivals at most one commits: the
+// one that writes its entry second sees the first. `duplicate` is answered
+// only once a rival is committed, so the job exists, job(id) finds it, and
+// (being linked before it was committed) it will be delivered whatever
+// happens to its admitter. A claim that meets an admitting slot in its lane
+// runs the same decision for it (index_resolve), so a stopped admitter
+// holds up no one.
 #pragma once
 
 #include <cstdint>
 
+#include "fairlane/detail/layout.hpp"
 #include "hash.hpp"
 #include "segment.hpp"
+#include "slots.hpp"
 
 namespace fairlane::detail {
-
-inline constexpr std::uint32_t kNoSlot = ~0U;
 
 struct IndexProbe {
   std::uint64_t b1, b2;
   std::uint32_t fp;
 };
 
-inline IndexProbe index_probe(const Segment& s, std::uint64_t snowflake) noexcept {
-  std::uint64_t h = id_hash(snowflake, s.seed);
-  IndexProbe p;
-  p.b1 = h & s.index_mask;
-  p.b2 = mix64(h) & s.index_mask;
-  if (p.b2 == p.b1) p.b2 = p.b1 ^ 1;
-  p.fp = std::uint32_t(h >> 33);
+inline IndexProbe index_probe(const Segment& s, std::uint64_t sf) noexcept {
+  const std::uint64_t h = id_hash(sf, s.seed);
+  IndexProbe p{h & s.index_mask, mix64(h) & s.index_mask, std::uint32_t(h >> 34)};
+  if (p.b2 == p.b1) p.b2 = p.b1 ^ 1;  // index_buckets >= 2
   return p;
 }
 
-inline std::atomic<std::uint64_t>& index_entry(const Segment& s, const IndexProbe& p, int k) noexcept {
-  return s.index[k < int(kIndexWays) ? p.b1 : p.b2].e[k % kIndexWays];
+inline std::atomic<std::uint64_t>& index_way(const Segment& s, const IndexProbe& p, unsigned k) noexcept {
+  return s.index[k < kIndexWays ? p.b1 : p.b2].e[k % kIndexWays];
 }
 
-inline bool index_matches(const Segment& s, std::uint64_t e, std::uint32_t fp, std::uint64_t snowflake) noexcept {
-  return e != 0 && IndexEntry::fp(e) == (fp & 0x7FFFFFFF) && IndexEntry::slot(e) < s.jobs &&
-         s.slot(IndexEntry::slot(e)).snowflake.load(std::memory_order_acquire) == snowflake;
-}
-
-// The slot of the live job with this id, or kNoSlot. Lock-free.
-inline std::uint32_t index_find(const Segment& s, std::uint64_t snowflake) noexcept {
-  const IndexProbe p = index_probe(s, snowflake);
-  for (int k = 0; k < int(2 * kIndexWays); ++k) {
-    std::uint64_t e = index_entry(s, p, k).load(std::memory_order_acquire);
-    if (IndexEntry::committed(e) && index_matches(s, e, p.fp, snowflake)) return IndexEntry::slot(e);
+// Calls f(way, entry) for the ways an entry of this id can be in: its first
+// bucket, and its second only if the first has overflowed. Stops when f
+// returns false. [S4] seq_cst loads (plain loads on x86): a store-load pair
+// with every admitter's entry and scan.
+template <class F>
+inline void index_scan(const Segment& s, const IndexProbe& p, F f) noexcept {
+  const IndexBucket& a = s.index[p.b1];
+  for (unsigned k = 0; k < kIndexWays; ++k) {
+    std::atomic<std::uint64_t>& way = const_cast<std::atomic<std::uint64_t>&>(a.e[k]);
+    if (!f(way, way.load(std::memory_order_seq_cst))) return;
   }
-  return kNoSlot;
-}
-
-enum class IndexInsert { inserted, duplicate, full };
-
-// Records that `slot` holds the job `snowflake` (the slot's snowflake field
-// must already be written). Lock-free.
-inline IndexInsert index_insert(Segment& s, std::uint64_t snowflake, std::uint32_t slot) noexcept {
-  const IndexProbe p = index_probe(s, snowflake);
-  // Fast refusal of a live id.
-  if (index_find(s, snowflake) != kNoSlot) return IndexInsert::duplicate;
-
-  // Claim an empty entry as tentative, in the emptier bucket first.
-  auto count = [&](std::uint64_t b) {
-    int n = 0;
-    for (auto& e : s.index[b].e) n += e.load(std::memory_order_relaxed) != 0;
-    return n;
-  };
-  const std::uint64_t order[2] = {count(p.b1) <= count(p.b2) ? p.b1 : p.b2, count(p.b1) <= count(p.b2) ? p.b2 : p.b1};
-  const std::uint64_t mine_value = IndexEntry::pack(p.fp, slot, false);
-  std::atomic<std::uint64_t>* mine = nullptr;
-  for (std::uint64_t b : order) {
-    for (auto& e : s.index[b].e) {
-      std::uint64_t zero = 0;
-      // [S3] seq_cst: our tentative entry must be visible to a rival's scan
-      // before we scan for rivals (store-load order).
-      if (e.compare_exchange_strong(zero, mine_value, std::memory_order_seq_cst)) {
-        mine = &e;
-        break;
-      }
-    }
-    if (mine) break;
-  }
-  if (!mine) return IndexInsert::full;
-
-  // Look for rivals with the same id.
-  for (int k = 0; k < int(2 * kIndexWays); ++k) {
-    std::atomic<std::uint64_t>& other = index_entry(s, p, k);
-    if (&other == mine) continue;
-    std::uint64_t e = other.load(std::memory_order_seq_cst);
-    while (index_matches(s, e, p.fp, snowflake)) {
-      if (IndexEntry::committed(e) || IndexEntry::slot(e) < slot) {
-        // A live job, or a rival that outranks us: withdraw. If a rival
-        // already killed our entry, the CAS fails and there is nothing to undo.
-        std::uint64_t expect = mine_value;
-        mine->compare_exchange_strong(expect, 0, std::memory_order_seq_cst);
-        return IndexInsert::duplicate;
-      }
-      // We outrank a tentative rival: kill its entry. On failure `e` is
-      // reloaded and decided again (it may have committed meanwhile).
-      if (other.compare_exchange_strong(e, 0, std::memory_order_seq_cst)) break;
-    }
-  }
-  // [S4] seq_cst: commit only from our own tentative value; fails if killed.
-  std::uint64_t expect = mine_value;
-  if (!mine->compare_exchange_strong(expect, IndexEntry::pack(p.fp, slot, true), std::memory_order_seq_cst))
-    return IndexInsert::duplicate;
-  return IndexInsert::inserted;
-}
-
-// Removes the committed entry of (snowflake, slot). Only the job's owner of
-// the moment (the completer) calls this. Lock-free.
-inline void index_remove(Segment& s, std::uint64_t snowflake, std::uint32_t slot) noexcept {
-  const IndexProbe p = index_probe(s, snowflake);
-  const std::uint64_t v = IndexEntry::pack(p.fp, slot, true);
-  for (int k = 0; k < int(2 * kIndexWays); ++k) {
-    std::uint64_t expect = v;
-    // Release: the entry disappears before the slot can be reused.
-    if (index_entry(s, p, k).compare_exchange_strong(expect, 0, std::memory_order_acq_rel)) return;
+  if (!a.overflow.load(std::memory_order_seq_cst)) return;
+  const IndexBucket& b = s.index[p.b2];
+  for (unsigned k = 0; k < kIndexWays; ++k) {
+    std::atomic<std::uint64_t>& way = const_cast<std::atomic<std::uint64_t>&>(b.e[k]);
+    if (!f(way, way.load(std::memory_order_seq_cst))) return;
   }
 }
+
+inline bool committed_state(SlotState st) noexcept {
+  return st == SlotState::pending || st == SlotState::leased || st == SlotState::scheduled || st == SlotState::dead ||
+         st == SlotState::returning;
+}
+
+// The slot of the committed job with this id, or kNoSlot. `admitting` (if
+// given) is set to an admitting slot of this id when one is seen, and
+// `admitting_word` to the word it was seen with.
+std::uint32_t index_find(const Segment& s, std::uint64_t sf, std::uint32_t* admitting = nullptr,
+                         Word128* admitting_word = nullptr) noexcept;
+
+enum class Admit {
+  won,        // this slot is the job now (committed)
+  duplicate,  // another slot holds the job (committed): winner says which
+  full,       // both buckets are full of current entries: nothing written
+  lost,       // this slot lost to a rival that was then undone (its admitter
+              // died unlinked): nobody holds the id; admit it again
+  undecided,  // a reassign's target whose move is not yet decided
+  corrupt,
+};
+
+// The admission of `slot` (admitting, holder `holder`, ctr `ctr`, its
+// record and fail_to written, linked in its lane if pending). Lock-free.
+// `ctr` is the slot's ctr of this admission (its admitter's; a helper may
+// have committed and a claim leased it since, which moves the ctr on).
+Admit index_admit(Segment& s, std::uint32_t slot, std::uint64_t sf, std::uint64_t ctr, std::uint32_t& winner) noexcept;
+
+// Decides the admission of an admitting slot met by someone else (a claim
+// that finds it at the front of its lane, recovery): true when it is
+// committed after this (by us or anyone), false when it is aborted (its job
+// lives elsewhere or its admitter gave up). A reassign's target is decided
+// by its move alone; with cancel_move (recovery for its dead author) an
+// undone move is cancelled, else it is left undecided (false).
+// Only the admission the caller read (`seen`, its ctr) is decided: a slot
+// that has moved on since answers false and is left alone. With expect_sf,
+// only an admission of that id.
+bool index_resolve(Segment& s, std::uint32_t slot, const Word128& seen, bool cancel_move = false,
+                   std::uint64_t expect_sf = 0) noexcept;
+
+// The decision of a reassign's copy `slot` (admission ctr `ctr`), for its
+// mover: true when it is the job (committed, by anyone).
+bool move_decided(Segment& s, std::uint32_t slot, std::uint64_t ctr) noexcept;
+
+// Takes out the entries of a slot's previous admission (id old_sf): its
+// new admitter calls this before moving the slot's admission tag on, so
+// that the index holds the live jobs and not every job ever.
+void index_forget(Segment& s, std::uint32_t slot, std::uint64_t old_sf) noexcept;
+
+// Kills admission `ctr` of a slot (CAS to aborted, holder kept). True if
+// it is aborted (or was) after; false if it got committed first (or the
+// slot has moved on to another admission).
+bool index_kill(Segment& s, std::uint32_t slot, std::uint64_t ctr) noexcept;
 
 }  // namespace fairlane::detail

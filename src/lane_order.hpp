@@ -1,118 +1,97 @@
-// The order of jobs inside one lane: oldest (lowest id) first.
+// The order of a lane's pending jobs: oldest (lowest id) first, in two
+// lock-free structures that live in the job slots (docs/design.md, "A
+// lane's order").
 //
-// Newly pending jobs are pushed on the lane's intake, a push-only stack that
-// any process may push to with one CAS. Only the lane's server (the holder
-// of the lane word's busy bit) takes from it, always all of it at once with
-// an exchange, so the stack has no ABA problem. The server keeps the jobs in
-// two structures that live in the job slots:
+//   run     a singly linked list in ascending id order whose head and tail
+//           are in the lane word. Jobs enqueued in mint order (nearly all)
+//           are appended at the tail: link the tail's `next` (one CAS),
+//           then move the lane word's tail (one CAS, which anyone may do
+//           for a link it sees). A pop is one CAS of the lane word (head
+//           to the head's `next`), the same CAS that counts the lease and
+//           moves the ring. The pop of the last node seals its link first,
+//           so that nothing is linked after a node that is leaving.
+//   strays  a skip list (kStrayLevels levels, p = 1/4) for the rest: jobs
+//           that come back (retries, expired leases, promotions, releases,
+//           requeues) and jobs whose id is older than the run's tail. Only
+//           a job returning to the lane is inserted (it holds an active count
+//           of the lane meanwhile, so the lane cannot be reclaimed under it);
+//           only the minimum is taken, by a `take` step of the lane word
+//           (which decides who has it), then unlinked by its taker.
 //
-//   run   a linked list in ascending id order; a job newer than the run's
-//         tail (the common case: ids are minted in order) is appended, O(1)
-//   heap  a leftist heap for the rest (retries, recovered leases, ids that
-//         arrive out of order), O(log depth) to insert and to pop
+// A claim takes the smaller of the run's head and the strays' minimum.
 //
-// pop takes the smaller of the run's head and the heap's root. If a server
-// dies mid-operation the structures are rebuilt from the slot table, which
-// stays the truth (the slots say pending and which lane).
+// Run links carry their owner's tag (Link), strays links their owner's and
+// their target's (UpLink): a CAS on the link of a node that has since been
+// relinked or reused fails, and a search never follows a link into a node
+// reused since. A node is never reused while linked at level 0.
+//
+// Bounds: every slot index read from a link is checked against the table;
+// every walk is bounded by the table size (a cycle cannot hang a caller);
+// what fails a check is reported as corruption and the call gives up.
 #pragma once
 
 #include <cstdint>
 
+#include "lanes.hpp"
 #include "segment.hpp"
+#include "slots.hpp"
 
 namespace fairlane::detail {
 
-// Pushes slot onto the lane's intake. Lock-free; any process.
-inline void intake_push(Segment& s, LaneRecord& lane, std::uint32_t slot) noexcept {
-  SlotRecord& r = s.slot(slot);
-  std::uint32_t head = lane.intake.load(std::memory_order_relaxed);
-  do {
-    r.next.store(head, std::memory_order_relaxed);
-    // [R2] release: the slot's fields are visible to the server that takes
-    // the intake; pairs with [A2].
-  } while (!lane.intake.compare_exchange_weak(head, slot + 1, std::memory_order_release, std::memory_order_relaxed));
-}
+// A run node's tag: the low 36 bits of its ctr when it was linked.
+inline std::uint64_t node_tag(std::uint64_t ctr) noexcept { return ctr & Link::kTagMask; }
 
-class LaneOrder {
- public:
-  LaneOrder(Segment& s, LaneRecord& lane) noexcept : s_(s), lane_(lane) {}
+// Is `slot1` (slot+1) a slot index of this segment? 0 is "none", never valid here.
+inline bool valid_slot1(const Segment& s, std::uint32_t slot1) noexcept { return slot1 != 0 && slot1 <= s.jobs; }
 
-  // Removes and returns the oldest job, or kNoSlot... the caller reserved a
-  // pending count, so a job is always there (possibly still in the intake).
-  std::uint32_t pop() noexcept {
-    for (;;) {
-      absorb();
-      std::uint32_t r = lane_.run_head, hp = lane_.heap_root;
-      if (r && (!hp || key(r - 1) <= key(hp - 1))) {
-        lane_.run_head = s_.slot(r - 1).next.load(std::memory_order_relaxed);
-        if (!lane_.run_head) lane_.run_tail = 0;
-        return r - 1;
-      }
-      if (hp) {
-        SlotRecord& top = s_.slot(hp - 1);
-        lane_.heap_root = merge(top.left, top.right);
-        return hp - 1;
-      }
-      // Reserved but not yet visible: an enqueuer pushed it to the intake
-      // just before counting it, so it is there; we raced the exchange.
-    }
-  }
+enum class OrderResult { ok, empty, lane_changed, out_of_order, sealed, corrupt };
 
- private:
-  std::uint64_t key(std::uint32_t slot) const noexcept { return s_.slot(slot).snowflake.load(std::memory_order_relaxed); }
+// ---- run ---------------------------------------------------------------------------------
 
-  // Moves the intake into the run and the heap.
-  void absorb() noexcept {
-    // [A2] acquire: pairs with [R2].
-    std::uint32_t top = lane_.intake.exchange(0, std::memory_order_acquire);
-    if (!top) return;
-    // The stack is newest-first; reverse it to arrival order.
-    std::uint32_t rev = 0;
-    while (top) {
-      SlotRecord& r = s_.slot(top - 1);
-      std::uint32_t nx = r.next.load(std::memory_order_relaxed);
-      r.next.store(rev, std::memory_order_relaxed);
-      rev = top;
-      top = nx;
-    }
-    while (rev) {
-      std::uint32_t nx = s_.slot(rev - 1).next.load(std::memory_order_relaxed);
-      place(rev - 1);
-      rev = nx;
-    }
-  }
+// Appends `slot` (its sf and lane written; not linked anywhere) to group g's
+// lane `lane`: as its first node if the run is empty (one CAS of the lane
+// word), else after its tail (link CAS, then the tail's confirming CAS).
+// `w` is a reading of the lane word, refreshed here. Before each link
+// attempt it stores what it links after in *pred_intent (0: as the first
+// node), for recovery. Returns
+//   out_of_order  its id is not above the tail's: it must go to the strays
+//   sealed        the tail is being popped as the last node by a claimer
+//                 that has not finished (perhaps stopped): go to the strays
+//   lane_changed  the lane is not g's any more (reclaimed): look it up again
+// and in all three the node is not linked.
+OrderResult run_append(Segment& s, std::uint32_t lane, GroupKey g, std::uint32_t slot, std::uint64_t tag, Word128& w,
+                       std::atomic<std::uint64_t>* pred_intent) noexcept;
 
-  void place(std::uint32_t slot) noexcept {
-    SlotRecord& r = s_.slot(slot);
-    if (!lane_.run_tail || key(lane_.run_tail - 1) < key(slot)) {
-      r.next.store(0, std::memory_order_relaxed);
-      if (lane_.run_tail) s_.slot(lane_.run_tail - 1).next.store(slot + 1, std::memory_order_relaxed);
-      else lane_.run_head = slot + 1;
-      lane_.run_tail = slot + 1;
-      return;
-    }
-    r.left = r.right = 0;
-    r.rank = 1;
-    lane_.heap_root = merge(lane_.heap_root, slot + 1);
-  }
+// ---- strays ------------------------------------------------------------------------------
 
-  std::uint32_t rank(std::uint32_t n) const noexcept { return n ? s_.slot(n - 1).rank : 0; }
+// Links `slot` (its sf written; not linked anywhere; ctr its slot word's
+// ctr) into lane `lane`'s strays at its key's place, the lane being group
+// g's of incarnation `inc` (as lane_find found it). Once linked the lane
+// cannot be given back until the node is taken (a reclaim needs empty
+// strays); the caller then sets the lane word's strays flag (the `linked`
+// step). lane_changed: the lane is not g's any more (nothing linked); ok or
+// corrupt.
+OrderResult strays_insert(Segment& s, std::uint32_t lane, std::uint32_t slot, std::uint64_t ctr, GroupKey g,
+                          std::uint64_t inc) noexcept;
 
-  // Leftist-heap merge of two roots (slot+1, 0 = empty). Recursion depth is
-  // bounded by the sum of the right-spine lengths, at most 2 log2(depth).
-  std::uint32_t merge(std::uint32_t a, std::uint32_t b) noexcept {
-    if (!a) return b;
-    if (!b) return a;
-    if (key(b - 1) < key(a - 1)) std::swap(a, b);
-    SlotRecord& ra = s_.slot(a - 1);
-    ra.right = merge(ra.right, b);
-    if (rank(ra.left) < rank(ra.right)) std::swap(ra.left, ra.right);
-    ra.rank = rank(ra.right) + 1;
-    return a;
-  }
+// The strays' minimum (slot+1, 0 if empty) as now linked and unmarked.
+std::uint32_t strays_first(Segment& s, std::uint32_t lane, OrderResult& r) noexcept;
 
-  Segment& s_;
-  LaneRecord& lane_;
-};
+// Marks `slot` taken at every level (idempotent): the `take` step, applied
+// while lane `lane`'s word is still `*pending` (the taker itself, whose step
+// it is, passes none).
+void strays_mark(Segment& s, std::uint32_t slot, std::uint32_t lane = 0, const Word128* pending = nullptr) noexcept;
+// Unlinks the marked `slot` (and every marked node before it) from level 0
+// of lane `lane`'s strays: after it, the slot may be reused.
+OrderResult strays_unlink(Segment& s, std::uint32_t lane, std::uint32_t slot) noexcept;
+
+// Is `slot` linked in lane `lane`'s strays at level 0, unmarked? Marked or
+// not? O(strays); for recovery.
+bool strays_holds(Segment& s, std::uint32_t lane, std::uint32_t slot) noexcept;
+bool strays_contains(Segment& s, std::uint32_t lane, std::uint32_t slot) noexcept;
+
+// Pending jobs of the lane, approximately (run: from the run sequence numbers
+// of head and tail; strays: a bounded walk).
+std::uint64_t lane_depth(const Segment& s, std::uint32_t lane) noexcept;
 
 }  // namespace fairlane::detail

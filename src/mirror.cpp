@@ -34,7 +34,7 @@
 
 #include "clock.hpp"
 #include "futex.hpp"
-#include "lane_table.hpp"
+#include "core.hpp"
 #include "mirror_log.hpp"
 #include "segment.hpp"
 #include "valkey/connection.hpp"
@@ -182,7 +182,7 @@ struct Mirror::Impl {
     shadow_sf.assign(s.jobs, 0);
     shadow_lane.assign(s.jobs, 0);
     seen_slot.assign(s.jobs, 0);
-    seen_lane.assign(s.lane_mask + 1, 0);
+    seen_lane.assign(s.lane_count, 0);
   }
 
   void event(std::string_view what) {
@@ -197,31 +197,44 @@ struct Mirror::Impl {
     bool live = false;
     std::uint64_t sf = 0;
     std::uint32_t lane = 0;
+    std::string group;
     SlotState state = SlotState::free;
     std::uint32_t attempt = 0;
     std::uint64_t when = 0, ready_ms = 0;
     std::string payload, error;
   };
   bool read_slot(std::uint32_t slot, Seen& out) {
-    const std::uint64_t w = s.words[slot].load(std::memory_order_acquire);
-    const SlotState st = SlotWord::state(w);
-    if (st == SlotState::free) {
-      out.live = false;
+    const Word128 w = slot_load(s, slot);
+    SlotState st = SlotWord::state(w);
+    if (st == SlotState::free || st == SlotState::aborted) {
+      out.live = false;  // no job (an aborted slot is a husk on its way to free)
       return true;
     }
-    if (st == SlotState::admitting || st == SlotState::freeing) return false;
+    if (st == SlotState::admitting) return false;  // its admission has a record of its own still to come
+    if (st == SlotState::returning) st = SlotState::pending;  // on its way into its lane
     const SlotRecord& r = s.slot(slot);
     out.live = true;
     out.state = st;
-    out.sf = r.snowflake.load(std::memory_order_acquire);
-    out.lane = r.lane;
+    out.sf = r.sf.load(std::memory_order_acquire) & kMaxSnowflake;
+    out.lane = r.lane.load(std::memory_order_relaxed);
+    GroupKey g;
+    if (!slot_group(s, slot, g)) {
+      out.group = std::string(kDefaultGroup);
+    } else if (g.kind < kKindCodes) {
+      char k[3];
+      kind_letters(g.kind, k);
+      out.group = BrandedId::make(std::string_view(k, 3), g.sf & kMaxSnowflake).string();
+    } else {
+      return false;  // a scribbled group: nothing trustworthy to write
+    }
     out.attempt = SlotWord::attempt(w);
-    out.when = SlotWord::when(w);
-    out.ready_ms = r.ready_us / 1000;
-    out.payload.assign(reinterpret_cast<const char*>(s.payload(slot)), std::min(r.payload_len, s.payload_bytes));
-    out.error.assign(r.error, std::min<std::uint32_t>(r.error_len, kErrorBytes));
+    out.when = st == SlotState::pending ? 0 : SlotWord::when(w);
+    out.ready_ms = r.ready_us.load(std::memory_order_relaxed) / 1000;
+    out.payload.assign(reinterpret_cast<const char*>(s.payload(slot)),
+                       std::min(r.payload_len.load(std::memory_order_relaxed), s.payload_bytes));
+    out.error.assign(r.error, std::min<std::size_t>(r.error_len.load(std::memory_order_relaxed), kErrorBytes));
     std::atomic_thread_fence(std::memory_order_acquire);
-    return s.words[slot].load(std::memory_order_relaxed) == w && out.lane <= s.lane_mask;
+    return slot_load(s, slot) == w && out.lane < s.lane_count;
   }
 
   static std::string_view echomq_state(SlotState st) noexcept {
@@ -250,17 +263,18 @@ struct Mirror::Impl {
   }
 
   void mark_lane(std::uint32_t lane, Batch& b) {
-    if (lane > s.lane_mask || seen_lane[lane]) return;
+    if (lane >= s.lane_count || seen_lane[lane]) return;
     seen_lane[lane] = 1;
+    const Word128 w = lane_load(s, lane);
+    if (LaneWord::state(w) != LaneState::live) return;  // reclaimed: its group was idle, with default settings
     LaneOp op;
-    op.group = lane_group(s, lane).string();
+    op.group = lane == kDefaultLane ? std::string(kDefaultGroup) : lane_group(s, lane).string();
     if (op.group.empty()) return;
-    const std::uint64_t w = s.lanes[lane].word.load(std::memory_order_acquire);
+    const std::uint64_t st = lane_settings(s, lane);
     op.active = LaneWord::active(w);
-    op.limit = LaneWord::limit(w);
-    op.paused = (w & LaneWord::kPaused) != 0;
-    const std::uint32_t wt = s.lanes[lane].weight.load(std::memory_order_relaxed);
-    op.weight = wt ? wt : 1;
+    op.limit = Settings::limit(st);
+    op.paused = Settings::paused(st);
+    op.weight = Settings::weight(st);
     op.served = s.lanes[lane].served.load(std::memory_order_relaxed);
     b.lanes.push_back(std::move(op));
   }
@@ -282,7 +296,7 @@ struct Mirror::Impl {
     }
     JobOp op;
     op.id = BrandedId::make(kind, seen.sf).string();
-    op.group = lane_group(s, seen.lane).string();
+    op.group = std::move(seen.group);
     op.state = echomq_state(seen.state);
     op.attempts = seen.attempt;
     op.when_ms = seen.when;
@@ -332,12 +346,11 @@ struct Mirror::Impl {
     std::fill(shadow_sf.begin(), shadow_sf.end(), 0);
     id_slot.clear();
     for (std::uint32_t i = 0; i < s.jobs; ++i) {
-      const SlotState st = SlotWord::state(s.words[i].load(std::memory_order_relaxed));
-      if (st == SlotState::free) continue;
+      const SlotState st = SlotWord::state(slot_load(s, i));
+      if (st == SlotState::free || st == SlotState::aborted) continue;
       capture_slot(i, b, true);
     }
-    for (std::uint32_t lane = 0; lane <= s.lane_mask; ++lane)
-      if (lane_in_use(s, lane)) mark_lane(lane, b);
+    for (std::uint32_t lane = 0; lane < s.lane_count; ++lane) mark_lane(lane, b);
     finish_batch(b);
   }
   std::atomic<std::uint64_t> ctr_resyncs{0}, ctr_records{0};

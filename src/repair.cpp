@@ -1,79 +1,73 @@
 // repair: every derived structure rebuilt from the job slots (the truth).
 //
-// fsck (src/fsck.cpp) compares the lane words, lane structures, ring, hold
-// slot, id index, free list and next due time with what the slot words say.
-// repair makes them say it: it first settles the slots themselves (a slot
-// stuck mid-operation, an impossible state, a lane that does not exist, two
-// slots with one id), then rewrites each derived structure from scratch.
+// fsck (src/fsck.cpp) compares lane words and orders, the ring, the lane
+// directory and the id index with what the slot words say. repair makes them
+// say it: it first settles the slots themselves (a step a dead or stopped
+// process left half done, an impossible state, a group that cannot be named,
+// two slots with one id), then rewrites each derived structure from
+// scratch.
 //
-// It runs alone: it refuses while another live process is attached (one
-// that is mid-operation would race every write below), unless forced by
-// someone who knows those processes are idle. No atomic protocol is needed
-// inside it; the release fence and the wake-up at the end publish it.
+// It is the offline tool, and the queue never needs it to keep working:
+// every half-done step is finished or undone online by survivors (the
+// sweep). It runs alone: it refuses while another live process is attached,
+// unless forced by someone who knows those processes are idle (their next
+// operation then sees the rebuilt tables). Plain stores inside it are
+// published by the fence and the wake-up at the end.
 #include <unistd.h>
 
 #include <algorithm>
 #include <climits>
+#include <map>
 #include <string>
 #include <unordered_map>
 #include <vector>
 
+#include "atomic128.hpp"
 #include "clock.hpp"
-#include "fairlane/queue.hpp"
+#include "core.hpp"
 #include "futex.hpp"
-#include "gate.hpp"
-#include "hash.hpp"
-#include "id_index.hpp"
-#include "lane_table.hpp"
-#include "ring.hpp"
-#include "segment.hpp"
+#include "retry_codec.hpp"
 
 namespace fairlane {
 using namespace detail;
 
 namespace {
 
-constexpr std::uint64_t kNever = ~0ULL;
-constexpr std::uint64_t kOwnerStamped = 1ULL << 33;  // ProcRecord::owner, see segment.cpp
 constexpr std::size_t kMaxNotes = 1000;
 
-const char* state_name(SlotState st) {
-  static const char* names[] = {"free", "admitting", "pending", "leased", "scheduled", "dead", "freeing", "invalid"};
-  return names[std::size_t(st) & 7];
-}
-
-bool live_state(SlotState st) {
-  return st == SlotState::pending || st == SlotState::leased || st == SlotState::scheduled || st == SlotState::dead;
-}
-
 // Pids of the live processes attached to the segment other than this one.
-// A record still being attached (not stamped) counts if its pid exists.
 std::vector<int> other_live_processes(const Segment& s) {
   std::vector<int> out;
   const int me = int(::getpid());
-  for (std::uint32_t i = 0; i < kMaxProcs; ++i) {
+  for (std::uint32_t i = 0; i < s.proc_count; ++i) {
     if (&s.procs[i] == s.me) continue;
     const std::uint64_t owner = s.procs[i].owner.load(std::memory_order_acquire);
-    if (owner == 0) continue;
-    const int pid = int(owner & 0xFFFFFFFF);
+    if (!(owner & kOwnerAttached)) continue;
+    const int pid = int(owner & 0x7FFFFFFF);
     if (pid == me) continue;  // another handle of this process: its threads are the caller's business
-    const std::uint64_t start = (owner & kOwnerStamped) ? s.procs[i].start_time : 0;
+    const std::uint64_t start = (owner & kOwnerStamped) ? s.procs[i].start_time.load(std::memory_order_relaxed) : 0;
     if (process_alive(pid, start)) out.push_back(pid);
   }
   return out;
 }
+
+struct GroupLess {
+  bool operator()(const GroupKey& a, const GroupKey& b) const noexcept {
+    return a.kind != b.kind ? a.kind < b.kind : a.sf < b.sf;
+  }
+};
 
 class Repairer {
  public:
   Repairer(Segment& s, FsckReport& report) : s_(s), report_(report) {}
 
   void run() {
+    keep_settings();
     settle_slots();
-    rebuild_index();
-    rebuild_free_list();
+    clear_derived();
     rebuild_lanes();
-    rebuild_ring();
-    rebuild_next_due();
+    rebuild_index();
+    rebuild_sweep();
     mark_mirror();
     // Publish, then wake every parked consumer: what it waited for may be
     // serviceable now.
@@ -87,221 +81,301 @@ class Repairer {
     if (report_.repairs.size() < kMaxNotes) report_.repairs.push_back(std::move(line));
   }
   std::string job(std::uint32_t slot) const {
-    return "job " + BrandedId::make(std::string_view(s_.h->job_kind, 3), s_.slot(slot).snowflake.load()).string() +
-           " (slot " + std::to_string(slot) + ")";
+    const std::uint64_t sf = s_.slot(slot).sf.load(std::memory_order_relaxed) & kMaxSnowflake;
+    return "job " + BrandedId::make(std::string_view(s_.kind, 3), sf).string() + " (slot " + std::to_string(slot) + ")";
   }
-  std::string lane(std::uint32_t i) const { return "lane " + lane_group(s_, i).string() + " (#" + std::to_string(i) + ")"; }
+  void set_slot(std::uint32_t i, const Word128& w) { store128_init(s_.words[i], w); }
+  void free_slot(std::uint32_t i) { set_slot(i, SlotWord::make(SlotState::free, 0, 0, SlotWord::ctr(slot_load(s_, i)) + 1, 0)); }
 
-  void free_slot(std::uint32_t i, std::uint64_t w) {
-    s_.words[i].store(SlotWord::pack(SlotState::free, SlotWord::gen(w), 0, 0), std::memory_order_relaxed);
-    s_.slot(i).holder = 0;
+  // Settings of live groups, by group: they outlive the rebuild.
+  void keep_settings() {
+    for (std::uint32_t l = 1; l < s_.lane_count; ++l) {
+      const Word128 w = lane_load(s_, l);
+      // A live lane's, or one whose state a scribble made impossible (its
+      // settings word may be intact).
+      if (LaneWord::state(w) == LaneState::free || LaneWord::state(w) == LaneState::creating) continue;
+      const LaneRecord& r = s_.lanes[l];
+      const std::uint64_t st = r.settings.load(std::memory_order_relaxed);
+      const std::uint32_t kind = std::uint32_t(r.key_kind.load(std::memory_order_relaxed) & 0x7FFF);
+      if (kind >= kKindCodes || r.key_sf.load(std::memory_order_relaxed) > kMaxSnowflake) continue;
+      if (!Settings::defaults(st)) settings_[GroupKey{kind, r.key_sf.load(std::memory_order_relaxed)}] = st;
+    }
+    default_settings_ = s_.lanes[kDefaultLane].settings.load(std::memory_order_relaxed);
   }
 
-  // The slot words themselves: each ends free or in a live state, in a
-  // lane that exists, with sane fields, and no id is held twice.
+  // The slot words themselves: each ends free, pending, leased, scheduled or
+  // dead, with sane fields, and no id is held twice.
   void settle_slots() {
     const std::uint64_t now = segment_now_ms(s_);
     std::unordered_map<std::uint64_t, std::uint32_t> ids;
     ids.reserve(s_.jobs);
     for (std::uint32_t i = 0; i < s_.jobs; ++i) {
-      std::uint64_t w = s_.words[i].load(std::memory_order_acquire);
+      const Word128 w = slot_load(s_, i);
       const SlotState st = SlotWord::state(w);
+      SlotRecord& r = s_.slot(i);
       if (st == SlotState::free) continue;
-      if (std::uint8_t(st) > std::uint8_t(SlotState::freeing)) {
+      if (std::size_t(st) >= kSlotStates) {
         note("slot " + std::to_string(i) + " had the invalid state " + std::to_string(int(st)) +
              ": freed (nothing in it can be trusted)");
-        free_slot(i, w);
+        free_slot(i);
         continue;
       }
-      if (st == SlotState::admitting &&
-          index_find(s_, s_.slot(i).snowflake.load(std::memory_order_relaxed)) == i) {
-        // Its id is committed: a retry of the same enqueue has been told
-        // `duplicate` since, so the job must not vanish. Every field was
-        // written before the commit. It is admitted as pending (a delayed
-        // enqueue loses its delay).
-        note(job(i) + " was admitting with its id committed (its enqueue never returned): admitted as pending");
-        s_.words[i].store(SlotWord::pack(SlotState::pending, SlotWord::gen(w), 0, 0), std::memory_order_relaxed);
-        s_.slot(i).ready_us = segment_now_us(s_);
-        w = s_.words[i].load(std::memory_order_relaxed);
-      } else if (st == SlotState::admitting) {
-        note(job(i) + " was stuck admitting (its enqueue never returned): freed");
-        free_slot(i, w);
+      if (st == SlotState::aborted) {
+        note(job(i) + " was a husk (aborted): freed");
+        free_slot(i);
         continue;
       }
-      if (st == SlotState::freeing && SlotWord::when(w) == SlotWord::kFailing) {
-        // Its fail() took the lease and did not finish: the job goes on.
-        note(job(i) + " was stuck in a fail that did not finish: back to pending (attempt " +
-             std::to_string(SlotWord::attempt(w)) + " counted)");
-        s_.words[i].store(SlotWord::pack(SlotState::pending, SlotWord::gen(w), SlotWord::attempt(w), 0),
-                          std::memory_order_relaxed);
-        s_.slot(i).ready_us = segment_now_us(s_);
-        w = s_.words[i].load(std::memory_order_relaxed);
-      } else if (st == SlotState::freeing) {
-        note(job(i) + " was stuck freeing (its complete or drain did not finish): freed");
-        free_slot(i, w);
-        continue;
-      }
-      SlotRecord& r = s_.slot(i);
-      if (r.lane > s_.lane_mask || !lane_in_use(s_, r.lane)) {
-        note(job(i) + " named lane #" + std::to_string(r.lane) + ", which does not exist: moved to the default lane");
-        r.lane = s_.h->default_lane;
-      }
-      if (r.payload_len > s_.payload_bytes) {
-        note(job(i) + " had a payload length of " + std::to_string(r.payload_len) + ": cut to " +
+      // Fields a scribble may have pushed out of range.
+      if (r.payload_len.load() > s_.payload_bytes) {
+        note(job(i) + ": payload length " + std::to_string(r.payload_len.load()) + " clamped to " +
              std::to_string(s_.payload_bytes));
-        r.payload_len = s_.payload_bytes;
+        r.payload_len.store(s_.payload_bytes);
       }
-      if ((st == SlotState::leased || st == SlotState::scheduled) && SlotWord::when(w) == 0) {
-        note(job(i) + std::string(" was ") + state_name(st) + " without a deadline: due now");
-        w = SlotWord::pack(st, SlotWord::gen(w), SlotWord::attempt(w), now);
-        s_.words[i].store(w, std::memory_order_relaxed);
+      if (r.error_len.load() > kErrorBytes) r.error_len.store(kErrorBytes);
+      if (r.sf.load() > kMaxSnowflake) {
+        note("slot " + std::to_string(i) + " holds an id past 63 bits: freed (its id cannot be named)");
+        free_slot(i);
+        continue;
       }
-      // One slot per id: keep the one the id index leads to, else the lower slot.
-      const std::uint64_t sf = r.snowflake.load(std::memory_order_relaxed);
-      auto [it, fresh] = ids.emplace(sf, i);
-      if (fresh) continue;
-      const std::uint32_t other = it->second;
-      const bool keep_this = index_find(s_, sf) == i;
-      const std::uint32_t freed = keep_this ? other : i, kept = keep_this ? i : other;
-      note(job(freed) + " had the same id as slot " + std::to_string(kept) + ": freed slot " + std::to_string(freed) +
-           " (a " + state_name(SlotWord::state(s_.words[freed].load(std::memory_order_relaxed))) + " copy), kept slot " +
-           std::to_string(kept));
-      free_slot(freed, s_.words[freed].load(std::memory_order_relaxed));
-      it->second = kept;
-    }
-  }
-
-  // Every live slot gets one committed entry in one of its two buckets;
-  // nothing else stays (stale, tentative or misplaced entries).
-  void rebuild_index() {
-    std::uint64_t before = 0, after = 0;
-    for (std::uint64_t b = 0; b <= s_.index_mask; ++b)
-      for (auto& e : s_.index[b].e) {
-        before += e.load(std::memory_order_relaxed) != 0;
-        e.store(0, std::memory_order_relaxed);
+      const std::uint64_t gk = r.group_kind.load();
+      if (gk != kNoGroup && (gk >= kKindCodes || r.group_sf.load() > kMaxSnowflake)) {
+        note(job(i) + ": its group cannot be named; it goes to the default lane");
+        r.group_kind.store(kNoGroup);
       }
-    for (std::uint32_t i = 0; i < s_.jobs; ++i) {
-      if (!live_state(SlotWord::state(s_.words[i].load(std::memory_order_relaxed)))) continue;
-      const IndexProbe p = index_probe(s_, s_.slot(i).snowflake.load(std::memory_order_relaxed));
-      auto count = [&](std::uint64_t b) {
-        int n = 0;
-        for (auto& e : s_.index[b].e) n += e.load(std::memory_order_relaxed) != 0;
-        return n;
-      };
-      const std::uint64_t first = count(p.b1) <= count(p.b2) ? p.b1 : p.b2;
-      bool placed = false;
-      for (std::uint64_t b : {first, first == p.b1 ? p.b2 : p.b1}) {
-        for (auto& e : s_.index[b].e) {
-          if (e.load(std::memory_order_relaxed) != 0) continue;
-          e.store(IndexEntry::pack(p.fp, i, true), std::memory_order_relaxed);
-          placed = true;
+      Word128 to = w;
+      switch (st) {
+        case SlotState::admitting: {
+          // Linked or indexed, a rival may have been told `duplicate`
+          // because of it: the job must not vanish. It is admitted as its
+          // target says (pending ones come back pending).
+          const SlotState target = SlotWord::state(Word128{r.fail_to.load(), 0});
+          const SlotState as = target == SlotState::scheduled || target == SlotState::dead ? target : SlotState::pending;
+          const std::uint64_t when = as == SlotState::pending ? 0 : SlotWord::when(Word128{r.fail_to.load(), 0});
+          to = SlotWord::make(as, SlotWord::attempt(Word128{r.fail_to.load(), 0}), (r.flags.load() & kSlotMoved) ? 0 : when,
+                              SlotWord::ctr(w), 0);
+          r.flags.store(std::uint16_t(r.flags.load() & ~kSlotMoved));
+          note(job(i) + " was being admitted: admitted " + std::string(as == SlotState::pending ? "pending" : "as its target"));
           break;
         }
-        if (placed) break;
+        case SlotState::returning:
+          to = SlotWord::make(SlotState::pending, SlotWord::attempt(w), 0, SlotWord::ctr(w), 0);
+          note(job(i) + " was on its way back to its lane: pending");
+          break;
+        case SlotState::leased: {
+          const std::uint32_t h1 = Holder::index1(SlotWord::holder(w));
+          if (h1 == 0 || h1 > s_.proc_count) {
+            // Its holder may still hold the token, which stays good: the
+            // lease keeps its deadline and now names no process (a holder
+            // that cannot be judged dead is waited for until the deadline).
+            const std::uint64_t until = std::min<std::uint64_t>(SlotWord::when(w), now + (1ULL << 40));
+            to = SlotWord::make(SlotState::leased, SlotWord::attempt(w), until, SlotWord::ctr(w), 0);
+            note(job(i) + " was leased by a holder that cannot exist: leased by no one until its deadline");
+          } else if (SlotWord::when(w) > now + (1ULL << 40)) {
+            to = SlotWord::make(SlotState::leased, SlotWord::attempt(w), now, SlotWord::ctr(w), SlotWord::holder(w));
+          }
+          break;
+        }
+        default:
+          // Pending, scheduled and dead jobs have no holder; pending ones no time.
+          if (SlotWord::holder(w) != 0 || (st == SlotState::pending && SlotWord::when(w) != 0))
+            to = SlotWord::make(st, SlotWord::attempt(w), st == SlotState::pending ? 0 : SlotWord::when(w), SlotWord::ctr(w), 0);
+          break;
       }
-      if (placed) ++after;
-      else note(job(i) + " could not be indexed: both of its index buckets are full");
+      // One id, one job: the lowest slot keeps it.
+      const std::uint64_t sf = r.sf.load();
+      auto [it, fresh] = ids.try_emplace(sf, i);
+      if (!fresh) {
+        note(job(i) + " held the same id as slot " + std::to_string(it->second) + ": freed");
+        free_slot(i);
+        continue;
+      }
+      if (!(to == w)) set_slot(i, to);
     }
-    note("id index rebuilt from the live slots: " + std::to_string(after) + " entries (were " + std::to_string(before) + ")");
   }
 
-  // Every free slot, once, lowest first.
-  void rebuild_free_list() {
-    std::uint32_t head = 0, prev = kNoSlot;
+  void clear_derived() {
+    // Lane records: all free, the default lane live; the directory, the
+    // ring and the id index empty; no intents (every half-done step was
+    // settled above).
+    for (std::uint32_t l = 0; l < s_.lane_count; ++l) {
+      LaneRecord& r = s_.lanes[l];
+      // A new incarnation for every group lane (stale views of the old ones
+      // fail on it); the default lane keeps its own.
+      const std::uint64_t inc =
+          l == kDefaultLane ? (r.key_kind.load() >> 16) : ((r.key_kind.load() >> 16) + 1) & ((1ULL << 48) - 1);
+      store128_init(r.word, Word128{});
+      r.settings.store(Settings::make(0, false, 1, r.settings.load()));
+      if (l != kDefaultLane) {
+        r.key_sf.store(0);
+        r.key_kind.store(inc << 16);
+      }
+      r.turn.store(0);
+      r.husks.store(0);
+      r.idle_seen.store(0);
+      r.creator.store(0);
+      for (auto& head : r.strays) head.store(strays_head(inc, false, 0));
+    }
+    {
+      LaneRecord& d = s_.lanes[kDefaultLane];
+      store128_init(d.word, LaneWord::with_state(Word128{}, LaneState::live));
+      d.settings.store(Settings::make(Settings::limit(default_settings_), Settings::paused(default_settings_),
+                                      Settings::weight(default_settings_), d.settings.load()));
+    }
+    for (std::uint64_t b = 0; b <= s_.dir_mask; ++b)
+      for (auto& e : s_.dir[b].e) store128_init(e, Word128{});
+    for (std::uint64_t i = 0; i <= s_.ring_mask; ++i) s_.ring[i].store(RingCell::make(i - (s_.ring_mask + 1), 0));
+    s_.h->ring_head.store(0);
+    s_.h->ring_tail.store(0);
+    for (std::uint64_t b = 0; b <= s_.index_mask; ++b) {
+      for (auto& e : s_.index[b].e) e.store(0);
+      s_.index[b].overflow.store(0);
+    }
+    for (std::uint32_t i = 0; i < s_.thread_count; ++i) {
+      ThreadRecord& t = s_.threads[i];
+      t.intent.store(0);
+      t.intent_pred.store(0);
+      const std::uint64_t owner = t.owner.load();
+      const std::uint32_t p1 = ThreadOwner::proc1(owner);
+      if (owner != 0 && (p1 == 0 || p1 > s_.proc_count || (owner & ~0xFF01FFFFULL) != 0)) {
+        note("thread record " + std::to_string(i) + " named process record " + std::to_string(p1) + ": freed");
+        t.owner.store(0);
+      }
+    }
+    for (std::uint32_t i = 0; i < s_.proc_count; ++i) {
+      s_.procs[i].intent.store(0);
+      s_.procs[i].intent_tid.store(0);
+    }
+  }
+
+  std::uint32_t make_lane(const GroupKey& g, std::uint32_t& next_lane) {
+    if (next_lane >= s_.lane_count) return kNoLane;
+    const std::uint32_t l = next_lane++;
+    LaneRecord& r = s_.lanes[l];
+    const std::uint64_t inc = r.key_kind.load() >> 16;
+    r.key_sf.store(g.sf);
+    r.key_kind.store(g.kind | (inc << 16));
+    store128_init(r.word, LaneWord::with_state(Word128{}, LaneState::live));
+    // Its directory entry, in the first free way of its two buckets.
+    const std::uint64_t h = group_hash(g.kind, g.sf, s_.seed);
+    std::uint64_t b1 = h & s_.dir_mask, b2 = mix64(h) & s_.dir_mask;
+    if (b2 == b1) b2 = b1 ^ 1;
+    const Word128 e = DirEntry::make(g.sf, g.kind, DirState::live, l + 1, inc & ((1ULL << 25) - 1));
+    bool placed = false;
+    for (std::uint64_t b : {b1, b2})
+      for (auto& way : s_.dir[b].e)
+        if (!placed && DirEntry::state(load128(way)) == DirState::free) {
+          store128_init(way, e);
+          placed = true;
+        }
+    if (!placed) note("no directory room for lane #" + std::to_string(l) + " (its group will get a new lane)");
+    return l;
+  }
+
+  void rebuild_lanes() {
+    // Which lane each job goes to: its group's (made on first use).
+    std::map<GroupKey, std::uint32_t, GroupLess> lane_of;
+    std::uint32_t next_lane = 1;
+    std::vector<std::vector<std::pair<std::uint64_t, std::uint32_t>>> runs(s_.lane_count);
+    std::vector<std::uint64_t> active(s_.lane_count, 0);
+    auto lane_for = [&](std::uint32_t slot) -> std::uint32_t {
+      GroupKey g;
+      if (!slot_group(s_, slot, g)) return kDefaultLane;
+      auto it = lane_of.find(g);
+      if (it != lane_of.end()) return it->second;
+      const std::uint32_t l = make_lane(g, next_lane);
+      if (l != kNoLane) lane_of.emplace(g, l);
+      return l;
+    };
+    for (const auto& [g, st] : settings_) {
+      const std::uint32_t l = make_lane(g, next_lane);
+      if (l == kNoLane) break;
+      lane_of.emplace(g, l);
+      s_.lanes[l].settings.store(Settings::make(Settings::limit(st), Settings::paused(st), Settings::weight(st),
+                                                s_.lanes[l].settings.load()));
+    }
+    for (std::uint32_t i = 0; i < s_.jobs; ++i) {
+      const Word128 w = slot_load(s_, i);
+      const SlotState st = SlotWord::state(w);
+      if (st != SlotState::pending && st != SlotState::leased) continue;
+      const std::uint32_t l = lane_for(i);
+      if (l == kNoLane) {
+        // More groups than lane records: it waits, due, for a lane to free.
+        set_slot(i, SlotWord::make(SlotState::scheduled, SlotWord::attempt(w), 0, SlotWord::ctr(w), 0));
+        note(job(i) + ": no lane record left for its group; scheduled, due now (adopted when one frees)");
+        continue;
+      }
+      s_.slot(i).lane.store(l);
+      if (st == SlotState::leased) {
+        ++active[l];
+      } else {
+        runs[l].emplace_back(s_.slot(i).sf.load(), i);
+      }
+    }
+    std::uint64_t pos = 0;
+    std::uint64_t live = 0;  // groups live (the default lane is not one), as inspect counts them
+    for (std::uint32_t l = 0; l < s_.lane_count; ++l) {
+      if (LaneWord::state(lane_load(s_, l)) != LaneState::live) continue;
+      if (l != kDefaultLane) ++live;
+      auto& run = runs[l];
+      std::sort(run.begin(), run.end());
+      Word128 w = LaneWord::with_state(Word128{}, LaneState::live);
+      for (std::size_t k = 0; k < run.size(); ++k) {
+        SlotRecord& r = s_.slot(run[k].second);
+        const std::uint64_t tag = node_tag(SlotWord::ctr(slot_load(s_, run[k].second)));
+        const std::uint32_t next1 = k + 1 < run.size() ? run[k + 1].second + 1 : 0;
+        r.next.store(Link::make(next1, 0, tag));
+        r.level.store(0);
+        r.run_seq.store(k + 1);
+      }
+      if (!run.empty()) {
+        const std::uint32_t h1 = run.front().second + 1;
+        w = LaneWord::with_head(w, h1, node_tag(SlotWord::ctr(slot_load(s_, h1 - 1))) & 0xFFF);
+        w = LaneWord::with_tail(w, run.back().second + 1);
+      }
+      w = LaneWord::with_active(w, std::min<std::uint64_t>(active[l], LaneWord::kActiveMax));
+      if (lane_serviceable(w, s_.lanes[l].settings.load())) {
+        s_.ring[pos & s_.ring_mask].store(RingCell::make(pos, l + 1));
+        w = LaneWord::with_tgen(LaneWord::with_ringed(w, true), std::uint32_t(pos & LaneWord::kTgenMask));
+        ++pos;
+      }
+      store128_init(s_.lanes[l].word, w);
+    }
+    s_.h->ring_tail.store(pos);
+    note("lanes, ring and directory rebuilt: " + std::to_string(live) + (live == 1 ? " group lane live, " : " group lanes live, ") +
+         std::to_string(pos) + " in the ring");
+  }
+
+  void rebuild_index() {
     std::uint64_t n = 0;
     for (std::uint32_t i = 0; i < s_.jobs; ++i) {
-      if (SlotWord::state(s_.words[i].load(std::memory_order_relaxed)) != SlotState::free) continue;
-      if (prev == kNoSlot) head = i + 1;
-      else s_.slot(prev).next.store(i + 1, std::memory_order_relaxed);
-      prev = i;
+      if (!committed_state(SlotWord::state(slot_load(s_, i)))) continue;
+      const std::uint64_t sf = s_.slot(i).sf.load();
+      const IndexProbe p = index_probe(s_, sf);
+      const std::uint64_t e = IndexEntry::make(p.fp, i + 1, admit_tag(s_, i));
+      bool placed = false;
+      for (unsigned k = 0; k < 2 * kIndexWays && !placed; ++k) {
+        if (k == kIndexWays) s_.index[p.b1].overflow.store(1);
+        std::atomic<std::uint64_t>& way = index_way(s_, p, k);
+        if (way.load() == 0) {
+          way.store(e);
+          placed = true;
+        }
+      }
+      if (!placed) note(job(i) + ": no room in its id index buckets (found by claims, not by id)");
       ++n;
     }
-    if (prev != kNoSlot) s_.slot(prev).next.store(0, std::memory_order_relaxed);
-    // A new tag: a pop that read the old head cannot succeed against this one.
-    const std::uint64_t tag = (s_.h->free_head.load(std::memory_order_relaxed) >> 32) + 1;
-    s_.h->free_head.store((tag << 32) | head, std::memory_order_relaxed);
-    note("free list rebuilt: " + std::to_string(n) + " free slots");
+    note("id index rebuilt: " + std::to_string(n) + " jobs");
   }
 
-  // Lane words (pending, active; busy and ringed cleared, limit and pause
-  // kept) and lane structures: each lane's pending slots re-linked as one
-  // ascending run, in id order.
-  void rebuild_lanes() {
-    std::vector<std::vector<std::uint32_t>> pending(s_.lane_mask + 1);
-    std::vector<std::uint64_t> active(s_.lane_mask + 1, 0);
-    for (std::uint32_t i = 0; i < s_.jobs; ++i) {
-      const SlotState st = SlotWord::state(s_.words[i].load(std::memory_order_relaxed));
-      if (st == SlotState::pending) pending[s_.slot(i).lane].push_back(i);
-      if (st == SlotState::leased) ++active[s_.slot(i).lane];
-    }
-    std::uint32_t used = 0, lanes = 0;
-    std::uint64_t jobs = 0;
-    for (std::uint32_t li = 0; li <= s_.lane_mask; ++li) {
-      LaneRecord& l = s_.lanes[li];
-      if (l.key_a.load(std::memory_order_relaxed) != 0) ++used;
-      if (!lane_in_use(s_, li)) continue;
-      ++lanes;
-      auto& mine = pending[li];
-      std::sort(mine.begin(), mine.end(), [this](std::uint32_t a, std::uint32_t b) {
-        return s_.slot(a).snowflake.load(std::memory_order_relaxed) < s_.slot(b).snowflake.load(std::memory_order_relaxed);
-      });
-      for (std::size_t k = 0; k < mine.size(); ++k)
-        s_.slot(mine[k]).next.store(k + 1 < mine.size() ? mine[k + 1] + 1 : 0, std::memory_order_relaxed);
-      l.intake.store(0, std::memory_order_relaxed);
-      l.run_head = mine.empty() ? 0 : mine.front() + 1;
-      l.run_tail = mine.empty() ? 0 : mine.back() + 1;
-      l.heap_root = 0;
-      jobs += mine.size();
-
-      const std::uint64_t old = l.word.load(std::memory_order_relaxed);
-      std::uint64_t w = old & (LaneWord::kPaused | (LaneWord::kLimitMask << LaneWord::kLimitShift));
-      w = LaneWord::with_active(LaneWord::with_pending(w, mine.size()), active[li]);
-      if (LaneWord::pending(old) != mine.size() || LaneWord::active(old) != active[li] || (old & LaneWord::kBusy))
-        note(lane(li) + ": pending " + std::to_string(LaneWord::pending(old)) + " -> " + std::to_string(mine.size()) +
-             ", active " + std::to_string(LaneWord::active(old)) + " -> " + std::to_string(active[li]) +
-             ((old & LaneWord::kBusy) ? ", busy bit cleared" : ""));
-      l.word.store(w, std::memory_order_relaxed);  // ringed: set by rebuild_ring
-    }
-    const std::uint32_t counted = s_.h->lanes_used.load(std::memory_order_relaxed);
-    if (counted != used) {
-      note("lanes taken: the header counted " + std::to_string(counted) + ", the table holds " + std::to_string(used));
-      s_.h->lanes_used.store(used, std::memory_order_relaxed);
-    }
-    note("lane words and structures rebuilt: " + std::to_string(lanes) + " lanes, " + std::to_string(jobs) +
-         " pending jobs linked in id order");
-  }
-
-  // An empty ring and hold slot, then one token per serviceable lane.
-  void rebuild_ring() {
-    const std::uint64_t cells = s_.ring_mask + 1;
-    const std::uint64_t head = s_.h->ring_head.load(std::memory_order_relaxed);
-    // Cell c is next usable at the first position >= head that maps to it.
-    for (std::uint64_t c = 0; c < cells; ++c)
-      s_.ring[c].store(RingCell::pack(head + ((c - head) & s_.ring_mask), 0), std::memory_order_relaxed);
-    s_.h->ring_tail.store(head, std::memory_order_relaxed);
-    s_.h->hold.store(0, std::memory_order_relaxed);
-    std::uint64_t tokens = 0;
-    for (std::uint32_t li = 0; li <= s_.lane_mask; ++li) {
-      if (!lane_in_use(s_, li)) continue;
-      LaneRecord& l = s_.lanes[li];
-      const std::uint64_t w = l.word.load(std::memory_order_relaxed);
-      if (!LaneWord::serviceable(w)) continue;
-      l.word.store(w | LaneWord::kRinged, std::memory_order_relaxed);
-      ring_push(s_, li);
-      ++tokens;
-    }
-    note("ring rebuilt: " + std::to_string(tokens) + (tokens == 1 ? " token" : " tokens") +
-         " (one per serviceable lane), hold slot emptied");
-  }
-
-  void rebuild_next_due() {
+  void rebuild_sweep() {
     std::uint64_t earliest = kNever;
     for (std::uint32_t i = 0; i < s_.jobs; ++i) {
-      const std::uint64_t w = s_.words[i].load(std::memory_order_relaxed);
+      const Word128 w = slot_load(s_, i);
       const SlotState st = SlotWord::state(w);
       if (st == SlotState::leased || st == SlotState::scheduled) earliest = std::min(earliest, SlotWord::when(w));
     }
-    s_.h->next_due.store(earliest, std::memory_order_relaxed);
+    s_.h->sweep.next_due.store(earliest);
+    s_.h->sweep.cursor.store(0);
   }
 
   // Nothing of this went through the transition log: a mirror must
@@ -315,6 +389,8 @@ class Repairer {
 
   Segment& s_;
   FsckReport& report_;
+  std::map<GroupKey, std::uint64_t, GroupLess> settings_;
+  std::uint64_t default_settings_ = 0;
 };
 
 }  // namespace
@@ -325,6 +401,7 @@ void rebuild_segment(Segment& s, FsckReport& report) { Repairer(s, report).run()
 
 Result<FsckReport> Queue::repair(bool force) {
   Segment& s = *seg_;
+  if (!s.me) return Error{Errc::invalid_argument, 0, "segment '" + s.name + "' is open as an observer: repair needs a member"};
   const std::vector<int> others = other_live_processes(s);
   if (!others.empty() && !force) {
     std::string pids;
@@ -336,19 +413,9 @@ Result<FsckReport> Queue::repair(bool force) {
                      (one ? "process is" : "processes are") + " attached (pid " + pids + "); stop " +
                      (one ? "it" : "them") + " first, or force it if " + (one ? "it is" : "they are") + " idle"};
   }
-  // Behind the gate (gate.hpp): operations of processes still attached wait
-  // for it, and it waits for the ones in flight, so a forced repair does not
-  // race them. A live process that stays inside an operation (stopped)
-  // makes it give up rather than wait for ever.
-  FsckReport report;
-  for (int tries = 0;; ++tries) {
-    const GateRepair r = gated_repair(s, 2000, &report);
-    if (r == GateRepair::repaired) return report;
-    if (r == GateRepair::abandoned || tries >= 100)
-      return Error{Errc::busy, 0,
-                   "could not repair segment '" + s.name +
-                       "': a live process stayed inside an operation for 2 s (is one stopped?)"};
-  }
+  FsckReport report = check_segment(s);
+  rebuild_segment(s, report);
+  return report;
 }
 
 }  // namespace fairlane

@@ -1,98 +1,82 @@
-// The ring of lane tokens: a bounded MPMC queue in which every step is a
-// single CAS, on a cell or on an index.
+// The ring: the rota of serviceable lanes, a FIFO of cells naming lanes
+// (RingCell, layout.hpp).
 //
-// A cell carries the position at which it is next usable. push at position
-// t turns cell (t, empty) into (t, lane); pop at position h turns (h, lane)
-// into (h + cells, empty). The head and tail indexes only say where to look:
-// whoever finds one lagging behind a cell that was already filled or emptied
-// advances it. So a process that dies between its cell CAS and its index
-// CAS leaves nothing that anyone waits on (the failure of a head/tail ring
-// whose owner dies between its two steps).
+// No token is ever taken out of the ring into a process's hands. Lane L is
+// in the rota iff its lane word says ringed; the cell that is its token is
+// the one whose position's low bits the lane word's tgen names. So:
 //
-// At most one token per lane exists (the lane word's ringed bit), and the
-// ring has more cells than lanes, so push never finds the ring full.
+//   ring a lane     push a cell naming it (at the tail), then CAS its lane
+//                   word to ringed with tgen = that position, computed from
+//                   a lane word read before the push
+//   rotate a lane   the same with the lane already ringed (its old cell,
+//                   at the head, becomes stale by that CAS), then move the
+//                   head past the old cell
+//   de-ring         CAS the lane word to not ringed; its cell is stale
+//
+// The head (Header::ring_head) is the only record of consumption: it moves
+// forward by CAS, past a cell that is stale or whose lane was just rotated.
+// A cell that names a lane which is not ringed may be the cell a ringer is
+// about to validate: whoever passes it first rings the lane with it (if the
+// lane is serviceable) or bumps the lane word's version (if not), so that
+// the ringer's CAS, computed from a reading before its push, fails and it
+// pushes again. A stopped process therefore holds no token: its pushed cell
+// is either validated by its CAS or stale, and the head never waits for it.
+//
+// The tail is a hint: a pusher writes the first position at or after it
+// whose cell is not yet written for that position (one CAS on the cell),
+// then moves the hint forward lazily.
 #pragma once
 
 #include <cstdint>
-#include <vector>
 
-#include "failpoint.hpp"
+#include "fairlane/detail/layout.hpp"
 #include "segment.hpp"
 
 namespace fairlane::detail {
 
-inline constexpr std::uint32_t kNoLane = ~0U;
+inline constexpr std::uint64_t kPosMask = 0xFFFFFFFFULL;
 
-// Pushes lane at the tail. Lock-free. Returns false only if the ring is full,
-// which the one-token-per-lane rule makes impossible.
-inline bool ring_push(Segment& s, std::uint32_t lane) noexcept {
+inline bool cell_written_for(std::uint64_t c, std::uint64_t pos) noexcept {
+  return RingCell::pos(c) == (pos & kPosMask);
+}
+
+// Pushes a cell naming lane `lane` at the tail; returns its position, or
+// ~0 if the ring is full (impossible while every stale cell is passed within
+// a lap, the ring having four cells per lane: then it is corrupt). Lock-free.
+inline std::uint64_t ring_push(Segment& s, std::uint32_t lane) noexcept {
   const std::uint64_t cells = s.ring_mask + 1;
-  for (;;) {
-    // Acquire loads: see the cell writes of the pushes/pops that moved the index.
-    std::uint64_t t = s.h->ring_tail.load(std::memory_order_acquire);
+  std::uint64_t t = s.h->ring_tail.load(std::memory_order_acquire);
+  for (std::uint64_t probes = 0; probes <= 2 * cells; ++probes, ++t) {
     std::atomic<std::uint64_t>& cell = s.ring[t & s.ring_mask];
     std::uint64_t c = cell.load(std::memory_order_acquire);
-    const std::uint64_t want = t & RingCell::kPosMask;
-    if (RingCell::pos(c) == want) {
-      if (RingCell::value(c) == 0) {
-        // [S1] seq_cst: publishes the token; pairs with the pop CAS [S2] and
-        // with the waiter count load that follows (no lost wake-up).
-        if (cell.compare_exchange_strong(c, RingCell::pack(t, lane + 1), std::memory_order_seq_cst)) {
-          FAIRLANE_FAILPOINT("ring.cell_filled");
-          s.h->ring_tail.compare_exchange_strong(t, t + 1, std::memory_order_release);
-          return true;
-        }
-      } else {
-        // Filled by a pusher that has not advanced the tail yet: help it.
-        s.h->ring_tail.compare_exchange_strong(t, t + 1, std::memory_order_release);
-      }
-    } else if (RingCell::pos(c) == ((t - cells) & RingCell::kPosMask) && RingCell::value(c) != 0) {
-      // The previous lap's token is still there: the ring is full.
-      if (s.h->ring_tail.load(std::memory_order_acquire) == t) return false;
+    if (cell_written_for(c, t)) continue;  // taken by another pusher: look further
+    // Free for position t only once the head has passed the cell's last
+    // lap (t - cells); else the ring is full from here.
+    const std::uint64_t head = s.h->ring_head.load(std::memory_order_acquire);
+    if (t >= head + cells) return ~0ULL;
+    if (t < head) {
+      // Our tail hint lags behind the head: jump.
+      t = head - 1;
+      continue;
     }
-    // Otherwise our view of the tail was stale: reload.
+    // [S1] seq_cst: the cell is visible before the lane word CAS that makes
+    // it a token ([S3]), and to a waiter's re-check (no lost wake-up).
+    if (cell.compare_exchange_strong(c, RingCell::make(t, lane + 1), std::memory_order_seq_cst)) {
+      // The hint, a plain store: a racing pusher may move it back a little,
+      // which only costs the next pusher a probe (it skips written cells).
+      if (s.h->ring_tail.load(std::memory_order_relaxed) < t + 1) s.h->ring_tail.store(t + 1, std::memory_order_relaxed);
+      return t;
+    }
+    --t;  // lost the cell: look at it again
   }
+  return ~0ULL;
 }
 
-// Pops the token at the head, or kNoLane if the ring is empty. Lock-free.
-inline std::uint32_t ring_pop(Segment& s) noexcept {
-  const std::uint64_t cells = s.ring_mask + 1;
-  for (;;) {
-    std::uint64_t h = s.h->ring_head.load(std::memory_order_acquire);
-    std::atomic<std::uint64_t>& cell = s.ring[h & s.ring_mask];
-    std::uint64_t c = cell.load(std::memory_order_seq_cst);
-    const std::uint64_t want = h & RingCell::kPosMask;
-    if (RingCell::pos(c) == want) {
-      if (RingCell::value(c) == 0) {
-        // Nothing was pushed at h (a push fills the cell before the tail
-        // moves past it): empty, unless the head moved meanwhile.
-        if (s.h->ring_head.load(std::memory_order_acquire) == h) return kNoLane;
-        continue;
-      }
-      // [S2] seq_cst: takes the token; pairs with [S1].
-      if (cell.compare_exchange_strong(c, RingCell::pack(h + cells, 0), std::memory_order_seq_cst)) {
-        FAIRLANE_FAILPOINT("ring.cell_taken");
-        s.h->ring_head.compare_exchange_strong(h, h + 1, std::memory_order_release);
-        return std::uint32_t(RingCell::value(c) - 1);
-      }
-    } else if (RingCell::pos(c) == ((h + cells) & RingCell::kPosMask)) {
-      // Emptied by a popper that has not advanced the head yet: help it.
-      s.h->ring_head.compare_exchange_strong(h, h + 1, std::memory_order_release);
-    }
-  }
-}
-
-// The tokens in rota order, read without stopping anyone (approximate).
-inline std::vector<std::uint32_t> ring_contents(const Segment& s) {
-  std::vector<std::uint32_t> out;
-  std::uint64_t h = s.h->ring_head.load(std::memory_order_acquire);
-  std::uint64_t t = s.h->ring_tail.load(std::memory_order_acquire);
-  for (std::uint64_t p = h; p < t + 1 && p - h <= s.ring_mask; ++p) {
-    std::uint64_t c = s.ring[p & s.ring_mask].load(std::memory_order_acquire);
-    if (RingCell::pos(c) == (p & RingCell::kPosMask) && RingCell::value(c) != 0)
-      out.push_back(std::uint32_t(RingCell::value(c) - 1));
-  }
-  return out;
+// Moves the head from h to h + 1 (a no-op if someone already did).
+inline void ring_pass(Segment& s, std::uint64_t h) noexcept {
+  // [R2] release: a pusher that sees the head past h may reuse the cell's
+  // next lap only after our reading of it.
+  s.h->ring_head.compare_exchange_strong(h, h + 1, std::memory_order_acq_rel, std::memory_order_relaxed);
 }
 
 }  // namespace fairlane::detail

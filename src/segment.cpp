@@ -1,4 +1,5 @@
-// Creating, opening, validating and removing a segment; process attachment.
+// Creating, opening, validating and removing a segment; process and thread
+// attachment; liveness of attached processes.
 #include "segment.hpp"
 
 #include <dirent.h>
@@ -6,20 +7,27 @@
 #include <signal.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
+#include <sys/syscall.h>
 #include <unistd.h>
 
 #include <boost/interprocess/exceptions.hpp>
 
+#include <algorithm>
 #include <cerrno>
 #include <chrono>
 #include <cstdio>
 #include <cstring>
+#include <mutex>
 #include <random>
 #include <string>
+#include <vector>
 
+#include "fairlane/valkey.hpp"
+
+#include "atomic128.hpp"
 #include "clock.hpp"
-#include "gate.hpp"
 #include "hash.hpp"
+#include "retry_codec.hpp"
 
 namespace fairlane::detail {
 namespace bip = boost::interprocess;
@@ -64,64 +72,35 @@ Status check_name(std::string_view name) {
   return ok_status();
 }
 
-// Fold a record's counters into the header's retired block and zero them.
-void retire_counters(Header* h, CounterBlock& c) noexcept {
-  auto fold = [](std::atomic<std::uint64_t>& from, std::atomic<std::uint64_t>& to) {
-    to.fetch_add(from.exchange(0, std::memory_order_relaxed), std::memory_order_relaxed);
+// Adds `from` into `to` and zeroes `from`. The writers of `from` are gone
+// (a released thread record, a detached process): relaxed is enough; the
+// exchange keeps a concurrent fold from counting anything twice.
+void fold_counters(CounterBlock& to, CounterBlock& from) noexcept {
+  auto fold = [](std::atomic<std::uint64_t>& f, std::atomic<std::uint64_t>& t) {
+    const std::uint64_t v = f.exchange(0, std::memory_order_relaxed);
+    if (v) t.fetch_add(v, std::memory_order_relaxed);
   };
-  fold(c.enqueued, h->retired.enqueued);
-  fold(c.duplicates, h->retired.duplicates);
-  fold(c.claimed, h->retired.claimed);
-  fold(c.completed, h->retired.completed);
-  fold(c.retried, h->retired.retried);
-  fold(c.dead, h->retired.dead);
-  fold(c.expired, h->retired.expired);
-  fold(c.promoted, h->retired.promoted);
-  fold(c.drained, h->retired.drained);
+  fold(from.enqueued, to.enqueued);
+  fold(from.duplicates, to.duplicates);
+  fold(from.claimed, to.claimed);
+  fold(from.completed, to.completed);
+  fold(from.retried, to.retried);
+  fold(from.dead, to.dead);
+  fold(from.expired, to.expired);
+  fold(from.promoted, to.promoted);
+  fold(from.drained, to.drained);
+  fold(from.released, to.released);
 }
 
-// owner: pid (bits 0..31) | kAttached; kStamped once start_time is written.
-// A record without kStamped is being attached and is never judged dead.
-constexpr std::uint64_t kAttached = 1ULL << 32;
-constexpr std::uint64_t kStamped = 1ULL << 33;
-constexpr std::uint64_t kObserver = 1ULL << 34;  // a tool that only looks: not listed as a process
-
-// Take a process record: a free one, else one whose owner is dead.
-ProcRecord* attach(Segment& s, bool observer) {
-  const int pid = getpid();
-  const std::uint64_t owner = kAttached | std::uint32_t(pid) | (observer ? kObserver : 0);
-  const std::uint64_t start = process_start_time(pid);
-  for (int pass = 0; pass < 2; ++pass) {
-    for (std::uint32_t i = 0; i < kMaxProcs; ++i) {
-      ProcRecord& p = s.procs[i];
-      std::uint64_t cur = p.owner.load(std::memory_order_acquire);
-      bool take = cur == 0;
-      // A dead owner that died inside an operation (in_op not 0) keeps its
-      // record until the gate's repair has run after it (gate.hpp), and so
-      // does a dead repairer that holds the gate: its successor judges it
-      // by this record. Both are read after the owner is judged dead, when
-      // they can no longer change but by a repair (which only clears them).
-      if (!take && pass == 1 && (cur & kStamped) && !process_alive(int(cur & 0xFFFFFFFF), p.start_time))
-        take = p.in_op.load(std::memory_order_acquire) == 0 &&
-               gate_holder(s.h->gate.load(std::memory_order_acquire)) != i + 1;
-      if (!take) continue;
-      // [A1] acq_rel: claims the record; pairs with [R1] of a detaching owner.
-      if (!p.owner.compare_exchange_strong(cur, owner, std::memory_order_acq_rel)) continue;
-      if (cur != 0) retire_counters(s.h, p.counters);  // a dead owner's counts stay counted
-      p.in_op.store(0, std::memory_order_relaxed);     // a count left by a handle closed mid-operation
-      p.start_time = start;
-      p.attached_unix_ms = unix_ms();
-      p.owner.store(owner | kStamped, std::memory_order_release);
-      return &p;
-    }
-  }
-  return nullptr;
+std::uint32_t ceil_log2(std::uint64_t v) noexcept {
+  std::uint32_t b = 0;
+  while ((1ULL << b) < v) ++b;
+  return b;
 }
 
 }  // namespace
 
 namespace {
-
 // Fields 3 (state) and 22 (starttime) of /proc/<pid>/stat; false if it
 // cannot be read (no such process, or /proc is not ours to read).
 bool read_proc_stat(int pid, char& state, std::uint64_t& start_time) noexcept {
@@ -156,8 +135,8 @@ std::uint64_t process_start_time(int pid) noexcept {
 
 int dead_owner_pid(const ProcRecord& p) noexcept {
   const std::uint64_t owner = p.owner.load(std::memory_order_acquire);
-  if (!(owner & kStamped)) return 0;
-  const std::uint64_t start = __atomic_load_n(&p.start_time, __ATOMIC_RELAXED);
+  if (!(owner & kOwnerStamped)) return 0;
+  const std::uint64_t start = p.start_time.load(std::memory_order_relaxed);
   std::atomic_thread_fence(std::memory_order_acquire);
   if (p.owner.load(std::memory_order_relaxed) != owner) return 0;  // changed hands meanwhile
   const int pid = int(owner & 0xFFFFFFFF);
@@ -177,8 +156,8 @@ int thread_count(int pid) noexcept {
   return n;
 }
 
-// A wrong "dead" lets a repair rebuild what that process is changing (the
-// gate skips dead processes), so every doubt counts as alive.
+// A wrong "dead" would let a survivor finish or undo what that process is
+// still doing, so every doubt counts as alive.
 bool process_alive(int pid, std::uint64_t start_time) noexcept {
   if (pid <= 0) return false;
   if (::kill(pid, 0) != 0 && errno == ESRCH) return false;
@@ -218,31 +197,47 @@ std::string process_name(int pid) {
   return name;
 }
 
-Geometry geometry_for(std::uint32_t jobs, std::uint32_t lanes, std::uint32_t payload_bytes, std::uint32_t log_cells) noexcept {
+Geometry geometry_for(std::uint32_t jobs, std::uint32_t lanes, std::uint32_t payload_bytes, std::uint32_t procs,
+                      std::uint32_t log_cells) noexcept {
   Geometry g{};
   g.log_cells = log_cells;
   g.jobs = jobs;
-  g.lanes = lanes + 1;  // + the default lane
-  g.lane_buckets = std::uint32_t(next_pow2(std::uint64_t(g.lanes) * 2));
+  g.lanes = lanes + 1;  // + the default lane (record 0)
+  // Eight directory entries per lane: a group's two buckets are full only
+  // with a vanishing probability (docs/design.md, "The lane directory").
+  g.dir_buckets = std::uint32_t(next_pow2(std::max<std::uint64_t>(2, (std::uint64_t(g.lanes) * 8 + kDirWays - 1) / kDirWays)));
   g.payload_bytes = payload_bytes;
   g.slot_bytes = std::uint32_t(sizeof(SlotRecord) + round_up(payload_bytes, kCacheLine));
-  g.ring_cells = std::uint32_t(next_pow2(std::uint64_t(g.lanes) + 1));
-  g.index_buckets = std::uint32_t(next_pow2(std::max<std::uint64_t>(2, (std::uint64_t(jobs) * 2 + kIndexWays - 1) / kIndexWays)));
+  // At most one valid cell per live lane; stale cells left by rotations
+  // that lost their race are passed within one lap. Four cells per lane
+  // plus room for every thread's in-flight push keeps the tail off the head.
+  g.procs = procs;
+  g.threads = std::max<std::uint32_t>(64, procs * 16);
+  g.ring_cells = std::uint32_t(next_pow2(std::uint64_t(g.lanes) * 4 + g.threads + 64));
+  // Four id index entries per job slot (balanced two-choice: id_index.cpp).
+  g.index_buckets = std::uint32_t(next_pow2(std::max<std::uint64_t>(2, (std::uint64_t(jobs) * 4 + kIndexWays - 1) / kIndexWays)));
+  g.slot_bits = std::max<std::uint32_t>(1, ceil_log2(jobs));
   std::uint64_t off = round_up(sizeof(Header), 4096);
   g.words_off = off;
-  off = round_up(off + std::uint64_t(jobs) * 8, kCacheLine);
+  off = round_up(off + std::uint64_t(jobs) * sizeof(Word128), kCacheLine);
+  g.tags_off = off;
+  off = round_up(off + jobs, kCacheLine);
   g.slots_off = off;
   off = round_up(off + std::uint64_t(jobs) * g.slot_bytes, kCacheLine);
   g.lanes_off = off;
-  off = round_up(off + std::uint64_t(g.lane_buckets) * sizeof(LaneRecord), kCacheLine);
+  off = round_up(off + std::uint64_t(g.lanes) * sizeof(LaneRecord), kCacheLine);
+  g.dir_off = off;
+  off = round_up(off + std::uint64_t(g.dir_buckets) * sizeof(DirBucket), kCacheLine);
   g.ring_off = off;
   off = round_up(off + std::uint64_t(g.ring_cells) * 8, kCacheLine);
   g.index_off = off;
   off = round_up(off + std::uint64_t(g.index_buckets) * sizeof(IndexBucket), kCacheLine);
   g.procs_off = off;
-  off = round_up(off + std::uint64_t(kMaxProcs) * sizeof(ProcRecord), kCacheLine);
+  off = round_up(off + std::uint64_t(procs) * sizeof(ProcRecord), kCacheLine);
+  g.threads_off = off;
+  off = round_up(off + std::uint64_t(g.threads) * sizeof(ThreadRecord), kCacheLine);
   g.waits_off = off;
-  off = round_up(off + std::uint64_t(g.lane_buckets) * sizeof(WaitBuckets), kCacheLine);
+  off = round_up(off + std::uint64_t(g.lanes) * sizeof(WaitBuckets), kCacheLine);
   g.log_off = off;
   off = round_up(off + std::uint64_t(log_cells) * sizeof(LogCell), 4096);
   g.total = off;
@@ -251,57 +246,255 @@ Geometry geometry_for(std::uint32_t jobs, std::uint32_t lanes, std::uint32_t pay
 
 namespace {
 
+std::atomic<std::uint64_t> next_handle_id{1};
+
 void bind_tables(Segment& s) {
   auto* base = static_cast<unsigned char*>(s.region.get_address());
   Header* h = reinterpret_cast<Header*>(base);
   s.h = h;
-  s.words = reinterpret_cast<std::atomic<std::uint64_t>*>(base + h->words_off);
+  s.words = reinterpret_cast<Word128*>(base + h->words_off);
+  s.tags = reinterpret_cast<std::atomic<std::uint8_t>*>(base + h->tags_off);
   s.slots = base + h->slots_off;
   s.lanes = reinterpret_cast<LaneRecord*>(base + h->lanes_off);
+  s.dir = reinterpret_cast<DirBucket*>(base + h->dir_off);
   s.ring = reinterpret_cast<std::atomic<std::uint64_t>*>(base + h->ring_off);
   s.index = reinterpret_cast<IndexBucket*>(base + h->index_off);
   s.procs = reinterpret_cast<ProcRecord*>(base + h->procs_off);
+  s.threads = reinterpret_cast<ThreadRecord*>(base + h->threads_off);
   s.waits = reinterpret_cast<WaitBuckets*>(base + h->waits_off);
   s.log = h->log_cells ? reinterpret_cast<LogCell*>(base + h->log_off) : nullptr;
   s.log_mask = h->log_cells ? h->log_cells - 1 : 0;
   s.jobs = h->job_capacity;
+  s.lane_count = h->lane_capacity;
   s.slot_bytes = h->slot_bytes;
   s.payload_bytes = h->payload_bytes;
-  s.lane_mask = h->lane_buckets - 1;
+  s.slot_bits = h->slot_bits;
+  s.proc_count = h->proc_capacity;
+  s.thread_count = h->thread_capacity;
+  s.dir_mask = h->dir_buckets - 1;
   s.ring_mask = h->ring_cells - 1;
   s.index_mask = h->index_buckets - 1;
   s.seed = h->hash_seed;
   s.recovery_ms = h->recovery_ms;
+  std::memcpy(s.kind, h->job_kind, 3);
+  s.kind_code = kind_code(std::string_view(s.kind, 3));
+  s.handle_id = next_handle_id.fetch_add(1, std::memory_order_relaxed);
 }
 
-Result<std::unique_ptr<Segment>> finish_attach(std::unique_ptr<Segment> s, bool observer = false) {
-  s->me = attach(*s, observer);
-  if (s->me) s->me_index = std::uint32_t(s->me - s->procs);
+// Take a process record: a free one (looking from a rotating start, so a
+// record is not reused at once by the next short-lived process), else one
+// whose owner is dead. Its incarnation moves on, so leases of an earlier
+// owner are not taken for ours (Holder).
+ProcRecord* attach(Segment& s) {
+  const int pid = getpid();
+  const std::uint64_t owner = kOwnerAttached | std::uint32_t(pid);
+  const std::uint64_t start = process_start_time(pid);
+  const std::uint32_t n = s.proc_count;
+  const std::uint32_t from = std::uint32_t(s.h->recovery.finished.load(std::memory_order_relaxed) +
+                                           std::uint64_t(unix_ms()) + std::uint64_t(pid)) % n;
+  for (int pass = 0; pass < 2; ++pass) {
+    for (std::uint32_t k = 0; k < n; ++k) {
+      const std::uint32_t i = (from + k) % n;
+      ProcRecord& p = s.procs[i];
+      std::uint64_t cur = p.owner.load(std::memory_order_acquire);
+      bool take = cur == 0;
+      // A dead owner's record, once the sweep has settled what its fallback
+      // intent says it was in the middle of.
+      if (!take && pass == 1 && (cur & kOwnerStamped) && p.intent.load(std::memory_order_acquire) == 0 &&
+          !process_alive(int(cur & 0xFFFFFFFF), p.start_time.load()))
+        take = true;
+      if (!take) continue;
+      // [A1] acq_rel: claims the record; pairs with [R1] of a detaching owner.
+      if (!p.owner.compare_exchange_strong(cur, owner, std::memory_order_acq_rel)) continue;
+      p.incarnation.fetch_add(1, std::memory_order_relaxed);
+      p.start_time.store(start, std::memory_order_relaxed);
+      p.attached_unix_ms.store(unix_ms(), std::memory_order_relaxed);
+      p.seen.store(0, std::memory_order_relaxed);
+      p.intent_tid.store(0, std::memory_order_relaxed);
+      p.intent.store(0, std::memory_order_relaxed);
+      // A dead owner's counts stay counted.
+      fold_counters(s.h->retired, p.retired);
+      p.owner.store(owner | kOwnerStamped, std::memory_order_release);
+      return &p;
+    }
+  }
+  return nullptr;
+}
+
+Result<std::unique_ptr<Segment>> finish_attach(std::unique_ptr<Segment> s, bool observer) {
+  s->observer = observer;
+  if (observer) return s;  // a tool that only looks takes no record
+  s->me = attach(*s);
   if (!s->me)
     return make_error(Errc::system, "segment '" + s->name + "' has no free process record (" +
-                                        std::to_string(kMaxProcs) + " processes attached)");
+                                        std::to_string(s->proc_count) +
+                                        " processes attached; create it with a larger --processes)");
+  s->me_index = std::uint32_t(s->me - s->procs);
   return s;
 }
 
+// This process's thread records, per handle: a thread takes one on its
+// first call and keeps it until it exits or the handle closes.
+struct ThreadSlots {
+  struct Entry {
+    std::uint64_t handle = 0;
+    Segment* seg = nullptr;
+    ThreadRecord* rec = nullptr;
+  };
+  std::vector<Entry> entries;
+  ~ThreadSlots();
+};
+
+// Handles alive in this process (a thread that exits releases its records
+// only in handles that still exist).
+std::mutex live_handles_mu;
+std::vector<std::uint64_t> live_handles;
+
+void release_thread_record(Segment& s, ThreadRecord& r) noexcept {
+  if (s.me) fold_counters(s.me->retired, r.counters);
+  r.intent.store(0, std::memory_order_relaxed);
+  // [R13] release: the counters are folded before the record is reused.
+  r.owner.store(0, std::memory_order_release);
+}
+
+ThreadSlots::~ThreadSlots() {
+  std::lock_guard l(live_handles_mu);
+  for (const Entry& e : entries)
+    if (std::find(live_handles.begin(), live_handles.end(), e.handle) != live_handles.end())
+      release_thread_record(*e.seg, *e.rec);
+}
+
+thread_local ThreadSlots tls_slots;
+
 }  // namespace
 
-Segment::~Segment() {
-  if (me && h) {
-    retire_counters(h, me->counters);
-    me->start_time = 0;
-    // [R1] release: hands the record back; pairs with [A1].
-    me->owner.store(0, std::memory_order_release);
+ThreadRecord* Segment::thread() noexcept {
+  if (!me) return nullptr;
+  // The last handle this thread used, first (handle ids are never reused, so
+  // a closed handle's entry never matches again).
+  thread_local std::uint64_t last_handle = 0;
+  thread_local ThreadRecord* last_rec = nullptr;
+  if (last_handle == handle_id) return last_rec;
+  for (const auto& e : tls_slots.entries)
+    if (e.handle == handle_id) {
+      last_handle = handle_id;
+      last_rec = e.rec;
+      return e.rec;
+    }
+  // First call of this thread on this handle: take a free thread record.
+  const std::uint64_t owner = ThreadOwner::make(me_index, me->incarnation.load(std::memory_order_relaxed));
+  const std::uint32_t start = std::uint32_t(syscall(SYS_gettid)) % thread_count;
+  for (std::uint32_t k = 0; k < thread_count; ++k) {
+    ThreadRecord& r = threads[(start + k) % thread_count];
+    std::uint64_t cur = r.owner.load(std::memory_order_acquire);
+    if (cur != 0) {
+      // A record of a process that is gone (it died without detaching) is
+      // free too, once the sweep has settled what it was in the middle of.
+      const std::uint32_t p1 = ThreadOwner::proc1(cur);
+      const bool gone = p1 == 0 || p1 > proc_count ||
+                        (procs[p1 - 1].incarnation.load(std::memory_order_relaxed) & 0xFF) != ThreadOwner::inc(cur) ||
+                        !(procs[p1 - 1].owner.load(std::memory_order_acquire) & kOwnerAttached) ||
+                        dead_owner_pid(procs[p1 - 1]) != 0;
+      if (!gone || r.intent.load(std::memory_order_acquire) != 0) continue;
+    }
+    // [A13] acquire: pairs with [R13].
+    if (!r.owner.compare_exchange_strong(cur, owner, std::memory_order_acq_rel)) continue;
+    if (cur != 0) fold_counters(h->retired, r.counters);
+    r.intent.store(0, std::memory_order_relaxed);
+    try {
+      tls_slots.entries.push_back({handle_id, this, &r});
+    } catch (...) {
+      r.owner.store(0, std::memory_order_release);
+      return nullptr;
+    }
+    last_handle = handle_id;
+    last_rec = &r;
+    return &r;
   }
+  return nullptr;
+}
+
+CounterBlock& Segment::counters() noexcept {
+  if (ThreadRecord* t = thread()) return t->counters;
+  static CounterBlock sink{};  // an observer counts nothing
+  return me ? me->retired : sink;
+}
+
+Segment::~Segment() {
+  if (!h) return;
+  {
+    std::lock_guard l(live_handles_mu);
+    live_handles.erase(std::remove(live_handles.begin(), live_handles.end(), handle_id), live_handles.end());
+  }
+  auto& mine = tls_slots.entries;
+  mine.erase(std::remove_if(mine.begin(), mine.end(), [&](const ThreadSlots::Entry& e) { return e.handle == handle_id; }),
+             mine.end());
+  if (!me) return;
+  // Every thread record of this handle (other threads' too: a handle closes
+  // when no thread uses it any more).
+  const std::uint64_t owner = ThreadOwner::make(me_index, me->incarnation.load(std::memory_order_relaxed));
+  for (std::uint32_t i = 0; i < thread_count; ++i)
+    if (threads[i].owner.load(std::memory_order_acquire) == owner) release_thread_record(*this, threads[i]);
+  fold_counters(h->retired, me->retired);
+  me->start_time.store(0, std::memory_order_relaxed);
+  // [R1] release: hands the record back; pairs with [A1].
+  me->owner.store(0, std::memory_order_release);
+}
+
+int holder_gone(Segment& s, std::uint32_t holder, std::uint64_t now_ms) noexcept {
+  const std::uint32_t i1 = Holder::index1(holder);
+  if (i1 == 0 || i1 > s.proc_count) return 1;
+  if (s.me && i1 - 1 == s.me_index && (s.me->incarnation.load(std::memory_order_relaxed) & 0xFF) == Holder::inc(holder))
+    return 0;
+  const ProcRecord& p = s.procs[i1 - 1];
+  if ((p.incarnation.load(std::memory_order_relaxed) & 0xFF) != Holder::inc(holder) ||
+      !(p.owner.load(std::memory_order_acquire) & kOwnerAttached))
+    return 1;
+  return holder_dead(s, holder, now_ms);
+}
+
+int thread_owner_dead(Segment& s, std::uint64_t owner, std::uint64_t now_ms) noexcept {
+  const std::uint32_t p1 = ThreadOwner::proc1(owner);
+  if (p1 == 0 || p1 > s.proc_count) return 1;
+  const ProcRecord& p = s.procs[p1 - 1];
+  if ((p.incarnation.load(std::memory_order_relaxed) & 0xFF) != ThreadOwner::inc(owner) ||
+      !(p.owner.load(std::memory_order_acquire) & kOwnerAttached))
+    return 1;
+  return holder_dead(s, Holder::make(p1 - 1, ThreadOwner::inc(owner)), now_ms);
+}
+
+int holder_dead(Segment& s, std::uint32_t holder, std::uint64_t now_ms) noexcept {
+  const std::uint32_t i1 = Holder::index1(holder);
+  if (i1 == 0 || i1 > s.proc_count) return 0;
+  if (s.me && i1 - 1 == s.me_index) return 0;
+  ProcRecord& p = s.procs[i1 - 1];
+  const std::uint64_t owner = p.owner.load(std::memory_order_acquire);
+  // Detached cleanly, or the record now belongs to another incarnation: the
+  // lease keeps its deadline (a process that exits normally keeps its leases).
+  if (!(owner & kOwnerAttached) || (p.incarnation.load(std::memory_order_relaxed) & 0xFF) != Holder::inc(holder))
+    return 0;
+  const std::uint64_t seen = p.seen.load(std::memory_order_relaxed);
+  const std::uint64_t half = s.recovery_ms / 2;
+  if ((seen & 3) != 0 && (seen >> 2) <= now_ms && now_ms < (seen >> 2) + half)
+    return (seen & 3) == 2 ? int(owner & 0xFFFFFFFF) : 0;
+  const int dead = dead_owner_pid(p);
+  // Relaxed: a cache of a judgement anyone may repeat; a lost race costs one
+  // more system call.
+  p.seen.store((now_ms << 2) | (dead ? 2U : 1U), std::memory_order_relaxed);
+  return dead;
 }
 
 Result<std::unique_ptr<Segment>> create_segment(std::string_view name, const QueueOptions& o) {
   if (auto st = check_name(name); !st) return st.error();
   if (o.jobs < 1 || o.jobs > kMaxJobs)
     return make_error(Errc::invalid_argument, "jobs must be 1.." + std::to_string(kMaxJobs) + ", got " + std::to_string(o.jobs));
-  if (o.lanes < 1 || o.lanes > kMaxLanes - 2)
-    return make_error(Errc::invalid_argument, "lanes must be 1.." + std::to_string(kMaxLanes - 2) + ", got " + std::to_string(o.lanes));
+  if (o.lanes < 1 || o.lanes > kMaxLanes)
+    return make_error(Errc::invalid_argument, "lanes must be 1.." + std::to_string(kMaxLanes) + ", got " + std::to_string(o.lanes));
   if (o.payload_bytes > kMaxPayload)
     return make_error(Errc::invalid_argument, "payload-bytes must be 0.." + std::to_string(kMaxPayload) + ", got " + std::to_string(o.payload_bytes));
+  if (o.processes < 1 || o.processes > kMaxProcs)
+    return make_error(Errc::invalid_argument, "processes must be 1.." + std::to_string(kMaxProcs) + ", got " +
+                                                  std::to_string(o.processes));
   if (!valid_kind(o.job_kind))
     return make_error(Errc::invalid_argument, "job kind must be three letters A-Z, got '" + o.job_kind + "'");
   if (o.node > 1023) return make_error(Errc::invalid_argument, "node must be 0..1023, got " + std::to_string(o.node));
@@ -309,12 +502,24 @@ Result<std::unique_ptr<Segment>> create_segment(std::string_view name, const Que
   if (o.recovery_ms < kMinRecoveryMs || o.recovery_ms > kMaxRecoveryMs)
     return make_error(Errc::invalid_argument, "recovery bound must be " + std::to_string(kMinRecoveryMs) + ".." +
                                                   std::to_string(kMaxRecoveryMs) + " ms, got " + std::to_string(o.recovery_ms));
+  if (!retry_valid(o.default_retry))
+    return make_error(Errc::invalid_argument, "the default retry policy is out of range (max attempts 1..65535, "
+                                              "backoff base and cap up to 2^32-1 ms, factor 1..1000, jitter 0..1)");
   std::uint32_t log_cells = 0;
+  std::string mirror_url;
   if (!o.mirror.empty()) {
     if (o.mirror.size() >= kMirrorUrlBytes)
       return make_error(Errc::invalid_argument, "mirror URL is longer than " + std::to_string(kMirrorUrlBytes - 1) + " bytes");
     if (o.mirror.rfind("valkey://", 0) != 0 && o.mirror.rfind("redis://", 0) != 0)
-      return make_error(Errc::invalid_argument, "mirror must be a valkey://HOST:PORT/QUEUE URL, got '" + o.mirror + "'");
+      return make_error(Errc::invalid_argument, "mirror must be a valkey://HOST:PORT/QUEUE URL, got '" + redact_url(o.mirror) + "'");
+    auto parsed = ValkeyUrl::parse(o.mirror);
+    if (!parsed) return make_error(Errc::invalid_argument, "mirror URL: " + parsed.error().message);
+    // A password is a secret and every attached process can read the
+    // header: the segment keeps the URL without it (the mirror takes it
+    // from FAIRLANE_VALKEY_PASSWORD, or from the URL it is started with).
+    mirror_url = parsed->str();
+    if (mirror_url.size() >= kMirrorUrlBytes)
+      return make_error(Errc::invalid_argument, "mirror URL is longer than " + std::to_string(kMirrorUrlBytes - 1) + " bytes");
     if (o.mirror_log < 64 || o.mirror_log > (1U << 26) || (o.mirror_log & (o.mirror_log - 1)))
       return make_error(Errc::invalid_argument, "mirror log must be a power of two from 64 to 2^26 records, got " +
                                                     std::to_string(o.mirror_log));
@@ -323,7 +528,7 @@ Result<std::unique_ptr<Segment>> create_segment(std::string_view name, const Que
     log_cells = o.mirror_log;
   }
 
-  const Geometry g = geometry_for(o.jobs, o.lanes, o.payload_bytes, log_cells);
+  const Geometry g = geometry_for(o.jobs, o.lanes, o.payload_bytes, o.processes, log_cells);
   auto s = std::make_unique<Segment>();
   s->name = std::string(name);
   try {
@@ -341,31 +546,38 @@ Result<std::unique_ptr<Segment>> create_segment(std::string_view name, const Que
   }
 
   // ftruncate gave us zeroed memory: every table's zero state is valid
-  // (free index entries, free lane buckets, zero counters) except the ones
-  // set below.
+  // (free slots with ctr 0, free lanes, empty directory and index, free
+  // process and thread records, zero counters) except the ones set below.
   auto* h = reinterpret_cast<Header*>(s->region.get_address());
   h->layout_version = kLayoutVersion;
   h->header_bytes = sizeof(Header);
   h->segment_bytes = g.total;
   h->job_capacity = g.jobs;
   h->lane_capacity = g.lanes;
-  h->lane_buckets = g.lane_buckets;
+  h->dir_buckets = g.dir_buckets;
   h->payload_bytes = g.payload_bytes;
   h->slot_bytes = g.slot_bytes;
   h->ring_cells = g.ring_cells;
   h->index_buckets = g.index_buckets;
+  h->proc_capacity = g.procs;
+  h->thread_capacity = g.threads;
+  h->slot_bits = g.slot_bits;
   h->words_off = g.words_off;
+  h->tags_off = g.tags_off;
   h->slots_off = g.slots_off;
   h->lanes_off = g.lanes_off;
+  h->dir_off = g.dir_off;
   h->ring_off = g.ring_off;
   h->index_off = g.index_off;
   h->procs_off = g.procs_off;
+  h->threads_off = g.threads_off;
   h->waits_off = g.waits_off;
   h->log_off = g.log_off;
   h->log_cells = g.log_cells;
   h->recovery_ms = o.recovery_ms;
+  retry_encode(o.default_retry, h->default_retry_a, h->default_retry_b);
   if (log_cells) {
-    std::memcpy(h->mirror_url, o.mirror.data(), o.mirror.size());
+    std::memcpy(h->mirror_url, mirror_url.data(), mirror_url.size());
     h->durability = o.durability == Durability::sync ? 2 : 1;
     h->on_full = o.on_full == MirrorFull::drop ? 1 : 0;
     h->sync_timeout_ms = o.sync_timeout_ms;
@@ -378,28 +590,30 @@ Result<std::unique_ptr<Segment>> create_segment(std::string_view name, const Que
   h->creator_pid = std::uint32_t(getpid());
   bind_tables(*s);
 
-  // Free list: every slot, in index order.
-  for (std::uint32_t i = 0; i < g.jobs; ++i)
-    s->slot(i).next.store(i + 1 < g.jobs ? i + 2 : 0, std::memory_order_relaxed);
-  h->free_head.store(1, std::memory_order_relaxed);  // tag 0, slot 0
-  // Ring: cell i is first usable at position i.
-  for (std::uint32_t i = 0; i < g.ring_cells; ++i) s->ring[i].store(RingCell::pack(i, 0), std::memory_order_relaxed);
-  h->next_due.store(~0ULL, std::memory_order_relaxed);
+  // Ring: no position written yet. A cell is written for position p when
+  // its pos field says p; cell i starts as written for the lap before.
+  for (std::uint32_t i = 0; i < g.ring_cells; ++i)
+    s->ring[i].store(RingCell::make(std::uint64_t(i) - g.ring_cells, 0), std::memory_order_relaxed);
+  h->sweep.next_due.store(~0ULL, std::memory_order_relaxed);
+  h->sweep.pass_min.store(~0ULL, std::memory_order_relaxed);
   // Log: cell i is free for sequence i.
   for (std::uint32_t i = 0; i < log_cells; ++i) s->log[i].stamp.store(i, std::memory_order_relaxed);
-  // The default lane, so that its index is fixed.
+  // The default lane, record 0: live for ever, its group DEF00000000000.
   {
     auto def = BrandedId::parse(kDefaultGroup);
-    std::uint64_t a = lane_key_a(*def), b = lane_key_b(*def);
-    std::uint64_t i = lane_hash(a, b, s->seed) & s->lane_mask;
-    s->lanes[i].key_a.store(a, std::memory_order_relaxed);
-    s->lanes[i].key_b.store(b, std::memory_order_relaxed);
-    h->default_lane = std::uint32_t(i);
-    h->lanes_used.store(1, std::memory_order_relaxed);
+    LaneRecord& l = s->lanes[kDefaultLane];
+    l.key_sf.store(def->snowflake(), std::memory_order_relaxed);
+    l.key_kind.store(kind_code(def->kind()) | (1ULL << 16), std::memory_order_relaxed);
+    for (auto& head : l.strays) head.store(UpLink::make(0, 0, 1, 0), std::memory_order_relaxed);
+    store128_init(l.word, LaneWord::with_state(Word128{}, LaneState::live));
   }
   // [R0] release: publishes every field above; pairs with [A0] in open.
   h->magic.store(kMagic, std::memory_order_release);
-  return finish_attach(std::move(s));
+  {
+    std::lock_guard l(live_handles_mu);
+    live_handles.push_back(s->handle_id);
+  }
+  return finish_attach(std::move(s), false);
 }
 
 Result<std::unique_ptr<Segment>> open_segment(std::string_view name, bool observer) {
@@ -438,21 +652,29 @@ Result<std::unique_ptr<Segment>> open_segment(std::string_view name, bool observ
     return make_error(Errc::truncated, seg + " is " + std::to_string(size) + " bytes but its header says " +
                                            std::to_string(h->segment_bytes));
   // The geometry must be exactly what these capacities give; anything else
-  // is a corrupt header and we must not follow its offsets.
-  if (h->job_capacity < 1 || h->job_capacity > kMaxJobs || h->lane_capacity < 2 || h->lane_capacity > kMaxLanes - 1 ||
-      h->payload_bytes > kMaxPayload || !valid_kind(std::string_view(h->job_kind, 3)) ||
+  // is a corrupt header and we must not follow its offsets. Every bound the
+  // library checks its reads against comes from here.
+  if (h->job_capacity < 1 || h->job_capacity > kMaxJobs || h->lane_capacity < 2 || h->lane_capacity > kMaxLanes + 1 ||
+      h->payload_bytes > kMaxPayload || h->proc_capacity < 1 || h->proc_capacity > kMaxProcs ||
+      !valid_kind(std::string_view(h->job_kind, 3)) || h->node > 1023 ||
       h->recovery_ms < kMinRecoveryMs || h->recovery_ms > kMaxRecoveryMs ||
       (h->log_cells & (h->log_cells - 1)) || h->log_cells > (1U << 26) ||
       (h->log_cells && (h->durability < 1 || h->durability > 2 || h->on_full > 1 ||
                         std::memchr(h->mirror_url, 0, kMirrorUrlBytes) == nullptr)))
     return make_error(Errc::corrupt, seg + " has a corrupt header (capacities out of range)");
-  const Geometry g = geometry_for(h->job_capacity, h->lane_capacity - 1, h->payload_bytes, h->log_cells);
-  if (g.total != h->segment_bytes || g.words_off != h->words_off || g.slots_off != h->slots_off ||
-      g.lanes_off != h->lanes_off || g.ring_off != h->ring_off || g.index_off != h->index_off ||
-      g.procs_off != h->procs_off || g.waits_off != h->waits_off || g.log_off != h->log_off || g.slot_bytes != h->slot_bytes || g.ring_cells != h->ring_cells ||
-      g.index_buckets != h->index_buckets || g.lane_buckets != h->lane_buckets || h->default_lane >= h->lane_buckets)
+  const Geometry g = geometry_for(h->job_capacity, h->lane_capacity - 1, h->payload_bytes, h->proc_capacity, h->log_cells);
+  if (g.total != h->segment_bytes || g.words_off != h->words_off || g.tags_off != h->tags_off ||
+      g.slots_off != h->slots_off || g.lanes_off != h->lanes_off || g.dir_off != h->dir_off ||
+      g.ring_off != h->ring_off || g.index_off != h->index_off || g.procs_off != h->procs_off ||
+      g.threads_off != h->threads_off || g.waits_off != h->waits_off || g.log_off != h->log_off ||
+      g.slot_bytes != h->slot_bytes || g.ring_cells != h->ring_cells || g.index_buckets != h->index_buckets ||
+      g.dir_buckets != h->dir_buckets || g.threads != h->thread_capacity || g.slot_bits != h->slot_bits)
     return make_error(Errc::corrupt, seg + " has a corrupt header (table offsets do not match its capacities)");
   bind_tables(*s);
+  {
+    std::lock_guard l(live_handles_mu);
+    live_handles.push_back(s->handle_id);
+  }
   return finish_attach(std::move(s), observer);
 }
 

@@ -1,11 +1,17 @@
 // A mapped segment: where each table lives, plus this process's attachment.
 // Creating, opening, sizing and removing use Boost.Interprocess; nothing of
 // Boost is used after the mapping exists.
+//
+// Every index read from the segment is checked against the geometry cached
+// here (taken from the header once, at open, after the header was checked)
+// before it is used: a scribbled segment must never make this process read
+// outside its tables (docs/design.md, "Hostile bytes").
 #pragma once
 
 #include <boost/interprocess/mapped_region.hpp>
 #include <boost/interprocess/shared_memory_object.hpp>
 
+#include <atomic>
 #include <cstdint>
 #include <string>
 
@@ -16,46 +22,66 @@
 namespace fairlane::detail {
 
 struct Geometry {
-  std::uint32_t jobs, lanes, lane_buckets, payload_bytes, slot_bytes, ring_cells, index_buckets, log_cells;
-  std::uint64_t words_off, slots_off, lanes_off, ring_off, index_off, procs_off, waits_off, log_off, total;
+  std::uint32_t jobs, lanes, dir_buckets, payload_bytes, slot_bytes, ring_cells, index_buckets, procs, threads,
+      log_cells, slot_bits;
+  std::uint64_t words_off, tags_off, slots_off, lanes_off, dir_off, ring_off, index_off, procs_off, threads_off,
+      waits_off, log_off, total;
 };
-Geometry geometry_for(std::uint32_t jobs, std::uint32_t lanes, std::uint32_t payload_bytes,
+// lanes: groups live at once (the default lane comes on top).
+Geometry geometry_for(std::uint32_t jobs, std::uint32_t lanes, std::uint32_t payload_bytes, std::uint32_t procs,
                       std::uint32_t log_cells = 0) noexcept;
+
+inline constexpr std::uint32_t kNoSlot = ~0U;
+inline constexpr std::uint32_t kNoLane = ~0U;
 
 struct Segment {
   std::string name;
   boost::interprocess::mapped_region region;
   Header* h = nullptr;
-  std::atomic<std::uint64_t>* words = nullptr;   // slot words
+  Word128* words = nullptr;                    // slot words
+  std::atomic<std::uint8_t>* tags = nullptr;   // admission tags, one per slot
   unsigned char* slots = nullptr;
   LaneRecord* lanes = nullptr;
+  DirBucket* dir = nullptr;
   std::atomic<std::uint64_t>* ring = nullptr;
   IndexBucket* index = nullptr;
   ProcRecord* procs = nullptr;
-  WaitBuckets* waits = nullptr;                   // per lane
-  LogCell* log = nullptr;                         // transition log (mirrored segments only)
+  ThreadRecord* threads = nullptr;
+  WaitBuckets* waits = nullptr;                // per lane
+  LogCell* log = nullptr;                      // transition log (mirrored segments only)
   std::uint64_t log_mask = 0;
-  ProcRecord* me = nullptr;                       // this handle's attachment
-  std::uint32_t me_index = 0;                     // its index in procs
+  ProcRecord* me = nullptr;                    // this handle's attachment (null for an observer)
+  std::uint32_t me_index = 0;                  // its index in procs
+  bool observer = false;
+  std::uint64_t handle_id = 0;                 // process-unique: keys this handle's thread records
 
-  // Cached from the header.
-  std::uint32_t jobs = 0, slot_bytes = 0, payload_bytes = 0;
-  std::uint64_t lane_mask = 0, ring_mask = 0, index_mask = 0, seed = 0;
+  // Cached from the header at open (checked there): the bounds every read uses.
+  std::uint32_t jobs = 0, lane_count = 0, slot_bytes = 0, payload_bytes = 0, slot_bits = 1;
+  std::uint32_t proc_count = 0, thread_count = 0;
+  std::uint64_t dir_mask = 0, ring_mask = 0, index_mask = 0, seed = 0;
   std::uint32_t recovery_ms = 500;
+  std::uint32_t kind_code = 0;                 // the job namespace as a number (lane keys)
+  char kind[3] = {};
 
   SlotRecord& slot(std::uint32_t i) const noexcept {
     return *reinterpret_cast<SlotRecord*>(slots + std::uint64_t(i) * slot_bytes);
   }
   unsigned char* payload(std::uint32_t i) const noexcept { return slots + std::uint64_t(i) * slot_bytes + sizeof(SlotRecord); }
-  CounterBlock& counters() const noexcept { return me->counters; }
+
+  // This calling thread's record (taken on its first call on this handle),
+  // or null if every thread record is in use (the caller then counts in the
+  // process record and protects its steps with the fallback intent).
+  ThreadRecord* thread() noexcept;
+  CounterBlock& counters() noexcept;
 
   ~Segment();
 };
 
 // The mapped segment behind a Queue, for library code that reads its tables
-// (the mirror).
+// (the mirror, restore).
 struct QueueAccess {
   static Segment& segment(Queue& q) noexcept { return *q.seg_; }
+  static const Segment& segment(const Queue& q) noexcept { return *q.seg_; }
 };
 
 Result<std::unique_ptr<Segment>> create_segment(std::string_view name, const QueueOptions& o);
@@ -71,14 +97,48 @@ ProcessState process_state(int pid, std::uint64_t start_time) noexcept;
 // /proc/PID/comm, empty when it cannot be read.
 std::string process_name(int pid);
 
+// owner word bits of a ProcRecord.
+inline constexpr std::uint64_t kOwnerAttached = 1ULL << 32;
+inline constexpr std::uint64_t kOwnerStamped = 1ULL << 33;
+inline constexpr std::uint64_t kOwnerObserver = 1ULL << 34;
+
+// A thread record's owner word: its process record index + 1 (bits 0..15),
+// in use (bit 16), and that record's incarnation mod 256 (bits 24..31), so
+// that the records of a process that died are known as such even once its
+// process record has a new owner.
+struct ThreadOwner {
+  static constexpr std::uint64_t kInUse = 1ULL << 16;
+  static constexpr std::uint64_t make(std::uint32_t proc_index, std::uint64_t inc) noexcept {
+    return std::uint64_t(proc_index + 1) | kInUse | ((inc & 0xFF) << 24);
+  }
+  static constexpr std::uint32_t proc1(std::uint64_t o) noexcept { return std::uint32_t(o & 0xFFFF); }
+  static constexpr std::uint32_t inc(std::uint64_t o) noexcept { return std::uint32_t((o >> 24) & 0xFF); }
+};
+
+// Is the holder of a step in flight (an admission, a move, a lane's
+// creation: not a lease) gone? As holder_dead, and also when its process
+// record is free or has another incarnation: a process detaches only between
+// its operations, so one whose record moved on while it held a step died.
+int holder_gone(Segment& s, std::uint32_t holder, std::uint64_t now_ms) noexcept;
+
+// Is the process a thread record belongs to gone? Its pid (or 1 when it
+// cannot be named) if it died, 0 if it is alive (or stopped): a record of
+// another incarnation of its process record is gone (a process that detaches
+// releases its thread records first).
+int thread_owner_dead(Segment& s, std::uint64_t owner, std::uint64_t now_ms) noexcept;
+
 // The pid of the owner of process record p if that owner is dead, else 0.
 // Only a record whose owner has stamped its start time is judged (never
 // one being attached), and only if it did not change hands while read; a
 // free record is not judged.
 int dead_owner_pid(const ProcRecord& p) noexcept;
 
-// fsck's checks (fsck.cpp) and repair's rebuild (repair.cpp) of a segment
-// nobody else is changing.
+// Is process record `holder1` (index + 1) dead, judged at most once per
+// recovery_ms / 2 for every process of the segment (ProcRecord::seen)?
+// Returns its pid when dead, else 0. Never judges the caller's own record.
+int holder_dead(Segment& s, std::uint32_t holder1, std::uint64_t now_ms) noexcept;
+
+// fsck's checks (fsck.cpp) and repair's rebuild (repair.cpp).
 FsckReport check_segment(const Segment& s);
 void rebuild_segment(Segment& s, FsckReport& report);
 

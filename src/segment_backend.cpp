@@ -1,5 +1,6 @@
 // Queue behind the Backend interface: a thin forwarder.
 #include "fairlane/backend.hpp"
+#include "fairlane/valkey.hpp"
 
 namespace fairlane {
 namespace {
@@ -59,5 +60,12 @@ class SegmentBackend final : public Backend {
 }  // namespace
 
 std::unique_ptr<Backend> segment_backend(Queue queue) { return std::make_unique<SegmentBackend>(std::move(queue)); }
+
+Result<std::unique_ptr<Backend>> open_backend(std::string_view target) {
+  if (is_valkey_url(target)) return open_valkey(target);
+  auto q = Queue::open(target);
+  if (!q) return q.error();
+  return segment_backend(std::move(q).value());
+}
 
 }  // namespace fairlane

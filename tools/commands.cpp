@@ -51,8 +51,8 @@ std::string group_label(const GroupArg& g) { return g.is_default ? std::string("
   const QueueConfig c = t.config();
   const std::uint64_t cap = lanes_capacity(s, c);
   fail(fmt::format("no lane free for group {}: {} groups are live at once in '{}', its --lanes {} (a group is live "
-                   "while it has a pending, leased, scheduled or dead job, or a limit, weight or pause); create the "
-                   "segment with --lanes above the most groups live at once",
+                   "while it has a pending or leased job, or a limit, weight or pause); create the "
+                   "segment with --lanes at least the most groups live at once",
                    group_label(g), grouped(lanes_live(s)), t.label(), grouped(cap)));
 }
 
@@ -133,7 +133,7 @@ int run_create(const CreateArgs& a) {
   o.node = static_cast<std::uint16_t>(parse_u32(a.node, "--node", 0, 1023));
   o.recovery_ms = parse_u32(a.recovery_ms, "--recovery-ms", kMinRecoveryMs, kMaxRecoveryMs);
   if (!a.mirror.empty()) {
-    if (!is_valkey_url(a.mirror)) fail(fmt::format("--mirror must be a valkey://HOST:PORT/QUEUE URL, got '{}'", a.mirror));
+    if (!is_valkey_url(a.mirror)) fail(fmt::format("--mirror must be a valkey://HOST:PORT/QUEUE URL, got '{}'", redact_url(a.mirror)));
     if (auto u = ValkeyUrl::parse(a.mirror); !u) fail(u.error().message);
     o.mirror = a.mirror;
     if (a.durability == "sync") o.durability = Durability::sync;

@@ -76,10 +76,12 @@ std::string describe_process(const ProcessInfo& p) {
 
 int destroy_valkey(const DestroyArgs& a, const std::string& url) {
   return guarded([&] {
-    Target t = open_target(url, Access::write);
+    // --force: a segment's mirror is removed too (it is read-only otherwise).
+    Target t = open_target(url, Access::write, a.force);
     const std::uint64_t keys = t.valkey()->remove_queue();
-    emit(a.json, fmt::format("destroyed {}: {} key{} removed", url, grouped(keys), keys == 1 ? "" : "s"),
-         {{"queue", url}, {"status", "destroyed"}, {"keys", keys}});
+    const std::string shown = redact_url(url);
+    emit(a.json, fmt::format("destroyed {}: {} key{} removed", shown, grouped(keys), keys == 1 ? "" : "s"),
+         {{"queue", shown}, {"status", "destroyed"}, {"keys", keys}});
     return kExitOk;
   });
 }

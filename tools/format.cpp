@@ -157,14 +157,9 @@ nlohmann::json recovery_json(const RecoveryInfo& r) {
           {"last_jobs", r.last_jobs},
           {"last_pid", r.last_pid},
           {"last_us", r.last_us},
-          {"repairs", r.repairs},
-          {"repairs_abandoned", r.repairs_abandoned},
-          {"repair_unix_ms", r.repair_unix_ms},
-          {"repair_pid", r.repair_pid},
-          {"repair_us", r.repair_us},
-          {"repair_worst_us", r.repair_worst_us},
-          {"repair_violations", r.repair_violations},
-          {"repair_blocker_pid", r.repair_blocker_pid}};
+          {"finished", r.finished},
+          {"finished_unix_ms", r.finished_unix_ms},
+          {"finished_pid", r.finished_pid}};
 }
 
 nlohmann::json mirror_json(const MirrorStatus& m) {
@@ -258,17 +253,11 @@ void recovery_and_mirror_lines(const SegmentView& v, std::string& out) {
                      r.last_pid != 0 ? fmt::format("of dead pid {}", r.last_pid) : std::string("(expired or several holders)"),
                      duration_us(r.last_us)));
   }
-  if (r.repairs != 0 || r.repairs_abandoned != 0) {
-    // Repairs behind the gate after a death inside an operation.
-    line(fmt::format("repairs  {} after {} inside an operation, gate closed at most {}", grouped(r.repairs),
-                     r.repairs == 1 ? "a death" : "deaths", duration_us(r.repair_worst_us)));
-    if (r.repairs != 0)
-      line(fmt::format("         last {}: {}, {} found, gate closed {}", ago(v.unix_ms, r.repair_unix_ms),
-                       r.repair_pid != 0 ? fmt::format("dead pid {}", r.repair_pid) : std::string("forced"),
-                       plural(r.repair_violations, "violation", "violations"), duration_us(r.repair_us)));
-    if (r.repairs_abandoned != 0)
-      line(fmt::format("         {} abandoned: pid {} stayed inside an operation", grouped(r.repairs_abandoned),
-                       r.repair_blocker_pid));
+  if (r.finished != 0) {
+    // Steps that processes which died inside an operation left half done.
+    line(fmt::format("finished {} left half done by dead processes, last {}{}", grouped(r.finished),
+                     ago(v.unix_ms, r.finished_unix_ms),
+                     r.finished_pid != 0 ? fmt::format(" (dead pid {})", r.finished_pid) : std::string()));
   }
   const MirrorStatus& m = v.mirror;
   if (!m.configured) return;

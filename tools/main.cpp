@@ -104,7 +104,7 @@ class Parser {
     s->add_option("--jobs", create_.jobs, "job slots (pending+leased+scheduled+dead)")->capture_default_str()->type_name("N");
     s->add_option("--lanes", create_.lanes, "groups live at once (with a job or a setting)")->capture_default_str()->type_name("N");
     s->add_option("--payload-bytes", create_.payload_bytes, "largest payload of one job")->capture_default_str()->type_name("N");
-    s->add_option("--processes", create_.processes, "processes attached at once (Queue handles; 1..4096)")
+    s->add_option("--processes", create_.processes, "processes attached at once (Queue handles; 1..4095)")
         ->capture_default_str()->type_name("N");
     s->add_option("--job-kind", create_.job_kind, "namespace of every job id")->capture_default_str()->type_name("KIND");
     s->add_option("--mode", create_.mode, "file mode, octal")->capture_default_str()->type_name("MODE");
@@ -146,7 +146,9 @@ class Parser {
     s = sub("destroy", "remove a segment (refused while processes are attached), or every key of a Valkey queue",
             [this] { return run_destroy(destroy_); });
     segment(s, destroy_.segment);
-    s->add_flag("--force", destroy_.force, "remove a segment even while live processes are attached to it");
+    s->add_flag("--force", destroy_.force,
+                "remove a segment even while live processes are attached to it (a Valkey queue: even if it is a "
+                "segment's mirror)");
     json(s, destroy_.json);
 
     s = sub("inspect", "show config, counters, the ring and every lane", [this] { return run_inspect(seg_); });
@@ -251,7 +253,7 @@ class Parser {
     lane_group(s);
     s->add_option("N", lane_.value, "1..131071, or 'none' (0) to clear")->required();
 
-    s = sub("weight", "jobs a lane may take per turn in claim_batch", [this] { return run_weight(lane_); });
+    s = sub("weight", "claims a lane gets per turn of the rotation (claim and claim_batch)", [this] { return run_weight(lane_); });
     lane_group(s);
     s->add_option("W", lane_.value, "1..1000")->required();
 

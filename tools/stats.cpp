@@ -275,15 +275,12 @@ void prometheus(std::string& out, const std::string& seg, const Snapshot& s, con
   bool exact = false;
   if (!s.lanes.empty()) (void)wait_sum_seconds(s.lanes.front().wait, exact);
   const char* estimated = exact ? "" : " (sum estimated from bucket midpoints)";
-  // The queue-wide wait: every lane's buckets added up, one series whatever
-  // the number of groups.
-  WaitHistogram all;
-  for (const LaneInfo& l : s.lanes)
-    for (std::size_t b = 0; b < WaitHistogram::kBuckets; ++b) all.buckets[b] += l.wait.buckets[b];
+  // The queue-wide wait: one series whatever the number of groups, and it
+  // keeps counting the claims of groups whose lanes were given back.
   e.family("fairlane_wait_seconds", "histogram",
            fmt::format("Enqueue-to-claim wait of every claim in the queue{}.", estimated));
   e.histogram_names("fairlane_wait_seconds");
-  e.histogram(all, nullptr);
+  e.histogram(s.wait, nullptr);
 
   static thread_local std::vector<std::size_t> picked;
   pick_histogram_lanes(s, hc, picked);

@@ -89,11 +89,13 @@ std::string parse_segment_target(std::string_view text, std::string_view command
   return parse_segment(text);
 }
 
-Target open_target(const std::string& label, Access access) {
+Target open_target(const std::string& label, Access access, bool force_valkey) {
   Target t;
   t.label_ = label;
   if (is_valkey_url(label)) {
-    auto r = ValkeyBackend::open(label);
+    ValkeyOptions vo;
+    vo.force = force_valkey;
+    auto r = ValkeyBackend::open(label, vo);
     if (!r) fail(r.error().message);
     t.valkey_ = r->get();
     t.backend_ = std::move(r).value();

@@ -38,7 +38,7 @@ class Target {
   // (job kind, payload limit, node) with every capacity 0.
   QueueConfig config() const;
 
-  friend Target open_target(const std::string& label, Access access);
+  friend Target open_target(const std::string& label, Access access, bool force_valkey);
 
  private:
   std::string label_;
@@ -52,7 +52,9 @@ class Target {
 std::string parse_target(std::string_view text);
 
 // Opens it, or throws cli::Failure with the library's message.
-Target open_target(const std::string& label, Access access);
+// force_valkey: a Valkey queue that is a segment's mirror is written anyway
+// (ValkeyOptions::force; `destroy URL --force`).
+Target open_target(const std::string& label, Access access, bool force_valkey = false);
 
 // For commands that apply to a segment only (create, fsck, mirror, restore):
 // a URL is refused with one line saying so; otherwise parse_segment's checks.

@@ -17,6 +17,8 @@
 
 namespace fairlane {
 
+namespace detail { struct IdAccess; }
+
 inline constexpr std::size_t kIdLength = 14;
 inline constexpr std::size_t kKindLength = 3;
 inline constexpr std::size_t kDigits = 11;
@@ -49,6 +51,7 @@ class BrandedId {
   friend auto operator<=>(const BrandedId& a, const BrandedId& b) noexcept { return a.bytes_ <=> b.bytes_; }
 
  private:
+  friend struct detail::IdAccess;  // the library fills ids from bytes it has checked
   std::array<char, kIdLength> bytes_{};
 };
 

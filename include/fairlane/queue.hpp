@@ -58,10 +58,13 @@ std::string_view to_string(MirrorFull f) noexcept;
 // Fixed at creation; a segment cannot be resized.
 struct QueueOptions {
   std::uint32_t jobs = 65536;          // job slots: pending + leased + scheduled + dead
-  // Groups live at once: a group holds a lane while it has a job (pending,
-  // leased, scheduled or dead) or a setting (a limit, a weight other than 1,
-  // a pause); an idle group gives its lane back by itself, so any number of
-  // groups pass through a segment over its life.
+  // Groups live at once: a group holds a lane while it has a job pending or
+  // leased (or coming back to it) or a setting (a limit, a weight other
+  // than 1, a pause); an idle group gives its lane back by itself, so any
+  // number of groups pass through a segment over its life. Scheduled and
+  // dead jobs hold no lane: a job that falls due (or is requeued) while
+  // every lane is live with other groups waits, due now, and the sweeps try
+  // again every recovery_ms / 2.
   std::uint32_t lanes = 4096;
   std::uint32_t payload_bytes = 256;   // largest payload of one job
   std::uint32_t processes = 256;       // Queue handles attached at once (1..kMaxProcesses)
@@ -87,7 +90,7 @@ struct QueueOptions {
 
 inline constexpr std::uint32_t kMinRecoveryMs = 20;
 inline constexpr std::uint32_t kMaxRecoveryMs = 60000;
-inline constexpr std::uint32_t kMaxProcesses = 4096;
+inline constexpr std::uint32_t kMaxProcesses = 4095;
 
 // What a segment was created with, read back from its header.
 struct QueueConfig {
@@ -128,7 +131,10 @@ struct MirrorStatus {
   std::uint32_t log_cells = 0;
 };
 
-// What recovery (returning the leases of dead or late holders) last did.
+// What recovery (returning the leases of dead or late holders, and finishing
+// what processes that died inside an operation left half done) has done.
+// There is no stop-the-world repair: each of these is done by a survivor's
+// claim, one step at a time, beside everyone else's operations.
 struct RecoveryInfo {
   std::uint64_t runs = 0;          // sweeps that returned at least one lease, ever
   std::uint64_t jobs = 0;          // leases they returned, ever
@@ -136,16 +142,11 @@ struct RecoveryInfo {
   std::uint64_t last_jobs = 0;
   int last_pid = 0;                // the one dead holder of them all, else 0
   std::uint64_t last_us = 0;       // how long the last one took
-  // Repairs behind the gate after a process died inside an operation
-  // (docs/design.md section 7): every other operation waits for one.
-  std::uint64_t repairs = 0;            // ever
-  std::uint64_t repairs_abandoned = 0;  // gave up: a live process stayed inside an operation
-  std::uint64_t repair_unix_ms = 0;     // when the last one finished
-  int repair_pid = 0;                   // the dead process it repaired after (0: none dead, a forced repair)
-  std::uint64_t repair_us = 0;          // how long the gate was closed for the last one
-  std::uint64_t repair_worst_us = 0;    // the longest it was ever closed
-  std::uint64_t repair_violations = 0;  // what fsck found before the last one
-  int repair_blocker_pid = 0;           // the live process the last abandoned one waited for
+  // Steps of dead processes finished or undone (a job taken out of its lane
+  // and not yet leased put back, an admission decided, a move linked), ever.
+  std::uint64_t finished = 0;
+  std::uint64_t finished_unix_ms = 0;  // when the last one was
+  int finished_pid = 0;                // the dead process it was for (0: unknown)
 };
 
 enum class EnqueueStatus {
@@ -236,7 +237,7 @@ std::string_view to_string(FailStatus s) noexcept;
 struct FailOptions {
   std::optional<std::uint64_t> delay_ms = {};      // backoff before the retry
   std::optional<std::uint32_t> max_attempts = {};  // dead-letter once attempt >= this
-  std::string_view error = {};                     // kept as the job's last error (truncated to 56 bytes)
+  std::string_view error = {};                     // kept as the job's last error (truncated to 48 bytes)
 };
 
 enum class LaneStatus {
@@ -283,6 +284,7 @@ enum class MoveStatus {
   not_pending,    // the job exists but is leased, scheduled or dead: only pending jobs move
   invalid_group,  // not a valid branded id
   lanes_full,     // the new group needs a lane, and none is free or idle
+  full,           // every job slot is in use: a move needs one for the job's copy
   read_only,
   corrupt,
 };
@@ -302,7 +304,7 @@ struct JobInfo {
   std::uint32_t payload_bytes = 0;
   int holder_pid = 0;              // leased: the process holding the lease (0 unknown)
   RetryPolicy retry;               // the policy it was enqueued with (unset fields: the queue's)
-  std::string last_error;          // as given to fail(), truncated to 56 bytes
+  std::string last_error;          // as given to fail(), truncated to 48 bytes
   std::string payload;             // filled by job() only when asked (job(id, true))
 };
 
@@ -341,6 +343,7 @@ struct Snapshot {
   bool paused = false;                 // the whole queue
   std::vector<BrandedId> ring;         // serviceable lanes, in rota order
   std::vector<LaneInfo> lanes;         // every live lane, in table order
+  WaitHistogram wait;                  // every claim's enqueue-to-claim wait, ever (lanes given back included)
   Counters counters;                   // sums over every process, ever
   std::uint64_t jobs_capacity = 0, pending = 0, leased = 0, scheduled = 0, dead = 0;
   std::uint64_t lanes_live = 0, lanes_capacity = 0;   // groups live at once / --lanes
@@ -492,7 +495,9 @@ class Queue {
   std::vector<JobInfo> jobs(const JobFilter& filter = {}) const;
 
   // Dead letters. requeue_dead puts a dead job back in its lane at its mint
-  // position, starting again at attempt 1 with a fresh token; purge_dead
+  // position, starting again at attempt 1 with a fresh token (a dead job
+  // holds no lane: if every lane is live with other groups, it waits as a
+  // job due now and enters its lane when a sweep finds one free); purge_dead
   // removes every dead job. Return how many jobs they moved.
   AckStatus requeue_dead(const BrandedId& id) noexcept;
   std::uint64_t requeue_all_dead() noexcept;

@@ -196,11 +196,4 @@ std::string ValkeyUrl::auth_password() const {
   return env ? std::string(env) : std::string();
 }
 
-Result<std::unique_ptr<Backend>> open_backend(std::string_view target) {
-  if (is_valkey_url(target)) return open_valkey(target);
-  auto q = Queue::open(target);
-  if (!q) return q.error();
-  return segment_backend(std::move(q).value());
-}
-
 }  // namespace fairlane

@@ -199,7 +199,8 @@ struct ValkeyBackend::Impl {
     const std::size_t colon = o.find(':');
     const std::string host(o.substr(0, colon)), seg(colon == std::string_view::npos ? "" : o.substr(colon + 1));
     throw ReadOnlyError(where + " is the mirror of segment '" + seg + "' on host " + host +
-                            ": it is read-only through valkey:// (force to write anyway: --force, ValkeyOptions::force)",
+                            ": it is read-only through valkey:// (write through the segment; a program "
+                            "may force a write with ValkeyOptions::force)",
                         std::string(o));
   }
 

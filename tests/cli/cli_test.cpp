@@ -172,14 +172,21 @@ TEST_F(Cli, CreateEnqueueClaimComplete) {
 
   r = run_cli({"claim", seg(), "--lease", "60000"});
   ASSERT_EQ(r.exit_code, 0) << show(r);
-  EXPECT_EQ(trim(r.out), id + " TEN00000000001 1 hello world");
+  // "ID GROUP TOKEN PAYLOAD": the token is opaque; read it back.
+  const std::string claimed = trim(r.out);
+  ASSERT_EQ(claimed.rfind(id + " TEN00000000001 ", 0), 0u) << claimed;
+  const std::string rest = claimed.substr(id.size() + 16);
+  const std::string token = rest.substr(0, rest.find(' '));
+  EXPECT_EQ(rest.substr(token.size()), " hello world");
+  ASSERT_TRUE(parse_token(token).has_value()) << token;
+  const std::string other_token = std::to_string(parse_token(token)->value + 1);
 
   // A stale token is "nothing" (1), the right one completes (0), again is gone (1).
-  r = run_cli({"complete", seg(), id, "2"});
+  r = run_cli({"complete", seg(), id, other_token});
   EXPECT_EQ(r.exit_code, 1) << show(r);
-  r = run_cli({"complete", seg(), id, "1"});
+  r = run_cli({"complete", seg(), id, token});
   EXPECT_EQ(r.exit_code, 0) << show(r);
-  r = run_cli({"complete", seg(), id, "1"});
+  r = run_cli({"complete", seg(), id, token});
   EXPECT_EQ(r.exit_code, 1) << show(r);
 
   // Empty queue: claim says nothing with exit 1.

@@ -1,12 +1,15 @@
-// `fairlane fsck --repair` exit codes and output, and what `inspect` shows
-// of a segment beyond its lanes: attached processes, recovery, the mirror.
-// Damage is done through a raw mapping (tests/common/raw_segment.hpp).
+// `fairlane fsck SEG` and `fairlane fsck SEG --repair`: exit codes and output
+// (text and JSON, tools/fsck.cpp), and what `inspect` shows of a segment
+// beyond its lanes: attached processes, recovery (leases returned, steps
+// finished for the dead), the mirror. Damage is done through a raw mapping
+// (tests/common/raw_segment.hpp), as a stray write would leave it.
 #include "raw_segment.hpp"
 #include "test_support.hpp"
 
 #include <unistd.h>
 
 #include <nlohmann/json.hpp>
+#include <set>
 #include <sstream>
 
 namespace fairlane {
@@ -61,13 +64,22 @@ class FsckCli : public ::testing::Test {
   void enqueue(const char* group, int n) {
     for (int i = 0; i < n; ++i) ASSERT_EQ(run_cli({"enqueue", seg(), group, "--mint", "--payload", "x"}).exit_code, 0);
   }
-  // Adds one to the pending count of the first lane with pending jobs.
+  // Adds one to the active count of the first lane with pending jobs (its
+  // jobs say none are held: lane-active-count). The jobs stay claimable.
   void damage_a_lane_count() {
     RawSegment raw(seg());
-    const std::uint32_t lane = raw.find_lane([](std::uint64_t w) { return detail::LaneWord::pending(w) > 0; });
+    const std::uint32_t lane = raw.find_lane([](const detail::Word128& w) { return detail::LaneWord::head(w) != 0; });
     ASSERT_NE(lane, ~0U);
     auto& w = raw.lane(lane).word;
-    w.store(detail::LaneWord::with_pending(w.load(), detail::LaneWord::pending(w.load()) + 1));
+    raw.set_word(w, detail::LaneWord::with_active(raw.word_value(w), detail::LaneWord::active(raw.word_value(w)) + 1));
+  }
+  // The process record index of the holder of the first leased slot.
+  static std::uint32_t holder_record(RawSegment& raw) {
+    const std::uint32_t slot = raw.find_slot(detail::SlotState::leased);
+    EXPECT_NE(slot, ~0U);
+    const std::uint32_t h = detail::Holder::index1(detail::SlotWord::holder(raw.slot_word_value(slot)));
+    EXPECT_GE(h, 1U);
+    return h - 1;
   }
   std::unique_ptr<SegmentGuard> guard_;
 };
@@ -93,11 +105,12 @@ TEST_F(FsckCli, RepairFixesWhatFsckFoundAndExitsOne) {
   damage_a_lane_count();
   CliRun r = run_cli({"fsck", seg()});
   EXPECT_EQ(r.exit_code, 1) << show(r);
-  EXPECT_TRUE(contains(r.out, "lane-pending-count")) << show(r);
+  EXPECT_TRUE(contains(r.out, "lane-active-count: lane TEN00000000001")) << show(r);
+  EXPECT_TRUE(contains(r.out, ": 1 violation\n")) << show(r);
 
   r = run_cli({"fsck", seg(), "--repair"});
   EXPECT_EQ(r.exit_code, 1) << show(r);
-  EXPECT_TRUE(contains(r.out, "lane-pending-count")) << show(r);
+  EXPECT_TRUE(contains(r.out, "lane-active-count: ")) << show(r);
   EXPECT_TRUE(contains(r.out, "repair: ")) << show(r);
   EXPECT_TRUE(contains(r.out, "repaired\n")) << show(r);
   EXPECT_TRUE(r.err.empty()) << show(r);
@@ -119,7 +132,7 @@ TEST_F(FsckCli, RepairJson) {
   EXPECT_EQ(j.at("clean"), false);
   EXPECT_EQ(j.at("repaired"), true);
   ASSERT_FALSE(j.at("violations").empty());
-  EXPECT_EQ(j.at("violations")[0].at("invariant"), "lane-pending-count");
+  EXPECT_EQ(j.at("violations")[0].at("invariant"), "lane-active-count");
   EXPECT_FALSE(j.at("repairs").empty());
   EXPECT_TRUE(j.at("remaining").empty());
 }
@@ -199,9 +212,7 @@ TEST_F(FsckCli, InspectShowsWhatRecoveryLastDid) {
     // The holder's record now names another process (same pid, other start
     // time): dead, as far as the sweep can tell.
     RawSegment raw(seg());
-    const std::uint32_t slot = raw.find_slot(detail::SlotState::leased);
-    ASSERT_NE(slot, ~0U);
-    raw.proc(raw.slot(slot).holder - 1).start_time += 1;
+    raw.proc(holder_record(raw)).start_time += 1;
   }
   ASSERT_EQ(q->tick(), 2U);
   const std::string me = std::to_string(::getpid());
@@ -222,42 +233,104 @@ TEST_F(FsckCli, InspectShowsWhatRecoveryLastDid) {
   EXPECT_GT(j.at("recovery").at("last_unix_ms").get<std::uint64_t>(), 0U);
 }
 
-TEST_F(FsckCli, InspectShowsTheGatesRepairs) {
+TEST_F(FsckCli, InspectShowsWhatWasFinishedForTheDead) {
   create();
   enqueue("TEN00000000001", 2);
   auto q = Queue::open(seg());
   auto victim = Queue::open(seg());
   ASSERT_TRUE(q.ok() && victim.ok());
+  std::uint32_t victim_record = ~0U;
   {
-    // The victim's record says one operation in progress, and names another
-    // process (same pid, other start time): a process that died inside an
-    // operation, as far as the survivors can tell.
+    // The victim took a slot for an enqueue (admitting, its holder) and
+    // died there: its record names another process (same pid, other start
+    // time), as far as the survivors can tell.
     RawSegment raw(seg());
-    for (std::uint32_t i = 0; i < detail::kMaxProcs; ++i) {
-      detail::ProcRecord& p = raw.proc(i);
-      if (p.owner.load() == 0 || p.in_op.load() != 0) continue;
-      if (&p == &raw.proc(0)) continue;  // the first handle (q) is the survivor
-      p.in_op.store(1);
-      p.start_time += 1;
-      break;
-    }
+    for (std::uint32_t i = 1; i < raw.header().proc_capacity; ++i)  // record 0 is q, the survivor
+      if (raw.proc(i).owner.load() != 0) victim_record = i;
+    ASSERT_NE(victim_record, ~0U);
+    const std::uint32_t slot = raw.find_slot(detail::SlotState::free);
+    ASSERT_NE(slot, ~0U);
+    const detail::Word128 w = raw.slot_word_value(slot);
+    raw.set_word(raw.slot_word(slot),
+                 detail::SlotWord::make(detail::SlotState::admitting, 0, 0, detail::SlotWord::ctr(w) + 1,
+                                        detail::Holder::make(victim_record, raw.proc(victim_record).incarnation.load())));
+    raw.proc(victim_record).start_time += 1;
   }
-  Lease l;
-  ASSERT_TRUE(q->claim(l, 60000)) << "the survivor's claim runs the repair, then claims";
-  EXPECT_EQ(q->recovery().repairs, 1U);
+  const CliRun during = run_cli({"fsck", seg()});
+  EXPECT_EQ(during.exit_code, 1) << show(during);
+  EXPECT_TRUE(contains(during.out, "in-flight: pid " + std::to_string(::getpid()) + " is admitting")) << show(during);
+  q->tick();  // the survivor's sweep frees the slot for the dead enqueuer
+  EXPECT_EQ(q->recovery().finished, 1U);
+  EXPECT_EQ(run_cli({"fsck", seg()}).exit_code, 0) << "the half-done admission is still there";
 
   const CliRun t = run_cli({"inspect", seg()});
   ASSERT_EQ(t.exit_code, 0) << show(t);
-  EXPECT_TRUE(contains(t.out, "repairs  1 after a death inside an operation")) << t.out;
-  EXPECT_TRUE(contains(t.out, "dead pid " + std::to_string(::getpid()))) << t.out;
+  EXPECT_TRUE(contains(t.out, "finished 1 left half done by dead processes, last ")) << t.out;
+  EXPECT_TRUE(contains(t.out, "(dead pid " + std::to_string(::getpid()) + ")")) << t.out;
   EXPECT_TRUE(contains(t.out, "recovery 500 ms")) << t.out;
+  EXPECT_TRUE(contains(t.out, "recovery no lease has come back")) << "no lease was returned: " << t.out;
   expect_fits_80_columns(t.out);
 
   nlohmann::json j;
   ASSERT_NO_FATAL_FAILURE(inspect_json(j));
-  EXPECT_EQ(j.at("recovery").at("repairs"), 1);
-  EXPECT_EQ(j.at("recovery").at("repair_pid"), ::getpid());
-  EXPECT_EQ(j.at("recovery").at("repairs_abandoned"), 0);
+  EXPECT_EQ(j.at("recovery").at("finished"), 1);
+  EXPECT_EQ(j.at("recovery").at("finished_pid"), ::getpid());
+  EXPECT_GT(j.at("recovery").at("finished_unix_ms").get<std::uint64_t>(), 0U);
+  EXPECT_EQ(j.at("recovery").at("runs"), 0);
+  {
+    RawSegment raw(seg());
+    raw.proc(victim_record).start_time -= 1;  // the victim detaches normally at the end
+  }
+}
+
+// Damage fsck names, and --repair undoes, beyond a count: a run that loops
+// (fsck must report it, not hang) and a job missing from the id index.
+TEST_F(FsckCli, ALoopingRunAndAMissingIndexEntryAreNamedAndRepaired) {
+  create();
+  enqueue("TEN00000000001", 3);
+  {
+    RawSegment raw(seg());
+    const std::uint32_t lane = raw.find_lane([](const detail::Word128& w) { return detail::LaneWord::head(w) != 0; });
+    ASSERT_NE(lane, ~0U);
+    const detail::Word128 w = raw.word_value(raw.lane(lane).word);
+    const std::uint32_t head = detail::LaneWord::head(w), tail = detail::LaneWord::tail(w);
+    ASSERT_NE(head, tail);
+    auto& link = raw.slot(tail - 1).next;
+    link.store(detail::Link::make(head, 0, detail::Link::tag(link.load())));  // the tail links back to the head
+    bool cleared = false;
+    for (std::uint64_t b = 0; b < raw.header().index_buckets && !cleared; ++b)
+      for (auto& e : raw.bucket(b).e)
+        if (!cleared && e.load() != 0 && detail::IndexEntry::slot1(e.load()) == head) {
+          e.store(0);
+          cleared = true;
+        }
+    ASSERT_TRUE(cleared);
+  }
+  CliRun r = run_cli({"fsck", seg(), "--json"});
+  ASSERT_EQ(r.exit_code, 1) << show(r);
+  const auto j = nlohmann::json::parse(r.out, nullptr, false);
+  ASSERT_FALSE(j.is_discarded()) << show(r);
+  EXPECT_EQ(j.at("clean"), false);
+  EXPECT_EQ(j.at("slots"), 64);
+  EXPECT_EQ(j.at("lanes"), 9);
+  std::set<std::string> names;
+  for (const auto& v : j.at("violations")) {
+    names.insert(v.at("invariant").get<std::string>());
+    EXPECT_FALSE(v.at("detail").get<std::string>().empty());
+  }
+  EXPECT_TRUE(names.count("lane-order")) << r.out;
+  EXPECT_TRUE(names.count("index-missing")) << r.out;
+
+  r = run_cli({"fsck", seg(), "--repair"});
+  EXPECT_EQ(r.exit_code, 1) << show(r);
+  EXPECT_TRUE(contains(r.out, "lane-order: ")) << show(r);
+  EXPECT_TRUE(contains(r.out, "index-missing: ")) << show(r);
+  EXPECT_TRUE(contains(r.out, "repair: ")) << show(r);
+  EXPECT_FALSE(contains(r.out, "still ")) << show(r);
+  EXPECT_TRUE(contains(r.out, " found: repaired\n")) << show(r);
+  EXPECT_EQ(run_cli({"fsck", seg()}).exit_code, 0);
+  for (int i = 0; i < 3; ++i) EXPECT_EQ(run_cli({"claim", seg()}).exit_code, 0) << "job " << i << " lost";
+  EXPECT_EQ(run_cli({"claim", seg()}).exit_code, 1) << "a job was delivered twice";
 }
 
 TEST_F(FsckCli, RecoveryBoundIsASegmentSetting) {

@@ -34,8 +34,19 @@ class RawSegment {
     ::close(fd_);
   }
   detail::Header& header() { return *reinterpret_cast<detail::Header*>(base_); }
-  std::atomic<std::uint64_t>& slot_word(std::uint32_t i) {
-    return reinterpret_cast<std::atomic<std::uint64_t>*>(base_ + header().words_off)[i];
+  // The 128-bit words (layout.hpp: Word128): the test writes them with plain
+  // stores, as a stray pointer would.
+  detail::Word128& slot_word(std::uint32_t i) { return reinterpret_cast<detail::Word128*>(base_ + header().words_off)[i]; }
+  detail::Word128 slot_word_value(std::uint32_t i) {
+    detail::Word128& w = slot_word(i);
+    return detail::Word128{__atomic_load_n(&w.lo, __ATOMIC_ACQUIRE), __atomic_load_n(&w.hi, __ATOMIC_ACQUIRE)};
+  }
+  void set_word(detail::Word128& w, const detail::Word128& v) {
+    __atomic_store_n(&w.lo, v.lo, __ATOMIC_RELEASE);
+    __atomic_store_n(&w.hi, v.hi, __ATOMIC_RELEASE);
+  }
+  detail::Word128 word_value(detail::Word128& w) {
+    return detail::Word128{__atomic_load_n(&w.lo, __ATOMIC_ACQUIRE), __atomic_load_n(&w.hi, __ATOMIC_ACQUIRE)};
   }
   detail::SlotRecord& slot(std::uint32_t i) {
     return *reinterpret_cast<detail::SlotRecord*>(base_ + header().slots_off + std::uint64_t(i) * header().slot_bytes);
@@ -47,17 +58,28 @@ class RawSegment {
   }
   detail::ProcRecord& proc(std::uint32_t i) { return reinterpret_cast<detail::ProcRecord*>(base_ + header().procs_off)[i]; }
 
+  detail::ThreadRecord& thread(std::uint32_t i) {
+    return reinterpret_cast<detail::ThreadRecord*>(base_ + header().threads_off)[i];
+  }
+  std::atomic<std::uint8_t>& tag(std::uint32_t i) {
+    return reinterpret_cast<std::atomic<std::uint8_t>*>(base_ + header().tags_off)[i];
+  }
+  unsigned char* base() { return base_; }
+  std::size_t size() const { return size_; }
+
   // The first slot in state st, or ~0U.
   std::uint32_t find_slot(detail::SlotState st) {
     for (std::uint32_t i = 0; i < header().job_capacity; ++i)
-      if (detail::SlotWord::state(slot_word(i).load()) == st) return i;
+      if (detail::SlotWord::state(slot_word_value(i)) == st) return i;
     return ~0U;
   }
-  // The lane of a group's bucket whose word satisfies pred, or ~0U.
+  // The first live lane (other than the default lane) whose word satisfies pred, or ~0U.
   template <class Pred>
   std::uint32_t find_lane(Pred pred) {
-    for (std::uint32_t i = 0; i < header().lane_buckets; ++i)
-      if (lane(i).key_a.load() != 0 && pred(lane(i).word.load())) return i;
+    for (std::uint32_t i = 1; i < header().lane_capacity; ++i) {
+      const detail::Word128 w = word_value(lane(i).word);
+      if (detail::LaneWord::state(w) == detail::LaneState::live && pred(w)) return i;
+    }
     return ~0U;
   }
 

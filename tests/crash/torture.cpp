@@ -1,6 +1,7 @@
 // fairlane_torture: producers and consumers SIGKILLed at random moments, and
-// a check afterwards that the queue kept every promise it made to them (the
-// crash-safety issue's "random kills" run; docs/design.md section 7).
+// SIGSTOPped at random moments for random lengths, and a check afterwards
+// that the queue kept every promise it made to them (the crash-safety issue's
+// "random kills" run, docs/design.md section 7; the stops are issue 13).
 //
 // A single-threaded supervisor forks P producers and C consumers (fork, no
 // exec: single-threaded, so fork is safe also under TSan). Each child opens
@@ -10,6 +11,19 @@
 // The supervisor then repeats: sleep 2-25 ms (sampling the lanes' active
 // counts against their limits meanwhile), SIGKILL a random child, reap it,
 // fork a replacement of the same role.
+//
+// Alongside the kills (unless --no-stops), every 5-40 ms it SIGSTOPs a random
+// running child, at most two at a time, and SIGCONTs it after a random hold:
+// 1-50 ms mostly, 500-1200 ms (beyond the 500 ms recovery bound) or
+// 2000-3000 ms (beyond the 2 s lease) now and then. A stopped child may also
+// be the next one killed. A stopped process is alive: the others must go on
+// without it (docs/design.md section 4). How well they did is measured, not
+// asserted (speed is never asserted): each child publishes in a shared block
+// when its current queue call started; the longest call of a process that
+// was not itself stopped meanwhile (from the child's own timing, and from the
+// supervisor's samples of calls still in progress) is printed with the stop
+// and kill counts. claim_wait parks up to 100 ms by design: its figure is the
+// time beyond that.
 //
 // Every child records what the queue told it in its own log, opened
 // O_APPEND and written one line per write(2), so a kill loses at most the
@@ -33,23 +47,28 @@
 // clean, round robin intact. Each failure counts one violation and says
 // which job or lane; the run exits 0 only with none.
 //
-// A kill inside an operation is recovered by the survivors behind the gate
-// (design.md section 7); the summary line counts those repairs. Without that
-// recovery a kill there strands a job, a ring token or an active count, and
-// the run fails within its deadlines, saying what it was still waiting for.
+// A kill inside an operation is recovered by the survivors' own claims, step
+// by step, beside everyone else's work (docs/design.md, "Recovery"); the
+// summary line counts the steps finished for the dead. Without that recovery
+// a kill there strands a job, a ring token or an active count, and the run
+// fails within its deadlines, saying what it was still waiting for.
 #include <fairlane/ids.hpp>
 #include <fairlane/queue.hpp>
 #include <fairlane/result.hpp>
 
 #include <fcntl.h>
 #include <signal.h>
+#include <sys/mman.h>
 #include <sys/prctl.h>
 #include <sys/wait.h>
+#include <time.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <array>
+#include <atomic>
 #include <cerrno>
+#include <csignal>
 #include <chrono>
 #include <cstdarg>
 #include <cstdint>
@@ -146,6 +165,58 @@ std::string check_payload(const Lease& l) {
 
 double seconds_since(Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); }
 
+// ---- progress: how long each child's queue calls take ---------------------------
+
+std::uint64_t mono_ns() {
+  timespec ts{};
+  ::clock_gettime(CLOCK_MONOTONIC, &ts);
+  return std::uint64_t(ts.tv_sec) * 1'000'000'000ULL + std::uint64_t(ts.tv_nsec);
+}
+
+// One per child ever spawned, in a MAP_SHARED | MAP_ANONYMOUS block made
+// before the first fork. Written by its child, read by the supervisor.
+enum class CallKind : std::uint32_t { op = 1, wait = 2 };
+struct alignas(64) ProgressSlot {
+  std::atomic<std::uint64_t> call_start_ns;  // 0: not inside a queue call
+  std::atomic<std::uint32_t> call_kind;      // CallKind of the call in progress
+  std::atomic<std::uint64_t> longest_op_ns;   // longest enqueue/mint/complete/fail not spanning its own stop
+  std::atomic<std::uint64_t> longest_wait_ns; // longest claim_wait beyond its timeout, likewise
+  std::atomic<std::uint64_t> calls;
+};
+
+// Set by the SIGCONT handler: a call during which it changed spanned a stop
+// of this very process, and its length says nothing about the others.
+volatile std::sig_atomic_t g_continued = 0;
+extern "C" void on_sigcont(int) { g_continued = g_continued + 1; }
+
+// Times one queue call of a child into its slot (none: not timed).
+class CallTimer {
+ public:
+  explicit CallTimer(ProgressSlot* slot) : slot_(slot) {}
+  template <class F>
+  auto operator()(CallKind kind, F&& call) {
+    if (slot_ == nullptr) return call();
+    const std::sig_atomic_t conts = g_continued;
+    const std::uint64_t t0 = mono_ns();
+    slot_->call_kind.store(std::uint32_t(kind), std::memory_order_relaxed);
+    slot_->call_start_ns.store(t0, std::memory_order_release);
+    auto r = call();
+    const std::uint64_t took = mono_ns() - t0;
+    slot_->call_start_ns.store(0, std::memory_order_release);
+    slot_->calls.fetch_add(1, std::memory_order_relaxed);
+    if (g_continued == conts) {
+      std::atomic<std::uint64_t>& longest = kind == CallKind::op ? slot_->longest_op_ns : slot_->longest_wait_ns;
+      const std::uint64_t v = kind == CallKind::op ? took : (took > kWaitNs ? took - kWaitNs : 0);
+      if (v > longest.load(std::memory_order_relaxed)) longest.store(v, std::memory_order_relaxed);
+    }
+    return r;
+  }
+  static constexpr std::uint64_t kWaitNs = std::chrono::nanoseconds(kClaimTimeout).count();
+
+ private:
+  ProgressSlot* slot_;
+};
+
 // ---- children -------------------------------------------------------------------
 
 enum class Role { producer, consumer };
@@ -157,6 +228,7 @@ struct ChildSpec {
   std::string log_path;
   std::uint64_t seed;
   unsigned watchdog_s;
+  ProgressSlot* progress;  // null: not timed
 };
 
 // One log line, one write(2): with O_APPEND a kill leaves either the whole
@@ -214,12 +286,13 @@ Queue attach_or_exit(const std::string& name) {
   Queue q = attach_or_exit(spec.segment);
   ChildLog log(spec.log_path);
   std::mt19937_64 rng(spec.seed);
+  CallTimer timed(spec.progress);
   for (;;) {
     const auto lane = static_cast<std::uint32_t>(rng() % kTortureLanes);
-    const BrandedId id = q.mint();
+    const BrandedId id = timed(CallKind::op, [&] { return q.mint(); });
     const std::string payload = make_payload(id, lane);
     for (;;) {
-      const EnqueueStatus st = q.enqueue(lane_group(lane), id, payload);
+      const EnqueueStatus st = timed(CallKind::op, [&] { return q.enqueue(lane_group(lane), id, payload); });
       if (st == EnqueueStatus::enqueued) {
         put_line(log.fd(), "A %s", id.string().c_str());
         break;
@@ -242,9 +315,10 @@ Queue attach_or_exit(const std::string& name) {
   Queue q = attach_or_exit(spec.segment);
   ChildLog log(spec.log_path);
   std::mt19937_64 rng(spec.seed);
+  CallTimer timed(spec.progress);
   Lease l;
   for (;;) {
-    if (!q.claim_wait(l, kLeaseMs, kClaimTimeout)) continue;
+    if (!timed(CallKind::wait, [&] { return q.claim_wait(l, kLeaseMs, kClaimTimeout); })) continue;
     const std::string id = l.id.string();
     if (const std::string bad = check_payload(l); !bad.empty()) log.violation("claim of " + id + ": " + bad);
     // T before the ack: a kill after the ack but before its own line still
@@ -255,7 +329,7 @@ Queue attach_or_exit(const std::string& name) {
       fo.delay_ms = rng() % 4;  // 0: straight back to the lane; else via scheduled and a sweep's promotion
       fo.max_attempts = kMaxAttempts;
       fo.error = "torture";
-      switch (q.fail(l.id, l.token, fo)) {
+      switch (timed(CallKind::op, [&] { return q.fail(l.id, l.token, fo); })) {
         case FailStatus::retrying: put_line(log.fd(), "F %s %u", id.c_str(), l.attempt); break;
         case FailStatus::stale: put_line(log.fd(), "S %s %u", id.c_str(), l.attempt); break;
         case FailStatus::gone: put_line(log.fd(), "G %s %u", id.c_str(), l.attempt); break;
@@ -263,12 +337,16 @@ Queue attach_or_exit(const std::string& name) {
           log.violation("fail " + id + " attempt " + std::to_string(l.attempt) + " dead-lettered below max_attempts " +
                         std::to_string(kMaxAttempts));
           break;
+        case FailStatus::corrupt:  // nobody scribbles here: the queue broke its own structures
+          log.violation("fail " + id + " attempt " + std::to_string(l.attempt) + " -> corrupt");
+          break;
       }
     } else {
-      switch (q.complete(l.id, l.token)) {
+      switch (timed(CallKind::op, [&] { return q.complete(l.id, l.token); })) {
         case AckStatus::ok: put_line(log.fd(), "C %s %u", id.c_str(), l.attempt); break;
         case AckStatus::stale: put_line(log.fd(), "S %s %u", id.c_str(), l.attempt); break;
         case AckStatus::gone: put_line(log.fd(), "G %s %u", id.c_str(), l.attempt); break;
+        case AckStatus::corrupt: log.violation("complete " + id + " attempt " + std::to_string(l.attempt) + " -> corrupt"); break;
       }
     }
   }
@@ -278,6 +356,11 @@ Queue attach_or_exit(const std::string& name) {
   ::prctl(PR_SET_PDEATHSIG, SIGKILL);  // never outlive the supervisor
   if (::getppid() != supervisor) ::_exit(126);
   ::alarm(spec.watchdog_s);  // nor hang past the run's last deadline
+  struct sigaction sa {};
+  sa.sa_handler = on_sigcont;
+  sa.sa_flags = SA_RESTART;
+  ::sigemptyset(&sa.sa_mask);
+  ::sigaction(SIGCONT, &sa, nullptr);
   try {
     if (spec.role == Role::producer) producer_main(spec);
     consumer_main(spec);
@@ -480,12 +563,13 @@ struct Options {
   std::string segment;
   std::string dir;
   bool keep = false;
+  bool stops = true;
 };
 
 void usage(std::FILE* to) {
   std::fprintf(to,
                "usage: fairlane_torture [--kills N | --long] [--producers P] [--consumers C] [--seed S]\n"
-               "                        [--segment NAME] [--dir DIR] [--keep]\n"
+               "                        [--segment NAME] [--dir DIR] [--keep] [--no-stops]\n"
                "  --kills N      SIGKILLs of random children before the checks (default 300)\n"
                "  --long         3000 kills\n"
                "  --producers P  producer processes (default 2)\n"
@@ -495,6 +579,7 @@ void usage(std::FILE* to) {
                "  --dir DIR      directory for the children's logs (default a fresh one under /tmp,\n"
                "                 removed when the run passes)\n"
                "  --keep         keep the segment at the end (for `fairlane inspect` / `fsck`)\n"
+               "  --no-stops     no SIGSTOP/SIGCONT of random children alongside the kills\n"
                "exit status: 0 no violations, 1 violations, 2 setup error\n");
 }
 
@@ -514,6 +599,8 @@ std::optional<Options> parse_options(int argc, char** argv) {
       o.kills = 3000;
     } else if (a == "--keep") {
       o.keep = true;
+    } else if (a == "--no-stops") {
+      o.stops = false;
     } else if (a == "--help" || a == "-h") {
       usage(stdout);
       std::exit(0);
@@ -571,7 +658,21 @@ class Supervisor {
     kill_budget_ = std::chrono::seconds(60) + milliseconds(60 * o.kills);
     const auto total = kill_budget_ + kConsumerPhase + kDrainPhase + kFairPhase;
     watchdog_s_ = static_cast<unsigned>(std::chrono::duration_cast<std::chrono::seconds>(total).count()) + 30;
+    // One progress slot per child ever spawned: the first ones, one
+    // replacement per kill, and room for replacements of children that end
+    // by themselves (a child past the end is simply not timed).
+    progress_slots_ = o.producers + o.consumers + o.kills + 64;
+    void* p = ::mmap(nullptr, progress_slots_ * sizeof(ProgressSlot), PROT_READ | PROT_WRITE,
+                     MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+    if (p == MAP_FAILED) {
+      std::fprintf(stderr, "torture: mmap: %s\n", std::strerror(errno));
+      std::exit(2);
+    }
+    progress_ = static_cast<ProgressSlot*>(p);  // zero-filled: every slot idle
   }
+  ~Supervisor() { ::munmap(progress_, progress_slots_ * sizeof(ProgressSlot)); }
+  Supervisor(const Supervisor&) = delete;
+  Supervisor& operator=(const Supervisor&) = delete;
 
   int run() {
     const auto started = Clock::now();
@@ -593,6 +694,10 @@ class Supervisor {
   struct Child {
     pid_t pid;
     Role role;
+    ProgressSlot* progress = nullptr;  // null: not timed
+    bool stopped = false;              // by our SIGSTOP, until resume_at
+    Clock::time_point resume_at{};
+    std::uint64_t continued_ns = 0;    // when we last sent it SIGCONT (mono_ns)
   };
 
   void violation(const std::string& what) {
@@ -612,9 +717,10 @@ class Supervisor {
   }
 
   Child spawn(Role role) {
+    ProgressSlot* progress = spawned_ < progress_slots_ ? &progress_[spawned_] : nullptr;
     ChildSpec spec{role, q_.name(),
                    (dir_ / (prefix_ + (role == Role::producer ? "p" : "c") + std::to_string(spawned_) + ".log")).string(),
-                   o_.seed * 0x9E3779B97F4A7C15ULL + spawned_ + 1, watchdog_s_};
+                   o_.seed * 0x9E3779B97F4A7C15ULL + spawned_ + 1, watchdog_s_, progress};
     ++spawned_;
     std::fflush(nullptr);  // nothing buffered is copied into the child
     const pid_t pid = ::fork();
@@ -624,13 +730,14 @@ class Supervisor {
       std::exit(2);
     }
     if (pid == 0) run_child(spec, self_);
-    return Child{pid, role};
+    return Child{pid, role, progress};
   }
 
   // SIGKILL one child and reap it. A child that had already ended by itself
   // is a violation (its status says how: an alarm is its watchdog).
   void kill_and_reap(const Child& c) {
-    ::kill(c.pid, SIGKILL);  // our own child, by pid
+    if (c.stopped) ++stopped_kills_;
+    ::kill(c.pid, SIGKILL);  // our own child, by pid (a stopped one dies too)
     int st = 0;
     while (::waitpid(c.pid, &st, 0) < 0 && errno == EINTR) {
     }
@@ -681,12 +788,81 @@ class Supervisor {
   void watch_until(Clock::time_point until) {
     for (auto now = Clock::now(); now < until; now = Clock::now()) {
       reap_unexpected();
+      stops_tick();
+      observe_progress();
       sample();
       std::this_thread::sleep_for(std::min<Clock::duration>(milliseconds(1), until - now));
     }
   }
 
+  // SIGCONT for a child we stopped.
+  void resume(Child& c) {
+    ::kill(c.pid, SIGCONT);  // our own child, by pid
+    c.stopped = false;
+    c.continued_ns = mono_ns();
+  }
+  void resume_all() {
+    for (Child& c : children_)
+      if (c.stopped) resume(c);
+  }
+
+  // During the kill phase: resumes the children whose hold is over and, every
+  // 5-40 ms, stops a random running one (at most two stopped at once).
+  void stops_tick() {
+    const auto now = Clock::now();
+    for (Child& c : children_)
+      if (c.stopped && now >= c.resume_at) resume(c);
+    if (!stopping_ || now < next_stop_) return;
+    next_stop_ = now + milliseconds(std::uniform_int_distribution<int>(5, 40)(rng_));
+    std::vector<std::size_t> running;
+    std::size_t stopped = 0;
+    for (std::size_t i = 0; i < children_.size(); ++i) {
+      if (children_[i].stopped) ++stopped;
+      else running.push_back(i);
+    }
+    if (stopped >= 2 || running.size() < 2) return;
+    Child& c = children_[running[rng_() % running.size()]];
+    const unsigned kind = unsigned(rng_() % 10);
+    const int hold_ms = kind < 6   ? std::uniform_int_distribution<int>(1, 50)(rng_)
+                        : kind < 9 ? std::uniform_int_distribution<int>(500, 1200)(rng_)
+                                   : std::uniform_int_distribution<int>(2000, 3000)(rng_);
+    ::kill(c.pid, SIGSTOP);  // our own child, by pid
+    c.stopped = true;
+    c.resume_at = now + milliseconds(hold_ms);
+    ++stops_;
+    if (hold_ms > 500) ++stops_past_recovery_;
+    if (hold_ms > int(kLeaseMs)) ++stops_past_lease_;
+    longest_hold_ms_ = std::max<std::uint64_t>(longest_hold_ms_, std::uint64_t(hold_ms));
+  }
+
+  // The calls in progress of running children: how long each has gone
+  // without returning, counted from its start or from our last SIGCONT to
+  // that child, whichever is later (claim_wait: beyond its timeout).
+  void observe_progress() {
+    const std::uint64_t now = mono_ns();
+    for (const Child& c : children_) {
+      if (c.stopped || c.progress == nullptr) continue;
+      const std::uint64_t start = c.progress->call_start_ns.load(std::memory_order_acquire);
+      if (start == 0) continue;
+      const std::uint64_t from = std::max(start, c.continued_ns);
+      if (now <= from) continue;
+      const std::uint64_t in_call = now - from;
+      if (c.progress->call_kind.load(std::memory_order_relaxed) == std::uint32_t(CallKind::wait))
+        seen_wait_ns_ = std::max(seen_wait_ns_, in_call > CallTimer::kWaitNs ? in_call - CallTimer::kWaitNs : 0);
+      else
+        seen_op_ns_ = std::max(seen_op_ns_, in_call);
+    }
+  }
+
   void kill_phase() {
+    stopping_ = o_.stops;
+    struct StopsOff {
+      Supervisor& s;
+      ~StopsOff() {
+        s.stopping_ = false;
+        s.resume_all();
+      }
+    } stops_off{*this};
     const auto deadline = Clock::now() + kill_budget_;
     std::uniform_int_distribution<int> pause_ms(2, 25);
     while (kills_ < o_.kills) {
@@ -709,6 +885,7 @@ class Supervisor {
   }
 
   void shutdown() {
+    resume_all();
     // Producers first: from here on the set of acknowledged jobs only grows
     // by what their logs already hold.
     for (auto it = children_.begin(); it != children_.end();) {
@@ -969,9 +1146,10 @@ class Supervisor {
                     std::to_string(ledger_.retried()) + ", stale " + std::to_string(ledger_.stale());
     s += ", recoveries: sweeps " + std::to_string(rec.runs);
     s += " leases " + std::to_string(rec.jobs);
-    s += " repairs " + std::to_string(rec.repairs) + " (gate closed at most " + std::to_string(rec.repair_worst_us) + " us";
-    if (rec.repairs_abandoned != 0) s += ", " + std::to_string(rec.repairs_abandoned) + " abandoned";
-    s += ")";
+    s += ", steps finished for the dead " + std::to_string(rec.finished);
+    s += ", stops " + std::to_string(stops_) + " (" + std::to_string(stops_past_recovery_) + " past the recovery bound, " +
+         std::to_string(stops_past_lease_) + " past the lease, held at most " + std::to_string(longest_hold_ms_) +
+         " ms; " + std::to_string(stopped_kills_) + " stopped children killed)";
     s += ", samples " + std::to_string(samples_) + ", fairness claims " + std::to_string(fair_claims_);
     if (late_drained_ != 0) s += " (+" + std::to_string(late_drained_) + " leftover)";
     if (ledger_.truncated() != 0) s += ", cut log lines " + std::to_string(ledger_.truncated());
@@ -979,6 +1157,20 @@ class Supervisor {
     std::snprintf(tail, sizeof tail, ", violations %llu, took %.1f s", static_cast<unsigned long long>(violations_), took);
     s += tail;
     std::printf("%s\n", s.c_str());
+    // Progress of the running while others were stopped or killed: measured,
+    // never asserted.
+    std::uint64_t op_ns = 0, wait_ns = 0, calls = 0;
+    for (std::size_t i = 0; i < std::min<std::size_t>(progress_slots_, spawned_); ++i) {
+      op_ns = std::max(op_ns, progress_[i].longest_op_ns.load());
+      wait_ns = std::max(wait_ns, progress_[i].longest_wait_ns.load());
+      calls += progress_[i].calls.load();
+    }
+    std::printf("torture: longest time a running process went without progress: %.1f ms in one call "
+                "(enqueue, mint, complete, fail), %.1f ms in claim_wait beyond its %lld ms timeout, "
+                "over %llu timed calls; calls still in progress as sampled: %.1f ms, claim_wait %.1f ms beyond "
+                "its timeout\n",
+                double(op_ns) / 1e6, double(wait_ns) / 1e6, static_cast<long long>(kClaimTimeout.count()),
+                static_cast<unsigned long long>(calls), double(seen_op_ns_) / 1e6, double(seen_wait_ns_) / 1e6);
     std::fflush(stdout);
   }
 
@@ -995,6 +1187,13 @@ class Supervisor {
   std::uint64_t spawned_ = 0, kills_ = 0, producer_kills_ = 0, consumer_kills_ = 0;
   std::uint64_t samples_ = 0, violations_ = 0, unexpected_exits_ = 0, late_drained_ = 0, fair_claims_ = 0;
   std::size_t limit_violations_ = 0;
+  // Stops and progress.
+  ProgressSlot* progress_ = nullptr;
+  std::size_t progress_slots_ = 0;
+  bool stopping_ = false;
+  Clock::time_point next_stop_{};
+  std::uint64_t stops_ = 0, stops_past_recovery_ = 0, stops_past_lease_ = 0, longest_hold_ms_ = 0, stopped_kills_ = 0;
+  std::uint64_t seen_op_ns_ = 0, seen_wait_ns_ = 0;
 };
 
 }  // namespace

@@ -527,6 +527,59 @@ TEST_F(MirrorTest, APasswordNeverLandsInTheSegmentThroughRestore) {
   EXPECT_EQ(q->config().mirror, "valkey://someone@127.0.0.1:" + std::to_string(server_->port()) + "/" + name_);
 }
 
+TEST_F(MirrorTest, DestroyOfAMirrorsKeyspaceNeedsForce) {
+  // A mirror's keyspace is read-only through valkey://, destroy included;
+  // --force removes it (a stale mirror of a segment that is gone).
+  Queue q = create();
+  start_mirror();
+  ASSERT_EQ(q.enqueue(group(1), q.mint(), "x"), EnqueueStatus::enqueued);
+  ASSERT_TRUE(caught_up(q));
+  mirror_->stop();
+  mirror_.reset();
+  auto count_keys = [&] {
+    redisContext* c = redisConnect("127.0.0.1", server_->port());
+    if (!c || c->err) return std::size_t(~0ULL);
+    auto* rep = static_cast<redisReply*>(redisCommand(c, "KEYS emq:{%s}:*", name_.c_str()));
+    const std::size_t n = rep ? rep->elements : ~0ULL;
+    if (rep) freeReplyObject(rep);
+    redisFree(c);
+    return n;
+  };
+  ASSERT_GT(count_keys(), 0u) << "the mirror wrote nothing under emq:{" << name_ << "}";
+  auto r = test::run_program(FAIRLANE_CLI_PATH, {"destroy", url_});
+  EXPECT_EQ(r.exit_code, 2) << r.out << r.err;
+  EXPECT_NE(r.err.find("read-only"), std::string::npos) << r.err;
+  EXPECT_TRUE(valkey()->owner().has_value()) << "refused, yet something was removed";
+  r = test::run_program(FAIRLANE_CLI_PATH, {"destroy", url_, "--force"});
+  EXPECT_EQ(r.exit_code, 0) << r.out << r.err;
+  EXPECT_NE(r.out.find("destroyed"), std::string::npos) << r.out;
+  EXPECT_EQ(count_keys(), 0u) << "keys left after destroy --force";
+}
+
+TEST_F(MirrorTest, APasswordNeverLandsInTheSegmentThroughCreate) {
+  // Every attached process reads the header: create keeps the mirror URL
+  // without its password, as restore does.
+  QueueOptions o;
+  o.jobs = 64;
+  o.lanes = 8;
+  o.mirror = "valkey://someone:s3cr3t@127.0.0.1:" + std::to_string(server_->port()) + "/" + name_;
+  auto q = Queue::create(name_, o);
+  ASSERT_TRUE(q) << q.error().message;
+  EXPECT_EQ(q->config().mirror, "valkey://someone@127.0.0.1:" + std::to_string(server_->port()) + "/" + name_);
+  // Nor anywhere else in the segment's bytes.
+  std::ifstream f("/dev/shm/" + name_, std::ios::binary);
+  const std::string bytes((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
+  EXPECT_EQ(bytes.find("s3cr3t"), std::string::npos);
+  // A URL that does not parse is refused, and says why without the secret.
+  ASSERT_TRUE(Queue::remove(name_));
+  o.mirror = "valkey://someone:s3cr3t@/q";
+  auto bad = Queue::create(name_, o);
+  ASSERT_FALSE(bad);
+  EXPECT_EQ(bad.error().code, Errc::invalid_argument);
+  EXPECT_EQ(bad.error().message.find("s3cr3t"), std::string::npos) << bad.error().message;
+  EXPECT_FALSE(Queue::open(name_));
+}
+
 // ---- the tool ---------------------------------------------------------------------
 
 TEST_F(MirrorTest, ToolRefusesBadMirrorSettingsAndWritesNothing) {

@@ -328,16 +328,11 @@ TEST_F(MultiProc, ManyConsumersStayWithinFairnessBound) {
     counts += li.group.string() + "=" + std::to_string(li.served) + " ";
   }
   ASSERT_EQ(lanes_seen, kLanes);
-  // Invariant 5 says within C (+1 for the rotation itself). The segment
-  // meets that unless a consumer is descheduled in the ~30 ns between
-  // drawing a lane's token and reserving its jobs, which holds the lane out
-  // of the rotation for the rest of that time slice: a known limit
-  // (README "Guarantees", docs/design.md section 4, and the disabled
-  // StalledClaimerDoesNotStarveItsLane). With 3 consumer processes on a
-  // 2-core machine that happens in some runs, so the strict bound is
-  // recorded, and the assertion is one a time slice's stall cannot explain
-  // (one was seen to cost a lane 95 of its ~300 turns): a lane half the
-  // mean behind another, i.e. a burst or a starved lane, like the
+  // Invariant 5 says within C (+1 for the rotation itself). Whatever instant
+  // a consumer is descheduled at, it holds no lane out of the rotation (see
+  // StalledClaimerDoesNotStarveItsLane); the strict bound is recorded, and
+  // the assertion leaves room for what the window's edges cut: a lane half
+  // the mean behind another is a burst or a starved lane, like the
   // 2,425-claim runs of one lane an earlier version produced.
   const std::uint64_t mean = total / kLanes;
   RecordProperty("served_spread", static_cast<int>(hi - lo));
@@ -353,42 +348,25 @@ void stop_child(Child& c) {
   ASSERT_TRUE(WIFSTOPPED(st)) << "child did not stop";
 }
 void cont_child(Child& c) { ASSERT_EQ(::kill(c.pid(), SIGCONT), 0); }
-// Stops two children as close to the same instant as signals allow.
-void stop_both(Child& a, Child& b) {
-  ASSERT_EQ(::kill(a.pid(), SIGSTOP), 0);
-  ASSERT_EQ(::kill(b.pid(), SIGSTOP), 0);
-  for (Child* c : {&a, &b}) {
-    int st = 0;
-    ASSERT_EQ(::waitpid(c->pid(), &st, WUNTRACED), c->pid());
-    ASSERT_TRUE(WIFSTOPPED(st)) << "child did not stop";
-  }
-}
-
-// DISABLED: a known limit, documented in README "Guarantees" and
-// docs/design.md section 4. A claimer stopped in the ~30 ns between drawing
-// a lane's token and reserving its jobs holds that lane out of the ring
-// until it resumes. Closing it needs a rotate that survivors can help
-// finish, which is part of the crash-recovery work (issue 3). Run with
-// --gtest_also_run_disabled_tests to see it fail.
-TEST_F(MultiProc, DISABLED_StalledClaimerDoesNotStarveItsLane) {
+TEST_F(MultiProc, StalledClaimerDoesNotStarveItsLane) {
   // Invariant 5 under a stalled consumer. A consumer process can be stopped
   // at any instruction (preemption, SIGSTOP, a debugger, a page fault). While
-  // it is stopped in the middle of a claim, the other consumers keep serving;
-  // invariant 5 says that in any window each backlogged lane's share stays
-  // within C of every other, so no lane may go unserved while the others are
-  // served dozens of times.
+  // it is stopped, in the middle of a claim or anywhere else, the others keep
+  // serving, and every backlogged lane keeps its turn: a claim leaves a
+  // lane's token in its ring cell and never holds the lane (issue 13), so
+  // there is nothing a stopped claimer can keep from the rotation.
   //
-  // Deterministic probe: stop both consumers and, with nothing moving, take a
-  // snapshot; a lane that is serviceable but absent from the ring (and the
-  // hold slot) has its token in a stopped consumer's hands. Then resume one
-  // consumer only (each in turn) and let it make >= 40 claims, and stop it
-  // again. If such a
-  // lane's depth did not move while the others shrank by 40, that window is
-  // unfair by ~13 > C = 2. If it did move, the running consumer was the holder
-  // (or the token was only in transit): try again.
+  // Probe, repeated at many stopping points: let both consumers run a few
+  // claims, stop one (each in turn) wherever it is, let the other alone make
+  // at least kProbeClaims claims, and count what each lane got in that
+  // window (the depths are read with both stopped, at its two ends). Strict round-robin by one claimer over kLanes backlogged lanes
+  // gives each kProbeClaims / kLanes; the stopped claimer may owe one lane
+  // the turn it had drawn, and the window's edges cut a rotation, so each
+  // lane's share must stay within kSlack of that.
   constexpr std::uint32_t kLanes = 4;
   constexpr std::uint64_t kPerLane = 25000;
   constexpr std::uint64_t kProbeClaims = 40;
+  constexpr std::uint64_t kSlack = 3;
   QueueOptions o;
   o.jobs = 100000;
   o.lanes = 16;
@@ -415,7 +393,7 @@ TEST_F(MultiProc, DISABLED_StalledClaimerDoesNotStarveItsLane) {
       auto d = depths();
       if (sum(d) + claims <= from_total) return d;
       if (std::chrono::steady_clock::now() > give_up) {
-        ADD_FAILURE() << "consumers made no progress";
+        ADD_FAILURE() << "the running consumer made no progress while the other was stopped";
         return d;
       }
       // No yield: on a small machine a yield hands the core away for a whole
@@ -423,52 +401,60 @@ TEST_F(MultiProc, DISABLED_StalledClaimerDoesNotStarveItsLane) {
     }
   };
 
-  int caught = 0, holder_resumed = 0, attempts = 0;
+  int windows = 0;
   std::string violation;
-  for (; attempts < 3000 && violation.empty(); ++attempts) {
-    // Let both run for a few claims, so the stop lands at a varying point.
-    const auto start = depths();
-    if (start.begin()->second < 1000 || std::prev(start.end())->second < 1000) break;  // backlog spent
-    wait_for_claims(sum(start), 1 + attempts % 5);
-    if (HasFailure()) break;
-    stop_both(consumers[0], consumers[1]);
-    if (HasFatalFailure()) break;
-    const Snapshot s = q().snapshot();  // nothing moves now
-    std::vector<BrandedId> held;  // serviceable, yet no token in the ring: a stopped claimer has it
-    for (const auto& li : s.lanes) {
-      if (li.group.kind() != "LNE" || li.depth == 0 || li.paused) continue;
-      if (std::find(s.ring.begin(), s.ring.end(), li.group) == s.ring.end()) held.push_back(li.group);
-    }
-    if (!held.empty()) {
-      ++caught;
-      // Run one consumer alone (each in turn); the other stays stopped.
-      Child& runner = consumers[caught % 2];
-      const int stalled = 1 - caught % 2;
-      const auto before = depths();
-      cont_child(runner);
-      wait_for_claims(sum(before), kProbeClaims);
-      stop_child(runner);
-      const auto after = depths();  // nothing moves now
-      for (const BrandedId& h : held) {
-        std::uint64_t others = 0;
-        for (auto& [g, n] : after)
-          if (g != h) others += before.at(g) - n;
-        if (after.at(h) != before.at(h) || others < kProbeClaims) continue;
-        violation = "lane " + h.string() + " was served 0 times while consumer " + std::to_string(1 - stalled) +
-                    " served";
-        for (auto& [g, n] : after)
-          if (g != h) violation += " " + g.string() + " " + std::to_string(before.at(g) - n) + " times,";
-        violation += " because the stopped consumer " + std::to_string(stalled) + " holds its ring token";
+  for (int attempt = 0; attempt < 300 && violation.empty(); ++attempt) {
+    auto start = depths();
+    std::uint64_t low = ~0ULL;
+    for (auto& [g, n] : start) low = std::min(low, n);
+    if (low < kPerLane / 2) {
+      // Keep every lane backlogged: top them up with both consumers stopped.
+      stop_child(consumers[0]);
+      stop_child(consumers[1]);
+      if (HasFatalFailure()) break;
+      // Round-robin over the lanes, as prefill does, until the slots run out
+      // (leases and slots not yet back on the free list hold some).
+      for (std::uint64_t i = 0; i < kLanes * kPerLane; ++i) {
+        const auto lane = static_cast<std::uint32_t>(i % kLanes);
+        const EnqueueStatus st = q().enqueue(proto::lane_group(lane), q().mint(), proto::expected_payload(9, lane, i, 40));
+        if (st == EnqueueStatus::full) break;
+        ASSERT_EQ(st, EnqueueStatus::enqueued);
       }
-      if (violation.empty()) ++holder_resumed;
+      cont_child(consumers[0]);
+      cont_child(consumers[1]);
+      start = depths();
     }
+    wait_for_claims(sum(start), 1 + attempt % 5);
+    if (HasFailure()) break;
+    Child& stalled = consumers[attempt % 2];
+    Child& runner = consumers[1 - attempt % 2];
+    stop_child(stalled);
+    stop_child(runner);  // for a count of the depths that nothing moves under
+    if (HasFatalFailure()) break;
+    const auto before = depths();
+    cont_child(runner);
+    wait_for_claims(sum(before), kProbeClaims);
+    stop_child(runner);
+    if (HasFailure()) break;
+    const auto after = depths();  // nothing moves now
+    const std::uint64_t served_total = sum(before) - sum(after);
+    const std::uint64_t share = served_total / kLanes;
+    for (auto& [g, n] : after) {
+      const std::uint64_t got = before.at(g) - n;
+      if (got + kSlack < share || got > share + kSlack + 1) {
+        violation = "with consumer " + std::to_string(attempt % 2) + " stopped, lane " + g.string() + " got " +
+                    std::to_string(got) + " of " + std::to_string(served_total) + " claims:";
+        for (auto& [h, m] : after) violation.append(" ").append(h.string()).append("=").append(std::to_string(before.at(h) - m));
+      }
+    }
+    ++windows;
     cont_child(consumers[0]);
     cont_child(consumers[1]);
   }
   for (auto& c : consumers) ::kill(c.pid(), SIGKILL);
-  RecordProperty("held_token_observed", caught);
-  EXPECT_TRUE(violation.empty()) << violation << " (" << attempts << " stops, a held token in " << caught
-                                 << ", the running consumer was the holder in " << holder_resumed << ")";
+  RecordProperty("windows", windows);
+  EXPECT_GE(windows, 50) << "too few stops to say anything";
+  EXPECT_TRUE(violation.empty()) << violation << " (after " << windows << " windows)";
 }
 
 // ---------------------------------------------------------------- wake-up

@@ -72,13 +72,13 @@ TEST_F(DeadJobsTest, RequeueRoundTrip) {
   Lease l;
   ASSERT_TRUE(q().claim(l, 60000)) << "a requeued job is claimable at once";
   EXPECT_EQ(l.id, id);
-  EXPECT_EQ(l.attempt, 2u) << "attempts go on from where they were";
+  EXPECT_EQ(l.attempt, 1u) << "a requeued dead letter starts its attempts again";
 
   r = run_tool({"dead", seg(), "requeue", id.string()});
   EXPECT_EQ(r.exit_code, 1) << "not dead: nothing to do\n" << show(r);
   EXPECT_NE(r.err.find("not dead"), std::string::npos) << show(r);
 
-  ASSERT_EQ(q().fail(l.id, l.token, {.max_attempts = 2, .error = "again"}), FailStatus::dead);
+  ASSERT_EQ(q().fail(l.id, l.token, {.max_attempts = 1, .error = "again"}), FailStatus::dead);
   r = run_tool({"dead", seg(), "requeue", "--all", "--json"});
   ASSERT_EQ(r.exit_code, 0) << show(r);
   EXPECT_EQ(nlohmann::json::parse(r.out)["requeued"], 1);

@@ -26,7 +26,7 @@ TEST_F(QueueTest, FullCapacityAfterHundredfoldUse) {
     // Fill to the brim with fresh ids.
     for (std::uint32_t i = 0; i < kJobs; ++i) {
       const BrandedId id = q().mint();
-      ASSERT_EQ(q().enqueue(lanes[i % 4], id, "r" + std::to_string(round)), EnqueueStatus::enqueued) << "job " << i;
+      ASSERT_EQ(q().enqueue(lanes[i % 4], id, std::string("r").append(std::to_string(round))), EnqueueStatus::enqueued) << "job " << i;
       ++admitted;
       if (i == 0) { ASSERT_EQ(q().enqueue(lanes[1], id, "dup"), EnqueueStatus::duplicate); }
     }

@@ -1,67 +1,84 @@
 // Model-based randomized test of the segment's single-threaded semantics.
 //
 // Each seed drives one fresh segment (one Queue handle, this thread only) and
-// a small, obviously-correct in-memory model of the documented transitions
-// (docs/design.md §3-§4, README "Guarantees") with the same random sequence
-// of operations: enqueue (delayed, duplicate, out-of-order and reused ids,
-// payloads, bad input), claim, claim_batch, complete, fail (retry now, retry
-// later, dead-letter), extend, pause/resume (lane and queue), set_limit,
-// set_weight, drain, requeue_dead, requeue_all_dead, purge_dead, depth, job,
-// advance_clock and tick. After every operation it compares:
+// a small in-memory model of the documented transitions with the same random
+// sequence of operations: enqueue and enqueue_batch (delayed, duplicate,
+// out-of-order and reused ids, payloads, bad input), claim, claim_batch,
+// claim_lane_batch, complete, fail (retry now, retry later, dead-letter),
+// extend, release (tokens: the current lease's, an earlier lease's, another
+// job's, made up), pause/resume (lane and queue), set_limit/clear_limit,
+// set_weight, drain, reassign, requeue_dead, requeue_all_dead, purge_dead,
+// depth, job, advance_clock and tick. After every operation it compares:
 //   - the return value (statuses, counts, bools),
-//   - every lease handed out, in order: id, group, attempt, payload, deadline,
-//   - the snapshot: ring order, every lane's depth/active/limit/weight/paused/
-//     ringed/served, the queue pause, totals pending/leased/scheduled/dead,
-//     the counters,
+//   - every lease handed out, in order: id, group, attempt, payload,
+//     deadline; and its token: new (never handed out before in the segment)
+//     and the one job() shows while it is leased,
+//   - the snapshot: ring order, every live lane in table order (group,
+//     depth, active, limit, weight, paused, ringed, served), lanes live and
+//     reclaimed, the queue pause, totals pending/leased/scheduled/dead, the
+//     counters,
 //   - every job (jobs()): group, state, attempt, payload size, last error,
-//     and its deadline / due time / time of death in model time units,
-// and every few operations that fsck() finds the segment clean.
+//     token, and its deadline / due time / time of death in model units,
+// and every 16 operations that fsck() finds the segment clean. Each seed ends
+// by serving everything, clearing every setting and letting two sweeps a
+// recovery bound apart run: then every lane but the default one must have
+// been reclaimed.
 //
 // Replay: a failure prints the seed and the op index. FAIRLANE_MODEL_SEED=<n>
 // runs only that seed (add FAIRLANE_MODEL_TRACE=1 to print every op of it);
-// FAIRLANE_MODEL_SEEDS=<count> runs seeds 1..count instead of the default.
+// FAIRLANE_MODEL_SEEDS=<count> runs seeds 1..count instead of the default;
+// FAIRLANE_MODEL_FSCK=1 runs fsck after every op (to find the op that broke
+// an invariant). A replay follows the failing run exactly up to the first op
+// whose outcome depends on the slot layout (a sweep or requeue_all_dead
+// that rings two lanes at once, promotions competing for the last lane
+// record): slots are handed out from a per-thread cursor that starts from
+// the thread id, so the layout differs from one process to the next. The
+// report lists the failing run's own ops.
 //
 // Time. The segment clock is CLOCK_MONOTONIC plus a test offset, so it also
 // moves by itself while the test runs. Every duration in this test (lease,
-// delay, extend, advance_clock) is a whole number of kUnitMs (1,000 s), and
-// never zero, so the few milliseconds of real time a seed takes can never
-// move a deadline across a unit boundary: "deadline <= now" in the segment is
-// exactly "deadline <= now" in model units. For the same reason every due job
-// is swept by the first claim (or tick) after the advance that made it due:
-// the segment's next_due is at or below it and the last sweep was at least a
-// unit earlier. The test asserts nothing about real time.
+// delay, extend, advance_clock) is a whole number of kUnitMs (1,000 s), never
+// zero, and the recovery bound is the largest there is (60 s, so a sweep
+// pass is due half of it after the last one): the few milliseconds of real
+// time a seed takes never move a deadline across a unit boundary nor make a
+// pass due. So a claim runs a sweep pass exactly when the model clock moved
+// since the last pass, or an operation asked for one (an out-of-order
+// enqueue, a reassign); tick always sweeps.
 //
-// Deliberate non-determinism, and how the comparison tolerates exactly it:
-//   - A sweep (lease expiry, promotion; inside claim or tick) and
-//     requeue_all_dead visit jobs in slot-table order, which is an accident
-//     of the free list, not a documented order. Lanes that such a step rings
-//     (those with no token that it makes serviceable) are appended to the
-//     ring's tail in an unspecified order among themselves. The model keeps
-//     them as one unordered "bag" at that place in the ring. A claim that
-//     reaches the bag takes the member the segment actually served (each
-//     member is serviceable until it is drawn, so every draw of a member
-//     shows up as a lease), provided it is a member; at the end of the
-//     operation the members left are ordered as the snapshot's ring shows
-//     them, provided each is there exactly once. Everything else about the
-//     ring (the members' place relative to other tokens, the rest's order)
-//     is compared exactly.
-//   - Lanes are listed by the snapshot in hash-table order (the segment's
-//     hash seed is random): they are compared by group, as a set.
-//   - jobs() lists in slot order: jobs are compared by id, as a set.
+// What the model mirrors beyond the documented rules, because it is visible
+// (each is deterministic, and listed here so that a change shows):
+//   - A lane's order is a run (ascending, appended at the tail: an id at or
+//     below the tail's goes to the strays) and a strays list (jobs coming
+//     back, and out-of-order ids). A lane's strays flag is set when a job is
+//     linked into its strays and cleared only when a claim finds the lane
+//     empty: until then the lane counts as serviceable (it keeps or gets a
+//     ring token, and the snapshot shows it ringed). ModelContract below
+//     asserts the documented view (an empty lane is not in the ring).
+//   - reassign leaves a husk (an aborted slot) at the job's old place in its
+//     old lane: it takes a slot, makes the lane look nonempty (depth counts
+//     it, the lane keeps its token) until a claim or a drain pops it.
+//     Round2Segment.ReassignPutsTheJobAtItsIdPositionWithItsAttemptAndPayload
+//     asserts the documented view (depth and ringed after a move).
+//   - Lane records: a new lane takes the first free record from a rotating
+//     cursor; with none free, the lowest-numbered idle lane is reclaimed for
+//     it. Sweeps also reclaim idle lanes (two sightings a recovery bound
+//     apart); the model does not predict when, it takes them from the
+//     snapshot (a lane the model holds idle that the snapshot no longer
+//     lists was reclaimed) and asserts only that a lane that is not idle is
+//     never reclaimed, and that at the end all idle lanes are.
+//   - The order in which a sweep or requeue_all_dead visits jobs is slot
+//     order, an accident of the allocator: the model reads the jobs' slot
+//     numbers from the segment (a raw mapping) to follow it.
 //
-// Not reached from one thread, so not modelled: turns owed after a busy skip
-// (the hold slot is always free when a single claimer puts a token back),
-// claim_wait, 65,535 used-up attempts, steps of more than 256 jobs, an id
-// index bucket pair that is full (the segments here are far too small).
-//
-// Cost: about 0.5 ms per seed (creating and unmapping the segment) and 7 us
-// per op (mostly snapshot() and jobs()); the default 1,500 seeds of 120-300
-// ops take about 3 s of CPU in Release (150 seeds under ASan or TSan).
+// Not reached from one thread, so not modelled: claim_wait, 65,535 used-up
+// attempts, an id index bucket pair that is full.
+#include "raw_segment.hpp"
 #include "test_support.hpp"
 
 #include <algorithm>
 #include <cstdlib>
 #include <deque>
+#include <limits>
 #include <map>
 #include <optional>
 #include <random>
@@ -77,8 +94,6 @@ namespace {
 using test::SegmentGuard;
 
 constexpr std::uint64_t kUnitMs = 1'000'000;  // every duration is a multiple of this
-// Sanitizer builds run every op 10-20x slower; this test is single-threaded,
-// so there fewer seeds lose nothing that TSan could find.
 #if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
 constexpr std::uint64_t kDefaultSeeds = 150;
 #elif defined(__has_feature)
@@ -90,8 +105,8 @@ constexpr std::uint64_t kDefaultSeeds = 1500;
 #else
 constexpr std::uint64_t kDefaultSeeds = 1500;
 #endif
-constexpr std::size_t kErrorKept = 56;        // last_error is truncated to this (queue.hpp)
-constexpr std::uint32_t kMaxAttemptToken = 65535;  // fail() clamps max_attempts to 1..this
+constexpr std::size_t kErrorKept = 48;               // last_error is truncated to this (queue.hpp)
+constexpr std::uint64_t kActiveMax = (1ULL << 17) - 1;  // a lane's active count field
 // Job ids: fresh ones are kIdBase + 2k in mint order; odd offsets are ids that
 // arrive out of mint order (older than jobs already queued).
 constexpr std::uint64_t kIdBase = snowflake_of(100'000'000ULL, 0, 0);
@@ -99,8 +114,9 @@ constexpr std::uint64_t kIdBase = snowflake_of(100'000'000ULL, 0, 0);
 const BrandedId kDefaultLaneGroup = *BrandedId::parse(kDefaultGroup);
 
 BrandedId job_id(std::uint64_t sf) { return BrandedId::make("JOB", sf); }
-std::string id_name(std::uint64_t sf) { return "#" + std::to_string(sf - kIdBase); }
+std::string id_name(std::uint64_t sf) { return std::string("#").append(std::to_string(sf - kIdBase)); }
 std::string gname(const BrandedId& g) { return g.valid() ? std::string(g.kind()) : std::string("<default>"); }
+BrandedId norm(const BrandedId& g) { return g.valid() ? g : kDefaultLaneGroup; }
 
 // ceil(a / b) for b > 0 and any sign of a.
 std::int64_t ceil_div(std::int64_t a, std::int64_t b) { return a >= 0 ? (a + b - 1) / b : -((-a) / b); }
@@ -108,9 +124,10 @@ std::int64_t ceil_div(std::int64_t a, std::int64_t b) { return a >= 0 ? (a + b -
 // How often the runs reached the states worth reaching; printed at the end
 // so a change of the op mix that stops exercising something shows.
 struct Coverage {
-  std::uint64_t leases = 0, hold_turns = 0, lazy_drops = 0, limit_stops = 0, bag_draws = 0, bag_settles = 0;
+  std::uint64_t leases = 0, turns_held = 0, lazy_drops = 0, limit_stops = 0, husks_popped = 0, stray_flags_cleared = 0;
   std::uint64_t expired = 0, promoted = 0, dead = 0, requeued = 0, drained = 0, duplicates = 0, reused_ids = 0;
-  std::uint64_t full = 0, lanes_full = 0, stale = 0, gone = 0;
+  std::uint64_t full = 0, lanes_full = 0, stale = 0, gone = 0, old_tokens = 0, moved = 0, released = 0;
+  std::uint64_t reclaimed_for_new = 0, reclaimed_by_sweep = 0, lane_batches = 0;
 };
 Coverage coverage;
 
@@ -129,30 +146,44 @@ JobState visible(MState s) {
 }
 
 struct MJob {
-  int lane = 0;
+  BrandedId group;
   MState st = MState::pending;
-  std::uint32_t attempt = 0;  // attempts made so far; a lease carries attempt + 1
+  std::uint32_t attempt = 0;  // deliveries so far; a lease carries attempt + 1
   std::int64_t when = 0;      // leased: deadline; scheduled: due; dead: died at (model units)
   std::string payload;
   std::string error;
+  Token token;                // leased: the current lease's
+  std::vector<Token> tokens;  // every lease's, oldest first
+};
+
+struct Node {
+  std::uint64_t sf;
+  bool husk;
 };
 
 struct MLane {
   BrandedId group;
-  std::set<std::uint64_t> pending;  // job snowflakes; served lowest first (mint order)
+  std::vector<Node> run;     // ascending ids, appended at the tail; husks stay in place
+  std::vector<Node> strays;  // sorted by id
+  bool strays_flag = false;
   std::uint64_t active = 0;
-  std::uint32_t limit = 0;          // 0: none
-  std::uint32_t weight = 0;         // 0: never set, counts as 1
+  std::uint32_t limit = 0;   // 0: none
+  std::uint32_t weight = 1;
   bool paused = false;
-  bool ringed = false;              // exactly one token exists (ring, bag or hold slot)
+  bool ringed = false;       // it holds exactly one ring token
   std::uint64_t served = 0;
 
-  std::uint32_t turn() const { return weight ? weight : 1; }
-  std::uint64_t headroom() const {
-    const std::uint64_t cap = limit ? limit : kMaxLimit;
-    return active >= cap ? 0 : cap - active;
+  bool defaults() const { return limit == 0 && weight == 1 && !paused; }
+  std::uint64_t cap() const { return limit ? limit : kActiveMax; }
+  // As the lane word says it: anything linked (or a strays flag), unpaused, below its limit.
+  bool serviceable() const { return (!run.empty() || strays_flag) && !paused && active < cap(); }
+  std::uint64_t pending() const {
+    std::uint64_t n = 0;
+    for (const Node& x : run) n += !x.husk;
+    for (const Node& x : strays) n += !x.husk;
+    return n;
   }
-  bool serviceable() const { return !pending.empty() && !paused && headroom() > 0; }
+  std::uint64_t husks() const { return run.size() + strays.size() - pending(); }
 };
 
 struct MLease {
@@ -163,54 +194,93 @@ struct MLease {
 
 class Model {
  public:
-  static constexpr int kBag = -1;      // ring entry standing for the unordered bag
-  static constexpr int kAbsent = -1;   // lane lookups
+  static constexpr int kAbsent = -1;
   static constexpr int kLanesFull = -2;
 
   Model(std::uint32_t jobs, std::uint32_t lanes, std::uint32_t payload_bytes)
-      : jobs_cap(jobs), lane_cap(lanes + 1), payload_cap(payload_bytes) {
-    lanes_.push_back(MLane{});  // the default lane exists from creation
-    lanes_[0].group = kDefaultLaneGroup;
-    lane_index_[kDefaultLaneGroup] = 0;
+      : jobs_cap(jobs), lane_cap(lanes), payload_cap(payload_bytes), records_(lanes + 1) {
+    records_[0] = MLane{};
+    records_[0]->group = kDefaultLaneGroup;
+    lane_of_[kDefaultLaneGroup] = 0;
   }
 
   // ---- lanes
-  int lane_for(const BrandedId& g, bool create) {
-    const BrandedId key = g.valid() ? g : kDefaultLaneGroup;
-    if (auto it = lane_index_.find(key); it != lane_index_.end()) return it->second;
-    if (!create) return kAbsent;
-    if (lanes_.size() >= lane_cap) return kLanesFull;
-    lanes_.push_back(MLane{});
-    lanes_.back().group = key;
-    lane_index_[key] = int(lanes_.size() - 1);
-    return int(lanes_.size() - 1);
+  int find(const BrandedId& g) const {
+    auto it = lane_of_.find(norm(g));
+    return it == lane_of_.end() ? kAbsent : it->second;
   }
-  int lane_of_group(const BrandedId& g) const {
-    auto it = lane_index_.find(g);
-    return it == lane_index_.end() ? kAbsent : it->second;
+  MLane& lane(int r) { return *records_[std::size_t(r)]; }
+  const MLane& lane(int r) const { return *records_[std::size_t(r)]; }
+  bool idle(int r) const {
+    const MLane& l = lane(r);
+    return r != 0 && l.run.empty() && l.strays.empty() && !l.strays_flag && l.active == 0 && l.defaults();
+  }
+  void reclaim(int r) {
+    lane_of_.erase(lane(r).group);
+    records_[std::size_t(r)].reset();
+    ring_.erase(std::remove(ring_.begin(), ring_.end(), r), ring_.end());
+    if (head_is_held_ && (ring_.empty() || ring_.front() != held_lane_)) head_is_held_ = false;
+    ++reclaimed;
+  }
+  // A free record from the rotating cursor (lanes.cpp take_record), or -1.
+  int take_record() {
+    const std::uint64_t start = cursor_++;
+    for (std::uint32_t k = 0; k < lane_cap; ++k) {
+      const int r = 1 + int((start + k) % lane_cap);
+      if (!records_[std::size_t(r)]) return r;
+    }
+    return -1;
+  }
+  // The group's lane, made if asked: a free record, else an idle lane is
+  // reclaimed for it, both from the rotating cursor.
+  int lane_for(const BrandedId& g, bool create) {
+    const int found = find(g);
+    if (found != kAbsent || !create) return found;
+    int r = take_record();
+    if (r < 0) {
+      // From the same rotating cursor (lanes.cpp reclaim_some_idle_lane).
+      const std::uint64_t start = cursor_++;
+      for (std::uint32_t k = 0; k < lane_cap; ++k) {
+        const int i = 1 + int((start + k) % lane_cap);
+        if (records_[std::size_t(i)] && idle(i)) {
+          reclaim(i);
+          ++coverage.reclaimed_for_new;
+          r = take_record();
+          break;
+        }
+      }
+    }
+    if (r < 0) return kLanesFull;
+    records_[std::size_t(r)] = MLane{};
+    records_[std::size_t(r)]->group = norm(g);
+    lane_of_[norm(g)] = r;
+    return r;
   }
 
-  // Every lane-word change of the segment goes through this (update_lane):
-  // a lane that is now serviceable and has no token gets one at the tail.
-  void touch(int lane) {
-    MLane& l = lanes_[std::size_t(lane)];
+  // Every CAS of a lane word: a lane that is now serviceable and holds no
+  // token gets one at the ring's tail.
+  void touch(int r) {
+    MLane& l = lane(r);
     if (!l.ringed && l.serviceable()) {
       l.ringed = true;
-      ring_.push_back(lane);
+      ring_.push_back(r);
     }
   }
-  // Lanes rung by one slot-order scan: their order among themselves is not
-  // specified (see the top of the file).
-  void ring_unordered(std::vector<int> rung) {
-    if (rung.empty()) return;
-    if (rung.size() == 1 || !bag_.empty()) {
-      // A second bag in one operation cannot happen (one scan per op); if it
-      // did, keep the test honest rather than clever.
-      for (int lane : rung) ring_.push_back(lane);
-      return;
-    }
-    ring_.push_back(kBag);
-    bag_ = std::move(rung);
+  static void strays_insert(MLane& l, std::uint64_t sf, bool husk = false) {
+    auto at = std::lower_bound(l.strays.begin(), l.strays.end(), sf, [](const Node& n, std::uint64_t k) { return n.sf < k; });
+    l.strays.insert(at, Node{sf, husk});
+    l.strays_flag = true;
+  }
+  // A job linked back into its lane's strays, pending (the `linked` step).
+  void link_back(int r, std::uint64_t sf) {
+    strays_insert(lane(r), sf);
+    touch(r);
+  }
+  std::uint64_t slots_used() const {
+    std::uint64_t n = jobs_.size();
+    for (const auto& rec : records_)
+      if (rec) n += rec->husks();
+    return n;
   }
 
   // ---- jobs
@@ -223,228 +293,314 @@ class Model {
       ++counters.duplicates;
       return EnqueueStatus::duplicate;
     }
-    const int lane = lane_for(g, true);  // created even if the queue turns out full
-    if (lane == kLanesFull) return EnqueueStatus::lanes_full;
-    if (jobs_.size() >= jobs_cap) return EnqueueStatus::full;
+    if (slots_used() >= jobs_cap) return EnqueueStatus::full;
     MJob j;
-    j.lane = lane;
+    j.group = norm(g);
     j.payload = payload;
-    if (delay > 0) {
+    if (delay > 0) {  // scheduled jobs hold no lane
       j.st = MState::scheduled;
       j.when = now + delay;
-      jobs_[*sf] = j;
     } else {
-      j.st = MState::pending;
-      jobs_[*sf] = j;
-      lanes_[std::size_t(lane)].pending.insert(*sf);
-      touch(lane);
+      const int r = lane_for(g, true);
+      if (r == kLanesFull) return EnqueueStatus::lanes_full;
+      MLane& l = lane(r);
+      if (l.run.empty() || l.run.back().sf < *sf) {
+        l.run.push_back(Node{*sf, false});
+      } else {
+        strays_insert(l, *sf);  // admitted scheduled, due now, and promoted at once
+        zero_due_ = true;
+      }
+      touch(r);
     }
+    jobs_[*sf] = j;
     ++counters.enqueued;
     return EnqueueStatus::enqueued;
   }
 
-  // Promote due jobs and return expired leases to their lanes (mint position).
-  std::uint64_t sweep() {
+  // One sweep pass: due leases go back to their lanes' strays, due jobs are
+  // adopted by theirs, in slot order (`slot_of`).
+  std::uint64_t sweep(const std::map<std::uint64_t, std::uint32_t>& slot_of) {
+    std::vector<std::pair<std::uint32_t, std::uint64_t>> due;
+    for (const auto& [sf, j] : jobs_)
+      if ((j.st == MState::leased || j.st == MState::scheduled) && j.when <= now) {
+        auto it = slot_of.find(sf);
+        due.emplace_back(it == slot_of.end() ? ~0U : it->second, sf);
+      }
+    std::sort(due.begin(), due.end());
     std::uint64_t moved = 0;
-    std::set<int> affected;
-    for (auto& [sf, j] : jobs_) {
-      if ((j.st != MState::leased && j.st != MState::scheduled) || j.when > now) continue;
-      MLane& l = lanes_[std::size_t(j.lane)];
+    for (const auto& [slot, sf] : due) {
+      MJob& j = jobs_.at(sf);
       if (j.st == MState::leased) {
-        --l.active;
+        const int r = find(j.group);  // a lease holds its lane
+        lane(r).active--;
+        j.st = MState::pending;
+        j.when = 0;
+        link_back(r, sf);
         ++counters.expired;
       } else {
+        const int r = lane_for(j.group, true);
+        if (r == kLanesFull) continue;  // stays due; the next pass tries again
+        j.st = MState::pending;
+        j.when = 0;
+        link_back(r, sf);
         ++counters.promoted;
       }
-      j.st = MState::pending;
-      j.when = 0;
-      l.pending.insert(sf);
-      affected.insert(j.lane);
       ++moved;
     }
-    ring_now_serviceable(affected);
     return moved;
   }
-  // The lanes of `affected` that became serviceable without a token get
-  // one, at the ring's tail, in an order the segment does not fix.
-  void ring_now_serviceable(const std::set<int>& affected) {
-    std::vector<int> rung;
-    for (int lane : affected) {
-      MLane& l = lanes_[std::size_t(lane)];
-      if (!l.ringed && l.serviceable()) {
-        l.ringed = true;
-        rung.push_back(lane);
-      }
-    }
-    ring_unordered(std::move(rung));
-  }
-  bool anything_due() const {
-    for (const auto& [sf, j] : jobs_)
-      if ((j.st == MState::leased || j.st == MState::scheduled) && j.when <= now) return true;
-    return false;
+  bool pass_due() const { return now > last_pass_ || zero_due_; }
+  std::uint64_t tick(const std::map<std::uint64_t, std::uint32_t>& slot_of) {
+    zero_due_ = false;
+    return sweep(slot_of);
   }
 
-  // claim / claim_batch. `real` is what the segment returned: it is read
-  // only to learn which member of an unordered bag was drawn.
-  std::vector<MLease> claim(std::size_t room, std::int64_t lease, const std::vector<Lease>& real, std::string& note) {
+  // claim / claim_batch / claim_lane_batch (claiming.cpp, ring_step + serve).
+  std::vector<MLease> claim(std::size_t room, bool one_lane, std::int64_t lease,
+                            const std::map<std::uint64_t, std::uint32_t>& slot_of) {
     std::vector<MLease> out;
-    if (room == 0) return out;  // claim_batch of an empty span does nothing at all
-    if (anything_due()) sweep();
+    if (room == 0) return out;  // an empty span does nothing at all, not even a sweep
+    if (pass_due()) {
+      sweep(slot_of);
+      last_pass_ = now;
+      zero_due_ = false;
+    }
     if (queue_paused) return out;
-    while (out.size() < room) {
-      int lane;
-      std::uint32_t turn;
-      if (hold_) {
-        ++coverage.hold_turns;
-        lane = hold_->first;
-        turn = hold_->second;
-        hold_.reset();
-      } else if (ring_.empty()) {
-        break;
-      } else if (ring_.front() == kBag) {
-        lane = draw_from_bag(out.size() < real.size() ? lane_of_group(real[out.size()].group) : kAbsent, note);
-        turn = lanes_[std::size_t(lane)].turn();
-      } else {
-        lane = ring_.front();
-        ring_.pop_front();
-        turn = lanes_[std::size_t(lane)].turn();
-      }
-      MLane& l = lanes_[std::size_t(lane)];
-      if (!l.serviceable()) {  // lazy removal: the token leaves the ring here
+    while (out.size() < room && !ring_.empty()) {
+      const int r = ring_.front();
+      MLane& l = lane(r);
+      if (!l.serviceable()) {  // lazy removal: the token leaves the ring when it is reached
         ++coverage.lazy_drops;
         l.ringed = false;
+        pop_head();
         continue;
       }
-      const std::uint64_t n =
-          std::min<std::uint64_t>({turn, l.pending.size(), l.headroom(), room - out.size()});
-      l.active += n;
-      std::vector<std::uint64_t> taken;
-      for (std::uint64_t k = 0; k < n; ++k) {
-        taken.push_back(*l.pending.begin());
-        l.pending.erase(l.pending.begin());
-      }
-      if (!l.serviceable()) {
-        if (!l.pending.empty() && l.headroom() == 0) ++coverage.limit_stops;
-        l.ringed = false;  // emptied or at its ceiling: leaves the ring in the same step
-      } else if (turn - n > 0) {
-        hold_ = std::make_pair(lane, std::uint32_t(turn - n));  // owed more claims this turn
-      } else {
-        ring_.push_back(lane);
-      }
-      for (std::uint64_t sf : taken) {
-        MJob& j = jobs_.at(sf);
+      std::size_t want = one_lane ? room - out.size() : std::min<std::size_t>(room - out.size(), l.weight);
+      if (l.limit) want = std::min<std::size_t>(want, l.limit > l.active ? l.limit - l.active : 0);
+      if (want == 0) want = 1;
+      bool passed = false;
+      std::size_t took = 0;
+      for (int rounds = 0; took < want && rounds < 256; ++rounds) {
+        if (l.paused || l.active >= l.cap()) break;
+        std::vector<Node>* from = nullptr;
+        if (!l.run.empty()) from = &l.run;
+        if (l.strays_flag && !l.strays.empty() && (!from || l.strays.front().sf < l.run.front().sf)) from = &l.strays;
+        if (!from) {
+          // Nothing left: the strays flag goes, and the token if still ours.
+          if (l.strays_flag) ++coverage.stray_flags_cleared;
+          l.strays_flag = false;
+          if (!passed) {
+            l.ringed = false;
+            pop_head();
+            passed = true;
+          }
+          break;
+        }
+        const Node x = from->front();
+        from->erase(from->begin());
+        // The take of the strays' last node clears the flag in its CAS.
+        if (from == &l.strays && l.strays.empty()) l.strays_flag = false;
+        if (x.husk) {  // popped and freed, no count
+          ++coverage.husks_popped;
+          continue;
+        }
+        ++l.active;
+        if (!passed) {
+          if (!l.serviceable()) {
+            if (l.active >= l.cap() && l.pending() > 0) ++coverage.limit_stops;
+            l.ringed = false;  // emptied or at its ceiling: leaves the ring in the same step
+            pop_head();
+            passed = true;
+          } else {
+            const std::uint32_t left = l.weight <= 1 ? 1 : (head_is_held_ ? std::max<std::uint32_t>(held_left_, 1) : l.weight);
+            if (left > 1) {
+              head_is_held_ = true;  // the token stays at the head: more claims owed this turn
+              held_lane_ = r;
+              held_left_ = left - 1;
+              ++coverage.turns_held;
+            } else {
+              pop_head();
+              ring_.push_back(r);
+              passed = true;
+            }
+          }
+        }
+        MJob& j = jobs_.at(x.sf);
         j.st = MState::leased;
         ++j.attempt;
         j.when = now + lease;
-        out.push_back(MLease{sf, lane, j.attempt});
+        ++l.served;
+        out.push_back(MLease{x.sf, r, j.attempt});
+        ++took;
       }
-      l.served += n;
+      if (one_lane && took > 0) break;
     }
     counters.claimed += out.size();
     coverage.leases += out.size();
     return out;
   }
+  void record_token(std::uint64_t sf, Token t) {
+    MJob& j = jobs_.at(sf);
+    j.token = t;
+    j.tokens.push_back(t);
+  }
 
-  // Fenced lookup shared by complete, fail and extend.
-  std::optional<AckStatus> fence(std::uint64_t sf, bool kind_ok, std::uint32_t attempt) const {
+  // Fenced lookup shared by complete, fail, extend and release: stale for any
+  // token but the current lease's, gone for an id that is no job.
+  std::optional<AckStatus> fence(std::uint64_t sf, bool kind_ok, Token token) const {
     if (!kind_ok) return AckStatus::gone;
     auto it = jobs_.find(sf);
     if (it == jobs_.end()) return AckStatus::gone;
-    if (it->second.st != MState::leased || it->second.attempt != attempt) return AckStatus::stale;
+    if (it->second.st != MState::leased || !(it->second.token == token)) return AckStatus::stale;
     return std::nullopt;
   }
 
-  AckStatus complete(std::uint64_t sf, bool kind_ok, std::uint32_t attempt) {
-    if (auto st = fence(sf, kind_ok, attempt)) return *st;
-    const int lane = jobs_.at(sf).lane;
+  AckStatus complete(std::uint64_t sf, bool kind_ok, Token token) {
+    if (auto st = fence(sf, kind_ok, token)) return *st;
+    const int r = find(jobs_.at(sf).group);
     jobs_.erase(sf);
-    --lanes_[std::size_t(lane)].active;
-    touch(lane);
+    lane(r).active--;
+    touch(r);
     ++counters.completed;
     return AckStatus::ok;
   }
 
-  FailStatus fail(std::uint64_t sf, bool kind_ok, std::uint32_t attempt, std::int64_t delay, std::uint32_t max_attempts,
+  FailStatus fail(std::uint64_t sf, bool kind_ok, Token token, std::int64_t delay, std::uint32_t max_attempts,
                   const std::string& error) {
-    if (auto st = fence(sf, kind_ok, attempt)) return *st == AckStatus::gone ? FailStatus::gone : FailStatus::stale;
+    if (auto st = fence(sf, kind_ok, token)) return *st == AckStatus::gone ? FailStatus::gone : FailStatus::stale;
     MJob& j = jobs_.at(sf);
-    MLane& l = lanes_[std::size_t(j.lane)];
+    const int r = find(j.group);
     j.error = error.substr(0, kErrorKept);
-    --l.active;
-    if (attempt >= std::clamp<std::uint32_t>(max_attempts, 1, kMaxAttemptToken)) {
+    lane(r).active--;
+    if (j.attempt >= std::max<std::uint32_t>(max_attempts, 1)) {
       j.st = MState::dead;
       j.when = now;
-      touch(j.lane);
+      touch(r);
       ++counters.dead;
       return FailStatus::dead;
     }
     if (delay == 0) {
       j.st = MState::pending;
       j.when = 0;
-      l.pending.insert(sf);
+      link_back(r, sf);
     } else {
       j.st = MState::scheduled;
       j.when = now + delay;
+      touch(r);
     }
-    touch(j.lane);
     ++counters.retried;
     return FailStatus::retrying;
   }
 
-  AckStatus extend(std::uint64_t sf, bool kind_ok, std::uint32_t attempt, std::int64_t lease) {
-    if (auto st = fence(sf, kind_ok, attempt)) return *st;
-    jobs_.at(sf).when = now + lease;
+  AckStatus release(std::uint64_t sf, bool kind_ok, Token token) {
+    if (auto st = fence(sf, kind_ok, token)) return *st;
+    MJob& j = jobs_.at(sf);
+    const int r = find(j.group);
+    lane(r).active--;
+    j.st = MState::pending;
+    j.when = 0;
+    if (j.attempt) --j.attempt;  // the delivery is given back: the next lease has the same attempt
+    link_back(r, sf);
     return AckStatus::ok;
   }
 
-  LaneStatus pause(const BrandedId& g) {
-    const int lane = lane_for(g, true);
-    if (lane == kLanesFull) return LaneStatus::lanes_full;
-    lanes_[std::size_t(lane)].paused = true;  // no ring change: the token is dropped when drawn
+  AckStatus extend(std::uint64_t sf, bool kind_ok, Token token, std::int64_t lease) {
+    if (auto st = fence(sf, kind_ok, token)) return *st;
+    MJob& j = jobs_.at(sf);
+    if (j.when <= now) return AckStatus::stale;  // past its deadline: too late
+    j.when = now + lease;
+    return AckStatus::ok;
+  }
+
+  template <class F>
+  LaneStatus change(const BrandedId& g, bool create, F f) {
+    const int r = lane_for(g, create);
+    if (r == kAbsent) return LaneStatus::ok;  // nothing to clear on a group with no lane
+    if (r == kLanesFull) return LaneStatus::lanes_full;
+    f(lane(r));
+    touch(r);
     return LaneStatus::ok;
   }
-  LaneStatus clear_limit(const BrandedId& g) {
-    const int lane = lane_for(g, true);
-    if (lane == kLanesFull) return LaneStatus::lanes_full;
-    lanes_[std::size_t(lane)].limit = 0;
-    touch(lane);
-    return LaneStatus::ok;
-  }
-  LaneStatus resume(const BrandedId& g) {
-    const int lane = lane_for(g, true);
-    if (lane == kLanesFull) return LaneStatus::lanes_full;
-    lanes_[std::size_t(lane)].paused = false;
-    touch(lane);
-    return LaneStatus::ok;
-  }
+  LaneStatus pause(const BrandedId& g) { return change(g, true, [](MLane& l) { l.paused = true; }); }
+  LaneStatus resume(const BrandedId& g) { return change(g, false, [](MLane& l) { l.paused = false; }); }
+  LaneStatus clear_limit(const BrandedId& g) { return change(g, false, [](MLane& l) { l.limit = 0; }); }
   LaneStatus set_limit(const BrandedId& g, std::uint32_t limit) {
     if (limit == 0 || limit > kMaxLimit) return LaneStatus::invalid_argument;
-    const int lane = lane_for(g, true);
-    if (lane == kLanesFull) return LaneStatus::lanes_full;
-    lanes_[std::size_t(lane)].limit = limit;
-    touch(lane);
-    return LaneStatus::ok;
+    return change(g, true, [limit](MLane& l) { l.limit = limit; });
   }
   LaneStatus set_weight(const BrandedId& g, std::uint32_t weight) {
     if (weight < 1 || weight > kMaxWeight) return LaneStatus::invalid_argument;
-    const int lane = lane_for(g, true);
-    if (lane == kLanesFull) return LaneStatus::lanes_full;
-    lanes_[std::size_t(lane)].weight = weight;  // read at the lane's next draw from the ring
-    return LaneStatus::ok;
+    return change(g, weight != 1, [weight](MLane& l) { l.weight = weight; });
   }
-  std::uint64_t depth(const BrandedId& g) {
-    const int lane = lane_for(g, false);
-    return lane < 0 ? 0 : lanes_[std::size_t(lane)].pending.size();
+  std::uint64_t depth(const BrandedId& g) const {
+    const int r = find(g);
+    return r < 0 ? 0 : lane(r).pending();  // husks are not jobs
   }
   std::uint64_t drain(const BrandedId& g) {
-    const int lane = lane_for(g, false);
-    if (lane < 0) return 0;
-    MLane& l = lanes_[std::size_t(lane)];
-    const std::uint64_t n = l.pending.size();
-    for (std::uint64_t sf : l.pending) jobs_.erase(sf);  // freed: the ids may be enqueued again
-    l.pending.clear();
+    const int r = find(g);
+    if (r < 0) return 0;
+    MLane& l = lane(r);
+    std::uint64_t n = 0;
+    for (;;) {
+      std::vector<Node>* from = nullptr;
+      if (!l.run.empty()) from = &l.run;
+      if (l.strays_flag && !l.strays.empty() && (!from || l.strays.front().sf < l.run.front().sf)) from = &l.strays;
+      if (!from) break;
+      const Node x = from->front();
+      from->erase(from->begin());
+      if (from == &l.strays && l.strays.empty()) l.strays_flag = false;  // as a claim's take
+      if (x.husk) continue;
+      jobs_.erase(x.sf);  // freed: the id may be enqueued again
+      ++n;
+      touch(r);
+    }
     counters.drained += n;
     return n;
+  }
+
+  MoveStatus reassign(std::uint64_t sf, bool kind_ok, const BrandedId& g) {
+    if (!kind_ok) return MoveStatus::gone;
+    auto it = jobs_.find(sf);
+    if (it == jobs_.end()) return MoveStatus::gone;
+    MJob& j = it->second;
+    if (j.st != MState::pending) return MoveStatus::not_pending;
+    if (j.group == norm(g)) return MoveStatus::moved;
+    int to = 0;
+    if (norm(g) != kDefaultLaneGroup) {
+      to = lane_for(g, true);
+      if (to < 0) return MoveStatus::lanes_full;
+    }
+    if (slots_used() >= jobs_cap) return MoveStatus::full;  // the copy needs a slot
+    const int from = find(j.group);
+    MLane& o = lane(from);
+    bool dropped = false;
+    for (auto* list : {&o.run, &o.strays})
+      for (Node& x : *list)
+        if (x.sf == sf && !x.husk && !dropped) {
+          x.husk = true;  // the `drop` step: a husk in place, for a claim to pop
+          dropped = true;
+        }
+    // The move pops the husks at the old lane's front (so that a lane it
+    // emptied leaves the ring), as a claim would.
+    for (;;) {
+      std::vector<Node>* front = nullptr;
+      if (!o.run.empty()) front = &o.run;
+      if (o.strays_flag && !o.strays.empty() && (!front || o.strays.front().sf < o.run.front().sf)) front = &o.strays;
+      if (!front) {
+        o.strays_flag = false;
+        break;
+      }
+      if (!front->front().husk) break;
+      front->erase(front->begin());
+      if (front == &o.strays && o.strays.empty()) o.strays_flag = false;
+      ++coverage.husks_popped;
+    }
+    touch(from);
+    j.group = norm(g);
+    link_back(to, sf);  // the copy, adopted into its new lane
+    zero_due_ = true;
+    ++coverage.moved;
+    return MoveStatus::moved;
   }
 
   AckStatus requeue_dead(std::uint64_t sf, bool kind_ok) {
@@ -452,24 +608,19 @@ class Model {
     auto it = jobs_.find(sf);
     if (it == jobs_.end()) return AckStatus::gone;
     if (it->second.st != MState::dead) return AckStatus::stale;
-    it->second.st = MState::pending;  // attempts and last error are kept
-    it->second.when = 0;
-    lanes_[std::size_t(it->second.lane)].pending.insert(sf);
-    touch(it->second.lane);
+    adopt_dead(sf);  // with no lane for its group now, it waits due: requeued all the same
     return AckStatus::ok;
   }
-  std::uint64_t requeue_all_dead() {
+  std::uint64_t requeue_all_dead(const std::map<std::uint64_t, std::uint32_t>& slot_of) {
+    std::vector<std::pair<std::uint32_t, std::uint64_t>> dead;
+    for (const auto& [sf, j] : jobs_)
+      if (j.st == MState::dead) dead.emplace_back(slot_of.count(sf) ? slot_of.at(sf) : ~0U, sf);
+    std::sort(dead.begin(), dead.end());
     std::uint64_t n = 0;
-    std::set<int> affected;
-    for (auto& [sf, j] : jobs_) {
-      if (j.st != MState::dead) continue;
-      j.st = MState::pending;
-      j.when = 0;
-      lanes_[std::size_t(j.lane)].pending.insert(sf);
-      affected.insert(j.lane);
+    for (const auto& [slot, sf] : dead) {
+      adopt_dead(sf);
       ++n;
     }
-    ring_now_serviceable(affected);
     return n;
   }
   std::uint64_t purge_dead() {
@@ -485,82 +636,81 @@ class Model {
     return n;
   }
 
-  // ---- the unordered bag
-  bool bag_pending() const { return !bag_.empty(); }
-  const std::vector<int>& bag() const { return bag_; }
-  // Orders the members left as `order` (a permutation of them, checked by the caller).
-  void settle_bag(const std::vector<int>& order) {
-    auto it = std::find(ring_.begin(), ring_.end(), kBag);
-    if (it == ring_.end()) return;
-    it = ring_.erase(it);
-    ring_.insert(it, order.begin(), order.end());
-    if (order.size() > 1) ++coverage.bag_settles;
-    bag_.clear();
-  }
-
-  // The snapshot's ring: the hold slot, then the ring, serviceable lanes only.
+  // The snapshot's ring: the valid tokens from the head, serviceable lanes only.
   std::vector<BrandedId> visible_ring() const {
     std::vector<BrandedId> out;
-    auto add = [&](int lane) {
-      if (lanes_[std::size_t(lane)].serviceable()) out.push_back(lanes_[std::size_t(lane)].group);
-    };
-    if (hold_) add(hold_->first);
-    for (int lane : ring_) {
-      if (lane == kBag) {
-        for (int b : bag_) add(b);
-      } else {
-        add(lane);
-      }
-    }
+    for (int r : ring_)
+      if (lane(r).serviceable()) out.push_back(lane(r).group);
+    return out;
+  }
+  // Live lanes in record (table) order.
+  std::vector<int> live() const {
+    std::vector<int> out;
+    for (std::size_t i = 0; i < records_.size(); ++i)
+      if (records_[i]) out.push_back(int(i));
     return out;
   }
 
   // Self-check of the model: one token per ringed lane, none for the others.
   std::string self_check() const {
     std::map<int, int> tokens;
-    if (hold_) ++tokens[hold_->first];
-    for (int lane : ring_)
-      if (lane != kBag) ++tokens[lane];
-    for (int lane : bag_) ++tokens[lane];
-    for (std::size_t i = 0; i < lanes_.size(); ++i) {
+    for (int r : ring_) ++tokens[r];
+    for (std::size_t i = 0; i < records_.size(); ++i) {
+      if (!records_[i]) {
+        if (tokens.count(int(i))) return "model: a free record holds a token";
+        continue;
+      }
       const int t = tokens.count(int(i)) ? tokens.at(int(i)) : 0;
-      if (t != (lanes_[i].ringed ? 1 : 0))
-        return "model: lane " + gname(lanes_[i].group) + " has " + std::to_string(t) + " tokens";
+      if (t != (records_[i]->ringed ? 1 : 0))
+        return "model: lane " + gname(records_[i]->group) + " has " + std::to_string(t) + " tokens";
     }
+    if (head_is_held_ && (ring_.empty() || ring_.front() != held_lane_)) return "model: a held turn not at the head";
     return {};
   }
 
-  const std::vector<MLane>& lanes() const { return lanes_; }
   const std::map<std::uint64_t, MJob>& jobs() const { return jobs_; }
-  std::optional<std::pair<int, std::uint32_t>> hold() const { return hold_; }
+  std::string hold_note() const {
+    return head_is_held_ ? " (head " + gname(lane(held_lane_).group) + " owed " + std::to_string(held_left_) + ")" : "";
+  }
 
   std::int64_t now = 0;  // model units
   bool queue_paused = false;
   Counters counters;
+  std::uint64_t reclaimed = 0;
   const std::uint32_t jobs_cap, lane_cap, payload_cap;
 
  private:
-  int draw_from_bag(int seen, std::string& note) {
-    int pick = bag_.front();
-    if (std::find(bag_.begin(), bag_.end(), seen) != bag_.end()) {
-      if (bag_.size() > 1) ++coverage.bag_draws;
-      pick = seen;
-    } else {
-      note += "the ring reached lanes {";
-      for (int b : bag_) note += ' ' + gname(lanes_[std::size_t(b)].group);
-      note += " } rung by one scan in unspecified order, so the segment should have served one of them; ";
+  void pop_head() {
+    ring_.pop_front();
+    head_is_held_ = false;
+  }
+  // A dead job back at attempt 0, its last error kept: into its lane, or,
+  // with no lane for its group now, due (scheduled) for a sweep to link.
+  bool adopt_dead(std::uint64_t sf) {
+    MJob& j = jobs_.at(sf);
+    j.attempt = 0;
+    j.when = 0;
+    const int r = lane_for(j.group, true);
+    if (r == kLanesFull) {
+      j.st = MState::scheduled;
+      j.when = now;
+      return false;
     }
-    bag_.erase(std::find(bag_.begin(), bag_.end(), pick));
-    if (bag_.empty()) ring_.pop_front();
-    return pick;
+    j.st = MState::pending;
+    link_back(r, sf);
+    return true;
   }
 
-  std::vector<MLane> lanes_;
-  std::map<BrandedId, int> lane_index_;
+  std::vector<std::optional<MLane>> records_;  // lane records; 0 is the default lane
+  std::map<BrandedId, int> lane_of_;
   std::map<std::uint64_t, MJob> jobs_;
   std::deque<int> ring_;
-  std::vector<int> bag_;
-  std::optional<std::pair<int, std::uint32_t>> hold_;  // lane, claims left in its turn
+  bool head_is_held_ = false;  // the head token's turn is under way (claims owed)
+  int held_lane_ = 0;
+  std::uint32_t held_left_ = 0;
+  std::uint64_t cursor_ = 0;   // the segment's lane allocation cursor
+  std::int64_t last_pass_ = std::numeric_limits<std::int64_t>::min();
+  bool zero_due_ = false;      // an operation asked for a sweep pass at the next claim
 };
 
 // ============================================================== the runner
@@ -578,22 +728,21 @@ std::optional<std::uint64_t> env_u64(const char* name) {
 class SeedRun {
  public:
   SeedRun(std::uint64_t seed, Queue& q, const QueueOptions& o, int enqueue_weight, bool trace)
-      : seed_(seed), rng_(seed ^ 0x9E3779B97F4A7C15ULL), q_(q), m_(o.jobs, o.lanes, o.payload_bytes),
+      : seed_(seed), rng_(seed ^ 0x9E3779B97F4A7C15ULL), q_(q), raw_(q.name()), m_(o.jobs, o.lanes, o.payload_bytes),
         enqueue_weight_(enqueue_weight), trace_(trace) {
     for (const char* k : {"AAA", "BBB", "CCC", "DDD", "EEE"}) groups_.push_back(BrandedId::make(k, 1));
   }
 
-  // Runs `ops` operations; returns an empty string or the first divergence.
+  // Runs `ops` operations, then the end of the seed; returns an empty string
+  // or the first divergence.
   std::string run(int ops) {
     for (op_ = 0; op_ < ops; ++op_) {
       desc_.clear();
       step();
-      if (failure_.empty()) compare_state();
-      if (failure_.empty() && (op_ % 16 == 15 || op_ + 1 == ops)) check_fsck();
-      log_.push_back(desc_);
-      if (trace_) std::printf("  [%d] %s\n", op_, desc_.c_str());
-      if (!failure_.empty()) return report();
+      if (!after_op()) return report();
     }
+    finish();
+    if (!failure_.empty()) return report();
     const Counters& c = m_.counters;
     coverage.expired += c.expired;
     coverage.promoted += c.promoted;
@@ -604,6 +753,27 @@ class SeedRun {
   }
 
  private:
+  bool after_op() {
+    if (failure_.empty())
+      if (std::string e = m_.self_check(); !e.empty()) fail_with(e);
+    if (failure_.empty()) compare_state();
+    if (failure_.empty() && (fsck_every_ || op_ % 16 == 15)) check_fsck();
+    log_.push_back(desc_);
+    if (trace_) {
+      std::printf("  [%d] %s\n", op_, desc_.c_str());
+      std::string ring = "      ring:";
+      const Snapshot snap = q_.snapshot();
+      for (const auto& g : snap.ring) ring += " " + gname(g);
+      ring += " (lanes";
+      for (const auto& li : snap.lanes) ring += " " + gname(li.group) + "/" + std::to_string(li.depth) + "/" + std::to_string(li.active);
+      ring += "; scheduled " + std::to_string(snap.scheduled) + ")";
+      ring += " | model:";
+      for (const auto& g : m_.visible_ring()) ring += " " + gname(g);
+      std::printf("%s\n", ring.c_str());
+    }
+    return failure_.empty();
+  }
+
   // ---------------------------------------------------------- randomness
   std::uint64_t u(std::uint64_t n) { return n ? rng_() % n : 0; }
   bool chance(int percent) { return int(u(100)) < percent; }
@@ -623,11 +793,24 @@ class SeedRun {
   }
   std::int64_t units(int lo, int hi) { return lo + std::int64_t(u(std::uint64_t(hi - lo + 1))); }
 
-  // A job to acknowledge: usually a live lease under its token.
+  // The slot of every job (a raw read: the order a sweep visits them in).
+  std::map<std::uint64_t, std::uint32_t> slots() {
+    std::map<std::uint64_t, std::uint32_t> out;
+    for (std::uint32_t i = 0; i < raw_.header().job_capacity; ++i) {
+      const auto st = detail::SlotWord::state(raw_.slot_word_value(i));
+      if (st == detail::SlotState::pending || st == detail::SlotState::leased || st == detail::SlotState::scheduled ||
+          st == detail::SlotState::dead || st == detail::SlotState::returning)
+        out[raw_.slot(i).sf.load()] = i;
+    }
+    return out;
+  }
+
+  // A job and a token to acknowledge it with: usually a live lease's.
   struct Target {
     std::uint64_t sf = 0;
     bool kind_ok = true;
-    std::uint32_t attempt = 1;
+    Token token;
+    std::string how;
   };
   Target pick_target() {
     std::vector<std::uint64_t> leased, live;
@@ -637,29 +820,48 @@ class SeedRun {
     }
     Target t;
     const int r = int(u(100));
-    if (r < 62 && !leased.empty()) {
+    auto made_up = [&] { return Token(rng_() | 1); };
+    if (r < 55 && !leased.empty()) {
       t.sf = leased[u(leased.size())];
-      t.attempt = m_.jobs().at(t.sf).attempt;
-    } else if (r < 72 && !leased.empty()) {
+      t.token = m_.jobs().at(t.sf).token;
+      t.how = "its token";
+    } else if (r < 65 && !leased.empty()) {
       t.sf = leased[u(leased.size())];
-      const std::uint32_t a = m_.jobs().at(t.sf).attempt;
-      t.attempt = (a > 1 && chance(50)) ? a - 1 : a + 1;  // an older or a future token
+      const auto& toks = m_.jobs().at(t.sf).tokens;
+      if (toks.size() > 1) {
+        t.token = toks[u(toks.size() - 1)];  // an earlier lease's
+        t.how = "an earlier lease's token";
+        ++coverage.old_tokens;
+      } else {
+        t.token = made_up();
+        t.how = "a made-up token";
+      }
+    } else if (r < 72 && leased.size() > 1) {
+      t.sf = leased[u(leased.size())];
+      std::uint64_t other = leased[u(leased.size())];
+      if (other == t.sf) other = leased[(std::find(leased.begin(), leased.end(), t.sf) - leased.begin() + 1) % leased.size()];
+      t.token = m_.jobs().at(other).token;
+      t.how = "another job's token";
     } else if (r < 84 && !live.empty()) {
       t.sf = live[u(live.size())];
-      t.attempt = std::max<std::uint32_t>(1, m_.jobs().at(t.sf).attempt);
+      const auto& toks = m_.jobs().at(t.sf).tokens;
+      t.token = toks.empty() ? made_up() : toks.back();
+      t.how = "its last token";
     } else if (r < 95 && !known_.empty()) {
       t.sf = known_[u(known_.size())];  // perhaps completed, drained or purged: gone
-      t.attempt = std::uint32_t(1 + u(3));
+      t.token = made_up();
+      t.how = "an id seen before";
     } else {
       t.sf = kIdBase + 2 * (next_fresh_ + 1000);  // never enqueued
       t.kind_ok = chance(50);
-      t.attempt = 1;
+      t.token = made_up();
+      t.how = "never enqueued";
     }
     return t;
   }
   BrandedId target_id(const Target& t) const { return t.kind_ok ? job_id(t.sf) : BrandedId::make("XYZ", t.sf); }
   std::string target_name(const Target& t) const {
-    return (t.kind_ok ? id_name(t.sf) : "XYZ" + id_name(t.sf)) + "/a" + std::to_string(t.attempt);
+    return (t.kind_ok ? id_name(t.sf) : "XYZ" + id_name(t.sf)) + " (" + t.how + ")";
   }
 
   // ---------------------------------------------------------- one op
@@ -669,9 +871,11 @@ class SeedRun {
       void (SeedRun::*op)();
     };
     const Choice mix[] = {
-        {enqueue_weight_, &SeedRun::op_enqueue}, {16, &SeedRun::op_claim},
-        {7, &SeedRun::op_claim_batch},           {11, &SeedRun::op_complete},
+        {enqueue_weight_, &SeedRun::op_enqueue}, {4, &SeedRun::op_enqueue_batch},
+        {16, &SeedRun::op_claim},                {6, &SeedRun::op_claim_batch},
+        {4, &SeedRun::op_claim_lane_batch},      {11, &SeedRun::op_complete},
         {8, &SeedRun::op_fail},                  {3, &SeedRun::op_extend},
+        {4, &SeedRun::op_release},               {3, &SeedRun::op_reassign},
         {3, &SeedRun::op_pause},                 {4, &SeedRun::op_resume},
         {1, &SeedRun::op_pause_all},             {2, &SeedRun::op_resume_all},
         {3, &SeedRun::op_set_limit},             {3, &SeedRun::op_set_weight},
@@ -689,10 +893,6 @@ class SeedRun {
         break;
       }
       r -= c.weight;
-    }
-    if (failure_.empty() && m_.bag_pending()) settle_bag();
-    if (failure_.empty()) {
-      if (std::string e = m_.self_check(); !e.empty()) fail_with(e);
     }
   }
 
@@ -722,32 +922,46 @@ class SeedRun {
     if (failure_.empty()) failure_ = s;
   }
 
-  void op_enqueue() {
-    const BrandedId g = pick_group();
-    std::optional<std::uint64_t> sf;
-    bool kind_ok = true;
-    std::string how;
-    const int r = int(u(100));
+  // An id for an enqueue: fresh, out of order, live, seen before, of another
+  // namespace, or none.
+  std::optional<std::uint64_t> pick_new_id(bool& kind_ok, std::string& how) {
+    kind_ok = true;
     std::vector<std::uint64_t> live;
     for (const auto& [id, j] : m_.jobs()) live.push_back(id);
-    if (r < 66) {
-      sf = kIdBase + 2 * ++next_fresh_;
-    } else if (r < 78) {
-      sf = kIdBase + 2 * u(next_fresh_ + 1) + 1;  // older than what is queued: out of mint order
+    const int r = int(u(100));
+    if (r < 66) return kIdBase + 2 * ++next_fresh_;
+    if (r < 78) {
       how = " (out of order)";
-    } else if (r < 88 && !live.empty()) {
-      sf = live[u(live.size())];
+      return kIdBase + 2 * u(next_fresh_ + 1) + 1;  // older than what is queued
+    }
+    if (r < 88 && !live.empty()) {
       how = " (live id)";
-    } else if (r < 95 && !known_.empty()) {
-      sf = known_[u(known_.size())];
+      return live[u(live.size())];
+    }
+    if (r < 95 && !known_.empty()) {
       how = " (seen before)";
-    } else if (r < 98) {
-      sf = kIdBase + 2 * ++next_fresh_;
+      return known_[u(known_.size())];
+    }
+    if (r < 98) {
       kind_ok = false;
       how = " (kind XYZ)";
-    } else {
-      how = " (empty id)";
+      return kIdBase + 2 * ++next_fresh_;
     }
+    how = " (empty id)";
+    return std::nullopt;
+  }
+  void note_enqueue(EnqueueStatus model, std::optional<std::uint64_t> sf, const std::string& how) {
+    if (model == EnqueueStatus::enqueued) known_.push_back(*sf);
+    if (model == EnqueueStatus::enqueued && !how.empty()) ++coverage.reused_ids;
+    if (model == EnqueueStatus::full) ++coverage.full;
+    if (model == EnqueueStatus::lanes_full) ++coverage.lanes_full;
+  }
+
+  void op_enqueue() {
+    const BrandedId g = pick_group();
+    bool kind_ok = true;
+    std::string how;
+    const std::optional<std::uint64_t> sf = pick_new_id(kind_ok, how);
     const std::string payload = random_payload();
     const std::int64_t delay = chance(20) ? units(1, 3) : 0;
     desc_ = "enqueue " + gname(g) + " " + (sf ? id_name(*sf) : "-") + how + " payload=" + std::to_string(payload.size()) +
@@ -756,32 +970,70 @@ class SeedRun {
     const EnqueueStatus real = q_.enqueue(g, id, payload, EnqueueOptions{.delay_ms = std::uint64_t(delay) * kUnitMs});
     const EnqueueStatus model = m_.enqueue(g, sf, kind_ok, payload, delay);
     desc_ += " -> " + std::string(to_string(real));
-    if (model == EnqueueStatus::enqueued) known_.push_back(*sf);
-    if (model == EnqueueStatus::enqueued && !how.empty()) ++coverage.reused_ids;  // out of order or seen before
-    if (model == EnqueueStatus::full) ++coverage.full;
-    if (model == EnqueueStatus::lanes_full) ++coverage.lanes_full;
+    note_enqueue(model, sf, how);
     expect_eq(real, model, "enqueue status");
   }
 
-  void do_claim(std::size_t room, bool batch) {
+  void op_enqueue_batch() {
+    const std::size_t n = u(5);
+    std::vector<EnqueueItem> items;
+    std::vector<std::optional<std::uint64_t>> sfs;
+    std::vector<bool> kinds;
+    std::vector<std::string> hows, payloads;
+    std::vector<BrandedId> ids, gs;
+    std::vector<std::int64_t> delays;
+    desc_ = "enqueue_batch";
+    for (std::size_t i = 0; i < n; ++i) {
+      bool kind_ok = true;
+      std::string how;
+      sfs.push_back(pick_new_id(kind_ok, how));
+      kinds.push_back(kind_ok);
+      hows.push_back(how);
+      payloads.push_back(random_payload());
+      gs.push_back(pick_group());
+      delays.push_back(chance(15) ? units(1, 3) : 0);
+      ids.push_back(!sfs.back() ? BrandedId{} : kind_ok ? job_id(*sfs.back()) : BrandedId::make("XYZ", *sfs.back()));
+    }
+    for (std::size_t i = 0; i < n; ++i) {
+      items.push_back(EnqueueItem{gs[i], ids[i], payloads[i], EnqueueOptions{.delay_ms = std::uint64_t(delays[i]) * kUnitMs}});
+      desc_ += " [" + gname(gs[i]) + " " + (sfs[i] ? id_name(*sfs[i]) : "-") + hows[i] + " delay=" + std::to_string(delays[i]) + "]";
+    }
+    std::vector<EnqueueStatus> statuses(n + 1, EnqueueStatus::corrupt);  // one extra: left alone
+    const std::size_t real = q_.enqueue_batch(items, statuses);
+    std::size_t model = 0;
+    desc_ += " ->";
+    for (std::size_t i = 0; i < n; ++i) {
+      const EnqueueStatus st = m_.enqueue(gs[i], sfs[i], kinds[i], payloads[i], delays[i]);
+      note_enqueue(st, sfs[i], hows[i]);
+      model += st == EnqueueStatus::enqueued;
+      desc_ += " " + std::string(to_string(statuses[i]));
+      expect_eq(statuses[i], st, "enqueue_batch item status");
+    }
+    expect_eq(statuses[n], EnqueueStatus::corrupt, "enqueue_batch: the status past the items");
+    expect_eq(real, model, "enqueue_batch count");
+  }
+
+  void do_claim(std::size_t room, int kind) {  // kind 0: claim, 1: claim_batch, 2: claim_lane_batch
     const std::int64_t lease = units(1, 4);
+    const auto slot_of = slots();
     std::vector<Lease> real;
-    if (batch) {
+    const std::uint32_t lease_ms = std::uint32_t(lease * std::int64_t(kUnitMs));
+    if (kind == 0) {
+      if (q_.claim(lease_, lease_ms)) real.push_back(lease_);
+    } else {
       std::vector<Lease> out(room);
-      const std::size_t n = q_.claim_batch(out, std::uint32_t(lease * std::int64_t(kUnitMs)));
+      const std::size_t n = kind == 1 ? q_.claim_batch(out, lease_ms) : q_.claim_lane_batch(out, lease_ms);
       if (n > room) {
-        fail_with("claim_batch returned " + std::to_string(n) + " for room " + std::to_string(room));
+        fail_with("claim returned " + std::to_string(n) + " for room " + std::to_string(room));
         return;
       }
       out.resize(n);
       real = std::move(out);
-    } else {
-      if (q_.claim(lease_, std::uint32_t(lease * std::int64_t(kUnitMs)))) real.push_back(lease_);
     }
-    std::string note;
-    const std::vector<MLease> model = m_.claim(room, lease, real, note);
-    desc_ = (batch ? "claim_batch room=" + std::to_string(room) : std::string("claim")) +
-            " lease=" + std::to_string(lease) + " ->";
+    const std::vector<MLease> model = m_.claim(kind == 0 ? 1 : room, kind == 2, lease, slot_of);
+    if (kind == 2 && !model.empty()) ++coverage.lane_batches;
+    desc_ = std::string(kind == 0 ? "claim" : kind == 1 ? "claim_batch" : "claim_lane_batch") +
+            (kind ? " room=" + std::to_string(room) : std::string()) + " lease=" + std::to_string(lease) + " ->";
     for (const Lease& l : real) desc_ += " " + gname(l.group) + ":" + id_name(l.id.snowflake()) + "/a" + std::to_string(l.attempt);
     if (real.empty()) desc_ += " nothing";
     std::ostringstream diff;
@@ -790,34 +1042,45 @@ class SeedRun {
       std::ostringstream r, mm;
       if (i < real.size()) r << gname(real[i].group) << ":" << id_name(real[i].id.snowflake()) << "/a" << real[i].attempt;
       else r << "-";
-      if (i < model.size())
-        mm << gname(m_.lanes()[std::size_t(model[i].lane)].group) << ":" << id_name(model[i].sf) << "/a" << model[i].attempt;
-      else mm << "-";
+      if (i < model.size()) {
+        const MJob& j = m_.jobs().at(model[i].sf);
+        mm << gname(j.group) << ":" << id_name(model[i].sf) << "/a" << model[i].attempt;
+      } else {
+        mm << "-";
+      }
       if (i < real.size() && i < model.size()) {
         const MLease& e = model[i];
-        const bool same = real[i].id == job_id(e.sf) && real[i].group == m_.lanes()[std::size_t(e.lane)].group &&
-                          real[i].attempt == e.attempt && real[i].payload == m_.jobs().at(e.sf).payload;
+        const MJob& j = m_.jobs().at(e.sf);
+        const bool same = real[i].id == job_id(e.sf) && real[i].group == j.group && real[i].attempt == e.attempt &&
+                          real[i].payload == j.payload;
         if (same) continue;
       }
       diff << "lease " << i << ": segment " << r.str() << ", model " << mm.str() << "; ";
     }
-    // One deadline for the whole call, and the job's slot says the same.
+    // One deadline for the whole call, and the job's slot says the same;
+    // every token is new.
     for (const Lease& l : real) {
       if (l.deadline_ms != real.front().deadline_ms) diff << "leases of one call carry different deadlines; ";
       const auto j = q_.job(l.id);
       if (!j || j->when_ms != l.deadline_ms) diff << "job " << id_name(l.id.snowflake()) << " deadline differs from its lease; ";
+      if (!tokens_.insert(l.token.value).second) diff << "token " << to_string(l.token) << " was handed out before; ";
     }
-    if (!diff.str().empty() || !note.empty()) fail_with("claimed sequence: " + note + diff.str());
+    if (!diff.str().empty()) {
+      fail_with("claimed sequence: " + diff.str());
+      return;
+    }
+    for (const Lease& l : real) m_.record_token(l.id.snowflake(), l.token);
   }
-  void op_claim() { do_claim(1, false); }
-  void op_claim_batch() { do_claim(chance(5) ? 0 : 1 + u(6), true); }
+  void op_claim() { do_claim(1, 0); }
+  void op_claim_batch() { do_claim(chance(5) ? 0 : 1 + u(6), 1); }
+  void op_claim_lane_batch() { do_claim(chance(5) ? 0 : 1 + u(6), 2); }
 
   void op_complete() {
     const Target t = pick_target();
     desc_ = "complete " + target_name(t);
-    const AckStatus real = q_.complete(target_id(t), Token(t.attempt));
+    const AckStatus real = q_.complete(target_id(t), t.token);
     desc_ += " -> " + std::string(to_string(real));
-    expect_eq(real, tally(m_.complete(t.sf, t.kind_ok, t.attempt)), "complete status");
+    expect_eq(real, tally(m_.complete(t.sf, t.kind_ok, t.token)), "complete status");
   }
 
   void op_fail() {
@@ -828,10 +1091,10 @@ class SeedRun {
     if (chance(15)) error = std::string(70, char('A' + u(26)));  // longer than what is kept
     if (chance(10)) error.clear();
     desc_ = "fail " + target_name(t) + " delay=" + std::to_string(delay) + " max=" + std::to_string(max_attempts);
-    const FailStatus real = q_.fail(target_id(t), Token(t.attempt),
+    const FailStatus real = q_.fail(target_id(t), t.token,
                                     FailOptions{.delay_ms = std::uint64_t(delay) * kUnitMs, .max_attempts = max_attempts, .error = error});
     desc_ += " -> " + std::string(to_string(real));
-    const FailStatus model = m_.fail(t.sf, t.kind_ok, t.attempt, delay, max_attempts, error);
+    const FailStatus model = m_.fail(t.sf, t.kind_ok, t.token, delay, max_attempts, error);
     if (model == FailStatus::stale) ++coverage.stale;
     if (model == FailStatus::gone) ++coverage.gone;
     expect_eq(real, model, "fail status");
@@ -841,9 +1104,37 @@ class SeedRun {
     const Target t = pick_target();
     const std::int64_t lease = units(1, 4);
     desc_ = "extend " + target_name(t) + " lease=" + std::to_string(lease);
-    const AckStatus real = q_.extend(target_id(t), Token(t.attempt), std::uint32_t(lease * std::int64_t(kUnitMs)));
+    const AckStatus real = q_.extend(target_id(t), t.token, std::uint32_t(lease * std::int64_t(kUnitMs)));
     desc_ += " -> " + std::string(to_string(real));
-    expect_eq(real, tally(m_.extend(t.sf, t.kind_ok, t.attempt, lease)), "extend status");
+    expect_eq(real, tally(m_.extend(t.sf, t.kind_ok, t.token, lease)), "extend status");
+  }
+
+  void op_release() {
+    const Target t = pick_target();
+    desc_ = "release " + target_name(t);
+    const AckStatus real = q_.release(target_id(t), t.token);
+    desc_ += " -> " + std::string(to_string(real));
+    const AckStatus model = tally(m_.release(t.sf, t.kind_ok, t.token));
+    if (model == AckStatus::ok) ++coverage.released;
+    expect_eq(real, model, "release status");
+  }
+
+  void op_reassign() {
+    std::vector<std::uint64_t> pending;
+    for (const auto& [sf, j] : m_.jobs())
+      if (j.st == MState::pending) pending.push_back(sf);
+    Target t;
+    if (!pending.empty() && chance(75)) {
+      t.sf = pending[u(pending.size())];
+      t.how = "pending";
+    } else {
+      t = pick_target();
+    }
+    const BrandedId g = pick_group();
+    desc_ = "reassign " + target_name(t) + " to " + gname(g);
+    const MoveStatus real = q_.reassign(target_id(t), g);
+    desc_ += " -> " + std::string(to_string(real));
+    expect_eq(real, m_.reassign(t.sf, t.kind_ok, g), "reassign status");
   }
 
   void op_pause() {
@@ -901,8 +1192,12 @@ class SeedRun {
     for (const auto& [sf, j] : m_.jobs())
       if (j.st == MState::dead) dead.push_back(sf);
     Target t;
-    if (!dead.empty() && chance(75)) t.sf = dead[u(dead.size())];
-    else t = pick_target();
+    if (!dead.empty() && chance(75)) {
+      t.sf = dead[u(dead.size())];
+      t.how = "dead";
+    } else {
+      t = pick_target();
+    }
     desc_ = "requeue_dead " + target_name(t);
     const AckStatus real = q_.requeue_dead(target_id(t));
     desc_ += " -> " + std::string(to_string(real));
@@ -912,9 +1207,10 @@ class SeedRun {
   }
   void op_requeue_all_dead() {
     desc_ = "requeue_all_dead";
+    const auto slot_of = slots();
     const std::uint64_t real = q_.requeue_all_dead();
     desc_ += " -> " + std::to_string(real);
-    const std::uint64_t model = m_.requeue_all_dead();
+    const std::uint64_t model = m_.requeue_all_dead(slot_of);
     coverage.requeued += model;
     expect_eq(real, model, "requeue_all_dead count");
   }
@@ -924,23 +1220,28 @@ class SeedRun {
     desc_ += " -> " + std::to_string(real);
     expect_eq(real, m_.purge_dead(), "purge_dead count");
   }
-  void op_advance() {
-    const std::int64_t k = units(1, 3);
+  void advance(std::int64_t k) {
     q_.advance_clock(std::uint64_t(k) * kUnitMs);
     m_.now += k;
+  }
+  void do_tick() {
+    const auto slot_of = slots();
+    const std::uint64_t real = q_.tick();
+    desc_ += " -> " + std::to_string(real);
+    expect_eq(real, m_.tick(slot_of), "tick count");
+  }
+  void op_advance() {
+    const std::int64_t k = units(1, 3);
+    advance(k);
     desc_ = "advance_clock " + std::to_string(k);
     if (chance(40)) {
       desc_ += " + tick";
-      const std::uint64_t real = q_.tick();
-      desc_ += " -> " + std::to_string(real);
-      expect_eq(real, m_.sweep(), "tick count");
+      do_tick();
     }
   }
   void op_tick() {
     desc_ = "tick";
-    const std::uint64_t real = q_.tick();
-    desc_ += " -> " + std::to_string(real);
-    expect_eq(real, m_.sweep(), "tick count");
+    do_tick();
   }
   void op_depth() {
     const BrandedId g = pick_group();
@@ -960,28 +1261,67 @@ class SeedRun {
       expect_eq(real->id, target_id(t), "job() id");
       expect_eq(real->state, visible(it->second.st), "job() state");
       expect_eq(real->attempt, it->second.attempt, "job() attempt");
-      expect_eq(real->group, m_.lanes()[std::size_t(it->second.lane)].group, "job() group");
+      expect_eq(real->group, it->second.group, "job() group");
     }
   }
 
-  // The lanes a slot-order scan rang, still unordered: read their order off
-  // the snapshot's ring (every member is serviceable, so it is listed).
-  void settle_bag() {
-    const Snapshot s = q_.snapshot();
-    std::vector<std::pair<std::size_t, int>> at;
-    for (int lane : m_.bag()) {
-      const BrandedId& g = m_.lanes()[std::size_t(lane)].group;
-      const auto n = std::count(s.ring.begin(), s.ring.end(), g);
-      if (n != 1) {
-        fail_with("lane " + gname(g) + ", rung by a scan, appears " + std::to_string(n) + " times in the ring");
-        return;
-      }
-      at.emplace_back(std::size_t(std::find(s.ring.begin(), s.ring.end(), g) - s.ring.begin()), lane);
+  // ---------------------------------------------------------- the end of a seed
+  // Everything served, every setting cleared, two sweeps a recovery bound
+  // apart: then only the default lane is live. Each step is an op compared
+  // like the others.
+  void finish() {
+    auto op = [&](std::string d, auto&& f) {
+      if (!failure_.empty()) return;
+      desc_ = "end: " + std::move(d);
+      f();
+      ++op_;
+      after_op();
+    };
+    op("resume_all", [&] {
+      q_.resume_all();
+      m_.queue_paused = false;
+    });
+    for (const BrandedId& g : std::vector<BrandedId>{kDefaultLaneGroup, groups_[0], groups_[1], groups_[2], groups_[3], groups_[4]}) {
+      op("resume " + gname(g), [&] { expect_eq(q_.resume(g), m_.resume(g), "resume status"); });
+      op("clear_limit " + gname(g), [&] { expect_eq(q_.clear_limit(g), m_.clear_limit(g), "clear_limit status"); });
+      op("set_weight " + gname(g) + " 1", [&] { expect_eq(q_.set_weight(g, 1), m_.set_weight(g, 1), "set_weight status"); });
     }
-    std::sort(at.begin(), at.end());
-    std::vector<int> order;
-    for (const auto& [pos, lane] : at) order.push_back(lane);
-    m_.settle_bag(order);
+    for (int round = 0; round < 8 && failure_.empty() && !m_.jobs().empty(); ++round) {
+      op("purge_dead", [&] { expect_eq(q_.purge_dead(), m_.purge_dead(), "purge_dead count"); });
+      op("advance_clock 5 + tick", [&] {
+        advance(5);
+        do_tick();
+      });
+      for (int k = 0; k < 64 && failure_.empty(); ++k) {
+        bool any = false;
+        op("claim_batch room=8 + complete", [&] {
+          do_claim(8, 1);
+          std::vector<std::uint64_t> leased;
+          for (const auto& [sf, j] : m_.jobs())
+            if (j.st == MState::leased) leased.push_back(sf);
+          for (std::uint64_t sf : leased) {
+            const Token t = m_.jobs().at(sf).token;
+            expect_eq(q_.complete(job_id(sf), t), m_.complete(sf, true, t), "complete status");
+            any = true;
+          }
+        });
+        if (!any) break;
+      }
+    }
+    if (!failure_.empty()) return;
+    if (!m_.jobs().empty()) {
+      fail_with("end: jobs left after serving everything");
+      return;
+    }
+    for (int i = 0; i < 2; ++i)
+      op("advance_clock 1 + tick", [&] {
+        advance(1);
+        do_tick();
+      });
+    if (!failure_.empty()) return;
+    const Snapshot s = q_.snapshot();
+    if (s.lanes_live != 0) fail_with("end: " + std::to_string(s.lanes_live) + " idle lanes not reclaimed after two sweeps");
+    check_fsck();
   }
 
   // ---------------------------------------------------------- full comparison
@@ -989,34 +1329,54 @@ class SeedRun {
     const Snapshot s = q_.snapshot();
     std::ostringstream d;
     if (s.paused != m_.queue_paused) d << "queue paused: segment " << s.paused << ", model " << m_.queue_paused << "; ";
+    // Lanes, in table order. An idle lane of the model that the segment no
+    // longer lists was reclaimed by a sweep.
+    {
+      std::size_t k = 0;
+      for (int r : m_.live()) {
+        if (k < s.lanes.size() && s.lanes[k].group == m_.lane(r).group) {
+          ++k;
+          continue;
+        }
+        if (m_.idle(r)) {
+          m_.reclaim(r);
+          ++coverage.reclaimed_by_sweep;
+          continue;
+        }
+        d << "lane " << gname(m_.lane(r).group) << " (record " << r << ", not idle) is not where the model has it; ";
+        break;
+      }
+      if (d.str().empty() && k != s.lanes.size()) d << "the segment lists a lane the model does not have: " << gname(s.lanes[k].group) << "; ";
+    }
+    if (d.str().empty()) {
+      const std::vector<int> live = m_.live();
+      for (std::size_t k = 0; k < live.size() && k < s.lanes.size(); ++k) {
+        const LaneInfo& li = s.lanes[k];
+        const MLane& l = m_.lane(live[k]);
+        const std::string g = gname(li.group);
+        auto cmp = [&](const char* what, std::uint64_t real, std::uint64_t model) {
+          if (real != model) d << g << " " << what << ": segment " << real << ", model " << model << "; ";
+        };
+        cmp("depth", li.depth, l.pending());  // husks are not jobs
+        cmp("active", li.active, l.active);
+        cmp("limit", li.limit, l.limit);
+        cmp("weight", li.weight, l.weight);
+        cmp("paused", li.paused, l.paused);
+        cmp("ringed", li.ringed, l.ringed && l.serviceable());
+        cmp("served", li.served, l.served);
+      }
+      // lanes_live counts groups: the default lane (record 0, always live) is not one.
+      if (s.lanes_live != live.size() - 1) d << "lanes_live: segment " << s.lanes_live << ", model " << live.size() - 1 << "; ";
+    }
+    if (s.lanes_reclaimed != m_.reclaimed) d << "lanes_reclaimed: segment " << s.lanes_reclaimed << ", model " << m_.reclaimed << "; ";
+    if (s.lanes_capacity != m_.lane_cap) d << "lanes_capacity: segment " << s.lanes_capacity << "; ";
     const std::vector<BrandedId> ring = m_.visible_ring();
     if (s.ring != ring) {
       d << "ring: segment [";
       for (const auto& g : s.ring) d << ' ' << gname(g);
       d << " ], model [";
       for (const auto& g : ring) d << ' ' << gname(g);
-      d << " ]; ";
-    }
-    if (s.lanes.size() != m_.lanes().size())
-      d << "lanes: segment " << s.lanes.size() << ", model " << m_.lanes().size() << "; ";
-    for (const LaneInfo& li : s.lanes) {
-      const int lane = m_.lane_of_group(li.group);
-      if (lane < 0) {
-        d << "segment has a lane " << li.group.str() << " the model has not; ";
-        continue;
-      }
-      const MLane& l = m_.lanes()[std::size_t(lane)];
-      const std::string g = gname(li.group);
-      auto cmp = [&](const char* what, std::uint64_t real, std::uint64_t model) {
-        if (real != model) d << g << " " << what << ": segment " << real << ", model " << model << "; ";
-      };
-      cmp("depth", li.depth, l.pending.size());
-      cmp("active", li.active, l.active);
-      cmp("limit", li.limit, l.limit);
-      cmp("weight", li.weight, l.turn());
-      cmp("paused", li.paused, l.paused);
-      cmp("ringed", li.ringed, l.ringed && l.serviceable());
-      cmp("served", li.served, l.served);
+      d << " ]" << m_.hold_note() << "; ";
     }
     std::uint64_t pending = 0, leased = 0, scheduled = 0, dead = 0;
     for (const auto& [sf, j] : m_.jobs()) {
@@ -1063,12 +1423,14 @@ class SeedRun {
       }
       const JobInfo& r = *it->second;
       const std::string n = "job " + id_name(sf);
-      if (r.id.kind() != "JOB") d << n << " id " << r.id.str() << "; ";  // its snowflake is the key
-      if (r.group != m_.lanes()[std::size_t(j.lane)].group) d << n << " group " << gname(r.group) << "; ";
+      if (r.id.kind() != "JOB") d << n << " id " << r.id.str() << "; ";
+      if (r.group != j.group) d << n << " group " << gname(r.group) << ", model " << gname(j.group) << "; ";
       if (r.state != visible(j.st)) d << n << " state: segment " << to_string(r.state) << ", model " << to_string(visible(j.st)) << "; ";
       if (r.attempt != j.attempt) d << n << " attempt: segment " << r.attempt << ", model " << j.attempt << "; ";
       if (r.payload_bytes != j.payload.size()) d << n << " payload bytes: segment " << r.payload_bytes << ", model " << j.payload.size() << "; ";
       if (r.last_error != j.error) d << n << " last error: segment '" << r.last_error << "', model '" << j.error << "'; ";
+      if (j.st == MState::leased && !(r.token == j.token)) d << n << " token: segment " << to_string(r.token) << ", the lease's " << to_string(j.token) << "; ";
+      if (j.st != MState::leased && r.token.value != 0) d << n << " shows a token while not leased; ";
       if (j.st != MState::pending && r.state == visible(j.st)) {
         const std::int64_t in_units = ceil_div(std::int64_t(r.when_ms) - now_ms, std::int64_t(kUnitMs));
         if (in_units != j.when - m_.now)
@@ -1093,25 +1455,26 @@ class SeedRun {
     os << "seed " << seed_ << ", op " << op_ << ": " << failure_ << "\n"
        << "replay: FAIRLANE_MODEL_SEED=" << seed_ << " FAIRLANE_MODEL_TRACE=1 <this test binary>\n"
        << "ops (time in units of " << kUnitMs << " ms; ids are #offsets, /aN = attempt):\n";
-    const std::size_t from = log_.size() > 40 ? log_.size() - 40 : 0;
-    if (from) os << "  ... " << from << " earlier ops\n";
-    for (std::size_t i = from; i < log_.size(); ++i) os << "  [" << i << "] " << log_[i] << "\n";
+    for (std::size_t i = 0; i < log_.size(); ++i) os << "  [" << i << "] " << log_[i] << "\n";
+    if (log_.size() <= std::size_t(op_)) os << "  [" << op_ << "] " << desc_ << "   <- this one\n";
     os << "model ring:";
-    if (auto h = m_.hold()) os << " hold=" << gname(m_.lanes()[std::size_t(h->first)].group) << "(" << h->second << ")";
     for (const auto& g : m_.visible_ring()) os << ' ' << gname(g);
-    os << "\n";
+    os << m_.hold_note() << "\n";
     return os.str();
   }
 
   const std::uint64_t seed_;
   std::mt19937_64 rng_;
   Queue& q_;
+  test::RawSegment raw_;
   Model m_;
   const int enqueue_weight_;
   const bool trace_;
   std::vector<BrandedId> groups_;
   std::vector<std::uint64_t> known_;  // every id ever admitted
+  std::set<std::uint64_t> tokens_;    // every token ever handed out
   std::uint64_t next_fresh_ = 0;
+  const bool fsck_every_ = env_u64("FAIRLANE_MODEL_FSCK").value_or(0) != 0;
   Lease lease_;
   int op_ = 0;
   std::string desc_, failure_;
@@ -1135,6 +1498,8 @@ SeedPlan plan_for(std::uint64_t seed) {
   p.options.jobs = jobs[r() % 4];
   p.options.lanes = lanes[r() % 4];
   p.options.payload_bytes = payloads[r() % 2];
+  p.options.recovery_ms = kMaxRecoveryMs;  // see "Time" at the top
+  p.options.processes = 4;
   p.ops = 120 + int(r() % 181);
   p.enqueue_weight = enqueue_weights[r() % 3];
   return p;
@@ -1169,22 +1534,150 @@ TEST(ModelTest, RandomOpSequencesMatchTheModel) {
   }
   const Coverage& c = coverage;
   std::printf(
-      "%llu seeds, %llu ops: %llu leases, %llu hold-slot turns, %llu lazy token drops, %llu turns cut by a limit, "
-      "%llu unordered re-rings drawn by a claim / settled from the snapshot %llu / %llu, %llu expired, %llu promoted, "
-      "%llu dead, %llu requeued, %llu drained, %llu duplicates, %llu out-of-order or reused ids, %llu full, "
-      "%llu lanes_full, %llu stale, %llu gone\n",
+      "%llu seeds, %llu ops: %llu leases (%llu lane batches), %llu turns held at the head, %llu lazy token drops, "
+      "%llu turns cut by a limit, %llu husks popped, %llu strays flags cleared, %llu expired, %llu promoted, "
+      "%llu dead, %llu requeued, %llu drained, %llu moved, %llu released, %llu duplicates, %llu out-of-order or "
+      "reused ids, %llu full, %llu lanes_full, %llu stale (%llu earlier tokens), %llu gone, lanes reclaimed %llu for a "
+      "new group / %llu by a sweep\n",
       static_cast<unsigned long long>(count), static_cast<unsigned long long>(ops),
-      static_cast<unsigned long long>(c.leases), static_cast<unsigned long long>(c.hold_turns),
-      static_cast<unsigned long long>(c.lazy_drops), static_cast<unsigned long long>(c.limit_stops),
-      static_cast<unsigned long long>(c.bag_draws + c.bag_settles), static_cast<unsigned long long>(c.bag_draws),
-      static_cast<unsigned long long>(c.bag_settles), static_cast<unsigned long long>(c.expired),
+      static_cast<unsigned long long>(c.leases), static_cast<unsigned long long>(c.lane_batches),
+      static_cast<unsigned long long>(c.turns_held), static_cast<unsigned long long>(c.lazy_drops),
+      static_cast<unsigned long long>(c.limit_stops), static_cast<unsigned long long>(c.husks_popped),
+      static_cast<unsigned long long>(c.stray_flags_cleared), static_cast<unsigned long long>(c.expired),
       static_cast<unsigned long long>(c.promoted), static_cast<unsigned long long>(c.dead),
       static_cast<unsigned long long>(c.requeued), static_cast<unsigned long long>(c.drained),
+      static_cast<unsigned long long>(c.moved), static_cast<unsigned long long>(c.released),
       static_cast<unsigned long long>(c.duplicates), static_cast<unsigned long long>(c.reused_ids),
       static_cast<unsigned long long>(c.full), static_cast<unsigned long long>(c.lanes_full),
-      static_cast<unsigned long long>(c.stale), static_cast<unsigned long long>(c.gone));
+      static_cast<unsigned long long>(c.stale), static_cast<unsigned long long>(c.old_tokens),
+      static_cast<unsigned long long>(c.gone), static_cast<unsigned long long>(c.reclaimed_for_new),
+      static_cast<unsigned long long>(c.reclaimed_by_sweep));
   RecordProperty("seeds", std::to_string(count));
   RecordProperty("ops", std::to_string(ops));
+}
+
+// ============================================================== the contract, case by case
+//
+// Documented behaviour the model above relies on, one case each, so that a
+// regression names itself; and the documented view of the places where the
+// model has to mirror the implementation (see the top of the file).
+
+class ModelContract : public test::SegmentFixture {
+ protected:
+  void SetUp() override {
+    QueueOptions o;
+    o.jobs = 16;
+    o.lanes = 4;
+    o.payload_bytes = 16;
+    create(o);
+  }
+  const BrandedId A = BrandedId::make("AAA", 1);
+  const BrandedId B = BrandedId::make("BBB", 1);
+};
+
+TEST_F(ModelContract, AnEarlierLeasesTokenIsStale) {
+  const BrandedId x = q().mint();
+  ASSERT_EQ(q().enqueue(A, x, "x"), EnqueueStatus::enqueued);
+  Lease first, second;
+  ASSERT_TRUE(q().claim(first, 60000));
+  ASSERT_EQ(q().fail(x, first.token, FailOptions{.delay_ms = 0, .max_attempts = 5}), FailStatus::retrying);
+  ASSERT_TRUE(q().claim(second, 60000));
+  ASSERT_EQ(second.id, x);
+  EXPECT_NE(second.token, first.token);
+  EXPECT_EQ(q().complete(x, first.token), AckStatus::stale);
+  EXPECT_EQ(q().fail(x, first.token), FailStatus::stale);
+  EXPECT_EQ(q().extend(x, first.token, 60000), AckStatus::stale);
+  EXPECT_EQ(q().release(x, first.token), AckStatus::stale);
+  EXPECT_EQ(q().job(x)->token, second.token);
+  EXPECT_EQ(q().complete(x, second.token), AckStatus::ok);
+  EXPECT_EQ(q().complete(x, second.token), AckStatus::gone);
+  // Enqueued again (a new admission of the same id): no old token fits.
+  ASSERT_EQ(q().enqueue(A, x, "x again"), EnqueueStatus::enqueued);
+  Lease third;
+  ASSERT_TRUE(q().claim(third, 60000));
+  EXPECT_NE(third.token, first.token);
+  EXPECT_NE(third.token, second.token);
+  EXPECT_EQ(q().complete(x, second.token), AckStatus::stale);
+  EXPECT_EQ(q().complete(x, third.token), AckStatus::ok);
+}
+
+TEST_F(ModelContract, ReleaseKeepsTheAttempt) {
+  const BrandedId x = q().mint();
+  ASSERT_EQ(q().enqueue(A, x, "x"), EnqueueStatus::enqueued);
+  Lease l;
+  ASSERT_TRUE(q().claim(l, 60000));
+  ASSERT_EQ(l.attempt, 1U);
+  ASSERT_EQ(q().release(x, l.token), AckStatus::ok);
+  EXPECT_EQ(q().job(x)->attempt, 0U);
+  ASSERT_TRUE(q().claim(l, 60000));
+  EXPECT_EQ(l.attempt, 1U) << "a release is not a failed delivery";
+  ASSERT_EQ(q().fail(x, l.token, FailOptions{.delay_ms = 0, .max_attempts = 5}), FailStatus::retrying);
+  ASSERT_TRUE(q().claim(l, 60000));
+  EXPECT_EQ(l.attempt, 2U);
+}
+
+TEST_F(ModelContract, SettingsThatAreDefaultsMakeNoLane) {
+  EXPECT_EQ(q().set_weight(A, 1), LaneStatus::ok);
+  EXPECT_EQ(q().clear_limit(A), LaneStatus::ok);
+  EXPECT_EQ(q().resume(A), LaneStatus::ok);
+  EXPECT_EQ(q().snapshot().lanes_live, 0U);
+  EXPECT_EQ(q().set_weight(A, 2), LaneStatus::ok);
+  EXPECT_EQ(q().snapshot().lanes_live, 1U);
+}
+
+TEST_F(ModelContract, AnIdleLaneIsReclaimedAndALaneWithASettingIsNot) {
+  ASSERT_EQ(q().enqueue(A, q().mint(), "a"), EnqueueStatus::enqueued);
+  ASSERT_EQ(q().set_limit(B, 2), LaneStatus::ok);
+  Lease l;
+  ASSERT_TRUE(q().claim(l, 60000));
+  ASSERT_EQ(q().complete(l.id, l.token), AckStatus::ok);
+  EXPECT_EQ(q().snapshot().lanes_live, 2U);
+  for (int i = 0; i < 2; ++i) {
+    q().advance_clock(q().config().recovery_ms);
+    q().tick();
+  }
+  const Snapshot s = q().snapshot();
+  EXPECT_EQ(s.lanes_live, 1U) << "the idle lane of A was not reclaimed";
+  EXPECT_EQ(s.lanes_reclaimed, 1U);
+  bool b_kept = false;
+  for (const LaneInfo& li : s.lanes) b_kept = b_kept || (li.group == B && li.limit == 2);
+  EXPECT_TRUE(b_kept) << "a group with a setting lost its lane";
+}
+
+TEST_F(ModelContract, ScheduledAndDeadJobsHoldNoLane) {
+  ASSERT_EQ(q().enqueue(A, q().mint(), "later", EnqueueOptions{.delay_ms = 60000}), EnqueueStatus::enqueued);
+  EXPECT_EQ(q().snapshot().lanes_live, 0U);
+  ASSERT_EQ(q().enqueue(B, q().mint(), "b"), EnqueueStatus::enqueued);
+  Lease l;
+  ASSERT_TRUE(q().claim(l, 60000));
+  ASSERT_EQ(q().fail(l.id, l.token, FailOptions{.delay_ms = 0, .max_attempts = 1}), FailStatus::dead);
+  for (int i = 0; i < 2; ++i) {
+    q().advance_clock(1000);
+    q().tick();
+  }
+  EXPECT_EQ(q().snapshot().lanes_live, 0U);
+  // They find their lanes again when they need them.
+  EXPECT_EQ(q().requeue_dead(l.id), AckStatus::ok);
+  q().advance_clock(60000);
+  EXPECT_EQ(q().tick(), 1U);
+  EXPECT_EQ(q().snapshot().lanes_live, 2U);
+}
+
+// The documented view: the ring holds lanes that can be served now
+// (nonempty). A lane whose last job was taken from its strays is empty.
+TEST_F(ModelContract, ALaneEmptiedFromItsStraysIsNotShownInTheRing) {
+  const BrandedId x = q().mint();
+  ASSERT_EQ(q().enqueue(A, x, "x"), EnqueueStatus::enqueued);
+  Lease l;
+  ASSERT_TRUE(q().claim(l, 60000));
+  ASSERT_EQ(q().fail(x, l.token, FailOptions{.delay_ms = 0, .max_attempts = 5}), FailStatus::retrying);
+  ASSERT_TRUE(q().claim(l, 60000));  // from the strays
+  const Snapshot s = q().snapshot();
+  EXPECT_TRUE(s.ring.empty()) << "an empty lane is in the ring";
+  for (const LaneInfo& li : s.lanes) {
+    EXPECT_EQ(li.depth, 0U) << li.group.str();
+    EXPECT_FALSE(li.ringed) << li.group.str() << " has nothing to serve but shows ringed";
+  }
 }
 
 }  // namespace

@@ -34,7 +34,7 @@ class QueueTest : public SegmentFixture {
     std::vector<BrandedId> ids;
     for (int i = 0; i < n; ++i) {
       const BrandedId id = q().mint();
-      const std::string payload = std::string(payload_prefix) + std::to_string(i);
+      const std::string payload = std::string(payload_prefix).append(std::to_string(i));
       EXPECT_EQ(q().enqueue(g, id, payload), EnqueueStatus::enqueued) << "lane " << g.str() << " job " << i;
       ids.push_back(id);
     }

@@ -1,67 +1,868 @@
-// Recovery of leases whose holder died: the sweep judges each lease's holder
-// (its process record: pid + start time) and returns the leases of a dead
-// one at once, with the same CAS as expiry, so a holder that was only slow
-// is fenced off by its attempt number. recovery() reports what it did.
+// Online recovery: what survivors do about processes that die (or stop)
+// holding leases or in the middle of an operation. There is no stop-the-world
+// repair: a survivor's claims (a sweep pass every recovery_ms / 2) return the
+// leases of dead holders and finish or undo the half-done steps of dead
+// threads through their intents; a stopped process is alive and keeps what
+// it holds, and nobody waits for it.
 //
-// A second Queue handle in this process is a second process record; its
-// start time, rewritten through a raw mapping, makes it look dead (a pid
-// whose start time differs is another process). Real deaths are in
-// tests/crash.
-#include "queue_fixture.hpp"
+// Real processes: children forked from the test (forked_child.hpp) open the
+// segment themselves, and die by SIGKILL or stop by SIGSTOP at a named step
+// (failpoints: this file is linked against fairlane_failpoints, label crash).
+// The assertions are about progress and outcomes; time appears only as the
+// segment clock (advance_clock) and as generous hang guards. A few
+// single-process cases make a second handle look dead through a raw mapping
+// (its start time rewritten: same pid, another process).
+#include "forked_child.hpp"
 #include "raw_segment.hpp"
+#include "test_support.hpp"
 
+#include <signal.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <chrono>
+#include <cstring>
 #include <fstream>
 #include <iterator>
+#include <map>
+#include <set>
 #include <string>
+#include <thread>
+
+#include "core.hpp"
+#include "failpoint.hpp"
+#include "id_index.hpp"
+#include "segment.hpp"
 
 namespace fairlane {
 namespace {
 
-using test::QueueTest;
+using namespace std::chrono_literals;
+using test::ForkedChild;
 using test::RawSegment;
+using test::SharedBlock;
+using Clock = std::chrono::steady_clock;
 
 const BrandedId A = BrandedId::make("AAA", 1);
+const BrandedId B = BrandedId::make("BBB", 1);
+const BrandedId E = BrandedId::make("EEE", 1);  // no lane until a child's enqueue makes it
 
-class Recovery : public QueueTest {
+constexpr std::uint32_t kLongLease = 600'000;
+
+// What a child tells the parent: the leases it took, and how far it got.
+struct ChildReport {
+  std::atomic<int> stage{0};  // 1: its leases are taken (or its operation done)
+  std::atomic<int> leases{0};
+  char ids[16][kIdLength + 1] = {};
+  std::uint64_t tokens[16] = {};
+  std::atomic<int> done{0};   // set after a continued child finished its operation
+};
+
+void tell(ChildReport& r, const Lease& l) {
+  const int i = r.leases.load();
+  if (i >= 16) return;
+  std::memcpy(r.ids[i], l.id.str().data(), kIdLength);
+  r.tokens[i] = l.token.value;
+  r.leases.store(i + 1);
+}
+BrandedId reported_id(const ChildReport& r, int i) { return *BrandedId::parse(std::string_view(r.ids[i], kIdLength)); }
+
+// Waits until the child stops (SIGSTOP at its failpoint) or exits; true if stopped.
+bool wait_stopped(ForkedChild& c, std::chrono::milliseconds guard) {
+  const auto until = Clock::now() + guard;
+  while (Clock::now() < until) {
+    int st = 0;
+    const pid_t r = ::waitpid(c.pid(), &st, WNOHANG | WUNTRACED);
+    if (r == c.pid()) return WIFSTOPPED(st);
+    if (r < 0) return false;
+    std::this_thread::sleep_for(2ms);
+  }
+  return false;
+}
+
+// Waits until a predicate holds, with a hang guard.
+template <class F>
+bool eventually(F pred, std::chrono::milliseconds guard = 20s) {
+  const auto until = Clock::now() + guard;
+  while (!pred()) {
+    if (Clock::now() > until) return false;
+    std::this_thread::sleep_for(1ms);
+  }
+  return true;
+}
+
+std::string show(const FsckReport& r) {
+  std::string s;
+  for (const auto& i : r.issues) s += "  " + i.invariant + ": " + i.detail + "\n";
+  return s;
+}
+
+class Recovery : public test::SegmentFixture {
+ protected:
+  void make(std::uint32_t recovery_ms) {
+    QueueOptions o;
+    o.jobs = 64;
+    o.lanes = 8;
+    o.payload_bytes = 32;
+    o.recovery_ms = recovery_ms;
+    create(o);
+  }
+  std::vector<BrandedId> fill(const BrandedId& g, int n) {
+    std::vector<BrandedId> ids;
+    for (int i = 0; i < n; ++i) {
+      ids.push_back(q().mint());
+      EXPECT_EQ(q().enqueue(g, ids.back(), "job " + ids.back().string()), EnqueueStatus::enqueued);
+    }
+    return ids;
+  }
+  // Claims (and completes) until nothing is claimable; counts deliveries.
+  void claim_all(std::map<BrandedId, int>& got, std::map<BrandedId, std::uint32_t>* attempts = nullptr) {
+    Lease l;
+    for (int guard = 0; guard < 1000 && q().claim(l, kLongLease); ++guard) {
+      ++got[l.id];
+      if (attempts) (*attempts)[l.id] = l.attempt;
+      EXPECT_EQ(q().complete(l.id, l.token), AckStatus::ok) << l.id.str();
+    }
+  }
+  void expect_clean() {
+    q().tick();
+    const FsckReport r = q().fsck();
+    EXPECT_TRUE(r.clean()) << show(r);
+    const Snapshot s = q().snapshot();
+    for (const LaneInfo& li : s.lanes) EXPECT_EQ(li.active, 0U) << li.group.str();
+  }
+};
+
+// ---- a consumer dies holding leases ----------------------------------------------------------
+
+TEST_F(Recovery, LeasesOfADeadConsumerComeBackToTheSurvivorsClaimsWithinTheBound) {
+  constexpr std::uint32_t kBound = 1000;
+  make(kBound);
+  const auto a = fill(A, 3);
+  const auto b = fill(B, 2);
+  SharedBlock<ChildReport> rep;
+  const std::string name = seg();
+  ForkedChild child([&] {
+    auto r = Queue::open(name);
+    if (!r) return 3;
+    Lease l;
+    for (int i = 0; i < 3; ++i) {
+      if (!r->claim(l, kLongLease)) return 4;
+      tell(*rep, l);
+    }
+    rep->stage.store(1);
+    for (;;) ::pause();  // holds its leases until killed
+  }, 120);
+  ASSERT_TRUE(eventually([&] { return rep->stage.load() == 1 || child.poll(); })) << "the child never took its leases";
+  ASSERT_EQ(rep->stage.load(), 1) << child.describe();
+  std::set<BrandedId> held;
+  for (int i = 0; i < 3; ++i) {
+    const BrandedId id = reported_id(*rep, i);
+    held.insert(id);
+    const auto j = q().job(id);
+    ASSERT_TRUE(j.has_value());
+    EXPECT_EQ(j->state, JobState::leased);
+    EXPECT_EQ(j->holder_pid, child.pid());
+  }
+  // While it lives, nothing of it comes back, whatever the sweeps.
+  q().advance_clock(kBound);
+  EXPECT_EQ(q().tick(), 0U);
+  const RecoveryInfo before = q().recovery();
+
+  child.kill_now();
+  child.wait();
+  // One recovery bound of segment time later, the survivor's claims alone
+  // (no tick) take them back.
+  q().advance_clock(kBound);
+  std::map<BrandedId, int> got;
+  std::map<BrandedId, std::uint32_t> attempts;
+  claim_all(got, &attempts);
+  for (const BrandedId& id : a) EXPECT_EQ(got[id], 1) << id.str();
+  for (const BrandedId& id : b) EXPECT_EQ(got[id], 1) << id.str();
+  EXPECT_EQ(got.size(), 5U);
+  for (const BrandedId& id : held) EXPECT_EQ(attempts[id], 2U) << "its dead lease counts as a delivery: " << id.str();
+  const RecoveryInfo r = q().recovery();
+  EXPECT_EQ(r.runs, before.runs + 1);
+  EXPECT_EQ(r.jobs, before.jobs + 3);
+  EXPECT_EQ(r.last_jobs, 3U);
+  EXPECT_EQ(r.last_pid, child.pid());
+  EXPECT_GT(r.last_unix_ms, 0U);
+  // The dead holder's tokens are fenced off for good.
+  for (int i = 0; i < 3; ++i)
+    EXPECT_NE(q().complete(reported_id(*rep, i), Token(rep->tokens[i])), AckStatus::ok) << "a dead lease completed";
+  bool listed_alive = false;
+  for (const ProcessInfo& p : q().processes()) listed_alive = listed_alive || (p.pid == child.pid() && p.alive);
+  EXPECT_FALSE(listed_alive) << "processes() shows the dead child alive";
+  expect_clean();
+}
+
+// A consumer parked in claim_wait, with nobody else calling anything, gets
+// a dead consumer's lease back: parked consumers wake to look (real time).
+TEST_F(Recovery, AParkedConsumerRecoversADeadConsumersLeaseByItself) {
+  make(40);
+  const auto ids = fill(A, 1);
+  SharedBlock<ChildReport> rep;
+  const std::string name = seg();
+  ForkedChild child([&] {
+    auto r = Queue::open(name);
+    Lease l;
+    if (!r || !r->claim(l, kLongLease)) return 3;
+    tell(*rep, l);
+    rep->stage.store(1);
+    ::raise(SIGKILL);
+    return 0;
+  }, 60);
+  child.wait();
+  ASSERT_EQ(rep->stage.load(), 1) << child.describe();
+  const auto t0 = Clock::now();
+  Lease l;
+  ASSERT_TRUE(q().claim_wait(l, kLongLease, 20s)) << "the parked consumer never looked for the dead holder's lease";
+  EXPECT_EQ(l.id, ids[0]);
+  EXPECT_EQ(l.attempt, 2U);
+  EXPECT_EQ(q().complete(l.id, l.token), AckStatus::ok);
+  std::printf("[ recovery ] a parked consumer had the dead holder's lease back after %lld ms (bound 40 ms)\n",
+              static_cast<long long>(std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now() - t0).count()));
+  EXPECT_EQ(q().recovery().last_pid, child.pid());
+  expect_clean();
+}
+
+// ---- a claimer dies between taking a job out of its lane and leasing it -------------------------
+
+TEST_F(Recovery, AClaimerKilledAfterTakingAJobGivesItBack) {
+  constexpr std::uint32_t kBound = 1000;
+  make(kBound);
+  const auto a = fill(A, 3);
+  const std::string name = seg();
+  ForkedChild child([&] {
+    auto r = Queue::open(name);
+    if (!r) return 3;
+    detail::failpoint_arm("claim.taken");
+    Lease l;
+    r->claim(l, kLongLease);
+    return 5;  // not reached: killed at claim.taken
+  }, 60);
+  child.wait();
+  ASSERT_TRUE(child.signaled() && WTERMSIG(child.status()) == SIGKILL) << child.describe();
+  // Its job is out of lane A and not leased: pending, and fsck names the dead
+  // thread's step (its intent) and nothing else.
+  for (const BrandedId& id : a) EXPECT_EQ(q().job(id)->state, JobState::pending) << id.str();
+  const FsckReport during = q().fsck();
+  EXPECT_FALSE(during.clean());
+  for (const FsckIssue& i : during.issues) {
+    EXPECT_EQ(i.invariant, "in-flight") << i.detail;
+    EXPECT_NE(i.detail.find("pid " + std::to_string(child.pid())), std::string::npos) << i.detail;
+  }
+  const RecoveryInfo before = q().recovery();
+  q().advance_clock(kBound);
+  std::map<BrandedId, int> got;
+  std::map<BrandedId, std::uint32_t> attempts;
+  claim_all(got, &attempts);
+  for (const BrandedId& id : a) {
+    EXPECT_EQ(got[id], 1) << id.str();
+    EXPECT_EQ(attempts[id], 1U) << "the dead claimer never leased it: " << id.str();
+  }
+  const RecoveryInfo r = q().recovery();
+  EXPECT_GT(r.finished, before.finished) << "nothing was finished for the dead claimer";
+  EXPECT_EQ(r.finished_pid, child.pid());
+  EXPECT_GT(r.finished_unix_ms, 0U);
+  EXPECT_EQ(r.runs, before.runs) << "no lease was returned: it never had one";
+  expect_clean();
+}
+
+// ---- helpers that read the segment long ago ----------------------------------------------------
+
+// A helper (a claim that met an admitting slot at its lane's front, a
+// rival enqueue) that read a slot's admission and was then stopped must not
+// decide a later admission of the same slot when it resumes. Here the slot
+// is reused by a delayed enqueue stopped right after taking it (its fields
+// not yet written): the stale helper's decision must change nothing, and
+// the delayed job must be delivered when it falls due.
+TEST_F(Recovery, AStaleHelperCannotDecideALaterAdmissionOfTheSlot) {
+  QueueOptions o;
+  o.jobs = 1;  // one slot: every admission reuses it
+  o.lanes = 2;
+  o.payload_bytes = 16;
+  create(o);
+  detail::Segment& s = detail::QueueAccess::segment(q());
+  const BrandedId j1 = q().mint();
+  ASSERT_EQ(q().enqueue({}, j1, "a"), EnqueueStatus::enqueued);
+  // What the helper read: J1's admission (the ctr it was admitted with).
+  const detail::Word128 committed = detail::slot_load(s, 0);
+  const detail::Word128 seen = detail::SlotWord::make(detail::SlotState::admitting, 0, 0,
+                                                      detail::SlotWord::ctr(committed), detail::SlotWord::holder(committed));
+  Lease l;
+  ASSERT_TRUE(q().claim(l, kLongLease));
+  ASSERT_EQ(q().complete(l.id, l.token), AckStatus::ok);
+  const BrandedId j2 = q().mint();
+  const std::string name = seg();
+  ForkedChild child([&] {
+    auto r = Queue::open(name);
+    if (!r) return 3;
+    detail::failpoint_arm("enqueue.slot_taken", 1, detail::FailpointAction::stop);
+    EnqueueOptions eo;
+    eo.delay_ms = 50;
+    return r->enqueue({}, j2, "b", eo) == EnqueueStatus::enqueued ? 0 : 4;
+  }, 60);
+  ASSERT_TRUE(wait_stopped(child, 20s)) << child.describe();
+  const detail::Word128 before = detail::slot_load(s, 0);
+  EXPECT_FALSE(detail::index_resolve(s, 0, seen)) << "a stale helper decided another admission";
+  EXPECT_TRUE(detail::slot_load(s, 0) == before) << "a stale helper changed the slot";
+  ::kill(child.pid(), SIGCONT);
+  child.wait();
+  ASSERT_TRUE(child.exited_zero()) << child.describe();
+  EXPECT_EQ(q().job(j2)->state, JobState::scheduled);
+  q().advance_clock(1000);
+  q().tick();
+  Lease l2;
+  ASSERT_TRUE(q().claim(l2, kLongLease)) << "the delayed job was lost";
+  EXPECT_EQ(l2.id, j2);
+  EXPECT_EQ(q().complete(l2.id, l2.token), AckStatus::ok);
+  expect_clean();
+}
+
+// Two sweeps that settle the same dead claimer's take (the second read the
+// dead thread's intent before the first cleared it, and resumes after the
+// job was put back and relinked) return the job once: the second finds it
+// moved on.
+TEST_F(Recovery, ASecondSettlementOfTheSameDeadTakeChangesNothing) {
+  make(1000);
+  const auto a = fill(A, 2);
+  const std::string name = seg();
+  ForkedChild child([&] {
+    auto r = Queue::open(name);
+    if (!r) return 3;
+    detail::failpoint_arm("claim.taken");
+    Lease l;
+    r->claim(l, kLongLease);
+    return 5;  // not reached: killed at claim.taken
+  }, 60);
+  child.wait();
+  ASSERT_TRUE(child.signaled() && WTERMSIG(child.status()) == SIGKILL) << child.describe();
+  detail::Segment& s = detail::QueueAccess::segment(q());
+  // The dead thread's intent, as the slower sweep read it.
+  std::uint64_t in = 0, lane = 0, pred = 0;
+  for (std::uint32_t i = 0; i < s.thread_count; ++i)
+    if (const std::uint64_t v = s.threads[i].intent.load()) {
+      in = v;
+      lane = s.threads[i].intent_lane.load();
+      pred = s.threads[i].intent_pred.load();
+    }
+  ASSERT_NE(in, 0U) << "the dead claimer left no intent";
+  q().advance_clock(1000);
+  q().tick();  // the first settlement: the job goes back to its lane
+  std::atomic<std::uint64_t> stale_in{in}, stale_lane{lane}, stale_pred{pred};
+  EXPECT_FALSE(detail::settle_intent(s, stale_in, stale_lane, stale_pred, detail::segment_now_ms(s)))
+      << "the second settlement acted on a job already put back";
+  const FsckReport r = q().fsck();
+  EXPECT_TRUE(r.clean()) << show(r);
+  std::map<BrandedId, int> got;
+  claim_all(got);
+  for (const BrandedId& id : a) EXPECT_EQ(got[id], 1) << id.str();
+  expect_clean();
+}
+
+// A creator stopped right after taking a lane record (its key not yet
+// written) keeps it: a sweep judges the creator the record's word names,
+// not the record's previous creator (long gone), so the record is not
+// freed under it and handed to another group.
+TEST_F(Recovery, AStoppedCreatorKeepsTheRecordItTook) {
+  QueueOptions o;
+  o.jobs = 16;
+  o.lanes = 1;  // one lane record for groups: every creation takes it
+  o.payload_bytes = 32;
+  o.recovery_ms = 40;
+  create(o);
+  const std::string name = seg();
+  const BrandedId g1 = BrandedId::make("GGA", 1), g2 = BrandedId::make("GGB", 1), g3 = BrandedId::make("GGC", 1);
+  ForkedChild first([&] {
+    auto r = Queue::open(name);
+    if (!r) return 3;
+    if (r->enqueue(g1, r->mint(), "one") != EnqueueStatus::enqueued) return 4;
+    Lease l;
+    if (!r->claim(l, kLongLease) || r->complete(l.id, l.token) != AckStatus::ok) return 5;
+    return 0;  // detaches: the record's creator is gone from here
+  }, 60);
+  first.wait();
+  ASSERT_TRUE(first.exited_zero()) << first.describe();
+  for (int i = 0; i < 4; ++i) {
+    q().advance_clock(o.recovery_ms);
+    q().tick();
+  }
+  ASSERT_GE(q().snapshot().lanes_reclaimed, 1U) << "g1's idle lane was not given back";
+  const BrandedId id2 = q().mint();
+  ForkedChild second([&] {
+    auto r = Queue::open(name);
+    if (!r) return 3;
+    detail::failpoint_arm("lane.creating", 1, detail::FailpointAction::stop);
+    return r->enqueue(g2, id2, "two") == EnqueueStatus::enqueued ? 0 : 4;
+  }, 60);
+  ASSERT_TRUE(wait_stopped(second, 20s)) << second.describe();
+  for (int i = 0; i < 4; ++i) {
+    q().advance_clock(o.recovery_ms);
+    q().tick();
+  }
+  EXPECT_EQ(q().enqueue(g3, q().mint(), "three"), EnqueueStatus::lanes_full)
+      << "the stopped creator's record was freed and taken by another group";
+  ::kill(second.pid(), SIGCONT);
+  second.wait();
+  ASSERT_TRUE(second.exited_zero()) << second.describe();
+  Lease l;
+  ASSERT_TRUE(q().claim(l, kLongLease));
+  EXPECT_EQ(l.id, id2);
+  EXPECT_EQ(l.group, g2);
+  EXPECT_EQ(q().complete(l.id, l.token), AckStatus::ok);
+  expect_clean();
+}
+
+// A fail() that checked its lease and was then stopped past the lease's
+// deadline writes its plan after the job was redelivered, completed and its
+// slot taken by a new admission (itself stopped before its decision). The
+// stale fail() is refused and the new job is delivered as enqueued: the
+// plan never reaches another job.
+TEST_F(Recovery, AStaleFailWritesNothingIntoTheSlotsNextJob) {
+  QueueOptions o;
+  o.jobs = 1;  // every admission reuses the one slot
+  o.lanes = 2;
+  o.payload_bytes = 16;
+  o.recovery_ms = 40;
+  create(o);
+  const std::string name = seg();
+  const BrandedId j1 = q().mint();
+  ASSERT_EQ(q().enqueue({}, j1, "one"), EnqueueStatus::enqueued);
+  ForkedChild failer([&] {
+    auto r = Queue::open(name);
+    if (!r) return 3;
+    Lease l;
+    if (!r->claim(l, 50)) return 4;
+    detail::failpoint_arm("fail.planned", 1, detail::FailpointAction::stop);
+    // Its job is completed by then: the answer is gone (no job with this id).
+    return r->fail(l.id, l.token, FailOptions{.delay_ms = 0, .max_attempts = 1, .error = "stale"}) == FailStatus::gone ? 0 : 5;
+  }, 60);
+  ASSERT_TRUE(wait_stopped(failer, 20s)) << failer.describe();
+  q().advance_clock(1000);  // its lease expires
+  q().tick();
+  Lease l;
+  ASSERT_TRUE(q().claim(l, kLongLease));
+  ASSERT_EQ(l.id, j1);
+  ASSERT_EQ(q().complete(l.id, l.token), AckStatus::ok);
+  const BrandedId j2 = q().mint();
+  ForkedChild admitter([&] {
+    auto r = Queue::open(name);
+    if (!r) return 3;
+    detail::failpoint_arm("enqueue.indexed", 1, detail::FailpointAction::stop);
+    return r->enqueue({}, j2, "two") == EnqueueStatus::enqueued ? 0 : 4;
+  }, 60);
+  ASSERT_TRUE(wait_stopped(admitter, 20s)) << admitter.describe();
+  ::kill(failer.pid(), SIGCONT);
+  failer.wait();
+  EXPECT_TRUE(failer.exited_zero()) << "the stale fail was not refused: " << failer.describe();
+  ::kill(admitter.pid(), SIGCONT);
+  admitter.wait();
+  ASSERT_TRUE(admitter.exited_zero()) << admitter.describe();
+  ASSERT_EQ(q().job(j2)->state, JobState::pending);
+  ASSERT_TRUE(q().claim(l, kLongLease)) << "the new job was not delivered";
+  EXPECT_EQ(l.id, j2);
+  EXPECT_EQ(l.attempt, 1U);
+  EXPECT_EQ(q().complete(l.id, l.token), AckStatus::ok);
+  expect_clean();
+}
+
+// An acker stopped between its checks and its lane CAS, for as many CASes
+// of the lane as bring its word back bit for bit (the version has 9 bits),
+// must not complete the job's newer lease when it resumes. Its reading and
+// its CAS are replayed here with the calls release_lease makes.
+TEST_F(Recovery, AStaleAckOnAWordThatCameBackCompletesNoNewerLease) {
+  QueueOptions o;
+  o.jobs = 16;
+  o.lanes = 2;
+  o.payload_bytes = 16;
+  create(o);
+  using namespace detail;
+  Segment& s = QueueAccess::segment(q());
+  const std::uint32_t lane = kDefaultLane;
+  const BrandedId j1 = q().mint();
+  ASSERT_EQ(q().enqueue({}, j1, "a"), EnqueueStatus::enqueued);
+  Lease l1;
+  ASSERT_TRUE(q().claim(l1, 1000));
+  const std::uint32_t x = token_slot(s, l1.token);
+  // The stale acker: it checked the lease, marked the slot, read the word.
+  const Word128 sw = slot_load(s, x);
+  s.slot(x).run_seq.store(exit_mark(SlotWord::ctr(sw)));
+  const Word128 w = lane_load(s, lane);
+  const Word128 base = lane_base(s, lane, w);
+  const Word128 nw = LaneWord::with_active(LaneWord::with_rel(base, x + 1, RelOp::complete),
+                                           LaneWord::active(base) ? LaneWord::active(base) - 1 : 0);
+  // Meanwhile: its lease expires, and B holds the job again.
+  q().advance_clock(2000);
+  q().tick();
+  Lease l2;
+  ASSERT_TRUE(q().claim(l2, 3'600'000));
+  ASSERT_EQ(l2.id, j1);
+  ASSERT_EQ(q().set_weight({}, 1), LaneStatus::ok);
+  // Traffic on the lane until its word is what the acker read.
+  int cycles = 0;
+  for (; cycles < 5000 && !(lane_load(s, lane) == w); ++cycles) {
+    ASSERT_EQ(q().enqueue({}, q().mint(), "y"), EnqueueStatus::enqueued);
+    Lease ly;
+    ASSERT_TRUE(q().claim(ly, 1000));
+    ASSERT_EQ(q().complete(ly.id, ly.token), AckStatus::ok);
+    ASSERT_EQ(q().set_weight({}, 1), LaneStatus::ok);
+  }
+  ASSERT_TRUE(lane_load(s, lane) == w) << "the word never came back: nothing to test";
+  // The acker resumes: its CAS succeeds on the word that came back...
+  Word128 ww = w;
+  ASSERT_TRUE(lane_cas(s, lane, ww, nw));
+  (void)lane_base(s, lane, ww);
+  // ... and its step is not applied to B's lease.
+  EXPECT_EQ(SlotWord::state(slot_load(s, x)), SlotState::leased);
+  EXPECT_EQ(q().complete(l2.id, l2.token), AckStatus::ok) << "a stale ack completed a newer lease";
+  const FsckReport r = q().fsck();
+  EXPECT_TRUE(r.clean()) << show(r);
+}
+
+// A claimer stopped after taking a job from the strays, past its lease's
+// deadline: a sweep puts the job back and relinks it (new links). When the
+// claimer resumes it must not mark those new links as taken (that would
+// unlink a pending job from every list): the job is delivered once.
+TEST_F(Recovery, AResumedTakerDoesNotMarkItsJobsNewLinks) {
+  make(40);
+  const auto a = fill(A, 1);
+  Lease l0;
+  ASSERT_TRUE(q().claim(l0, kLongLease));
+  ASSERT_EQ(q().release(l0.id, l0.token), AckStatus::ok);  // back at its id: in the strays
+  SharedBlock<ChildReport> rep;
+  const std::string name = seg();
+  ForkedChild child([&] {
+    auto r = Queue::open(name);
+    if (!r) return 3;
+    detail::failpoint_arm("claim.taken", 1, detail::FailpointAction::stop);
+    Lease l;
+    if (!r->claim(l, 50)) return 7;  // its take undone and nothing else to take
+    tell(*rep, l);
+    return r->complete(l.id, l.token) == AckStatus::ok ? 0 : 6;
+  }, 60);
+  ASSERT_TRUE(wait_stopped(child, 20s)) << child.describe();
+  q().advance_clock(1000);  // the take is overdue: the job goes back, relinked
+  q().tick();
+  ASSERT_EQ(q().job(a[0])->state, JobState::pending);
+  ::kill(child.pid(), SIGCONT);
+  child.wait();
+  ASSERT_TRUE(child.reaped() && WIFEXITED(child.status())) << child.describe();
+  int delivered = rep->leases.load();
+  std::map<BrandedId, int> got;
+  claim_all(got);
+  delivered += got[a[0]];
+  EXPECT_EQ(delivered, 1) << "the job was " << (delivered ? "delivered twice" : "lost");
+  expect_clean();
+}
+
+// A fail() stopped after checking its lease, while the job is redelivered
+// and its new holder's complete has made its lane step but not applied it:
+// the stale fail() must not overwrite the new lease's exit mark, or the
+// completion (answered ok) would never be applied and the job delivered
+// again.
+TEST_F(Recovery, AStaleFailCannotUndoANewerCompletion) {
+  make(40);
+  const auto a = fill(A, 1);
+  const std::string name = seg();
+  ForkedChild failer([&] {
+    auto r = Queue::open(name);
+    if (!r) return 3;
+    Lease l;
+    if (!r->claim(l, 50)) return 4;
+    detail::failpoint_arm("fail.planned", 1, detail::FailpointAction::stop);
+    const FailStatus st = r->fail(l.id, l.token, FailOptions{.delay_ms = 60'000, .max_attempts = 10, .error = "x"});
+    return st == FailStatus::stale ? 0 : 5;
+  }, 60);
+  ASSERT_TRUE(wait_stopped(failer, 20s)) << failer.describe();
+  q().advance_clock(1000);  // the failer's lease expires
+  q().tick();
+  ForkedChild completer([&] {
+    auto r = Queue::open(name);
+    if (!r) return 3;
+    Lease l;
+    if (!r->claim(l, kLongLease)) return 4;
+    detail::failpoint_arm("ack.stepped", 1, detail::FailpointAction::stop);
+    return r->complete(l.id, l.token) == AckStatus::ok ? 0 : 5;
+  }, 60);
+  ASSERT_TRUE(wait_stopped(completer, 20s)) << completer.describe();
+  ::kill(failer.pid(), SIGCONT);
+  failer.wait();
+  EXPECT_TRUE(failer.exited_zero()) << "the stale fail was not refused: " << failer.describe();
+  ::kill(completer.pid(), SIGCONT);
+  completer.wait();
+  ASSERT_TRUE(completer.exited_zero()) << completer.describe();
+  q().tick();
+  EXPECT_FALSE(q().job(a[0]).has_value()) << "a completion answered ok was not applied";
+  q().advance_clock(2 * kLongLease);
+  Lease l;
+  EXPECT_FALSE(q().claim(l, kLongLease)) << "the completed job was delivered again";
+  expect_clean();
+}
+
+// ---- an enqueuer dies in the middle of an admission -------------------------------------------
+
+struct EnqueueCase {
+  const char* failpoint;
+  bool new_lane;  // the child's job makes its lane (E) rather than joining A's run
+};
+void PrintTo(const EnqueueCase& c, std::ostream* os) { *os << c.failpoint << (c.new_lane ? " (new lane)" : ""); }
+
+class EnqueuerKilled : public Recovery, public ::testing::WithParamInterface<EnqueueCase> {};
+
+// The job is delivered exactly once, or (never committed) never appears;
+// and an enqueue of the same id by a survivor says which: duplicate iff the
+// dead one's job will be delivered.
+TEST_P(EnqueuerKilled, TheJobIsDeliveredExactlyOnceOrNotAtAll) {
+  const EnqueueCase c = GetParam();
+  constexpr std::uint32_t kBound = 1000;
+  make(kBound);
+  const auto a = fill(A, 3);
+  const BrandedId x = q().mint();
+  const BrandedId g = c.new_lane ? E : A;
+  const std::string name = seg();
+  ForkedChild child([&] {
+    auto r = Queue::open(name);
+    if (!r) return 3;
+    detail::failpoint_arm(c.failpoint);
+    r->enqueue(g, x, "child");
+    return 5;
+  }, 60);
+  child.wait();
+  ASSERT_TRUE(child.signaled() && WTERMSIG(child.status()) == SIGKILL) << c.failpoint << " not reached: " << child.describe();
+  const FsckReport during = q().fsck();
+  for (const FsckIssue& i : during.issues) EXPECT_EQ(i.invariant, "in-flight") << i.detail;
+
+  // A survivor enqueues the same id at once: nothing waits for the dead.
+  const EnqueueStatus again = q().enqueue(g, x, "again");
+  ASSERT_TRUE(again == EnqueueStatus::enqueued || again == EnqueueStatus::duplicate) << to_string(again);
+  q().advance_clock(kBound);
+  std::map<BrandedId, int> got;
+  Lease l;
+  std::string payload;
+  for (int guard = 0; guard < 100 && q().claim(l, kLongLease); ++guard) {
+    ++got[l.id];
+    if (l.id == x) payload = l.payload;
+    EXPECT_EQ(q().complete(l.id, l.token), AckStatus::ok);
+  }
+  for (const BrandedId& id : a) EXPECT_EQ(got[id], 1) << id.str();
+  EXPECT_EQ(got[x], 1) << "the contested id was delivered " << got[x] << " times";
+  EXPECT_EQ(payload, again == EnqueueStatus::duplicate ? "child" : "again")
+      << "enqueue said " << to_string(again) << " but the other admission was delivered";
+  std::printf("[ recovery ] enqueuer killed at %-18s: the survivor's enqueue said %s\n", c.failpoint,
+              std::string(to_string(again)).c_str());
+  EXPECT_FALSE(q().job(x).has_value());
+  expect_clean();
+}
+
+INSTANTIATE_TEST_SUITE_P(AtEachStep, EnqueuerKilled,
+                         ::testing::Values(EnqueueCase{"run.linked", false}, EnqueueCase{"run.appended_first", true},
+                                           EnqueueCase{"enqueue.lane_found", false}, EnqueueCase{"enqueue.indexed", false},
+                                           EnqueueCase{"enqueue.slot_taken", false}),
+                         [](const ::testing::TestParamInfo<EnqueueCase>& info) {
+                           std::string n = info.param.failpoint;
+                           for (char& ch : n)
+                             if (ch == '.') ch = '_';
+                           return n;
+                         });
+
+// A dead enqueuer's job, left linked and undecided at run.linked, is settled
+// by the sweep alone (no survivor names its id): delivered once, fsck clean.
+TEST_F(Recovery, AnEnqueuerKilledAtRunLinkedIsSettledByTheSweep) {
+  constexpr std::uint32_t kBound = 1000;
+  make(kBound);
+  const auto a = fill(A, 2);
+  const BrandedId x = q().mint();
+  const std::string name = seg();
+  ForkedChild child([&] {
+    auto r = Queue::open(name);
+    if (!r) return 3;
+    detail::failpoint_arm("run.linked");
+    r->enqueue(A, x, "child");
+    return 5;
+  }, 60);
+  child.wait();
+  ASSERT_TRUE(child.signaled()) << child.describe();
+  const RecoveryInfo before = q().recovery();
+  q().advance_clock(kBound);
+  q().tick();
+  EXPECT_GT(q().recovery().finished, before.finished);
+  const auto j = q().job(x);
+  std::map<BrandedId, int> got;
+  claim_all(got);
+  for (const BrandedId& id : a) EXPECT_EQ(got[id], 1) << id.str();
+  EXPECT_EQ(got[x], j ? 1 : 0) << "job(x) " << (j ? "found it" : "did not find it") << " before the claims";
+  EXPECT_LE(got[x], 1);
+  expect_clean();
+}
+
+// ---- a claimer stopped between taking a job and leasing it ------------------------------------
+
+class StoppedClaimer : public Recovery, public ::testing::WithParamInterface<bool> {};  // true: continued, false: killed
+
+// A claimer stopped between its take and its lease holds that one job, and
+// only until the deadline of the lease it was taking: then a sweep puts the
+// job back in its lane, as its lease would have expired. Continued, its
+// claim finds its take undone and goes on; killed, nothing more is owed.
+TEST_P(StoppedClaimer, HoldsOnlyTheJobItTookUntilItsLeaseDeadline) {
+  const bool continued = GetParam();
+  make(40);  // sweeps look at it often: a stopped process must never be taken for dead
+  std::set<BrandedId> all;
+  for (const BrandedId& id : fill(A, 4)) all.insert(id);
+  for (const BrandedId& id : fill(B, 3)) all.insert(id);
+  SharedBlock<ChildReport> rep;
+  const std::string name = seg();
+  ForkedChild child([&] {
+    auto r = Queue::open(name);
+    if (!r) return 3;
+    detail::failpoint_arm("claim.taken", 1, detail::FailpointAction::stop);
+    Lease l;
+    if (!r->claim(l, kLongLease)) return 7;  // its take undone, and nothing left to claim
+    tell(*rep, l);
+    if (r->complete(l.id, l.token) != AckStatus::ok) return 6;
+    rep->done.store(1);
+    return 0;
+  }, 120);
+  ASSERT_TRUE(wait_stopped(child, 20s)) << "the child did not stop at claim.taken: " << child.describe();
+
+  const FsckReport during = q().fsck();
+  for (const FsckIssue& i : during.issues) EXPECT_EQ(i.invariant, "in-flight") << i.detail;
+  EXPECT_FALSE(during.clean()) << "fsck does not name the stopped claimer's step";
+
+  // Before the deadline: the survivor claims everything else, the stopped
+  // child's lane included, and new work on that lane; sweeps run; the taken
+  // job stays the stopped child's.
+  std::map<BrandedId, int> got;
+  claim_all(got);
+  for (const BrandedId& id : fill(A, 2)) all.insert(id);
+  for (int round = 0; round < 3; ++round) {
+    q().advance_clock(kLongLease / 4);
+    q().tick();
+    claim_all(got);
+  }
+  std::set<BrandedId> missing;
+  for (const BrandedId& id : all)
+    if (!got.count(id)) missing.insert(id);
+  ASSERT_EQ(missing.size(), 1U) << "the survivor did not get every job but the one the stopped claimer took";
+  const BrandedId held = *missing.begin();
+  for (const auto& [id, n] : got) EXPECT_EQ(n, 1) << id.str();
+  const auto hj = q().job(held);
+  ASSERT_TRUE(hj.has_value());
+  EXPECT_EQ(hj->state, JobState::pending) << "taken, not leased";
+  std::uint64_t served_from_its_lane = 0;
+  for (const LaneInfo& li : q().snapshot().lanes)
+    if (li.group == hj->group) served_from_its_lane = li.served;
+  EXPECT_GE(served_from_its_lane, 2U) << "the stopped claimer's lane was not served";
+  EXPECT_EQ(q().recovery().finished, 0U) << "something was undone for a process that is only stopped, before its deadline";
+
+  // Past the deadline: the job is back, at its attempt (never leased).
+  q().advance_clock(kLongLease);
+  q().tick();
+  std::map<BrandedId, std::uint32_t> attempts;
+  claim_all(got, &attempts);
+  EXPECT_EQ(got[held], 1) << "the stopped claimer's take outlived its deadline";
+  EXPECT_EQ(attempts[held], 1U);
+  EXPECT_GT(q().recovery().finished, 0U);
+
+  if (continued) {
+    ASSERT_EQ(::kill(child.pid(), SIGCONT), 0);
+    ASSERT_TRUE(child.wait_for(20s)) << "the continued child did not finish";
+    EXPECT_TRUE(child.reaped() && WIFEXITED(child.status()) && WEXITSTATUS(child.status()) == 7)
+        << "the continued claim leased a job it no longer held: " << child.describe();
+    EXPECT_EQ(rep->leases.load(), 0);
+  } else {
+    child.kill_now();
+    child.wait();
+    q().advance_clock(1000);
+    claim_all(got);
+  }
+  for (const auto& [id, n] : got) EXPECT_EQ(n, 1) << id.str();
+  EXPECT_FALSE(q().job(held).has_value());
+  expect_clean();
+}
+
+INSTANTIATE_TEST_SUITE_P(ThenContinuedOrKilled, StoppedClaimer, ::testing::Bool(),
+                         [](const ::testing::TestParamInfo<bool>& info) {
+                           return std::string(info.param ? "continued" : "killed");
+                         });
+
+// With a limit of 1, a stopped claimer's take fills the lane's limit: the
+// lane waits for that take's lease deadline, no longer (as it would for a
+// stopped holder's lease), then every job of it is delivered once.
+TEST_F(Recovery, AStoppedTakerHoldsALimitedLaneOnlyUntilItsDeadline) {
+  make(40);
+  ASSERT_EQ(q().set_limit(A, 1), LaneStatus::ok);
+  const auto a = fill(A, 3);
+  const std::string name = seg();
+  constexpr std::uint32_t kLease = 5'000;
+  ForkedChild child([&] {
+    auto r = Queue::open(name);
+    if (!r) return 3;
+    detail::failpoint_arm("claim.taken", 1, detail::FailpointAction::stop);
+    Lease l;
+    return r->claim(l, kLease) ? 0 : 7;
+  }, 120);
+  ASSERT_TRUE(wait_stopped(child, 20s)) << child.describe();
+  Lease l;
+  q().advance_clock(kLease / 2);
+  q().tick();
+  EXPECT_FALSE(q().claim(l, kLongLease)) << "the limit let a second job out while the take holds the lane's one";
+  q().advance_clock(kLease);
+  q().tick();
+  std::map<BrandedId, int> got;
+  for (int i = 0; i < 3; ++i) {
+    ASSERT_TRUE(q().claim(l, kLongLease)) << "lane A is still held by the stopped taker (claim " << i << ")";
+    ++got[l.id];
+    EXPECT_EQ(q().complete(l.id, l.token), AckStatus::ok);
+  }
+  for (const BrandedId& id : a) EXPECT_EQ(got[id], 1) << id.str();
+  child.kill_now();
+  child.wait();
+  q().advance_clock(1000);  // its death is judged: its stale intent (its take undone) is cleared
+  expect_clean();
+}
+
+// ---- holders that look dead through a raw mapping (one process) -------------------------------
+
+class DeadLooking : public Recovery {
  protected:
   Queue second() {
-    auto r = Queue::open(q().name());
+    auto r = Queue::open(seg());
     EXPECT_TRUE(r.ok());
     return std::move(r.value());
   }
-  // The process record (index) holding the one leased slot.
-  std::uint32_t holder_record(RawSegment& raw) {
+  // The process record (index) holding the first leased slot.
+  static std::uint32_t holder_record(RawSegment& raw) {
     const std::uint32_t slot = raw.find_slot(detail::SlotState::leased);
     EXPECT_NE(slot, ~0U);
-    const std::uint32_t h = raw.slot(slot).holder;
+    const std::uint32_t h = detail::Holder::index1(detail::SlotWord::holder(raw.slot_word_value(slot)));
     EXPECT_GE(h, 1U);
     return h - 1;
   }
 };
 
-TEST_F(Recovery, ALiveHolderKeepsItsLease) {
+TEST_F(DeadLooking, ALiveHolderKeepsItsLease) {
+  make(500);
   fill(A, 2);
   Queue other = second();
   Lease l;
   ASSERT_TRUE(other.claim(l, 60000));
+  q().advance_clock(1000);
   EXPECT_EQ(q().tick(), 0U) << "a live holder's unexpired lease was taken";
   EXPECT_EQ(q().recovery().runs, 0U);
   EXPECT_EQ(other.complete(l.id, l.token), AckStatus::ok);
 }
 
-TEST_F(Recovery, LeaseOfADeadHolderComesBackAndALateCompleteIsFenced) {
+TEST_F(DeadLooking, LeasesOfAHolderThatLooksDeadComeBackAndItsLateAcksAreFenced) {
+  make(500);
   const auto ids = fill(A, 3);
   Queue other = second();
   Lease held[2];
   ASSERT_TRUE(other.claim(held[0], 60000));
   ASSERT_TRUE(other.claim(held[1], 60000));
-  RawSegment raw(q().name());
+  RawSegment raw(seg());
   const std::uint32_t rec = holder_record(raw);
-  // Its pid is ours, but its start time now names another process: dead.
-  raw.proc(rec).start_time += 1;
+  raw.proc(rec).start_time += 1;  // its pid is ours, but its start time names another process: dead
 
   EXPECT_EQ(q().tick(), 2U);
   const RecoveryInfo r = q().recovery();
@@ -69,29 +870,30 @@ TEST_F(Recovery, LeaseOfADeadHolderComesBackAndALateCompleteIsFenced) {
   EXPECT_EQ(r.jobs, 2U);
   EXPECT_EQ(r.last_jobs, 2U);
   EXPECT_EQ(r.last_pid, int(::getpid()));
-  EXPECT_GT(r.last_unix_ms, 0U);
-
   // The holder was only slow: its late acks change nothing.
   EXPECT_EQ(other.complete(held[0].id, held[0].token), AckStatus::stale);
   EXPECT_EQ(other.fail(held[1].id, held[1].token, {}), FailStatus::stale);
-  // The jobs come back in mint order, attempt 2, then the untouched third.
+  EXPECT_EQ(other.release(held[1].id, held[1].token), AckStatus::stale);
+  // They come back in mint order, at attempt 2, then the untouched third.
   Lease l;
   for (int i = 0; i < 3; ++i) {
     ASSERT_TRUE(q().claim(l, 60000));
     EXPECT_EQ(l.id, ids[std::size_t(i)]);
     EXPECT_EQ(l.attempt, i < 2 ? 2U : 1U);
+    EXPECT_NE(l.token, held[std::size_t(std::min(i, 1))].token);
     EXPECT_EQ(q().complete(l.id, l.token), AckStatus::ok);
   }
-  EXPECT_TRUE(q().fsck().clean());
+  EXPECT_TRUE(q().fsck().clean()) << show(q().fsck());
   raw.proc(rec).start_time -= 1;
 }
 
-TEST_F(Recovery, ARecordStillBeingAttachedIsNeverJudged) {
+TEST_F(DeadLooking, ARecordStillBeingAttachedIsNeverJudged) {
+  make(500);
   fill(A, 1);
   Queue other = second();
   Lease l;
   ASSERT_TRUE(other.claim(l, 60000));
-  RawSegment raw(q().name());
+  RawSegment raw(seg());
   const std::uint32_t rec = holder_record(raw);
   const std::uint64_t owner = raw.proc(rec).owner.load();
   raw.proc(rec).owner.store(owner & ~(1ULL << 33));  // not stamped: its start time is not written yet
@@ -102,58 +904,49 @@ TEST_F(Recovery, ARecordStillBeingAttachedIsNeverJudged) {
   EXPECT_EQ(other.complete(l.id, l.token), AckStatus::ok);
 }
 
-TEST_F(Recovery, AHolderThatDetachedCleanlyKeepsItsLeaseUntilItsDeadline) {
+TEST_F(DeadLooking, AHolderThatDetachedCleanlyKeepsItsLeaseUntilItsDeadline) {
   // `fairlane claim` detaches and exits; `fairlane complete` comes later
   // from another process. A free record is not a dead holder.
-  const auto ids = fill(A, 1);
+  make(500);
+  fill(A, 1);
   Lease l;
   {
     Queue other = second();
     ASSERT_TRUE(other.claim(l, 60000));
   }
+  q().advance_clock(1000);
   EXPECT_EQ(q().tick(), 0U);
   EXPECT_EQ(q().complete(l.id, l.token), AckStatus::ok);
 }
 
-TEST_F(Recovery, AHolderThatExitedButIsNotYetReapedIsDead) {
-  // A zombie still answers kill(pid, 0) and keeps its /proc entry and start
-  // time; it holds nothing any more.
+TEST_F(DeadLooking, AHolderThatExitedButIsNotYetReapedIsDead) {
+  // A zombie still answers kill(pid, 0) and keeps its /proc entry; it holds
+  // nothing any more.
+  make(500);
   fill(A, 2);
-  int ready[2];
-  ASSERT_EQ(::pipe(ready), 0);
-  const pid_t child = ::fork();
-  ASSERT_GE(child, 0);
-  if (child == 0) {
-    ::close(ready[0]);
-    auto other = Queue::open(q().name());
+  const std::string name = seg();
+  ForkedChild child([&] {
+    auto other = Queue::open(name);
     Lease l;
     const bool ok = other && other->claim(l, 60000) && other->claim(l, 60000);
-    const char c = ok ? '1' : '0';
-    (void)!::write(ready[1], &c, 1);
-    ::_exit(0);  // no detach: the record stays attached, the process a zombie
-  }
-  ::close(ready[1]);
-  char c = 0;
-  ASSERT_EQ(::read(ready[0], &c, 1), 1);
-  ::close(ready[0]);
-  ASSERT_EQ(c, '1');
-  // Until it has exited, without reaping it (WNOWAIT): it stays a zombie.
+    ::_exit(ok ? 0 : 3);  // no detach: the record stays attached, the process a zombie
+    return 0;
+  }, 60);
   siginfo_t info{};
-  ASSERT_EQ(::waitid(P_PID, id_t(child), &info, WEXITED | WNOWAIT), 0);
-  const std::string stat = "/proc/" + std::to_string(child) + "/stat";
-  std::ifstream in(stat);
+  ASSERT_EQ(::waitid(P_PID, id_t(child.pid()), &info, WEXITED | WNOWAIT), 0);  // exited, not reaped
+  ASSERT_EQ(info.si_status, 0);
+  std::ifstream in("/proc/" + std::to_string(child.pid()) + "/stat");
   const std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
   const auto paren = text.rfind(')');
-  const bool zombie = paren != std::string::npos && paren + 2 < text.size() && text[paren + 2] == 'Z';
-  ASSERT_TRUE(zombie);
+  ASSERT_TRUE(paren != std::string::npos && paren + 2 < text.size() && text[paren + 2] == 'Z') << text;
   EXPECT_EQ(q().tick(), 2U);
-  EXPECT_EQ(q().recovery().last_pid, int(child));
-  int st = 0;
-  ::waitpid(child, &st, 0);
-  EXPECT_TRUE(q().fsck().clean());
+  EXPECT_EQ(q().recovery().last_pid, int(child.pid()));
+  child.wait();
+  EXPECT_TRUE(q().fsck().clean()) << show(q().fsck());
 }
 
-TEST_F(Recovery, ExpiredLeasesAreCountedAndPromotionsAreNot) {
+TEST_F(DeadLooking, ExpiredLeasesAreCountedAndPromotionsAreNot) {
+  make(500);
   fill(A, 2);
   ASSERT_EQ(q().enqueue(A, q().mint(), "later", {.delay_ms = 100}), EnqueueStatus::enqueued);
   Lease l;
@@ -168,7 +961,8 @@ TEST_F(Recovery, ExpiredLeasesAreCountedAndPromotionsAreNot) {
   EXPECT_EQ(r.runs, 1U);
   EXPECT_EQ(r.last_jobs, 2U);
   EXPECT_EQ(r.last_pid, 0) << "expired leases of a live holder name no dead pid";
-  EXPECT_TRUE(q().fsck().clean());
+  EXPECT_EQ(r.finished, 0U);
+  EXPECT_TRUE(q().fsck().clean()) << show(q().fsck());
 }
 
 }  // namespace

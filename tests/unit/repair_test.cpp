@@ -1,351 +1,245 @@
-// repair: each kind of damage fsck names is undone from the job slots; fsck
-// is clean afterwards and the queue still delivers every job that was
-// pending (and takes new ones). Damage is done through a raw mapping, as in
-// fsck_test.cpp.
-#include "queue_fixture.hpp"
-#include "raw_segment.hpp"
+// repair: the offline rebuild. It refuses while another live process is
+// attached (unless forced); for each kind of damage fsck names
+// (segment_damage.hpp) it leaves a clean segment that serves every job
+// exactly once (nothing lost but what the damage itself destroyed, nothing
+// duplicated), keeps the settings of live groups and the leases held across
+// it, and takes new work.
+#include "forked_child.hpp"
+#include "segment_damage.hpp"
 
-#include <sys/wait.h>
 #include <unistd.h>
 
-#include <set>
+#include <chrono>
 
 namespace fairlane {
 namespace {
 
-using detail::LaneWord;
-using detail::SlotState;
-using detail::SlotWord;
-using test::QueueTest;
-using test::RawSegment;
-
-const BrandedId A = BrandedId::make("AAA", 1);
-const BrandedId B = BrandedId::make("BBB", 1);
-const BrandedId C = BrandedId::make("CCC", 1);
-
-bool has(const FsckReport& r, std::string_view invariant) {
-  for (const auto& i : r.issues)
-    if (i.invariant == invariant) return true;
-  return false;
-}
-
-std::string show(const FsckReport& r) {
-  std::string s;
-  for (const auto& i : r.issues) s += i.invariant + ": " + i.detail + "\n";
-  for (const auto& line : r.repairs) s += "repair: " + line + "\n";
-  return s;
-}
+using namespace test;
+using namespace std::chrono_literals;
 
 class RepairTest : public QueueTest {
  protected:
-  // Three lanes of pending jobs, two leased, one scheduled, one dead.
-  void populate() {
-    for (int i = 0; i < 12; ++i) ASSERT_EQ(q().enqueue(i % 3 == 0 ? A : i % 3 == 1 ? B : C, q().mint(), "x"), EnqueueStatus::enqueued);
-    ASSERT_EQ(q().enqueue(B, BrandedId::make("JOB", 7), "old"), EnqueueStatus::enqueued);  // out of mint order
-    ASSERT_EQ(q().enqueue(C, q().mint(), "later", {.delay_ms = 600'000}), EnqueueStatus::enqueued);
-    Lease l;
-    for (int i = 0; i < 3; ++i) {
-      ASSERT_TRUE(q().claim(l, 600'000));
-      leased_.insert(l.id);
-    }
-    ASSERT_EQ(q().fail(l.id, l.token, {.delay_ms = 0, .max_attempts = 1, .error = "boom"}), FailStatus::dead);
-    leased_.erase(l.id);
-    ASSERT_TRUE(q().fsck().clean()) << show(q().fsck());
+  // The settings populate() made are still in force.
+  void expect_settings_kept() {
+    const auto a = lane(kGroupA), b = lane(kGroupB), c = lane(kGroupC);
+    ASSERT_TRUE(a && b && c) << "a group with a setting lost its lane";
+    EXPECT_EQ(a->limit, 3U);
+    EXPECT_EQ(b->weight, 2U);
+    EXPECT_TRUE(c->paused);
+    EXPECT_FALSE(a->paused || b->paused);
   }
 
-  std::set<BrandedId> pending_ids() {
-    std::set<BrandedId> ids;
-    JobFilter f;
-    f.state = JobState::pending;
-    for (const JobInfo& j : q().jobs(f)) ids.insert(j.id);
-    return ids;
-  }
-
-  // repair() found what fsck names, and left a clean segment.
-  FsckReport repair_and_check(std::string_view expect_invariant) {
-    const FsckReport before = q().fsck();
-    EXPECT_TRUE(has(before, expect_invariant)) << show(before);
-    auto r = q().repair();
-    EXPECT_TRUE(r.ok()) << (r.ok() ? "" : r.error().message);
-    if (!r.ok()) return {};
-    EXPECT_FALSE(r.value().clean());
-    EXPECT_TRUE(has(r.value(), expect_invariant)) << show(r.value());
-    EXPECT_FALSE(r.value().repairs.empty());
-    const FsckReport after = q().fsck();
-    EXPECT_TRUE(after.clean()) << "after repair:\n" << show(after) << "repair said:\n" << show(r.value());
-    return r.value();
-  }
-
-  // Claims until nothing is left; every job expected comes once, nothing else.
-  void expect_delivers(const std::set<BrandedId>& expected) {
-    std::set<BrandedId> got;
-    Lease l;
-    while (q().claim(l, 600'000)) {
-      EXPECT_TRUE(expected.count(l.id)) << "unexpected job " << l.id.str();
-      EXPECT_TRUE(got.insert(l.id).second) << "delivered twice: " << l.id.str();
-      EXPECT_EQ(q().complete(l.id, l.token), AckStatus::ok);
-      if (got.size() > expected.size() + 5) break;
-    }
-    EXPECT_EQ(got, expected);
-    // And it still takes new work.
-    const BrandedId fresh = q().mint();
-    ASSERT_EQ(q().enqueue(A, fresh, "new"), EnqueueStatus::enqueued);
-    ASSERT_TRUE(q().claim(l, 1000));
-    EXPECT_EQ(l.id, fresh);
-    EXPECT_EQ(q().complete(l.id, l.token), AckStatus::ok);
-    for (const BrandedId& id : leased_) {
+  // Every job of `expected` is delivered exactly once and nothing else; the
+  // leases held across the repair are still good; new work is taken.
+  void expect_serves_exactly(const std::set<BrandedId>& expected, const Population& p, const std::set<BrandedId>& lost) {
+    for (const auto& [id, token] : p.leases) {
+      if (lost.count(id)) continue;
       const auto j = q().job(id);
-      ASSERT_TRUE(j.has_value()) << id.str();
-      EXPECT_EQ(j->state, JobState::leased);
-      EXPECT_EQ(q().complete(id, j->token), AckStatus::ok) << "a lease held across the repair was lost";
+      ASSERT_TRUE(j.has_value()) << "a lease held across the repair is gone: " << id.str();
+      EXPECT_EQ(j->state, JobState::leased) << id.str();
+      EXPECT_EQ(j->token, token) << "the lease's token changed: " << id.str();
+      EXPECT_EQ(q().complete(id, token), AckStatus::ok) << "a lease held across the repair was lost: " << id.str();
+    }
+    ASSERT_EQ(q().resume(kGroupC), LaneStatus::ok);
+    std::map<BrandedId, int> got;
+    Lease l;
+    auto drain_queue = [&] {
+      for (int guard = 0; guard < 1000 && q().claim(l, 60000); ++guard) {
+        ++got[l.id];
+        EXPECT_EQ(q().complete(l.id, l.token), AckStatus::ok) << l.id.str();
+      }
+    };
+    drain_queue();
+    q().advance_clock(kLaterMs + 1000);  // the delayed job falls due
+    drain_queue();
+    for (const auto& [id, n] : got) {
+      EXPECT_TRUE(expected.count(id)) << "delivered a job that was not there: " << id.str();
+      EXPECT_EQ(n, 1) << id.str() << " delivered " << n << " times";
+    }
+    for (const BrandedId& id : expected) EXPECT_TRUE(got.count(id)) << "lost: " << id.str();
+    // The dead letter is still a dead letter.
+    const auto d = q().job(p.dead);
+    ASSERT_TRUE(d.has_value());
+    EXPECT_EQ(d->state, JobState::dead);
+    // New work, in a new group and an old one.
+    for (const BrandedId& g : {group("NEW"), kGroupA}) {
+      const BrandedId fresh = q().mint();
+      ASSERT_EQ(q().enqueue(g, fresh, "new"), EnqueueStatus::enqueued);
+      ASSERT_TRUE(q().claim(l, 1000));
+      EXPECT_EQ(l.id, fresh);
+      EXPECT_EQ(q().complete(l.id, l.token), AckStatus::ok);
     }
     const FsckReport f = q().fsck();
-    EXPECT_TRUE(f.clean()) << show(f);
+    EXPECT_TRUE(f.clean()) << "after serving everything:\n" << show(f);
+    const Snapshot s = q().snapshot();
+    EXPECT_EQ(s.pending + s.leased + s.scheduled, 0U);
   }
-
-  std::set<BrandedId> leased_;
 };
 
-TEST_F(RepairTest, ACleanSegmentIsLeftAlone) {
-  populate();
+TEST_F(RepairTest, ACleanSegmentIsLeftAsItWas) {
+  const Population p = populate(q());
   auto r = q().repair();
-  ASSERT_TRUE(r.ok()) << r.error().message;
-  EXPECT_TRUE(r.value().clean());
-  EXPECT_TRUE(r.value().repairs.empty());
-  expect_delivers(pending_ids());
+  ASSERT_TRUE(r.ok()) << describe(r.error());
+  EXPECT_TRUE(r.value().clean()) << show(r.value());
+  EXPECT_TRUE(q().fsck().clean()) << show(q().fsck());
+  expect_settings_kept();
+  expect_serves_exactly(p.deliverable(), p, {});
 }
 
-TEST_F(RepairTest, WrongLaneCountsAndABusyBit) {
-  populate();
-  const auto expected = pending_ids();
+// ---- each kind of damage is undone ---------------------------------------------------------
+
+class RepairDamage : public RepairTest, public ::testing::WithParamInterface<DamageKind> {};
+
+TEST_P(RepairDamage, LeavesACleanSegmentThatServesEveryJobOnce) {
+  const DamageKind& k = GetParam();
+  const Population p = populate(q());
+  std::set<BrandedId> lost;
   {
     RawSegment raw(q().name());
-    const std::uint32_t a = raw.find_lane([](std::uint64_t w) { return LaneWord::pending(w) > 0; });
-    ASSERT_NE(a, ~0U);
-    auto& w = raw.lane(a).word;
-    w.store(LaneWord::with_active(LaneWord::with_pending(w.load(), LaneWord::pending(w.load()) + 2), 7));
-    for (std::uint32_t i = 0; i < raw.header().lane_buckets; ++i)
-      if (i != a && raw.lane(i).key_a.load() != 0 && LaneWord::pending(raw.lane(i).word.load()) > 0) {
-        raw.lane(i).word.fetch_or(LaneWord::kBusy);  // a server that died holding the structure
-        break;
-      }
+    lost = do_damage(raw, p, k.damage);
   }
-  const FsckReport r = repair_and_check("lane-pending-count");
-  EXPECT_TRUE(has(r, "lane-active-count")) << show(r);
-  EXPECT_TRUE(has(r, "lane-busy")) << show(r);
-  expect_delivers(expected);
+  if (HasFailure()) return;
+  const FsckReport before = q().fsck();
+  ASSERT_TRUE(has_issue(before, k.invariant)) << show(before);
+  auto r = q().repair();
+  ASSERT_TRUE(r.ok()) << describe(r.error());
+  EXPECT_TRUE(has_issue(r.value(), k.invariant)) << "repair returns what fsck found before it:\n" << show(r.value());
+  EXPECT_FALSE(r.value().repairs.empty()) << "repair says nothing of what it changed";
+  const FsckReport after = q().fsck();
+  EXPECT_TRUE(after.clean()) << k.name << ": after repair:\n" << show(after) << "repair said:\n" << show(r.value());
+  expect_settings_kept();
+  std::set<BrandedId> expected;
+  for (const BrandedId& id : p.deliverable())
+    if (!lost.count(id)) expected.insert(id);
+  expect_serves_exactly(expected, p, lost);
 }
 
-TEST_F(RepairTest, ALostRingToken) {
-  // A serviceable lane off the ring: its token was taken (by a claimer that
-  // was then killed) and its ringed bit is clear. Nobody would serve it.
-  populate();
-  const auto expected = pending_ids();
+INSTANTIATE_TEST_SUITE_P(EveryKind, RepairDamage, ::testing::ValuesIn(damage_kinds()),
+                         [](const ::testing::TestParamInfo<DamageKind>& info) { return std::string(info.param.name); });
+
+TEST_F(RepairTest, ManyKindsOfDamageAtOnce) {
+  const Population p = populate(q());
+  std::set<BrandedId> lost;
   {
     RawSegment raw(q().name());
-    auto& h = raw.header();
-    const std::uint64_t head = h.ring_head.load();
-    ASSERT_LT(head, h.ring_tail.load());
-    const std::uint64_t cell = raw.ring_cell(head).load();
-    const std::uint32_t lane = std::uint32_t(detail::RingCell::value(cell) - 1);
-    raw.ring_cell(head).store(detail::RingCell::pack(head + h.ring_cells, 0));  // popped
-    h.ring_head.store(head + 1);
-    raw.lane(lane).word.fetch_and(~LaneWord::kRinged);
+    for (Damage d : {Damage::unlinked, Damage::active_off, Damage::unringed, Damage::dir_removed, Damage::index_removed,
+                     Damage::husk_leaked, Damage::strays_flag})
+      for (const BrandedId& id : do_damage(raw, p, d)) lost.insert(id);
+    raw.header().ring_tail.store(raw.header().ring_head.load());  // and the ring's tail hint
+    raw.header().sweep.next_due.store(~0ULL);                     // and the sweep's due time
   }
-  repair_and_check("ring-lost-wakeup");
-  expect_delivers(expected);
+  auto r = q().repair();
+  ASSERT_TRUE(r.ok()) << describe(r.error());
+  EXPECT_GE(r.value().issues.size(), 7U) << show(r.value());
+  EXPECT_TRUE(q().fsck().clean()) << show(q().fsck());
+  expect_settings_kept();
+  std::set<BrandedId> expected = p.deliverable();
+  expect_serves_exactly(expected, p, lost);
 }
 
-TEST_F(RepairTest, ATokenInTheHoldSlotOfALaneThatSaysUnringed) {
-  populate();
-  const auto expected = pending_ids();
+// A leaked husk takes a slot for good: after the repair every slot is usable.
+TEST_F(RepairTest, EverySlotIsUsableAgainAfterALeakIsRepaired) {
+  const Population p = populate(q());
   {
     RawSegment raw(q().name());
-    const std::uint32_t lane = raw.find_lane([](std::uint64_t w) { return LaneWord::serviceable(w); });
-    ASSERT_NE(lane, ~0U);
-    raw.header().hold.store((3ULL << 32) | (lane + 1));  // a second token
+    for (int i = 0; i < 5; ++i) do_damage(raw, p, Damage::husk_leaked);
   }
-  repair_and_check("ring-duplicate-token");
-  expect_delivers(expected);
-}
-
-TEST_F(RepairTest, ASlotStuckAdmittingWithItsIdCommittedIsAdmitted) {
-  // An enqueuer killed between committing the id and publishing the job: the
-  // slot says admitting, its id is in the index (a retry of that enqueue is
-  // told `duplicate`), and it sits in its lane's structure. Since a retry was
-  // told it is queued, repair must admit it, not free it.
-  populate();
-  const auto expected = pending_ids();
-  BrandedId stuck;
-  {
-    RawSegment raw(q().name());
-    const std::uint32_t slot = raw.find_slot(SlotState::pending);
-    ASSERT_NE(slot, ~0U);
-    const std::uint64_t w = raw.slot_word(slot).load();
-    raw.slot_word(slot).store(SlotWord::pack(SlotState::admitting, SlotWord::gen(w), 0, 0));
-    stuck = BrandedId::make("JOB", raw.slot(slot).snowflake.load());
-  }
-  ASSERT_TRUE(expected.count(stuck));
-  ASSERT_EQ(q().enqueue(A, stuck, "again"), EnqueueStatus::duplicate);
-  const FsckReport r = repair_and_check("slot-transitional");
-  bool said = false;
-  for (const auto& line : r.repairs) said = said || line.find("admitted as pending") != std::string::npos;
-  EXPECT_TRUE(said) << show(r);
-  EXPECT_EQ(q().enqueue(A, stuck, "again"), EnqueueStatus::duplicate) << "the admitted job lost its index entry";
-  expect_delivers(expected);
-}
-
-TEST_F(RepairTest, ALeakedFreeSlot) {
-  populate();
-  const auto expected = pending_ids();
-  const std::uint64_t live = expected.size() + leased_.size() + 2;  // + scheduled + dead
-  {
-    RawSegment raw(q().name());
-    auto& head = raw.header().free_head;
-    const std::uint64_t h = head.load();
-    const std::uint32_t top = std::uint32_t(h);
-    ASSERT_NE(top, 0U);
-    head.store((((h >> 32) + 1) << 32) | raw.slot(top - 1).next.load());  // the top slot falls off the list
-  }
-  repair_and_check("free-list-leak");
-  // Every slot can be used again: exactly jobs - live admissions fit.
+  auto r = q().repair();
+  ASSERT_TRUE(r.ok()) << describe(r.error());
+  const Snapshot s = q().snapshot();
+  const std::uint64_t live = s.pending + s.leased + s.scheduled + s.dead;
   std::uint64_t admitted = 0;
   for (;;) {
-    const EnqueueStatus st = q().enqueue(C, q().mint(), "fill");
+    const EnqueueStatus st = q().enqueue(kGroupA, q().mint(), "fill");
     if (st == EnqueueStatus::full) break;
     ASSERT_EQ(st, EnqueueStatus::enqueued);
     ++admitted;
   }
-  EXPECT_EQ(admitted, q().config().jobs - live);
+  EXPECT_EQ(admitted + live, q().config().jobs) << "slots lost for good";
   EXPECT_TRUE(q().fsck().clean()) << show(q().fsck());
 }
 
-TEST_F(RepairTest, AStaleIndexEntry) {
-  // A completed job whose index entry came back: its id reads as a live
-  // duplicate, so it could never be enqueued again.
-  populate();
-  Lease l;
-  ASSERT_TRUE(q().claim(l, 1000));
-  const BrandedId done = l.id;
-  std::uint64_t saved = 0;
-  std::uint64_t bucket = 0;
-  int way = -1;
+// A job whose admitter died after linking it (its id is known: a rival may
+// have been told `duplicate`) is admitted by the repair, not freed.
+TEST_F(RepairTest, AnAdmittingSlotLinkedInItsLaneIsAdmitted) {
+  const Population p = populate(q());
   {
     RawSegment raw(q().name());
-    const std::uint32_t slot = [&] {
-      for (std::uint32_t i = 0; i < raw.header().job_capacity; ++i)
-        if (raw.slot(i).snowflake.load() == done.snowflake() && SlotWord::state(raw.slot_word(i).load()) == SlotState::leased)
-          return i;
-      return ~0U;
-    }();
-    ASSERT_NE(slot, ~0U);
-    for (std::uint64_t b = 0; b < raw.header().index_buckets && way < 0; ++b)
-      for (int k = 0; k < int(detail::kIndexWays); ++k)
-        if (const std::uint64_t e = raw.bucket(b).e[k].load(); e && detail::IndexEntry::slot(e) == slot) {
-          saved = e;
-          bucket = b;
-          way = k;
-          break;
-        }
-    ASSERT_GE(way, 0);
+    const std::uint32_t i = slot_of(raw, p.arun[1]);
+    const Word128 w = raw.slot_word_value(i);
+    set_slot_word(raw, i, SlotWord::make(SlotState::admitting, 0, 0, SlotWord::ctr(w), Holder::make(0, 1)));
   }
-  ASSERT_EQ(q().complete(done, l.token), AckStatus::ok);
-  const auto expected = pending_ids();
-  {
-    RawSegment raw(q().name());
-    raw.bucket(bucket).e[way].store(saved);
-  }
-  ASSERT_EQ(q().enqueue(A, done, "again"), EnqueueStatus::duplicate);
-  repair_and_check("index-stale");
-  expect_delivers(expected);
-  EXPECT_EQ(q().enqueue(A, done, "again"), EnqueueStatus::enqueued);
+  EXPECT_TRUE(has_issue(q().fsck(), "in-flight")) << show(q().fsck());
+  auto r = q().repair();
+  ASSERT_TRUE(r.ok()) << describe(r.error());
+  EXPECT_TRUE(q().fsck().clean()) << show(q().fsck());
+  EXPECT_EQ(q().enqueue(kGroupA, p.arun[1], "again"), EnqueueStatus::duplicate) << "the admitted job lost its id";
+  expect_serves_exactly(p.deliverable(), p, {});
 }
 
-TEST_F(RepairTest, TwoSlotsWithOneIdKeepTheIndexedOne) {
-  populate();
-  auto expected = pending_ids();
-  BrandedId lost;
-  {
-    RawSegment raw(q().name());
-    std::vector<std::uint32_t> pend;
-    for (std::uint32_t i = 0; i < raw.header().job_capacity && pend.size() < 2; ++i)
-      if (SlotWord::state(raw.slot_word(i).load()) == SlotState::pending) pend.push_back(i);
-    ASSERT_EQ(pend.size(), 2U);
-    // The second slot's job is overwritten with the first one's id.
-    lost = BrandedId::make("JOB", raw.slot(pend[1]).snowflake.load());
-    raw.slot(pend[1]).snowflake.store(raw.slot(pend[0]).snowflake.load());
-  }
-  const FsckReport r = repair_and_check("duplicate-id");
-  bool said = false;
-  for (const auto& line : r.repairs) said = said || line.find("same id") != std::string::npos;
-  EXPECT_TRUE(said) << show(r);
-  expected.erase(lost);
-  expect_delivers(expected);
-}
+// ---- only alone ------------------------------------------------------------------------------
 
-TEST_F(RepairTest, ManyKindsOfDamageAtOnce) {
-  populate();
-  auto expected = pending_ids();
+TEST_F(RepairTest, RefusesWhileAnotherLiveProcessIsAttachedUnlessForced) {
+  const Population p = populate(q());
   {
     RawSegment raw(q().name());
-    const std::uint32_t a = raw.find_lane([](std::uint64_t w) { return LaneWord::pending(w) > 0; });
-    raw.lane(a).word.store(LaneWord::with_pending(raw.lane(a).word.load(), 0) & ~LaneWord::kRinged);
-    raw.lane(a).run_head = 0;
-    raw.lane(a).heap_root = 0;
-    raw.header().next_due.store(~0ULL);
-    raw.header().ring_tail.store(raw.header().ring_head.load());  // the whole ring lost
-    raw.header().free_head.store(0);                              // and the whole free list
+    do_damage(raw, p, Damage::active_off);
   }
-  repair_and_check("lane-pending-count");
-  expect_delivers(expected);
-}
-
-TEST_F(RepairTest, RefusesWhileAnotherProcessIsAttachedUnlessForced) {
-  populate();
-  const auto expected = pending_ids();
-  {
-    RawSegment raw(q().name());
-    const std::uint32_t a = raw.find_lane([](std::uint64_t w) { return LaneWord::pending(w) > 0; });
-    raw.lane(a).word.store(LaneWord::with_pending(raw.lane(a).word.load(), LaneWord::pending(raw.lane(a).word.load()) + 1));
-  }
+  // A child attached and idle until told to go.
   int ready[2], hold[2];
   ASSERT_EQ(::pipe(ready), 0);
   ASSERT_EQ(::pipe(hold), 0);
-  const pid_t child = ::fork();
-  ASSERT_GE(child, 0);
-  if (child == 0) {
-    // Attached and idle until the parent closes `hold`.
+  const std::string name = q().name();
+  ForkedChild child([&] {
     ::close(hold[1]);
     ::close(ready[0]);
-    auto other = Queue::open(q().name());
+    auto other = Queue::open(name);
     char c = other.ok() ? 'y' : 'n';
-    (void)!::write(ready[1], &c, 1);
-    (void)!::read(hold[0], &c, 1);
-    ::_exit(0);
-  }
+    if (::write(ready[1], &c, 1) != 1) return 3;
+    if (::read(hold[0], &c, 1) < 0) return 4;  // EOF when the parent closes its end
+    return 0;
+  }, 60);
   ::close(ready[1]);
   ::close(hold[0]);
   char c = 0;
   ASSERT_EQ(::read(ready[0], &c, 1), 1);
+  ::close(ready[0]);
   ASSERT_EQ(c, 'y');
 
-  const FsckReport before = q().fsck();
+  const std::string before = show(q().fsck());
   auto refused = q().repair();
   ASSERT_FALSE(refused.ok());
   EXPECT_EQ(refused.error().code, Errc::busy);
-  EXPECT_NE(refused.error().message.find(std::to_string(child)), std::string::npos) << refused.error().message;
-  EXPECT_EQ(show(q().fsck()), show(before)) << "a refused repair changed something";
+  EXPECT_NE(refused.error().message.find(std::to_string(child.pid())), std::string::npos) << refused.error().message;
+  EXPECT_EQ(show(q().fsck()), before) << "a refused repair changed something";
 
   auto forced = q().repair(true);
-  ASSERT_TRUE(forced.ok()) << forced.error().message;
-  EXPECT_TRUE(has(forced.value(), "lane-pending-count"));
+  ASSERT_TRUE(forced.ok()) << describe(forced.error());
+  EXPECT_TRUE(has_issue(forced.value(), "lane-active-count")) << show(forced.value());
   EXPECT_TRUE(q().fsck().clean()) << show(q().fsck());
 
   ::close(hold[1]);
-  int st = 0;
-  ::waitpid(child, &st, 0);
-  ::close(ready[0]);
-  expect_delivers(expected);
+  ASSERT_TRUE(child.wait_for(30s)) << "the attached child did not exit";
+  EXPECT_TRUE(child.exited_zero()) << child.describe();
+  expect_settings_kept();
+  expect_serves_exactly(p.deliverable(), p, {});
+}
+
+TEST_F(RepairTest, AnotherHandleOfThisProcessDoesNotCountAsAnotherProcess) {
+  populate(q());
+  auto other = Queue::open(q().name());
+  ASSERT_TRUE(other.ok());
+  auto r = q().repair();
+  EXPECT_TRUE(r.ok()) << describe(r.error());
+}
+
+TEST_F(RepairTest, AnObserverCannotRepair) {
+  populate(q());
+  auto obs = Queue::open(q().name(), Queue::Attach::observer);
+  ASSERT_TRUE(obs.ok());
+  auto r = obs->repair(true);
+  ASSERT_FALSE(r.ok());
+  EXPECT_EQ(r.error().code, Errc::invalid_argument);
 }
 
 }  // namespace

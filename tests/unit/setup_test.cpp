@@ -246,12 +246,51 @@ TEST(Setup, InvalidOptions) {
     o.recovery_ms = ms;
     expect_invalid(o, "recovery_ms out of range");
   }
+  for (std::uint32_t n : {0U, kMaxProcesses + 1}) {
+    o = small();
+    o.processes = n;
+    expect_invalid(o, "processes out of range");
+  }
   // The limits themselves are fine.
   o = small();
   o.node = 1023;
   o.job_kind = "ZZZ";
   auto ok = Queue::create(guard.name(), o);
   EXPECT_TRUE(ok.ok()) << describe(ok.error());
+}
+
+TEST(Setup, TheLastProcessRecordHoldsItsLeases) {
+  // A lease names its holder by record index + 1 in the slot word; the last
+  // record of the largest table must not read as "no holder" (which a sweep
+  // takes for a holder that is gone, and returns the lease).
+  SegmentGuard guard(unique_segment_name());
+  QueueOptions o = small();
+  o.processes = kMaxProcesses;
+  auto created = Queue::create(guard.name(), o);
+  ASSERT_TRUE(created.ok()) << describe(created.error());
+  std::vector<Queue> handles;
+  for (;;) {
+    auto q = Queue::open(guard.name());
+    if (!q) break;
+    handles.push_back(std::move(q).value());
+    ASSERT_LT(handles.size(), std::size_t(kMaxProcesses)) << "the table never filled";
+  }
+  Queue& last = handles.back();  // the creator has a record too: this one is the table's last
+  const BrandedId id = last.mint();
+  ASSERT_EQ(last.enqueue(BrandedId::make("GRP", 1), id, "x"), EnqueueStatus::enqueued);
+  Lease l;
+  ASSERT_TRUE(last.claim(l, 3'600'000));
+  bool mine = false;
+  for (const auto& p : created->processes())
+    if (p.pid == ::getpid() && p.leases == 1) mine = true;
+  EXPECT_TRUE(mine) << "the lease shows no holder";
+  // Sweeps that judge holders leave a live holder's lease alone.
+  for (int i = 0; i < 3; ++i) {
+    created->advance_clock(o.recovery_ms);
+    created->tick();
+  }
+  EXPECT_EQ(created->job(id)->state, JobState::leased);
+  EXPECT_EQ(last.complete(l.id, l.token), AckStatus::ok);
 }
 
 TEST(Setup, InvalidName) {

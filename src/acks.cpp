@@ -1,0 +1,412 @@
+// Acknowledgements: complete, fail, extend, release, and their batches; the
+// moves of a job back into its lane (shared with the sweep and the dead
+// letter calls).
+//
+// Every way out of a lease (complete, fail, release, the sweep's expiry) is
+// one step of the lease's lane word: one CAS that gives the lane's active
+// count back (when the job leaves the lane for good: complete, a fail that
+// parks it) and names the slot in the word's step (LaneWord::rel). The slot
+// word is moved after, by the step's author or by whoever writes the lane
+// word next (lane_base). So:
+//   - exactly one of them wins a lease: each reads the lane word, checks the
+//     slot is still leased under the token, and CASes the lane word; the
+//     others fail that CAS, or find the step applied and the lease gone;
+//   - a process stopped between the two holds nothing: the lane's count is
+//     already right, and the next writer of the lane word moves its slot
+//     (free, scheduled, dead, or returning for anyone to link).
+#include <algorithm>
+#include <climits>
+#include <cstring>
+#include <random>
+
+#include "clock.hpp"
+#include "core.hpp"
+#include "failpoint.hpp"
+#include "retry_codec.hpp"
+#include "util.hpp"
+
+namespace fairlane {
+using namespace detail;
+
+namespace detail {
+
+namespace {
+
+// stale when the id is a job of this queue (in another slot or lease), gone when not.
+Take stale_or_gone(const Segment& s, std::uint64_t sf) noexcept {
+  return index_find(s, sf) != kNoSlot ? Take::stale : Take::gone;
+}
+
+RetryPolicy queue_default_retry(const Segment& s) noexcept {
+  return retry_decode(s.h->default_retry_a, s.h->default_retry_b);
+}
+
+// Applies the step of a lane word we just wrote (lane_base is idempotent:
+// if someone applied it meanwhile, this changes nothing).
+void apply_step(Segment& s, std::uint32_t lane, const Word128& written) noexcept { (void)lane_base(s, lane, written); }
+
+}  // namespace
+
+// Takes lease `token` of job `sf` out of leased by a step `op` of its lane
+// word (see the file comment) and applies it.
+Take release_lease(Segment& s, std::uint64_t sf, Token token, RelOp op, std::uint32_t& slot_out,
+                   std::uint32_t& lane_out) noexcept {
+  const std::uint32_t slot = token_slot(s, token);
+  if (slot >= s.jobs) return stale_or_gone(s, sf);
+  SlotRecord& r = s.slot(slot);
+  for (;;) {
+    const Word128 sw = slot_load(s, slot);
+    // The mark goes in by a CAS from this reading: a later writer of the
+    // field (a newer lease's exit, a run append after the slot's reuse)
+    // changes it, so an exit that checked this lease long ago and resumes
+    // now writes nothing.
+    std::uint64_t rs = r.run_seq.load(std::memory_order_acquire);
+    if (r.sf.load(std::memory_order_acquire) != sf || SlotWord::state(sw) != SlotState::leased ||
+        !token_matches(s, token, SlotWord::ctr(sw)))
+      return stale_or_gone(s, sf);
+    const std::uint32_t lane = r.lane.load(std::memory_order_relaxed);
+    if (lane >= s.lane_count) {
+      report_corrupt(s, CorruptWhat::slot_record);
+      return Take::corrupt;
+    }
+    Word128 w = lane_load(s, lane);
+    const Word128 base = lane_base(s, lane, w);
+    // Every other way out of this lease is a step of this lane word, applied
+    // before anything else: if the slot is unchanged now, this reading of
+    // the word predates any such step, and our CAS fails if one lands.
+    if (!(slot_load(s, slot) == sw)) continue;
+    if (LaneWord::state(base) != LaneState::live) {
+      report_corrupt(s, CorruptWhat::lane_word);  // a leased job's lane is never reclaimed
+      return Take::corrupt;
+    }
+    RelOp step = op;
+    if (op == RelOp::back && SlotWord::attempt(sw) >= SlotWord::kMaxAttempt) {
+      // Delivered as often as the count can say: dead-lettered rather than
+      // handed out again under a count that no longer rises.
+      if (!r.run_seq.compare_exchange_strong(rs, park_plan(SlotState::dead, SlotWord::ctr(sw), segment_now_ms(s)),
+                                             std::memory_order_acq_rel))
+        continue;
+      step = RelOp::park;
+    } else if (op != RelOp::park) {  // a park's plan is in already (fail())
+      if (!r.run_seq.compare_exchange_strong(rs, exit_mark(SlotWord::ctr(sw)), std::memory_order_acq_rel)) continue;
+    }
+    // Every way out of a lease gives its active count back in this CAS (a
+    // job returning to its lane holds nothing of it meanwhile).
+    const std::uint64_t a = LaneWord::active(base);
+    const Word128 nw = LaneWord::with_active(LaneWord::with_rel(base, slot + 1, step), a ? a - 1 : 0);
+    if (lane_cas(s, lane, w, nw)) {
+      FAIRLANE_FAILPOINT("ack.stepped");
+      apply_step(s, lane, w);
+      slot_out = slot;
+      lane_out = lane;
+      return Take::ok;
+    }
+  }
+}
+
+void finish_linking(Segment& s, std::uint32_t lane, std::uint32_t slot) noexcept {
+  if (lane >= s.lane_count || slot >= s.jobs) return;
+  Word128 w = lane_load(s, lane);
+  for (;;) {
+    const Word128 base = lane_base(s, lane, w);
+    // Applied already (by us or anyone): it is pending now.
+    if (SlotWord::state(slot_load(s, slot)) != SlotState::returning) return;
+    if (LaneWord::state(base) != LaneState::live) {
+      report_corrupt(s, CorruptWhat::lane_word);  // a lane holding a linked node is never given back
+      return;
+    }
+    const Word128 nw = LaneWord::with_rel(LaneWord::with_strays(base, true), slot + 1, RelOp::linked);
+    // Rings the lane if this makes it serviceable (lane_cas).
+    if (lane_cas(s, lane, w, nw)) {
+      FAIRLANE_FAILPOINT("move.linked");
+      apply_step(s, lane, w);
+      return;
+    }
+  }
+}
+
+Moved link_returning(Segment& s, std::uint32_t slot, bool mine, const Word128* fallback) noexcept {
+  SlotRecord& r = s.slot(slot);
+  Word128 w = slot_load(s, slot);
+  if (SlotWord::state(w) != SlotState::returning) return Moved::changed;
+  if (!mine) {
+    if (SlotWord::holder(w) != 0) return Moved::changed;
+    // Take the move: ours after this CAS (a stopped mover holds this one job).
+    const Word128 taken = SlotWord::make(SlotState::returning, SlotWord::attempt(w), 0, SlotWord::ctr(w), my_holder(s));
+    if (!slot_cas(s, slot, w, taken)) return Moved::changed;
+    w = taken;
+    FAIRLANE_FAILPOINT("move.taken");
+  }
+  // Met corruption before the job was linked (strays_insert fails only
+  // before its level-0 link): the move is given up, not kept, so that a
+  // later sweep tries it again (a live mover's move is never taken over).
+  auto give_up = [&] {
+    Word128 cur = w;
+    slot_cas(s, slot, cur, SlotWord::make(SlotState::returning, SlotWord::attempt(w), 0, SlotWord::ctr(w), 0));
+    return Moved::corrupt;
+  };
+  GroupKey g;
+  const bool grouped = slot_group(s, slot, g);
+  if (grouped && g.kind >= kKindCodes) {
+    report_corrupt(s, CorruptWhat::slot_record);
+    return give_up();
+  }
+  if (!grouped) g = GroupKey{};
+  for (int round = 0; round < 64; ++round) {
+    std::uint32_t lane = kDefaultLane;
+    if (grouped) {
+      const LaneFind f = lane_find(s, g, true, lane);
+      if (f == LaneFind::corrupt) return give_up();
+      if (f != LaneFind::found) {
+        // No lane for its group now (lane_find has already tried to reclaim
+        // an idle one): it waits where it was (a job coming back from a
+        // lease waits scheduled, due now) for a sweep to try again. Not the
+        // next claim's sweep: lanes come free when sweeps reclaim idle ones,
+        // so the next try is a sweep's interval away (a full table must not
+        // turn every claim into a pass over the slots).
+        Word128 cur = w;
+        const std::uint64_t now = segment_now_ms(s);
+        const Word128 wait =
+            fallback ? *fallback : SlotWord::make(SlotState::scheduled, SlotWord::attempt(w), now, SlotWord::ctr(w), 0);
+        slot_cas(s, slot, cur, wait);
+        lower_next_due(s, now + s.recovery_ms / 2);
+        return Moved::parked;
+      }
+    }
+    // Ours alone until linked; the linking CAS publishes these.
+    r.lane.store(lane, std::memory_order_relaxed);
+    r.ready_us.store(segment_now_us(s), std::memory_order_relaxed);
+    const std::uint64_t inc = s.lanes[lane].key_kind.load(std::memory_order_acquire) >> 16;
+    switch (strays_insert(s, lane, slot, SlotWord::ctr(w), g, inc)) {
+      case OrderResult::ok:
+        finish_linking(s, lane, slot);
+        log_job(s, slot);
+        return Moved::ok;
+      case OrderResult::lane_changed:
+        continue;  // given back under us: find it again
+      default:
+        return give_up();
+    }
+  }
+  report_corrupt(s, CorruptWhat::directory);
+  return give_up();
+}
+
+Adopted adopt_job(Segment& s, std::uint32_t slot, Word128 from, std::uint32_t attempt, bool wait_on_full) noexcept {
+  const Word128 mine = SlotWord::make(SlotState::returning, attempt, 0, SlotWord::ctr(from), my_holder(s));
+  Word128 expect = from;
+  if (!slot_cas(s, slot, expect, mine)) return Adopted::changed;
+  FAIRLANE_FAILPOINT("move.claimed");
+  switch (link_returning(s, slot, true, wait_on_full ? nullptr : &from)) {
+    case Moved::ok: return Adopted::ok;
+    case Moved::parked: return Adopted::lanes_full;
+    case Moved::changed: return Adopted::changed;
+    case Moved::corrupt: return Adopted::corrupt;
+  }
+  return Adopted::corrupt;
+}
+
+void free_aborted(Segment& s, std::uint32_t slot, std::uint64_t ctr) noexcept {
+  Word128 w = slot_load(s, slot);
+  while (SlotWord::state(w) == SlotState::aborted && (ctr == kAnyCtr || SlotWord::ctr(w) == ctr)) {
+    // A reassign's origin: the move is decided before the origin can be
+    // reused (index_resolve of the target commits it: the origin names it).
+    const std::uint32_t to1 = Successor::slot1(SlotWord::when(w));
+    if (to1 != 0 && to1 <= s.jobs) {
+      const Word128 tw = slot_load(s, to1 - 1);
+      if ((SlotWord::ctr(tw) & 0x3FFFF) == Successor::ctr18(SlotWord::when(w))) index_resolve(s, to1 - 1, tw);
+    }
+    // [R3] release: the next owner of the slot sees it done with.
+    if (slot_cas(s, slot, w, SlotWord::make(SlotState::free, 0, 0, SlotWord::ctr(w), 0))) {
+      FAIRLANE_FAILPOINT("slot.freed");
+      return;
+    }
+  }
+}
+
+}  // namespace detail
+
+namespace {
+
+AckStatus to_ack(Take t) noexcept {
+  switch (t) {
+    case Take::ok: return AckStatus::ok;
+    case Take::stale: return AckStatus::stale;
+    case Take::gone: return AckStatus::gone;
+    case Take::corrupt: return AckStatus::corrupt;
+  }
+  return AckStatus::gone;
+}
+
+// The id of an acknowledgement as a snowflake. The fast way: the token's
+// slot holds the id's text (written by its admitter from a checked id), so
+// equal bytes give the slot's snowflake without decoding anything; else the
+// id is decoded (and refused if it is not this queue's).
+bool ack_args(Segment& s, const BrandedId& job, Token token, std::uint64_t& sf) noexcept {
+  if (!s.me) return false;
+  const std::uint32_t slot = token_slot(s, token);
+  if (slot < s.jobs && job.valid()) {
+    const SlotRecord& r = s.slot(slot);
+    char text[kIdLength];
+    load_id_text(s, r, text);
+    if (std::memcmp(text, IdAccess::bytes(job), kIdLength) == 0) {
+      sf = r.sf.load(std::memory_order_acquire);
+      return true;
+    }
+  }
+  return job_snowflake(s, job, sf) == IdCheck::ok;
+}
+
+}  // namespace
+
+AckStatus Queue::complete(const BrandedId& job, Token token) noexcept {
+  Segment& s = *seg_;
+  std::uint64_t sf = 0;
+  if (!ack_args(s, job, token, sf)) return AckStatus::gone;
+  std::uint32_t slot = 0, lane = 0;
+  const Take t = release_lease(s, sf, token, RelOp::complete, slot, lane);
+  if (t != Take::ok) return to_ack(t);
+  FAIRLANE_FAILPOINT("complete.done");
+  count(s, &CounterBlock::completed);
+  log_job(s, slot);
+  return AckStatus::ok;
+}
+
+std::size_t Queue::complete_batch(std::span<const Lease> leases, std::span<AckStatus> statuses) noexcept {
+  std::size_t n = 0;
+  for (std::size_t i = 0; i < leases.size() && i < statuses.size(); ++i) {
+    statuses[i] = complete(leases[i].id, leases[i].token);
+    n += statuses[i] == AckStatus::ok;
+  }
+  return n;
+}
+
+FailStatus Queue::fail(const BrandedId& job, Token token, const FailOptions& options) noexcept {
+  Segment& s = *seg_;
+  std::uint64_t sf = 0;
+  if (!ack_args(s, job, token, sf)) return FailStatus::gone;
+  const std::uint32_t slot = token_slot(s, token);
+  auto refused = [&] { return index_find(s, sf) != kNoSlot ? FailStatus::stale : FailStatus::gone; };
+  if (slot >= s.jobs) return refused();
+  SlotRecord& r = s.slot(slot);
+  const Word128 seen = slot_load(s, slot);
+  std::uint64_t rs = r.run_seq.load(std::memory_order_acquire);  // the plan goes in by a CAS from this
+  if (SlotWord::state(seen) != SlotState::leased || r.sf.load(std::memory_order_acquire) != sf ||
+      !token_matches(s, token, SlotWord::ctr(seen)))
+    return refused();
+  const std::uint32_t attempt = SlotWord::attempt(seen);
+  // What it does: the call's options, then the job's policy, then the queue's.
+  const RetryPolicy job_policy =
+      (r.flags.load(std::memory_order_relaxed) & kSlotHasRetry)
+          ? retry_decode(r.retry.a.load(std::memory_order_relaxed), r.retry.b.load(std::memory_order_relaxed))
+          : RetryPolicy{};
+  thread_local std::mt19937_64 rng{std::random_device{}()};
+  const double u = std::uniform_real_distribution<double>(0.0, 1.0)(rng);
+  const FailPlan plan = plan_fail(options, job_policy, queue_default_retry(s), attempt, u);
+  const std::uint64_t now = segment_now_ms(s);
+  const bool dead = attempt >= std::max<std::uint32_t>(plan.max_attempts, 1);
+  FAIRLANE_FAILPOINT("fail.planned");
+  RelOp op = RelOp::back;
+  // A fail() that checked its lease long ago finds the field moved on (a
+  // newer lease's exit, a reuse of the slot): it writes nothing.
+  if (dead) {
+    if (!r.run_seq.compare_exchange_strong(rs, park_plan(SlotState::dead, SlotWord::ctr(seen), now), std::memory_order_acq_rel))
+      return refused();
+    op = RelOp::park;
+  } else if (plan.delay_ms > 0) {
+    if (!r.run_seq.compare_exchange_strong(rs, park_plan(SlotState::scheduled, SlotWord::ctr(seen), now + plan.delay_ms),
+                                           std::memory_order_acq_rel))
+      return refused();
+    op = RelOp::park;
+  }
+  // The error is the lease holder's to write; written before the step so
+  // that it is with the job when the job moves on.
+  const std::size_t n = std::min<std::size_t>(options.error.size(), kErrorBytes);
+  if (n) std::memcpy(r.error, options.error.data(), n);
+  r.error_len.store(std::uint8_t(n), std::memory_order_relaxed);
+  std::uint32_t got = 0, lane = 0;
+  const Take t = release_lease(s, sf, token, op, got, lane);
+  switch (t) {
+    case Take::ok: break;
+    case Take::stale: return FailStatus::stale;
+    case Take::gone: return FailStatus::gone;
+    case Take::corrupt: return FailStatus::corrupt;
+  }
+  FAIRLANE_FAILPOINT("fail.stepped");
+  bool went_dead = dead;
+  const SlotState now_state = SlotWord::state(slot_load(s, slot));
+  if (op == RelOp::back || now_state == SlotState::returning) {
+    // Back to its lane (a park whose plan was overwritten by a stale fail()
+    // of an older lease falls back to this too).
+    link_returning(s, slot);
+    went_dead = false;
+  } else {
+    // Two fails of one lease racing from two threads: the winner's step
+    // reads the plan, which the loser may have written last. Say what
+    // happened, not what was asked.
+    if (now_state == SlotState::dead) went_dead = true;
+    else if (now_state == SlotState::scheduled) went_dead = false;
+    if (!went_dead) {
+      lower_next_due(s, now + plan.delay_ms);
+      notify(s, INT_MAX);  // parked consumers shorten their sleep to the new due time
+    }
+  }
+  log_job(s, slot);
+  count(s, went_dead ? &CounterBlock::dead : &CounterBlock::retried);
+  return went_dead ? FailStatus::dead : FailStatus::retrying;
+}
+
+AckStatus Queue::release(const BrandedId& job, Token token) noexcept {
+  Segment& s = *seg_;
+  std::uint64_t sf = 0;
+  if (!ack_args(s, job, token, sf)) return AckStatus::gone;
+  std::uint32_t slot = 0, lane = 0;
+  const Take t = release_lease(s, sf, token, RelOp::release, slot, lane);
+  if (t != Take::ok) return to_ack(t);
+  FAIRLANE_FAILPOINT("release.stepped");
+  link_returning(s, slot);
+  count(s, &CounterBlock::released);
+  return AckStatus::ok;
+}
+
+AckStatus Queue::extend(const BrandedId& job, Token token, std::uint32_t lease_ms) noexcept {
+  Segment& s = *seg_;
+  std::uint64_t sf = 0;
+  if (!ack_args(s, job, token, sf)) return AckStatus::gone;
+  const std::uint32_t slot = token_slot(s, token);
+  if (slot >= s.jobs) return to_ack(stale_or_gone(s, sf));
+  const SlotRecord& r = s.slot(slot);
+  const std::uint64_t now = segment_now_ms(s);
+  Word128 w = slot_load(s, slot);
+  for (;;) {
+    if (r.sf.load(std::memory_order_acquire) != sf || SlotWord::state(w) != SlotState::leased ||
+        !token_matches(s, token, SlotWord::ctr(w)) || SlotWord::when(w) <= now)
+      // Past its deadline a lease may be taken back at any moment: too late
+      // to extend (the sweep and this call judge by the same deadline).
+      return to_ack(stale_or_gone(s, sf));
+    const Word128 nw = SlotWord::make(SlotState::leased, SlotWord::attempt(w), now + lease_ms, SlotWord::ctr(w),
+                                      SlotWord::holder(w));
+    // [A5] (cas128): fenced by the token (ctr) and the deadline it saw.
+    if (slot_cas(s, slot, w, nw)) break;
+  }
+  lower_next_due(s, now + lease_ms);
+  log_job(s, slot);
+  return AckStatus::ok;
+}
+
+std::size_t Queue::release_all() noexcept {
+  Segment& s = *seg_;
+  if (!s.me) return 0;
+  const std::uint32_t me = my_holder(s);
+  std::size_t n = 0;
+  for (std::uint32_t i = 0; i < s.jobs; ++i) {
+    const Word128 w = slot_load(s, i);
+    if (SlotWord::state(w) != SlotState::leased || SlotWord::holder(w) != me) continue;
+    const std::uint64_t sf = s.slot(i).sf.load(std::memory_order_relaxed) & ((1ULL << 63) - 1);
+    const BrandedId id = BrandedId::make(std::string_view(s.kind, 3), sf);
+    n += release(id, make_token(s, i, SlotWord::ctr(w))) == AckStatus::ok;
+  }
+  return n;
+}
+
+}  // namespace fairlane

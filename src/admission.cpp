@@ -1,0 +1,409 @@
+// Admission: mint, enqueue, enqueue_batch, import_job.
+//
+// An enqueue of a pending job (docs/design.md, "Admission"):
+//   1. checks that write nothing: the ids, the payload, the policy, a live
+//      duplicate (an admitting one met here is decided first), the mirror;
+//   2. takes a free slot (CAS free -> admitting, the slot's ctr moves on)
+//      and writes the job into it;
+//   3. finds or makes its group's lane, and appends it to the lane's run
+//      (its intent names it first, so that survivors can tell whether it
+//      got linked if this process dies);
+//   4. writes its index entry and decides the admission against any rival
+//      enqueue of the same id (id_index.hpp): committed, it is pending in its
+//      lane; lost, its slot is a husk for the next claim to pop and free.
+// A job whose id is older than its lane's tail (or that meets a tail being
+// popped) is admitted scheduled, due now, and promoted into the lane's
+// strays at once: the slow path, for ids minted elsewhere.
+#include <algorithm>
+#include <climits>
+#include <cstring>
+#include <thread>
+
+#include "clock.hpp"
+#include "core.hpp"
+#include "failpoint.hpp"
+#include "retry_codec.hpp"
+#include "util.hpp"
+
+namespace fairlane {
+using namespace detail;
+
+namespace detail {
+
+IdCheck job_snowflake(const Segment& s, const BrandedId& id, std::uint64_t& sf) noexcept {
+  if (!id.valid()) return IdCheck::invalid;
+  const char* b = IdAccess::bytes(id);
+  IdError why = IdError::ok;
+  if (!decode_digits(b + kKindLength, sf, why)) return IdCheck::invalid;
+  if (std::memcmp(b, s.kind, kKindLength) != 0)
+    return valid_kind(std::string_view(b, kKindLength)) ? IdCheck::kind_mismatch : IdCheck::invalid;
+  return IdCheck::ok;
+}
+
+// A group id's key, or false if it is not well formed.
+bool group_of(const BrandedId& group, GroupKey& g) noexcept {
+  if (!group.valid()) return false;
+  const char* b = IdAccess::bytes(group);
+  // Groups this thread named lately, first (direct-mapped on the id's low
+  // digits): a producer names the same tenants over and over.
+  struct Entry {
+    char id[kIdLength];
+    GroupKey key;
+  };
+  thread_local Entry cache[256] = {};
+  std::uint64_t tail8 = 0;
+  std::memcpy(&tail8, b + kIdLength - 8, 8);
+  Entry& e = cache[(tail8 * 0x9E3779B97F4A7C15ULL) >> 56];
+  if (std::memcmp(e.id, b, kIdLength) == 0) {
+    g = e.key;
+    return true;
+  }
+  if (!valid_kind(std::string_view(b, kKindLength))) return false;
+  IdError why = IdError::ok;
+  if (!decode_digits(b + kKindLength, g.sf, why)) return false;
+  g.kind = kind_code(std::string_view(b, kKindLength));
+  std::memcpy(e.id, b, kIdLength);
+  e.key = g;
+  return true;
+}
+
+bool is_default_group(const BrandedId& group) noexcept {
+  static const BrandedId kDefault = *BrandedId::parse(kDefaultGroup);
+  return !group.valid() || group == kDefault;
+}
+
+std::uint32_t group_lane(Segment& s, const BrandedId& group, bool create, LaneFind& find) noexcept {
+  if (is_default_group(group)) {
+    find = LaneFind::found;
+    return kDefaultLane;
+  }
+  GroupKey g;
+  if (!group_of(group, g)) {
+    find = LaneFind::corrupt;  // the callers check well-formedness first; never reached with their ids
+    return kNoLane;
+  }
+  std::uint32_t lane = kNoLane;
+  find = lane_find(s, g, create, lane);
+  return find == LaneFind::found ? lane : kNoLane;
+}
+
+namespace {
+
+// How a job is admitted: enqueue admits it pending (or scheduled, delayed)
+// at attempt 0; import_job puts back a job restored from elsewhere.
+struct Admission {
+  SlotState state = SlotState::pending;
+  std::uint32_t attempt = 0;
+  std::uint64_t when_ms = 0;  // scheduled: due time; dead: when it died
+  std::string_view error = {};
+  const RetryPolicy* retry = nullptr;
+  bool restoring = false;  // import_job: no mirror checks, no waiting on Valkey
+};
+
+// No wait for Valkey's acknowledgement (see mirror_admitted).
+constexpr std::uint64_t kNoWait = ~0ULL;
+
+// Where this thread's allocations look first (its thread record's hint).
+std::uint32_t& alloc_cursor(Segment& s) noexcept {
+  thread_local std::uint32_t fallback = 0;
+  thread_local std::uint64_t fallback_handle = 0;
+  if (fallback_handle != s.handle_id) {
+    fallback_handle = s.handle_id;
+    fallback = std::uint32_t((gettid_cached() * 2654435761U) % std::max<std::uint32_t>(s.jobs, 1));
+  }
+  return fallback;
+}
+
+// Gives a slot back that this admission took and nobody else can know of:
+// not linked, no index entry.
+void give_back(Segment& s, std::uint32_t slot, std::uint64_t ctr) noexcept {
+  Word128 w = slot_load(s, slot);
+  while (SlotWord::state(w) == SlotState::admitting || SlotWord::state(w) == SlotState::aborted) {
+    if (slot_cas(s, slot, w, SlotWord::make(SlotState::free, 0, 0, ctr, 0))) return;
+  }
+}
+
+// After a lost admission: a linked slot becomes a husk for a claim to pop
+// (holder 0 says it is linked); an unlinked one is freed now.
+void drop_lost(Segment& s, std::uint32_t slot, bool linked) noexcept {
+  Word128 w = slot_load(s, slot);
+  if (!linked) {
+    free_aborted(s, slot);
+    return;
+  }
+  while (SlotWord::state(w) == SlotState::aborted && SlotWord::holder(w) != 0)
+    if (slot_cas(s, slot, w, SlotWord::make(SlotState::aborted, 0, 0, SlotWord::ctr(w), 0))) return;
+}
+
+void write_job(Segment& s, std::uint32_t slot, std::uint64_t sf, const BrandedId& job, const GroupKey* g,
+               std::string_view payload, const Admission& a, std::uint64_t ctr) noexcept {
+  SlotRecord& r = s.slot(slot);
+  // The previous job of this slot leaves the index (ctr 1: the slot's first).
+  if (ctr > 1) index_forget(s, slot, r.sf.load(std::memory_order_relaxed));
+  // Ours alone until linked or indexed; those CASes publish every field.
+  r.sf.store(sf, std::memory_order_relaxed);
+  std::array<char, kDigits> d;
+  std::memcpy(d.data(), IdAccess::bytes(job) + kKindLength, kDigits);
+  store_digits(r, d);
+  r.payload_len.store(std::uint32_t(payload.size()), std::memory_order_relaxed);
+  if (!payload.empty()) std::memcpy(s.payload(slot), payload.data(), payload.size());
+  const std::size_t n = std::min<std::size_t>(a.error.size(), kErrorBytes);
+  if (n) std::memcpy(r.error, a.error.data(), n);
+  r.error_len.store(std::uint8_t(n), std::memory_order_relaxed);
+  std::uint16_t flags = 0;
+  if (a.retry && (a.retry->max_attempts || a.retry->backoff)) {
+    std::uint64_t ra = 0, rb = 0;
+    retry_encode(*a.retry, ra, rb);
+    r.retry.a.store(ra, std::memory_order_relaxed);
+    r.retry.b.store(rb, std::memory_order_relaxed);
+    flags |= kSlotHasRetry;
+  }
+  r.flags.store(flags, std::memory_order_relaxed);
+  r.group_kind.store(g ? g->kind : kNoGroup, std::memory_order_relaxed);
+  r.group_sf.store(g ? g->sf : 0, std::memory_order_relaxed);
+  r.fail_to.store(target_lo(a.state, a.attempt, a.when_ms), std::memory_order_relaxed);
+  r.ready_us.store(segment_now_us(s), std::memory_order_relaxed);
+  r.level.store(0, std::memory_order_relaxed);
+  // The admission tag moves on: index entries of earlier admissions of this
+  // slot are stale from here ([R9] release: before any entry with the new tag).
+  s.tags[slot].store(std::uint8_t(s.tags[slot].load(std::memory_order_relaxed) + 1), std::memory_order_release);
+  // [R14] release: helpers may decide this admission from here.
+  r.pub.store(ctr, std::memory_order_release);
+}
+
+// Appends the admitting slot to its group's lane. linked: it is in the run;
+// false with st unset: it must go to the strays (scheduled due now, then
+// promoted); false with st set: refused.
+bool link_admission(Segment& s, std::uint32_t slot, std::uint64_t ctr, const GroupKey* g, IntentGuard& guard,
+                    bool& linked, EnqueueStatus& st, bool& refused) noexcept {
+  linked = false;
+  refused = false;
+  const GroupKey key = g ? *g : GroupKey{};
+  for (int round = 0; round < 64; ++round) {
+    std::uint32_t lane = kDefaultLane;
+    if (g) {
+      const LaneFind f = lane_find_cached(s, key, lane);
+      if (f != LaneFind::found) {
+        refused = true;
+        st = f == LaneFind::corrupt ? EnqueueStatus::corrupt : EnqueueStatus::lanes_full;
+        return false;
+      }
+    }
+    FAIRLANE_FAILPOINT("enqueue.lane_found");
+    s.slot(slot).lane.store(lane, std::memory_order_relaxed);
+    // pred first: a survivor that reads the intent reads this pred or a later one.
+    if (guard.pred()) guard.pred()->store(0, std::memory_order_relaxed);
+    guard.set(Intent::link, slot, ctr, lane);
+    Word128 w = lane_load(s, lane);
+    switch (run_append(s, lane, key, slot, node_tag(ctr), w, guard.pred())) {
+      case OrderResult::ok:
+        linked = true;
+        return true;
+      case OrderResult::lane_changed:
+        guard.clear();
+        continue;  // reclaimed under us: find it again
+      case OrderResult::out_of_order:
+      case OrderResult::sealed:
+        guard.clear();
+        return false;
+      default:
+        guard.clear();
+        refused = true;
+        st = EnqueueStatus::corrupt;
+        return false;
+    }
+  }
+  refused = true;
+  st = EnqueueStatus::corrupt;
+  report_corrupt(s, CorruptWhat::directory);
+  return false;
+}
+
+EnqueueStatus admit(Segment& s, const BrandedId& group, const BrandedId& job, std::string_view payload,
+                    const Admission& in, std::uint64_t& wait_seq) noexcept {
+  if (!s.me) return EnqueueStatus::read_only;
+  std::uint64_t sf = 0;
+  switch (job_snowflake(s, job, sf)) {
+    case IdCheck::ok: break;
+    case IdCheck::invalid: return EnqueueStatus::invalid_id;
+    case IdCheck::kind_mismatch: return EnqueueStatus::kind_mismatch;
+  }
+  GroupKey gk;
+  const bool grouped = !is_default_group(group);
+  if (grouped && !group_of(group, gk)) return EnqueueStatus::invalid_group;
+  const GroupKey* g = grouped ? &gk : nullptr;
+  if (payload.size() > s.payload_bytes) return EnqueueStatus::payload_too_large;
+  if (in.retry && !retry_valid(*in.retry)) return EnqueueStatus::invalid_argument;
+
+  for (int round = 0; round < 8; ++round) {
+    // A live duplicate costs nothing. An admitting rival is decided first,
+    // so that a duplicate is found here rather than after our own link.
+    std::uint32_t admitting = kNoSlot;
+    Word128 admitting_word;
+    if (index_find(s, sf, &admitting, &admitting_word) != kNoSlot) {
+      count(s, &CounterBlock::duplicates);
+      return EnqueueStatus::duplicate;
+    }
+    if (admitting != kNoSlot && index_resolve(s, admitting, admitting_word, false, sf)) {
+      count(s, &CounterBlock::duplicates);
+      return EnqueueStatus::duplicate;
+    }
+    if (s.log && !in.restoring) {
+      if (auto refused = mirror_admission_check(s)) return *refused;
+    }
+    IntentGuard guard(s);
+    std::uint64_t ctr = 0;
+    std::uint32_t& cursor = alloc_cursor(s);
+    const std::uint32_t slot = alloc_slot(s, cursor, my_holder(s), ctr);
+    if (slot == kNoSlot) return EnqueueStatus::full;
+    FAIRLANE_FAILPOINT("enqueue.slot_taken");
+    Admission a = in;
+    write_job(s, slot, sf, job, g, payload, a, ctr);
+
+    bool linked = false, to_strays = false;
+    std::uint32_t lane = kDefaultLane;
+    if (a.state == SlotState::pending) {
+      EnqueueStatus refusal = EnqueueStatus::corrupt;
+      bool refused = false;
+      if (!link_admission(s, slot, ctr, g, guard, linked, refusal, refused)) {
+        if (refused) {
+          give_back(s, slot, ctr);
+          return refusal;
+        }
+        // Out of the run's order: admitted scheduled, due now, then promoted.
+        to_strays = true;
+        a.state = SlotState::scheduled;
+        a.when_ms = 0;
+        s.slot(slot).fail_to.store(target_lo(SlotState::scheduled, a.attempt, 0), std::memory_order_relaxed);
+      }
+      lane = s.slot(slot).lane.load(std::memory_order_relaxed);
+    }
+    std::uint32_t winner = 0;
+    Admit ad = index_admit(s, slot, sf, ctr, winner);
+    // A claim that met it linked committed it first (with an index entry of
+    // its own; it may be leased by now): it is admitted, and the answer
+    // says so. Our own admission cannot be aborted at another ctr, so a
+    // kill that fails means it was committed.
+    if ((ad == Admit::full || ad == Admit::corrupt) && linked && !index_kill(s, slot, ctr)) ad = Admit::won;
+    if (ad != Admit::won) {
+      if (ad == Admit::full || ad == Admit::corrupt) {
+        if (linked) {
+          drop_lost(s, slot, true);  // killed above: a husk in its run, for a claim to pop
+        } else {
+          give_back(s, slot, ctr);
+        }
+        guard.clear();
+        return ad == Admit::full ? EnqueueStatus::full : EnqueueStatus::corrupt;
+      }
+      drop_lost(s, slot, linked);
+      guard.clear();
+      // A group lane made for this job alone goes back if nothing else needs it.
+      if (grouped && lane != kDefaultLane) lane_try_reclaim(s, lane);
+      if (ad == Admit::lost) continue;  // the id is free again: admit it afresh
+      count(s, &CounterBlock::duplicates);
+      return EnqueueStatus::duplicate;
+    }
+    FAIRLANE_FAILPOINT("enqueue.committed");
+    guard.clear();
+    count(s, &CounterBlock::enqueued);
+    if (to_strays) {
+      const Word128 sw = slot_load(s, slot);
+      if (SlotWord::state(sw) == SlotState::scheduled) adopt_job(s, slot, sw, SlotWord::attempt(sw));
+      lower_next_due(s, 0);  // if the promotion did not happen, the next sweep does it
+    } else if (a.state == SlotState::scheduled) {
+      lower_next_due(s, a.when_ms);
+      notify(s, INT_MAX);  // parked consumers shorten their sleep to the new due time
+    }
+    if (in.restoring) {
+      // Later mints stay above every restored id.
+      std::uint64_t last = s.h->mint_last.load(std::memory_order_relaxed);
+      while (last < sf && !s.h->mint_last.compare_exchange_weak(last, sf, std::memory_order_relaxed)) {
+      }
+      log_job(s, slot);
+      return EnqueueStatus::enqueued;
+    }
+    if (s.log) return mirror_admitted(s, slot, wait_seq);
+    return EnqueueStatus::enqueued;
+  }
+  report_corrupt(s, CorruptWhat::id_index);
+  return EnqueueStatus::corrupt;
+}
+
+}  // namespace
+
+}  // namespace detail
+
+// ---- ids ----------------------------------------------------------------------------------
+
+BrandedId Queue::mint() noexcept { return mint(std::string_view(seg_->kind, 3)); }
+
+BrandedId Queue::mint(std::string_view kind) noexcept {
+  if (!valid_kind(kind)) return {};
+  Segment& s = *seg_;
+  const std::uint32_t node = s.h->node & 0x3FF;
+  std::atomic<std::uint64_t>& last_word = s.h->mint_last;
+  std::uint64_t last = last_word.load(std::memory_order_relaxed);
+  for (;;) {
+    // The coarse clock (a few ms behind at worst) is enough: the logical
+    // clock below keeps ids strictly rising whatever the wall clock does.
+    const std::uint64_t wall = unix_ms_coarse();
+    const std::uint64_t ms = wall > kEpochMs ? wall - kEpochMs : 0;
+    std::uint64_t next = last + 1;
+    // 4,096 ids in one ms (or a foreign node's id from a restore): the next
+    // ms, with our node.
+    if ((next & 0xFFF) == 0 || ((next >> 12) & 0x3FF) != node) next = snowflake_of(snowflake_ms(last) + 1, node, 0);
+    next = std::max(next, snowflake_of(ms, node, 0));
+    if (snowflake_ms(next) > ms + 1000) {
+      // Minting faster than 4,096 ids a ms for a second: wait for the clock
+      // (on time, never on another process).
+      std::this_thread::sleep_for(std::chrono::milliseconds(1));
+      last = last_word.load(std::memory_order_relaxed);
+      continue;
+    }
+    if (next > kMaxSnowflake) return {};
+    // Relaxed is enough: the CAS on this one word is the whole protocol.
+    if (last_word.compare_exchange_weak(last, next, std::memory_order_relaxed)) return BrandedId::make(kind, next);
+  }
+}
+
+// ---- enqueue ------------------------------------------------------------------------------
+
+EnqueueStatus Queue::enqueue(const BrandedId& group, const BrandedId& job, std::string_view payload,
+                             EnqueueOptions options) noexcept {
+  Admission a;
+  if (options.delay_ms > 0) {
+    a.state = SlotState::scheduled;
+    a.when_ms = segment_now_ms(*seg_) + options.delay_ms;
+  }
+  a.retry = &options.retry;
+  std::uint64_t wait_seq = kNoWait;
+  const EnqueueStatus st = admit(*seg_, group, job, payload, a, wait_seq);
+  return wait_seq == kNoWait ? st : mirror_wait_acked(*seg_, wait_seq);
+}
+
+std::size_t Queue::enqueue_batch(std::span<const EnqueueItem> items, std::span<EnqueueStatus> statuses) noexcept {
+  std::size_t n = 0;
+  for (std::size_t i = 0; i < items.size() && i < statuses.size(); ++i) {
+    statuses[i] = enqueue(items[i].group, items[i].job, items[i].payload, items[i].options);
+    n += statuses[i] == EnqueueStatus::enqueued || statuses[i] == EnqueueStatus::not_durable;
+  }
+  return n;
+}
+
+EnqueueStatus Queue::import_job(const JobInfo& job, std::string_view payload) noexcept {
+  Admission a;
+  a.restoring = true;
+  a.attempt = std::min<std::uint32_t>(job.attempt, SlotWord::kMaxAttempt);
+  a.error = job.last_error;
+  a.retry = &job.retry;
+  switch (job.state) {
+    case JobState::pending:
+    case JobState::leased: a.state = SlotState::pending; break;  // its holder is gone
+    case JobState::scheduled: a.state = SlotState::scheduled; a.when_ms = job.when_ms; break;
+    case JobState::dead: a.state = SlotState::dead; a.when_ms = job.when_ms; break;
+  }
+  std::uint64_t no_wait = kNoWait;  // restoring: never waits
+  return admit(*seg_, job.group, job.id, payload, a, no_wait);
+}
+
+}  // namespace fairlane

@@ -1,0 +1,596 @@
+// Claiming: a ring step, the choice of a lane's oldest job, the lease.
+//
+// One ring step (ring_step):
+//   1. read the head position h and its cell; it names lane L;
+//   2. read L's lane word: if the cell is not L's token, pass it (ringing L
+//      with it, or poking L's word first, if L is not ringed: ring.hpp);
+//      if L is not serviceable, de-ring it and pass the cell;
+//   3. take L's oldest job in one CAS of L's lane word that also counts it
+//      active and, when L's turn is over, moves L's token to a cell pushed
+//      at the tail: the run's head (the CAS pops it; the last node's link is
+//      sealed first), or the strays' minimum (the CAS names it in a `take`
+//      step, then it is marked ours and unlinked);
+//   4. pass the old cell if the token moved or the lane left the ring;
+//   5. lease the job: CAS its slot word to leased with the next ctr (the
+//      token), the deadline and this process as holder.
+// Between 3 and 5 the job is this thread's alone: its intent (thread record)
+// names it, so that if the process dies there the sweep puts it back
+// (sweeping.cpp); if the process is only stopped, that job is its
+// reservation and nothing else waits for it.
+//
+// What a claim meets at the front and is not a pending job it settles for
+// whoever left it: an admitting job (its admission is decided, index_resolve),
+// a returning one (the `linked` step), an aborted one (popped without a
+// count and freed).
+#include <algorithm>
+#include <array>
+#include <cstring>
+
+#include "clock.hpp"
+#include "core.hpp"
+#include "failpoint.hpp"
+#include "retry_codec.hpp"
+#include "util.hpp"
+
+namespace fairlane::detail {
+
+// ---- intents -----------------------------------------------------------------------------
+
+IntentGuard::IntentGuard(Segment& s) noexcept {
+  if (ThreadRecord* t = s.thread()) {
+    slot_ = {&t->intent, &t->intent_lane, &t->intent_pred, nullptr};
+    return;
+  }
+  if (!s.me) return;
+  const std::uint64_t me = std::uint64_t(gettid_cached());
+  std::uint64_t free = 0;
+  // Threads of one process only (those beyond the thread records): waiting
+  // here never waits on another process.
+  while (!s.me->intent_tid.compare_exchange_weak(free, me, std::memory_order_acquire, std::memory_order_relaxed)) {
+    free = 0;
+    cpu_pause();
+  }
+  slot_ = {&s.me->intent, &s.me->intent_lane, &s.me->intent_pred, &s.me->intent_tid};
+}
+
+IntentGuard::~IntentGuard() {
+  clear();
+  if (slot_.tid) slot_.tid->store(0, std::memory_order_release);
+}
+
+namespace {
+
+// The group of a lane as a BrandedId, cached per thread (encoding an id
+// costs eleven divisions; a claim should not pay that). Keyed by the lane's
+// incarnation, so a reclaimed lane is never answered with its old group.
+BrandedId cached_group(const Segment& s, std::uint32_t lane) noexcept {
+  struct Entry {
+    std::uint64_t handle = 0, lane = 0, inc = 0;
+    BrandedId id;
+  };
+  thread_local std::array<Entry, 256> cache{};
+  const std::uint64_t inc = s.lanes[lane].key_kind.load(std::memory_order_acquire);
+  Entry& e = cache[lane & 255];
+  if (e.handle == s.handle_id && e.lane == lane && e.inc == inc) return e.id;
+  e.handle = s.handle_id;
+  e.lane = lane;
+  e.inc = inc;
+  e.id = lane_group(s, lane);
+  return e.id;
+}
+
+std::uint32_t wait_bucket(std::uint64_t us) noexcept {
+  if (us < 2) return 0;
+  return std::min<std::uint32_t>(kWaitBuckets - 1, std::uint32_t(63 - __builtin_clzll(us)));
+}
+
+// Statistics of one lane: one writer at a time in the common case (the
+// lane's claimer); a racing claim may be lost (documented as approximate).
+void bump(std::atomic<std::uint64_t>& c, std::uint64_t n = 1) noexcept {
+  c.store(c.load(std::memory_order_relaxed) + n, std::memory_order_relaxed);
+}
+
+enum class Step { served, again, empty, corrupt };
+
+// The lease of a job this thread took out of its lane (counted active,
+// with ctr taken_ctr). The job stays pending until this CAS: nothing else
+// moves a pending job that is out of its lane (a drop needs it linked),
+// except recovery, once this thread is dead or its take has outlived the
+// lease's deadline (then `lost`: the job is back in its lane).
+enum class Leased { ok, lost, corrupt };
+
+Leased lease_job(Segment& s, std::uint32_t slot, std::uint32_t lane, std::uint64_t deadline, std::uint64_t now_us,
+                 std::uint64_t taken_ctr, Lease& out) noexcept {
+  Word128 w = slot_load(s, slot);
+  while (SlotWord::state(w) == SlotState::pending && SlotWord::ctr(w) == taken_ctr) {
+    const std::uint32_t attempt = std::min<std::uint32_t>(SlotWord::attempt(w) + 1, SlotWord::kMaxAttempt);
+    const std::uint64_t ctr = SlotWord::ctr(w) + 1;
+    // [R6] release (cas128): the lease is published; pairs with the
+    // acquire loads of complete/fail/extend/release and the sweep.
+    if (!slot_cas(s, slot, w, SlotWord::make(SlotState::leased, attempt, deadline, ctr, my_holder(s)))) continue;
+    FAIRLANE_FAILPOINT("claim.leased");
+    fill_lease(s, slot, lane, attempt, make_token(s, slot, ctr), deadline, now_us, out);
+    return Leased::ok;
+  }
+  // Put back by a sweep (our take outlived its lease's deadline: its `back`
+  // step moved the ctr on and gave the count back), and maybe taken since.
+  if (SlotWord::ctr(w) != taken_ctr) return Leased::lost;
+  report_corrupt(s, CorruptWhat::slot_word);  // a job out of its lane that moved under its taker
+  return Leased::corrupt;
+}
+
+// Gives back one active count taken for a job that turned out not to be one.
+void unreserve(Segment& s, std::uint32_t lane) noexcept {
+  lane_update(s, lane, [](Word128 b) -> std::optional<Word128> {
+    const std::uint64_t a = LaneWord::active(b);
+    return LaneWord::with_active(b, a ? a - 1 : 0);
+  });
+}
+
+// Claims left in the turn of the token at the head (tgen): weight 1 always
+// one; otherwise the lane's Turn word counts them (exact with one consumer,
+// approximate when several claim one turn at once).
+std::uint32_t turn_left(Segment& s, std::uint32_t lane, std::uint64_t st, std::uint64_t h) noexcept {
+  const std::uint32_t weight = Settings::weight(st);
+  if (weight <= 1) return 1;
+  const std::uint64_t t = s.lanes[lane].turn.load(std::memory_order_relaxed);
+  return Turn::pos1(t) == std::uint32_t(h + 1) ? std::max<std::uint32_t>(Turn::left(t), 1) : weight;
+}
+void spend_turn(Segment& s, std::uint32_t lane, std::uint64_t st, std::uint64_t h, std::uint32_t left) noexcept {
+  if (Settings::weight(st) <= 1) return;
+  std::atomic<std::uint64_t>& turn = s.lanes[lane].turn;
+  std::uint64_t t = turn.load(std::memory_order_relaxed);
+  // Relaxed: a count read and written by claimers only; a lost race only
+  // makes a turn one claim longer or shorter.
+  turn.compare_exchange_strong(t, Turn::make(h, left - 1, t), std::memory_order_relaxed);
+}
+
+std::uint64_t key1(const Segment& s, std::uint32_t slot1) noexcept {
+  return s.slot(slot1 - 1).sf.load(std::memory_order_acquire);
+}
+
+// The token decision of a CAS that takes one job: move it (the turn is
+// over: a cell is pushed now, before the CAS, as ring.hpp requires), drop it
+// (the lane stops being serviceable), or leave it at the head. Returns false
+// if the ring is full (corrupt).
+bool decide_token(Segment& s, std::uint32_t lane, std::uint64_t st, std::uint64_t h, Word128& nw, bool& pass_now) noexcept {
+  pass_now = false;
+  if (!lane_serviceable(nw, st)) {
+    nw = LaneWord::with_ringed(nw, false);
+    pass_now = true;
+    return true;
+  }
+  if (turn_left(s, lane, st, h) > 1) return true;
+  const std::uint64_t t = ring_push(s, lane);
+  if (t == ~0ULL) {
+    report_corrupt(s, CorruptWhat::ring_cell);
+    return false;
+  }
+  nw = LaneWord::with_tgen(nw, std::uint32_t(t & LaneWord::kTgenMask));
+  pass_now = true;
+  return true;
+}
+
+// What the front of a lane holds, as one CAS of its lane word can take it.
+enum class Front { job, husk, settle, none, corrupt };
+
+// Reads the front of lane `lane` from `base` (lane_base of the current
+// word): the run's head or the strays' minimum, whichever is older. A front
+// that needs settling first (admitting, returning) is settled here and
+// `settle` returned: read the lane word again.
+Front read_front(Segment& s, std::uint32_t lane, const Word128& w, const Word128& base, std::uint32_t& x1,
+                 bool& from_run) noexcept {
+  const std::uint32_t h1 = LaneWord::head(base);
+  std::uint32_t f1 = 0;
+  OrderResult fr = OrderResult::empty;
+  if (LaneWord::strays(base)) f1 = strays_first(s, lane, fr);
+  if (fr == OrderResult::corrupt) return Front::corrupt;
+  if (h1 && !valid_slot1(s, h1)) {
+    report_corrupt(s, CorruptWhat::lane_word);
+    return Front::corrupt;
+  }
+  if (!h1 && !f1) return Front::none;
+  from_run = h1 && (!f1 || key1(s, h1) <= key1(s, f1));
+  x1 = from_run ? h1 : f1;
+  const std::uint32_t x = x1 - 1;
+  const Word128 xw = slot_load(s, x);
+  switch (SlotWord::state(xw)) {
+    case SlotState::pending:
+      return Front::job;
+    case SlotState::aborted:
+      return Front::husk;
+    case SlotState::admitting:
+      if (!from_run) break;       // admissions link only into runs
+      index_resolve(s, x, xw);    // committed or aborted after this (unless it moved on: read again)
+      return Front::settle;
+    case SlotState::returning:
+      if (from_run) break;  // returning jobs link only into strays
+      finish_linking(s, lane, x);
+      return Front::settle;
+    default:
+      break;
+  }
+  // Taken (and maybe leased, completed, reused) by another claimer since we
+  // read the lane word: read it again. Unchanged, the front is really this.
+  if (!(lane_load(s, lane) == w)) return Front::settle;
+  report_corrupt(s, CorruptWhat::lane_order);  // a linked node that is no job
+  return Front::corrupt;
+}
+
+// One CAS of lane `lane`'s word that takes its front `x1` for this thread:
+// pops it (run) or names it in a `take` step (strays), counting it active
+// if it is a job, moving or dropping the token when `token`. On success `w`
+// is the word written and `pass_now` says whether the cell at the head must
+// be passed. On failure `w` holds the current word.
+bool take_cas(Segment& s, std::uint32_t lane, Word128& w, const Word128& base, std::uint32_t x1, bool from_run,
+              bool is_job, bool token, std::uint64_t st, std::uint64_t h, bool& pass_now, bool& corrupt) noexcept {
+  pass_now = false;
+  corrupt = false;
+  SlotRecord& xr = s.slot(x1 - 1);
+  Word128 nw = base;
+  if (from_run) {
+    std::uint64_t xl = xr.next.load(std::memory_order_acquire);
+    if ((Link::tag(xl) & 0xFFF) != LaneWord::htag(base)) {  // the head moved on under us
+      w = lane_load(s, lane);
+      return false;
+    }
+    std::uint32_t y1 = Link::succ(xl);
+    if (y1 == 0) {
+      if (LaneWord::tail(base) != x1) {
+        report_corrupt(s, CorruptWhat::lane_word);
+        corrupt = true;
+        return false;
+      }
+      // The last node: seal its link so that no append lands after a node
+      // that is leaving (an appender that finds it sealed goes elsewhere).
+      if (Link::mark(xl) != Link::kSealed) {
+        if (!xr.next.compare_exchange_strong(xl, Link::make(0, Link::kSealed, Link::tag(xl)), std::memory_order_seq_cst)) {
+          w = lane_load(s, lane);  // something was linked after it: read again
+          return false;
+        }
+        FAIRLANE_FAILPOINT("claim.sealed");
+      }
+    }
+    std::uint64_t ytag = 0;
+    if (y1) {
+      if (!valid_slot1(s, y1)) {
+        report_corrupt(s, CorruptWhat::lane_order);
+        corrupt = true;
+        return false;
+      }
+      ytag = Link::tag(s.slot(y1 - 1).next.load(std::memory_order_acquire));
+    }
+    nw = LaneWord::with_head(nw, y1, ytag & 0xFFF);
+    // x was the tail: y (linked after it, perhaps not yet confirmed) is the
+    // tail now, or the run is empty.
+    if (LaneWord::tail(base) == x1) nw = LaneWord::with_tail(nw, y1);
+  } else {
+    nw = LaneWord::with_rel(nw, x1, RelOp::take);
+    // The last node of the strays: the flag goes with it (an insert after
+    // it makes its `linked` step after its link, a CAS of this word that
+    // sets the flag again), so that a lane emptied here leaves the ring now.
+    if (UpLink::succ(xr.next.load(std::memory_order_acquire)) == 0) nw = LaneWord::with_strays(nw, false);
+  }
+  if (is_job) nw = LaneWord::with_active(nw, LaneWord::active(base) + 1);
+  if (token && is_job && !decide_token(s, lane, st, h, nw, pass_now)) {
+    corrupt = true;
+    return false;
+  }
+  FAIRLANE_FAILPOINT("claim.chosen");
+  // [S3] seq_cst: takes x (its intent is visible first: [S8]), counts it
+  // active, moves or drops the token, all in one step.
+  if (!cas128(s.lanes[lane].word, w, LaneWord::bumped(nw, w))) return false;
+  w = LaneWord::bumped(nw, w);
+  return true;
+}
+
+// A husk this thread took out of lane `lane`: freed, and no longer counted
+// in the lane's depth if it was in the run.
+void drop_husk(Segment& s, std::uint32_t lane, std::uint32_t slot, bool from_run) noexcept {
+  if (from_run) {
+    std::atomic<std::uint64_t>& h = s.lanes[lane].husks;
+    std::uint64_t v = h.load(std::memory_order_relaxed);
+    while (v && !h.compare_exchange_weak(v, v - 1, std::memory_order_relaxed)) {
+    }
+  } else {
+    // The lane word still names it in the `take` step of our CAS. A job's
+    // step is cleared by its lease's next step (a CAS of this word) before
+    // its slot can be reused; a husk is freed now, so the step goes first:
+    // applied to a reuse of the slot, it would mark a job that is not taken.
+    lane_update(s, lane, [](Word128 b) -> std::optional<Word128> { return b; });
+  }
+  free_aborted(s, slot);
+}
+
+// After a take_cas of a strays front (`taken`: the word it wrote): mark it
+// ours (the `take` step, which anyone may have applied already) and unlink
+// it. The marking is made only while the lane word is still the one the take
+// wrote: once it moved, whoever moved it applied the step (lane_base), and a
+// taker that resumes after a sweep put its job back and relinked it must not
+// mark the job's new links.
+bool finish_take(Segment& s, std::uint32_t lane, std::uint32_t slot, const Word128& taken) noexcept {
+  strays_mark(s, slot, lane, &taken);
+  return strays_unlink(s, lane, slot) == OrderResult::ok;
+}
+
+// Serves lane `lane`, whose valid token is the cell at head position h: up
+// to `want` jobs (one lane's turn, or a lane batch). Returns served (got
+// grew), again (nothing taken: the caller reads the head again), or corrupt.
+Step serve(Segment& s, std::uint32_t lane, std::uint64_t h, Word128 w, std::uint64_t st, Lease* out,
+           std::size_t want, std::size_t& got, std::uint64_t deadline, std::uint64_t now_us) noexcept {
+  LaneRecord& l = s.lanes[lane];
+  IntentGuard guard(s);
+  const std::uint32_t tgen = std::uint32_t(h & LaneWord::kTgenMask);
+  bool passed = false;  // the cell at h is no longer the token (we moved or dropped it)
+  std::size_t took = 0;
+  auto result = [&](Step fallback) { return took ? Step::served : fallback; };
+  for (int rounds = 0; took < want && rounds < 256; ++rounds) {
+    const Word128 base = lane_base(s, lane, w);
+    if (LaneWord::state(base) != LaneState::live) break;
+    const bool ours = LaneWord::ringed(base) && LaneWord::tgen(base) == tgen;
+    if (!passed && !ours) break;  // another claimer moved the token: its turn now
+    const std::uint64_t limit = Settings::limit(st);
+    if (Settings::paused(st) || LaneWord::active(base) >= (limit ? limit : LaneWord::kActiveMax)) break;
+
+    std::uint32_t x1 = 0;
+    bool from_run = false;
+    const Front f = read_front(s, lane, w, base, x1, from_run);
+    if (f == Front::corrupt) return result(Step::corrupt);
+    if (f == Front::settle) {
+      w = lane_load(s, lane);
+      continue;
+    }
+    if (f == Front::none) {
+      // Nothing left. The strays flag goes (a `linked` step always follows
+      // an insert, so this CAS fails if one just landed: [S7]), and so does
+      // the token if it is still ours.
+      Word128 nw = LaneWord::with_strays(base, false);
+      if (!passed) nw = LaneWord::with_ringed(nw, false);
+      if (cas128(l.word, w, LaneWord::bumped(nw, w))) {
+        if (!passed) ring_pass(s, h);
+        passed = true;
+        break;
+      }
+      continue;
+    }
+    const bool is_job = f == Front::job;
+    const std::uint32_t x = x1 - 1;
+    const std::uint64_t taken_ctr = SlotWord::ctr(slot_load(s, x));
+    guard.set_take(from_run ? Intent::pop_run : Intent::pop_strays, x, taken_ctr, lane, is_job ? deadline : 0);
+    bool pass_now = false, corrupt = false;
+    if (!take_cas(s, lane, w, base, x1, from_run, is_job, !passed, st, h, pass_now, corrupt)) {
+      guard.clear();
+      if (corrupt) return result(Step::corrupt);
+      continue;  // w holds the current word; a cell we pushed is stale now
+    }
+    const Word128 taken_word = w;  // the word our take wrote
+    FAIRLANE_FAILPOINT("claim.taken");
+    if (pass_now) {
+      ring_pass(s, h);
+      passed = true;
+      FAIRLANE_FAILPOINT("claim.token_moved");
+    } else if (is_job && !passed) {
+      spend_turn(s, lane, st, h, turn_left(s, lane, st, h));
+    }
+    if (!from_run && !finish_take(s, lane, x, taken_word)) return result(Step::corrupt);
+    if (!is_job) {
+      drop_husk(s, lane, x, from_run);
+      guard.clear();
+      continue;
+    }
+    const Leased le = lease_job(s, x, lane, deadline, now_us, taken_ctr, out[got]);
+    if (le == Leased::lost) {
+      guard.clear();
+      w = lane_load(s, lane);
+      continue;
+    }
+    if (le == Leased::corrupt) {
+      unreserve(s, lane);
+      guard.clear();
+      return result(Step::corrupt);
+    }
+    guard.clear();
+    bump(s.waits[lane].b[wait_bucket(out[got].waited_us)]);
+    bump(l.served);
+    log_job(s, x);
+    ++got;
+    ++took;
+  }
+  return result(Step::again);
+}
+
+// One ring step: serves the lane at the head, or passes a stale cell.
+Step ring_step(Segment& s, Lease* out, std::size_t want_max, std::size_t& got, std::uint64_t deadline,
+               std::uint64_t now_us, bool one_lane) noexcept {
+  const std::uint64_t h = s.h->ring_head.load(std::memory_order_acquire);
+  // [S2] seq_cst: pairs with the push [S1] and a waiter's registration [S5].
+  const std::uint64_t c = s.ring[h & s.ring_mask].load(std::memory_order_seq_cst);
+  if (!cell_written_for(c, h)) return Step::empty;
+  const std::uint32_t lane1 = RingCell::lane1(c);
+  if (lane1 == 0 || lane1 > s.lane_count) {
+    report_corrupt(s, CorruptWhat::ring_cell);
+    ring_pass(s, h);
+    return Step::again;
+  }
+  const std::uint32_t lane = lane1 - 1;
+  LaneRecord& l = s.lanes[lane];
+  Word128 w = lane_load(s, lane);
+  if (LaneWord::state(w) != LaneState::live) {
+    ring_pass(s, h);  // a lane reclaimed since: its cells are all stale
+    return Step::again;
+  }
+  const std::uint64_t st = lane_settings(s, lane);
+  const Word128 base = lane_base(s, lane, w);
+  const std::uint32_t tgen = std::uint32_t(h & LaneWord::kTgenMask);
+  if (!(LaneWord::ringed(base) && LaneWord::tgen(base) == tgen)) {
+    if (!LaneWord::ringed(base)) {
+      if (lane_serviceable(base, st)) {
+        // Not ringed but serviceable: a ringer is between its push and its
+        // CAS, or the token was lost to a scribble. This cell becomes its
+        // token (the ringer's CAS then fails and finds it ringed).
+        cas128(l.word, w, LaneWord::bumped(LaneWord::with_tgen(LaneWord::with_ringed(base, true), tgen), w));
+        return Step::again;
+      }
+      // Not serviceable: a ringer's CAS computed before this cell was pushed
+      // must fail (it would make a passed cell its token).
+      if (!cas128(l.word, w, LaneWord::bumped(base, w))) return Step::again;
+    }
+    ring_pass(s, h);
+    return Step::again;
+  }
+  if (!lane_serviceable(base, st)) {
+    if (cas128(l.word, w, LaneWord::bumped(LaneWord::with_ringed(base, false), w))) ring_pass(s, h);
+    return Step::again;
+  }
+  std::size_t want = one_lane ? want_max : std::min<std::size_t>(want_max, Settings::weight(st));
+  if (const std::uint64_t limit = Settings::limit(st))
+    want = std::min<std::size_t>(want, limit > LaneWord::active(base) ? limit - LaneWord::active(base) : 0);
+  if (want == 0) want = 1;
+  return serve(s, lane, h, w, st, out, want, got, deadline, now_us);
+}
+
+}  // namespace
+
+void fill_lease(const Segment& s, std::uint32_t slot, std::uint32_t lane, std::uint32_t attempt, Token token,
+                std::uint64_t deadline, std::uint64_t now_us, Lease& out) {
+  const SlotRecord& r = s.slot(slot);
+  char text[kIdLength];
+  load_id_text(s, r, text);
+  // The digits were written by the admitter from a checked id; a scribbled
+  // one is rebuilt from the snowflake rather than handed out.
+  if (digits_valid(text + kKindLength)) out.id = IdAccess::from_checked(std::string_view(text, kIdLength));
+  else out.id = BrandedId::make(std::string_view(s.kind, 3), r.sf.load(std::memory_order_relaxed) & ((1ULL << 63) - 1));
+  static const BrandedId kDefault = *BrandedId::parse(kDefaultGroup);
+  out.group = lane == kDefaultLane ? kDefault : cached_group(s, lane);
+  out.attempt = attempt;
+  out.token = token;
+  out.deadline_ms = deadline;
+  const std::uint64_t ready = r.ready_us.load(std::memory_order_relaxed);
+  out.waited_us = now_us > ready ? now_us - ready : 0;
+  const std::uint32_t len = std::min(r.payload_len.load(std::memory_order_relaxed), s.payload_bytes);
+  out.payload.assign(reinterpret_cast<const char*>(s.payload(slot)), len);
+  if (r.flags.load(std::memory_order_relaxed) & kSlotHasRetry)
+    out.retry = retry_decode(r.retry.a.load(std::memory_order_relaxed), r.retry.b.load(std::memory_order_relaxed));
+  else
+    out.retry = RetryPolicy{};
+}
+
+ClaimStatus claim_some(Segment& s, Lease* out, std::size_t room, std::size_t& got, std::uint32_t lease_ms,
+                       std::uint64_t now_us, bool one_lane) noexcept {
+  got = 0;
+  if (!s.me || room == 0) return ClaimStatus::empty;
+  const std::uint64_t now = now_us / 1000;
+  maybe_sweep(s, now);
+  // seq_cst: pairs with resume_all's seq_cst store and notify ([S5]).
+  if (s.h->queue_paused.load(std::memory_order_seq_cst)) return ClaimStatus::paused;
+  const std::uint64_t deadline = now + lease_ms;
+  bool corrupt = false;
+  // Each step serves a lane or passes a cell; the ring holds at most
+  // ring_cells cells, so a pass over it ends.
+  const std::uint64_t budget = 2 * (s.ring_mask + 1) + 64;
+  for (std::uint64_t steps = 0; got < room && steps < budget; ++steps) {
+    const Step r = ring_step(s, out, room - got, got, deadline, now_us, one_lane);
+    if (r == Step::empty) break;
+    if (r == Step::corrupt) corrupt = true;
+    if (r == Step::served && one_lane) break;
+  }
+  if (got) {
+    lower_next_due(s, deadline);
+    count(s, &CounterBlock::claimed, got);
+    return ClaimStatus::claimed;
+  }
+  return corrupt ? ClaimStatus::corrupt : ClaimStatus::empty;
+}
+
+void pop_front_husks(Segment& s, std::uint32_t lane) noexcept {
+  if (!s.me || lane >= s.lane_count) return;
+  IntentGuard guard(s);
+  Word128 w = lane_load(s, lane);
+  for (std::uint32_t rounds = 0; rounds < 1024; ++rounds) {
+    const Word128 base = lane_base(s, lane, w);
+    if (LaneWord::state(base) != LaneState::live) return;
+    std::uint32_t x1 = 0;
+    bool from_run = false;
+    const Front f = read_front(s, lane, w, base, x1, from_run);
+    if (f == Front::settle) {
+      w = lane_load(s, lane);
+      continue;
+    }
+    if (f == Front::none && LaneWord::strays(base)) {
+      // Emptied: the strays flag goes, as a claim's would ([S7]).
+      if (cas128(s.lanes[lane].word, w, LaneWord::bumped(LaneWord::with_strays(base, false), w))) return;
+      continue;
+    }
+    if (f != Front::husk) return;
+    const std::uint32_t x = x1 - 1;
+    guard.set_take(from_run ? Intent::pop_run : Intent::pop_strays, x, SlotWord::ctr(slot_load(s, x)), lane, 0);
+    bool pass_now = false, corrupt = false;
+    if (!take_cas(s, lane, w, base, x1, from_run, false, false, 0, 0, pass_now, corrupt)) {
+      guard.clear();
+      if (corrupt) return;
+      continue;
+    }
+    const Word128 taken_word = w;
+    if (!from_run && !finish_take(s, lane, x, taken_word)) return;
+    drop_husk(s, lane, x, from_run);
+    guard.clear();
+  }
+}
+
+ClaimStatus take_front(Segment& s, std::uint32_t lane, Lease& out, std::uint32_t lease_ms, std::uint64_t now_us) noexcept {
+  if (!s.me) return ClaimStatus::empty;
+  IntentGuard guard(s);
+  const std::uint64_t deadline = now_us / 1000 + lease_ms;
+  Word128 w = lane_load(s, lane);
+  for (std::uint64_t rounds = 0; rounds < 4 * std::uint64_t(s.jobs) + 64; ++rounds) {
+    const Word128 base = lane_base(s, lane, w);
+    if (LaneWord::state(base) != LaneState::live) return ClaimStatus::empty;
+    std::uint32_t x1 = 0;
+    bool from_run = false;
+    const Front f = read_front(s, lane, w, base, x1, from_run);
+    if (f == Front::corrupt) return ClaimStatus::corrupt;
+    if (f == Front::none) return ClaimStatus::empty;
+    if (f == Front::settle) {
+      w = lane_load(s, lane);
+      continue;
+    }
+    // A drain takes past any limit: it is not a claim a limit is for, but
+    // the count field has a width.
+    if (f == Front::job && LaneWord::active(base) >= LaneWord::kActiveMax) return ClaimStatus::empty;
+    const bool is_job = f == Front::job;
+    const std::uint32_t x = x1 - 1;
+    const std::uint64_t taken_ctr = SlotWord::ctr(slot_load(s, x));
+    guard.set_take(from_run ? Intent::pop_run : Intent::pop_strays, x, taken_ctr, lane, is_job ? deadline : 0);
+    bool pass_now = false, corrupt = false;
+    // No token: the turn stays where it is (a lane that runs empty leaves
+    // the ring at its next turn).
+    if (!take_cas(s, lane, w, base, x1, from_run, is_job, false, 0, 0, pass_now, corrupt)) {
+      guard.clear();
+      if (corrupt) return ClaimStatus::corrupt;
+      continue;
+    }
+    const Word128 taken_word = w;
+    if (!from_run && !finish_take(s, lane, x, taken_word)) return ClaimStatus::corrupt;
+    if (!is_job) {
+      drop_husk(s, lane, x, from_run);
+      guard.clear();
+      continue;
+    }
+    const Leased le = lease_job(s, x, lane, deadline, now_us, taken_ctr, out);
+    if (le == Leased::lost) {
+      guard.clear();
+      w = lane_load(s, lane);
+      continue;
+    }
+    if (le == Leased::corrupt) {
+      unreserve(s, lane);
+      return ClaimStatus::corrupt;
+    }
+    guard.clear();
+    return ClaimStatus::claimed;
+  }
+  report_corrupt(s, CorruptWhat::lane_order);
+  return ClaimStatus::corrupt;
+}
+
+}  // namespace fairlane::detail

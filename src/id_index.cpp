@@ -1,0 +1,398 @@
+// The id index and the exactly-once admission decision (id_index.hpp).
+#include "id_index.hpp"
+
+#include "failpoint.hpp"
+#include "lanes.hpp"
+
+namespace fairlane::detail {
+
+namespace {
+
+// Is entry e current (its slot's latest admission), and for which slot?
+bool entry_current(const Segment& s, std::uint64_t e, std::uint32_t& slot) noexcept {
+  const std::uint32_t s1 = IndexEntry::slot1(e);
+  if (e == 0 || s1 == 0 || s1 > s.jobs) return false;
+  slot = s1 - 1;
+  return admit_tag(s, slot) == IndexEntry::tag(e);
+}
+
+// May entry e be overwritten? Not current, or current but for another id
+// (an admission tag that came round again: the slot's job hashes elsewhere).
+bool entry_reusable(const Segment& s, std::uint64_t e) noexcept {
+  std::uint32_t slot = 0;
+  if (!entry_current(s, e, slot)) return true;
+  const std::uint64_t h = id_hash(s.slot(slot).sf.load(std::memory_order_acquire), s.seed);
+  return IndexEntry::fp(e) != (std::uint32_t(h >> 34) & 0x3FFFFFFF) || SlotWord::state(slot_load(s, slot)) == SlotState::free;
+}
+
+// A reassign's target (kSlotMoved): its origin, as its fail_to names it.
+bool moved_origin(const Segment& s, std::uint32_t slot, std::uint32_t& origin, std::uint64_t& ctr18) noexcept {
+  const SlotRecord& r = s.slot(slot);
+  if (!(r.flags.load(std::memory_order_relaxed) & kSlotMoved)) return false;
+  const std::uint64_t v = SlotWord::when(Word128{r.fail_to.load(std::memory_order_acquire), 0});
+  const std::uint32_t o1 = Successor::slot1(v);
+  if (o1 == 0 || o1 > s.jobs) return false;
+  origin = o1 - 1;
+  ctr18 = Successor::ctr18(v);
+  return true;
+}
+
+// Does the origin of a move name `slot` (the target, ctr its ctr) as where
+// its job went? Then the move happened and the target is the job.
+bool origin_names(const Segment& s, std::uint32_t origin, std::uint32_t slot, std::uint64_t ctr) noexcept {
+  const Word128 ow = slot_load(s, origin);
+  return SlotWord::state(ow) == SlotState::aborted && SlotWord::when(ow) == Successor::make(slot, ctr);
+}
+
+// The committed word an admitting slot becomes (its fail_to is the target's
+// low half: state, attempt, when).
+Word128 commit_word(const Segment& s, std::uint32_t slot, const Word128& admitting) noexcept {
+  const SlotRecord& r = s.slot(slot);
+  const Word128 t{r.fail_to.load(std::memory_order_acquire), 0};
+  SlotState st = SlotWord::state(t);
+  std::uint64_t when = SlotWord::when(t);
+  if (r.flags.load(std::memory_order_relaxed) & kSlotMoved) when = 0;  // a moved job: due at once (fail_to named its origin)
+  if (st != SlotState::pending && st != SlotState::scheduled && st != SlotState::dead) {
+    st = SlotState::dead;  // scribbled target: keep the job where nothing serves it unasked
+    when = 0;
+  }
+  if (st == SlotState::pending) when = 0;
+  return SlotWord::make(st, SlotWord::attempt(t), when, SlotWord::ctr(admitting), 0);
+}
+
+// Commits admission `ctr` of a slot (to its target). True if it is
+// committed after; false if it was aborted, or the slot has moved on to
+// another admission (whose fate is not ours to decide: a caller that read
+// the slot long ago looks again), or that admission is not yet published.
+// Only the admission read is ever decided: every CAS expects its ctr.
+bool commit(Segment& s, std::uint32_t slot, std::uint64_t ctr) noexcept {
+  Word128 w = slot_load(s, slot);
+  while (SlotWord::state(w) == SlotState::admitting && SlotWord::ctr(w) == ctr) {
+    if (!admission_published(s, slot, w)) return false;
+    // [R5] release (cas128): the job's fields are visible to whoever sees it committed.
+    if (slot_cas(s, slot, w, commit_word(s, slot, w))) return true;
+  }
+  return SlotWord::ctr(w) == ctr && committed_state(SlotWord::state(w));
+}
+
+// Aborts admission `ctr` of a slot. True if it is aborted (or was) after;
+// false if it got committed first, or the slot has moved on to another
+// admission, or that admission is not yet published (as commit).
+bool kill(Segment& s, std::uint32_t slot, std::uint64_t ctr) noexcept {
+  Word128 w = slot_load(s, slot);
+  while (SlotWord::state(w) == SlotState::admitting && SlotWord::ctr(w) == ctr) {
+    if (!admission_published(s, slot, w)) return false;
+    const Word128 aborted = SlotWord::make(SlotState::aborted, 0, 0, SlotWord::ctr(w), SlotWord::holder(w));
+    if (slot_cas(s, slot, w, aborted)) {
+      // A pending admission is linked in its run before anyone can kill it
+      // (its index entry comes after the link): it is a husk there now.
+      const SlotRecord& r = s.slot(slot);
+      const bool pending_target = SlotWord::state(Word128{r.fail_to.load(std::memory_order_relaxed), 0}) == SlotState::pending;
+      const std::uint32_t lane = r.lane.load(std::memory_order_relaxed);
+      if (pending_target && !(r.flags.load(std::memory_order_relaxed) & kSlotMoved) && lane < s.lane_count)
+        s.lanes[lane].husks.fetch_add(1, std::memory_order_relaxed);
+      return true;
+    }
+  }
+  return SlotWord::ctr(w) == ctr && !committed_state(SlotWord::state(w));
+}
+
+// The word of rival `r` if it is an admission (published) or a job of id
+// `sf`: the id read between two loads of the word that agree, so that it
+// is that incarnation's (the ctr moves at every admission).
+// An admission not yet published has not written its entry either, so it
+// is no rival yet: the rule "the later entry sees the earlier" holds
+// without it. A word that moves under the two loads (a lease, a release)
+// is read again, a few times.
+bool rival_word(const Segment& s, std::uint32_t r, std::uint64_t sf, Word128& rw) noexcept {
+  for (int tries = 0; tries < 8; ++tries) {
+    rw = slot_load(s, r);
+    const SlotState st = SlotWord::state(rw);
+    if (st == SlotState::admitting) {
+      if (!admission_published(s, r, rw)) return false;
+    } else if (!committed_state(st) && st != SlotState::aborted) {
+      return false;
+    }
+    if (s.slot(r).sf.load(std::memory_order_acquire) != sf) return false;
+    if (slot_load(s, r) == rw) return true;
+  }
+  return false;
+}
+
+bool has_entry(const Segment& s, const IndexProbe& p, std::uint32_t slot) noexcept {
+  bool found = false;
+  index_scan(s, p, [&](std::atomic<std::uint64_t>&, std::uint64_t e) {
+    std::uint32_t at = 0;
+    found = IndexEntry::fp(e) == (p.fp & 0x3FFFFFFF) && entry_current(s, e, at) && at == slot;
+    return !found;
+  });
+  return found;
+}
+
+// Writes an entry for `slot`: in an empty way of the id's first bucket, else
+// (the first bucket's overflow flag set first: readers then look at the
+// second) of its second, else in a way whose entry is stale. Four entries per
+// job slot, and entries taken out when their slot is reused, keep a full
+// pair of buckets out of reach in practice. false: both full of current
+// entries (reported as full, never ignored).
+bool put_entry(Segment& s, const IndexProbe& p, std::uint32_t slot) noexcept {
+  const std::uint64_t mine = IndexEntry::make(p.fp, slot + 1, admit_tag(s, slot));
+  IndexBucket& a = s.index[p.b1];
+  IndexBucket& b = s.index[p.b2];
+  for (int tries = 0; tries < 16; ++tries) {
+    std::atomic<std::uint64_t>* way = nullptr;
+    std::uint64_t e = 0;
+    for (unsigned k = 0; k < kIndexWays && !way; ++k)
+      if (a.e[k].load(std::memory_order_relaxed) == 0) way = &a.e[k];
+    if (!way) {
+      // [S4] seq_cst: the flag is set before any entry goes to the second
+      // bucket; a reader that missed it saw the first bucket before, and then
+      // our scan sees its entry.
+      if (!a.overflow.load(std::memory_order_relaxed)) a.overflow.store(1, std::memory_order_seq_cst);
+      for (unsigned k = 0; k < kIndexWays && !way; ++k)
+        if (b.e[k].load(std::memory_order_relaxed) == 0) way = &b.e[k];
+    }
+    if (!way) {
+      // No empty way: a stale entry's (left by a scribble, or a slot freed
+      // and not yet reused).
+      for (unsigned k = 0; k < 2 * kIndexWays && !way; ++k) {
+        std::atomic<std::uint64_t>& w = index_way(s, p, k);
+        const std::uint64_t v = w.load(std::memory_order_relaxed);
+        if (entry_reusable(s, v)) {
+          way = &w;
+          e = v;
+        }
+      }
+      if (!way) return false;
+    }
+    // [S4] seq_cst: our entry is visible before we look for rivals (a
+    // store-load pair with every rival's entry and scan).
+    if (way->compare_exchange_strong(e, mine, std::memory_order_seq_cst)) return true;
+  }
+  return false;
+}
+
+// Was the admission `ctr` of `slot`, no longer admitting, committed? A
+// helper may have committed it, and a claim leased it (the ctr moves on) and
+// completed it since; a kill leaves it aborted with this ctr (and a claim
+// that pops the husk frees it with this ctr).
+bool admission_committed(const Segment& s, std::uint32_t slot, std::uint64_t ctr) noexcept {
+  const Word128 w = slot_load(s, slot);
+  if (SlotWord::ctr(w) != ctr) return true;
+  const SlotState st = SlotWord::state(w);
+  return st != SlotState::aborted && st != SlotState::free && st != SlotState::admitting;
+}
+
+// The decision of a reassign's target: it is the job iff its origin names
+// it (the move's `drop` step happened). Nobody decides otherwise while its
+// author may still take that step, except recovery for a dead author
+// (cancel): the origin's lane's pending step applied first.
+Admit decide_moved(Segment& s, std::uint32_t slot, std::uint64_t ctr, bool cancel) noexcept {
+  std::uint32_t origin = 0;
+  std::uint64_t c18 = 0;
+  if (!moved_origin(s, slot, origin, c18)) {
+    report_corrupt(s, CorruptWhat::slot_record);
+    kill(s, slot, ctr);
+    return Admit::duplicate;
+  }
+  const Word128 w = slot_load(s, slot);
+  if (SlotWord::state(w) != SlotState::admitting || SlotWord::ctr(w) != ctr)
+    return admission_committed(s, slot, ctr) ? Admit::won : Admit::duplicate;
+  if (!origin_names(s, origin, slot, SlotWord::ctr(w)) && cancel) {
+    const std::uint32_t lane = s.slot(origin).lane.load(std::memory_order_relaxed);
+    if (lane < s.lane_count) lane_update(s, lane, [](Word128 b) -> std::optional<Word128> { return b; });
+  }
+  if (origin_names(s, origin, slot, SlotWord::ctr(w))) {
+    if (!commit(s, slot, ctr) && !admission_committed(s, slot, ctr)) return Admit::duplicate;
+    // Committed scheduled and due: the next claim's sweep adopts it into its
+    // lane if its mover does not get there first.
+    s.h->sweep.next_due.store(0, std::memory_order_release);
+    return Admit::won;
+  }
+  if (cancel && kill(s, slot, ctr) && !admission_committed(s, slot, ctr)) return Admit::duplicate;
+  const Word128 now = slot_load(s, slot);
+  if (SlotWord::state(now) == SlotState::admitting && SlotWord::ctr(now) == ctr) return Admit::undecided;
+  return admission_committed(s, slot, ctr) ? Admit::won : Admit::duplicate;
+}
+
+// The decision for `slot`, whose entry is written (id_index.hpp). Returns
+// won when slot is committed, duplicate (winner set) when another is.
+Admit decide(Segment& s, const IndexProbe& p, std::uint32_t slot, std::uint64_t sf, std::uint64_t ctr,
+             std::uint32_t& winner) noexcept {
+  for (int round = 0; round < 256; ++round) {
+    bool restart = false;
+    // The other slots holding an entry of this id (nearly always none).
+    std::uint32_t rivals[2 * kIndexWays];
+    unsigned n = 0;
+    index_scan(s, p, [&](std::atomic<std::uint64_t>&, std::uint64_t e) {
+      std::uint32_t r = 0;
+      if (IndexEntry::fp(e) == (p.fp & 0x3FFFFFFF) && entry_current(s, e, r) && r != slot &&
+          s.slot(r).sf.load(std::memory_order_acquire) == sf)
+        rivals[n++] = r;
+      return true;
+    });
+    for (unsigned k = 0; k < n && !restart; ++k) {
+      const std::uint32_t rival = rivals[k];
+      Word128 rw;
+      if (!rival_word(s, rival, sf, rw)) {
+        // Moved on since the scan (free, another id, or an admission not
+        // yet published): not a rival. Still a job and still moving: look again.
+        if (committed_state(SlotWord::state(slot_load(s, rival)))) restart = true;
+        continue;
+      }
+      const SlotState st = SlotWord::state(rw);
+      // A move in progress: its origin, or its target, outranks everyone.
+      std::uint32_t origin = 0;
+      std::uint64_t c18 = 0;
+      const bool rival_moved = st == SlotState::admitting && moved_origin(s, rival, origin, c18);
+      const std::uint32_t succ1 = st == SlotState::aborted ? Successor::slot1(SlotWord::when(rw)) : 0;
+      if (succ1 != 0 && succ1 <= s.jobs && succ1 - 1 != slot) {
+        // An origin whose move may be undecided: decide its target (which
+        // the origin names), then look again.
+        const Word128 tw = slot_load(s, succ1 - 1);
+        if (SlotWord::state(tw) == SlotState::admitting) {
+          decide_moved(s, succ1 - 1, SlotWord::ctr(tw), false);
+          restart = true;
+        }
+        continue;
+      }
+      if (rival_moved) {
+        if (origin_names(s, origin, rival, SlotWord::ctr(rw))) {
+          decide_moved(s, rival, SlotWord::ctr(rw), false);
+          restart = true;
+        }
+        continue;  // undecided: its origin (committed, a rival in its own right) decides for it
+      }
+      if (committed_state(st)) {
+        // A live job with this id: we lose (unless we are committed already,
+        // by a helper: then this is a stale reading of a rival that lost).
+        if (!kill(s, slot, ctr) || admission_committed(s, slot, ctr)) return Admit::won;
+        winner = rival;
+        return Admit::duplicate;
+      }
+      if (st != SlotState::admitting) continue;  // aborted or free: not a rival
+      if (rival < slot) {
+        // It outranks us: it must be committed before we may say duplicate
+        // (its admitter may be stopped).
+        if (!kill(s, slot, ctr) || admission_committed(s, slot, ctr)) return Admit::won;  // committed first after all
+        if (commit(s, rival, SlotWord::ctr(rw))) {
+          winner = rival;
+          return Admit::duplicate;
+        }
+        restart = true;  // it was aborted meanwhile: look again
+        continue;
+      }
+      if (!kill(s, rival, SlotWord::ctr(rw))) restart = true;  // it was committed first (or moved on): look again
+    }
+    if (restart) continue;
+    if (commit(s, slot, ctr) || admission_committed(s, slot, ctr)) return Admit::won;
+    // Killed by a rival that outranks us: make sure it (or whoever wins) is
+    // committed, then it is a duplicate.
+    const std::uint32_t w = index_find(s, sf);
+    if (w != kNoSlot) {
+      winner = w;
+      return Admit::duplicate;
+    }
+    // Nobody committed yet: help the lowest admitting rival.
+    std::uint32_t low = kNoSlot;
+    std::uint64_t low_ctr = 0;
+    index_scan(s, p, [&](std::atomic<std::uint64_t>&, std::uint64_t e) {
+      std::uint32_t rival = 0;
+      std::uint32_t o = 0;
+      std::uint64_t c = 0;
+      Word128 rw;
+      if (IndexEntry::fp(e) == (p.fp & 0x3FFFFFFF) && entry_current(s, e, rival) && rival != slot && rival < low &&
+          rival_word(s, rival, sf, rw) && SlotWord::state(rw) == SlotState::admitting && !moved_origin(s, rival, o, c)) {
+        low = rival;
+        low_ctr = SlotWord::ctr(rw);
+      }
+      return true;
+    });
+    if (low != kNoSlot && commit(s, low, low_ctr)) {
+      winner = low;
+      return Admit::duplicate;
+    }
+    if (low == kNoSlot) return Admit::lost;  // nobody holds the id now (its holder was undone): start again
+  }
+  report_corrupt(s, CorruptWhat::id_index);
+  return Admit::corrupt;
+}
+
+}  // namespace
+
+std::uint32_t index_find(const Segment& s, std::uint64_t sf, std::uint32_t* admitting, Word128* admitting_word) noexcept {
+  const IndexProbe p = index_probe(s, sf);
+  std::uint32_t found = kNoSlot;
+  index_scan(s, p, [&](std::atomic<std::uint64_t>&, std::uint64_t e) {
+    std::uint32_t slot = 0;
+    if (IndexEntry::fp(e) != (p.fp & 0x3FFFFFFF) || !entry_current(s, e, slot)) return true;
+    Word128 w;
+    if (!rival_word(s, slot, sf, w)) return true;
+    const SlotState st = SlotWord::state(w);
+    if (committed_state(st)) {
+      found = slot;
+      return false;
+    }
+    if (st == SlotState::admitting && admitting) {
+      *admitting = slot;
+      if (admitting_word) *admitting_word = w;
+    }
+    return true;
+  });
+  return found;
+}
+
+Admit index_admit(Segment& s, std::uint32_t slot, std::uint64_t sf, std::uint64_t ctr, std::uint32_t& winner) noexcept {
+  const IndexProbe p = index_probe(s, sf);
+  if (!put_entry(s, p, slot)) return Admit::full;
+  FAIRLANE_FAILPOINT("enqueue.indexed");
+  std::uint32_t origin = 0;
+  std::uint64_t c18 = 0;
+  if (moved_origin(s, slot, origin, c18)) return decide_moved(s, slot, ctr, false);
+  return decide(s, p, slot, sf, ctr, winner);
+}
+
+bool index_kill(Segment& s, std::uint32_t slot, std::uint64_t ctr) noexcept { return kill(s, slot, ctr); }
+
+void index_forget(Segment& s, std::uint32_t slot, std::uint64_t old_sf) noexcept {
+  const IndexProbe p = index_probe(s, old_sf);
+  const std::uint64_t old = IndexEntry::make(p.fp, slot + 1, admit_tag(s, slot));
+  index_scan(s, p, [&](std::atomic<std::uint64_t>& way, std::uint64_t e) {
+    // Current (its slot's tag has not moved) and the slot is ours: a writer
+    // that took the slot's free state for staleness may be replacing the
+    // entry right now, so it goes by CAS (never a plain store over theirs).
+    if (e == old) {
+      std::uint64_t expect = e;
+      way.compare_exchange_strong(expect, 0, std::memory_order_relaxed);
+    }
+    return true;
+  });
+}
+
+bool move_decided(Segment& s, std::uint32_t slot, std::uint64_t ctr) noexcept {
+  return decide_moved(s, slot, ctr, false) == Admit::won;
+}
+
+bool index_resolve(Segment& s, std::uint32_t slot, const Word128& seen, bool cancel_move, std::uint64_t expect_sf) noexcept {
+  const std::uint64_t ctr = SlotWord::ctr(seen);
+  const Word128 w = slot_load(s, slot);
+  if (SlotWord::ctr(w) != ctr) return false;  // moved on: not the admission the caller read
+  if (SlotWord::state(w) != SlotState::admitting) return committed_state(SlotWord::state(w));
+  if (!admission_published(s, slot, w)) return false;
+  const std::uint64_t sf = s.slot(slot).sf.load(std::memory_order_acquire);
+  if (expect_sf && sf != expect_sf) return false;
+  std::uint32_t origin = 0;
+  std::uint64_t c18 = 0;
+  if (moved_origin(s, slot, origin, c18)) return decide_moved(s, slot, ctr, cancel_move) == Admit::won;
+  const IndexProbe p = index_probe(s, sf);
+  // Its admitter may not have written its entry yet: write one for it (a
+  // second entry for the same slot is harmless: both go stale together).
+  if (!has_entry(s, p, slot) && !put_entry(s, p, slot)) {
+    kill(s, slot, ctr);  // no room to admit it: it was never admitted (its admitter sees full)
+    return admission_committed(s, slot, ctr) && SlotWord::ctr(slot_load(s, slot)) == ctr;
+  }
+  std::uint32_t winner = 0;
+  return decide(s, p, slot, sf, ctr, winner) == Admit::won;
+}
+
+}  // namespace fairlane::detail

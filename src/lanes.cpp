@@ -1,0 +1,451 @@
+// Lanes: directory lookups, creation and reclaim (lanes.hpp has the
+// protocol), the settling of a lane word's pending release, wake-ups.
+#include "lanes.hpp"
+
+#include "lane_order.hpp"
+
+#include <climits>
+
+#include "failpoint.hpp"
+#include "futex.hpp"
+
+namespace fairlane::detail {
+
+namespace {
+
+constexpr std::uint64_t kIncMask = (1ULL << 25) - 1;  // the incarnation bits a directory entry keeps
+
+struct DirProbe {
+  std::uint64_t b1, b2;
+};
+
+DirProbe dir_probe(const Segment& s, GroupKey g) noexcept {
+  const std::uint64_t h = group_hash(g.kind, g.sf, s.seed);
+  DirProbe p{h & s.dir_mask, mix64(h) & s.dir_mask};
+  if (p.b2 == p.b1) p.b2 = p.b1 ^ 1;  // dir_buckets >= 2
+  return p;
+}
+
+Word128& dir_entry(const Segment& s, const DirProbe& p, unsigned k) noexcept {
+  return s.dir[k < kDirWays ? p.b1 : p.b2].e[k % kDirWays];
+}
+
+bool entry_is(const Word128& e, GroupKey g) noexcept {
+  return DirEntry::state(e) != DirState::free && DirEntry::sf(e) == (g.sf & ((1ULL << 63) - 1)) &&
+         DirEntry::kind(e) == g.kind;
+}
+
+std::uint64_t record_inc(const LaneRecord& l) noexcept { return l.key_kind.load(std::memory_order_acquire) >> 16; }
+
+// Does directory entry `e` describe lane record `lane` as it is now?
+bool record_matches(const Segment& s, const Word128& e, std::uint32_t& lane) noexcept {
+  const std::uint32_t l1 = DirEntry::lane1(e);
+  if (l1 == 0 || l1 > s.lane_count || l1 - 1 == kDefaultLane) return false;
+  lane = l1 - 1;
+  const LaneRecord& r = s.lanes[lane];
+  // A record being created carries its new incarnation in its word from the
+  // CAS that took it: an entry of the record's previous life never matches
+  // it, even before its creator has written the new key.
+  const Word128 w = lane_load(s, lane);
+  if (LaneWord::state(w) == LaneState::creating && LaneWord::head(w) != DirEntry::inc(e)) return false;
+  const std::uint64_t kk = r.key_kind.load(std::memory_order_acquire);
+  return r.key_sf.load(std::memory_order_acquire) == DirEntry::sf(e) && std::uint32_t(kk & 0x7FFF) == DirEntry::kind(e) &&
+         ((kk >> 16) & kIncMask) == DirEntry::inc(e);
+}
+
+// Makes a lane record that is creating live (whoever sees it committed in
+// the directory). Its run is empty: nothing to ring.
+void make_live(Segment& s, std::uint32_t lane) noexcept {
+  Word128 w = lane_load(s, lane);
+  while (LaneWord::state(w) == LaneState::creating) {
+    // A live word of its own: the creating word's fields (incarnation,
+    // creator) mean nothing in a live one.
+    if (cas128(s.lanes[lane].word, w, LaneWord::bumped(LaneWord::with_state(Word128{}, LaneState::live), w))) return;
+  }
+}
+
+void release_record(Segment& s, std::uint32_t lane) noexcept {
+  Word128 w = lane_load(s, lane);
+  while (LaneWord::state(w) == LaneState::creating) {
+    if (cas128(s.lanes[lane].word, w, LaneWord::bumped(Word128{}, w))) {
+      return;
+    }
+  }
+}
+
+// Takes a free lane record for group g (state creating, its key and a new
+// incarnation written). kNoLane: every record is live or being created.
+std::uint32_t take_record(Segment& s, GroupKey g) noexcept {
+  const std::uint32_t n = s.lane_count;
+  if (n < 2) return kNoLane;
+  // The cursor only spreads the starting points (relaxed: a hint).
+  const std::uint64_t start = s.h->lane_cursor.fetch_add(1, std::memory_order_relaxed);
+  for (std::uint32_t k = 0; k < n - 1; ++k) {
+    const std::uint32_t lane = 1 + std::uint32_t((start + k) % (n - 1));
+    LaneRecord& r = s.lanes[lane];
+    Word128 w = lane_load(s, lane);
+    if (LaneWord::state(w) != LaneState::free) continue;
+    // The creating word names the record's new incarnation (head) and its
+    // creator (tail) from the CAS on: a stale directory entry cannot take
+    // the record for its old group, and a sweep judges the real creator.
+    const std::uint64_t inc = (record_inc(r) + 1) & ((1ULL << 48) - 1);
+    Word128 nw = LaneWord::with_tail(LaneWord::with_head(LaneWord::with_state(Word128{}, LaneState::creating),
+                                                         std::uint32_t(inc & kIncMask), 0),
+                                     my_holder(s));
+    if (!cas128(r.word, w, LaneWord::bumped(nw, w))) continue;
+    FAIRLANE_FAILPOINT("lane.creating");
+    // Ours alone until the directory names it: plain (relaxed) stores,
+    // published by the CAS that commits the directory entry.
+    r.key_sf.store(g.sf, std::memory_order_relaxed);
+    r.key_kind.store(g.kind | (inc << 16), std::memory_order_release);
+    r.settings.store(Settings::make(0, false, 1, r.settings.load(std::memory_order_relaxed)), std::memory_order_relaxed);
+    r.turn.store(0, std::memory_order_relaxed);
+    r.husks.store(0, std::memory_order_relaxed);
+    r.served.store(0, std::memory_order_relaxed);
+    r.idle_seen.store(0, std::memory_order_relaxed);
+    r.creator.store(my_holder(s), std::memory_order_relaxed);
+    for (auto& head : r.strays) head.store(strays_head(inc, false, 0), std::memory_order_relaxed);
+    // The previous life's waits go to the queue-wide count first (relaxed:
+    // statistics; a reader in between sees them twice for a moment).
+    for (std::uint32_t i = 0; i < kWaitBuckets; ++i) {
+      std::atomic<std::uint64_t>& b = s.waits[lane].b[i];
+      if (const std::uint64_t v = b.load(std::memory_order_relaxed)) {
+        s.h->retired_waits.b[i].fetch_add(v, std::memory_order_relaxed);
+        b.store(0, std::memory_order_relaxed);
+      }
+    }
+    return lane;
+  }
+  return kNoLane;
+}
+
+}  // namespace
+
+void notify(Segment& s, int count) noexcept {
+  if (s.h->waiters.load(std::memory_order_seq_cst) == 0) return;
+  s.h->wake_seq.fetch_add(1, std::memory_order_release);
+  futex_wake(&s.h->wake_seq, count);
+}
+
+Word128 lane_base(Segment& s, std::uint32_t lane, const Word128& w) noexcept {
+  const std::uint32_t rel1 = LaneWord::rel(w);
+  if (rel1 == 0) return w;
+  const RelOp op = LaneWord::relop(w);
+  Word128 base = LaneWord::with_rel(w, 0, RelOp::complete);
+  if (rel1 > s.jobs) {
+    report_corrupt(s, CorruptWhat::lane_word);  // nothing to apply; fsck names it
+    return base;
+  }
+  const std::uint32_t slot = rel1 - 1;
+  SlotRecord& r = s.slot(slot);
+  // Only while the word still names the step: `w` may be an old reading (or
+  // a torn one) whose step was applied long ago, its slot since reused and
+  // perhaps in the step's pre-state again. The slot is read first, then the
+  // word: if the word still names the step, the slot's reading is of the
+  // state the step is about (nothing moves the slot out of it but the step),
+  // and the CAS from that reading fails if it moved on since.
+  auto pending = [&] { return lane_load(s, lane) == w; };
+  if (op == RelOp::take) {
+    strays_mark(s, slot, lane, &w);
+    return base;
+  }
+  // The common case first: the step was applied (by its author, right after
+  // its CAS) and the word just still names it. The slot's state is in the low
+  // half alone: one load says it has moved past the step's pre-state.
+  {
+    const SlotState st = SlotState(__atomic_load_n(&s.words[slot].lo, __ATOMIC_ACQUIRE) & 15);
+    const bool pre = op == RelOp::linked   ? st == SlotState::returning
+                     : op == RelOp::drop   ? st == SlotState::pending
+                     : op == RelOp::back   ? st == SlotState::leased || st == SlotState::pending
+                                           : st == SlotState::leased;
+    if (!pre) return base;
+  }
+  Word128 sw = slot_load(s, slot);
+  // Lock-free: a failed CAS means the slot moved (an extend, or another
+  // applier); look at it again.
+  for (;;) {
+    const SlotState st = SlotWord::state(sw);
+    const std::uint32_t a = SlotWord::attempt(sw);
+    const std::uint64_t ctr = SlotWord::ctr(sw);
+    Word128 to;
+    switch (op) {
+      case RelOp::complete:
+      case RelOp::park:
+      case RelOp::back:
+      case RelOp::release: {
+        // A lease of this lane: while the word names it nothing else can
+        // move it (every way out of a lease is a step of this word). `back`
+        // also returns a job a dead claimer took out of the lane and never
+        // leased (pending, out of its order: recovery checked that first).
+        const bool taken_back = op == RelOp::back && st == SlotState::pending;
+        if ((st != SlotState::leased && !taken_back) || r.lane.load(std::memory_order_relaxed) != lane) return base;
+        // The step's author marked the slot for this lease (or take) before
+        // its CAS (exit_mark, park_plan: its ctr's low bits). A word that
+        // came back bit for bit under an author stopped for hundreds of CASes
+        // of this lane (the version has 9 bits) names a step of an older
+        // lease: it is not applied to the slot's new lease.
+        const Word128 t{r.run_seq.load(std::memory_order_acquire), 0};
+        if (SlotWord::attempt(t) != (ctr & 0xFFFF)) return base;
+        const SlotState ts = SlotWord::state(t);
+        if (op == RelOp::complete) {
+          to = SlotWord::make(SlotState::free, 0, 0, ctr, 0);
+        } else if (op == RelOp::park) {
+          if (ts == SlotState::scheduled || ts == SlotState::dead) {
+            to = SlotWord::make(ts, a, SlotWord::when(t), ctr, 0);
+          } else {
+            // Another exit of the same lease (an expiry racing the fail)
+            // marked the slot after the plan: back to its lane, for anyone
+            // to link, rather than a plan half overwritten.
+            if (ts != SlotState::free) report_corrupt(s, CorruptWhat::slot_record);
+            to = SlotWord::make(SlotState::returning, a, 0, ctr + 1, 0);
+          }
+        } else {
+          // Returning, for anyone to link (holder 0). `back` moves the ctr
+          // on: recovery decides a dead claimer's take by the word it read
+          // (return_taken), and a second settler of the same dead intent,
+          // slower than the first, must find the job moved on once it has
+          // been put back and relinked, not the same word again.
+          const std::uint32_t keep = op == RelOp::release && a ? a - 1 : a;
+          to = SlotWord::make(SlotState::returning, keep, 0, op == RelOp::back ? ctr + 1 : ctr, 0);
+        }
+        break;
+      }
+      case RelOp::linked:
+        if (st != SlotState::returning) return base;
+        to = SlotWord::make(SlotState::pending, a, 0, ctr, 0);
+        break;
+      case RelOp::drop: {
+        if (st != SlotState::pending || r.lane.load(std::memory_order_relaxed) != lane) return base;
+        // The successor the reassign wrote (in the pending word) before naming the slot.
+        const std::uint64_t next = SlotWord::when(sw);
+        to = SlotWord::make(SlotState::aborted, 0, next, ctr, 0);
+        if (!pending()) return base;
+        if (slot_cas(s, slot, sw, to)) {
+          if (r.level.load(std::memory_order_relaxed) == 0) s.lanes[lane].husks.fetch_add(1, std::memory_order_relaxed);
+          return base;
+        }
+        continue;
+      }
+      case RelOp::take:
+        return base;
+    }
+    if (!pending()) return base;  // applied by someone else meanwhile
+    // [R7] release (cas128): what the step's author wrote beside the slot
+    // word (fail_to, the error) is visible with the slot's new state.
+    if (slot_cas(s, slot, sw, to)) {
+      FAIRLANE_FAILPOINT("lane.step_applied");
+      return base;
+    }
+  }
+}
+
+BrandedId lane_group(const Segment& s, std::uint32_t lane) noexcept {
+  if (lane >= s.lane_count) return {};
+  const LaneRecord& r = s.lanes[lane];
+  const std::uint32_t code = std::uint32_t(r.key_kind.load(std::memory_order_acquire) & 0x7FFF);
+  if (code >= kKindCodes) return {};
+  char k[3];
+  kind_letters(code, k);
+  return BrandedId::make(std::string_view(k, 3), r.key_sf.load(std::memory_order_acquire));
+}
+
+LaneFind lane_find(Segment& s, GroupKey g, bool create, std::uint32_t& lane_out) noexcept {
+  const DirProbe p = dir_probe(s, g);
+  // Each round either finds the group, or moves some creation of it one
+  // step on (commits the winner, kills a loser, frees a stale entry).
+  for (int round = 0; round < 64; ++round) {
+    std::uint32_t best_tentative = kNoLane;
+    Word128 best_entry{};
+    for (unsigned k = 0; k < 2 * kDirWays; ++k) {
+      Word128& slot = dir_entry(s, p, k);
+      Word128 e = load128(slot);
+      if (!entry_is(e, g)) continue;
+      std::uint32_t lane = kNoLane;
+      const bool matches = record_matches(s, e, lane);
+      if (!matches) {
+        // Stale: its lane was reclaimed (and maybe reused), or its creator
+        // gave the record up. Clear it.
+        cas128(slot, e, Word128{});
+        continue;
+      }
+      const LaneState st = LaneWord::state(lane_load(s, lane));
+      if (DirEntry::state(e) == DirState::live) {
+        if (st == LaneState::free) {
+          cas128(slot, e, Word128{});  // reclaimed, entry not yet cleared: clear it for the reclaimer
+          continue;
+        }
+        if (st == LaneState::creating) make_live(s, lane);
+        lane_out = lane;
+        return LaneFind::found;
+      }
+      if (st != LaneState::creating) {  // a tentative entry whose record moved on: dead
+        cas128(slot, e, Word128{});
+        continue;
+      }
+      if (lane < best_tentative) {
+        best_tentative = lane;
+        best_entry = e;
+      }
+    }
+    if (best_tentative != kNoLane) {
+      // A creation is in progress: commit its winner (the lowest lane), so
+      // that nobody waits for its creator; the losers see it and withdraw.
+      for (unsigned k = 0; k < 2 * kDirWays; ++k) {
+        Word128& slot = dir_entry(s, p, k);
+        Word128 e = load128(slot);
+        if (e == best_entry) {
+          Word128 live = DirEntry::make(DirEntry::sf(e), DirEntry::kind(e), DirState::live, DirEntry::lane1(e), DirEntry::inc(e));
+          if (cas128(slot, e, live)) make_live(s, best_tentative);
+        }
+      }
+      continue;
+    }
+    if (!create) return LaneFind::absent;
+
+    // Nobody has the group: create it.
+    // A free record, else an idle lane given back first (another creator
+    // may take the record we freed: then give back the next idle one).
+    std::uint32_t lane = take_record(s, g);
+    for (std::uint32_t tries = 0; lane == kNoLane && tries < s.lane_count && reclaim_some_idle_lane(s); ++tries)
+      lane = take_record(s, g);
+    if (lane == kNoLane) return LaneFind::lanes_full;
+    FAIRLANE_FAILPOINT("lane.record_taken");
+    const std::uint64_t inc = record_inc(s.lanes[lane]) & kIncMask;
+    const Word128 mine = DirEntry::make(g.sf, g.kind, DirState::tentative, lane + 1, inc);
+    Word128* where = nullptr;
+    for (unsigned k = 0; k < 2 * kDirWays && !where; ++k) {
+      Word128& slot = dir_entry(s, p, k);
+      Word128 e = load128(slot);
+      std::uint32_t other = kNoLane;
+      // Free, or stale (its record moved on): ours to take.
+      const bool usable = DirEntry::state(e) == DirState::free ||
+                          !record_matches(s, e, other) || LaneWord::state(lane_load(s, other)) == LaneState::free;
+      if (usable && cas128(slot, e, mine)) where = &slot;
+    }
+    if (!where) {
+      release_record(s, lane);
+      return LaneFind::buckets_full;
+    }
+    FAIRLANE_FAILPOINT("lane.entry_tentative");
+    // Rivals: a live entry of the group, or a tentative one of a lower lane, wins.
+    bool lost = false;
+    for (unsigned k = 0; k < 2 * kDirWays && !lost; ++k) {
+      Word128& slot = dir_entry(s, p, k);
+      if (&slot == where) continue;
+      Word128 e = load128(slot);
+      std::uint32_t other = kNoLane;
+      // A tentative rival of a higher lane is killed (it withdraws when it
+      // sees this); if the kill fails, the entry changed: look at it again
+      // (it may have been committed, and then it wins).
+      while (entry_is(e, g) && record_matches(s, e, other)) {
+        if (DirEntry::state(e) == DirState::live || other < lane) {
+          lost = true;
+          break;
+        }
+        if (cas128(slot, e, Word128{})) break;
+      }
+    }
+    Word128 expect = mine;
+    const Word128 live = DirEntry::make(g.sf, g.kind, DirState::live, lane + 1, inc);
+    if (lost || !cas128(*where, expect, live)) {
+      // Lost, or killed by a rival. Unless someone committed us meanwhile.
+      if (!lost && expect == live) {
+        make_live(s, lane);
+        lane_out = lane;
+        return LaneFind::found;
+      }
+      Word128 e = mine;
+      cas128(*where, e, Word128{});
+      release_record(s, lane);
+      continue;  // the next round finds the winner
+    }
+    FAIRLANE_FAILPOINT("lane.entry_live");
+    make_live(s, lane);
+    lane_out = lane;
+    return LaneFind::found;
+  }
+  report_corrupt(s, CorruptWhat::directory);
+  return LaneFind::corrupt;
+}
+
+LaneFind lane_find_cached(Segment& s, GroupKey g, std::uint32_t& lane_out) noexcept {
+  // The lanes this thread found lately, first (direct-mapped on the group):
+  // a hit is checked against the record (its key and incarnation, and that it
+  // is live); the caller's CAS checks it again against the lane word.
+  struct Entry {
+    std::uint64_t handle = 0, sf = 0, key_kind = 0;
+    std::uint32_t lane = 0;
+  };
+  thread_local Entry cache[256];
+  Entry& e = cache[((g.sf + g.kind) * 0x9E3779B97F4A7C15ULL) >> 56];
+  if (e.handle == s.handle_id && e.sf == g.sf && (e.key_kind & 0x7FFF) == g.kind && e.lane < s.lane_count) {
+    const LaneRecord& r = s.lanes[e.lane];
+    if (r.key_kind.load(std::memory_order_acquire) == e.key_kind && r.key_sf.load(std::memory_order_acquire) == g.sf &&
+        LaneWord::state(lane_load(s, e.lane)) == LaneState::live) {
+      lane_out = e.lane;
+      return LaneFind::found;
+    }
+  }
+  const LaneFind f = lane_find(s, g, true, lane_out);
+  if (f == LaneFind::found) {
+    e.handle = s.handle_id;
+    e.sf = g.sf;
+    e.lane = lane_out;
+    e.key_kind = s.lanes[lane_out].key_kind.load(std::memory_order_acquire);
+  }
+  return f;
+}
+
+bool lane_try_reclaim(Segment& s, std::uint32_t lane) noexcept {
+  if (lane == kDefaultLane || lane >= s.lane_count) return false;
+  LaneRecord& r = s.lanes[lane];
+  const GroupKey g{std::uint32_t(r.key_kind.load(std::memory_order_acquire) & 0x7FFF), r.key_sf.load(std::memory_order_acquire)};
+  const std::uint64_t inc = record_inc(r) & kIncMask;
+  Word128 w = lane_load(s, lane);
+  for (int round = 0; round < 4; ++round) {
+    const Word128 base = lane_base(s, lane, w);
+    if (!lane_idle(s, lane, base)) return false;
+    // Close the strays to inserters: a seal on the (empty) head naming this
+    // very reading of the word. An insert into empty strays is a CAS of the
+    // head, so from here none lands unless the seal is opened first, and it
+    // is opened only once the word has moved past `w` (then this CAS fails).
+    std::uint64_t h = r.strays[0].load(std::memory_order_acquire);
+    if (UpLink::succ(h) != 0) return false;  // taken nodes not yet unlinked, or an insert
+    const std::uint64_t seal = strays_head(UpLink::owner_tag(h), true, LaneWord::version(w));
+    if (h != seal && !r.strays[0].compare_exchange_strong(h, seal, std::memory_order_seq_cst)) return false;
+    FAIRLANE_FAILPOINT("lane.sealed");
+    // The CAS that gives the lane back: any operation computed from an
+    // earlier reading of this word now fails and looks the group up again.
+    if (cas128(r.word, w, LaneWord::bumped(Word128{}, w))) {
+      FAIRLANE_FAILPOINT("lane.reclaimed");
+      s.h->lanes_reclaimed.fetch_add(1, std::memory_order_relaxed);
+      const DirProbe p = dir_probe(s, g);
+      for (unsigned k = 0; k < 2 * kDirWays; ++k) {
+        Word128& slot = dir_entry(s, p, k);
+        Word128 e = load128(slot);
+        if (entry_is(e, g) && DirEntry::lane1(e) == lane + 1 && DirEntry::inc(e) == inc) cas128(slot, e, Word128{});
+      }
+      return true;
+    }
+    // The word moved: our seal is dead. Open it (unless the lane was given
+    // back meanwhile, or a newer seal replaced it: then the CAS fails).
+    if (LaneWord::state(w) == LaneState::live) {
+      std::uint64_t cur = seal;
+      r.strays[0].compare_exchange_strong(cur, strays_head(UpLink::owner_tag(seal), false, 0), std::memory_order_seq_cst);
+    }
+  }
+  return false;
+}
+
+bool reclaim_some_idle_lane(Segment& s) noexcept {
+  const std::uint32_t n = s.lane_count;
+  if (n < 2) return false;
+  // From a rotating start (relaxed: a hint), so that creators racing for
+  // records look at different lanes first.
+  const std::uint64_t start = s.h->lane_cursor.fetch_add(1, std::memory_order_relaxed);
+  for (std::uint32_t k = 0; k < n - 1; ++k)
+    if (lane_try_reclaim(s, 1 + std::uint32_t((start + k) % (n - 1)))) return true;
+  return false;
+}
+
+}  // namespace fairlane::detail

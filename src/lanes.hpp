@@ -1,0 +1,185 @@
+// Lanes: the lane records, the lane directory (group -> lane), the lane
+// word's service decision and ringing, and the reclaim of idle lanes.
+//
+// A lane record is in one of three states (LaneWord::state, LaneState):
+// free, creating (taken by a creator that has not yet won the directory),
+// live. A group finds its lane through the directory (two-choice buckets of
+// 128-bit entries: the group's key, the lane, the lane's incarnation),
+// checked against the record (its key and incarnation) before use, so a
+// stale entry (its lane reclaimed and reused) is never followed.
+//
+// Creation is exactly-once per group without a lock: a creator takes a free
+// record (CAS free -> creating), then a directory entry (CAS free ->
+// tentative), then looks at every entry of the group's two buckets. A live
+// entry of the group wins; among tentative ones the lowest lane index wins;
+// anyone may commit the winner (CAS tentative -> live) and kill a loser (CAS
+// tentative -> free); a creator that loses frees its record. A committed
+// entry's record is made live by whoever sees it still creating.
+//
+// Reclaim: a live lane is idle when its lane word holds nothing: run and
+// strays empty, no active count (leases, jobs popped and not yet leased,
+// jobs returning to it), no step pending, and its settings are the defaults.
+// Scheduled and dead jobs hold no lane (their slot keeps their group, and a
+// promotion or requeue looks the lane up again), so an idle lane is exactly
+// one no job needs. It is given back by a CAS of its lane word to free,
+// which fails any operation computed from an older reading of that word
+// (docs/design.md, "Tenants come and go"); its directory entry is cleared by
+// the reclaimer or by the next lookup that finds it stale.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+
+#include "atomic128.hpp"
+#include "fairlane/detail/layout.hpp"
+#include "hash.hpp"
+#include "ring.hpp"
+#include "segment.hpp"
+#include "slots.hpp"
+
+namespace fairlane::detail {
+
+
+inline Word128 lane_load(const Segment& s, std::uint32_t lane) noexcept { return load128(s.lanes[lane].word); }
+inline std::uint64_t lane_settings(const Segment& s, std::uint32_t lane) noexcept {
+  // Acquire: a CAS of the lane word that follows a settings change (set_limit
+  // and friends bump the lane word after writing here) carries it to every
+  // reader of the lane word ([R4]); this load then sees at least that value.
+  return s.lanes[lane].settings.load(std::memory_order_acquire);
+}
+
+// Everything that decides whether a claim may serve the lane now.
+inline bool lane_serviceable(const Word128& w, std::uint64_t st) noexcept {
+  if (LaneWord::state(w) != LaneState::live) return false;
+  if (LaneWord::head(w) == 0 && !LaneWord::strays(w)) return false;
+  if (Settings::paused(st)) return false;
+  const std::uint64_t limit = Settings::limit(st);
+  // Without a limit the field's width is the limit (131,071 held at once).
+  return LaneWord::active(w) < (limit ? limit : LaneWord::kActiveMax);
+}
+
+// `w` as every CAS of the lane word must start from it: the step it names
+// (LaneWord::rel, RelOp) applied to its slot, and the field cleared (with
+// the count of a `linked` step given back). Applying a step is idempotent:
+// a slot whose word already moved on is left alone. Every CAS of a lane word
+// starts from here, so a step is applied before anything else happens in
+// the lane (docs/design.md, "Lane steps").
+Word128 lane_base(Segment& s, std::uint32_t lane, const Word128& w) noexcept;
+
+// Is the lane idle (holds nothing, no settings)? `w` must come from lane_base.
+inline bool lane_idle(const Segment& s, std::uint32_t lane, const Word128& w) noexcept {
+  return lane != kDefaultLane && LaneWord::state(w) == LaneState::live && LaneWord::head(w) == 0 &&
+         LaneWord::tail(w) == 0 && !LaneWord::strays(w) && LaneWord::active(w) == 0 && LaneWord::rel(w) == 0 &&
+         Settings::defaults(lane_settings(s, lane));
+}
+
+// Wakes one parked consumer if there is one. seq_cst: pairs with the
+// seq_cst increment of `waiters` before a consumer's last look ([S5]):
+// either it sees the lane we just made serviceable or we see it waiting.
+void notify(Segment& s, int count = 1) noexcept;
+
+// CAS of lane `lane`'s word from `w` (a reading) to `nw` with the version
+// moved on; if `nw` is serviceable and not ringed, rings it: pushes a cell
+// first (docs/design.md, "The ring"), and wakes a waiter after. `w` holds
+// the word after the call: the one written on success (what a step's author
+// applies its step from), the current one on failure. Returns false on
+// failure. A ring with no room (a scribbled head or tail: the ring is sized
+// so that it cannot fill) is reported as corruption and the change is made
+// without ringing, so that no caller's loop waits on it; a later write of
+// the lane word, or the next sweep (sweep_lanes), rings the lane.
+inline bool lane_cas(Segment& s, std::uint32_t lane, Word128& w, Word128 nw) noexcept {
+  bool ring = !LaneWord::ringed(nw) && lane_serviceable(nw, lane_settings(s, lane));
+  if (ring) {
+    const std::uint64_t t = ring_push(s, lane);
+    if (t == ~0ULL) {
+      report_corrupt(s, CorruptWhat::ring_cell);
+      ring = false;
+    } else {
+      nw = LaneWord::with_tgen(LaneWord::with_ringed(nw, true), std::uint32_t(t & LaneWord::kTgenMask));
+    }
+  }
+  // [S3] seq_cst (cas128): the lane word orders every change of a lane's
+  // state; a ringing CAS follows its cell's push [S1] and precedes the
+  // notify that loads `waiters` ([S5]).
+  const Word128 written = LaneWord::bumped(nw, w);
+  if (!cas128(s.lanes[lane].word, w, written)) return false;
+  w = written;
+  if (ring) notify(s);
+  return true;
+}
+
+// Applies `change` (Word128 -> std::optional<Word128>; nullopt = give up)
+// to the lane word until the CAS holds. Returns the word written, or the
+// last reading when change gave up.
+// `change` is given lane_base(w).
+template <class F>
+inline std::optional<Word128> lane_update(Segment& s, std::uint32_t lane, F change) noexcept {
+  Word128 w = lane_load(s, lane);
+  for (;;) {
+    const Word128 base = lane_base(s, lane, w);
+    std::optional<Word128> nw = change(base);
+    if (!nw) return std::nullopt;
+    if (lane_cas(s, lane, w, *nw)) return w;
+  }
+}
+
+// The strays head of a lane: its incarnation's tag as owner tag; sealed by
+// a reclaim, with the version of the lane word the reclaim is for as target
+// tag (lane_try_reclaim).
+inline std::uint64_t strays_head(std::uint64_t inc, bool sealed, std::uint64_t version) noexcept {
+  return UpLink::make(0, sealed ? Link::kSealed : 0, inc & UpLink::kTagMask, version & UpLink::kTagMask);
+}
+
+// ---- the directory ---------------------------------------------------------------
+
+struct GroupKey {
+  std::uint32_t kind = 0;   // namespace code
+  std::uint64_t sf = 0;     // snowflake
+};
+inline GroupKey group_key(const BrandedId& g) noexcept { return GroupKey{kind_code(g.kind()), g.snowflake()}; }
+
+// The group of a job, as its slot keeps it (kNoGroup: the default lane).
+inline bool slot_group(const Segment& s, std::uint32_t slot, GroupKey& g) noexcept {
+  const SlotRecord& r = s.slot(slot);
+  const std::uint64_t kind = r.group_kind.load(std::memory_order_relaxed);
+  g.sf = r.group_sf.load(std::memory_order_relaxed);
+  g.kind = std::uint32_t(kind & 0x7FFF);
+  return kind != kNoGroup;
+}
+
+// Is lane `lane`, whose word `w` was read just before, group g's live lane?
+// A reclaim and a re-creation both move the word on, so if a CAS from `w`
+// succeeds after this returned true, the lane was g's all along.
+inline bool lane_is(const Segment& s, std::uint32_t lane, const Word128& w, GroupKey g) noexcept {
+  if (LaneWord::state(w) != LaneState::live) return false;
+  if (lane == kDefaultLane) return true;
+  const LaneRecord& r = s.lanes[lane];
+  return (r.key_kind.load(std::memory_order_acquire) & 0x7FFF) == g.kind &&
+         r.key_sf.load(std::memory_order_acquire) == g.sf;
+}
+
+enum class LaneFind { found, absent, lanes_full, buckets_full, corrupt };
+
+// The lane of `g`, creating it if asked. Lock-free. `lane_out` is set when
+// found. buckets_full: both directory buckets of the group hold only live
+// groups (vanishingly rare at eight entries per lane; reported, never a
+// silent refusal).
+LaneFind lane_find(Segment& s, GroupKey g, bool create, std::uint32_t& lane_out) noexcept;
+
+// lane_find(create), with the lanes this thread found lately tried first.
+// The lane it answers was g's when it looked; callers check it again in the
+// CAS that uses it (lane_is), as they do for lane_find's answer.
+LaneFind lane_find_cached(Segment& s, GroupKey g, std::uint32_t& lane_out) noexcept;
+
+// The group of a live lane (the default lane's is DEF00000000000).
+BrandedId lane_group(const Segment& s, std::uint32_t lane) noexcept;
+
+// Gives lane `lane` back if it is idle now (sealing its strays first, so
+// that no insert lands in a lane being given back). Returns whether it did.
+bool lane_try_reclaim(Segment& s, std::uint32_t lane) noexcept;
+
+// Finds an idle live lane and reclaims it (for a creation that found no
+// free record). O(lanes).
+bool reclaim_some_idle_lane(Segment& s) noexcept;
+
+}  // namespace fairlane::detail

@@ -1,0 +1,148 @@
+// Job slots: the slot word (the truth about a job), tokens, the slot
+// allocator, the per-thread counters and the report of detected corruption.
+//
+// Allocation takes a slot by a CAS of its word from free to admitting (never
+// by a plain store on whatever a list hands out), looking from a rotating
+// per-thread cursor: there is no free list to scribble or to lose a slot in.
+// A free slot is found in O(1 / (1 - occupancy)) expected probes of
+// contiguous slot words; a full table is detected without a full scan by a
+// count of free slots that only moves on the slow path (see alloc_slot).
+#pragma once
+
+#include <cstdint>
+#include <cstring>
+#include <string_view>
+
+#include "atomic128.hpp"
+#include "clock.hpp"
+#include "segment.hpp"
+
+namespace fairlane::detail {
+
+// ---- corruption ---------------------------------------------------------------
+
+// What was found impossible (CorruptionStats::what; names in corruption_name).
+enum class CorruptWhat : std::uint32_t {
+  none = 0,
+  slot_word,      // a state or a field no transition writes
+  slot_record,    // a lane index, length or link of a slot out of range
+  lane_word,      // a lane word naming a slot that is not its job, or an impossible count
+  lane_order,     // a run or strays link that leaves the table, loops, or breaks the order
+  ring_cell,      // a ring cell naming a lane that does not exist
+  id_index,       // an index entry pointing past the slot table
+  directory,      // a directory entry naming a lane out of range
+  process,        // a process or thread record out of range
+  header,         // a header word (cursor, position) out of range
+};
+std::string_view corruption_name(CorruptWhat w) noexcept;
+
+// Counts one meeting with corruption. The call that met it changes nothing
+// further and reports `corrupt`; the sweep and fsck --repair deal with the
+// damage. Relaxed: statistics.
+inline void report_corrupt(Segment& s, CorruptWhat what) noexcept {
+  CorruptionStats& c = s.h->corruption;
+  c.count.fetch_add(1, std::memory_order_relaxed);
+  c.what.store(std::uint64_t(what), std::memory_order_relaxed);
+  c.last_unix_ms.store(unix_ms(), std::memory_order_relaxed);
+}
+
+// ---- counters -------------------------------------------------------------------
+
+// One writer per thread record: a plain load and store, no locked
+// instruction. (The fallback process record, used by threads that found no
+// thread record free, is shared by them: fetch_add there.)
+inline void count(Segment& s, std::atomic<std::uint64_t> CounterBlock::*field, std::uint64_t n = 1) noexcept {
+  if (ThreadRecord* t = s.thread()) {
+    std::atomic<std::uint64_t>& c = t->counters.*field;
+    c.store(c.load(std::memory_order_relaxed) + n, std::memory_order_relaxed);
+  } else if (s.me) {
+    (s.me->retired.*field).fetch_add(n, std::memory_order_relaxed);
+  }
+}
+
+// ---- slot words -----------------------------------------------------------------
+
+inline Word128 slot_load(const Segment& s, std::uint32_t slot) noexcept { return load128(s.words[slot]); }
+inline bool slot_cas(Segment& s, std::uint32_t slot, Word128& expected, const Word128& desired) noexcept {
+  return cas128(s.words[slot], expected, desired);
+}
+
+// This handle as a slot word's holder.
+inline std::uint32_t my_holder(const Segment& s) noexcept {
+  return s.me ? Holder::make(s.me_index, s.me->incarnation.load(std::memory_order_relaxed)) : 0;
+}
+
+// ---- tokens -----------------------------------------------------------------------
+
+inline Token make_token(const Segment& s, std::uint32_t slot, std::uint64_t ctr) noexcept {
+  const std::uint32_t b = s.slot_bits;
+  const std::uint64_t c = b >= 64 ? 0 : (ctr & ((~0ULL) >> b));
+  return Token((c << b) | slot);
+}
+inline std::uint32_t token_slot(const Segment& s, Token t) noexcept {
+  return std::uint32_t(t.value & ((1ULL << s.slot_bits) - 1));
+}
+// Does ctr `c` (a slot word's) match the counter part of token t?
+inline bool token_matches(const Segment& s, Token t, std::uint64_t c) noexcept {
+  return make_token(s, token_slot(s, t), c) == t;
+}
+
+// ---- the id text of a slot (the 11 base62 digits, so claims never encode) ----------
+
+inline void store_digits(SlotRecord& r, const std::array<char, kDigits>& d) noexcept {
+  std::uint64_t a = 0;
+  std::uint32_t b = 0;
+  std::memcpy(&a, d.data(), 8);
+  std::memcpy(&b, d.data() + 8, 3);
+  r.digits.store(a, std::memory_order_relaxed);
+  r.digits_tail.store(b, std::memory_order_relaxed);
+}
+inline void load_id_text(const Segment& s, const SlotRecord& r, char out[kIdLength]) noexcept {
+  std::memcpy(out, s.kind, 3);
+  const std::uint64_t a = r.digits.load(std::memory_order_relaxed);
+  const std::uint32_t b = r.digits_tail.load(std::memory_order_relaxed);
+  std::memcpy(out + 3, &a, 8);
+  std::memcpy(out + 11, &b, 3);
+}
+
+// ---- admission tags ---------------------------------------------------------------
+// One byte per slot, the low byte of its ctr at admission: an index entry
+// with another tag is stale. Written by the admitter alone (the slot is
+// admitting), read by index probes.
+
+inline std::uint8_t admit_tag(const Segment& s, std::uint32_t slot) noexcept {
+  return s.tags[slot].load(std::memory_order_acquire);
+}
+
+// Is `w` (admitting) an admission whose fields are written ([R14] acquire:
+// pairs with its admitter's release store of `pub`; the fields read after
+// this are that admission's)?
+inline bool admission_published(const Segment& s, std::uint32_t slot, const Word128& w) noexcept {
+  return s.slot(slot).pub.load(std::memory_order_acquire) == SlotWord::ctr(w);
+}
+
+// ---- allocation ---------------------------------------------------------------------
+
+// Takes a free slot for the calling handle: CAS free -> admitting(holder),
+// with a new ctr. Returns kNoSlot when every slot is in use. `hint` is the
+// caller's rotating cursor (thread-local); O(1) expected while the table
+// is not nearly full, O(jobs) to say full.
+inline std::uint32_t alloc_slot(Segment& s, std::uint32_t& hint, std::uint32_t holder, std::uint64_t& ctr_out) noexcept {
+  const std::uint32_t n = s.jobs;
+  std::uint32_t i = hint < n ? hint : 0;
+  for (std::uint32_t k = 0; k < n; ++k, i = (i + 1 == n) ? 0 : i + 1) {
+    Word128 w = slot_load(s, i);
+    if (SlotWord::state(w) != SlotState::free) continue;
+    const std::uint64_t ctr = SlotWord::ctr(w) + 1;
+    // Acquire (cas128 is seq_cst): the slot's last owner is done with it
+    // ([R3], the release of its freeing CAS).
+    if (slot_cas(s, i, w, SlotWord::make(SlotState::admitting, 0, 0, ctr, holder))) {
+      hint = (i + 1 == n) ? 0 : i + 1;
+      ctr_out = ctr;
+      return i;
+    }
+  }
+  return kNoSlot;
+}
+
+}  // namespace fairlane::detail

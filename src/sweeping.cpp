@@ -1,0 +1,560 @@
+// The sweep: expiry of leases, promotion of due jobs, the leases of dead
+// holders, and what processes that died inside an operation left half done;
+// a chunk of the slot table at a time, by whichever claim or waiter finds
+// one due. No daemon, no lock, and no claim does more than one chunk.
+//
+// Passes: a pass over the slot table starts when a deadline or due time
+// may have passed (now >= next_due) or recovery_ms / 2 after the last one
+// started (for holders that die, idle lanes, and leftovers). While a pass
+// is under way every claim takes one chunk of it (kChunk slots: the
+// cursor's CAS hands out chunks, so claims sweep different parts). next_due
+// is reset when a pass starts and lowered by every chunk's earliest time and
+// by every new deadline, so it is exact again when the pass ends.
+//
+// Finishing after the dead (docs/design.md, "Recovery"): a survivor only
+// ever finishes or undoes a dead process's step through the same CASes the
+// step's author would have used, so nothing it does can be undone by the
+// dead (they take no more steps) and a process only judged dead is never
+// acted for: liveness is pid plus start time, and every doubt counts alive.
+// A process that is stopped, not dead, keeps what it holds (the list is in
+// docs/design.md); nobody waits for it.
+#include <algorithm>
+#include <climits>
+#include <vector>
+
+#include "clock.hpp"
+#include "core.hpp"
+#include "failpoint.hpp"
+
+namespace fairlane {
+using namespace detail;
+
+namespace detail {
+
+namespace {
+
+constexpr std::uint32_t kChunk = 65536;
+
+struct Cursor {
+  static std::uint32_t pass(std::uint64_t c) noexcept { return std::uint32_t(c >> 32); }
+  static std::uint32_t pos(std::uint64_t c) noexcept { return std::uint32_t(c); }
+  static std::uint64_t make(std::uint32_t pass, std::uint32_t pos) noexcept { return (std::uint64_t(pass) << 32) | pos; }
+};
+
+void atomic_min(std::atomic<std::uint64_t>& word, std::uint64_t v) noexcept {
+  std::uint64_t cur = word.load(std::memory_order_relaxed);
+  while (v < cur && !word.compare_exchange_weak(cur, v, std::memory_order_acq_rel, std::memory_order_relaxed)) {
+  }
+}
+
+struct SweepStats {
+  std::uint64_t moved = 0, leases = 0, promoted = 0, finished = 0;
+  int whose = -1;  // the one dead pid every returned lease belonged to; 0: none or several
+  std::uint64_t earliest = kNever;
+  int finished_pid = 0;
+};
+
+// A lease whose deadline passed or whose holder is dead goes back to its lane.
+bool expire(Segment& s, std::uint32_t slot, const Word128& w) noexcept {
+  const std::uint64_t sf = s.slot(slot).sf.load(std::memory_order_acquire);
+  std::uint32_t got = 0, lane = 0;
+  if (release_lease(s, sf, make_token(s, slot, SlotWord::ctr(w)), RelOp::back, got, lane) != Take::ok) return false;
+  FAIRLANE_FAILPOINT("sweep.expired");
+  link_returning(s, slot);
+  count(s, &CounterBlock::expired);
+  return true;
+}
+
+bool ctr_matches(const Word128& w, std::uint64_t ctr34) noexcept {
+  return (SlotWord::ctr(w) & ((1ULL << 34) - 1)) == ctr34;
+}
+
+// Was `slot`, which a dead thread was taking from lane `lane` (run or
+// strays), taken out? Its lane's pending step applied first.
+bool taken_out(Segment& s, std::uint32_t lane, std::uint32_t slot, bool from_run) noexcept {
+  lane_update(s, lane, [](Word128 b) -> std::optional<Word128> { return b; });
+  if (from_run) {
+    // A lane that is not live has no run: its head field is no slot (a
+    // creating word keeps an incarnation there). A run job taken from a lane
+    // that was reclaimed since was taken (a lane with a count is never idle).
+    const Word128 w = lane_load(s, lane);
+    return LaneWord::state(w) != LaneState::live || LaneWord::head(w) != slot + 1;
+  }
+  // A take is decided by its step, and its step marks the node.
+  return UpLink::mark(s.slot(slot).next.load(std::memory_order_acquire)) == Link::kDeleted;
+}
+
+// Was `slot`, which a dead enqueuer was appending to lane `lane`'s run
+// after `pred` (slot+1 | tag << 26, 0: as the first node), linked? Once
+// linked it stays the head or its predecessor's successor until it is
+// popped, and an admitting node is never popped.
+bool appended(Segment& s, std::uint32_t lane, std::uint32_t slot, std::uint64_t pred) noexcept {
+  const Word128 w = lane_load(s, lane);
+  // Only a live word's head is a slot (a creating word keeps an incarnation
+  // there). A lane that is not live holds no admitting node either: a linked
+  // one keeps its lane from being idle.
+  if (LaneWord::state(w) != LaneState::live) return false;
+  if (LaneWord::head(w) == slot + 1) return true;
+  const std::uint32_t p1 = std::uint32_t(pred & ((1U << 26) - 1));
+  if (p1 == 0 || p1 > s.jobs) return false;
+  const std::uint64_t pl = s.slot(p1 - 1).next.load(std::memory_order_acquire);
+  return Link::succ(pl) == slot + 1 && Link::tag(pl) == (pred >> 26);
+}
+
+}  // namespace
+
+// The `back` step for a revoked take (pending, out of its lane, counted
+// active, its ctr moved on and this settler's holder in its word): gives the
+// count back and makes the job returning, for anyone to link. False if
+// someone else finished it first.
+bool finish_return(Segment& s, std::uint32_t lane, std::uint32_t slot, const Word128& revoked) noexcept {
+  Word128 lw = lane_load(s, lane);
+  for (;;) {
+    const Word128 base = lane_base(s, lane, lw);
+    std::uint64_t rs = s.slot(slot).run_seq.load(std::memory_order_acquire);
+    if (!(slot_load(s, slot) == revoked) || s.slot(slot).lane.load(std::memory_order_relaxed) != lane) return false;
+    if (LaneWord::state(base) != LaneState::live) {
+      report_corrupt(s, CorruptWhat::lane_word);  // a lane with a count is never reclaimed
+      return false;
+    }
+    if (!s.slot(slot).run_seq.compare_exchange_strong(rs, exit_mark(SlotWord::ctr(revoked)), std::memory_order_acq_rel)) {
+      lw = lane_load(s, lane);
+      continue;
+    }
+    const std::uint64_t a = LaneWord::active(base);
+    const Word128 nw = LaneWord::with_active(LaneWord::with_rel(base, slot + 1, RelOp::back), a ? a - 1 : 0);
+    if (lane_cas(s, lane, lw, nw)) {
+      (void)lane_base(s, lane, lw);  // apply it
+      return true;
+    }
+  }
+}
+
+namespace {
+
+// Puts back a job (w: pending at its taker's ctr) that a claimer took out
+// of lane `lane` with a count and never leased: first revoked in its own
+// word (ctr + 1, this process as holder), so that the taker's lease CAS,
+// which expects the ctr it took, fails from here if the taker is alive;
+// then the `back` step. False if it moved on (the taker leased it, or
+// another settler revoked it first: then it is theirs to finish, and if that
+// one dies the sweep finishes it, sweep_slot).
+bool return_taken(Segment& s, std::uint32_t lane, std::uint32_t slot, const Word128& w) noexcept {
+  Word128 cur = slot_load(s, slot);
+  for (;;) {
+    if (SlotWord::state(cur) != SlotState::pending || SlotWord::ctr(cur) != SlotWord::ctr(w) ||
+        SlotWord::holder(cur) != 0 || s.slot(slot).lane.load(std::memory_order_relaxed) != lane)
+      return false;
+    // Its `when` may name a reassign's copy (a move that the take made fail):
+    // it goes with the revoke.
+    const Word128 revoked = SlotWord::make(SlotState::pending, SlotWord::attempt(cur), 0, SlotWord::ctr(cur) + 1, my_holder(s));
+    if (slot_cas(s, slot, cur, revoked)) return finish_return(s, lane, slot, revoked);
+  }
+}
+
+}  // namespace
+
+bool take_overdue(std::uint64_t in, std::uint64_t pred, std::uint64_t now_ms) noexcept {
+  const Intent k = IntentWord::kind(in);
+  return (k == Intent::pop_run || k == Intent::pop_strays) && pred != 0 && pred < now_ms;
+}
+
+bool live_intent_names(Segment& s, std::uint32_t slot, std::uint64_t ctr, std::uint64_t now_ms) noexcept {
+  const std::uint64_t c34 = ctr & ((1ULL << 34) - 1);
+  auto names = [&](std::uint64_t in, const std::atomic<std::uint64_t>& pred) {
+    if (IntentWord::kind(in) == Intent::none || IntentWord::slot1(in) != slot + 1 || IntentWord::ctr34(in) != c34)
+      return false;
+    // A take past its lease's deadline protects nothing: it is undone.
+    return !take_overdue(in, pred.load(std::memory_order_relaxed), now_ms);
+  };
+  for (std::uint32_t i = 0; i < s.thread_count; ++i) {
+    const ThreadRecord& t = s.threads[i];
+    if (!names(t.intent.load(std::memory_order_acquire), t.intent_pred)) continue;
+    if (!thread_owner_dead(s, t.owner.load(std::memory_order_acquire), now_ms)) return true;
+  }
+  for (std::uint32_t i = 0; i < s.proc_count; ++i) {
+    if (!names(s.procs[i].intent.load(std::memory_order_acquire), s.procs[i].intent_pred)) continue;
+    if (!holder_dead(s, Holder::make(i, s.procs[i].incarnation.load(std::memory_order_relaxed)), now_ms)) return true;
+  }
+  return false;
+}
+
+bool settle_intent(Segment& s, std::atomic<std::uint64_t>& intent, std::atomic<std::uint64_t>& intent_lane,
+                   std::atomic<std::uint64_t>& intent_pred, std::uint64_t now, bool live_owner) noexcept {
+  const std::uint64_t in = intent.load(std::memory_order_acquire);
+  const Intent kind = IntentWord::kind(in);
+  if (kind == Intent::none) return false;
+  const std::uint32_t slot1 = IntentWord::slot1(in);
+  const std::uint64_t lane64 = intent_lane.load(std::memory_order_relaxed);
+  const std::uint64_t pred = intent_pred.load(std::memory_order_relaxed);
+  // A live owner may have moved on to another take since the caller looked:
+  // judged again on these loads. (The pred loaded may be of the next intent:
+  // then the intent word differs below, or the take is not overdue.)
+  if (live_owner && !take_overdue(in, pred, now)) return false;
+  auto done = [&](bool acted) {
+    // Only if nobody settled it meanwhile (a record is settled once), and
+    // never a live owner's: it clears its own (it may have written the same
+    // intent again, for a take that is not overdue).
+    if (live_owner) return acted;
+    std::uint64_t cur = in;
+    intent.compare_exchange_strong(cur, 0, std::memory_order_acq_rel);
+    return acted;
+  };
+  if (slot1 == 0 || slot1 > s.jobs || lane64 >= s.lane_count) {
+    report_corrupt(s, CorruptWhat::process);
+    return done(false);
+  }
+  const std::uint32_t slot = slot1 - 1;
+  const std::uint32_t lane = std::uint32_t(lane64);
+  const Word128 w = slot_load(s, slot);
+  if (!ctr_matches(w, IntentWord::ctr34(in))) return done(false);  // moved on since: nothing of it is left
+  switch (kind) {
+    case Intent::pop_run:
+    case Intent::pop_strays: {
+      const bool from_run = kind == Intent::pop_run;
+      const SlotState st = SlotWord::state(w);
+      if (st != SlotState::pending && st != SlotState::aborted) return done(false);
+      if (!taken_out(s, lane, slot, from_run)) return done(false);  // the take never happened
+      // Taken out, by this thread or by another: if a live one names it, it
+      // is that one's to lease.
+      if (live_intent_names(s, slot, SlotWord::ctr(w), now)) return done(false);
+      if (!from_run && strays_unlink(s, lane, slot) != OrderResult::ok) return done(false);
+      if (st == SlotState::aborted) {  // a husk: taken without a count (taken_out cleared its step)
+        free_aborted(s, slot, SlotWord::ctr(w));
+        return done(true);
+      }
+      // A job taken with a count and never leased: a `back` step gives the
+      // count back and makes it returning, for anyone to link.
+      if (!return_taken(s, lane, slot, w)) return done(false);
+      FAIRLANE_FAILPOINT("recover.popped");
+      link_returning(s, slot);
+      return done(true);
+    }
+    case Intent::link: {
+      const SlotState st = SlotWord::state(w);
+      if (st != SlotState::admitting && st != SlotState::aborted) return done(false);
+      const bool linked = appended(s, lane, slot, pred);
+      if (st == SlotState::admitting) {
+        if (linked) {
+          index_resolve(s, slot, w);  // committed (it will be delivered) or a husk
+          Word128 cur = slot_load(s, slot);
+          if (SlotWord::state(cur) == SlotState::aborted && SlotWord::holder(cur) != 0)
+            slot_cas(s, slot, cur, SlotWord::make(SlotState::aborted, 0, 0, SlotWord::ctr(cur), 0));
+          return done(true);
+        }
+        // Never linked, so no index entry either (it is written after the
+        // link): nobody knows it. Unless it is the reassign target or a
+        // delayed job: those are decided without a link.
+        Word128 cur = w;
+        if (!slot_cas(s, slot, cur, SlotWord::make(SlotState::aborted, 0, 0, SlotWord::ctr(w), SlotWord::holder(w))))
+          return done(false);
+        free_aborted(s, slot, SlotWord::ctr(w));
+        return done(true);
+      }
+      // Aborted: linked, it is a husk for a claim to pop (holder 0 says so);
+      // not linked, nothing leads to it.
+      Word128 cur = w;
+      if (linked) {
+        if (SlotWord::holder(w) != 0) slot_cas(s, slot, cur, SlotWord::make(SlotState::aborted, 0, 0, SlotWord::ctr(w), 0));
+        return done(true);
+      }
+      free_aborted(s, slot, SlotWord::ctr(w));
+      return done(true);
+    }
+    default:
+      return done(false);
+  }
+}
+
+namespace {
+
+// The intents of the threads of dead processes, and the takes of live ones
+// that have outlived their leases' deadlines (a taker stopped or
+// descheduled between its take and its lease: the job goes back to its
+// lane as its lease would have expired; the taker's lease CAS then fails).
+std::uint64_t settle_dead_threads(Segment& s, std::uint64_t now, int& pid) noexcept {
+  thread_local std::vector<char> dead;  // kept: a claim's sweep allocates once per thread
+  dead.assign(s.proc_count, 0);
+  for (std::uint32_t i = 0; i < s.proc_count; ++i) {
+    const std::uint64_t owner = s.procs[i].owner.load(std::memory_order_acquire);
+    if (!(owner & kOwnerAttached)) continue;
+    if (const int p = holder_dead(s, Holder::make(i, s.procs[i].incarnation.load(std::memory_order_relaxed)), now)) {
+      dead[i] = 1;
+      pid = p;
+    }
+  }
+  std::uint64_t n = 0;
+  // Every thread record with something in flight whose process is gone
+  // (dead, or an older incarnation of its process record).
+  for (std::uint32_t i = 0; i < s.thread_count; ++i) {
+    ThreadRecord& t = s.threads[i];
+    if (t.intent.load(std::memory_order_acquire) == 0) continue;
+    const std::uint64_t owner = t.owner.load(std::memory_order_acquire);
+    if (owner == 0) continue;
+    if (const int p = thread_owner_dead(s, owner, now)) {
+      n += settle_intent(s, t.intent, t.intent_lane, t.intent_pred, now);
+      pid = p;
+    } else if (take_overdue(t.intent.load(std::memory_order_acquire), t.intent_pred.load(std::memory_order_relaxed), now)) {
+      n += settle_intent(s, t.intent, t.intent_lane, t.intent_pred, now, true);
+    }
+  }
+  for (std::uint32_t i = 0; i < s.proc_count; ++i) {
+    ProcRecord& p = s.procs[i];
+    if (dead[i])
+      n += settle_intent(s, p.intent, p.intent_lane, p.intent_pred, now);
+    else if (take_overdue(p.intent.load(std::memory_order_acquire), p.intent_pred.load(std::memory_order_relaxed), now))
+      n += settle_intent(s, p.intent, p.intent_lane, p.intent_pred, now, true);
+  }
+  return n;
+}
+
+// An admitting or aborted slot whose holder is dead and that no intent of
+// that holder names (settle_dead_threads ran first in this pass; a holder
+// that died since has its intents looked at here).
+bool settle_orphan(Segment& s, std::uint32_t slot, const Word128& w, std::uint64_t now) noexcept {
+  const std::uint32_t h1 = Holder::index1(SlotWord::holder(w));
+  if (h1 == 0 || h1 > s.proc_count) return false;
+  for (std::uint32_t i = 0; i < s.thread_count; ++i) {
+    ThreadRecord& t = s.threads[i];
+    if (ThreadOwner::proc1(t.owner.load(std::memory_order_acquire)) != h1) continue;
+    if (IntentWord::slot1(t.intent.load(std::memory_order_acquire)) == slot + 1)
+      return settle_intent(s, t.intent, t.intent_lane, t.intent_pred, now);
+  }
+  ProcRecord& p = s.procs[h1 - 1];
+  if (IntentWord::slot1(p.intent.load(std::memory_order_acquire)) == slot + 1)
+    return settle_intent(s, p.intent, p.intent_lane, p.intent_pred, now);
+  // No intent: it was never linked (an append's intent comes before it).
+  Word128 cur = w;
+  if (SlotWord::state(w) == SlotState::admitting) {
+    // Not published: its admitter died writing it, before any entry or link.
+    const bool published = admission_published(s, slot, w);
+    const std::uint16_t flags = published ? s.slot(slot).flags.load(std::memory_order_relaxed) : 0;
+    const SlotState target =
+        published ? SlotWord::state(Word128{s.slot(slot).fail_to.load(std::memory_order_acquire), 0}) : SlotState::free;
+    if ((flags & kSlotMoved) || target == SlotState::scheduled || target == SlotState::dead) {
+      // Decided without a link: a rival may know it from its index entry.
+      if (index_resolve(s, slot, w, true)) return true;
+    } else if (!slot_cas(s, slot, cur, SlotWord::make(SlotState::aborted, 0, 0, SlotWord::ctr(w), SlotWord::holder(w)))) {
+      return false;
+    }
+  }
+  free_aborted(s, slot, SlotWord::ctr(w));
+  return true;
+}
+
+// One slot, as a sweep sees it.
+void sweep_slot(Segment& s, std::uint32_t i, std::uint64_t now, SweepStats& st) noexcept {
+  Word128 w = slot_load(s, i);
+  switch (SlotWord::state(w)) {
+    case SlotState::pending: {
+      // A holder in a pending word: a take revoked by a settler
+      // (return_taken) whose `back` step is not made yet. Its settler is at
+      // it (or stopped: it holds this one job); gone, we finish it.
+      const std::uint32_t holder = SlotWord::holder(w);
+      if (holder == 0 || !holder_gone(s, holder, now)) return;
+      const std::uint32_t lane = s.slot(i).lane.load(std::memory_order_relaxed);
+      if (lane >= s.lane_count) {
+        report_corrupt(s, CorruptWhat::slot_record);
+        return;
+      }
+      if (finish_return(s, lane, i, w)) {
+        link_returning(s, i);
+        ++st.finished;
+      }
+      return;
+    }
+    case SlotState::leased: {
+      // Holders are judged at most once per recovery_ms / 2 for all
+      // sweepers (ProcRecord::seen caches the verdicts: a verdict costs
+      // system calls).
+      const bool due = SlotWord::when(w) <= now;
+      const int dead = holder_dead(s, SlotWord::holder(w), now);
+      if (!due && !dead) {
+        st.earliest = std::min(st.earliest, SlotWord::when(w));
+        return;
+      }
+      if (expire(s, i, w)) {
+        ++st.moved;
+        ++st.leases;
+        st.whose = (st.whose == -1 || st.whose == dead) ? dead : 0;
+      }
+      return;
+    }
+    case SlotState::scheduled: {
+      if (SlotWord::when(w) > now) {
+        st.earliest = std::min(st.earliest, SlotWord::when(w));
+        return;
+      }
+      const Adopted a = adopt_job(s, i, w, SlotWord::attempt(w));
+      if (a == Adopted::ok) {
+        FAIRLANE_FAILPOINT("sweep.promoted");
+        ++st.moved;
+        ++st.promoted;
+        count(s, &CounterBlock::promoted);
+      } else if (a == Adopted::lanes_full) {
+        st.earliest = std::min(st.earliest, now + s.recovery_ms / 2);  // try again next pass
+      }
+      return;
+    }
+    case SlotState::returning: {
+      const std::uint32_t holder = SlotWord::holder(w);
+      if (holder == 0) {
+        if (link_returning(s, i) == Moved::ok) ++st.finished;  // its releaser moved on without linking it
+        return;
+      }
+      if (!holder_gone(s, holder, now)) return;  // its mover is at it (or stopped: it holds this one job)
+      // Its mover died: linked already (then only the `linked` step is
+      // left: a linked node keeps its group's lane live, so it is there), or
+      // not (then we take the move over).
+      GroupKey g;
+      std::uint32_t lane = kDefaultLane;
+      if (slot_group(s, i, g) && (g.kind >= kKindCodes || lane_find(s, g, false, lane) != LaneFind::found)) lane = kNoLane;
+      if (lane != kNoLane && strays_holds(s, lane, i)) {
+        finish_linking(s, lane, i);
+      } else {
+        Word128 cur = w;
+        const Word128 mine = SlotWord::make(SlotState::returning, SlotWord::attempt(w), 0, SlotWord::ctr(w), my_holder(s));
+        if (!slot_cas(s, i, cur, mine)) return;
+        link_returning(s, i, true);
+      }
+      ++st.finished;
+      return;
+    }
+    case SlotState::admitting:
+    case SlotState::aborted: {
+      const std::uint32_t holder = SlotWord::holder(w);
+      if (holder == 0) return;  // a husk in its lane (a claim frees it), or unowned
+      if (const int pid = holder_gone(s, holder, now); pid && settle_orphan(s, i, w, now)) {
+        ++st.finished;
+        st.finished_pid = pid;
+      }
+      return;
+    }
+    default:
+      return;
+  }
+}
+
+void record_recovery(Segment& s, const SweepStats& st, std::uint64_t took_us) noexcept {
+  RecoveryStats& r = s.h->recovery;
+  if (st.finished) {
+    r.finished.fetch_add(st.finished, std::memory_order_relaxed);
+    r.finished_unix_ms.store(unix_ms(), std::memory_order_relaxed);
+    if (st.finished_pid) r.finished_pid.store(std::uint64_t(st.finished_pid), std::memory_order_relaxed);
+  }
+  if (!st.leases) return;
+  r.runs.fetch_add(1, std::memory_order_relaxed);
+  r.jobs.fetch_add(st.leases, std::memory_order_relaxed);
+  r.last_jobs.store(st.leases, std::memory_order_relaxed);
+  r.last_pid.store(std::uint64_t(std::max(st.whose, 0)), std::memory_order_relaxed);
+  r.last_us.store(took_us, std::memory_order_relaxed);
+  r.last_unix_ms.store(unix_ms(), std::memory_order_relaxed);
+}
+
+// Lane records: free those whose creator died mid-creation; reclaim lanes
+// found idle on two visits at least recovery_ms / 2 apart with nothing
+// changed between (so a busy tenant keeps its lane between its jobs).
+void sweep_lanes(Segment& s, std::uint32_t from, std::uint32_t to, std::uint64_t now) noexcept {
+  for (std::uint32_t lane = from; lane < to && lane < s.lane_count; ++lane) {
+    LaneRecord& l = s.lanes[lane];
+    Word128 w = lane_load(s, lane);
+    // Serviceable and in no ring cell: a settings change whose author stopped
+    // (or died) between its settings CAS and its lane CAS, or a ring push
+    // refused as corrupt. Any write of the word rings it; this is one.
+    if (LaneWord::state(w) == LaneState::live && !LaneWord::ringed(w) && lane_serviceable(w, lane_settings(s, lane))) {
+      const Word128 base = lane_base(s, lane, w);
+      Word128 cur = w;
+      (void)lane_cas(s, lane, cur, base);  // lost to another write: that one rang it
+      w = lane_load(s, lane);
+    }
+    if (lane == kDefaultLane) continue;  // never reclaimed
+    if (LaneWord::state(w) == LaneState::creating) {
+      if (holder_gone(s, LaneWord::tail(w), now)) {  // the creator, as the creating CAS named it
+        Word128 cur = w;
+        cas128(l.word, cur, LaneWord::bumped(Word128{}, w));
+      }
+      continue;
+    }
+    if (LaneWord::state(w) != LaneState::live) continue;
+    const Word128 base = lane_base(s, lane, w);
+    if (!lane_idle(s, lane, base)) continue;
+    const std::uint64_t seen = l.idle_seen.load(std::memory_order_relaxed);
+    const std::uint64_t ver = (LaneWord::version(w) & LaneWord::kVersionMask) | 512;
+    if ((seen & 1023) == ver && (seen >> 10) + s.recovery_ms / 2 <= now) {
+      if (lane_try_reclaim(s, lane)) continue;
+    }
+    // Relaxed: a hint for the next visit; a lost race costs one more pass.
+    if ((seen & 1023) != ver) l.idle_seen.store((now << 10) | ver, std::memory_order_relaxed);
+  }
+}
+
+// Does the chunk [from, to) of the slot table, and its share of the lanes.
+void sweep_chunk(Segment& s, std::uint32_t from, std::uint32_t to, std::uint64_t now, SweepStats& st) noexcept {
+  for (std::uint32_t i = from; i < to; ++i) sweep_slot(s, i, now, st);
+  const std::uint64_t lanes = s.lane_count;
+  const std::uint64_t jobs = std::max<std::uint32_t>(s.jobs, 1);
+  const std::uint32_t lf = std::uint32_t(lanes * from / jobs);
+  const std::uint32_t lt = to >= s.jobs ? s.lane_count : std::uint32_t(lanes * to / jobs);
+  sweep_lanes(s, lf, lt, now);
+}
+
+void run_chunk(Segment& s, std::uint32_t from, std::uint32_t to, std::uint64_t now, bool first) noexcept {
+  SweepStats st;
+  const std::uint64_t t0 = monotonic_us();
+  if (first) st.finished += settle_dead_threads(s, now, st.finished_pid);
+  sweep_chunk(s, from, to, now, st);
+  lower_next_due(s, st.earliest);
+  record_recovery(s, st, monotonic_us() - t0);
+}
+
+}  // namespace
+
+void lower_next_due(Segment& s, std::uint64_t when) noexcept { atomic_min(s.h->sweep.next_due, when); }
+
+void maybe_sweep(Segment& s, std::uint64_t now) noexcept {
+  SweepShared& sw = s.h->sweep;
+  std::uint64_t c = sw.cursor.load(std::memory_order_acquire);
+  const std::uint32_t jobs = s.jobs;
+  const std::uint32_t pos = Cursor::pos(c);
+  if (pos >= jobs || pos == 0) {
+    const std::uint64_t started = sw.pass_started_ms.load(std::memory_order_relaxed);
+    const bool due = now >= sw.next_due.load(std::memory_order_relaxed) || now >= started + s.recovery_ms / 2 ||
+                     started > now + kMaxRecoveryMs;  // a scribbled start time must not stop passes
+    if (!due) return;
+    // Start a pass: the cursor's CAS elects one starter.
+    const std::uint32_t first = std::min(kChunk, jobs);
+    const std::uint64_t next = Cursor::make(Cursor::pass(c) + 1, first >= jobs ? jobs : first);
+    if (!sw.cursor.compare_exchange_strong(c, next, std::memory_order_acq_rel)) return;
+    sw.pass_started_ms.store(now, std::memory_order_relaxed);
+    // From here new deadlines lower next_due again; this pass's chunks lower
+    // it by what they see.
+    sw.next_due.store(kNever, std::memory_order_release);
+    run_chunk(s, 0, first, now, true);
+    return;
+  }
+  // A pass under way: take the next chunk.
+  const std::uint32_t to = std::uint32_t(std::min<std::uint64_t>(std::uint64_t(pos) + kChunk, jobs));
+  if (!sw.cursor.compare_exchange_strong(c, Cursor::make(Cursor::pass(c), to), std::memory_order_acq_rel)) return;
+  run_chunk(s, pos, to, now, false);
+}
+
+std::uint64_t sweep_all(Segment& s, std::uint64_t now) noexcept {
+  SweepStats st;
+  const std::uint64_t t0 = monotonic_us();
+  st.finished += settle_dead_threads(s, now, st.finished_pid);
+  s.h->sweep.next_due.store(kNever, std::memory_order_release);
+  sweep_chunk(s, 0, s.jobs, now, st);
+  lower_next_due(s, st.earliest);
+  record_recovery(s, st, monotonic_us() - t0);
+  return st.moved;
+}
+
+}  // namespace detail
+
+std::uint64_t Queue::tick() noexcept {
+  Segment& s = *seg_;
+  if (!s.me) return 0;
+  return sweep_all(s, segment_now_ms(s));
+}
+
+}  // namespace fairlane
