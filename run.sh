@@ -27,7 +27,12 @@ build() {
 # the log ends with that preset's ctest summary. Under tsan, ModelTest is left
 # out: it is single-threaded, so TSan has nothing to check in it (asan runs it);
 # so is Setup.TheLastProcessRecordHoldsItsLeases, which maps the segment 4,095
-# times in one process (TSan's shadow of each mapping makes it take minutes).
+# times in one process (TSan's shadow of each mapping makes it take minutes);
+# and so are the tests whose processes run on one segment at once (label
+# multiproc, the torture run, the multi-process churn, worker and crash
+# cases): TSan's runtime makes 128-bit atomics atomic under a lock of its own
+# process, so under TSan they are not atomic between processes, and TSan
+# cannot see another process's accesses anyway (release and asan run them).
 # TSan sees only this process: races between processes through the segment
 # are outside what it can check.
 sanitize() {

@@ -336,7 +336,7 @@ struct Counters {
 struct CorruptionInfo {
   std::uint64_t count = 0;         // ever
   std::uint64_t last_unix_ms = 0;  // when it was last met (0: never)
-  std::string last_structure;      // e.g. "lane-run", "ring-cell", "slot-word"
+  std::string last_structure;      // e.g. "lane-order", "ring-cell", "slot-word"
 };
 
 struct Snapshot {
@@ -355,7 +355,7 @@ struct Snapshot {
 
 // One broken invariant found by fsck(), named as in docs/design.md.
 struct FsckIssue {
-  std::string invariant;  // e.g. "lane-pending-count", "ring-membership"
+  std::string invariant;  // e.g. "lane-active-count", "ring-membership"
   std::string detail;     // which job, lane or process, and what was found
 };
 
@@ -514,7 +514,7 @@ class Queue {
   // Rebuilds every derived structure from the job slots and returns what
   // fsck() found before it did (repairs says what changed). An offline,
   // manual tool: the queue never needs it to keep working (docs/design.md
-  // section 7). It refuses (Errc::busy, nothing changed) while any other live
+  // section 9). It refuses (Errc::busy, nothing changed) while any other live
   // process is attached, unless forced by someone who knows those processes
   // are idle; other threads of this process must not use the segment
   // meanwhile. O(jobs + lanes).

@@ -1,7 +1,7 @@
 // fairlane_torture: producers and consumers SIGKILLed at random moments, and
 // SIGSTOPped at random moments for random lengths, and a check afterwards
 // that the queue kept every promise it made to them (the crash-safety issue's
-// "random kills" run, docs/design.md section 7; the stops are issue 13).
+// "random kills" run, docs/design.md section 5, "Recovery"; the stops are issue 13).
 //
 // A single-threaded supervisor forks P producers and C consumers (fork, no
 // exec: single-threaded, so fork is safe also under TSan). Each child opens
@@ -17,7 +17,7 @@
 // 1-50 ms mostly, 500-1200 ms (beyond the 500 ms recovery bound) or
 // 2000-3000 ms (beyond the 2 s lease) now and then. A stopped child may also
 // be the next one killed. A stopped process is alive: the others must go on
-// without it (docs/design.md section 4). How well they did is measured, not
+// without it (docs/design.md section 6). How well they did is measured, not
 // asserted (speed is never asserted): each child publishes in a shared block
 // when its current queue call started; the longest call of a process that
 // was not itself stopped meanwhile (from the child's own timing, and from the
