@@ -200,8 +200,14 @@ Front read_front(Segment& s, std::uint32_t lane, const Word128& w, const Word128
     case SlotState::aborted:
       return Front::husk;
     case SlotState::admitting:
-      if (!from_run) break;       // admissions link only into runs
-      index_resolve(s, x, xw);    // committed or aborted after this (unless it moved on: read again)
+      if (!from_run) break;  // admissions link only into runs
+      // An admission is published before it is linked: one that is not, at
+      // a run's front, is a scribble (nothing would ever decide it).
+      if (!admission_published(s, x, xw) && lane_load(s, lane) == w) {
+        report_corrupt(s, CorruptWhat::slot_record);
+        return Front::corrupt;
+      }
+      index_resolve(s, x, xw);  // committed or aborted after this (unless it moved on: read again)
       return Front::settle;
     case SlotState::returning:
       if (from_run) break;  // returning jobs link only into strays
