@@ -34,7 +34,8 @@ IdCheck job_snowflake(const Segment& s, const BrandedId& id, std::uint64_t& sf) 
   if (!id.valid()) return IdCheck::invalid;
   const char* b = IdAccess::bytes(id);
   IdError why = IdError::ok;
-  if (!decode_digits(b + kKindLength, sf, why)) return IdCheck::invalid;
+  if (std::memcmp(b, t_mint_memo.text, kIdLength) == 0) sf = t_mint_memo.sf;
+  else if (!decode_digits(b + kKindLength, sf, why)) return IdCheck::invalid;
   if (std::memcmp(b, s.kind, kKindLength) != 0)
     return valid_kind(std::string_view(b, kKindLength)) ? IdCheck::kind_mismatch : IdCheck::invalid;
   return IdCheck::ok;
@@ -362,7 +363,12 @@ BrandedId Queue::mint(std::string_view kind) noexcept {
     }
     if (next > kMaxSnowflake) return {};
     // Relaxed is enough: the CAS on this one word is the whole protocol.
-    if (last_word.compare_exchange_weak(last, next, std::memory_order_relaxed)) return BrandedId::make(kind, next);
+    if (last_word.compare_exchange_weak(last, next, std::memory_order_relaxed)) {
+      const BrandedId id = IdAccess::make_checked(kind.data(), next);
+      std::memcpy(t_mint_memo.text, IdAccess::bytes(id), kIdLength);
+      t_mint_memo.sf = next;
+      return id;
+    }
   }
 }
 

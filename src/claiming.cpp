@@ -36,11 +36,7 @@ namespace fairlane::detail {
 
 // ---- intents -----------------------------------------------------------------------------
 
-IntentGuard::IntentGuard(Segment& s) noexcept {
-  if (ThreadRecord* t = s.thread()) {
-    slot_ = {&t->intent, &t->intent_lane, &t->intent_pred, nullptr};
-    return;
-  }
+void IntentGuard::take_fallback(Segment& s) noexcept {
   if (!s.me) return;
   const std::uint64_t me = std::uint64_t(gettid_cached());
   std::uint64_t free = 0;
@@ -51,11 +47,6 @@ IntentGuard::IntentGuard(Segment& s) noexcept {
     cpu_pause();
   }
   slot_ = {&s.me->intent, &s.me->intent_lane, &s.me->intent_pred, &s.me->intent_tid};
-}
-
-IntentGuard::~IntentGuard() {
-  clear();
-  if (slot_.tid) slot_.tid->store(0, std::memory_order_release);
 }
 
 namespace {

@@ -127,7 +127,7 @@ void notify(Segment& s, int count) noexcept {
   futex_wake(&s.h->wake_seq, count);
 }
 
-Word128 lane_base(Segment& s, std::uint32_t lane, const Word128& w) noexcept {
+Word128 lane_base_step(Segment& s, std::uint32_t lane, const Word128& w) noexcept {
   const std::uint32_t rel1 = LaneWord::rel(w);
   if (rel1 == 0) return w;
   const RelOp op = LaneWord::relop(w);

@@ -63,8 +63,13 @@ inline bool lane_serviceable(const Word128& w, std::uint64_t st) noexcept {
 // the count of a `linked` step given back). Applying a step is idempotent:
 // a slot whose word already moved on is left alone. Every CAS of a lane word
 // starts from here, so a step is applied before anything else happens in
-// the lane (docs/design.md, "Lane steps").
-Word128 lane_base(Segment& s, std::uint32_t lane, const Word128& w) noexcept;
+// the lane (docs/design.md, "Lane steps"). A word naming no step is its
+// own base: that test is inline, the rest is not.
+Word128 lane_base_step(Segment& s, std::uint32_t lane, const Word128& w) noexcept;
+inline Word128 lane_base(Segment& s, std::uint32_t lane, const Word128& w) noexcept {
+  if (LaneWord::rel(w) == 0) return w;
+  return lane_base_step(s, lane, w);
+}
 
 // Is the lane idle (holds nothing, no settings)? `w` must come from lane_base.
 inline bool lane_idle(const Segment& s, std::uint32_t lane, const Word128& w) noexcept {
