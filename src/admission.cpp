@@ -235,13 +235,20 @@ EnqueueStatus admit(Segment& s, const BrandedId& group, const BrandedId& job, st
   const GroupKey* g = grouped ? &gk : nullptr;
   if (payload.size() > s.payload_bytes) return EnqueueStatus::payload_too_large;
   if (in.retry && !retry_valid(*in.retry)) return EnqueueStatus::invalid_argument;
+  // The id this thread minted last, on its first enqueue here: it has a live
+  // duplicate only if another thread was handed it and enqueued it first,
+  // or another segment minted the same number and it was enqueued here. The
+  // look-up before the work is skipped for it; the decision after the link
+  // (index_admit) settles every duplicate anyway, at the price of a husk.
+  bool fresh = t_mint_memo.fresh && std::memcmp(IdAccess::bytes(job), t_mint_memo.text, kIdLength) == 0;
+  if (fresh) t_mint_memo.fresh = false;
 
-  for (int round = 0; round < 8; ++round) {
+  for (int round = 0; round < 8; ++round, fresh = false) {
     // A live duplicate costs nothing. An admitting rival is decided first,
     // so that a duplicate is found here rather than after our own link.
     std::uint32_t admitting = kNoSlot;
     Word128 admitting_word;
-    if (index_find(s, sf, &admitting, &admitting_word) != kNoSlot) {
+    if (!fresh && index_find(s, sf, &admitting, &admitting_word) != kNoSlot) {
       count(s, &CounterBlock::duplicates);
       return EnqueueStatus::duplicate;
     }
@@ -367,6 +374,7 @@ BrandedId Queue::mint(std::string_view kind) noexcept {
       const BrandedId id = IdAccess::make_checked(kind.data(), next);
       std::memcpy(t_mint_memo.text, IdAccess::bytes(id), kIdLength);
       t_mint_memo.sf = next;
+      t_mint_memo.fresh = true;
       return id;
     }
   }

@@ -58,6 +58,7 @@ struct IdAccess {
 struct MintMemo {
   char text[kIdLength] = {};  // never matches a valid id until written
   std::uint64_t sf = 0;
+  bool fresh = false;  // not enqueued by this thread since it was minted
 };
 inline thread_local MintMemo t_mint_memo;
 
