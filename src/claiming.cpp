@@ -90,7 +90,7 @@ enum class Step { served, again, empty, corrupt };
 // lease's deadline (then `lost`: the job is back in its lane).
 enum class Leased { ok, lost, corrupt };
 
-[[gnu::always_inline]] inline Leased lease_job(Segment& s, std::uint32_t slot, std::uint32_t lane, std::uint64_t deadline, std::uint64_t now_us,
+Leased lease_job(Segment& s, std::uint32_t slot, std::uint32_t lane, std::uint64_t deadline, std::uint64_t now_us,
                  std::uint64_t taken_ctr, Lease& out) noexcept {
   Word128 w = slot_load(s, slot);
   while (SlotWord::state(w) == SlotState::pending && SlotWord::ctr(w) == taken_ctr) {
@@ -169,7 +169,7 @@ enum class Front { job, husk, settle, none, corrupt };
 // word): the run's head or the strays' minimum, whichever is older. A front
 // that needs settling first (admitting, returning) is settled here and
 // `settle` returned: read the lane word again.
-[[gnu::always_inline]] inline Front read_front(Segment& s, std::uint32_t lane, const Word128& w, const Word128& base, std::uint32_t& x1,
+Front read_front(Segment& s, std::uint32_t lane, const Word128& w, const Word128& base, std::uint32_t& x1,
                  bool& from_run) noexcept {
   const std::uint32_t h1 = LaneWord::head(base);
   std::uint32_t f1 = 0;
@@ -219,7 +219,7 @@ enum class Front { job, husk, settle, none, corrupt };
 // if it is a job, moving or dropping the token when `token`. On success `w`
 // is the word written and `pass_now` says whether the cell at the head must
 // be passed. On failure `w` holds the current word.
-[[gnu::always_inline]] inline bool take_cas(Segment& s, std::uint32_t lane, Word128& w, const Word128& base, std::uint32_t x1, bool from_run,
+bool take_cas(Segment& s, std::uint32_t lane, Word128& w, const Word128& base, std::uint32_t x1, bool from_run,
               bool is_job, bool token, std::uint64_t st, std::uint64_t h, bool& pass_now, bool& corrupt) noexcept {
   pass_now = false;
   corrupt = false;
@@ -449,6 +449,14 @@ Step ring_step(Segment& s, Lease* out, std::size_t want_max, std::size_t& got, s
     return Step::again;
   }
   const std::uint32_t lane = lane1 - 1;
+  // The lane after this one is the next claim's: its record's first line
+  // (word, settings) is fetched while this one is served. Over many lanes
+  // those lines are out of cache, and that miss is most of a claim's time.
+  // A hint only: the cell may be unwritten or stale, and is checked again
+  // when it is the head.
+  if (const std::uint32_t next1 = RingCell::lane1(s.ring[(h + 1) & s.ring_mask].load(std::memory_order_relaxed));
+      next1 != 0 && next1 <= s.lane_count)
+    __builtin_prefetch(&s.lanes[next1 - 1], 1);
   LaneRecord& l = s.lanes[lane];
   Word128 w = lane_load(s, lane);
   if (LaneWord::state(w) != LaneState::live) {
