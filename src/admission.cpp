@@ -34,7 +34,8 @@ IdCheck job_snowflake(const Segment& s, const BrandedId& id, std::uint64_t& sf) 
   if (!id.valid()) return IdCheck::invalid;
   const char* b = IdAccess::bytes(id);
   IdError why = IdError::ok;
-  if (!decode_digits(b + kKindLength, sf, why)) return IdCheck::invalid;
+  if (std::memcmp(b, t_mint_memo.text, kIdLength) == 0) sf = t_mint_memo.sf;
+  else if (!decode_digits(b + kKindLength, sf, why)) return IdCheck::invalid;
   if (std::memcmp(b, s.kind, kKindLength) != 0)
     return valid_kind(std::string_view(b, kKindLength)) ? IdCheck::kind_mismatch : IdCheck::invalid;
   return IdCheck::ok;
@@ -234,13 +235,20 @@ EnqueueStatus admit(Segment& s, const BrandedId& group, const BrandedId& job, st
   const GroupKey* g = grouped ? &gk : nullptr;
   if (payload.size() > s.payload_bytes) return EnqueueStatus::payload_too_large;
   if (in.retry && !retry_valid(*in.retry)) return EnqueueStatus::invalid_argument;
+  // The id this thread minted last, on its first enqueue here: it has a live
+  // duplicate only if another thread was handed it and enqueued it first,
+  // or another segment minted the same number and it was enqueued here. The
+  // look-up before the work is skipped for it; the decision after the link
+  // (index_admit) settles every duplicate anyway, at the price of a husk.
+  bool fresh = t_mint_memo.fresh && std::memcmp(IdAccess::bytes(job), t_mint_memo.text, kIdLength) == 0;
+  if (fresh) t_mint_memo.fresh = false;
 
-  for (int round = 0; round < 8; ++round) {
+  for (int round = 0; round < 8; ++round, fresh = false) {
     // A live duplicate costs nothing. An admitting rival is decided first,
     // so that a duplicate is found here rather than after our own link.
     std::uint32_t admitting = kNoSlot;
     Word128 admitting_word;
-    if (index_find(s, sf, &admitting, &admitting_word) != kNoSlot) {
+    if (!fresh && index_find(s, sf, &admitting, &admitting_word) != kNoSlot) {
       count(s, &CounterBlock::duplicates);
       return EnqueueStatus::duplicate;
     }
@@ -362,7 +370,13 @@ BrandedId Queue::mint(std::string_view kind) noexcept {
     }
     if (next > kMaxSnowflake) return {};
     // Relaxed is enough: the CAS on this one word is the whole protocol.
-    if (last_word.compare_exchange_weak(last, next, std::memory_order_relaxed)) return BrandedId::make(kind, next);
+    if (last_word.compare_exchange_weak(last, next, std::memory_order_relaxed)) {
+      const BrandedId id = IdAccess::make_checked(kind.data(), next);
+      std::memcpy(t_mint_memo.text, IdAccess::bytes(id), kIdLength);
+      t_mint_memo.sf = next;
+      t_mint_memo.fresh = true;
+      return id;
+    }
   }
 }
 

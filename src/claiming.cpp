@@ -36,11 +36,7 @@ namespace fairlane::detail {
 
 // ---- intents -----------------------------------------------------------------------------
 
-IntentGuard::IntentGuard(Segment& s) noexcept {
-  if (ThreadRecord* t = s.thread()) {
-    slot_ = {&t->intent, &t->intent_lane, &t->intent_pred, nullptr};
-    return;
-  }
+void IntentGuard::take_fallback(Segment& s) noexcept {
   if (!s.me) return;
   const std::uint64_t me = std::uint64_t(gettid_cached());
   std::uint64_t free = 0;
@@ -51,11 +47,6 @@ IntentGuard::IntentGuard(Segment& s) noexcept {
     cpu_pause();
   }
   slot_ = {&s.me->intent, &s.me->intent_lane, &s.me->intent_pred, &s.me->intent_tid};
-}
-
-IntentGuard::~IntentGuard() {
-  clear();
-  if (slot_.tid) slot_.tid->store(0, std::memory_order_release);
 }
 
 namespace {
@@ -236,8 +227,18 @@ bool take_cas(Segment& s, std::uint32_t lane, Word128& w, const Word128& base, s
   Word128 nw = base;
   if (from_run) {
     std::uint64_t xl = xr.next.load(std::memory_order_acquire);
-    if ((Link::tag(xl) & 0xFFF) != LaneWord::htag(base)) {  // the head moved on under us
-      w = lane_load(s, lane);
+    if ((Link::tag(xl) & 0xFFF) != LaneWord::htag(base)) {
+      // The head moved on under us (the lane word changed: read again), or,
+      // if the word is still the one we read and the head's link still
+      // disagrees with it, one of the two was scribbled: retrying would read
+      // the same pair for ever.
+      const Word128 now = lane_load(s, lane);
+      if (now == w && (Link::tag(xr.next.load(std::memory_order_acquire)) & 0xFFF) != LaneWord::htag(base)) {
+        report_corrupt(s, CorruptWhat::lane_order);
+        corrupt = true;
+        return false;
+      }
+      w = now;
       return false;
     }
     std::uint32_t y1 = Link::succ(xl);
@@ -330,7 +331,36 @@ Step serve(Segment& s, std::uint32_t lane, std::uint64_t h, Word128 w, std::uint
   bool passed = false;  // the cell at h is no longer the token (we moved or dropped it)
   std::size_t took = 0;
   auto result = [&](Step fallback) { return took ? Step::served : fallback; };
+  // A lane met corrupt gives its turn up so that the rest of the ring is
+  // served: the token cell is passed and the lane unringed, so a sweep rings
+  // it again (sweep_lanes) and a later claim tries it again. Only if the
+  // token is still ours: a word that moved on is somebody's progress.
+  auto corrupt_out = [&]() {
+    if (took) return Step::served;
+    if (!passed) {
+      Word128 cur = lane_load(s, lane);
+      const Word128 b = lane_base(s, lane, cur);
+      if (LaneWord::state(b) == LaneState::live && LaneWord::ringed(b) && LaneWord::tgen(b) == tgen &&
+          cas128(l.word, cur, LaneWord::bumped(LaneWord::with_ringed(b, false), cur)))
+        ring_pass(s, h);
+    }
+    return Step::corrupt;
+  };
+  // Rounds that start from the very word the last one did. Every step of
+  // the protocol that a round helps with (an admission decided, a return
+  // linked, a link sealed) lets the next round take or write the word, so a
+  // word that stays put round after round is one that no step moves:
+  // scribbled bytes, answered corrupt rather than read 256 times.
+  Word128 last = w;
+  int same = 0;
   for (int rounds = 0; took < want && rounds < 256; ++rounds) {
+    if (!(w == last)) {
+      last = w;
+      same = 0;
+    } else if (++same > 8) {
+      report_corrupt(s, CorruptWhat::lane_word);
+      return corrupt_out();
+    }
     const Word128 base = lane_base(s, lane, w);
     if (LaneWord::state(base) != LaneState::live) break;
     const bool ours = LaneWord::ringed(base) && LaneWord::tgen(base) == tgen;
@@ -341,7 +371,7 @@ Step serve(Segment& s, std::uint32_t lane, std::uint64_t h, Word128 w, std::uint
     std::uint32_t x1 = 0;
     bool from_run = false;
     const Front f = read_front(s, lane, w, base, x1, from_run);
-    if (f == Front::corrupt) return result(Step::corrupt);
+    if (f == Front::corrupt) return corrupt_out();
     if (f == Front::settle) {
       w = lane_load(s, lane);
       continue;
@@ -366,7 +396,7 @@ Step serve(Segment& s, std::uint32_t lane, std::uint64_t h, Word128 w, std::uint
     bool pass_now = false, corrupt = false;
     if (!take_cas(s, lane, w, base, x1, from_run, is_job, !passed, st, h, pass_now, corrupt)) {
       guard.clear();
-      if (corrupt) return result(Step::corrupt);
+      if (corrupt) return corrupt_out();
       continue;  // w holds the current word; a cell we pushed is stale now
     }
     const Word128 taken_word = w;  // the word our take wrote
@@ -378,7 +408,7 @@ Step serve(Segment& s, std::uint32_t lane, std::uint64_t h, Word128 w, std::uint
     } else if (is_job && !passed) {
       spend_turn(s, lane, st, h, turn_left(s, lane, st, h));
     }
-    if (!from_run && !finish_take(s, lane, x, taken_word)) return result(Step::corrupt);
+    if (!from_run && !finish_take(s, lane, x, taken_word)) return corrupt_out();
     if (!is_job) {
       drop_husk(s, lane, x, from_run);
       guard.clear();
@@ -393,7 +423,7 @@ Step serve(Segment& s, std::uint32_t lane, std::uint64_t h, Word128 w, std::uint
     if (le == Leased::corrupt) {
       unreserve(s, lane);
       guard.clear();
-      return result(Step::corrupt);
+      return corrupt_out();
     }
     guard.clear();
     bump(s.waits[lane].b[wait_bucket(out[got].waited_us)]);
@@ -419,6 +449,14 @@ Step ring_step(Segment& s, Lease* out, std::size_t want_max, std::size_t& got, s
     return Step::again;
   }
   const std::uint32_t lane = lane1 - 1;
+  // The lane after this one is the next claim's: its record's first line
+  // (word, settings) is fetched while this one is served. Over many lanes
+  // those lines are out of cache, and that miss is most of a claim's time.
+  // A hint only: the cell may be unwritten or stale, and is checked again
+  // when it is the head.
+  if (const std::uint32_t next1 = RingCell::lane1(s.ring[(h + 1) & s.ring_mask].load(std::memory_order_relaxed));
+      next1 != 0 && next1 <= s.lane_count)
+    __builtin_prefetch(&s.lanes[next1 - 1], 1);
   LaneRecord& l = s.lanes[lane];
   Word128 w = lane_load(s, lane);
   if (LaneWord::state(w) != LaneState::live) {

@@ -62,8 +62,14 @@ struct IntentSlot {
 // call, shared by the process's threads that found no thread record).
 class IntentGuard {
  public:
-  explicit IntentGuard(Segment& s) noexcept;
-  ~IntentGuard();
+  explicit IntentGuard(Segment& s) noexcept {
+    if (ThreadRecord* t = s.thread()) slot_ = {&t->intent, &t->intent_lane, &t->intent_pred, nullptr};
+    else take_fallback(s);
+  }
+  ~IntentGuard() {
+    clear();
+    if (slot_.tid) slot_.tid->store(0, std::memory_order_release);
+  }
   IntentGuard(const IntentGuard&) = delete;
   IntentGuard& operator=(const IntentGuard&) = delete;
   // Release: a survivor that reads the intent (acquire) sees the lane and
@@ -90,6 +96,7 @@ class IntentGuard {
   std::atomic<std::uint64_t>* pred() noexcept { return slot_.pred; }
 
  private:
+  void take_fallback(Segment& s) noexcept;  // no thread record: the process record's, for the call
   IntentSlot slot_;
 };
 

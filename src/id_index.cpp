@@ -361,9 +361,12 @@ void index_forget(Segment& s, std::uint32_t slot, std::uint64_t old_sf) noexcept
     // Current (its slot's tag has not moved) and the slot is ours: a writer
     // that took the slot's free state for staleness may be replacing the
     // entry right now, so it goes by CAS (never a plain store over theirs).
+    // One entry per admission: the first match is the one (a copy left
+    // behind would be stale at the slot's next tag, and is read as such).
     if (e == old) {
       std::uint64_t expect = e;
       way.compare_exchange_strong(expect, 0, std::memory_order_relaxed);
+      return false;
     }
     return true;
   });

@@ -127,7 +127,7 @@ void notify(Segment& s, int count) noexcept {
   futex_wake(&s.h->wake_seq, count);
 }
 
-Word128 lane_base(Segment& s, std::uint32_t lane, const Word128& w) noexcept {
+Word128 lane_base_step(Segment& s, std::uint32_t lane, const Word128& w) noexcept {
   const std::uint32_t rel1 = LaneWord::rel(w);
   if (rel1 == 0) return w;
   const RelOp op = LaneWord::relop(w);
@@ -152,14 +152,7 @@ Word128 lane_base(Segment& s, std::uint32_t lane, const Word128& w) noexcept {
   // The common case first: the step was applied (by its author, right after
   // its CAS) and the word just still names it. The slot's state is in the low
   // half alone: one load says it has moved past the step's pre-state.
-  {
-    const SlotState st = SlotState(__atomic_load_n(&s.words[slot].lo, __ATOMIC_ACQUIRE) & 15);
-    const bool pre = op == RelOp::linked   ? st == SlotState::returning
-                     : op == RelOp::drop   ? st == SlotState::pending
-                     : op == RelOp::back   ? st == SlotState::leased || st == SlotState::pending
-                                           : st == SlotState::leased;
-    if (!pre) return base;
-  }
+  if (!step_pre_state(op, SlotState(__atomic_load_n(&s.words[slot].lo, __ATOMIC_ACQUIRE) & 15))) return base;
   Word128 sw = slot_load(s, slot);
   // Lock-free: a failed CAS means the slot moved (an extend, or another
   // applier); look at it again.

@@ -63,8 +63,29 @@ inline bool lane_serviceable(const Word128& w, std::uint64_t st) noexcept {
 // the count of a `linked` step given back). Applying a step is idempotent:
 // a slot whose word already moved on is left alone. Every CAS of a lane word
 // starts from here, so a step is applied before anything else happens in
-// the lane (docs/design.md, "Lane steps").
-Word128 lane_base(Segment& s, std::uint32_t lane, const Word128& w) noexcept;
+// the lane (docs/design.md, "Lane steps"). A word naming no step is its
+// own base: that test is inline, the rest is not.
+// Is `st` a state the step `op` moves a slot out of (so that it may still
+// be to apply)? A slot past it had the step applied already.
+inline bool step_pre_state(RelOp op, SlotState st) noexcept {
+  return op == RelOp::linked ? st == SlotState::returning
+         : op == RelOp::drop ? st == SlotState::pending
+         : op == RelOp::back ? st == SlotState::leased || st == SlotState::pending
+                             : st == SlotState::leased;
+}
+Word128 lane_base_step(Segment& s, std::uint32_t lane, const Word128& w) noexcept;
+inline Word128 lane_base(Segment& s, std::uint32_t lane, const Word128& w) noexcept {
+  const std::uint32_t rel1 = LaneWord::rel(w);
+  if (rel1 == 0) return w;
+  // The common case: the step's author applied it right after its CAS and
+  // the word just still names it (the slot's state, in the low half of its
+  // word, has moved past the step's pre-state). The rest is lane_base_step.
+  const RelOp op = LaneWord::relop(w);
+  if (op != RelOp::take && rel1 <= s.jobs &&
+      !step_pre_state(op, SlotState(__atomic_load_n(&s.words[rel1 - 1].lo, __ATOMIC_ACQUIRE) & 15)))
+    return LaneWord::with_rel(w, 0, RelOp::complete);
+  return lane_base_step(s, lane, w);
+}
 
 // Is the lane idle (holds nothing, no settings)? `w` must come from lane_base.
 inline bool lane_idle(const Segment& s, std::uint32_t lane, const Word128& w) noexcept {

@@ -368,17 +368,12 @@ thread_local ThreadSlots tls_slots;
 
 }  // namespace
 
-ThreadRecord* Segment::thread() noexcept {
+ThreadRecord* Segment::thread_slow() noexcept {
   if (!me) return nullptr;
-  // The last handle this thread used, first (handle ids are never reused, so
-  // a closed handle's entry never matches again).
-  thread_local std::uint64_t last_handle = 0;
-  thread_local ThreadRecord* last_rec = nullptr;
-  if (last_handle == handle_id) return last_rec;
+  ThreadCache& last = t_thread_cache;
   for (const auto& e : tls_slots.entries)
     if (e.handle == handle_id) {
-      last_handle = handle_id;
-      last_rec = e.rec;
+      last = {handle_id, e.rec};
       return e.rec;
     }
   // First call of this thread on this handle: take a free thread record.
@@ -407,8 +402,7 @@ ThreadRecord* Segment::thread() noexcept {
       r.owner.store(0, std::memory_order_release);
       return nullptr;
     }
-    last_handle = handle_id;
-    last_rec = &r;
+    last = {handle_id, &r};
     return &r;
   }
   return nullptr;

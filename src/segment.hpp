@@ -34,6 +34,15 @@ Geometry geometry_for(std::uint32_t jobs, std::uint32_t lanes, std::uint32_t pay
 inline constexpr std::uint32_t kNoSlot = ~0U;
 inline constexpr std::uint32_t kNoLane = ~0U;
 
+// The last handle the calling thread used, and its thread record there
+// (Segment::thread's fast path, inline: every operation asks for it).
+// Handle ids are never reused, so a closed handle's entry never matches.
+struct ThreadCache {
+  std::uint64_t handle = 0;
+  ThreadRecord* rec = nullptr;
+};
+inline thread_local ThreadCache t_thread_cache;
+
 struct Segment {
   std::string name;
   boost::interprocess::mapped_region region;
@@ -71,7 +80,12 @@ struct Segment {
   // This calling thread's record (taken on its first call on this handle),
   // or null if every thread record is in use (the caller then counts in the
   // process record and protects its steps with the fallback intent).
-  ThreadRecord* thread() noexcept;
+  ThreadRecord* thread() noexcept {
+    if (!me) return nullptr;
+    if (t_thread_cache.handle == handle_id) return t_thread_cache.rec;
+    return thread_slow();
+  }
+  ThreadRecord* thread_slow() noexcept;  // the first call of a thread on this handle, or after another handle
   CounterBlock& counters() noexcept;
 
   ~Segment();

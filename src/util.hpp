@@ -42,7 +42,25 @@ struct IdAccess {
     return id;
   }
   static const char* bytes(const BrandedId& id) noexcept { return id.bytes_.data(); }
+  // An id of a kind the caller has checked and a snowflake within 63 bits.
+  static BrandedId make_checked(const char* kind, std::uint64_t snowflake) noexcept {
+    BrandedId id;
+    std::memcpy(id.bytes_.data(), kind, kKindLength);
+    const auto digits = encode_base62(snowflake);
+    std::memcpy(id.bytes_.data() + kKindLength, digits.data(), kDigits);
+    return id;
+  }
 };
+
+// The last id this thread minted and its snowflake: a memo of the decode
+// (the text and the number are one function of each other, whatever the
+// segment), for the id a producer nearly always enqueues next.
+struct MintMemo {
+  char text[kIdLength] = {};  // never matches a valid id until written
+  std::uint64_t sf = 0;
+  bool fresh = false;  // not enqueued by this thread since it was minted
+};
+inline thread_local MintMemo t_mint_memo;
 
 // Do these 11 bytes read as base62 digits of a value within 63 bits?
 inline bool digits_valid(const char* d) noexcept {

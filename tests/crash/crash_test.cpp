@@ -161,23 +161,17 @@ TEST_F(Crash, LeasesOfAKilledConsumerAreRedeliveredLongBeforeTheirDeadline) {
   EXPECT_TRUE(f.clean()) << (f.issues.empty() ? "" : f.issues.front().invariant + ": " + f.issues.front().detail);
 }
 
-// A consumer killed between drawing a token and giving it back takes the
-// lane's token with it; the gate's repair (docs/design.md section 7) gives
-// it back. The failpoint tests (failpoint_test.cpp) kill at each step
-// exactly; this one catches a real consumer mid-claim with SIGSTOP.
+// A consumer killed at a random instant of its work (often inside a claim:
+// between its take and its lease, holding the lane's token) must not leave
+// any lane unserved: recovery happens by itself, driven by whichever live
+// process next claims (invariant 3, the crash model). The failpoint tests
+// (failpoint_test.cpp) kill at each step exactly; this one kills a real
+// consumer wherever it happens to be, eight times, and then checks that every
+// lane is served again and the queue drains to the last job.
 TEST_F(Crash, ConsumerKilledInsideAClaimDoesNotWedgeItsLane) {
-  // A consumer SIGKILLed in the middle of a claim (holding its lane's ring
-  // token, or the lane structure) must not leave the lane serviceable-but-
-  // off-the-ring forever (invariant 3, and the crash model's "recovery
-  // happens by itself, driven by whichever live process next claims").
-  //
-  // We stop the consumer as soon as it has reserved a job (depth dropped),
-  // and kill it if a serviceable lane is then missing from the ring. The
-  // parent then claims; every lane, including the dead claimer's, must be
-  // served again, and its reserved job delivered again once its lease (if it
-  // had one) runs out.
   constexpr std::uint32_t kLanes = 3;
   constexpr std::uint64_t kPerLane = 20000;
+  constexpr int kKills = 8;
   QueueOptions o;
   o.jobs = 65536;
   o.lanes = 8;
@@ -194,57 +188,50 @@ TEST_F(Crash, ConsumerKilledInsideAClaimDoesNotWedgeItsLane) {
     return t;
   };
 
-  BrandedId wedged;
-  int tries = 0;
-  for (; tries < 50 && !wedged.valid(); ++tries) {
+  // Kill a consumer kKills times, each once it has taken 1..7 jobs more.
+  // Each takes at most 4,000 jobs (so that a starved parent cannot see the
+  // queue drained before its kill lands: the machine may be busy); one that
+  // got there first has exited, and its kill is a no-op.
+  for (int k = 0; k < kKills; ++k) {
     Child consumer(std::vector<std::string>{"consume", seg(), (dir_.path() / "c.txt").string(),
-                                            std::to_string(~0ULL >> 1), "0"});
+                                            std::to_string(~0ULL >> 1), "4000"});
     const std::uint64_t start = total_depth();
-    if (start < 64) {
-      // The consumers drained the queue before one was caught inside a claim.
-      consumer.release();
-      ::kill(consumer.pid(), SIGKILL);
-      consumer.wait();
-      break;
-    }
     consumer.release();
     const auto give_up = std::chrono::steady_clock::now() + std::chrono::seconds(20);
-    while (total_depth() + 1 + tries % 7 > start) {
+    while (total_depth() + 1 + std::uint64_t(k % 7) > start) {
       ASSERT_LT(std::chrono::steady_clock::now(), give_up) << "consumer made no progress";
-    }
-    ASSERT_EQ(::kill(consumer.pid(), SIGSTOP), 0);
-    int st = 0;
-    ASSERT_EQ(::waitpid(consumer.pid(), &st, WUNTRACED), consumer.pid());
-    const Snapshot s = q().snapshot();
-    for (const auto& li : s.lanes) {
-      if (li.group.kind() != "LNE" || li.depth == 0) continue;
-      if (std::find(s.ring.begin(), s.ring.end(), li.group) == s.ring.end()) wedged = li.group;
     }
     ::kill(consumer.pid(), SIGKILL);
     consumer.wait();
   }
-  // Catching a consumer in a window of a few hundred ns is a matter of
-  // timing (under a sanitizer the window moves); failpoint_test.cpp kills at
-  // each step deterministically. Without the scene there is nothing to test.
-  if (!wedged.valid()) GTEST_SKIP() << "never caught the consumer inside a claim in " << tries << " tries";
 
-  // The survivor (this process) claims. Give recovery a generous real-time
-  // bound (DESIGN: "well under a second", we allow 3 s); leases expire via
-  // advance_clock.
-  std::map<BrandedId, int> served;
+  // The survivor (this process) drains what is left. The dead consumers'
+  // leases run out (advance_clock) and their jobs come back; every job left
+  // is delivered, and every lane is served. A generous real-time bound:
+  // recovery is "well under a second" (DESIGN).
+  std::map<BrandedId, std::uint64_t> served;
+  const Snapshot before = q().snapshot();
+  const std::uint64_t left = before.pending + before.leased;
   Lease l;
-  const auto give_up = std::chrono::steady_clock::now() + std::chrono::seconds(3);
-  while (served[wedged] == 0 && std::chrono::steady_clock::now() < give_up) {
-    q().advance_clock(100);
-    if (q().claim_wait(l, 60000, std::chrono::milliseconds(20))) {
+  std::uint64_t delivered = 0;
+  const auto give_up = std::chrono::steady_clock::now() + std::chrono::seconds(20);
+  for (;;) {
+    const Snapshot now = q().snapshot();
+    if (now.pending + now.leased == 0) break;
+    ASSERT_LT(std::chrono::steady_clock::now(), give_up)
+        << "the queue stopped draining: pending " << now.pending << ", leased " << now.leased;
+    q().advance_clock(o.recovery_ms);
+    while (q().try_claim(l, 60000) == ClaimStatus::claimed) {
       ++served[l.group];
+      ++delivered;
       ASSERT_EQ(q().complete(l.id, l.token), AckStatus::ok);
     }
   }
-  std::string counts;
-  for (auto& [g, n] : served) counts += g.string() + "=" + std::to_string(n) + " ";
-  EXPECT_GT(served[wedged], 0) << "lane " << wedged.str() << " was never served again after its claimer was killed"
-                               << " mid-claim; served: " << counts;
+  for (std::uint32_t i = 0; i < kLanes; ++i)
+    EXPECT_GT(served[proto::lane_group(i)], 0U) << "lane " << proto::lane_group(i).str() << " was never served again";
+  EXPECT_EQ(delivered, left) << "jobs pending or held by the dead consumers that were not delivered";
+  const FsckReport f = q().fsck();
+  EXPECT_TRUE(f.clean()) << (f.issues.empty() ? "" : f.issues.front().invariant + ": " + f.issues.front().detail);
 }
 
 }  // namespace

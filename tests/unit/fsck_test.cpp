@@ -377,6 +377,89 @@ TEST_F(FsckTest, AScribbledRingHeadNeverHangsAnAck) {
   EXPECT_EQ(l.group, g);
 }
 
+// A lane whose run head disagrees with its lane word (the head node's link
+// tag scribbled) is answered corrupt at once, not read again and again for
+// a whole claim (the fuzzer met this: seconds per claim), and it gives its
+// turn up: every other lane is still served, and once the bytes are mended
+// a sweep rings it again and its jobs are delivered.
+TEST_F(FsckTest, AScribbledRunHeadIsAnsweredCorruptAndTheRestOfTheRingIsServed) {
+  const BrandedId a = BrandedId::make("TEN", 1), b = BrandedId::make("TEN", 2);
+  std::vector<BrandedId> as, bs;
+  for (int i = 0; i < 3; ++i) {
+    as.push_back(q().mint());
+    ASSERT_EQ(q().enqueue(a, as.back(), "a"), EnqueueStatus::enqueued);
+    bs.push_back(q().mint());
+    ASSERT_EQ(q().enqueue(b, bs.back(), "b"), EnqueueStatus::enqueued);
+  }
+  RawSegment raw(seg());
+  const std::uint32_t x = slot_of(raw, as[0]);
+  const std::uint64_t link = raw.slot(x).next.load();
+  raw.slot(x).next.store(Link::make(Link::succ(link), Link::mark(link), Link::tag(link) ^ 1));  // the scribble
+  const std::uint64_t before = q().corruption().count;
+  std::vector<BrandedId> got;
+  bool saw_corrupt = false;
+  for (int i = 0; i < 8 && got.size() < bs.size(); ++i) {
+    Lease l;
+    const ClaimStatus st = q().try_claim(l, 60'000);
+    if (st == ClaimStatus::corrupt) {
+      saw_corrupt = true;
+      continue;
+    }
+    ASSERT_EQ(st, ClaimStatus::claimed) << "claim " << i;
+    EXPECT_EQ(l.group, b) << "a job of the scribbled lane was handed out";
+    got.push_back(l.id);
+    ASSERT_EQ(q().complete(l.id, l.token), AckStatus::ok);
+  }
+  EXPECT_EQ(got, bs) << "the scribbled lane kept the other lane from being served";
+  EXPECT_GT(q().corruption().count, before);
+  EXPECT_LE(q().corruption().count, before + 4) << "the same damage was met over and over";
+  (void)saw_corrupt;
+  raw.slot(x).next.store(link);  // mended: the next sweep rings the lane again
+  q().advance_clock(QueueOptions{}.recovery_ms);
+  q().tick();
+  for (const BrandedId& id : as) {
+    Lease l;
+    ASSERT_TRUE(q().claim(l, 60'000)) << "the mended lane was never served again";
+    EXPECT_EQ(l.id, id);
+    ASSERT_EQ(q().complete(l.id, l.token), AckStatus::ok);
+  }
+}
+
+// The fuzzer's first finding of this kind: a run's front whose slot word
+// says admitting, with no admission published for it (the record's `pub`
+// names another ctr). No step will ever decide it, so it is a scribble:
+// answered corrupt at once (it used to be settled again and again, 256
+// rounds per ring step), and the other lanes are served.
+TEST_F(FsckTest, AnUnpublishedAdmissionAtARunFrontIsCorruptAndTheRestOfTheRingIsServed) {
+  const BrandedId a = BrandedId::make("TEN", 1), b = BrandedId::make("TEN", 2);
+  const BrandedId first = q().mint();
+  ASSERT_EQ(q().enqueue(a, first, "a"), EnqueueStatus::enqueued);
+  std::vector<BrandedId> bs;
+  for (int i = 0; i < 3; ++i) {
+    bs.push_back(q().mint());
+    ASSERT_EQ(q().enqueue(b, bs.back(), "b"), EnqueueStatus::enqueued);
+  }
+  RawSegment raw(seg());
+  const std::uint32_t x = slot_of(raw, first);
+  const Word128 was = raw.slot_word_value(x);
+  // The scribble: admitting, under a ctr the record never published.
+  set_slot_word(raw, x, SlotWord::make(SlotState::admitting, 0, 0, SlotWord::ctr(was) + 1, 0));
+  const std::uint64_t before = q().corruption().count;
+  std::vector<BrandedId> got;
+  for (int i = 0; i < 8 && got.size() < bs.size(); ++i) {
+    Lease l;
+    const ClaimStatus st = q().try_claim(l, 60'000);
+    if (st == ClaimStatus::corrupt) continue;
+    ASSERT_EQ(st, ClaimStatus::claimed) << "claim " << i;
+    EXPECT_EQ(l.group, b);
+    got.push_back(l.id);
+    ASSERT_EQ(q().complete(l.id, l.token), AckStatus::ok);
+  }
+  EXPECT_EQ(got, bs) << "the scribbled lane kept the other lane from being served";
+  EXPECT_GT(q().corruption().count, before);
+  EXPECT_LE(q().corruption().count, before + 4) << "the same damage was met over and over";
+}
+
 // A job on its way back to its lane that meets corruption (here its group,
 // scribbled while it was leased) is given up by its mover, not kept: once
 // the bytes are mended, a sweep links it and it is delivered.

@@ -5,6 +5,7 @@
 
 #include <bit>
 #include <cstring>
+#include <thread>
 
 namespace fairlane {
 namespace {
@@ -222,6 +223,30 @@ TEST_F(QueueTest, DuplicateLiveIdChangesNothing) {
   EXPECT_EQ(l2.id, id);
   EXPECT_EQ(l2.payload, "again");
   EXPECT_EQ(l2.attempt, 1U);
+}
+
+// An enqueue of the id its thread just minted skips the look-up for a live
+// duplicate (issue 12); the decision after the link must still refuse one.
+// Here another thread enqueues the id first; the minting thread's enqueue is
+// then its first of that id, the one that skips the look-up.
+TEST_F(QueueTest, AFreshlyMintedIdEnqueuedElsewhereFirstIsStillADuplicate) {
+  const BrandedId id = q().mint();
+  std::thread other([&] { EXPECT_EQ(q().enqueue(A, id, "first"), EnqueueStatus::enqueued); });
+  other.join();
+  EXPECT_EQ(q().enqueue(B, id, "second"), EnqueueStatus::duplicate);
+  EXPECT_EQ(q().depth(A), 1U);
+  EXPECT_EQ(q().depth(B), 0U);
+  Snapshot s = q().snapshot();
+  EXPECT_EQ(s.pending, 1U);
+  EXPECT_EQ(s.counters.enqueued, 1U);
+  EXPECT_EQ(s.counters.duplicates, 1U);
+  Lease l = claim_one();
+  EXPECT_EQ(l.id, id);
+  EXPECT_EQ(l.payload, "first");
+  Lease none;
+  EXPECT_EQ(q().try_claim(none, 1000), ClaimStatus::empty) << "the refused enqueue left a job behind";
+  EXPECT_EQ(q().complete(id, l.token), AckStatus::ok);
+  EXPECT_TRUE(q().fsck().clean());
 }
 
 TEST_F(QueueTest, KindMismatchWritesNothing) {
