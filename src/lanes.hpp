@@ -58,21 +58,22 @@ inline bool lane_serviceable(const Word128& w, std::uint64_t st) noexcept {
   return LaneWord::active(w) < (limit ? limit : LaneWord::kActiveMax);
 }
 
-// `w` as every CAS of the lane word must start from it: the step it names
-// (LaneWord::rel, RelOp) applied to its slot, and the field cleared (with
-// the count of a `linked` step given back). Applying a step is idempotent:
-// a slot whose word already moved on is left alone. Every CAS of a lane word
-// starts from here, so a step is applied before anything else happens in
-// the lane (docs/design.md, "Lane steps"). A word naming no step is its
-// own base: that test is inline, the rest is not.
-// Is `st` a state the step `op` moves a slot out of (so that it may still
-// be to apply)? A slot past it had the step applied already.
+// Is `st` a state the step `op` moves a slot out of (so that the step may
+// still need applying)? A slot past it had the step applied already.
 inline bool step_pre_state(RelOp op, SlotState st) noexcept {
   return op == RelOp::linked ? st == SlotState::returning
          : op == RelOp::drop ? st == SlotState::pending
          : op == RelOp::back ? st == SlotState::leased || st == SlotState::pending
                              : st == SlotState::leased;
 }
+
+// `w` as every CAS of the lane word must start from it: the step it names
+// (LaneWord::rel, RelOp) applied to its slot, and the field cleared (with
+// the count of a `linked` step given back). Applying a step is idempotent:
+// a slot whose word already moved on is left alone. Every CAS of a lane word
+// starts from here, so a step is applied before anything else happens in
+// the lane (docs/design.md, "Lane steps"). The common cases are tested
+// inline; applying a step is lane_base_step.
 Word128 lane_base_step(Segment& s, std::uint32_t lane, const Word128& w) noexcept;
 inline Word128 lane_base(Segment& s, std::uint32_t lane, const Word128& w) noexcept {
   const std::uint32_t rel1 = LaneWord::rel(w);

@@ -523,6 +523,11 @@ class Queue {
   // The mirror's state and lag (configured == false without a mirror).
   MirrorStatus mirror_status() const;
   RecoveryInfo recovery() const;
+  // Every meeting with an impossible value, by any call of any process. The
+  // calls that answer with a status say `corrupt`; those that return a count
+  // (claim_batch, claim_lane_batch, release_all, purge_dead,
+  // requeue_all_dead, tick) say it only here: compare the count before and
+  // after the call.
   CorruptionInfo corruption() const;
 
   // Puts a job back as it was, for restore: pending (a leased job comes back
