@@ -240,7 +240,10 @@ EnqueueStatus admit(Segment& s, const BrandedId& group, const BrandedId& job, st
   // or another segment minted the same number and it was enqueued here. The
   // look-up before the work is skipped for it; the decision after the link
   // (index_admit) settles every duplicate anyway, at the price of a husk.
-  bool fresh = t_mint_memo.fresh && std::memcmp(IdAccess::bytes(job), t_mint_memo.text, kIdLength) == 0;
+  // (job_snowflake compared the bytes already: a number equal to the
+  // memo's is the memo's id, or one of another kind whose only cost is
+  // the skipped look-up.)
+  bool fresh = t_mint_memo.fresh && sf == t_mint_memo.sf;
   if (fresh) t_mint_memo.fresh = false;
 
   for (int round = 0; round < 8; ++round, fresh = false) {

@@ -149,10 +149,9 @@ Word128 lane_base_step(Segment& s, std::uint32_t lane, const Word128& w) noexcep
     strays_mark(s, slot, lane, &w);
     return base;
   }
-  // The common case first: the step was applied (by its author, right after
-  // its CAS) and the word just still names it. The slot's state is in the low
-  // half alone: one load says it has moved past the step's pre-state.
-  if (!step_pre_state(op, SlotState(__atomic_load_n(&s.words[slot].lo, __ATOMIC_ACQUIRE) & 15))) return base;
+  // lane_base (inline) returned already if the slot has moved past the
+  // step's pre-state (the common case: its author applied it right after
+  // its CAS); the loop below reads the slot again and decides.
   Word128 sw = slot_load(s, slot);
   // Lock-free: a failed CAS means the slot moved (an extend, or another
   // applier); look at it again.

@@ -196,17 +196,23 @@ TEST_F(QueueTest, LaneLeavesRingWhenEmptyAndReturnsOnEnqueue) {
 
 // ---------------------------------------------------------------- admission
 
+// One job admitted, in lane `in` and not in `other`, after `duplicates`
+// refused enqueues of its id.
+void expect_one_admission(Queue& q, const BrandedId& in, const BrandedId& other, std::uint64_t duplicates) {
+  EXPECT_EQ(q.depth(in), 1U);
+  EXPECT_EQ(q.depth(other), 0U);
+  const Snapshot s = q.snapshot();
+  EXPECT_EQ(s.pending, 1U);
+  EXPECT_EQ(s.counters.enqueued, 1U);
+  EXPECT_EQ(s.counters.duplicates, duplicates);
+}
+
 TEST_F(QueueTest, DuplicateLiveIdChangesNothing) {
   const BrandedId id = q().mint();
   ASSERT_EQ(q().enqueue(A, id, "first"), EnqueueStatus::enqueued);
   EXPECT_EQ(q().enqueue(A, id, "second"), EnqueueStatus::duplicate);
   EXPECT_EQ(q().enqueue(B, id, "other lane"), EnqueueStatus::duplicate);
-  EXPECT_EQ(q().depth(A), 1U);
-  EXPECT_EQ(q().depth(B), 0U);
-  Snapshot s = q().snapshot();
-  EXPECT_EQ(s.pending, 1U);
-  EXPECT_EQ(s.counters.enqueued, 1U);
-  EXPECT_EQ(s.counters.duplicates, 2U);
+  expect_one_admission(q(), A, B, 2);
 
   Lease l = claim_one();
   EXPECT_EQ(l.id, id);
@@ -234,12 +240,7 @@ TEST_F(QueueTest, AFreshlyMintedIdEnqueuedElsewhereFirstIsStillADuplicate) {
   std::thread other([&] { EXPECT_EQ(q().enqueue(A, id, "first"), EnqueueStatus::enqueued); });
   other.join();
   EXPECT_EQ(q().enqueue(B, id, "second"), EnqueueStatus::duplicate);
-  EXPECT_EQ(q().depth(A), 1U);
-  EXPECT_EQ(q().depth(B), 0U);
-  Snapshot s = q().snapshot();
-  EXPECT_EQ(s.pending, 1U);
-  EXPECT_EQ(s.counters.enqueued, 1U);
-  EXPECT_EQ(s.counters.duplicates, 1U);
+  expect_one_admission(q(), A, B, 1);
   Lease l = claim_one();
   EXPECT_EQ(l.id, id);
   EXPECT_EQ(l.payload, "first");
