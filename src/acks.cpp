@@ -96,7 +96,17 @@ Take release_lease(Segment& s, std::uint64_t sf, Token token, RelOp op, std::uin
     const Word128 nw = LaneWord::with_active(LaneWord::with_rel(base, slot + 1, step), a ? a - 1 : 0);
     if (lane_cas(s, lane, w, nw)) {
       FAIRLANE_FAILPOINT("ack.stepped");
-      apply_step(s, lane, w);
+      // A completion's author applies its own step straight from the slot
+      // word it checked: a CAS from that very reading (this lease's ctr, its
+      // deadline) holds only while the lease is exactly as checked, so it is
+      // the step applied once, as lane_base would apply it; if anything
+      // moved the slot (an extend, or someone applied the step already),
+      // lane_base looks at it afresh.
+      Word128 from = sw;
+      if (step == RelOp::complete && slot_cas(s, slot, from, SlotWord::make(SlotState::free, 0, 0, SlotWord::ctr(sw), 0)))
+        FAIRLANE_FAILPOINT("lane.step_applied");
+      else
+        apply_step(s, lane, w);
       slot_out = slot;
       lane_out = lane;
       return Take::ok;
@@ -249,7 +259,7 @@ bool ack_args(Segment& s, const BrandedId& job, Token token, std::uint64_t& sf) 
     const SlotRecord& r = s.slot(slot);
     char text[kIdLength];
     load_id_text(s, r, text);
-    if (std::memcmp(text, IdAccess::bytes(job), kIdLength) == 0) {
+    if (same_id_bytes(text, IdAccess::bytes(job))) {
       sf = r.sf.load(std::memory_order_acquire);
       return true;
     }

@@ -498,11 +498,17 @@ Step ring_step(Segment& s, Lease* out, std::size_t want_max, std::size_t& got, s
 void fill_lease(const Segment& s, std::uint32_t slot, std::uint32_t lane, std::uint32_t attempt, Token token,
                 std::uint64_t deadline, std::uint64_t now_us, Lease& out) {
   const SlotRecord& r = s.slot(slot);
-  char text[kIdLength];
-  load_id_text(s, r, text);
+  const std::uint64_t a = r.digits.load(std::memory_order_relaxed);
+  const std::uint32_t b = r.digits_tail.load(std::memory_order_relaxed);
   // The digits were written by the admitter from a checked id; a scribbled
   // one is rebuilt from the snowflake rather than handed out.
-  if (digits_valid(text + kKindLength)) out.id = IdAccess::from_checked(std::string_view(text, kIdLength));
+  if (digit_words_valid(a, b)) {
+    char text[kIdLength];
+    std::memcpy(text, s.kind, kKindLength);
+    std::memcpy(text + kKindLength, &a, 8);
+    std::memcpy(text + kKindLength + 8, &b, 3);
+    out.id = IdAccess::from_checked(std::string_view(text, kIdLength));
+  }
   else out.id = BrandedId::make(std::string_view(s.kind, 3), r.sf.load(std::memory_order_relaxed) & ((1ULL << 63) - 1));
   static const BrandedId kDefault = *BrandedId::parse(kDefaultGroup);
   out.group = lane == kDefaultLane ? kDefault : cached_group(s, lane);

@@ -129,32 +129,43 @@ bool has_entry(const Segment& s, const IndexProbe& p, std::uint32_t slot) noexce
   return found;
 }
 
-// Writes an entry for `slot`: in an empty way of the id's first bucket, else
+// Writes an entry for `slot`: in a free way of the id's first bucket, else
 // (the first bucket's overflow flag set first: readers then look at the
-// second) of its second, else in a way whose entry is stale. Four entries per
-// job slot, and entries taken out when their slot is reused, keep a full
-// pair of buckets out of reach in practice. false: both full of current
-// entries (reported as full, never ignored).
+// second) of its second. A way is free when it is empty or its entry is not
+// current (its slot's admission tag has moved on: a job since replaced, or
+// a scribble); entries are never taken out, so after a while most ways hold
+// stale entries and an insert reuses the first it meets (one tag read).
+// Only if neither bucket has one are current-looking entries looked at
+// closely (entry_reusable: a tag come round again, or a freed slot's). Four
+// entries per job slot keep a pair of buckets full of live jobs out of
+// reach in practice. false: both full of current entries (reported as
+// full, never ignored).
 bool put_entry(Segment& s, const IndexProbe& p, std::uint32_t slot) noexcept {
   const std::uint64_t mine = IndexEntry::make(p.fp, slot + 1, admit_tag(s, slot));
   IndexBucket& a = s.index[p.b1];
-  IndexBucket& b = s.index[p.b2];
   for (int tries = 0; tries < 16; ++tries) {
     std::atomic<std::uint64_t>* way = nullptr;
     std::uint64_t e = 0;
-    for (unsigned k = 0; k < kIndexWays && !way; ++k)
-      if (a.e[k].load(std::memory_order_relaxed) == 0) way = &a.e[k];
+    const auto free_way = [&](IndexBucket& b) {
+      for (unsigned k = 0; k < kIndexWays; ++k) {
+        const std::uint64_t v = b.e[k].load(std::memory_order_relaxed);
+        std::uint32_t at = 0;
+        if (v == 0 || !entry_current(s, v, at)) {
+          way = &b.e[k];
+          e = v;
+          return;
+        }
+      }
+    };
+    free_way(a);
     if (!way) {
       // [S4] seq_cst: the flag is set before any entry goes to the second
       // bucket; a reader that missed it saw the first bucket before, and then
       // our scan sees its entry.
       if (!a.overflow.load(std::memory_order_relaxed)) a.overflow.store(1, std::memory_order_seq_cst);
-      for (unsigned k = 0; k < kIndexWays && !way; ++k)
-        if (b.e[k].load(std::memory_order_relaxed) == 0) way = &b.e[k];
+      free_way(s.index[p.b2(s)]);
     }
     if (!way) {
-      // No empty way: a stale entry's (left by a scribble, or a slot freed
-      // and not yet reused).
       for (unsigned k = 0; k < 2 * kIndexWays && !way; ++k) {
         std::atomic<std::uint64_t>& w = index_way(s, p, k);
         const std::uint64_t v = w.load(std::memory_order_relaxed);
@@ -166,7 +177,8 @@ bool put_entry(Segment& s, const IndexProbe& p, std::uint32_t slot) noexcept {
       if (!way) return false;
     }
     // [S4] seq_cst: our entry is visible before we look for rivals (a
-    // store-load pair with every rival's entry and scan).
+    // store-load pair with every rival's entry and scan). A CAS, not a
+    // store: another insert may be reusing the same stale way.
     if (way->compare_exchange_strong(e, mine, std::memory_order_seq_cst)) return true;
   }
   return false;
@@ -224,9 +236,12 @@ Admit decide(Segment& s, const IndexProbe& p, std::uint32_t slot, std::uint64_t 
     // The other slots holding an entry of this id (nearly always none).
     std::uint32_t rivals[2 * kIndexWays];
     unsigned n = 0;
+    // An entry of our own slot (ours, or a helper's copy of it) is no
+    // rival: passed before its admission tag is read.
+    const std::uint32_t fp = p.fp & 0x3FFFFFFF;
     index_scan(s, p, [&](std::atomic<std::uint64_t>&, std::uint64_t e) {
       std::uint32_t r = 0;
-      if (IndexEntry::fp(e) == (p.fp & 0x3FFFFFFF) && entry_current(s, e, r) && r != slot &&
+      if (IndexEntry::fp(e) == fp && IndexEntry::slot1(e) != slot + 1 && entry_current(s, e, r) &&
           s.slot(r).sf.load(std::memory_order_acquire) == sf)
         rivals[n++] = r;
       return true;
@@ -353,24 +368,6 @@ Admit index_admit(Segment& s, std::uint32_t slot, std::uint64_t sf, std::uint64_
 }
 
 bool index_kill(Segment& s, std::uint32_t slot, std::uint64_t ctr) noexcept { return kill(s, slot, ctr); }
-
-void index_forget(Segment& s, std::uint32_t slot, std::uint64_t old_sf) noexcept {
-  const IndexProbe p = index_probe(s, old_sf);
-  const std::uint64_t old = IndexEntry::make(p.fp, slot + 1, admit_tag(s, slot));
-  index_scan(s, p, [&](std::atomic<std::uint64_t>& way, std::uint64_t e) {
-    // Current (its slot's tag has not moved) and the slot is ours: a writer
-    // that took the slot's free state for staleness may be replacing the
-    // entry right now, so it goes by CAS (never a plain store over theirs).
-    // One entry per admission: the first match is the one (a copy left
-    // behind would be stale at the slot's next tag, and is read as such).
-    if (e == old) {
-      std::uint64_t expect = e;
-      way.compare_exchange_strong(expect, 0, std::memory_order_relaxed);
-      return false;
-    }
-    return true;
-  });
-}
 
 bool move_decided(Segment& s, std::uint32_t slot, std::uint64_t ctr) noexcept {
   return decide_moved(s, slot, ctr, false) == Admit::won;

@@ -39,20 +39,25 @@
 
 namespace fairlane::detail {
 
+// Where an id's entries go: its first bucket and fingerprint at once; its
+// second bucket (a second mix of the hash) only when asked, since it is
+// looked at only once the first has overflowed.
 struct IndexProbe {
-  std::uint64_t b1, b2;
+  std::uint64_t h, b1;
   std::uint32_t fp;
+  std::uint64_t b2(const Segment& s) const noexcept {
+    const std::uint64_t b = mix64(h) & s.index_mask;
+    return b == b1 ? b1 ^ 1 : b;  // index_buckets >= 2
+  }
 };
 
 inline IndexProbe index_probe(const Segment& s, std::uint64_t sf) noexcept {
   const std::uint64_t h = id_hash(sf, s.seed);
-  IndexProbe p{h & s.index_mask, mix64(h) & s.index_mask, std::uint32_t(h >> 34)};
-  if (p.b2 == p.b1) p.b2 = p.b1 ^ 1;  // index_buckets >= 2
-  return p;
+  return IndexProbe{h, h & s.index_mask, std::uint32_t(h >> 34)};
 }
 
 inline std::atomic<std::uint64_t>& index_way(const Segment& s, const IndexProbe& p, unsigned k) noexcept {
-  return s.index[k < kIndexWays ? p.b1 : p.b2].e[k % kIndexWays];
+  return s.index[k < kIndexWays ? p.b1 : p.b2(s)].e[k % kIndexWays];
 }
 
 // Calls f(way, entry) for the ways an entry of this id can be in: its first
@@ -67,7 +72,7 @@ inline void index_scan(const Segment& s, const IndexProbe& p, F f) noexcept {
     if (!f(way, way.load(std::memory_order_seq_cst))) return;
   }
   if (!a.overflow.load(std::memory_order_seq_cst)) return;
-  const IndexBucket& b = s.index[p.b2];
+  const IndexBucket& b = s.index[p.b2(s)];
   for (unsigned k = 0; k < kIndexWays; ++k) {
     std::atomic<std::uint64_t>& way = const_cast<std::atomic<std::uint64_t>&>(b.e[k]);
     if (!f(way, way.load(std::memory_order_seq_cst))) return;
@@ -116,11 +121,6 @@ bool index_resolve(Segment& s, std::uint32_t slot, const Word128& seen, bool can
 // The decision of a reassign's copy `slot` (admission ctr `ctr`), for its
 // mover: true when it is the job (committed, by anyone).
 bool move_decided(Segment& s, std::uint32_t slot, std::uint64_t ctr) noexcept;
-
-// Takes out the entries of a slot's previous admission (id old_sf): its
-// new admitter calls this before moving the slot's admission tag on, so
-// that the index holds the live jobs and not every job ever.
-void index_forget(Segment& s, std::uint32_t slot, std::uint64_t old_sf) noexcept;
 
 // Kills admission `ctr` of a slot (CAS to aborted, holder kept). True if
 // it is aborted (or was) after; false if it got committed first (or the

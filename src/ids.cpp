@@ -90,6 +90,15 @@ std::array<char, kDigits> encode_base62(std::uint64_t v) noexcept {
 
 namespace detail {
 
+void encode_base62_low4(std::uint32_t v, char* out) noexcept {
+  const std::uint32_t q = v / 3844;
+  const std::uint32_t r = v - q * 3844;
+  out[0] = kPairs.pair[q][0];
+  out[1] = kPairs.pair[q][1];
+  out[2] = kPairs.pair[r][0];
+  out[3] = kPairs.pair[r][1];
+}
+
 // The value of 11 base62 digits, or false (a bad digit, or over 2^63 - 1).
 bool decode_digits(const char* d, std::uint64_t& out, IdError& why) noexcept {
   const auto* u = reinterpret_cast<const unsigned char*>(d);

@@ -256,7 +256,6 @@ MoveStatus Queue::reassign(const BrandedId& job, const BrandedId& group) noexcep
   const std::uint32_t n = alloc_slot(s, cursor, my_holder(s), nctr);
   if (n == kNoSlot) return MoveStatus::full;
   SlotRecord& nr = s.slot(n);
-  if (nctr > 1) index_forget(s, n, nr.sf.load(std::memory_order_relaxed));
   // The copy: everything of the job, its new group, and the origin it moves from.
   nr.sf.store(sf, std::memory_order_relaxed);
   nr.digits.store(xr.digits.load(std::memory_order_relaxed), std::memory_order_relaxed);

@@ -8,6 +8,9 @@
 #include <cstdint>
 #include <cstring>
 #include <string_view>
+#if defined(__SSE2__)
+#include <emmintrin.h>
+#endif
 
 #include "fairlane/ids.hpp"
 
@@ -28,6 +31,9 @@ inline std::uint32_t gettid_cached() noexcept {
 
 // The value of a base62 digit, or -1 (a table: no branches per character).
 extern const std::int8_t kDigitValue[256];
+
+// The last four base62 digits of a value below 62^4, at out[0..3].
+void encode_base62_low4(std::uint32_t v, char* out) noexcept;
 
 // The value of the 11 base62 digits at d, or false (a bad digit, or over
 // 2^63 - 1; `why` says which).
@@ -52,6 +58,18 @@ struct IdAccess {
   }
 };
 
+// Are these two ids' 14 bytes equal? Two overlapping 8-byte loads a side
+// (libc's memcmp is a call of about 20 instructions; this is six).
+inline bool same_id_bytes(const char* a, const char* b) noexcept {
+  static_assert(kIdLength == 14);
+  std::uint64_t a0, a1, b0, b1;
+  std::memcpy(&a0, a, 8);
+  std::memcpy(&a1, a + 6, 8);
+  std::memcpy(&b0, b, 8);
+  std::memcpy(&b1, b + 6, 8);
+  return ((a0 ^ b0) | (a1 ^ b1)) == 0;
+}
+
 // The last id this thread minted and its snowflake: a memo of the decode
 // (the text and the number are one function of each other, whatever the
 // segment), for the id a producer nearly always enqueues next.
@@ -62,11 +80,27 @@ struct MintMemo {
 };
 inline thread_local MintMemo t_mint_memo;
 
-// Do these 11 bytes read as base62 digits of a value within 63 bits?
-inline bool digits_valid(const char* d) noexcept {
+// Do the 11 digits a slot record keeps (bytes 0..7 in `a`, 8..10 in the low
+// bytes of `b`, as load_id_text lays them out) read as base62 digits of a
+// value within 63 bits? With SSE2 the alphabet test is six byte compares of
+// all eleven at once; elsewhere it is a table look-up per digit.
+inline bool digit_words_valid(std::uint64_t a, std::uint32_t b) noexcept {
+  char d[kDigits];
+  std::memcpy(d, &a, 8);
+  std::memcpy(d + 8, &b, 3);
+#if defined(__SSE2__)  // x86: little-endian, so byte i of the register is d[i]
+  const __m128i x = _mm_set_epi64x(std::int64_t(b), std::int64_t(a));
+  // Signed byte compares: a byte of 0x80 and up is negative, below every range.
+  const auto in = [&x](char lo, char hi) {
+    return _mm_and_si128(_mm_cmpgt_epi8(x, _mm_set1_epi8(char(lo - 1))), _mm_cmpgt_epi8(_mm_set1_epi8(char(hi + 1)), x));
+  };
+  const __m128i ok = _mm_or_si128(_mm_or_si128(in('0', '9'), in('A', 'Z')), in('a', 'z'));
+  if ((_mm_movemask_epi8(ok) & 0x7FF) != 0x7FF) return false;
+#else
   unsigned bad = 0;
   for (int i = 0; i < int(kDigits); ++i) bad |= unsigned(kDigitValue[static_cast<unsigned char>(d[i])]) & 0x80U;
   if (bad) return false;
+#endif
   // 10 * 62^10 < 2^63: a first digit 0-9 cannot overflow; past that, decode.
   if (d[0] <= '9') return true;
   std::uint64_t v = 0;

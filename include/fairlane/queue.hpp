@@ -550,6 +550,7 @@ class Queue {
  private:
   friend struct detail::QueueAccess;  // the mirror reads the segment's tables
   explicit Queue(std::unique_ptr<detail::Segment> seg) noexcept;
+  BrandedId mint_checked(const char* kind) noexcept;  // kind: three letters, checked
   std::unique_ptr<detail::Segment> seg_;
 };
 
