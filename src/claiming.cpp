@@ -268,9 +268,21 @@ bool take_cas(Segment& s, std::uint32_t lane, Word128& w, const Word128& base, s
       ytag = Link::tag(s.slot(y1 - 1).next.load(std::memory_order_acquire));
     }
     nw = LaneWord::with_head(nw, y1, ytag & 0xFFF);
-    // x was the tail: y (linked after it, perhaps not yet confirmed) is the
-    // tail now, or the run is empty.
-    if (LaneWord::tail(base) == x1) nw = LaneWord::with_tail(nw, y1);
+    // The tail is a node at or after x (lane_order.hpp). x was the tail: y
+    // is the tail now, or the run is empty. Then the tail moves up by up to
+    // two links, in this CAS: appends do not move it, and claims keep it
+    // near the run's end for them (each claim takes one node from the run
+    // and each append adds one, so two links a claim catch up). The links
+    // are read while the word is `w`: if it moves, the CAS fails and they
+    // are read again.
+    std::uint32_t t1 = LaneWord::tail(base);
+    if (t1 == x1) t1 = y1;
+    for (int hop = 0; hop < 2 && valid_slot1(s, t1); ++hop) {
+      const std::uint32_t m1 = Link::succ(s.slot(t1 - 1).next.load(std::memory_order_acquire));
+      if (!valid_slot1(s, m1)) break;
+      t1 = m1;
+    }
+    nw = LaneWord::with_tail(nw, t1);
   } else {
     nw = LaneWord::with_rel(nw, x1, RelOp::take);
     // The last node of the strays: the flag goes with it (an insert after
@@ -323,7 +335,8 @@ bool finish_take(Segment& s, std::uint32_t lane, std::uint32_t slot, const Word1
 // Serves lane `lane`, whose valid token is the cell at head position h: up
 // to `want` jobs (one lane's turn, or a lane batch). Returns served (got
 // grew), again (nothing taken: the caller reads the head again), or corrupt.
-Step serve(Segment& s, std::uint32_t lane, std::uint64_t h, Word128 w, std::uint64_t st, Lease* out,
+// `w_base` is lane_base of `w`, as the caller worked it out.
+Step serve(Segment& s, std::uint32_t lane, std::uint64_t h, Word128 w, const Word128& w_base, std::uint64_t st, Lease* out,
            std::size_t want, std::size_t& got, std::uint64_t deadline, std::uint64_t now_us) noexcept {
   LaneRecord& l = s.lanes[lane];
   IntentGuard guard(s);
@@ -361,7 +374,8 @@ Step serve(Segment& s, std::uint32_t lane, std::uint64_t h, Word128 w, std::uint
       report_corrupt(s, CorruptWhat::lane_word);
       return corrupt_out();
     }
-    const Word128 base = lane_base(s, lane, w);
+    // The first round's base is the caller's (lane_base of the same w).
+    const Word128 base = rounds == 0 ? w_base : lane_base(s, lane, w);
     if (LaneWord::state(base) != LaneState::live) break;
     const bool ours = LaneWord::ringed(base) && LaneWord::tgen(base) == tgen;
     if (!passed && !ours) break;  // another claimer moved the token: its turn now
@@ -490,7 +504,7 @@ Step ring_step(Segment& s, Lease* out, std::size_t want_max, std::size_t& got, s
   if (const std::uint64_t limit = Settings::limit(st))
     want = std::min<std::size_t>(want, limit > LaneWord::active(base) ? limit - LaneWord::active(base) : 0);
   if (want == 0) want = 1;
-  return serve(s, lane, h, w, st, out, want, got, deadline, now_us);
+  return serve(s, lane, h, w, base, st, out, want, got, deadline, now_us);
 }
 
 }  // namespace

@@ -131,15 +131,15 @@ bool has_entry(const Segment& s, const IndexProbe& p, std::uint32_t slot) noexce
 
 // Writes an entry for `slot`: in a free way of the id's first bucket, else
 // (the first bucket's overflow flag set first: readers then look at the
-// second) of its second. A way is free when it is empty or its entry is not
+// second) of its second. A way is free when it is empty, or its entry is not
 // current (its slot's admission tag has moved on: a job since replaced, or
-// a scribble); entries are never taken out, so after a while most ways hold
-// stale entries and an insert reuses the first it meets (one tag read).
-// Only if neither bucket has one are current-looking entries looked at
-// closely (entry_reusable: a tag come round again, or a freed slot's). Four
-// entries per job slot keep a pair of buckets full of live jobs out of
-// reach in practice. false: both full of current entries (reported as
-// full, never ignored).
+// a scribble), or its slot is free (a job completed since). Entries are
+// never taken out, so after a while most ways hold stale entries and an
+// insert reuses the first it meets (one tag read). Only if neither bucket
+// has one is an entry whose tag came round again looked for
+// (entry_reusable). Four entries per job slot keep a pair of buckets full
+// of live jobs out of reach in practice. false: both full of current
+// entries (reported as full, never ignored).
 bool put_entry(Segment& s, const IndexProbe& p, std::uint32_t slot) noexcept {
   const std::uint64_t mine = IndexEntry::make(p.fp, slot + 1, admit_tag(s, slot));
   IndexBucket& a = s.index[p.b1];
@@ -150,7 +150,9 @@ bool put_entry(Segment& s, const IndexProbe& p, std::uint32_t slot) noexcept {
       for (unsigned k = 0; k < kIndexWays; ++k) {
         const std::uint64_t v = b.e[k].load(std::memory_order_relaxed);
         std::uint32_t at = 0;
-        if (v == 0 || !entry_current(s, v, at)) {
+        // Empty; stale (the slot's tag has moved on); or the entry of a job
+        // completed since (its slot free: its next admission moves the tag).
+        if (v == 0 || !entry_current(s, v, at) || SlotWord::state(slot_load(s, at)) == SlotState::free) {
           way = &b.e[k];
           e = v;
           return;

@@ -10,10 +10,6 @@ namespace fairlane::detail {
 
 namespace {
 
-std::uint64_t key_of(const Segment& s, std::uint32_t slot1) noexcept {
-  return s.slot(slot1 - 1).sf.load(std::memory_order_acquire);
-}
-
 // A level for a new strays node: 1 + the number of times a coin with
 // p = 1/4 comes up, at most kStrayLevels. Thread-local xorshift: no shared
 // state, nothing to contend on.
@@ -41,7 +37,7 @@ OrderResult run_append(Segment& s, std::uint32_t lane, GroupKey g, std::uint32_t
   n.level.store(0, std::memory_order_relaxed);
   // Private until linked: the CAS that links it publishes it ([S3]/[R4]).
   n.next.store(Link::make(0, 0, tag), std::memory_order_relaxed);
-  Word128 sealed_at{};  // the lane word when we last found its tail sealed
+  Word128 sealed_at{};  // the lane word when we last found its last node sealed
   for (std::uint64_t round = 0; round <= s.jobs + 16; ++round) {
     const Word128 base = lane_base(s, lane, w);
     // Read after w: if the CAS below (from w) succeeds, this is g's lane.
@@ -67,12 +63,27 @@ OrderResult run_append(Segment& s, std::uint32_t lane, GroupKey g, std::uint32_t
       report_corrupt(s, CorruptWhat::lane_word);
       return OrderResult::corrupt;
     }
-    SlotRecord& t = s.slot(t1 - 1);
-    std::uint64_t tl = t.next.load(std::memory_order_acquire);
-    // Read again: only if the word has not moved is `tl` the link of t as
-    // this run's tail (t may have left the run since w, been reused, and be
-    // the last node of another list now: a CAS on that link would put the
-    // node there).
+    // The lane word's tail is a node of the run at or before its last one
+    // (appends do not move it: see lane_order.hpp). Walk to the last node,
+    // at most kTailLag links.
+    std::uint32_t e1 = t1;
+    std::uint64_t el = s.slot(t1 - 1).next.load(std::memory_order_acquire);
+    unsigned hops = 0;
+    bool bad = false;
+    while (Link::succ(el) != 0 && hops < kTailLag) {
+      const std::uint32_t m1 = Link::succ(el);
+      if (!valid_slot1(s, m1)) {
+        bad = true;
+        break;
+      }
+      e1 = m1;
+      el = s.slot(m1 - 1).next.load(std::memory_order_acquire);
+      ++hops;
+    }
+    // Read again: only if the word has not moved are these links the run's
+    // (no node has left the run since w: every pop is a CAS of this word;
+    // a node left since may have been reused and be the last node of
+    // another list now: a CAS on its link would put the node there).
     {
       const Word128 again = lane_load(s, lane);
       if (!(again == w)) {
@@ -80,18 +91,18 @@ OrderResult run_append(Segment& s, std::uint32_t lane, GroupKey g, std::uint32_t
         continue;
       }
     }
-    if (Link::succ(tl) != 0) {
-      // The tail lags: a node is linked after it but not yet confirmed.
-      // Confirm it for its appender (anyone may), then look again.
-      const std::uint32_t m1 = Link::succ(tl);
-      if (!valid_slot1(s, m1)) {
-        report_corrupt(s, CorruptWhat::lane_order);
-        return OrderResult::corrupt;
-      }
-      lane_cas(s, lane, w, LaneWord::with_tail(base, m1));
+    if (bad) {
+      report_corrupt(s, CorruptWhat::lane_order);
+      return OrderResult::corrupt;
+    }
+    if (hops == kTailLag) {
+      // The tail lags by kTailLag links or more: move it up to the farthest
+      // node seen (anyone may: it is a node of this run), then walk on from
+      // there. So an append leaves it at most kTailLag links behind.
+      lane_cas(s, lane, w, LaneWord::with_tail(base, e1));
       continue;
     }
-    if (Link::mark(tl) == Link::kSealed) {
+    if (Link::mark(el) == Link::kSealed) {
       // Its claimer is popping it as the run's last node: the run is about
       // to be empty. Look once more; if the word has not moved, that claimer
       // is between its seal and its pop (perhaps stopped): go elsewhere.
@@ -100,31 +111,22 @@ OrderResult run_append(Segment& s, std::uint32_t lane, GroupKey g, std::uint32_t
       w = lane_load(s, lane);
       continue;
     }
-    if (key_of(s, t1) >= key) return OrderResult::out_of_order;
-    n.run_seq.store(t.run_seq.load(std::memory_order_relaxed) + 1, std::memory_order_relaxed);
-    if (pred_intent) pred_intent->store(std::uint64_t(t1) | (Link::tag(tl) << 26), std::memory_order_release);
+    SlotRecord& e = s.slot(e1 - 1);
+    if (e.sf.load(std::memory_order_acquire) >= key) return OrderResult::out_of_order;
+    n.run_seq.store(e.run_seq.load(std::memory_order_relaxed) + 1, std::memory_order_relaxed);
+    if (pred_intent) pred_intent->store(std::uint64_t(e1) | (Link::tag(el) << 26), std::memory_order_release);
     // [S3] seq_cst: links the node. It fails if anything was linked after
-    // the tail, if the tail was sealed for its pop, or if it was relinked
-    // (its tag): so on success the tail was in this run, unpopped, and the
+    // the last node, if it was sealed for its pop, or if it was relinked
+    // (its tag): so on success that node was in this run, unpopped, and the
     // node is reachable from here on (a sealed node is never linked after,
-    // and an unsealed one is popped only with a successor).
-    if (!t.next.compare_exchange_strong(tl, Link::make(node1, 0, Link::tag(tl)), std::memory_order_seq_cst)) {
+    // and an unsealed one is popped only with a successor). The lane word
+    // is not written: its tail now lags by one more link, until an
+    // appender that finds it kTailLag behind, or a claim, moves it up.
+    if (!e.next.compare_exchange_strong(el, Link::make(node1, 0, Link::tag(el)), std::memory_order_seq_cst)) {
       w = lane_load(s, lane);
       continue;
     }
     FAIRLANE_FAILPOINT("run.linked");
-    // Confirm: move the lane word's tail from t to the node, unless someone
-    // did (or moved it further, or popped t: then the head passed to the node).
-    const std::uint64_t linked = Link::make(node1, 0, Link::tag(tl));
-    for (;;) {
-      const Word128 b2 = lane_base(s, lane, w);
-      // t is still this run's node only while its link is still ours (a
-      // reused t was relinked with another tag).
-      if (LaneWord::state(b2) != LaneState::live || LaneWord::tail(b2) != t1 ||
-          t.next.load(std::memory_order_acquire) != linked)
-        break;
-      if (lane_cas(s, lane, w, LaneWord::with_tail(b2, node1))) break;
-    }
     return OrderResult::ok;
   }
   report_corrupt(s, CorruptWhat::lane_order);
@@ -412,7 +414,7 @@ bool strays_contains(Segment& s, std::uint32_t lane, std::uint32_t slot) noexcep
 std::uint64_t lane_depth(const Segment& s, std::uint32_t lane) noexcept {
   Word128 w = lane_load(s, lane);
   std::uint64_t n = 0;
-  // The run from its sequence numbers (O(1)), less its husks. The numbers
+  // The run from its sequence numbers (O(1): the tail's lag is bounded), less its husks. The numbers
   // are the run's only while the word still names that head and tail (a
   // head popped meanwhile may be a lease whose field holds its exit mark):
   // read again a few times, and without a steady reading count the head.
@@ -422,7 +424,14 @@ std::uint64_t lane_depth(const Segment& s, std::uint32_t lane) noexcept {
     const std::uint32_t h1 = LaneWord::head(w), t1 = LaneWord::tail(w);
     if (LaneWord::state(w) != LaneState::live || !valid_slot1(s, h1) || !valid_slot1(s, t1)) break;
     a = s.slot(h1 - 1).run_seq.load(std::memory_order_acquire);
-    b = s.slot(t1 - 1).run_seq.load(std::memory_order_acquire);
+    // The tail may lag behind the last node (lane_order.hpp): walk to it.
+    std::uint32_t e1 = t1;
+    for (unsigned k = 0; k < 4 * kTailLag; ++k) {
+      const std::uint32_t m1 = Link::succ(s.slot(e1 - 1).next.load(std::memory_order_acquire));
+      if (!valid_slot1(s, m1)) break;
+      e1 = m1;
+    }
+    b = s.slot(e1 - 1).run_seq.load(std::memory_order_acquire);
     const Word128 again = lane_load(s, lane);
     steady = again == w;
     w = again;

@@ -3,16 +3,21 @@
 // lane's order").
 //
 //   run     a singly linked list in ascending id order whose head and tail
-//           are in the lane word. Jobs enqueued in mint order (nearly all)
-//           are appended at the tail: link the tail's `next` (one CAS),
-//           then move the lane word's tail (one CAS, which anyone may do
-//           for a link it sees). A pop is one CAS of the lane word (head
-//           to the head's `next`), the same CAS that counts the lease and
-//           moves the ring. The pop of the last node seals its link first,
-//           so that nothing is linked after a node that is leaving.
+//           are in the lane word. The tail is a hint: a node of the run at
+//           or before its last one (at most a few links before it, while
+//           appends and claims go on). Jobs enqueued in mint order (nearly
+//           all) are appended after the last node, found by walking from
+//           the tail: one CAS of its `next`, and the lane word is not
+//           written. An appender that finds the tail kTailLag
+//           links behind moves it up (a CAS anyone may make), and a claim
+//           moves it up to two links in the CAS it makes anyway. A pop is one
+//           CAS of the lane word (head to the head's `next`), the same CAS
+//           that counts the lease and moves the ring. The pop of the last
+//           node seals its link first, so that nothing is linked after a
+//           node that is leaving.
 //   strays  a skip list (kStrayLevels levels, p = 1/4) for the rest: jobs
 //           that come back (retries, expired leases, promotions, releases,
-//           requeues) and jobs whose id is older than the run's tail. Only
+//           requeues) and jobs whose id is older than the run's last. Only
 //           a job returning to the lane is inserted (it holds an active count
 //           of the lane meanwhile, so the lane cannot be reclaimed under it);
 //           only the minimum is taken, by a `take` step of the lane word
@@ -48,14 +53,19 @@ enum class OrderResult { ok, empty, lane_changed, out_of_order, sealed, corrupt 
 
 // ---- run ---------------------------------------------------------------------------------
 
+// How far the lane word's tail may lag behind the run's last node before an
+// appender moves it up: the walk an append makes from it, in links.
+inline constexpr unsigned kTailLag = 8;
+
 // Appends `slot` (its sf and lane written; not linked anywhere) to group g's
 // lane `lane`: as its first node if the run is empty (one CAS of the lane
-// word), else after its tail (link CAS, then the tail's confirming CAS).
+// word), else after its last node (one link CAS; the lane word's tail is
+// moved up only once it lags by kTailLag links).
 // `w` is a reading of the lane word, refreshed here. Before each link
 // attempt it stores what it links after in *pred_intent (0: as the first
 // node), for recovery. Returns
-//   out_of_order  its id is not above the tail's: it must go to the strays
-//   sealed        the tail is being popped as the last node by a claimer
+//   out_of_order  its id is not above the last node's: it must go to the strays
+//   sealed        the last node is being popped by a claimer
 //                 that has not finished (perhaps stopped): go to the strays
 //   lane_changed  the lane is not g's any more (reclaimed): look it up again
 // and in all three the node is not linked.

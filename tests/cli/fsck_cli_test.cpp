@@ -293,7 +293,10 @@ TEST_F(FsckCli, ALoopingRunAndAMissingIndexEntryAreNamedAndRepaired) {
     const std::uint32_t lane = raw.find_lane([](const detail::Word128& w) { return detail::LaneWord::head(w) != 0; });
     ASSERT_NE(lane, ~0U);
     const detail::Word128 w = raw.word_value(raw.lane(lane).word);
-    const std::uint32_t head = detail::LaneWord::head(w), tail = detail::LaneWord::tail(w);
+    const std::uint32_t head = detail::LaneWord::head(w);
+    // The run's last node: the lane word's tail is a node at or before it.
+    std::uint32_t tail = detail::LaneWord::tail(w);
+    while (detail::Link::succ(raw.slot(tail - 1).next.load()) != 0) tail = detail::Link::succ(raw.slot(tail - 1).next.load());
     ASSERT_NE(head, tail);
     auto& link = raw.slot(tail - 1).next;
     link.store(detail::Link::make(head, 0, detail::Link::tag(link.load())));  // the tail links back to the head
