@@ -119,6 +119,52 @@ std::uint32_t take_record(Segment& s, GroupKey g) noexcept {
   return kNoLane;
 }
 
+// May directory entry `e` be overwritten by a new entry? Free, or stale:
+// its record moved on (reclaimed, perhaps re-created) or is free.
+bool entry_usable(const Segment& s, const Word128& e) noexcept {
+  std::uint32_t other = kNoLane;
+  return DirEntry::state(e) == DirState::free || !record_matches(s, e, other) ||
+         LaneWord::state(lane_load(s, other)) == LaneState::free;
+}
+
+// Writes `mine` into a usable entry of the group's two buckets, the emptier
+// bucket first (ties: the first bucket). Filling the first bucket before
+// looking at the second (first fit) lets buckets reach four entries far
+// more often than placing by load does, and a group whose two buckets are
+// both full has nowhere to go: with every lane live (on-demand reclaim
+// keeps them so) that refused about one new group in 10^7
+// (ChurnMultiProc). Lookups and the creation protocol look at both
+// buckets whichever holds the entry. Returns the entry written, or null.
+Word128* place_entry(Segment& s, const DirProbe& p, const Word128& mine) noexcept {
+  unsigned room[2] = {0, 0};
+  for (unsigned k = 0; k < 2 * kDirWays; ++k) room[k / kDirWays] += entry_usable(s, load128(dir_entry(s, p, k)));
+  if (room[0] + room[1] == 0) return nullptr;
+  const unsigned first = room[1] > room[0] ? 1 : 0;
+  for (unsigned i = 0; i < 2; ++i) {
+    const unsigned b = first ^ i;
+    for (unsigned way = 0; way < kDirWays; ++way) {
+      Word128& slot = dir_entry(s, p, b * kDirWays + way);
+      Word128 e = load128(slot);
+      if (entry_usable(s, e) && cas128(slot, e, mine)) return &slot;
+    }
+  }
+  return nullptr;
+}
+
+// Both buckets of group g hold entries of records in use: gives back one
+// idle lane of another group among them (lane_try_reclaim, the same reclaim
+// as for a creator that found no free record), which clears its entry.
+// False if none is idle.
+bool reclaim_idle_in_buckets(Segment& s, const DirProbe& p, GroupKey g) noexcept {
+  for (unsigned k = 0; k < 2 * kDirWays; ++k) {
+    const Word128 e = load128(dir_entry(s, p, k));
+    std::uint32_t other = kNoLane;
+    if (DirEntry::state(e) != DirState::live || entry_is(e, g) || !record_matches(s, e, other)) continue;
+    if (lane_try_reclaim(s, other)) return true;
+  }
+  return false;
+}
+
 }  // namespace
 
 void notify(Segment& s, int count) noexcept {
@@ -304,18 +350,18 @@ LaneFind lane_find(Segment& s, GroupKey g, bool create, std::uint32_t& lane_out)
     FAIRLANE_FAILPOINT("lane.record_taken");
     const std::uint64_t inc = record_inc(s.lanes[lane]) & kIncMask;
     const Word128 mine = DirEntry::make(g.sf, g.kind, DirState::tentative, lane + 1, inc);
-    Word128* where = nullptr;
-    for (unsigned k = 0; k < 2 * kDirWays && !where; ++k) {
-      Word128& slot = dir_entry(s, p, k);
-      Word128 e = load128(slot);
-      std::uint32_t other = kNoLane;
-      // Free, or stale (its record moved on): ours to take.
-      const bool usable = DirEntry::state(e) == DirState::free ||
-                          !record_matches(s, e, other) || LaneWord::state(lane_load(s, other)) == LaneState::free;
-      if (usable && cas128(slot, e, mine)) where = &slot;
-    }
+    // Both buckets full of entries of records in use: the idle lanes among
+    // them are given back (each reclaim clears its entry; a CAS that fails
+    // after one means another creator took the room, so the count bounds
+    // the loop, not anyone's pace).
+    Word128* where = place_entry(s, p, mine);
+    for (unsigned k = 0; !where && k < 2 * kDirWays && reclaim_idle_in_buckets(s, p, g); ++k) where = place_entry(s, p, mine);
     if (!where) {
       release_record(s, lane);
+      // A rival's creation of g took the last room: the next round finds it.
+      bool rival = false;
+      for (unsigned k = 0; k < 2 * kDirWays && !rival; ++k) rival = entry_is(load128(dir_entry(s, p, k)), g);
+      if (rival) continue;
       return LaneFind::buckets_full;
     }
     FAIRLANE_FAILPOINT("lane.entry_tentative");

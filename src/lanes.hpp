@@ -183,9 +183,11 @@ inline bool lane_is(const Segment& s, std::uint32_t lane, const Word128& w, Grou
 enum class LaneFind { found, absent, lanes_full, buckets_full, corrupt };
 
 // The lane of `g`, creating it if asked. Lock-free. `lane_out` is set when
-// found. buckets_full: both directory buckets of the group hold only live
-// groups (vanishingly rare at eight entries per lane; reported, never a
-// silent refusal).
+// found. buckets_full: both directory buckets of the group hold only
+// entries of other groups' lanes in use, none of them idle (idle ones are
+// reclaimed to make room; entries go to the emptier bucket). Rare, but not
+// vanishing: first-fit placement met it once in about 10^7 new groups with
+// every lane live. Reported (enqueue answers lanes_full), never silent.
 LaneFind lane_find(Segment& s, GroupKey g, bool create, std::uint32_t& lane_out) noexcept;
 
 // lane_find(create), with the lanes this thread found lately tried first.

@@ -5,6 +5,9 @@
 //
 // Label `churn`. The multi-process form is churn_multiproc_test.cpp.
 #include "queue_fixture.hpp"
+#include "raw_segment.hpp"
+
+#include "hash.hpp"  // src/: the directory hash, to pick groups that share buckets
 
 #include <algorithm>
 #include <bit>
@@ -453,6 +456,128 @@ TEST_F(Churn, ScheduledAndDeadJobsHoldNoLane) {
   EXPECT_EQ(seq_string(promoted), "HSA HSB");
   EXPECT_EQ(q().snapshot().dead, 1U);
   EXPECT_EQ(q().job(dead_ids[1])->group, g2);
+}
+
+// ---------------------------------------------------------------- the lane directory
+
+// A group finds its lane through two buckets of four directory entries
+// (docs/design.md, "Tenants come and go"). With every lane live, as the
+// on-demand reclaim keeps them, a new group whose two buckets were both full
+// of other groups' entries was refused lanes_full (buckets_full) however few
+// groups had work: ChurnMultiProc met it about once in 10^7 new groups.
+// These tests pick groups by the segment's own hash (src/hash.hpp, as
+// lanes.cpp's dir_probe computes it) so that the case happens every time.
+class ChurnDirectory : public Churn {
+ protected:
+  struct Pair {
+    std::uint64_t b1, b2;
+  };
+  void SetUp() override {
+    QueueOptions o;
+    o.jobs = 256;
+    o.lanes = 64;
+    o.payload_bytes = 32;
+    make_queue(o);
+    test::RawSegment raw(seg());
+    seed_ = raw.header().hash_seed;
+    mask_ = raw.header().dir_buckets - 1;
+  }
+  Pair buckets(const BrandedId& g) const {
+    const std::uint64_t h = detail::group_hash(detail::kind_code(g.kind()), g.snowflake(), seed_);
+    Pair p{h & mask_, detail::mix64(h) & mask_};
+    if (p.b2 == p.b1) p.b2 = p.b1 ^ 1;
+    return p;
+  }
+  // n groups of namespace `kind` (numbered from 1) for which `want` holds.
+  template <class F>
+  std::vector<BrandedId> pick(std::string_view kind, std::size_t n, F want) const {
+    std::vector<BrandedId> out;
+    for (std::uint64_t i = 1; out.size() < n && i < 50'000'000; ++i) {
+      const BrandedId g = BrandedId::make(kind, i);
+      if (want(g, buckets(g))) out.push_back(g);
+    }
+    EXPECT_EQ(out.size(), n) << "not enough groups of " << kind << " with the wanted buckets";
+    return out;
+  }
+  std::uint64_t seed_ = 0, mask_ = 0;
+};
+
+// Eight busy groups, four of which have the target's first bucket as their
+// first and four its second, and each a second bucket of its own with room.
+// First fit filled the target's two buckets with them and refused it with
+// 56 lane records free; placing each entry in the emptier of its two buckets
+// leaves room.
+TEST_F(ChurnDirectory, EntriesGoToTheEmptierBucketSoBusyNeighboursLeaveRoom) {
+  const BrandedId t = BrandedId::make("TGT", 1);
+  const Pair tp = buckets(t);
+  std::vector<std::uint64_t> used{tp.b1, tp.b2};
+  auto own_second = [&](std::uint64_t first) {
+    return [&, first](const BrandedId&, Pair p) {
+      if (p.b1 != first || std::find(used.begin(), used.end(), p.b2) != used.end()) return false;
+      used.push_back(p.b2);
+      return true;
+    };
+  };
+  std::vector<BrandedId> busy = pick("FIA", 4, own_second(tp.b1));
+  const std::vector<BrandedId> more = pick("FIB", 4, own_second(tp.b2));
+  ASSERT_FALSE(HasFailure());
+  busy.insert(busy.end(), more.begin(), more.end());
+  for (const auto& g : busy) ASSERT_EQ(q().enqueue(g, q().mint(), "busy"), EnqueueStatus::enqueued) << g.str();
+  ASSERT_EQ(q().snapshot().lanes_live, busy.size());
+  EXPECT_EQ(q().enqueue(t, q().mint(), "target"), EnqueueStatus::enqueued)
+      << "9 of 64 lanes wanted, lanes_live " << q().snapshot().lanes_live;
+  EXPECT_TRUE(has_lane(t));
+  EXPECT_TRUE(q().fsck().clean());
+}
+
+// Eight groups whose two buckets are exactly the target's, each idle again
+// (its job completed; no sweep has run): their entries fill both buckets
+// and there are free lane records, so the on-demand reclaim (which runs only
+// when no record is free) never looked at them. The creation gives back an
+// idle lane named in its own buckets, as it gives one back for a record.
+TEST_F(ChurnDirectory, IdleGroupsFillingBothBucketsAreReclaimedForANewGroup) {
+  const BrandedId t = BrandedId::make("TGT", 1);
+  const Pair tp = buckets(t);
+  const std::vector<BrandedId> idle = pick("FIC", 8, [&](const BrandedId&, Pair p) {
+    return (p.b1 == tp.b1 && p.b2 == tp.b2) || (p.b1 == tp.b2 && p.b2 == tp.b1);
+  });
+  ASSERT_FALSE(HasFailure());
+  for (const auto& g : idle) {
+    ASSERT_EQ(q().enqueue(g, q().mint(), "x"), EnqueueStatus::enqueued) << g.str();
+    Lease l = claim_one();
+    ASSERT_EQ(l.group, g);
+    ASSERT_EQ(q().complete(l.id, l.token), AckStatus::ok);
+  }
+  const Snapshot before = q().snapshot();
+  ASSERT_EQ(before.lanes_live, 8U) << "the eight idle lanes stay live until something reclaims them";
+  EXPECT_EQ(q().enqueue(t, q().mint(), "target"), EnqueueStatus::enqueued)
+      << "8 idle lanes, 56 free records, lanes_live " << q().snapshot().lanes_live;
+  EXPECT_GT(q().snapshot().lanes_reclaimed, before.lanes_reclaimed);
+  Lease l = claim_one();
+  EXPECT_EQ(l.group, t);
+  ASSERT_EQ(q().complete(l.id, l.token), AckStatus::ok);
+  EXPECT_TRUE(q().fsck().clean());
+}
+
+// The limit that remains: eight groups with work whose two buckets are the
+// target's own leave it nowhere (two choices of four ways; no entry is ever
+// moved). The answer is lanes_full, and it spends nothing; once one of them
+// is idle the target gets a lane.
+TEST_F(ChurnDirectory, EightBusyGroupsInBothOfItsBucketsStillRefuseAGroup) {
+  const BrandedId t = BrandedId::make("TGT", 1);
+  const Pair tp = buckets(t);
+  const std::vector<BrandedId> busy = pick("FID", 8, [&](const BrandedId&, Pair p) {
+    return (p.b1 == tp.b1 && p.b2 == tp.b2) || (p.b1 == tp.b2 && p.b2 == tp.b1);
+  });
+  ASSERT_FALSE(HasFailure());
+  for (const auto& g : busy) ASSERT_EQ(q().enqueue(g, q().mint(), "busy"), EnqueueStatus::enqueued) << g.str();
+  const Counts before = counts();
+  EXPECT_EQ(q().enqueue(t, q().mint(), "target"), EnqueueStatus::lanes_full);
+  expect_same(before, counts(), "after a refusal for want of directory room");
+  Lease l = claim_one();
+  ASSERT_EQ(q().complete(l.id, l.token), AckStatus::ok);
+  EXPECT_EQ(q().enqueue(t, q().mint(), "target"), EnqueueStatus::enqueued);
+  EXPECT_TRUE(q().fsck().clean());
 }
 
 }  // namespace
