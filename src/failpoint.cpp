@@ -27,7 +27,8 @@ const char* const kFailpoints[] = {
     "enqueue.slot_taken",     // a slot taken (admitting), the job not yet written
     "enqueue.lane_found",     // the job written, its lane found or made, not linked
     "run.appended_first",     // linked as its run's first node (lane word CAS), not indexed
-    "run.linked",             // linked after the run's tail, the tail not yet confirmed
+    "run.walked",             // walked to the run's last node and re-read the lane word, not linked
+    "run.linked",             // linked after the run's last node (the lane word not written), not indexed
     "enqueue.indexed",        // its index entry written, the admission not decided
     "enqueue.committed",      // committed, the enqueue not finished
     // claim (claiming.cpp)
@@ -53,6 +54,7 @@ const char* const kFailpoints[] = {
     "sweep.expired",          // an expired lease stepped back, not yet linked
     "sweep.promoted",         // a due job back in its lane
     "recover.popped",         // a dead claimer's job taken back (returning), not yet linked
+    "settle.appended",        // a dead appender's link intent about to be judged (linked or not)
     // lane controls and dead letters (lane_controls.cpp, inspection.cpp)
     "drain.removed",          // one drained job completed, the drain not finished
     "reassign.copied",        // the copy written and indexed (undecided), the origin still pending

@@ -115,6 +115,7 @@ OrderResult run_append(Segment& s, std::uint32_t lane, GroupKey g, std::uint32_t
     if (e.sf.load(std::memory_order_acquire) >= key) return OrderResult::out_of_order;
     n.run_seq.store(e.run_seq.load(std::memory_order_relaxed) + 1, std::memory_order_relaxed);
     if (pred_intent) pred_intent->store(std::uint64_t(e1) | (Link::tag(el) << 26), std::memory_order_release);
+    FAIRLANE_FAILPOINT("run.walked");
     // [S3] seq_cst: links the node. It fails if anything was linked after
     // the last node, if it was sealed for its pop, or if it was relinked
     // (its tag): so on success that node was in this run, unpopped, and the

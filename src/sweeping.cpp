@@ -89,16 +89,23 @@ bool taken_out(Segment& s, std::uint32_t lane, std::uint32_t slot, bool from_run
 // linked it stays the head or its predecessor's successor until it is
 // popped, and an admitting node is never popped.
 bool appended(Segment& s, std::uint32_t lane, std::uint32_t slot, std::uint64_t pred) noexcept {
+  FAIRLANE_FAILPOINT("settle.appended");
+  // pred's link first, then the head. If the link (read first) no longer
+  // leads to the node, pred left the run before that read (its link
+  // changes only when its slot is reused), so the node, linked after it,
+  // has been the head since (an admitting node is never popped): the head,
+  // read second, shows it. The other order is wrong: a head read before
+  // pred's pop and a link read after its reuse both miss a linked node.
+  const std::uint32_t p1 = std::uint32_t(pred & ((1U << 26) - 1));
+  if (p1 != 0 && p1 <= s.jobs) {
+    const std::uint64_t pl = s.slot(p1 - 1).next.load(std::memory_order_acquire);
+    if (Link::succ(pl) == slot + 1 && Link::tag(pl) == (pred >> 26)) return true;
+  }
   const Word128 w = lane_load(s, lane);
   // Only a live word's head is a slot (a creating word keeps an incarnation
   // there). A lane that is not live holds no admitting node either: a linked
   // one keeps its lane from being idle.
-  if (LaneWord::state(w) != LaneState::live) return false;
-  if (LaneWord::head(w) == slot + 1) return true;
-  const std::uint32_t p1 = std::uint32_t(pred & ((1U << 26) - 1));
-  if (p1 == 0 || p1 > s.jobs) return false;
-  const std::uint64_t pl = s.slot(p1 - 1).next.load(std::memory_order_acquire);
-  return Link::succ(pl) == slot + 1 && Link::tag(pl) == (pred >> 26);
+  return LaneWord::state(w) == LaneState::live && LaneWord::head(w) == slot + 1;
 }
 
 }  // namespace

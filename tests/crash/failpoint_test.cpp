@@ -67,12 +67,13 @@ enum class Scenario {
   purge,           // purge the dead letters
   reclaim,         // an idle group's lane given back by the sweep
   recover,         // a sweep finishing after a claimer that died holding a taken job
+  recover_link,    // a sweep finishing after an appender that died having linked its job onto lane A
   resume,          // resume lane A (paused before): nothing else writes lane A afterwards
 };
 const char* const kScenarioNames[] = {"enqueue_new", "enqueue", "enqueue_old", "enqueue_later", "claim", "claim_last",
                                       "claim_retry", "complete", "fail_retry", "fail_later", "fail_dead", "release",
                                       "sweep", "drain", "pause_new", "reassign", "reassign_husk", "purge", "reclaim",
-                                      "recover", "resume"};
+                                      "recover", "recover_link", "resume"};
 
 struct Case {
   const char* failpoint;
@@ -96,6 +97,7 @@ const Case kCases[] = {
     {"enqueue.lane_found", Scenario::enqueue},
     {"enqueue.lane_found", Scenario::enqueue_new},
     {"run.appended_first", Scenario::enqueue_new},
+    {"run.walked", Scenario::enqueue},
     {"run.linked", Scenario::enqueue},
     {"enqueue.indexed", Scenario::enqueue},
     {"enqueue.indexed", Scenario::enqueue_old},
@@ -126,6 +128,7 @@ const Case kCases[] = {
     {"sweep.expired", Scenario::sweep},
     {"sweep.promoted", Scenario::enqueue_later},
     {"recover.popped", Scenario::recover},
+    {"settle.appended", Scenario::recover_link},
     {"drain.removed", Scenario::drain},
     {"reassign.copied", Scenario::reassign},
     {"reassign.dropped", Scenario::reassign},
@@ -244,7 +247,8 @@ bool leases_first(Scenario sc) {
         q.tick();
       }
       break;
-    case Scenario::recover: q.tick(); break;
+    case Scenario::recover:
+    case Scenario::recover_link: q.tick(); break;
     default: break;
   }
   ::_exit(0);
@@ -261,6 +265,23 @@ void kill_a_claimer(const std::string& seg) {
     detail::failpoint_arm("claim.taken");
     Lease l;
     r.value().claim(l, 60000);
+    ::_exit(0);
+  }
+  int status = 0;
+  ::waitpid(pid, &status, 0);
+}
+
+// A first child that dies having linked a job onto lane A, undecided (for
+// the recover_link scenario): killed at run.linked. Its job was never
+// acknowledged, so it may be delivered or not.
+void kill_an_appender(const std::string& seg) {
+  const pid_t pid = ::fork();
+  if (pid == 0) {
+    ::alarm(30);
+    auto r = Queue::open(seg);
+    if (!r) ::_exit(3);
+    detail::failpoint_arm("run.linked");
+    r.value().enqueue(kLaneA, r.value().mint(), "unacked");
     ::_exit(0);
   }
   int status = 0;
@@ -334,6 +355,7 @@ TEST_P(Failpoint, SurvivorsGoOnAndNothingIsLost) {
     ASSERT_EQ(q().set_weight(kLaneI, 1), LaneStatus::ok);  // ... idle from here
   }
   if (c.scenario == Scenario::recover) kill_a_claimer(seg());
+  if (c.scenario == Scenario::recover_link) kill_an_appender(seg());
   // The resume in force (written) must ring the lane without another write
   // of it: the survivors add nothing to lane A then.
   if (c.scenario == Scenario::resume) {

@@ -1,0 +1,218 @@
+// Appends racing the end of the run, and the recovery of a dead appender:
+//  - an appender stopped after its walk and its re-read of the lane word,
+//    just before its link CAS (failpoint run.walked), while the node it is
+//    about to link after is sealed and popped, and then reused as the same
+//    lane's first node: its CAS fails and it links again, in id order;
+//  - a sweep settling a dead appender's `link` intent (appended()) stopped
+//    before it reads anything (failpoint settle.appended), while the node
+//    the appender linked after is popped and its slot reused.
+#include <gtest/gtest.h>
+
+#include <fairlane/queue.hpp>
+
+#include <signal.h>
+#include <sys/wait.h>
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <thread>
+
+#include "../../src/failpoint.hpp"
+#include "../../src/lane_order.hpp"
+#include "forked_child.hpp"
+#include "raw_segment.hpp"
+#include "test_support.hpp"
+
+namespace fairlane {
+namespace {
+
+using test::ForkedChild;
+using test::RawSegment;
+using test::SegmentFixture;
+using test::SharedBlock;
+
+const BrandedId G = BrandedId::make("GRP", 7);
+const BrandedId H = BrandedId::make("HHH", 9);
+
+struct Shared {
+  std::atomic<int> status{-1};
+  char y[32] = {};
+};
+
+bool wait_stopped(pid_t pid) {
+  int st = 0;
+  for (int i = 0; i < 5000; ++i) {
+    const pid_t r = ::waitpid(pid, &st, WUNTRACED | WNOHANG);
+    if (r == pid && WIFSTOPPED(st)) return true;
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+  return false;
+}
+
+class AppendRace : public SegmentFixture {
+ protected:
+  // reuse: the node the stopped appender walked to is completed and its slot
+  // reused as the first node of the same lane (a later id) before it resumes.
+  void scenario(bool reuse) {
+    QueueOptions o;
+    o.jobs = 8;
+    o.lanes = 8;
+    o.payload_bytes = 16;
+    create(o);
+    ASSERT_FALSE(HasFailure());
+    Queue& q = this->q();
+    const BrandedId x = q.mint();
+    ASSERT_EQ(q.enqueue(G, x, "x"), EnqueueStatus::enqueued);
+    std::uint32_t x_head = 0;
+    {
+      RawSegment raw(seg());
+      const std::uint32_t lane = raw.find_lane([](const detail::Word128& w) { return detail::LaneWord::head(w) != 0; });
+      ASSERT_NE(lane, ~0U);
+      x_head = detail::LaneWord::head(raw.word_value(raw.lane(lane).word));
+    }
+    SharedBlock<Shared> sh;
+    const std::string name = seg();
+    ForkedChild child([&]() -> int {
+      auto r = Queue::open(name);
+      if (!r) return 3;
+      Queue cq = std::move(r.value());
+      const BrandedId y = cq.mint();
+      std::memcpy(sh->y, y.str().data(), y.str().size());
+      detail::failpoint_arm("run.walked", 1, detail::FailpointAction::stop);
+      const EnqueueStatus st = cq.enqueue(G, y, "y");
+      sh->status = int(st);
+      return st == EnqueueStatus::enqueued ? 0 : 4;
+    });
+    ASSERT_TRUE(wait_stopped(child.pid())) << "child did not reach run.walked";
+    const BrandedId y = *BrandedId::parse(std::string_view(sh->y, 14));
+    ASSERT_LT(x.snowflake(), y.snowflake());
+    BrandedId z;
+    {
+      // x is the run's head and last; the child is about to CAS x's link.
+      ASSERT_EQ(q.pause(H), LaneStatus::ok);
+      std::vector<BrandedId> hs;
+      if (reuse)
+        for (int i = 0; i < 6; ++i) {  // every other slot taken, so that the next enqueue reuses x's
+          hs.push_back(q.mint());
+          ASSERT_EQ(q.enqueue(H, hs.back(), "h"), EnqueueStatus::enqueued);
+        }
+      Lease l;
+      ASSERT_TRUE(q.claim(l, 60000));  // seals x's link (last node) and pops it
+      ASSERT_EQ(l.id, x);
+      ASSERT_EQ(q.complete(l.id, l.token), AckStatus::ok);
+      if (reuse) {
+        z = q.mint();
+        ASSERT_EQ(q.enqueue(G, z, "z"), EnqueueStatus::enqueued);
+        RawSegment raw(seg());
+        const std::uint32_t lane = raw.find_lane([](const detail::Word128& w) { return detail::LaneWord::head(w) != 0; });
+        ASSERT_NE(lane, ~0U);
+        EXPECT_EQ(detail::LaneWord::head(raw.word_value(raw.lane(lane).word)), x_head) << "z did not reuse x's slot";
+      }
+    }
+    ::kill(child.pid(), SIGCONT);
+    ASSERT_TRUE(child.wait_for(std::chrono::seconds(10)));
+    ASSERT_TRUE(child.exited_zero()) << child.describe() << " status " << sh->status.load();
+    // Served in id order: y, then z; each once.
+    std::vector<BrandedId> got;
+    Lease l;
+    while (q.claim(l, 60000)) {
+      got.push_back(l.id);
+      EXPECT_EQ(q.complete(l.id, l.token), AckStatus::ok);
+    }
+    std::vector<BrandedId> want{y};
+    if (reuse) want.push_back(z);
+    EXPECT_EQ(got, want);
+    EXPECT_EQ(q.corruption().count, 0u) << q.corruption().last_structure;
+    const FsckReport r = q.fsck();
+    EXPECT_TRUE(r.clean()) << (r.issues.empty() ? "" : r.issues[0].invariant + ": " + r.issues[0].detail);
+  }
+};
+
+TEST_F(AppendRace, WalkEndSealedAndPoppedBeforeTheLinkCas) { scenario(false); }
+TEST_F(AppendRace, WalkEndPoppedAndReusedAsTheSameLanesFirstNodeBeforeTheLinkCas) { scenario(true); }
+
+
+// A dead appender's `link` intent, settled by a sweep (settle_intent ->
+// appended()) that is stopped while pred (the node the appender linked
+// after) is popped and its slot reused as a run node. The node it linked is
+// by then the run's head. appended() used to read the head first and pred's
+// link second: stopped between the two, it judged the node "never linked",
+// aborted and freed it while it headed the run, and every job after it in
+// the run was lost (q2 below; found in review, 2026-12-02). It now reads
+// pred's link first and the head second, so whichever read it makes after
+// the pop sees the node.
+TEST_F(AppendRace, SettlerReadsHeadThenPredAfterPredWasPoppedAndReused) {
+  QueueOptions o;
+  o.jobs = 8;
+  o.lanes = 8;
+  o.payload_bytes = 16;
+  o.recovery_ms = 60000;  // the parent's claims start no sweep of their own during the test
+  create(o);
+  ASSERT_FALSE(HasFailure());
+  Queue& q = this->q();
+  const BrandedId K = BrandedId::make("KKK", 3);
+  // A claim now, so that a pass starts now and the next is 30 s away.
+  const BrandedId d = q.mint();
+  ASSERT_EQ(q.enqueue(K, d, "d"), EnqueueStatus::enqueued);
+  Lease ld;
+  ASSERT_TRUE(q.claim(ld, 60000));
+  ASSERT_EQ(ld.id, d);
+  const BrandedId p = q.mint();
+  ASSERT_EQ(q.enqueue(G, p, "p"), EnqueueStatus::enqueued);
+  const std::string name = seg();
+  SharedBlock<Shared> sh;
+  {
+    ForkedChild a([&]() -> int {
+      auto r = Queue::open(name);
+      if (!r) return 3;
+      Queue cq = std::move(r.value());
+      const BrandedId n = cq.mint();
+      std::memcpy(sh->y, n.str().data(), n.str().size());
+      detail::failpoint_arm("run.linked", 1, detail::FailpointAction::kill);
+      cq.enqueue(G, n, "n");
+      return 5;  // not reached
+    });
+    ASSERT_TRUE(a.wait_for(std::chrono::seconds(10)));
+    ASSERT_TRUE(a.signaled()) << a.describe();
+  }
+  const BrandedId n = *BrandedId::parse(std::string_view(sh->y, 14));
+  ForkedChild settler([&]() -> int {
+    auto r = Queue::open(name);
+    if (!r) return 3;
+    Queue cq = std::move(r.value());
+    detail::failpoint_arm("settle.appended", 1, detail::FailpointAction::stop);
+    cq.tick();
+    return 0;
+  });
+  ASSERT_TRUE(wait_stopped(settler.pid())) << "the settler did not reach appended()";
+  // Meanwhile: p (the dead appender's pred) is claimed and completed, and its
+  // slot is reused by q2, appended after n (n is the head now).
+  ASSERT_EQ(q.pause(H), LaneStatus::ok);
+  for (int i = 0; i < 5; ++i) ASSERT_EQ(q.enqueue(H, q.mint(), "h"), EnqueueStatus::enqueued);
+  Lease l;
+  ASSERT_TRUE(q.claim(l, 60000));
+  ASSERT_EQ(l.id, p);
+  ASSERT_EQ(q.complete(l.id, l.token), AckStatus::ok);
+  const BrandedId q2 = q.mint();
+  ASSERT_EQ(q.enqueue(G, q2, "q2"), EnqueueStatus::enqueued);
+  ::kill(settler.pid(), SIGCONT);
+  ASSERT_TRUE(settler.wait_for(std::chrono::seconds(10)));
+  ASSERT_TRUE(settler.exited_zero()) << settler.describe();
+  // q2 was acknowledged: it must be delivered (n too, if it was committed).
+  std::vector<BrandedId> got;
+  for (int i = 0; i < 4; ++i) {
+    Lease m;
+    if (!q.claim(m, 60000)) continue;
+    got.push_back(m.id);
+    EXPECT_EQ(q.complete(m.id, m.token), AckStatus::ok);
+  }
+  EXPECT_NE(std::find(got.begin(), got.end(), q2), got.end()) << "the acknowledged job q2 was never delivered";
+  (void)n;
+  EXPECT_EQ(q.corruption().count, 0u) << q.corruption().last_structure;
+  const FsckReport r = q.fsck();
+  EXPECT_TRUE(r.clean()) << (r.issues.empty() ? "" : r.issues[0].invariant + ": " + r.issues[0].detail);
+}
+
+}  // namespace
+}  // namespace fairlane
