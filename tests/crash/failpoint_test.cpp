@@ -254,38 +254,33 @@ bool leases_first(Scenario sc) {
   ::_exit(0);
 }
 
-// A first child that dies holding a job it took out of lane B (for the
-// recover scenario): killed at claim.taken.
-void kill_a_claimer(const std::string& seg) {
+// A first child that dies at `failpoint` in what `act` does on the
+// segment: for the recover scenarios.
+template <class Act>
+void kill_a_child_at(const std::string& seg, const char* failpoint, Act act) {
   const pid_t pid = ::fork();
   if (pid == 0) {
     ::alarm(30);
     auto r = Queue::open(seg);
     if (!r) ::_exit(3);
-    detail::failpoint_arm("claim.taken");
-    Lease l;
-    r.value().claim(l, 60000);
+    detail::failpoint_arm(failpoint);
+    act(r.value());
     ::_exit(0);
   }
   int status = 0;
   ::waitpid(pid, &status, 0);
 }
-
-// A first child that dies having linked a job onto lane A, undecided (for
-// the recover_link scenario): killed at run.linked. Its job was never
-// acknowledged, so it may be delivered or not.
+// recover: it dies holding a job it took out of lane B (killed at claim.taken).
+void kill_a_claimer(const std::string& seg) {
+  kill_a_child_at(seg, "claim.taken", [](Queue& q) {
+    Lease l;
+    q.claim(l, 60000);
+  });
+}
+// recover_link: it dies having linked a job onto lane A, undecided (killed
+// at run.linked). Its job was never acknowledged: it may be delivered or not.
 void kill_an_appender(const std::string& seg) {
-  const pid_t pid = ::fork();
-  if (pid == 0) {
-    ::alarm(30);
-    auto r = Queue::open(seg);
-    if (!r) ::_exit(3);
-    detail::failpoint_arm("run.linked");
-    r.value().enqueue(kLaneA, r.value().mint(), "unacked");
-    ::_exit(0);
-  }
-  int status = 0;
-  ::waitpid(pid, &status, 0);
+  kill_a_child_at(seg, "run.linked", [](Queue& q) { q.enqueue(kLaneA, q.mint(), "unacked"); });
 }
 
 class Failpoint : public test::SegmentFixture, public ::testing::WithParamInterface<Case> {};
