@@ -156,9 +156,9 @@ int run_create(const CreateArgs& a) {
   json j = config_json(c);
   j["segment"] = seg;
   emit(a.json,
-       fmt::format("created {}: {} jobs, {} lanes, {}-byte payloads, {} processes, kind {}, node {}, {}{}", seg,
-                   grouped(c.jobs), grouped(c.lanes), c.payload_bytes,
-                   grouped(c.processes != 0 ? c.processes : o.processes), c.job_kind, c.node,
+       fmt::format("created {}: {}, {}, {}-byte payloads, {}, kind {}, node {}, {}{}", seg,
+                   plural(c.jobs, "job", "jobs"), plural(c.lanes, "lane", "lanes"), c.payload_bytes,
+                   plural(c.processes != 0 ? c.processes : o.processes, "process", "processes"), c.job_kind, c.node,
                    bytes(c.segment_bytes),
                    c.mirror.empty() ? std::string()
                                     : fmt::format("; mirrored to {} ({}, on a full log: {}); start 'fairlane mirror {}'",
@@ -196,7 +196,7 @@ int run_enqueue(const EnqueueArgs& a) {
   const std::string payload = a.payload_file.empty() ? a.payload : read_payload_file(a.payload_file);
 
   return guarded([&] {
-    Target t = open_target(target, Access::write);
+    Target t = open_target(target, Access::create);
     const std::string kind = t->job_kind();
     if (!a.mint && job.kind() != kind)
       fail(fmt::format("job id '{}' is of namespace {}, but '{}' takes only {} job ids", job.str(), job.kind(), target,

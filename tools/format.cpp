@@ -227,11 +227,11 @@ nlohmann::json snapshot_json(std::string_view label, const Snapshot& s, const Qu
   return j;
 }
 
-namespace {
-
 std::string plural(std::uint64_t n, std::string_view one, std::string_view many) {
   return fmt::format("{} {}", grouped(n), n == 1 ? one : many);
 }
+
+namespace {
 
 std::string ago(std::uint64_t now_unix_ms, std::uint64_t then_unix_ms) {
   return span_ms(now_unix_ms > then_unix_ms ? now_unix_ms - then_unix_ms : 0) + " ago";
@@ -308,8 +308,9 @@ std::string inspect_table(std::string_view label, const Snapshot& s, const Queue
   if (view) {
     line(fmt::format("segment {}  layout {}  {}  kind {}  node {}  recovery {} ms", label, c.layout_version,
                      bytes(c.segment_bytes), c.job_kind, c.node, c.recovery_ms));
-    line(fmt::format("capacity {} jobs, {} lanes, {}-byte payloads, {} processes{}", grouped(c.jobs), grouped(c.lanes),
-                     c.payload_bytes, grouped(processes_capacity(s, c)), paused));
+    line(fmt::format("capacity {}, {}, {}-byte payloads, {}{}", plural(c.jobs, "job", "jobs"),
+                     plural(c.lanes, "lane", "lanes"), c.payload_bytes,
+                     plural(processes_capacity(s, c), "process", "processes"), paused));
     line(fmt::format("jobs     {} pending, {} leased, {} scheduled, {} dead, {} free", grouped(s.pending),
                      grouped(s.leased), grouped(s.scheduled), grouped(s.dead),
                      grouped(s.jobs_capacity - std::min(s.jobs_capacity, s.pending + s.leased + s.scheduled + s.dead))));

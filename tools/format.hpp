@@ -16,6 +16,8 @@ namespace fairlane::cli {
 
 // 1234567 -> "1,234,567"
 std::string grouped(std::uint64_t n);
+// (1, "lane", "lanes") -> "1 lane"; (65536, ...) -> "65,536 lanes".
+std::string plural(std::uint64_t n, std::string_view one, std::string_view many);
 // 1234 -> "1.2k", 2500000 -> "2.5M"; below 10,000 the plain number.
 std::string compact(std::uint64_t n);
 // Microseconds for a person: "35 us", "2.1 ms", "1.02 s".

@@ -11,6 +11,7 @@
 
 #include "cli_error.hpp"
 #include "fairlane/queue.hpp"
+#include "format.hpp"
 #include "target.hpp"
 
 namespace fairlane::cli {
@@ -36,8 +37,8 @@ int repair(Queue& q, const std::string& segment, bool json, bool force) {
                                          {"violations", nlohmann::json::array()}, {"repairs", nlohmann::json::array()}}
                              .dump());
     else
-      fmt::print("{}: {} slots, {} lanes, {} ring tokens checked: clean, nothing to repair\n", segment, r.slots, r.lanes,
-                 r.tokens);
+      fmt::print("{}: {}, {}, {} checked: clean, nothing to repair\n", segment, plural(r.slots, "slot", "slots"),
+                 plural(r.lanes, "lane", "lanes"), plural(r.tokens, "ring token", "ring tokens"));
     return kExitOk;
   }
   const FsckReport after = q.fsck();
@@ -52,8 +53,8 @@ int repair(Queue& q, const std::string& segment, bool json, bool force) {
     for (const auto& line : r.repairs) fmt::print("repair: {}\n", line);
     for (const auto& i : after.issues) fmt::print("still {}: {}\n", i.invariant, i.detail);
     if (after.clean())
-      fmt::print("{}: {} slots, {} lanes, {} ring tokens checked: {} found: repaired\n", segment, r.slots, r.lanes,
-                 r.tokens, count_violations(r.issues.size()));
+      fmt::print("{}: {}, {}, {} checked: {} found: repaired\n", segment, plural(r.slots, "slot", "slots"),
+                 plural(r.lanes, "lane", "lanes"), plural(r.tokens, "ring token", "ring tokens"), count_violations(r.issues.size()));
   }
   if (!after.clean())
     fail(fmt::format("repair of '{}' left {} (another process may be using it)", segment,
@@ -77,8 +78,8 @@ int run_fsck(const std::string& text, bool json, bool repair_it, bool force) {
     fmt::print("{}\n", out.dump());
   } else {
     for (const auto& i : r.issues) fmt::print("{}: {}\n", i.invariant, i.detail);
-    fmt::print("{}: {} slots, {} lanes, {} ring tokens checked: {}\n", segment, r.slots, r.lanes, r.tokens,
-               r.clean() ? "clean" : count_violations(r.issues.size()));
+    fmt::print("{}: {}, {}, {} checked: {}\n", segment, plural(r.slots, "slot", "slots"),
+               plural(r.lanes, "lane", "lanes"), plural(r.tokens, "ring token", "ring tokens"), r.clean() ? "clean" : count_violations(r.issues.size()));
   }
   return r.clean() ? kExitOk : kExitNothing;
 }

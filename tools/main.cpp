@@ -39,7 +39,7 @@ class Parser {
     app_.footer(
         "Exit status: 0 success, 1 nothing (empty claim, unknown job or stale token), 2 error.\n"
         "GROUP is a branded id (e.g. TEN00000000001) or 'default'.\n"
-        "SEG is a segment name, or a Valkey queue as valkey://HOST:PORT/QUEUE.\n"
+        "SEG is a segment name; where its help says so, also a Valkey queue as valkey://HOST:PORT/QUEUE.\n"
         "Run 'fairlane demo' to watch a flooding tenant fail to starve the quiet ones.");
     add_admin();
     add_jobs();
@@ -84,7 +84,12 @@ class Parser {
     commands_.push_back(Command{s, std::move(run)});
     return s;
   }
+  // SEG of a command that works on a segment or a Valkey queue alike.
   static void segment(CLI::App* s, std::string& into) {
+    s->add_option("SEG", into, "segment name or valkey:// URL")->required();
+  }
+  // SEG of a command that works on a segment only (create, mirror, restore, fsck).
+  static void segment_only(CLI::App* s, std::string& into) {
     s->add_option("SEG", into, "segment name")->required();
   }
   static void json(CLI::App* s, bool& into) { s->add_flag("--json", into, "print JSON"); }
@@ -100,7 +105,7 @@ class Parser {
     create_.mode = "0600";
     create_.node = std::to_string(d.node);
     create_.recovery_ms = std::to_string(d.recovery_ms);
-    segment(s, create_.segment);
+    segment_only(s, create_.segment);
     s->add_option("--jobs", create_.jobs, "job slots (pending+leased+scheduled+dead)")->capture_default_str()->type_name("N");
     s->add_option("--lanes", create_.lanes, "groups live at once (with a job or a setting)")->capture_default_str()->type_name("N");
     s->add_option("--payload-bytes", create_.payload_bytes, "largest payload of one job")->capture_default_str()->type_name("N");
@@ -124,14 +129,14 @@ class Parser {
 
     s = sub("mirror", "ship a mirrored segment's transitions to Valkey until SIGINT/SIGTERM",
             [this] { return run_mirror(mirror_); });
-    segment(s, mirror_.segment);
+    segment_only(s, mirror_.segment);
     s->add_option("--url", mirror_.url, "Valkey queue (default: the one the segment was created with)")->type_name("URL");
-    s->add_option("--seconds", mirror_.seconds, "stop after S seconds")->type_name("S");
+    s->add_option("--seconds", mirror_.seconds, "stop after S seconds (a fraction too: 0.5)")->type_name("S");
     s->add_flag("--quiet", mirror_.quiet, "no messages on stderr");
 
     s = sub("restore", "rebuild a segment from a Valkey queue (after a host restart)",
             [this] { return run_restore(restore_); });
-    segment(s, restore_.segment);
+    segment_only(s, restore_.segment);
     s->add_option("--from", restore_.from, "valkey://HOST:PORT/QUEUE")->required()->type_name("URL");
     s->add_option("--jobs", restore_.jobs, "job slots (default 65536)")->type_name("N");
     s->add_option("--lanes", restore_.lanes, "lanes (default 4096)")->type_name("N");
@@ -161,7 +166,7 @@ class Parser {
               const CLI::App* f = app_.get_subcommand("fsck");
               return run_fsck(seg_.segment, seg_.json, f->count("--repair") > 0, f->count("--force") > 0);
             });
-    segment(s, seg_.segment);
+    segment_only(s, seg_.segment);
     json(s, seg_.json);
     CLI::Option* repair = s->add_flag("--repair")->description("rebuild what is derived from the job slots (exit 1: repaired)");
     s->add_flag("--force")->description("repair even while other processes are attached (they must be idle)")->needs(repair);

@@ -34,7 +34,9 @@ std::string stamp() {
 
 int run_mirror(const MirrorArgs& a) {
   const std::string seg = parse_segment_target(a.segment, "mirror");
-  const std::uint64_t seconds = a.seconds.empty() ? 0 : parse_u64(a.seconds, "--seconds");
+  // 0 (or none): until a signal; else up to a day, in ms steps ("0.5").
+  const std::chrono::milliseconds run_for =
+      a.seconds.empty() ? std::chrono::milliseconds(0) : parse_seconds(a.seconds, "--seconds", 0, 86400);
   MirrorOptions o;
   o.url = a.url;
   const bool quiet = a.quiet;
@@ -48,8 +50,8 @@ int run_mirror(const MirrorArgs& a) {
 
   auto m = Mirror::start(seg, o);
   if (!m) fail(m.error().message);
-  const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(seconds);
-  while (!g_stop && (seconds == 0 || std::chrono::steady_clock::now() < until)) {
+  const auto until = std::chrono::steady_clock::now() + run_for;
+  while (!g_stop && (run_for.count() == 0 || std::chrono::steady_clock::now() < until)) {
     std::this_thread::sleep_for(std::chrono::milliseconds(50));
   }
   (*m)->stop();

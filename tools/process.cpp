@@ -61,6 +61,14 @@ pid_t spawn_self(const std::vector<std::string>& args) {
   for (const auto& a : args) argv.push_back(const_cast<char*>(a.c_str()));
   argv.push_back(nullptr);
   const pid_t parent = getpid();
+  // The binary by its own path, so that the child's name (/proc/PID/comm,
+  // what `watch` and `inspect` show) is the binary's and not "exe"; the
+  // /proc link stays the fallback if that path is gone (a rebuild).
+  static const std::string self = [] {
+    char buf[4096];
+    const ssize_t n = readlink("/proc/self/exe", buf, sizeof buf - 1);
+    return n > 0 ? std::string(buf, std::size_t(n)) : std::string();
+  }();
 
   std::fflush(stdout);
   std::fflush(stderr);
@@ -69,6 +77,7 @@ pid_t spawn_self(const std::vector<std::string>& args) {
   if (pid == 0) {
     prctl(PR_SET_PDEATHSIG, SIGTERM);
     if (getppid() != parent) _exit(3);  // the parent died before prctl took hold
+    if (!self.empty()) execv(self.c_str(), argv.data());
     execv("/proc/self/exe", argv.data());
     static const char msg[] = "fairlane: exec of /proc/self/exe failed\n";
     [[maybe_unused]] auto n = write(2, msg, sizeof msg - 1);

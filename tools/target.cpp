@@ -95,6 +95,7 @@ Target open_target(const std::string& label, Access access, bool force_valkey) {
   if (is_valkey_url(label)) {
     ValkeyOptions vo;
     vo.force = force_valkey;
+    vo.create = access == Access::create;
     auto r = ValkeyBackend::open(label, vo);
     if (!r) fail(r.error().message);
     t.valkey_ = r->get();

@@ -18,7 +18,12 @@
 
 namespace fairlane::cli {
 
-enum class Access { look, write };
+// look: reads only (a segment is attached as an observer). write: changes
+// an existing queue. create: enqueue, the one command that may make a Valkey
+// queue (its meta) that none of whose keys exists yet, as EchoMQ clients do;
+// every other command answers that such a queue does not exist and writes
+// nothing. (Segments are made by `create` only.)
+enum class Access { look, write, create };
 
 class Target {
  public:

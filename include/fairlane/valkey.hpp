@@ -92,6 +92,12 @@ struct ValkeyOptions {
   // on each expired lease and dead-letters it (last_error "stalled") once
   // the count reaches n. Off, expired leases go back without counting.
   std::optional<std::uint32_t> max_stalled;
+  // Open-or-create, as EchoMQ clients do: a queue none of whose keys exists
+  // gets its meta (job kind, payload limit) here. false: such a queue is an
+  // error (Errc::not_found) and nothing is written, so that a mistyped
+  // name creates no key (the tools' commands other than enqueue). A queue
+  // exists while any of its fixed keys (ring, meta, groups, ...) does.
+  bool create = true;
 };
 
 // One node of a URL: HOST:PORT.
@@ -220,7 +226,8 @@ class ValkeyBackend final : public Backend {
 Result<std::unique_ptr<Backend>> open_valkey(std::string_view url, ValkeyOptions options = {});
 
 // A segment by name (Queue::open + segment_backend) or a Valkey queue by
-// URL (open_valkey with default options).
+// URL (open_valkey with default options: a Valkey queue none of whose keys
+// exists is made).
 Result<std::unique_ptr<Backend>> open_backend(std::string_view target);
 
 }  // namespace fairlane

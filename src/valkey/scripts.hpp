@@ -316,17 +316,24 @@ local function known_groups()
 end
 )lua";
 
-// ARGV: kind, max_payload, max_stalled ('' leave it). Records kind and
-// payload limit if the queue has none; returns {kind, max_payload, owner,
-// max_stalled}.
+// ARGV: kind, max_payload, max_stalled ('' leave it), create ('1' or '0').
+// Records kind and payload limit if the queue has none; returns {kind,
+// max_payload, owner, max_stalled}. Without create, a queue none of whose
+// fixed keys exists returns 0 and nothing is written; one that exists
+// without a recorded kind or limit (made by an EchoMQ client) answers the
+// defaults asked for, unrecorded.
 inline constexpr std::string_view kInit = R"lua(
-redis.call('HSETNX', META, 'job_kind', ARGV[1])
-redis.call('HSETNX', META, 'max_payload', ARGV[2])
+if ARGV[4] == '1' then
+  redis.call('HSETNX', META, 'job_kind', ARGV[1])
+  redis.call('HSETNX', META, 'max_payload', ARGV[2])
+elseif redis.call('EXISTS', unpack(KEYS, 1, NFIXED)) == 0 then
+  return 0
+end
 if ARGV[3] ~= '' and (FORCE or not redis.call('HGET', META, 'owner')) then
   if tonumber(ARGV[3]) > 0 then redis.call('HSET', META, 'max_stalled', ARGV[3]) else redis.call('HDEL', META, 'max_stalled') end
 end
 local m = redis.call('HMGET', META, 'job_kind', 'max_payload', 'owner', 'max_stalled')
-return {m[1], m[2], m[3] or '', num(m[4])}
+return {m[1] or ARGV[1], m[2] or ARGV[2], m[3] or '', num(m[4])}
 )lua";
 
 inline constexpr std::string_view kNow = R"lua(

@@ -354,7 +354,10 @@ Result<std::unique_ptr<ValkeyBackend>> ValkeyBackend::open(std::string_view url,
     const std::string want_kind = options.job_kind.empty() ? "JOB" : options.job_kind;
     const Num want_max(options.max_payload ? options.max_payload : kDefaultMaxPayload);
     const std::string stalled = options.max_stalled ? std::to_string(*options.max_stalled) : std::string();
-    Reply r = impl->eval(Sid::init, {}, {want_kind, want_max.sv(), stalled});
+    Reply r = impl->eval(Sid::init, {}, {want_kind, want_max.sv(), stalled, options.create ? "1" : "0"});
+    if (r->type == REDIS_REPLY_INTEGER && r->integer == 0)
+      return Error{Errc::not_found, 0,
+                   impl->where + " does not exist (no key of queue '" + impl->url.queue + "'): nothing was created"};
     const redisReply* k = impl->element(r.get(), 0, Sid::init);
     const redisReply* m = impl->element(r.get(), 1, Sid::init);
     if (k->type != REDIS_REPLY_STRING || !valid_kind(text(k)))

@@ -6,6 +6,7 @@
 #include "cli_support.hpp"
 #include "raw_segment.hpp"
 
+#include <fcntl.h>
 #include <signal.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -527,6 +528,67 @@ TEST_F(ToolsCli, SegmentOnlyCommandsSayTheyDoNotApplyToAValkeyQueue) {
   const CliRun d = run_cli({"destroy", url});  // nothing listens on port 1
   expect_error(d, "127.0.0.1:1");
   EXPECT_FALSE(contains(d.err, "must not contain '/'")) << show(d);
+}
+
+// SEG's help says what the command takes: a segment only, or a Valkey URL too.
+TEST_F(ToolsCli, SegHelpSaysWhetherTheCommandTakesAValkeyUrl) {
+  const auto seg_help = [](const std::string& cmd) {
+    const CliRun r = run_cli({cmd, "--help"});
+    EXPECT_EQ(r.exit_code, 0) << show(r);
+    const std::size_t at = r.out.find("\n  SEG ");  // the line under Positionals
+    return at == std::string::npos ? std::string() : r.out.substr(at + 1, r.out.find('\n', at + 1) - at - 1);
+  };
+  for (const char* cmd : {"create", "fsck", "mirror", "restore"}) {
+    SCOPED_TRACE(cmd);
+    const std::string h = seg_help(cmd);
+    EXPECT_TRUE(contains(h, "segment name")) << h;
+    EXPECT_FALSE(contains(h, "valkey://")) << h;
+  }
+  for (const char* cmd : {"destroy", "inspect", "tick", "mint", "enqueue", "claim", "complete", "release", "fail",
+                          "extend", "pause", "resume", "limit", "weight", "depth", "drain", "stats", "watch", "jobs",
+                          "job", "dead"}) {
+    SCOPED_TRACE(cmd);
+    EXPECT_TRUE(contains(seg_help(cmd), "segment name or valkey:// URL")) << seg_help(cmd);
+  }
+}
+
+TEST_F(ToolsCli, OneOfSomethingIsSingular) {
+  const CliRun c = run_cli({"create", seg(), "--jobs", "1", "--lanes", "1", "--processes", "1"});
+  ASSERT_EQ(c.exit_code, 0) << show(c);
+  EXPECT_TRUE(contains(c.out, ": 1 job, 1 lane, ")) << c.out;
+  EXPECT_TRUE(contains(c.out, ", 1 process, ")) << c.out;
+  const CliRun i = run_cli({"inspect", seg()});
+  EXPECT_TRUE(contains(i.out, "capacity 1 job, 1 lane, ")) << i.out;
+  EXPECT_TRUE(contains(i.out, "-byte payloads, 1 process")) << i.out;
+  const CliRun f = run_cli({"fsck", seg()});
+  EXPECT_EQ(f.exit_code, 0) << show(f);
+  EXPECT_TRUE(contains(f.out, ": 1 slot, 2 lanes, ")) << f.out;  // the default lane and one group lane
+}
+
+// The demo's children are the fairlane binary run again: they show under its
+// name, not as "exe" (the name of the /proc link they used to be run by).
+TEST_F(ToolsCli, TheDemosChildrenShowUnderTheToolsName) {
+  const pid_t demo = ::fork();
+  ASSERT_GE(demo, 0);
+  if (demo == 0) {
+    const int null = ::open("/dev/null", O_WRONLY);
+    ::dup2(null, 1);
+    ::dup2(null, 2);
+    ::execl(FAIRLANE_CLI_PATH, "fairlane", "demo", "--seconds", "2", "--segment", seg().c_str(), "--consumers", "2",
+            static_cast<char*>(nullptr));
+    ::_exit(127);
+  }
+  std::vector<ProcessInfo> seen;
+  for (int i = 0; i < 400 && seen.size() < 3; ++i) {  // up to 4 s: the tenants' producers and the consumers
+    ::usleep(10'000);
+    if (auto q = Queue::open(seg(), Queue::Attach::observer)) seen = q->processes();
+  }
+  int status = 0;
+  ASSERT_EQ(::waitpid(demo, &status, 0), demo);
+  EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << status;
+  ASSERT_GE(seen.size(), 3U) << "the demo's children never attached";
+  const std::string tool = std::filesystem::path(FAIRLANE_CLI_PATH).filename().string().substr(0, 15);
+  for (const ProcessInfo& p : seen) EXPECT_EQ(p.name, tool) << "pid " << p.pid;
 }
 
 }  // namespace

@@ -239,9 +239,51 @@ TEST_F(ValkeyCli, DestroyRemovesEveryKeyOfTheQueueAndOnlyThose) {
   EXPECT_EQ(r.err, "") << show(r);
   EXPECT_EQ(first_line(run_cli({"depth", other, "TEN00000000001"}).out), "1") << "another queue's keys stay";
   r = run_cli({"stats", url_, "--json"});
-  ASSERT_EQ(r.exit_code, 0) << show(r);
-  EXPECT_EQ(nlohmann::json::parse(r.out)["counters"]["enqueued"], 0) << "nothing of the queue is left";
+  EXPECT_EQ(r.exit_code, 2) << "nothing of the queue is left: " << show(r);
+  EXPECT_NE(r.err.find("does not exist"), std::string::npos) << show(r);
+  // Destroying it again finds nothing to destroy, as for a segment.
+  r = run_cli({"destroy", url_});
+  EXPECT_EQ(r.exit_code, 2) << show(r);
+  EXPECT_NE(r.err.find("does not exist"), std::string::npos) << show(r);
   auto b = ValkeyBackend::open(other);
+  if (b.ok()) (*b)->remove_queue();
+}
+
+// A mistyped queue name: every command but enqueue says the queue does not
+// exist, as for a segment, and none of them writes a key; enqueue makes the
+// queue, as EchoMQ clients do.
+TEST_F(ValkeyCli, OnlyEnqueueMakesAQueueThatDoesNotExist) {
+  const std::string typo = url_ + "_typo";
+  auto& t = test::valkey_target();
+  const auto no_keys = [&] {
+    ValkeyOptions look;
+    look.create = false;
+    auto b = ValkeyBackend::open(typo, look);
+    return !b.ok() && b.error().code == Errc::not_found;
+  };
+  ASSERT_TRUE(no_keys()) << t.url("");
+  for (const std::vector<std::string>& cmd : std::vector<std::vector<std::string>>{
+           {"stats", typo},
+           {"inspect", typo},
+           {"depth", typo, "TEN00000000001"},
+           {"jobs", typo},
+           {"dead", typo, "list"},
+           {"mint", typo},
+           {"claim", typo},
+           {"pause", typo, "TEN00000000001"},
+           {"limit", typo, "TEN00000000001", "3"},
+           {"tick", typo},
+           {"destroy", typo}}) {
+    CliRun r = run_cli(cmd);
+    EXPECT_EQ(r.exit_code, 2) << cmd[0] << ": " << show(r);
+    EXPECT_NE(r.err.find("does not exist"), std::string::npos) << cmd[0] << ": " << show(r);
+    EXPECT_TRUE(no_keys()) << cmd[0] << " wrote a key of a queue that does not exist";
+  }
+  CliRun r = run_cli({"enqueue", typo, "TEN00000000001", "--mint"});
+  ASSERT_EQ(r.exit_code, 0) << show(r);
+  EXPECT_FALSE(no_keys());
+  EXPECT_EQ(first_line(run_cli({"depth", typo, "TEN00000000001"}).out), "1");
+  auto b = ValkeyBackend::open(typo);
   if (b.ok()) (*b)->remove_queue();
 }
 

@@ -236,6 +236,39 @@ TEST_F(ValkeyTest, JobKindAndPayloadLimitAreRecordedPerQueue) {
   EXPECT_NE(clash.error().message.find("namespace ORD, not JOB"), std::string::npos) << clash.error().message;
 }
 
+
+TEST_F(ValkeyTest, OpeningWithoutCreateFindsOnlyAQueueThatExistsAndWritesNothing) {
+  wipe();
+  ValkeyOptions look;
+  look.create = false;
+  look.max_stalled = 3;  // a setting asked for must not make the queue either
+  auto none = ValkeyBackend::open(url_, look);
+  ASSERT_FALSE(none.ok());
+  EXPECT_EQ(none.error().code, Errc::not_found);
+  EXPECT_NE(none.error().message.find("does not exist"), std::string::npos) << none.error().message;
+  Raw keys = raw_->cmd("KEYS %s", ("emq:{" + queue_ + "}:*").c_str());
+  ASSERT_TRUE(keys);
+  EXPECT_EQ(keys->elements, 0U) << "an open without create wrote a key";
+
+  // A queue an EchoMQ client made (a lane and its ring, no meta): it exists,
+  // and is opened with the defaults, which are not recorded.
+  ASSERT_TRUE(raw_->cmd("ZADD %s 0 %s", key("g:" + std::string(A.str()) + ":pending").c_str(), "JOB00000000001"));
+  ASSERT_TRUE(raw_->cmd("RPUSH %s %s", key("ring").c_str(), std::string(A.str()).c_str()));
+  look.max_stalled.reset();
+  auto echo = ValkeyBackend::open(url_, look);
+  ASSERT_TRUE(echo.ok()) << echo.error().message;
+  EXPECT_EQ((*echo)->job_kind(), "JOB");
+  EXPECT_EQ(raw_->num(raw_->cmd("EXISTS %s", key("meta").c_str())), 0) << "the defaults were recorded";
+
+  // Made by an open that may create: found, with what it recorded.
+  wipe();
+  ValkeyOptions ord;
+  ord.job_kind = "ORD";
+  ASSERT_TRUE(ValkeyBackend::open(url_, ord).ok());
+  auto found = ValkeyBackend::open(url_, look);
+  ASSERT_TRUE(found.ok()) << found.error().message;
+  EXPECT_EQ((*found)->job_kind(), "ORD");
+}
 TEST_F(ValkeyTest, LeaseDeadlineIsOnTheQueueClock) {
   ASSERT_EQ(b_->enqueue(A, b_->mint(), "x"), EnqueueStatus::enqueued);
   b_->advance_clock(10'000);

@@ -93,6 +93,19 @@ class MirrorTest : public ::testing::Test {
                                          << ", acked " << st.acked;
   }
 
+  // A mirrored segment whose one job Valkey has acknowledged, its mirror
+  // stopped again: a keyspace to restore from or to destroy.
+  ::testing::AssertionResult mirror_one_job(Queue& q) {
+    start_mirror();
+    if (!mirror_) return ::testing::AssertionFailure() << "the mirror did not start";
+    if (q.enqueue(group(1), q.mint(), "x") != EnqueueStatus::enqueued)
+      return ::testing::AssertionFailure() << "the job was not enqueued";
+    auto caught = caught_up(q);
+    mirror_->stop();
+    mirror_.reset();
+    return caught;
+  }
+
   // Until a mirror process has taken the segment's mirror role (a liveness
   // wait on the segment's own state, bounded).
   static bool mirror_running(Queue& q) {
@@ -510,11 +523,7 @@ TEST_F(MirrorTest, APasswordNeverLandsInTheSegmentThroughRestore) {
   // parsed, stored and shown).
   {
     Queue q = create();
-    start_mirror();
-    ASSERT_EQ(q.enqueue(group(1), q.mint(), "x"), EnqueueStatus::enqueued);
-    ASSERT_TRUE(caught_up(q));
-    mirror_->stop();
-    mirror_.reset();
+    ASSERT_TRUE(mirror_one_job(q));
   }
   ASSERT_TRUE(Queue::remove(name_));
   QueueOptions o;
@@ -531,11 +540,7 @@ TEST_F(MirrorTest, DestroyOfAMirrorsKeyspaceNeedsForce) {
   // A mirror's keyspace is read-only through valkey://, destroy included;
   // --force removes it (a stale mirror of a segment that is gone).
   Queue q = create();
-  start_mirror();
-  ASSERT_EQ(q.enqueue(group(1), q.mint(), "x"), EnqueueStatus::enqueued);
-  ASSERT_TRUE(caught_up(q));
-  mirror_->stop();
-  mirror_.reset();
+  ASSERT_TRUE(mirror_one_job(q));
   auto count_keys = [&] {
     redisContext* c = redisConnect("127.0.0.1", server_->port());
     if (!c || c->err) return std::size_t(~0ULL);
@@ -602,6 +607,22 @@ TEST_F(MirrorTest, ToolRefusesBadMirrorSettingsAndWritesNothing) {
   r = test::run_program(FAIRLANE_CLI_PATH, {"restore", name_, "--from", url_});
   EXPECT_EQ(r.exit_code, 2);
   EXPECT_NE(r.err.find("already exists"), std::string::npos) << r.err;
+}
+
+TEST_F(MirrorTest, ToolRunsForAFractionOfASecondAndRefusesABadDuration) {
+  auto r = test::run_program(FAIRLANE_CLI_PATH, {"create", name_, "--jobs", "64", "--mirror", url_});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  for (const char* bad : {"-1", "soon", "1e3", "86401"}) {
+    r = test::run_program(FAIRLANE_CLI_PATH, {"mirror", name_, "--seconds", bad});
+    EXPECT_EQ(r.exit_code, 2) << bad << ": " << r.err;
+    EXPECT_NE(r.err.find("--seconds"), std::string::npos) << r.err;
+  }
+  const auto t0 = std::chrono::steady_clock::now();
+  r = test::run_program(FAIRLANE_CLI_PATH, {"mirror", name_, "--seconds", "0.3"});
+  const auto took = std::chrono::steady_clock::now() - t0;
+  EXPECT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_GE(took, std::chrono::milliseconds(300));
+  EXPECT_NE(r.err.find("fairlane mirror: stopped: "), std::string::npos) << r.err;
 }
 
 TEST_F(MirrorTest, ToolCreatesMirrorsAndRestores) {
