@@ -63,7 +63,9 @@ inline void store128_init(Word128& w, const Word128& v) noexcept {
 
 #else
 
-inline Word128 load128(const Word128& w) noexcept {
+// Forced inline: GCC keeps it out of line in some callers, where the call
+// costs as much as the three loads.
+[[gnu::always_inline]] inline Word128 load128(const Word128& w) noexcept {
   std::uint64_t hi = __atomic_load_n(&w.hi, __ATOMIC_ACQUIRE);
   for (;;) {
     const std::uint64_t lo = __atomic_load_n(&w.lo, __ATOMIC_ACQUIRE);

@@ -54,7 +54,9 @@ namespace {
 // The group of a lane as a BrandedId, cached per thread (encoding an id
 // costs eleven divisions; a claim should not pay that). Keyed by the lane's
 // incarnation, so a reclaimed lane is never answered with its old group.
-BrandedId cached_group(const Segment& s, std::uint32_t lane) noexcept {
+// Written into `out` (a BrandedId returned by value comes back through a
+// pair of registers, shifted and masked: more work than the look-up).
+void cached_group(const Segment& s, std::uint32_t lane, BrandedId& out) noexcept {
   struct Entry {
     std::uint64_t handle = 0, lane = 0, inc = 0;
     BrandedId id;
@@ -62,12 +64,13 @@ BrandedId cached_group(const Segment& s, std::uint32_t lane) noexcept {
   thread_local std::array<Entry, 256> cache{};
   const std::uint64_t inc = s.lanes[lane].key_kind.load(std::memory_order_acquire);
   Entry& e = cache[lane & 255];
-  if (e.handle == s.handle_id && e.lane == lane && e.inc == inc) return e.id;
-  e.handle = s.handle_id;
-  e.lane = lane;
-  e.inc = inc;
-  e.id = lane_group(s, lane);
-  return e.id;
+  if (e.handle != s.handle_id || e.lane != lane || e.inc != inc) {
+    e.handle = s.handle_id;
+    e.lane = lane;
+    e.inc = inc;
+    e.id = lane_group(s, lane);
+  }
+  out = e.id;
 }
 
 std::uint32_t wait_bucket(std::uint64_t us) noexcept {
@@ -525,14 +528,21 @@ void fill_lease(const Segment& s, std::uint32_t slot, std::uint32_t lane, std::u
   }
   else out.id = BrandedId::make(std::string_view(s.kind, 3), r.sf.load(std::memory_order_relaxed) & ((1ULL << 63) - 1));
   static const BrandedId kDefault = *BrandedId::parse(kDefaultGroup);
-  out.group = lane == kDefaultLane ? kDefault : cached_group(s, lane);
+  if (lane == kDefaultLane)
+    out.group = kDefault;
+  else
+    cached_group(s, lane, out.group);
   out.attempt = attempt;
   out.token = token;
   out.deadline_ms = deadline;
   const std::uint64_t ready = r.ready_us.load(std::memory_order_relaxed);
   out.waited_us = now_us > ready ? now_us - ready : 0;
   const std::uint32_t len = std::min(r.payload_len.load(std::memory_order_relaxed), s.payload_bytes);
-  out.payload.assign(reinterpret_cast<const char*>(s.payload(slot)), len);
+  // resize and copy rather than assign: a Lease reused from claim to claim
+  // keeps its size, and assign's general path (overlap checks, a call
+  // through _M_replace) costs more than the copy.
+  out.payload.resize(len);
+  std::memcpy(out.payload.data(), s.payload(slot), len);
   if (r.flags.load(std::memory_order_relaxed) & kSlotHasRetry)
     out.retry = retry_decode(r.retry.a.load(std::memory_order_relaxed), r.retry.b.load(std::memory_order_relaxed));
   else

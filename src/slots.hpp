@@ -51,7 +51,9 @@ inline void report_corrupt(Segment& s, CorruptWhat what) noexcept {
 // One writer per thread record: a plain load and store, no locked
 // instruction. (The fallback process record, used by threads that found no
 // thread record free, is shared by them: fetch_add there.)
-inline void count(Segment& s, std::atomic<std::uint64_t> CounterBlock::*field, std::uint64_t n = 1) noexcept {
+// (Forced inline: out of line, the member pointer is not folded away.)
+[[gnu::always_inline]] inline void count(Segment& s, std::atomic<std::uint64_t> CounterBlock::*field,
+                                         std::uint64_t n = 1) noexcept {
   if (ThreadRecord* t = s.thread()) {
     std::atomic<std::uint64_t>& c = t->counters.*field;
     c.store(c.load(std::memory_order_relaxed) + n, std::memory_order_relaxed);
