@@ -261,14 +261,15 @@ bool take_cas(Segment& s, std::uint32_t lane, Word128& w, const Word128& base, s
         FAIRLANE_FAILPOINT("claim.sealed");
       }
     }
-    std::uint64_t ytag = 0;
+    std::uint64_t ytag = 0, yl = 0;
     if (y1) {
       if (!valid_slot1(s, y1)) {
         report_corrupt(s, CorruptWhat::lane_order);
         corrupt = true;
         return false;
       }
-      ytag = Link::tag(s.slot(y1 - 1).next.load(std::memory_order_acquire));
+      yl = s.slot(y1 - 1).next.load(std::memory_order_acquire);
+      ytag = Link::tag(yl);
     }
     nw = LaneWord::with_head(nw, y1, ytag & 0xFFF);
     // The tail is a node at or after x (lane_order.hpp). x was the tail: y
@@ -278,7 +279,8 @@ bool take_cas(Segment& s, std::uint32_t lane, Word128& w, const Word128& base, s
     // and each append adds one, so two links a claim catch up). The links
     // are read while the word is `w`: if it moves, the CAS fails and they
     // are read again.
-    std::uint32_t t1 = LaneWord::tail(base);
+    const std::uint32_t tail0 = LaneWord::tail(base);
+    std::uint32_t t1 = tail0;
     if (t1 == x1) t1 = y1;
     for (int hop = 0; hop < 2 && valid_slot1(s, t1); ++hop) {
       const std::uint32_t m1 = Link::succ(s.slot(t1 - 1).next.load(std::memory_order_acquire));
@@ -286,6 +288,24 @@ bool take_cas(Segment& s, std::uint32_t lane, Word128& w, const Word128& base, s
       t1 = m1;
     }
     nw = LaneWord::with_tail(nw, t1);
+    // y is this lane's next job, claimed a turn of the ring from now: its
+    // claim reads y's slot word and payload (y's first line is in cache
+    // from the read above) and the link of y's successor z. Fetched now,
+    // while the ring turns, they are no misses then: a drain is a chain of
+    // such misses otherwise. Hints only (read intent; nothing read later
+    // depends on them), and only of lines no producer is about to write:
+    // y's payload was written before y was linked; y's word is committed by
+    // its admitter before it links z after y (with one producer); z's first
+    // line holds the link an append CASes while z is the last node, and z
+    // is not while the tail (at or after x) is past it. In a shallow lane,
+    // in a flow, the last two are left alone.
+    if (y1) {
+      __builtin_prefetch(s.payload(y1 - 1));
+      if (const std::uint32_t z1 = Link::succ(yl); valid_slot1(s, z1)) {
+        __builtin_prefetch(&s.words[y1 - 1]);
+        if (tail0 != x1 && tail0 != y1 && tail0 != z1) __builtin_prefetch(&s.slot(z1 - 1));
+      }
+    }
   } else {
     nw = LaneWord::with_rel(nw, x1, RelOp::take);
     // The last node of the strays: the flag goes with it (an insert after
