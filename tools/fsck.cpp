@@ -26,6 +26,12 @@ nlohmann::json issues_json(const std::vector<FsckIssue>& issues) {
 
 std::string count_violations(std::size_t n) { return fmt::format("{} violation{}", n, n == 1 ? "" : "s"); }
 
+// "64 slots, 9 lanes, 3 ring tokens"
+std::string what_was_checked(const FsckReport& r) {
+  return fmt::format("{}, {}, {}", plural(r.slots, "slot", "slots"), plural(r.lanes, "lane", "lanes"),
+                     plural(r.tokens, "ring token", "ring tokens"));
+}
+
 int repair(Queue& q, const std::string& segment, bool json, bool force) {
   auto done = q.repair(force);
   if (!done) fail(done.error().message);
@@ -37,8 +43,7 @@ int repair(Queue& q, const std::string& segment, bool json, bool force) {
                                          {"violations", nlohmann::json::array()}, {"repairs", nlohmann::json::array()}}
                              .dump());
     else
-      fmt::print("{}: {}, {}, {} checked: clean, nothing to repair\n", segment, plural(r.slots, "slot", "slots"),
-                 plural(r.lanes, "lane", "lanes"), plural(r.tokens, "ring token", "ring tokens"));
+      fmt::print("{}: {} checked: clean, nothing to repair\n", segment, what_was_checked(r));
     return kExitOk;
   }
   const FsckReport after = q.fsck();
@@ -53,8 +58,8 @@ int repair(Queue& q, const std::string& segment, bool json, bool force) {
     for (const auto& line : r.repairs) fmt::print("repair: {}\n", line);
     for (const auto& i : after.issues) fmt::print("still {}: {}\n", i.invariant, i.detail);
     if (after.clean())
-      fmt::print("{}: {}, {}, {} checked: {} found: repaired\n", segment, plural(r.slots, "slot", "slots"),
-                 plural(r.lanes, "lane", "lanes"), plural(r.tokens, "ring token", "ring tokens"), count_violations(r.issues.size()));
+      fmt::print("{}: {} checked: {} found: repaired\n", segment, what_was_checked(r),
+                 count_violations(r.issues.size()));
   }
   if (!after.clean())
     fail(fmt::format("repair of '{}' left {} (another process may be using it)", segment,
@@ -78,8 +83,8 @@ int run_fsck(const std::string& text, bool json, bool repair_it, bool force) {
     fmt::print("{}\n", out.dump());
   } else {
     for (const auto& i : r.issues) fmt::print("{}: {}\n", i.invariant, i.detail);
-    fmt::print("{}: {}, {}, {} checked: {}\n", segment, plural(r.slots, "slot", "slots"),
-               plural(r.lanes, "lane", "lanes"), plural(r.tokens, "ring token", "ring tokens"), r.clean() ? "clean" : count_violations(r.issues.size()));
+    fmt::print("{}: {} checked: {}\n", segment, what_was_checked(r),
+               r.clean() ? "clean" : count_violations(r.issues.size()));
   }
   return r.clean() ? kExitOk : kExitNothing;
 }
