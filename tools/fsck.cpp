@@ -24,7 +24,7 @@ nlohmann::json issues_json(const std::vector<FsckIssue>& issues) {
   return out;
 }
 
-std::string count_violations(std::size_t n) { return fmt::format("{} violation{}", n, n == 1 ? "" : "s"); }
+std::string count_violations(std::size_t n) { return plural(n, "violation", "violations"); }
 
 // "64 slots, 9 lanes, 3 ring tokens"
 std::string what_was_checked(const FsckReport& r) {

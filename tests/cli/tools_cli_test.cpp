@@ -578,11 +578,12 @@ TEST_F(ToolsCli, TheDemosChildrenShowUnderTheToolsName) {
             static_cast<char*>(nullptr));
     ::_exit(127);
   }
+  // The tenants' producers and the consumers attach (at least three).
   std::vector<ProcessInfo> seen;
-  for (int i = 0; i < 400 && seen.size() < 3; ++i) {  // up to 4 s: the tenants' producers and the consumers
-    ::usleep(10'000);
+  test::eventually([&] {
     if (auto q = Queue::open(seg(), Queue::Attach::observer)) seen = q->processes();
-  }
+    return seen.size() >= 3;
+  }, std::chrono::seconds(4));
   int status = 0;
   ASSERT_EQ(::waitpid(demo, &status, 0), demo);
   EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << status;

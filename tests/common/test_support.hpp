@@ -30,12 +30,26 @@
 #include <string>
 #include <string_view>
 #include <system_error>
+#include <chrono>
+#include <thread>
 #include <unistd.h>
 
 namespace fairlane::test {
 
 // A segment name unique to this process and this test: "flt_<pid>_<suite>_<test>[_<tag>]".
 // Characters other than [A-Za-z0-9_] are replaced so parameterised test names stay legal.
+// Waits until a predicate holds (a real condition, polled every
+// millisecond), with a hang guard; false if the guard ran out first.
+template <class F>
+bool eventually(F pred, std::chrono::milliseconds guard = std::chrono::seconds(20)) {
+  const auto until = std::chrono::steady_clock::now() + guard;
+  while (!pred()) {
+    if (std::chrono::steady_clock::now() > until) return false;
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+  return true;
+}
+
 inline std::string unique_segment_name(std::string_view tag = {}) {
   std::string name = "flt_" + std::to_string(::getpid());
   if (const auto* info = ::testing::UnitTest::GetInstance()->current_test_info()) {

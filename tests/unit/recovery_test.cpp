@@ -80,16 +80,7 @@ bool wait_stopped(ForkedChild& c, std::chrono::milliseconds guard) {
   return false;
 }
 
-// Waits until a predicate holds, with a hang guard.
-template <class F>
-bool eventually(F pred, std::chrono::milliseconds guard = 20s) {
-  const auto until = Clock::now() + guard;
-  while (!pred()) {
-    if (Clock::now() > until) return false;
-    std::this_thread::sleep_for(1ms);
-  }
-  return true;
-}
+using test::eventually;
 
 std::string show(const FsckReport& r) {
   std::string s;
