@@ -50,6 +50,19 @@ bool eventually(F pred, std::chrono::milliseconds guard = std::chrono::seconds(2
   return true;
 }
 
+// Waits until child `pid` stops (SIGSTOP, at a failpoint) or exits, with a
+// hang guard: true if it stopped. (An exit is reaped here.)
+inline bool wait_stopped(pid_t pid, std::chrono::milliseconds guard = std::chrono::seconds(20)) {
+  bool stopped = false;
+  eventually([&] {
+    int st = 0;
+    const pid_t r = ::waitpid(pid, &st, WNOHANG | WUNTRACED);
+    if (r == pid) stopped = WIFSTOPPED(st);
+    return r != 0;  // stopped, exited, or no such child
+  }, guard);
+  return stopped;
+}
+
 inline std::string unique_segment_name(std::string_view tag = {}) {
   std::string name = "flt_" + std::to_string(::getpid());
   if (const auto* info = ::testing::UnitTest::GetInstance()->current_test_info()) {

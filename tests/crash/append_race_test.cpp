@@ -40,15 +40,7 @@ struct Shared {
   char y[32] = {};
 };
 
-bool wait_stopped(pid_t pid) {
-  int st = 0;
-  for (int i = 0; i < 5000; ++i) {
-    const pid_t r = ::waitpid(pid, &st, WUNTRACED | WNOHANG);
-    if (r == pid && WIFSTOPPED(st)) return true;
-    std::this_thread::sleep_for(std::chrono::milliseconds(1));
-  }
-  return false;
-}
+using test::wait_stopped;
 
 class AppendRace : public SegmentFixture {
  protected:

@@ -67,20 +67,9 @@ void tell(ChildReport& r, const Lease& l) {
 }
 BrandedId reported_id(const ChildReport& r, int i) { return *BrandedId::parse(std::string_view(r.ids[i], kIdLength)); }
 
-// Waits until the child stops (SIGSTOP at its failpoint) or exits; true if stopped.
-bool wait_stopped(ForkedChild& c, std::chrono::milliseconds guard) {
-  const auto until = Clock::now() + guard;
-  while (Clock::now() < until) {
-    int st = 0;
-    const pid_t r = ::waitpid(c.pid(), &st, WNOHANG | WUNTRACED);
-    if (r == c.pid()) return WIFSTOPPED(st);
-    if (r < 0) return false;
-    std::this_thread::sleep_for(2ms);
-  }
-  return false;
-}
 
 using test::eventually;
+using test::wait_stopped;
 
 std::string show(const FsckReport& r) {
   std::string s;
@@ -294,7 +283,7 @@ TEST_F(Recovery, AStaleHelperCannotDecideALaterAdmissionOfTheSlot) {
     eo.delay_ms = 50;
     return r->enqueue({}, j2, "b", eo) == EnqueueStatus::enqueued ? 0 : 4;
   }, 60);
-  ASSERT_TRUE(wait_stopped(child, 20s)) << child.describe();
+  ASSERT_TRUE(wait_stopped(child.pid())) << child.describe();
   const detail::Word128 before = detail::slot_load(s, 0);
   EXPECT_FALSE(detail::index_resolve(s, 0, seen)) << "a stale helper decided another admission";
   EXPECT_TRUE(detail::slot_load(s, 0) == before) << "a stale helper changed the slot";
@@ -387,7 +376,7 @@ TEST_F(Recovery, AStoppedCreatorKeepsTheRecordItTook) {
     detail::failpoint_arm("lane.creating", 1, detail::FailpointAction::stop);
     return r->enqueue(g2, id2, "two") == EnqueueStatus::enqueued ? 0 : 4;
   }, 60);
-  ASSERT_TRUE(wait_stopped(second, 20s)) << second.describe();
+  ASSERT_TRUE(wait_stopped(second.pid())) << second.describe();
   for (int i = 0; i < 4; ++i) {
     q().advance_clock(o.recovery_ms);
     q().tick();
@@ -429,7 +418,7 @@ TEST_F(Recovery, AStaleFailWritesNothingIntoTheSlotsNextJob) {
     // Its job is completed by then: the answer is gone (no job with this id).
     return r->fail(l.id, l.token, FailOptions{.delay_ms = 0, .max_attempts = 1, .error = "stale"}) == FailStatus::gone ? 0 : 5;
   }, 60);
-  ASSERT_TRUE(wait_stopped(failer, 20s)) << failer.describe();
+  ASSERT_TRUE(wait_stopped(failer.pid())) << failer.describe();
   q().advance_clock(1000);  // its lease expires
   q().tick();
   Lease l;
@@ -443,7 +432,7 @@ TEST_F(Recovery, AStaleFailWritesNothingIntoTheSlotsNextJob) {
     detail::failpoint_arm("enqueue.indexed", 1, detail::FailpointAction::stop);
     return r->enqueue({}, j2, "two") == EnqueueStatus::enqueued ? 0 : 4;
   }, 60);
-  ASSERT_TRUE(wait_stopped(admitter, 20s)) << admitter.describe();
+  ASSERT_TRUE(wait_stopped(admitter.pid())) << admitter.describe();
   ::kill(failer.pid(), SIGCONT);
   failer.wait();
   EXPECT_TRUE(failer.exited_zero()) << "the stale fail was not refused: " << failer.describe();
@@ -532,7 +521,7 @@ TEST_F(Recovery, AResumedTakerDoesNotMarkItsJobsNewLinks) {
     tell(*rep, l);
     return r->complete(l.id, l.token) == AckStatus::ok ? 0 : 6;
   }, 60);
-  ASSERT_TRUE(wait_stopped(child, 20s)) << child.describe();
+  ASSERT_TRUE(wait_stopped(child.pid())) << child.describe();
   q().advance_clock(1000);  // the take is overdue: the job goes back, relinked
   q().tick();
   ASSERT_EQ(q().job(a[0])->state, JobState::pending);
@@ -565,7 +554,7 @@ TEST_F(Recovery, AStaleFailCannotUndoANewerCompletion) {
     const FailStatus st = r->fail(l.id, l.token, FailOptions{.delay_ms = 60'000, .max_attempts = 10, .error = "x"});
     return st == FailStatus::stale ? 0 : 5;
   }, 60);
-  ASSERT_TRUE(wait_stopped(failer, 20s)) << failer.describe();
+  ASSERT_TRUE(wait_stopped(failer.pid())) << failer.describe();
   q().advance_clock(1000);  // the failer's lease expires
   q().tick();
   ForkedChild completer([&] {
@@ -576,7 +565,7 @@ TEST_F(Recovery, AStaleFailCannotUndoANewerCompletion) {
     detail::failpoint_arm("ack.stepped", 1, detail::FailpointAction::stop);
     return r->complete(l.id, l.token) == AckStatus::ok ? 0 : 5;
   }, 60);
-  ASSERT_TRUE(wait_stopped(completer, 20s)) << completer.describe();
+  ASSERT_TRUE(wait_stopped(completer.pid())) << completer.describe();
   ::kill(failer.pid(), SIGCONT);
   failer.wait();
   EXPECT_TRUE(failer.exited_zero()) << "the stale fail was not refused: " << failer.describe();
@@ -714,7 +703,7 @@ TEST_P(StoppedClaimer, HoldsOnlyTheJobItTookUntilItsLeaseDeadline) {
     rep->done.store(1);
     return 0;
   }, 120);
-  ASSERT_TRUE(wait_stopped(child, 20s)) << "the child did not stop at claim.taken: " << child.describe();
+  ASSERT_TRUE(wait_stopped(child.pid())) << "the child did not stop at claim.taken: " << child.describe();
 
   const FsckReport during = q().fsck();
   for (const FsckIssue& i : during.issues) EXPECT_EQ(i.invariant, "in-flight") << i.detail;
@@ -793,7 +782,7 @@ TEST_F(Recovery, AStoppedTakerHoldsALimitedLaneOnlyUntilItsDeadline) {
     Lease l;
     return r->claim(l, kLease) ? 0 : 7;
   }, 120);
-  ASSERT_TRUE(wait_stopped(child, 20s)) << child.describe();
+  ASSERT_TRUE(wait_stopped(child.pid())) << child.describe();
   Lease l;
   q().advance_clock(kLease / 2);
   q().tick();
