@@ -244,6 +244,13 @@ EnqueueStatus admit(Segment& s, const BrandedId& group, const BrandedId& job, st
   // the skipped look-up.)
   bool fresh = t_mint_memo.fresh && sf == t_mint_memo.sf;
   if (fresh) t_mint_memo.fresh = false;
+  // The id's first index bucket is written after the slot is taken, filled
+  // and linked; a fresh id skips the look-up that would read it first, so
+  // it is fetched now (for write) and arrives while that work is done. In
+  // a large queue the buckets are far out of cache: this was a miss that
+  // stalled every enqueue. A hint only.
+  const IndexProbe probe = index_probe(s, sf);
+  if (fresh) __builtin_prefetch(&s.index[probe.b1], 1);
 
   for (int round = 0; round < 8; ++round, fresh = false) {
     // A live duplicate costs nothing. An admitting rival is decided first,
@@ -289,7 +296,7 @@ EnqueueStatus admit(Segment& s, const BrandedId& group, const BrandedId& job, st
       lane = s.slot(slot).lane.load(std::memory_order_relaxed);
     }
     std::uint32_t winner = 0;
-    Admit ad = index_admit(s, slot, sf, ctr, winner);
+    Admit ad = index_admit(s, slot, probe, sf, ctr, winner);
     // A claim that met it linked committed it first (with an index entry of
     // its own; it may be leased by now): it is admitted, and the answer
     // says so. Our own admission cannot be aborted at another ctr, so a

@@ -135,7 +135,8 @@ bool has_entry(const Segment& s, const IndexProbe& p, std::uint32_t slot) noexce
 // current (its slot's admission tag has moved on: a job since replaced, or
 // a scribble), or its slot is free (a job completed since). Entries are
 // never taken out, so after a while most ways hold stale entries and an
-// insert reuses the first it meets (one tag read). Only if neither bucket
+// insert reuses the first stale one it meets (a tag read each way); one
+// whose slot is free only if the bucket has no stale way. Only if neither bucket
 // has one is an entry whose tag came round again looked for
 // (entry_reusable). Four entries per job slot keep a pair of buckets full
 // of live jobs out of reach in practice. false: both full of current
@@ -146,16 +147,20 @@ bool put_entry(Segment& s, const IndexProbe& p, std::uint32_t slot) noexcept {
   for (int tries = 0; tries < 16; ++tries) {
     std::atomic<std::uint64_t>* way = nullptr;
     std::uint64_t e = 0;
+    // Empty or stale is known from the tag alone: the first pass looks
+    // for that. Only the second takes a way whose slot is free, which costs
+    // a read of that slot's word, a line far from here: a miss per insert
+    // in a large queue when such a way was taken wherever it came first.
     const auto free_way = [&](IndexBucket& b) {
-      for (unsigned k = 0; k < kIndexWays; ++k) {
-        const std::uint64_t v = b.e[k].load(std::memory_order_relaxed);
-        std::uint32_t at = 0;
-        // Empty; stale (the slot's tag has moved on); or the entry of a job
-        // completed since (its slot free: its next admission moves the tag).
-        if (v == 0 || !entry_current(s, v, at) || SlotWord::state(slot_load(s, at)) == SlotState::free) {
-          way = &b.e[k];
-          e = v;
-          return;
+      for (int pass = 0; pass < 2; ++pass) {
+        for (unsigned k = 0; k < kIndexWays; ++k) {
+          const std::uint64_t v = b.e[k].load(std::memory_order_relaxed);
+          std::uint32_t at = 0;
+          if (v == 0 || !entry_current(s, v, at) || (pass == 1 && SlotWord::state(slot_load(s, at)) == SlotState::free)) {
+            way = &b.e[k];
+            e = v;
+            return;
+          }
         }
       }
     };
@@ -360,7 +365,11 @@ std::uint32_t index_find(const Segment& s, std::uint64_t sf, std::uint32_t* admi
 }
 
 Admit index_admit(Segment& s, std::uint32_t slot, std::uint64_t sf, std::uint64_t ctr, std::uint32_t& winner) noexcept {
-  const IndexProbe p = index_probe(s, sf);
+  return index_admit(s, slot, index_probe(s, sf), sf, ctr, winner);
+}
+
+Admit index_admit(Segment& s, std::uint32_t slot, const IndexProbe& p, std::uint64_t sf, std::uint64_t ctr,
+                  std::uint32_t& winner) noexcept {
   if (!put_entry(s, p, slot)) return Admit::full;
   FAIRLANE_FAILPOINT("enqueue.indexed");
   std::uint32_t origin = 0;

@@ -105,6 +105,9 @@ enum class Admit {
 // `ctr` is the slot's ctr of this admission (its admitter's; a helper may
 // have committed and a claim leased it since, which moves the ctr on).
 Admit index_admit(Segment& s, std::uint32_t slot, std::uint64_t sf, std::uint64_t ctr, std::uint32_t& winner) noexcept;
+// The same, with the id's probe (index_probe of sf) worked out already.
+Admit index_admit(Segment& s, std::uint32_t slot, const IndexProbe& p, std::uint64_t sf, std::uint64_t ctr,
+                  std::uint32_t& winner) noexcept;
 
 // Decides the admission of an admitting slot met by someone else (a claim
 // that finds it at the front of its lane, recovery): true when it is
