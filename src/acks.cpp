@@ -257,9 +257,9 @@ bool ack_args(Segment& s, const BrandedId& job, Token token, std::uint64_t& sf) 
   const std::uint32_t slot = token_slot(s, token);
   if (slot < s.jobs && job.valid()) {
     const SlotRecord& r = s.slot(slot);
-    char text[kIdLength];
-    load_id_text(s, r, text);
-    if (same_id_bytes(text, IdAccess::bytes(job))) {
+    std::uint64_t w0, w1;
+    id_words(s, r.digits.load(std::memory_order_relaxed), r.digits_tail.load(std::memory_order_relaxed), w0, w1);
+    if (same_id_words(w0, w1, IdAccess::bytes(job))) {
       sf = r.sf.load(std::memory_order_acquire);
       return true;
     }

@@ -540,13 +540,12 @@ void fill_lease(const Segment& s, std::uint32_t slot, std::uint32_t lane, std::u
   // The digits were written by the admitter from a checked id; a scribbled
   // one is rebuilt from the snowflake rather than handed out.
   if (digit_words_valid(a, b)) {
-    char text[kIdLength];
-    std::memcpy(text, s.kind, kKindLength);
-    std::memcpy(text + kKindLength, &a, 8);
-    std::memcpy(text + kKindLength + 8, &b, 3);
-    out.id = IdAccess::from_checked(std::string_view(text, kIdLength));
+    std::uint64_t w0, w1;
+    id_words(s, a, b, w0, w1);
+    IdAccess::assign_words(out.id, w0, w1);
+  } else {
+    out.id = BrandedId::make(std::string_view(s.kind, 3), r.sf.load(std::memory_order_relaxed) & ((1ULL << 63) - 1));
   }
-  else out.id = BrandedId::make(std::string_view(s.kind, 3), r.sf.load(std::memory_order_relaxed) & ((1ULL << 63) - 1));
   static const BrandedId kDefault = *BrandedId::parse(kDefaultGroup);
   if (lane == kDefaultLane)
     out.group = kDefault;

@@ -278,6 +278,7 @@ void bind_tables(Segment& s) {
   s.recovery_ms = h->recovery_ms;
   std::memcpy(s.kind, h->job_kind, 3);
   s.kind_code = kind_code(std::string_view(s.kind, 3));
+  std::memcpy(&s.kind_word, s.kind, 3);
   s.handle_id = next_handle_id.fetch_add(1, std::memory_order_relaxed);
 }
 

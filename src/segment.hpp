@@ -71,6 +71,7 @@ struct Segment {
   std::uint32_t recovery_ms = 500;
   std::uint32_t kind_code = 0;                 // the job namespace as a number (lane keys)
   char kind[3] = {};
+  std::uint64_t kind_word = 0;                 // the 3 letters as a word's low bytes, in memory order (id_words)
 
   SlotRecord& slot(std::uint32_t i) const noexcept {
     return *reinterpret_cast<SlotRecord*>(slots + std::uint64_t(i) * slot_bytes);

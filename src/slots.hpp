@@ -9,6 +9,7 @@
 // count of free slots that only moves on the slow path (see alloc_slot).
 #pragma once
 
+#include <bit>
 #include <cstdint>
 #include <cstring>
 #include <string_view>
@@ -99,12 +100,15 @@ inline void store_digits(SlotRecord& r, const std::array<char, kDigits>& d) noex
   r.digits.store(a, std::memory_order_relaxed);
   r.digits_tail.store(b, std::memory_order_relaxed);
 }
-inline void load_id_text(const Segment& s, const SlotRecord& r, char out[kIdLength]) noexcept {
-  std::memcpy(out, s.kind, 3);
-  const std::uint64_t a = r.digits.load(std::memory_order_relaxed);
-  const std::uint32_t b = r.digits_tail.load(std::memory_order_relaxed);
-  std::memcpy(out + 3, &a, 8);
-  std::memcpy(out + 11, &b, 3);
+// A slot's id text (its kind, then the digits stored above as the words `a`
+// and `b`) as two overlapping words, bytes 0-7 and 6-13, as same_id_words
+// and IdAccess::assign_words take an id. Made in registers (x86 is
+// little-endian: byte i of a word is its bits 8i up), never as bytes stored
+// one piece at a time and read back whole.
+inline void id_words(const Segment& s, std::uint64_t a, std::uint32_t b, std::uint64_t& w0, std::uint64_t& w1) noexcept {
+  static_assert(std::endian::native == std::endian::little);
+  w0 = s.kind_word | (a << 24);                          // kind, digits 0-4
+  w1 = (a >> 24) | (std::uint64_t(b & 0xFFFFFF) << 40);  // digits 3-7, 8-10
 }
 
 // ---- admission tags ---------------------------------------------------------------

@@ -48,6 +48,14 @@ struct IdAccess {
     return id;
   }
   static const char* bytes(const BrandedId& id) noexcept { return id.bytes_.data(); }
+  // The id whose bytes 0-7 and 6-13 are these two words (id_words), which
+  // the caller has made from checked bytes. Written in place: a BrandedId
+  // built in a temporary and copied out goes through the stack with
+  // overlapping moves, a read of stores not yet done at every step.
+  static void assign_words(BrandedId& id, std::uint64_t w0, std::uint64_t w1) noexcept {
+    std::memcpy(id.bytes_.data(), &w0, 8);
+    std::memcpy(id.bytes_.data() + 6, &w1, 8);
+  }
   // An id of a kind the caller has checked and a snowflake within 63 bits.
   static BrandedId make_checked(const char* kind, std::uint64_t snowflake) noexcept {
     BrandedId id;
@@ -70,6 +78,14 @@ inline bool same_id_bytes(const char* a, const char* b) noexcept {
   return ((a0 ^ b0) | (a1 ^ b1)) == 0;
 }
 
+// Are the bytes of `b` the id whose words (id_words) are w0, w1?
+inline bool same_id_words(std::uint64_t w0, std::uint64_t w1, const char* b) noexcept {
+  std::uint64_t b0, b1;
+  std::memcpy(&b0, b, 8);
+  std::memcpy(&b1, b + 6, 8);
+  return ((w0 ^ b0) | (w1 ^ b1)) == 0;
+}
+
 // The last id this thread minted and its snowflake: a memo of the decode
 // (the text and the number are one function of each other, whatever the
 // segment), for the id a producer nearly always enqueues next.
@@ -81,7 +97,7 @@ struct MintMemo {
 inline thread_local MintMemo t_mint_memo;
 
 // Do the 11 digits a slot record keeps (bytes 0..7 in `a`, 8..10 in the low
-// bytes of `b`, as load_id_text lays them out) read as base62 digits of a
+// bytes of `b`, as store_digits lays them out) read as base62 digits of a
 // value within 63 bits? With SSE2 the alphabet test is six byte compares of
 // all eleven at once; elsewhere it is a table look-up per digit.
 inline bool digit_words_valid(std::uint64_t a, std::uint32_t b) noexcept {
