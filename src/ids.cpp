@@ -90,13 +90,13 @@ std::array<char, kDigits> encode_base62(std::uint64_t v) noexcept {
 
 namespace detail {
 
-void encode_base62_low4(std::uint32_t v, char* out) noexcept {
+std::uint32_t base62_low4_word(std::uint32_t v) noexcept {
   const std::uint32_t q = v / 3844;
   const std::uint32_t r = v - q * 3844;
-  out[0] = kPairs.pair[q][0];
-  out[1] = kPairs.pair[q][1];
-  out[2] = kPairs.pair[r][0];
-  out[3] = kPairs.pair[r][1];
+  std::uint16_t hi = 0, lo = 0;
+  std::memcpy(&hi, kPairs.pair[q], 2);
+  std::memcpy(&lo, kPairs.pair[r], 2);
+  return std::uint32_t(hi) | (std::uint32_t(lo) << 16);
 }
 
 // The value of 11 base62 digits, or false (a bad digit, or over 2^63 - 1).

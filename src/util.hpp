@@ -32,8 +32,9 @@ inline std::uint32_t gettid_cached() noexcept {
 // The value of a base62 digit, or -1 (a table: no branches per character).
 extern const std::int8_t kDigitValue[256];
 
-// The last four base62 digits of a value below 62^4, at out[0..3].
-void encode_base62_low4(std::uint32_t v, char* out) noexcept;
+// The last four base62 digits of a value below 62^4, as the four bytes of
+// a word in text order (x86: little-endian, the first digit lowest).
+std::uint32_t base62_low4_word(std::uint32_t v) noexcept;
 
 // The value of the 11 base62 digits at d, or false (a bad digit, or over
 // 2^63 - 1; `why` says which).
