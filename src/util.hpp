@@ -41,13 +41,6 @@ std::uint32_t base62_low4_word(std::uint32_t v) noexcept;
 bool decode_digits(const char* d, std::uint64_t& out, IdError& why) noexcept;
 
 struct IdAccess {
-  // An id from 14 bytes the caller has checked (kind letters, digits of the
-  // alphabet, value within 63 bits): no parse.
-  static BrandedId from_checked(std::string_view text) noexcept {
-    BrandedId id;
-    std::memcpy(id.bytes_.data(), text.data(), kIdLength);
-    return id;
-  }
   static const char* bytes(const BrandedId& id) noexcept { return id.bytes_.data(); }
   // The id whose bytes 0-7 and 6-13 are these two words (id_words), which
   // the caller has made from checked bytes. Written in place: a BrandedId
