@@ -142,9 +142,7 @@ void write_job(Segment& s, std::uint32_t slot, std::uint64_t sf, const BrandedId
   // the admission tag moves on below, and inserts reuse their ways.
   // Ours alone until linked or indexed; those CASes publish every field.
   r.sf.store(sf, std::memory_order_relaxed);
-  std::array<char, kDigits> d;
-  std::memcpy(d.data(), IdAccess::bytes(job) + kKindLength, kDigits);
-  store_digits(r, d);
+  store_digits(r, IdAccess::bytes(job));
   r.payload_len.store(std::uint32_t(payload.size()), std::memory_order_relaxed);
   if (!payload.empty()) std::memcpy(s.payload(slot), payload.data(), payload.size());
   const std::size_t n = std::min<std::size_t>(a.error.size(), kErrorBytes);

@@ -92,13 +92,19 @@ inline bool token_matches(const Segment& s, Token t, std::uint64_t c) noexcept {
 
 // ---- the id text of a slot (the 11 base62 digits, so claims never encode) ----------
 
-inline void store_digits(SlotRecord& r, const std::array<char, kDigits>& d) noexcept {
+// From the 14 bytes of an id (`id`: kind, then the digits): digits 0-7 are
+// bytes 3-10, digits 8-10 bytes 11-13, read as the top three bytes of the
+// word at 10 (x86: little-endian). Read straight from the id, not through a
+// copy of the digits on the stack: a word read of bytes just stored in two
+// overlapping pieces waits for both stores to reach the cache.
+inline void store_digits(SlotRecord& r, const char* id) noexcept {
+  static_assert(kIdLength == 14 && kKindLength == 3);
   std::uint64_t a = 0;
   std::uint32_t b = 0;
-  std::memcpy(&a, d.data(), 8);
-  std::memcpy(&b, d.data() + 8, 3);
+  std::memcpy(&a, id + kKindLength, 8);
+  std::memcpy(&b, id + 10, 4);
   r.digits.store(a, std::memory_order_relaxed);
-  r.digits_tail.store(b, std::memory_order_relaxed);
+  r.digits_tail.store(b >> 8, std::memory_order_relaxed);
 }
 // A slot's id text (its kind, then the digits stored above as the words `a`
 // and `b`) as two overlapping words, bytes 0-7 and 6-13, as same_id_words
