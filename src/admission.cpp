@@ -232,16 +232,15 @@ EnqueueStatus admit(Segment& s, const BrandedId& group, const BrandedId& job, st
   const GroupKey* g = grouped ? &gk : nullptr;
   if (payload.size() > s.payload_bytes) return EnqueueStatus::payload_too_large;
   if (in.retry && !retry_valid(*in.retry)) return EnqueueStatus::invalid_argument;
-  // The id this thread minted last, on its first enqueue here: it has a live
-  // duplicate only if another thread was handed it and enqueued it first,
-  // or another segment minted the same number and it was enqueued here. The
-  // look-up before the work is skipped for it; the decision after the link
-  // (index_admit) settles every duplicate anyway, at the price of a husk.
-  // (job_snowflake compared the bytes already: a number equal to the
-  // memo's is the memo's id, or one of another kind whose only cost is
-  // the skipped look-up.)
-  bool fresh = t_mint_memo.fresh && sf == t_mint_memo.sf;
-  if (fresh) t_mint_memo.fresh = false;
+  // An id this thread minted lately, on its first enqueue here: it has a
+  // live duplicate only if another thread was handed it and enqueued it
+  // first, or another segment minted the same number and it was enqueued
+  // here. The look-up before the work is skipped for it; the decision after
+  // the link (index_admit) settles every duplicate anyway, at the price of a
+  // husk. (A number equal to a minted one is that id, or one of another
+  // kind whose only cost is the skipped look-up.) Lately, not only last:
+  // a batch mints its ids first and enqueues them after.
+  bool fresh = t_mint_memo.take_fresh(sf);
   // The id's first index bucket is written after the slot is taken, filled
   // and linked; a fresh id skips the look-up that would read it first, so
   // it is fetched now (for write) and arrives while that work is done. In
@@ -420,7 +419,7 @@ BrandedId Queue::mint_checked(const char* kind) noexcept {
       std::memcpy(m.text, &w0, 8);
       std::memcpy(m.text + 6, &w1, 8);
       m.sf = next;
-      m.fresh = true;
+      m.fresh[next % MintMemo::kFreshIds] = next;
       BrandedId id;
       IdAccess::assign_words(id, w0, w1);
       return id;

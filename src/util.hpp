@@ -82,11 +82,22 @@ inline bool same_id_words(std::uint64_t w0, std::uint64_t w1, const char* b) noe
 
 // The last id this thread minted and its snowflake: a memo of the decode
 // (the text and the number are one function of each other, whatever the
-// segment), for the id a producer nearly always enqueues next.
+// segment), for the id a producer nearly always enqueues next. And the ids
+// it minted lately and has not enqueued since (`fresh`, direct-mapped on the
+// snowflake's low bits; a thread's mints are nearly consecutive numbers, so
+// a batch of up to kFreshIds minted ids all fit): their first enqueue skips
+// the look-up before the work (admission.cpp, admit).
 struct MintMemo {
+  static constexpr std::size_t kFreshIds = 64;
   char text[kIdLength] = {};  // never matches a valid id until written
   std::uint64_t sf = 0;
-  bool fresh = false;  // not enqueued by this thread since it was minted
+  std::uint64_t fresh[kFreshIds] = {};  // 0: none (no minted snowflake is 0)
+  bool take_fresh(std::uint64_t id_sf) noexcept {
+    std::uint64_t& f = fresh[id_sf % kFreshIds];
+    if (id_sf == 0 || f != id_sf) return false;
+    f = 0;
+    return true;
+  }
 };
 inline thread_local MintMemo t_mint_memo;
 
