@@ -84,9 +84,12 @@ inline bool same_id_words(std::uint64_t w0, std::uint64_t w1, const char* b) noe
 // (the text and the number are one function of each other, whatever the
 // segment), for the id a producer nearly always enqueues next. And the ids
 // it minted lately and has not enqueued since (`fresh`, direct-mapped on the
-// snowflake's low bits; a thread's mints are nearly consecutive numbers, so
-// a batch of up to kFreshIds minted ids all fit): their first enqueue skips
-// the look-up before the work (admission.cpp, admit).
+// snowflake's low bits): their first enqueue skips the look-up before the
+// work (admission.cpp, admit). A thread minting alone gets consecutive
+// numbers, so a batch of up to kFreshIds fits; threads minting on one queue
+// share its counter, and a millisecond's numbers start again at 0, so ids
+// collide and the older one loses its place (it gets the look-up: slower,
+// never wrong).
 struct MintMemo {
   static constexpr std::size_t kFreshIds = 64;
   char text[kIdLength] = {};  // never matches a valid id until written

@@ -412,9 +412,15 @@ class Queue {
   BrandedId mint(std::string_view kind) noexcept;
 
   // Admit a job. An empty group means the default lane. Idempotent by id:
-  // a second enqueue of a live id returns duplicate and changes nothing. On
-  // any refusal nothing is written (no slot, no lane, no index entry), except
-  // not_durable, which is an admission. Lock-free.
+  // a second enqueue of a live id returns duplicate and leaves that job as
+  // it was. On any refusal nothing is written (no slot, no lane, no index
+  // entry), except not_durable, which is an admission, and one case: the
+  // first enqueue by a thread of an id it minted lately skips the look-up
+  // for a live duplicate (a duplicate then only if the id was handed to
+  // another thread that enqueued it first, or minted by another queue), so
+  // such a duplicate is refused after its slot was written and linked: it
+  // leaves a husk in its lane for a claim to pop, and in a full queue it may
+  // be answered full or lanes_full rather than duplicate. Lock-free.
   EnqueueStatus enqueue(const BrandedId& group, const BrandedId& job, std::string_view payload,
                         EnqueueOptions options = {}) noexcept;
   // One status per item, in order (a batch is not all-or-nothing). Returns

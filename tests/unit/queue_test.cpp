@@ -256,9 +256,12 @@ TEST_F(QueueTest, AFreshlyMintedIdEnqueuedElsewhereFirstIsStillADuplicate) {
 // A batch mints its ids first and enqueues them after: every id a thread
 // minted lately skips the look-up on its first enqueue, not only its last
 // (issue 12). The decisions after the link still refuse what must be
-// refused: an id another thread enqueued first, and an id that comes twice
-// in one batch. And an id minted long before (pushed out of the thread's
-// recent ones by 100 later mints) goes through the look-up as any other.
+// refused: an id another thread enqueued first (items[80]), and an id that
+// comes twice in one batch (items[90]), both among the last 64 minted, so
+// (unless a millisecond's numbering restarted between them) their first
+// enqueue is one that skips the look-up. And an id minted long before
+// (pushed out of the thread's recent ones by 100 later mints) goes through
+// the look-up as any other.
 TEST_F(QueueTest, ABatchOfMintedIdsStillRefusesEveryDuplicate) {
   const BrandedId early = q().mint();
   std::vector<std::string> payloads;  // the items hold views of these
@@ -266,16 +269,16 @@ TEST_F(QueueTest, ABatchOfMintedIdsStillRefusesEveryDuplicate) {
   std::vector<EnqueueItem> items;
   for (int i = 0; i < 100; ++i) items.push_back(EnqueueItem{A, q().mint(), payloads[std::size_t(i)]});
   std::thread other([&] {
-    EXPECT_EQ(q().enqueue(B, items[5].job, "elsewhere"), EnqueueStatus::enqueued);
+    EXPECT_EQ(q().enqueue(B, items[80].job, "elsewhere"), EnqueueStatus::enqueued);
     EXPECT_EQ(q().enqueue(B, early, "early elsewhere"), EnqueueStatus::enqueued);
   });
   other.join();
-  items.push_back(EnqueueItem{A, items[7].job, "again"});  // twice in one batch
+  items.push_back(EnqueueItem{A, items[90].job, "again"});  // twice in one batch
   items.push_back(EnqueueItem{A, early, "early"});
   std::vector<EnqueueStatus> st(items.size());
   EXPECT_EQ(q().enqueue_batch(items, st), 99U);
   for (std::size_t i = 0; i < items.size(); ++i) {
-    const bool dup = i == 5 || i == 100 || i == 101;
+    const bool dup = i == 80 || i == 100 || i == 101;
     EXPECT_EQ(st[i], dup ? EnqueueStatus::duplicate : EnqueueStatus::enqueued) << i;
   }
   EXPECT_EQ(q().depth(A), 99U);
@@ -288,8 +291,8 @@ TEST_F(QueueTest, ABatchOfMintedIdsStillRefusesEveryDuplicate) {
     ASSERT_EQ(q().complete(l.id, l.token), AckStatus::ok);
   }
   EXPECT_EQ(seen.size(), 101U);
-  EXPECT_EQ(seen[items[5].job], "elsewhere");
-  EXPECT_EQ(seen[items[7].job], "job 7");
+  EXPECT_EQ(seen[items[80].job], "elsewhere");
+  EXPECT_EQ(seen[items[90].job], "job 90");
   EXPECT_EQ(seen[early], "early elsewhere");
   EXPECT_TRUE(q().fsck().clean());
 }
