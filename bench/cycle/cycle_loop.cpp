@@ -32,7 +32,6 @@
 //
 // Exit status: 0, or 1 when an operation was refused (the counts would be of
 // something else).
-#include <unistd.h>
 
 #include <cstdint>
 #include <cstdio>
@@ -45,6 +44,7 @@
 #include <valgrind/callgrind.h>
 
 #include "fairlane/queue.hpp"
+#include "../scratch_queue.hpp"
 
 namespace {
 
@@ -173,23 +173,14 @@ void dump(const char* region, std::uint64_t n, const char* extra = "") {
 
 int main(int argc, char** argv) {
   const Args a = parse(argc, argv);
-  const std::string name = "fairlane-cycle-" + std::to_string(getpid());
-  (void)fairlane::Queue::remove(name);
   fairlane::QueueOptions o;
   o.jobs = pow2_at_least(std::uint64_t(a.lanes) * a.backlog * 2 + 1024);
   o.lanes = a.lanes + 1;
   o.payload_bytes = a.payload;
   o.recovery_ms = fairlane::kMaxRecoveryMs;
-  auto created = fairlane::Queue::create(name, o);
-  if (!created) {
-    std::fprintf(stderr, "fairlane_cycle: Queue::create %s: %s\n", name.c_str(), created.error().message.c_str());
-    return 1;
-  }
-  fairlane::Queue q = std::move(created).value();
-  struct Remove {
-    const std::string& n;
-    ~Remove() { (void)fairlane::Queue::remove(n); }
-  } remove{name};
+  auto scratch = fairlane::bench::ScratchQueue::create("fairlane_cycle", o);
+  if (!scratch) return 1;
+  fairlane::Queue& q = scratch->queue();
 
   Loop loop(q, a);
   const std::string payload(a.payload, 'p');

@@ -9,7 +9,6 @@
 // Defaults: 8 rounds of 100,000 jobs into a 262,144-job queue over 100
 // tenants (Zipf 1.0, as fairlane-bench's default), 64-byte payloads. Rates
 // are per round; compare builds by running them interleaved on one machine.
-#include <unistd.h>
 
 #include <chrono>
 #include <cstdint>
@@ -21,6 +20,7 @@
 #include <vector>
 
 #include "fairlane/queue.hpp"
+#include "../scratch_queue.hpp"
 
 namespace {
 
@@ -62,22 +62,13 @@ double seconds_since(std::chrono::steady_clock::time_point t0) {
 
 int main(int argc, char** argv) {
   const Args a = parse(argc, argv);
-  const std::string name = "fairlane-fill-drain-" + std::to_string(getpid());
-  (void)fairlane::Queue::remove(name);
   fairlane::QueueOptions o;
   o.jobs = a.queue_jobs;
   o.lanes = a.tenants + 1;
   o.payload_bytes = 64;
-  auto created = fairlane::Queue::create(name, o);
-  if (!created) {
-    std::fprintf(stderr, "fairlane_fill_drain: Queue::create: %s\n", created.error().message.c_str());
-    return 1;
-  }
-  fairlane::Queue q = std::move(created).value();
-  struct Remove {
-    const std::string& n;
-    ~Remove() { (void)fairlane::Queue::remove(n); }
-  } remove{name};
+  auto scratch = fairlane::bench::ScratchQueue::create("fairlane_fill_drain", o);
+  if (!scratch) return 1;
+  fairlane::Queue& q = scratch->queue();
 
   std::vector<fairlane::BrandedId> groups(a.tenants);
   std::vector<double> weight(a.tenants);

@@ -36,8 +36,6 @@
 
 namespace fairlane::test {
 
-// A segment name unique to this process and this test: "flt_<pid>_<suite>_<test>[_<tag>]".
-// Characters other than [A-Za-z0-9_] are replaced so parameterised test names stay legal.
 // Waits until a predicate holds (a real condition, polled every
 // millisecond), with a hang guard; false if the guard ran out first.
 template <class F>
@@ -63,6 +61,8 @@ inline bool wait_stopped(pid_t pid, std::chrono::milliseconds guard = std::chron
   return stopped;
 }
 
+// A segment name unique to this process and this test: "flt_<pid>_<suite>_<test>[_<tag>]".
+// Characters other than [A-Za-z0-9_] are replaced so parameterised test names stay legal.
 inline std::string unique_segment_name(std::string_view tag = {}) {
   std::string name = "flt_" + std::to_string(::getpid());
   if (const auto* info = ::testing::UnitTest::GetInstance()->current_test_info()) {

@@ -217,12 +217,18 @@ TEST(Ids, ByteOrderIsNumericOrder) {
 
 // ---------------------------------------------------------------- minting in one process
 
+// The small queue the mint tests mint from (they enqueue nothing).
+QueueOptions mint_queue_options(const char* kind = "JOB") {
+  QueueOptions o;
+  o.jobs = 16;
+  o.lanes = 4;
+  o.job_kind = kind;
+  return o;
+}
+
 TEST(IdMint, UsesJobKindAndWallClock) {
   SegmentGuard guard(unique_segment_name());
-  QueueOptions opts;
-  opts.jobs = 16;
-  opts.lanes = 4;
-  opts.job_kind = "TSK";
+  const QueueOptions opts = mint_queue_options("TSK");
   FAIRLANE_CREATE_OR_FAIL(q, guard.name(), opts);
 
   const auto wall_ms = [] {
@@ -259,10 +265,7 @@ TEST(IdMint, UsesJobKindAndWallClock) {
 // thread of its own, so that its first mint has no memo to start from.
 TEST(IdMint, EveryMintedTextSpellsTheNextSnowflake) {
   SegmentGuard guard(unique_segment_name());
-  QueueOptions opts;
-  opts.jobs = 16;
-  opts.lanes = 4;
-  opts.job_kind = "TSK";
+  const QueueOptions opts = mint_queue_options("TSK");
   FAIRLANE_CREATE_OR_FAIL(q, guard.name(), opts);
   std::uint64_t crossings = 0;
   std::thread([&] {
@@ -287,9 +290,7 @@ TEST(IdMint, EveryMintedTextSpellsTheNextSnowflake) {
 
 TEST(IdMint, StrictlyIncreasingAcrossThreads) {
   SegmentGuard guard(unique_segment_name());
-  QueueOptions opts;
-  opts.jobs = 16;
-  opts.lanes = 4;
+  const QueueOptions opts = mint_queue_options();
   FAIRLANE_CREATE_OR_FAIL(q, guard.name(), opts);
 
   constexpr int kThreads = 4;
@@ -326,9 +327,7 @@ TEST(IdMint, StrictlyIncreasingAcrossThreads) {
 TEST(IdMint, SharedAcrossAttachments) {
   // Two Queue objects on one segment share the mint word.
   SegmentGuard guard(unique_segment_name());
-  QueueOptions opts;
-  opts.jobs = 16;
-  opts.lanes = 4;
+  const QueueOptions opts = mint_queue_options();
   FAIRLANE_CREATE_OR_FAIL(q1, guard.name(), opts);
   auto q2r = Queue::open(guard.name());
   ASSERT_TRUE(q2r.ok()) << test::describe(q2r.error());
