@@ -254,7 +254,7 @@ EnqueueStatus admit(Segment& s, const BrandedId& group, const BrandedId& job, st
     // so that a duplicate is found here rather than after our own link.
     std::uint32_t admitting = kNoSlot;
     Word128 admitting_word;
-    if (!fresh && index_find(s, sf, &admitting, &admitting_word) != kNoSlot) {
+    if (!fresh && index_find(s, probe, sf, &admitting, &admitting_word) != kNoSlot) {
       count(s, &CounterBlock::duplicates);
       return EnqueueStatus::duplicate;
     }
@@ -372,11 +372,11 @@ void mint_words(const char* kind, std::uint64_t sf, std::uint64_t& w0, std::uint
     return;
   }
   const auto d = encode_base62(sf);
-  std::uint64_t a = 0, b = 0;
+  std::uint64_t a = 0;
+  std::uint32_t b = 0;
   std::memcpy(&a, d.data(), 8);
   std::memcpy(&b, d.data() + 8, 3);
-  w0 = k | (a << 24);
-  w1 = (a >> 24) | (b << 40);
+  detail::id_words_of(k, a, b, w0, w1);
 }
 
 }  // namespace

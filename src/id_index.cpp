@@ -343,7 +343,11 @@ Admit decide(Segment& s, const IndexProbe& p, std::uint32_t slot, std::uint64_t 
 }  // namespace
 
 std::uint32_t index_find(const Segment& s, std::uint64_t sf, std::uint32_t* admitting, Word128* admitting_word) noexcept {
-  const IndexProbe p = index_probe(s, sf);
+  return index_find(s, index_probe(s, sf), sf, admitting, admitting_word);
+}
+
+std::uint32_t index_find(const Segment& s, const IndexProbe& p, std::uint64_t sf, std::uint32_t* admitting,
+                         Word128* admitting_word) noexcept {
   std::uint32_t found = kNoSlot;
   index_scan(s, p, [&](std::atomic<std::uint64_t>&, std::uint64_t e) {
     std::uint32_t slot = 0;

@@ -89,6 +89,9 @@ inline bool committed_state(SlotState st) noexcept {
 // `admitting_word` to the word it was seen with.
 std::uint32_t index_find(const Segment& s, std::uint64_t sf, std::uint32_t* admitting = nullptr,
                          Word128* admitting_word = nullptr) noexcept;
+// The same with the id's probe already computed (index_probe(s, sf)).
+std::uint32_t index_find(const Segment& s, const IndexProbe& p, std::uint64_t sf, std::uint32_t* admitting = nullptr,
+                         Word128* admitting_word = nullptr) noexcept;
 
 enum class Admit {
   won,        // this slot is the job now (committed)

@@ -111,10 +111,15 @@ inline void store_digits(SlotRecord& r, const char* id) noexcept {
 // and IdAccess::assign_words take an id. Made in registers (x86 is
 // little-endian: byte i of a word is its bits 8i up), never as bytes stored
 // one piece at a time and read back whole.
-inline void id_words(const Segment& s, std::uint64_t a, std::uint32_t b, std::uint64_t& w0, std::uint64_t& w1) noexcept {
+// `kind_word` is the kind's three bytes in the low bytes of a word.
+inline void id_words_of(std::uint64_t kind_word, std::uint64_t a, std::uint32_t b, std::uint64_t& w0,
+                        std::uint64_t& w1) noexcept {
   static_assert(std::endian::native == std::endian::little);
-  w0 = s.kind_word | (a << 24);                          // kind, digits 0-4
+  w0 = kind_word | (a << 24);                            // kind, digits 0-4
   w1 = (a >> 24) | (std::uint64_t(b & 0xFFFFFF) << 40);  // digits 3-7, 8-10
+}
+inline void id_words(const Segment& s, std::uint64_t a, std::uint32_t b, std::uint64_t& w0, std::uint64_t& w1) noexcept {
+  id_words_of(s.kind_word, a, b, w0, w1);
 }
 
 // ---- admission tags ---------------------------------------------------------------
