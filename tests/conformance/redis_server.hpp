@@ -47,16 +47,24 @@ class RedisServer {
       error = "redis-server not installed" + (binary.empty() ? std::string() : " (" + binary + ")");
       return nullptr;
     }
-    for (int attempt = 0; attempt < 8; ++attempt) {
+    // A cluster node also listens on its port + 10000 (the cluster bus), so
+    // its port must be at most 55535; above that redis-server writes its
+    // config file, then exits. Free ports come from the ephemeral range
+    // (32768-60999 by default): those above are passed over.
+    const bool cluster = std::find(extra.begin(), extra.end(), "--cluster-enabled") != extra.end();
+    for (int attempt = 0, tries = 0; attempt < 8 && tries < 256; ++tries) {
       const int p = port ? port : free_port();
       if (p <= 0) {
         error = "no free loopback port";
         return nullptr;
       }
+      if (!port && cluster && p > 55535) continue;
+      ++attempt;
       auto s = std::unique_ptr<RedisServer>(new RedisServer(binary, p, extra));
       if (s->launch(error)) return s;
       if (port) return nullptr;  // the caller wanted exactly this port
     }
+    if (error.empty()) error = "no free loopback port at or below 55535 for a cluster node";
     return nullptr;
   }
 
@@ -93,10 +101,10 @@ class RedisServer {
       const auto at = a.find("{port}");
       if (at != std::string::npos) a.replace(at, 6, std::to_string(port_));
     }
-    // A cluster node writes its config file under --dir (/tmp) as soon as it
-    // starts, before it binds: removed with this server, so that neither a
-    // node that lost its port to another process nor one stopped for good
-    // leaves it behind. (stop() keeps it: restart() brings the same node back.)
+    // A cluster node keeps its config file under --dir (/tmp): removed with
+    // this server, however it ends (stopped for good, or a launch that wrote
+    // the file and then failed, as on a port whose bus port is taken), not
+    // by stop(), since restart() brings the same node back.
     const auto f = std::find(extra_.begin(), extra_.end(), "--cluster-config-file");
     if (f != extra_.end() && f + 1 != extra_.end()) conf_file_ = "/tmp/" + *(f + 1);
   }
@@ -227,7 +235,7 @@ class RedisCluster {
     // epoch bump at a time, for a while after the cluster says ok; a bump
     // that lands during a manual reshard can make the slot's old owner's
     // stale claim outrank the new owner's, after which each of the two
-    // answers MOVED to the other (seen once in about 20 reshard runs).
+    // answers MOVED to the other (seen once in 40 reshard runs).
     for (std::size_t i = 0; i < c->nodes_.size(); ++i) {
       std::string why;
       if (c->reply_str(c->nodes_[i], {"CLUSTER", "SET-CONFIG-EPOCH", std::to_string(i + 1)}, &why) != "OK") {
@@ -263,7 +271,6 @@ class RedisCluster {
     }
     return c;
   }
-
 
   std::vector<Node>& nodes() { return nodes_; }
   int port(std::size_t i) const { return nodes_[i].server->port(); }
