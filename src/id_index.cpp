@@ -138,8 +138,10 @@ bool has_entry(const Segment& s, const IndexProbe& p, std::uint32_t slot) noexce
 // insert reuses the first stale one it meets (a tag read each way); one
 // whose slot is free only if the bucket has no stale way. Only if neither bucket
 // has one is an entry whose tag came round again looked for
-// (entry_reusable). Four entries per job slot keep a pair of buckets full
-// of live jobs out of reach in practice. false: both full of current
+// (entry_reusable). Eight entries per job slot keep a pair of buckets full
+// of live jobs about a 1-in-10^9 event an insert (with four, a 114,688-job
+// queue filled to the last slot said `full` early in 5 fills of 100: see
+// docs/design.md, "The id index's size"). false: both full of current
 // entries (reported as full, never ignored).
 bool put_entry(Segment& s, const IndexProbe& p, std::uint32_t slot) noexcept {
   const std::uint64_t mine = IndexEntry::make(p.fp, slot + 1, admit_tag(s, slot));

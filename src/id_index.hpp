@@ -1,6 +1,6 @@
 // The id index: job id -> the slot that admitted it, so that enqueue can
 // refuse a live id and job(id) can find a job. Two-choice hashing over
-// buckets of kIndexWays entries, two entries per job slot.
+// buckets of kIndexWays entries, eight entries per job slot.
 //
 // Entries are removed lazily: an entry is current while its slot's
 // admission tag (Segment::tags, bumped by every admission of the slot)

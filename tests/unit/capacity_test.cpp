@@ -125,6 +125,44 @@ TEST_F(QueueTest, FullCapacityAfterHundredfoldUse) {
   }
 }
 
+// A queue of N jobs takes N jobs: `full` means every slot is in use, not
+// that the id index ran out of room first. The size is the worst case of
+// the index's sizing (its bucket count, a power of two, rounded up the
+// least: most entries per bucket). With four entries a slot, 5 fills of
+// such a queue in 100 stopped short of the last slot; with eight, none of
+// 2,300 did (docs/design.md, "The id index's size"). Each fill has fresh
+// ids and a fresh segment (a fresh hash seed).
+TEST(Capacity, AQueueFilledToTheLastSlotTakesEveryJob) {
+  constexpr std::uint32_t kFullJobs = 114688;  // 7/8 x 2^17: the index's fullest rounding
+  constexpr int kFills = 30;
+  const BrandedId lanes[4] = {group("LNA"), group("LNB"), group("LNC"), group("LND")};
+  int short_fills = 0;
+  std::string first;
+  for (int fill = 0; fill < kFills; ++fill) {
+    test::SegmentGuard guard(test::unique_segment_name("fill"));
+    QueueOptions o;
+    o.jobs = kFullJobs;
+    o.lanes = 8;
+    o.payload_bytes = 8;
+    auto q = Queue::create(guard.name(), o);
+    ASSERT_TRUE(q.ok()) << q.error().message;
+    std::uint32_t taken = 0;
+    EnqueueStatus st = EnqueueStatus::enqueued;
+    for (; taken < kFullJobs; ++taken) {
+      st = q->enqueue(lanes[taken % 4], q->mint(), "x");
+      if (st != EnqueueStatus::enqueued) break;
+    }
+    if (taken < kFullJobs) {
+      if (short_fills++ == 0)
+        first = "fill " + std::to_string(fill) + " said " + std::string(to_string(st)) + " after " + std::to_string(taken) + " jobs";
+      continue;
+    }
+    EXPECT_EQ(q->enqueue(lanes[0], q->mint(), "x"), EnqueueStatus::full) << "a job past the last slot";
+  }
+  EXPECT_EQ(short_fills, 0) << "fills of " << kFullJobs << " jobs that stopped short: " << short_fills << " of " << kFills
+                            << "; the first: " << first;
+}
+
 TEST_F(QueueTest, DeadJobsHoldSlotsUntilCapacity) {
   // Dead-lettered jobs keep their slot (they still exist); the queue reports
   // full rather than losing them.

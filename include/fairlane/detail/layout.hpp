@@ -29,7 +29,7 @@
 namespace fairlane::detail {
 
 inline constexpr std::uint64_t kMagic = 0x314E4C5249414646ULL;  // "FFAIRLN1" little-endian
-inline constexpr std::uint32_t kLayoutVersion = 5;
+inline constexpr std::uint32_t kLayoutVersion = 6;
 inline constexpr std::size_t kCacheLine = 64;
 inline constexpr std::uint32_t kMaxJobs = (1U << 26) - 2;      // slot+1 fits a 26-bit field
 inline constexpr std::uint32_t kMaxLanes = (1U << 21) - 2;     // lane+1 fits 22 bits, with the default lane
@@ -418,7 +418,7 @@ struct RingCell {
 };
 
 // Id index entry: a job id -> the slot that admitted it. Two-choice hashing
-// over buckets of kIndexWays entries, four entries per job slot. An entry
+// over buckets of kIndexWays entries, eight entries per job slot. An entry
 // is current while its slot's admission tag still equals its tag; a new
 // admission of a slot takes out the entries of the previous one before it
 // moves the tag on, so the index holds the live jobs (and the slots freed and
