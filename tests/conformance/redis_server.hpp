@@ -107,6 +107,9 @@ class RedisServer {
     // by stop(), since restart() brings the same node back.
     const auto f = std::find(extra_.begin(), extra_.end(), "--cluster-config-file");
     if (f != extra_.end() && f + 1 != extra_.end()) conf_file_ = "/tmp/" + *(f + 1);
+    // One left by a killed run with the same pid and port would be a node
+    // that knows its old cluster (and refuses SET-CONFIG-EPOCH).
+    if (!conf_file_.empty()) std::remove(conf_file_.c_str());
   }
 
   static int free_port() {
@@ -194,7 +197,7 @@ class RedisServer {
 
 // A private Valkey Cluster on loopback: `masters` masters splitting the 16384
 // slots evenly, each with `replicas` replicas, every node a RedisServer in
-// cluster mode with a config file of its own in /tmp (removed at stop).
+// cluster mode with a config file of its own in /tmp (removed with the node).
 // Formed with CLUSTER ADDSLOTSRANGE, MEET and REPLICATE; ready once every
 // node reports cluster_state:ok, knows every other and the owner of every
 // slot (a bounded liveness wait on the servers' own state, as the cluster

@@ -419,11 +419,11 @@ struct RingCell {
 
 // Id index entry: a job id -> the slot that admitted it. Two-choice hashing
 // over buckets of kIndexWays entries, eight entries per job slot. An entry
-// is current while its slot's admission tag still equals its tag; a new
-// admission of a slot takes out the entries of the previous one before it
-// moves the tag on, so the index holds the live jobs (and the slots freed and
-// not yet reused), and a stale entry left by a scribble is reused by the next
-// insert that needs the room.
+// is current while its slot's admission tag still equals its tag. Entries
+// are never taken out: a new admission of a slot moves its tag on, which
+// makes the entries of the previous one stale, and an insert reuses a stale
+// way (or one whose slot is free) when it needs the room; so the current
+// entries are those of the live jobs and of the slots freed and not yet reused.
 //
 //   bits 0..7 tag (the slot's admission tag) | 8..33 slot+1 | 34..63 fingerprint
 //
