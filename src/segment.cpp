@@ -217,7 +217,7 @@ Geometry geometry_for(std::uint32_t jobs, std::uint32_t lanes, std::uint32_t pay
   // Eight id index entries per job slot (first-fit two-choice: id_index.cpp,
   // docs/design.md "The id index's size"): a pair of buckets full of live
   // jobs while slots are free is then about a 1-in-10^9 event an insert.
-  g.index_buckets = std::uint32_t(next_pow2(std::max<std::uint64_t>(2, (std::uint64_t(jobs) * 8 + kIndexWays - 1) / kIndexWays)));
+  g.index_buckets = std::uint32_t(next_pow2(std::max<std::uint64_t>(2, (std::uint64_t(jobs) * kIndexEntriesPerSlot + kIndexWays - 1) / kIndexWays)));
   g.slot_bits = std::max<std::uint32_t>(1, ceil_log2(jobs));
   std::uint64_t off = round_up(sizeof(Header), 4096);
   g.words_off = off;

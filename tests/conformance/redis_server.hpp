@@ -39,6 +39,12 @@ namespace fairlane::test {
 
 class RedisServer {
  public:
+  // Where every server keeps its files (--dir): a cluster node's config file.
+  static constexpr const char* kDataDir = "/tmp";
+  static bool cluster_node(const std::vector<std::string>& extra) {
+    return std::find(extra.begin(), extra.end(), "--cluster-enabled") != extra.end();
+  }
+
   // Starts a server on a free loopback port (or on `port` if nonzero).
   // Returns nullptr and says why in `error`.
   static std::unique_ptr<RedisServer> start(const std::string& binary, std::string& error, int port = 0,
@@ -51,7 +57,7 @@ class RedisServer {
     // its port must be at most 55535; above that redis-server writes its
     // config file, then exits. Free ports come from the ephemeral range
     // (32768-60999 by default): those above are passed over.
-    const bool cluster = std::find(extra.begin(), extra.end(), "--cluster-enabled") != extra.end();
+    const bool cluster = cluster_node(extra);
     for (int attempt = 0, tries = 0; attempt < 8 && tries < 256; ++tries) {
       const int p = port ? port : free_port();
       if (p <= 0) {
@@ -106,7 +112,7 @@ class RedisServer {
     // the file and then failed, as on a port whose bus port is taken), not
     // by stop(), since restart() brings the same node back.
     const auto f = std::find(extra_.begin(), extra_.end(), "--cluster-config-file");
-    if (f != extra_.end() && f + 1 != extra_.end()) conf_file_ = "/tmp/" + *(f + 1);
+    if (f != extra_.end() && f + 1 != extra_.end()) conf_file_ = std::string(kDataDir) + "/" + *(f + 1);
     // One left by a killed run with the same pid and port would be a node
     // that knows its old cluster (and refuses SET-CONFIG-EPOCH).
     if (!conf_file_.empty()) std::remove(conf_file_.c_str());
@@ -149,9 +155,9 @@ class RedisServer {
       ::dup2(fds[1], 1);
       ::dup2(fds[1], 2);
       std::vector<std::string> args = {binary_, "--port", port, "--bind", "127.0.0.1", "--save", "", "--appendonly",
-                                        "no", "--daemonize", "no", "--protected-mode", "no", "--dir", "/tmp",
+                                        "no", "--daemonize", "no", "--protected-mode", "no", "--dir", kDataDir,
                                         "--loglevel", "notice"};
-      if (std::find(extra_.begin(), extra_.end(), "--cluster-enabled") == extra_.end()) {
+      if (!cluster_node(extra_)) {
         args.push_back("--databases");
         args.push_back("1");
       }

@@ -1,6 +1,8 @@
 // Invariant 9: nothing degrades with use. After a hundred times the job
 // capacity of enqueue/claim/complete cycles (with retries, expired leases,
 // drains and duplicates mixed in), the queue still takes its full capacity.
+#include <fairlane/detail/layout.hpp>
+
 #include "queue_fixture.hpp"
 
 namespace fairlane {
@@ -133,7 +135,9 @@ TEST_F(QueueTest, FullCapacityAfterHundredfoldUse) {
 // 2,300 did (docs/design.md, "The id index's size"). Each fill has fresh
 // ids and a fresh segment (a fresh hash seed).
 TEST(Capacity, AQueueFilledToTheLastSlotTakesEveryJob) {
-  constexpr std::uint32_t kFullJobs = 114688;  // 7/8 x 2^17: the index's fullest rounding
+  // The index's fullest rounding: jobs x entries per slot / ways a bucket is
+  // exactly a power of two (114,688 jobs at eight entries a slot).
+  constexpr std::uint32_t kFullJobs = (1U << 17) * detail::kIndexWays / detail::kIndexEntriesPerSlot;
   constexpr int kFills = 30;
   const BrandedId lanes[4] = {group("LNA"), group("LNB"), group("LNC"), group("LND")};
   int short_fills = 0;

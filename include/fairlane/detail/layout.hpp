@@ -37,6 +37,7 @@ inline constexpr std::uint32_t kMaxProcs = 4095;               // QueueOptions::
 inline constexpr std::uint32_t kMaxPayload = 1U << 20;
 inline constexpr std::uint32_t kErrorBytes = 48;
 inline constexpr std::uint32_t kIndexWays = 7;                 // id index entries per bucket
+inline constexpr std::uint32_t kIndexEntriesPerSlot = 8;       // id index size: entries per job slot
 inline constexpr std::uint32_t kDirWays = 4;                   // lane directory entries per bucket
 inline constexpr std::uint32_t kStrayLevels = 6;               // strays skip-list levels
 inline constexpr std::uint32_t kMirrorUrlBytes = 160;
