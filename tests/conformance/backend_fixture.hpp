@@ -50,11 +50,11 @@ class BackendTest : public ::testing::TestWithParam<BackendKind> {
     }
     if (GetParam() == BackendKind::cluster) {
       ClusterTarget& c = cluster_target();
-      if (!c.available) GTEST_SKIP() << "Valkey Cluster cases skipped: " << c.skip_reason;
+      if (!c.available) FAIRLANE_SKIP_OR_FAIL("no Valkey Cluster for these cases: " + c.skip_reason);
       url_ = c.url(name_);
     } else {
       ValkeyTarget& t = valkey_target();
-      if (!t.available) GTEST_SKIP() << "Valkey cases skipped: " << t.skip_reason;
+      if (!t.available) FAIRLANE_SKIP_OR_FAIL("no Valkey server for these cases: " + t.skip_reason);
       url_ = t.url(name_);
     }
     auto v = ValkeyBackend::open(url_, valkey_options());

@@ -135,7 +135,7 @@ class ClusterTest : public ::testing::Test {
   void start(int replicas) {
     std::string error;
     cluster_ = RedisCluster::start(FAIRLANE_REDIS_SERVER, error, 3, replicas);
-    if (!cluster_) GTEST_SKIP() << "needs redis-server in cluster mode: " << error;
+    if (!cluster_) FAIRLANE_SKIP_OR_FAIL("needs redis-server in cluster mode: " + error);
     queue_ = test::unique_segment_name();
     slot_ = std::atoi(RedisCluster::command(cluster_->port(0), {"CLUSTER", "KEYSLOT", "emq:{" + queue_ + "}:ring"}).c_str());
   }

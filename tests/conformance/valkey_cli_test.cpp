@@ -43,7 +43,7 @@ class ValkeyCli : public ::testing::Test {
  protected:
   void SetUp() override {
     auto& t = test::valkey_target();
-    if (!t.available) GTEST_SKIP() << "Valkey cases skipped: " << t.skip_reason;
+    if (!t.available) FAIRLANE_SKIP_OR_FAIL("no Valkey server for these cases: " + t.skip_reason);
     url_ = t.url(test::unique_segment_name());
     auto b = ValkeyBackend::open(url_);
     ASSERT_TRUE(b.ok()) << b.error().message;

@@ -45,7 +45,7 @@ class ValkeyTest : public ::testing::Test {
  protected:
   void SetUp() override {
     auto& t = valkey_target();
-    if (!t.available) GTEST_SKIP() << "Valkey cases skipped: " << t.skip_reason;
+    if (!t.available) FAIRLANE_SKIP_OR_FAIL("no Valkey server for these cases: " + t.skip_reason);
     queue_ = test::unique_segment_name();
     url_ = t.url(queue_);
     raw_ = std::make_unique<RawClient>(t.host, t.port);
@@ -286,7 +286,7 @@ TEST_F(ValkeyTest, LeaseDeadlineIsOnTheQueueClock) {
 TEST(ValkeyReconnect, ServerGoneThenBack) {
   std::string error;
   auto server = RedisServer::start(FAIRLANE_REDIS_SERVER, error);
-  if (!server) GTEST_SKIP() << "needs a private server: " << error;
+  if (!server) FAIRLANE_SKIP_OR_FAIL("needs a private server: " + error);
   const std::string url = "valkey://127.0.0.1:" + std::to_string(server->port()) + "/reconnect";
   ValkeyOptions o;
   o.reconnect_attempts = 2;
@@ -603,7 +603,7 @@ class ValkeyAuth : public ::testing::Test {
   void SetUp() override {
     std::string error;
     server_ = RedisServer::start(FAIRLANE_REDIS_SERVER, error, 0, {"--requirepass", "s3cret"});
-    if (!server_) GTEST_SKIP() << error;
+    if (!server_) FAIRLANE_SKIP_OR_FAIL(error);
     const std::string port = std::to_string(server_->port());
     redisContext* c = redisConnect("127.0.0.1", server_->port());
     ASSERT_TRUE(c && !c->err);

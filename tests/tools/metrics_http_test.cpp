@@ -350,7 +350,7 @@ std::string url_encode(std::string_view s) {
 TEST_F(MetricsHttp, ARealPrometheusScrapesItAndAnswersQueries) {
   const std::string prometheus = "/usr/bin/prometheus";
   if (!std::filesystem::exists(prometheus))
-    GTEST_SKIP() << "no " << prometheus << " (Debian package prometheus; CI installs it)";
+    FAIRLANE_SKIP_OR_FAIL("no " + prometheus + " (Debian package prometheus; CI installs it)");
   serve();
   const std::uint16_t web = free_port();
   const auto config = dir_.path() / "prometheus.yml";

@@ -22,7 +22,7 @@ class WorkerOnValkey : public ::testing::Test {
  protected:
   void SetUp() override {
     auto& t = test::valkey_target();
-    if (!t.available) GTEST_SKIP() << t.skip_reason;
+    if (!t.available) FAIRLANE_SKIP_OR_FAIL(t.skip_reason);
     static int run = 0;  // --gtest_repeat reuses the server: a fresh queue each time
     url_ = t.url(test::unique_segment_name(std::to_string(++run)));
     q_ = connect();
