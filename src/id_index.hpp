@@ -42,18 +42,25 @@ namespace fairlane::detail {
 // Where an id's entries go: its first bucket and fingerprint at once; its
 // second bucket (a second mix of the hash) only when asked, since it is
 // looked at only once the first has overflowed.
+//
+// The bucket count need not be a power of two (segment.cpp sizes the index
+// to the job count): a hash maps to bucket (x * buckets) >> bits for x of
+// `bits` uniform bits, a multiply and a shift instead of a mask. The first
+// bucket takes the hash's low 34 bits (the fingerprint is its top 30, so
+// the two stay independent; buckets < 2^30, so the product fits in 64
+// bits), the second the top 34 bits of a second mix.
 struct IndexProbe {
   std::uint64_t h, b1;
   std::uint32_t fp;
   std::uint64_t b2(const Segment& s) const noexcept {
-    const std::uint64_t b = mix64(h) & s.index_mask;
-    return b == b1 ? b1 ^ 1 : b;  // index_buckets >= 2
+    const std::uint64_t b = ((mix64(h) >> 30) * s.index_buckets) >> 34;
+    return b != b1 ? b : b1 + 1 < s.index_buckets ? b1 + 1 : 0;  // index_buckets >= 2
   }
 };
 
 inline IndexProbe index_probe(const Segment& s, std::uint64_t sf) noexcept {
   const std::uint64_t h = id_hash(sf, s.seed);
-  return IndexProbe{h, h & s.index_mask, std::uint32_t(h >> 34)};
+  return IndexProbe{h, ((h & ((1ULL << 34) - 1)) * s.index_buckets) >> 34, std::uint32_t(h >> 34)};
 }
 
 inline std::atomic<std::uint64_t>& index_way(const Segment& s, const IndexProbe& p, unsigned k) noexcept {

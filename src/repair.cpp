@@ -226,7 +226,7 @@ class Repairer {
     for (std::uint64_t i = 0; i <= s_.ring_mask; ++i) s_.ring[i].store(RingCell::make(i - (s_.ring_mask + 1), 0));
     s_.h->ring_head.store(0);
     s_.h->ring_tail.store(0);
-    for (std::uint64_t b = 0; b <= s_.index_mask; ++b) {
+    for (std::uint64_t b = 0; b < s_.index_buckets; ++b) {
       for (auto& e : s_.index[b].e) e.store(0);
       s_.index[b].overflow.store(0);
     }

@@ -217,7 +217,10 @@ Geometry geometry_for(std::uint32_t jobs, std::uint32_t lanes, std::uint32_t pay
   // Eight id index entries per job slot (first-fit two-choice: id_index.cpp,
   // docs/design.md "The id index's size"): a pair of buckets full of live
   // jobs while slots are free is then about a 1-in-10^9 event an insert.
-  g.index_buckets = std::uint32_t(next_pow2(std::max<std::uint64_t>(2, (std::uint64_t(jobs) * kIndexEntriesPerSlot + kIndexWays - 1) / kIndexWays)));
+  // Exactly that many buckets, not a power of two (ids map to buckets by a
+  // multiply, id_index.hpp): every queue has the same 7/8 of a job per
+  // bucket at most, and no queue pays for up to twice the index it needs.
+  g.index_buckets = std::uint32_t(std::max<std::uint64_t>(2, (std::uint64_t(jobs) * kIndexEntriesPerSlot + kIndexWays - 1) / kIndexWays));
   g.slot_bits = std::max<std::uint32_t>(1, ceil_log2(jobs));
   std::uint64_t off = round_up(sizeof(Header), 4096);
   g.words_off = off;
@@ -275,7 +278,7 @@ void bind_tables(Segment& s) {
   s.thread_count = h->thread_capacity;
   s.dir_mask = h->dir_buckets - 1;
   s.ring_mask = h->ring_cells - 1;
-  s.index_mask = h->index_buckets - 1;
+  s.index_buckets = h->index_buckets;
   s.seed = h->hash_seed;
   s.recovery_ms = h->recovery_ms;
   std::memcpy(s.kind, h->job_kind, 3);

@@ -128,15 +128,16 @@ TEST_F(QueueTest, FullCapacityAfterHundredfoldUse) {
 }
 
 // A queue of N jobs takes N jobs: `full` means every slot is in use, not
-// that the id index ran out of room first. The size is the worst case of
-// the index's sizing (its bucket count, a power of two, rounded up the
-// least: most entries per bucket). With four entries a slot, 5 fills of
-// such a queue in 100 stopped short of the last slot; with eight, none of
-// 2,300 did (docs/design.md, "The id index's size"). Each fill has fresh
-// ids and a fresh segment (a fresh hash seed).
+// that the id index ran out of room first. The size is the one that was the
+// worst case while the bucket count was a power of two (rounded up the
+// least: most entries per bucket); with the count sized to the jobs, every
+// size has that load (7/8 of a job a bucket). With four entries a slot, 5
+// fills of such a queue in 100 stopped short of the last slot; with eight,
+// none of 2,300 did (docs/design.md, "The id index's size"). Each fill has
+// fresh ids and a fresh segment (a fresh hash seed).
 TEST(Capacity, AQueueFilledToTheLastSlotTakesEveryJob) {
-  // The index's fullest rounding: jobs x entries per slot / ways a bucket is
-  // exactly a power of two (114,688 jobs at eight entries a slot).
+  // jobs x entries per slot / ways a bucket = 2^17 buckets exactly (114,688
+  // jobs at eight entries a slot).
   constexpr std::uint32_t kFullJobs = (1U << 17) * detail::kIndexWays / detail::kIndexEntriesPerSlot;
   constexpr int kFills = 30;
   const BrandedId lanes[4] = {group("LNA"), group("LNB"), group("LNC"), group("LND")};

@@ -29,7 +29,7 @@
 namespace fairlane::detail {
 
 inline constexpr std::uint64_t kMagic = 0x314E4C5249414646ULL;  // "FFAIRLN1" little-endian
-inline constexpr std::uint32_t kLayoutVersion = 6;
+inline constexpr std::uint32_t kLayoutVersion = 7;
 inline constexpr std::size_t kCacheLine = 64;
 inline constexpr std::uint32_t kMaxJobs = (1U << 26) - 2;      // slot+1 fits a 26-bit field
 inline constexpr std::uint32_t kMaxLanes = (1U << 21) - 2;     // lane+1 fits 22 bits, with the default lane
@@ -632,7 +632,7 @@ struct alignas(kCacheLine) Header {
   std::uint32_t payload_bytes;
   std::uint32_t slot_bytes;          // sizeof(SlotRecord) + payload, rounded
   std::uint32_t ring_cells;          // power of two
-  std::uint32_t index_buckets;       // power of two
+  std::uint32_t index_buckets;       // jobs x kIndexEntriesPerSlot / kIndexWays, rounded up (at least 2)
   std::uint32_t proc_capacity;
   std::uint32_t thread_capacity;
   std::uint32_t slot_bits;           // bits of a slot index in a Token
