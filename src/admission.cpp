@@ -265,7 +265,8 @@ EnqueueStatus admit(Segment& s, const BrandedId& group, const BrandedId& job, st
     if (s.log && !in.restoring) {
       if (auto refused = mirror_admission_check(s)) return *refused;
     }
-    IntentGuard guard(s);
+    ThreadRecord* const me = s.thread();  // for the guard and the counter: looked up once
+    IntentGuard guard(s, me);
     std::uint64_t ctr = 0;
     std::uint32_t& cursor = alloc_cursor(s);
     const std::uint32_t slot = alloc_slot(s, cursor, my_holder(s), ctr);
@@ -319,7 +320,7 @@ EnqueueStatus admit(Segment& s, const BrandedId& group, const BrandedId& job, st
     }
     FAIRLANE_FAILPOINT("enqueue.committed");
     guard.clear();
-    count(s, &CounterBlock::enqueued);
+    count(s, me, &CounterBlock::enqueued);
     if (to_strays) {
       const Word128 sw = slot_load(s, slot);
       if (SlotWord::state(sw) == SlotState::scheduled) adopt_job(s, slot, sw, SlotWord::attempt(sw));

@@ -355,33 +355,40 @@ bool finish_take(Segment& s, std::uint32_t lane, std::uint32_t slot, const Word1
   return strays_unlink(s, lane, slot) == OrderResult::ok;
 }
 
+// A lane met corrupt in serve() (which took `took` jobs of it, and has
+// `passed` its token cell at h or not) gives its turn up so that the rest of
+// the ring is served: the token cell is passed and the lane unringed, so a
+// sweep rings it again (sweep_lanes) and a later claim tries it again. Only
+// if the token is still ours: a word that moved on is somebody's progress.
+[[gnu::noinline, gnu::cold]] Step corrupt_turn(Segment& s, std::uint32_t lane, std::uint64_t h, bool passed,
+                                               std::size_t took) noexcept {
+  if (took) return Step::served;
+  if (!passed) {
+    const std::uint32_t tgen = std::uint32_t(h & LaneWord::kTgenMask);
+    Word128 cur = lane_load(s, lane);
+    const Word128 b = lane_base(s, lane, cur);
+    if (LaneWord::state(b) == LaneState::live && LaneWord::ringed(b) && LaneWord::tgen(b) == tgen &&
+        cas128(s.lanes[lane].word, cur, LaneWord::bumped(LaneWord::with_ringed(b, false), cur)))
+      ring_pass(s, h);
+  }
+  return Step::corrupt;
+}
+
 // Serves lane `lane`, whose valid token is the cell at head position h: up
 // to `want` jobs (one lane's turn, or a lane batch). Returns served (got
 // grew), again (nothing taken: the caller reads the head again), or corrupt.
 // `w_base` is lane_base of `w`, as the caller worked it out.
-Step serve(Segment& s, std::uint32_t lane, std::uint64_t h, Word128 w, const Word128& w_base, std::uint64_t st, Lease* out,
-           std::size_t want, std::size_t& got, std::uint64_t deadline, std::uint64_t now_us) noexcept {
+Step serve(Segment& s, ThreadRecord* me, std::uint32_t lane, std::uint64_t h, Word128 w, const Word128& w_base,
+           std::uint64_t st, Lease* out, std::size_t want, std::size_t& got, std::uint64_t deadline,
+           std::uint64_t now_us) noexcept {
   LaneRecord& l = s.lanes[lane];
-  IntentGuard guard(s);
+  IntentGuard guard(s, me);
   const std::uint32_t tgen = std::uint32_t(h & LaneWord::kTgenMask);
   bool passed = false;  // the cell at h is no longer the token (we moved or dropped it)
   std::size_t took = 0;
   auto result = [&](Step fallback) { return took ? Step::served : fallback; };
-  // A lane met corrupt gives its turn up so that the rest of the ring is
-  // served: the token cell is passed and the lane unringed, so a sweep rings
-  // it again (sweep_lanes) and a later claim tries it again. Only if the
-  // token is still ours: a word that moved on is somebody's progress.
-  auto corrupt_out = [&]() {
-    if (took) return Step::served;
-    if (!passed) {
-      Word128 cur = lane_load(s, lane);
-      const Word128 b = lane_base(s, lane, cur);
-      if (LaneWord::state(b) == LaneState::live && LaneWord::ringed(b) && LaneWord::tgen(b) == tgen &&
-          cas128(l.word, cur, LaneWord::bumped(LaneWord::with_ringed(b, false), cur)))
-        ring_pass(s, h);
-    }
-    return Step::corrupt;
-  };
+  // Out of line (a lambda's captures cost a dozen stores on every claim).
+  auto corrupt_out = [&]() { return corrupt_turn(s, lane, h, passed, took); };
   // Rounds that start from the very word the last one did. Every step of
   // the protocol that a round helps with (an admission decided, a return
   // linked, a link sealed) lets the next round take or write the word, so a
@@ -473,7 +480,7 @@ Step serve(Segment& s, std::uint32_t lane, std::uint64_t h, Word128 w, const Wor
 }
 
 // One ring step: serves the lane at the head, or passes a stale cell.
-Step ring_step(Segment& s, Lease* out, std::size_t want_max, std::size_t& got, std::uint64_t deadline,
+Step ring_step(Segment& s, ThreadRecord* me, Lease* out, std::size_t want_max, std::size_t& got, std::uint64_t deadline,
                std::uint64_t now_us, bool one_lane) noexcept {
   const std::uint64_t h = s.h->ring_head.load(std::memory_order_acquire);
   // [S2] seq_cst: pairs with the push [S1] and a waiter's registration [S5].
@@ -527,7 +534,7 @@ Step ring_step(Segment& s, Lease* out, std::size_t want_max, std::size_t& got, s
   if (const std::uint64_t limit = Settings::limit(st))
     want = std::min<std::size_t>(want, limit > LaneWord::active(base) ? limit - LaneWord::active(base) : 0);
   if (want == 0) want = 1;
-  return serve(s, lane, h, w, base, st, out, want, got, deadline, now_us);
+  return serve(s, me, lane, h, w, base, st, out, want, got, deadline, now_us);
 }
 
 }  // namespace
@@ -577,19 +584,20 @@ ClaimStatus claim_some(Segment& s, Lease* out, std::size_t room, std::size_t& go
   // seq_cst: pairs with resume_all's seq_cst store and notify ([S5]).
   if (s.h->queue_paused.load(std::memory_order_seq_cst)) return ClaimStatus::paused;
   const std::uint64_t deadline = now + lease_ms;
+  ThreadRecord* const me = s.thread();  // for the intent guards and the counter: looked up once
   bool corrupt = false;
   // Each step serves a lane or passes a cell; the ring holds at most
   // ring_cells cells, so a pass over it ends.
   const std::uint64_t budget = 2 * (s.ring_mask + 1) + 64;
   for (std::uint64_t steps = 0; got < room && steps < budget; ++steps) {
-    const Step r = ring_step(s, out, room - got, got, deadline, now_us, one_lane);
+    const Step r = ring_step(s, me, out, room - got, got, deadline, now_us, one_lane);
     if (r == Step::empty) break;
     if (r == Step::corrupt) corrupt = true;
     if (r == Step::served && one_lane) break;
   }
   if (got) {
     lower_next_due(s, deadline);
-    count(s, &CounterBlock::claimed, got);
+    count(s, me, &CounterBlock::claimed, got);
     return ClaimStatus::claimed;
   }
   return corrupt ? ClaimStatus::corrupt : ClaimStatus::empty;

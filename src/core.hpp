@@ -62,8 +62,10 @@ struct IntentSlot {
 // call, shared by the process's threads that found no thread record).
 class IntentGuard {
  public:
-  explicit IntentGuard(Segment& s) noexcept {
-    if (ThreadRecord* t = s.thread()) slot_ = {&t->intent, &t->intent_lane, &t->intent_pred, nullptr};
+  explicit IntentGuard(Segment& s) noexcept : IntentGuard(s, s.thread()) {}
+  // With the calling thread's record (s.thread()) already looked up.
+  IntentGuard(Segment& s, ThreadRecord* t) noexcept {
+    if (t) slot_ = {&t->intent, &t->intent_lane, &t->intent_pred, nullptr};
     else take_fallback(s);
   }
   ~IntentGuard() {

@@ -142,8 +142,9 @@ bool has_entry(const Segment& s, const IndexProbe& p, std::uint32_t slot) noexce
 // of live jobs about a 1-in-10^9 event an insert (with four, a 114,688-job
 // queue filled to the last slot said `full` early in 5 fills of 100: see
 // docs/design.md, "The id index's size"). false: both full of current
-// entries (reported as full, never ignored).
-bool put_entry(Segment& s, const IndexProbe& p, std::uint32_t slot) noexcept {
+// entries (reported as full, never ignored). Forced inline: out of line,
+// its call costs every enqueue about nine instructions.
+[[gnu::always_inline]] inline bool put_entry(Segment& s, const IndexProbe& p, std::uint32_t slot) noexcept {
   const std::uint64_t mine = IndexEntry::make(p.fp, slot + 1, admit_tag(s, slot));
   IndexBucket& a = s.index[p.b1];
   for (int tries = 0; tries < 16; ++tries) {

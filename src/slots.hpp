@@ -53,14 +53,19 @@ inline void report_corrupt(Segment& s, CorruptWhat what) noexcept {
 // instruction. (The fallback process record, used by threads that found no
 // thread record free, is shared by them: fetch_add there.)
 // (Forced inline: out of line, the member pointer is not folded away.)
-[[gnu::always_inline]] inline void count(Segment& s, std::atomic<std::uint64_t> CounterBlock::*field,
+// `t` is the calling thread's record, s.thread(), looked up already.
+[[gnu::always_inline]] inline void count(Segment& s, ThreadRecord* t, std::atomic<std::uint64_t> CounterBlock::*field,
                                          std::uint64_t n = 1) noexcept {
-  if (ThreadRecord* t = s.thread()) {
+  if (t) {
     std::atomic<std::uint64_t>& c = t->counters.*field;
     c.store(c.load(std::memory_order_relaxed) + n, std::memory_order_relaxed);
   } else if (s.me) {
     (s.me->retired.*field).fetch_add(n, std::memory_order_relaxed);
   }
+}
+[[gnu::always_inline]] inline void count(Segment& s, std::atomic<std::uint64_t> CounterBlock::*field,
+                                         std::uint64_t n = 1) noexcept {
+  count(s, s.thread(), field, n);
 }
 
 // ---- slot words -----------------------------------------------------------------
