@@ -273,7 +273,9 @@ void bind_tables(Segment& s) {
   s.lane_count = h->lane_capacity;
   s.slot_bytes = h->slot_bytes;
   s.payload_bytes = h->payload_bytes;
-  s.slot_bits = h->slot_bits;
+  s.slot_bits = h->slot_bits;  // 1..26: checked against the geometry of job_capacity on open
+  s.slot_mask = (1ULL << s.slot_bits) - 1;
+  s.token_ctr_mask = ~0ULL >> s.slot_bits;
   s.proc_count = h->proc_capacity;
   s.thread_count = h->thread_capacity;
   s.dir_mask = h->dir_buckets - 1;

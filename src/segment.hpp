@@ -66,6 +66,7 @@ struct Segment {
 
   // Cached from the header at open (checked there): the bounds every read uses.
   std::uint32_t jobs = 0, lane_count = 0, slot_bytes = 0, payload_bytes = 0, slot_bits = 1;
+  std::uint64_t slot_mask = 1, token_ctr_mask = ~0ULL >> 1;  // a token's slot part, and the ctr bits it keeps
   std::uint32_t proc_count = 0, thread_count = 0;
   std::uint64_t dir_mask = 0, ring_mask = 0, index_buckets = 0, seed = 0;
   std::uint32_t recovery_ms = 500;

@@ -82,17 +82,19 @@ inline std::uint32_t my_holder(const Segment& s) noexcept {
 
 // ---- tokens -----------------------------------------------------------------------
 
+// A token: the slot in the low slot_bits bits, the low 64 - slot_bits bits
+// of the lease's ctr above them. (The mask is worked out here rather than
+// read from token_ctr_mask: with the load, GCC 12 compiles claim_some, where
+// this is inlined, to about 90 instructions more a claim.)
 inline Token make_token(const Segment& s, std::uint32_t slot, std::uint64_t ctr) noexcept {
   const std::uint32_t b = s.slot_bits;
   const std::uint64_t c = b >= 64 ? 0 : (ctr & ((~0ULL) >> b));
   return Token((c << b) | slot);
 }
-inline std::uint32_t token_slot(const Segment& s, Token t) noexcept {
-  return std::uint32_t(t.value & ((1ULL << s.slot_bits) - 1));
-}
+inline std::uint32_t token_slot(const Segment& s, Token t) noexcept { return std::uint32_t(t.value & s.slot_mask); }
 // Does ctr `c` (a slot word's) match the counter part of token t?
 inline bool token_matches(const Segment& s, Token t, std::uint64_t c) noexcept {
-  return make_token(s, token_slot(s, t), c) == t;
+  return (c & s.token_ctr_mask) == t.value >> s.slot_bits;
 }
 
 // ---- the id text of a slot (the 11 base62 digits, so claims never encode) ----------
