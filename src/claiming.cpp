@@ -56,21 +56,37 @@ namespace {
 // incarnation, so a reclaimed lane is never answered with its old group.
 // Written into `out` (a BrandedId returned by value comes back through a
 // pair of registers, shifted and masked: more work than the look-up).
+struct GroupEntry {
+  std::uint64_t handle = 0, lane = 0, inc = 0;
+  BrandedId id;
+};
+// A miss: out of line, so that the encoding it inlines stays out of the
+// claim's code.
+[[gnu::noinline, gnu::cold]] void fill_group_entry(const Segment& s, std::uint32_t lane, std::uint64_t inc,
+                                                   GroupEntry& e) noexcept {
+  e.handle = s.handle_id;
+  e.lane = lane;
+  e.inc = inc;
+  e.id = lane_group(s, lane);
+}
 void cached_group(const Segment& s, std::uint32_t lane, BrandedId& out) noexcept {
-  struct Entry {
-    std::uint64_t handle = 0, lane = 0, inc = 0;
-    BrandedId id;
-  };
-  thread_local std::array<Entry, 256> cache{};
+  thread_local std::array<GroupEntry, 256> cache{};
   const std::uint64_t inc = s.lanes[lane].key_kind.load(std::memory_order_acquire);
-  Entry& e = cache[lane & 255];
-  if (e.handle != s.handle_id || e.lane != lane || e.inc != inc) {
-    e.handle = s.handle_id;
-    e.lane = lane;
-    e.inc = inc;
-    e.id = lane_group(s, lane);
-  }
+  GroupEntry& e = cache[lane & 255];
+  if (e.handle != s.handle_id || e.lane != lane || e.inc != inc) [[unlikely]]
+    fill_group_entry(s, lane, inc, e);
   out = e.id;
+}
+
+// DEF00000000000 as an id (parsed once).
+[[gnu::noinline]] const BrandedId& default_group_id() noexcept {
+  static const BrandedId id = *BrandedId::parse(kDefaultGroup);
+  return id;
+}
+
+// A job's own retry policy (out of line: most jobs have none).
+[[gnu::noinline]] void decode_retry_of(const SlotRecord& r, RetryPolicy& out) noexcept {
+  out = retry_decode(r.retry.a.load(std::memory_order_relaxed), r.retry.b.load(std::memory_order_relaxed));
 }
 
 std::uint32_t wait_bucket(std::uint64_t us) noexcept {
@@ -553,9 +569,8 @@ void fill_lease(const Segment& s, std::uint32_t slot, std::uint32_t lane, std::u
   } else {
     out.id = BrandedId::make(std::string_view(s.kind, 3), r.sf.load(std::memory_order_relaxed) & ((1ULL << 63) - 1));
   }
-  static const BrandedId kDefault = *BrandedId::parse(kDefaultGroup);
   if (lane == kDefaultLane)
-    out.group = kDefault;
+    out.group = default_group_id();
   else
     cached_group(s, lane, out.group);
   out.attempt = attempt;
@@ -570,7 +585,7 @@ void fill_lease(const Segment& s, std::uint32_t slot, std::uint32_t lane, std::u
   out.payload.resize(len);
   std::memcpy(out.payload.data(), s.payload(slot), len);
   if (r.flags.load(std::memory_order_relaxed) & kSlotHasRetry)
-    out.retry = retry_decode(r.retry.a.load(std::memory_order_relaxed), r.retry.b.load(std::memory_order_relaxed));
+    decode_retry_of(r, out.retry);
   else
     out.retry = RetryPolicy{};
 }

@@ -518,31 +518,43 @@ void run_chunk(Segment& s, std::uint32_t from, std::uint32_t to, std::uint64_t n
 
 void lower_next_due(Segment& s, std::uint64_t when) noexcept { atomic_min(s.h->sweep.next_due, when); }
 
-void maybe_sweep(Segment& s, std::uint64_t now) noexcept {
+namespace {
+
+// Start a pass (cursor c read with no pass under way): the cursor's CAS
+// elects one starter. Out of line, as take_chunk: the check in maybe_sweep
+// is on every claim's path, a pass's work on few of them.
+[[gnu::noinline]] void start_pass(Segment& s, std::uint64_t c, std::uint64_t now) noexcept {
   SweepShared& sw = s.h->sweep;
-  std::uint64_t c = sw.cursor.load(std::memory_order_acquire);
   const std::uint32_t jobs = s.jobs;
-  const std::uint32_t pos = Cursor::pos(c);
-  if (pos >= jobs || pos == 0) {
-    const std::uint64_t started = sw.pass_started_ms.load(std::memory_order_relaxed);
-    const bool due = now >= sw.next_due.load(std::memory_order_relaxed) || now >= started + s.recovery_ms / 2 ||
-                     started > now + kMaxRecoveryMs;  // a scribbled start time must not stop passes
-    if (!due) return;
-    // Start a pass: the cursor's CAS elects one starter.
-    const std::uint32_t first = std::min(kChunk, jobs);
-    const std::uint64_t next = Cursor::make(Cursor::pass(c) + 1, first >= jobs ? jobs : first);
-    if (!sw.cursor.compare_exchange_strong(c, next, std::memory_order_acq_rel)) return;
-    sw.pass_started_ms.store(now, std::memory_order_relaxed);
-    // From here new deadlines lower next_due again; this pass's chunks lower
-    // it by what they see.
-    sw.next_due.store(kNever, std::memory_order_release);
-    run_chunk(s, 0, first, now, true);
-    return;
-  }
-  // A pass under way: take the next chunk.
-  const std::uint32_t to = std::uint32_t(std::min<std::uint64_t>(std::uint64_t(pos) + kChunk, jobs));
+  const std::uint32_t first = std::min(kChunk, jobs);
+  const std::uint64_t next = Cursor::make(Cursor::pass(c) + 1, first >= jobs ? jobs : first);
+  if (!sw.cursor.compare_exchange_strong(c, next, std::memory_order_acq_rel)) return;
+  sw.pass_started_ms.store(now, std::memory_order_relaxed);
+  // From here new deadlines lower next_due again; this pass's chunks lower
+  // it by what they see.
+  sw.next_due.store(kNever, std::memory_order_release);
+  run_chunk(s, 0, first, now, true);
+}
+
+// A pass under way (cursor c at pos): take the next chunk.
+[[gnu::noinline]] void take_chunk(Segment& s, std::uint64_t c, std::uint32_t pos, std::uint64_t now) noexcept {
+  SweepShared& sw = s.h->sweep;
+  const std::uint32_t to = std::uint32_t(std::min<std::uint64_t>(std::uint64_t(pos) + kChunk, s.jobs));
   if (!sw.cursor.compare_exchange_strong(c, Cursor::make(Cursor::pass(c), to), std::memory_order_acq_rel)) return;
   run_chunk(s, pos, to, now, false);
+}
+
+}  // namespace
+
+void maybe_sweep(Segment& s, std::uint64_t now) noexcept {
+  SweepShared& sw = s.h->sweep;
+  const std::uint64_t c = sw.cursor.load(std::memory_order_acquire);
+  const std::uint32_t pos = Cursor::pos(c);
+  if (pos < s.jobs && pos != 0) return take_chunk(s, c, pos, now);
+  const std::uint64_t started = sw.pass_started_ms.load(std::memory_order_relaxed);
+  const bool due = now >= sw.next_due.load(std::memory_order_relaxed) || now >= started + s.recovery_ms / 2 ||
+                   started > now + kMaxRecoveryMs;  // a scribbled start time must not stop passes
+  if (due) start_pass(s, c, now);
 }
 
 std::uint64_t sweep_all(Segment& s, std::uint64_t now) noexcept {
