@@ -376,6 +376,8 @@ bool finish_take(Segment& s, std::uint32_t lane, std::uint32_t slot, const Word1
 // the ring is served: the token cell is passed and the lane unringed, so a
 // sweep rings it again (sweep_lanes) and a later claim tries it again. Only
 // if the token is still ours: a word that moved on is somebody's progress.
+// (Out of line and called directly: as a lambda in serve(), its captures
+// cost every claim about 30 instructions.)
 [[gnu::noinline, gnu::cold]] Step corrupt_turn(Segment& s, std::uint32_t lane, std::uint64_t h, bool passed,
                                                std::size_t took) noexcept {
   if (took) return Step::served;
@@ -402,9 +404,6 @@ Step serve(Segment& s, ThreadRecord* me, std::uint32_t lane, std::uint64_t h, Wo
   const std::uint32_t tgen = std::uint32_t(h & LaneWord::kTgenMask);
   bool passed = false;  // the cell at h is no longer the token (we moved or dropped it)
   std::size_t took = 0;
-  auto result = [&](Step fallback) { return took ? Step::served : fallback; };
-  // Out of line (a lambda's captures cost a dozen stores on every claim).
-  auto corrupt_out = [&]() { return corrupt_turn(s, lane, h, passed, took); };
   // Rounds that start from the very word the last one did. Every step of
   // the protocol that a round helps with (an admission decided, a return
   // linked, a link sealed) lets the next round take or write the word, so a
@@ -418,7 +417,7 @@ Step serve(Segment& s, ThreadRecord* me, std::uint32_t lane, std::uint64_t h, Wo
       same = 0;
     } else if (++same > 8) {
       report_corrupt(s, CorruptWhat::lane_word);
-      return corrupt_out();
+      return corrupt_turn(s, lane, h, passed, took);
     }
     // The first round's base is the caller's (lane_base of the same w).
     const Word128 base = rounds == 0 ? w_base : lane_base(s, lane, w);
@@ -431,7 +430,7 @@ Step serve(Segment& s, ThreadRecord* me, std::uint32_t lane, std::uint64_t h, Wo
     std::uint32_t x1 = 0;
     bool from_run = false;
     const Front f = read_front(s, lane, w, base, x1, from_run);
-    if (f == Front::corrupt) return corrupt_out();
+    if (f == Front::corrupt) return corrupt_turn(s, lane, h, passed, took);
     if (f == Front::settle) {
       w = lane_load(s, lane);
       continue;
@@ -456,7 +455,7 @@ Step serve(Segment& s, ThreadRecord* me, std::uint32_t lane, std::uint64_t h, Wo
     bool pass_now = false, corrupt = false;
     if (!take_cas(s, lane, w, base, x1, from_run, is_job, !passed, st, h, pass_now, corrupt)) {
       guard.clear();
-      if (corrupt) return corrupt_out();
+      if (corrupt) return corrupt_turn(s, lane, h, passed, took);
       continue;  // w holds the current word; a cell we pushed is stale now
     }
     const Word128 taken_word = w;  // the word our take wrote
@@ -468,7 +467,7 @@ Step serve(Segment& s, ThreadRecord* me, std::uint32_t lane, std::uint64_t h, Wo
     } else if (is_job && !passed) {
       spend_turn(s, lane, st, h, turn_left(s, lane, st, h));
     }
-    if (!from_run && !finish_take(s, lane, x, taken_word)) return corrupt_out();
+    if (!from_run && !finish_take(s, lane, x, taken_word)) return corrupt_turn(s, lane, h, passed, took);
     if (!is_job) {
       drop_husk(s, lane, x, from_run);
       guard.clear();
@@ -483,7 +482,7 @@ Step serve(Segment& s, ThreadRecord* me, std::uint32_t lane, std::uint64_t h, Wo
     if (le == Leased::corrupt) {
       unreserve(s, lane);
       guard.clear();
-      return corrupt_out();
+      return corrupt_turn(s, lane, h, passed, took);
     }
     guard.clear();
     bump(s.waits[lane].b[wait_bucket(out[got].waited_us)]);
@@ -492,7 +491,7 @@ Step serve(Segment& s, ThreadRecord* me, std::uint32_t lane, std::uint64_t h, Wo
     ++got;
     ++took;
   }
-  return result(Step::again);
+  return took ? Step::served : Step::again;
 }
 
 // One ring step: serves the lane at the head, or passes a stale cell.

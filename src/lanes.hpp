@@ -40,7 +40,7 @@
 namespace fairlane::detail {
 
 
-inline Word128 lane_load(const Segment& s, std::uint32_t lane) noexcept { return load128(s.lanes[lane].word); }
+[[gnu::always_inline]] inline Word128 lane_load(const Segment& s, std::uint32_t lane) noexcept { return load128(s.lanes[lane].word); }
 inline std::uint64_t lane_settings(const Segment& s, std::uint32_t lane) noexcept {
   // Acquire: a CAS of the lane word that follows a settings change (set_limit
   // and friends bump the lane word after writing here) carries it to every
