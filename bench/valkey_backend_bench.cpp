@@ -39,6 +39,7 @@
 #include "fairlane/queue.hpp"
 #include "fairlane/valkey.hpp"
 #include "redis_server.hpp"  // tests/conformance: RedisCluster
+#include "require_servers.hpp"  // tests/common
 
 #ifndef FAIRLANE_BENCH_REDIS_SERVER
 #define FAIRLANE_BENCH_REDIS_SERVER "/usr/bin/redis-server"
@@ -278,7 +279,7 @@ int main(int argc, char** argv) {
     std::string error;
     if (!server.start(o.redis_server, error)) {
       std::fprintf(stderr, "fairlane_valkey_bench: skipped: %s\n", error.c_str());
-      return 77;
+      return fairlane::test::skip_exit_code();
     }
     address = "127.0.0.1:" + std::to_string(server.port());
   }
@@ -287,7 +288,10 @@ int main(int argc, char** argv) {
   if (o.cluster && o.server.empty()) {
     std::string error;
     cluster = fairlane::test::RedisCluster::start(o.redis_server, error, 3, 0);
-    if (!cluster) std::fprintf(stderr, "fairlane_valkey_bench: no cluster runs: %s\n", error.c_str());
+    if (!cluster) {
+      std::fprintf(stderr, "fairlane_valkey_bench: no cluster runs: %s\n", error.c_str());
+      if (fairlane::test::servers_required()) return 1;
+    }
   }
 
   std::vector<Result> results;
@@ -299,7 +303,7 @@ int main(int argc, char** argv) {
       auto b = fairlane::open_valkey(url);
       if (!b) {
         std::fprintf(stderr, "fairlane_valkey_bench: %s\n", b.error().message.c_str());
-        std::exit(77);
+        std::exit(fairlane::test::skip_exit_code());
       }
       return std::move(b).value();
     }));

@@ -47,8 +47,8 @@ namespace fairlane::detail {
 // to the job count): a hash maps to bucket (x * buckets) >> bits for x of
 // `bits` uniform bits, a multiply and a shift instead of a mask. The first
 // bucket takes the hash's low 34 bits (the fingerprint is its top 30, so
-// the two stay independent; buckets < 2^30, so the product fits in 64
-// bits), the second the top 34 bits of a second mix.
+// the two stay independent; buckets < 2^30, checked below, so the product
+// fits in 64 bits), the second the top 34 bits of a second mix.
 struct IndexProbe {
   std::uint64_t h, b1;
   std::uint32_t fp;
@@ -57,6 +57,9 @@ struct IndexProbe {
     return b != b1 ? b : b1 + 1 < s.index_buckets ? b1 + 1 : 0;  // index_buckets >= 2
   }
 };
+
+// The largest bucket count times a 34-bit value fits in 64 bits.
+static_assert((std::uint64_t(kMaxJobs) * kIndexEntriesPerSlot + kIndexWays - 1) / kIndexWays < (1ULL << 30));
 
 inline IndexProbe index_probe(const Segment& s, std::uint64_t sf) noexcept {
   const std::uint64_t h = id_hash(sf, s.seed);

@@ -42,6 +42,8 @@ done
 for tool in valgrind objdump; do
   if ! command -v "$tool" >/dev/null 2>&1; then
     echo "count.sh: $tool not found (apt-get install valgrind binutils); skipped" >&2
+    # 1 where every program is required (tests/common/require_servers.hpp).
+    [ -n "${FAIRLANE_REQUIRE_SERVERS:-}" ] && [ "${FAIRLANE_REQUIRE_SERVERS}" != 0 ] && exit 1
     exit 77
   fi
 done

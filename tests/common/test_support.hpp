@@ -9,6 +9,8 @@
 #include <fairlane/queue.hpp>
 #include <fairlane/result.hpp>
 
+#include "require_servers.hpp"
+
 #include <gtest/gtest.h>
 
 #include <fcntl.h>
@@ -37,19 +39,14 @@
 namespace fairlane::test {
 
 // A case that needs a server or program this machine lacks (redis-server,
-// prometheus) is skipped, with the reason. With FAIRLANE_REQUIRE_SERVERS set
-// (to anything but "0"; .ci/run sets it, after installing them) it fails
-// instead: there a server that does not start is a broken helper or machine,
-// and a skip would hide that the cases never ran.
-inline bool servers_required() {
-  const char* e = std::getenv("FAIRLANE_REQUIRE_SERVERS");
-  return e && *e && std::string_view(e) != "0";
-}
+// prometheus) is skipped, with the reason; under FAIRLANE_REQUIRE_SERVERS
+// (require_servers.hpp) it fails instead, since a skip would hide that the
+// cases never ran.
 #define FAIRLANE_SKIP_OR_FAIL(why)                                                   \
   do {                                                                               \
     const std::string fl_why_ = (why);                                               \
     if (::fairlane::test::servers_required())                                        \
-      FAIL() << fl_why_ << " (FAIRLANE_REQUIRE_SERVERS is set: not skipped)";        \
+      GTEST_FAIL() << fl_why_ << " (FAIRLANE_REQUIRE_SERVERS is set: not skipped)";  \
     else                                                                             \
       GTEST_SKIP() << fl_why_;                                                       \
   } while (0)

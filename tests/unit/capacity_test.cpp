@@ -128,44 +128,48 @@ TEST_F(QueueTest, FullCapacityAfterHundredfoldUse) {
 }
 
 // A queue of N jobs takes N jobs: `full` means every slot is in use, not
-// that the id index ran out of room first. The size is the one that was the
-// worst case while the bucket count was a power of two (rounded up the
-// least: most entries per bucket); with the count sized to the jobs, every
-// size has that load (7/8 of a job a bucket). With four entries a slot, 5
-// fills of such a queue in 100 stopped short of the last slot; with eight,
-// none of 2,300 did (docs/design.md, "The id index's size"). Each fill has
-// fresh ids and a fresh segment (a fresh hash seed).
+// that the id index ran out of room first. Two sizes: 114,688 jobs, which
+// was the worst case while the bucket count was a power of two (rounded up
+// the least: most entries per bucket), and 100,000, whose bucket count
+// (114,286) is not a power of two, so that the multiply-and-shift mapping
+// is what is filled. Every size now has 7/8 of a job a bucket. With four
+// entries a slot, 5 fills of the first in 100 stopped short of the last
+// slot; with eight, none of 2,300 did (docs/design.md, "The id index's
+// size"). Each fill has fresh ids and a fresh segment (a fresh hash seed).
 TEST(Capacity, AQueueFilledToTheLastSlotTakesEveryJob) {
   // jobs x entries per slot / ways a bucket = 2^17 buckets exactly (114,688
   // jobs at eight entries a slot).
-  constexpr std::uint32_t kFullJobs = (1U << 17) * detail::kIndexWays / detail::kIndexEntriesPerSlot;
-  constexpr int kFills = 30;
+  constexpr std::uint32_t kPow2Jobs = (1U << 17) * detail::kIndexWays / detail::kIndexEntriesPerSlot;
+  constexpr int kFills = 20;  // of each size
   const BrandedId lanes[4] = {group("LNA"), group("LNB"), group("LNC"), group("LND")};
-  int short_fills = 0;
-  std::string first;
-  for (int fill = 0; fill < kFills; ++fill) {
-    test::SegmentGuard guard(test::unique_segment_name("fill"));
-    QueueOptions o;
-    o.jobs = kFullJobs;
-    o.lanes = 8;
-    o.payload_bytes = 8;
-    auto q = Queue::create(guard.name(), o);
-    ASSERT_TRUE(q.ok()) << q.error().message;
-    std::uint32_t taken = 0;
-    EnqueueStatus st = EnqueueStatus::enqueued;
-    for (; taken < kFullJobs; ++taken) {
-      st = q->enqueue(lanes[taken % 4], q->mint(), "x");
-      if (st != EnqueueStatus::enqueued) break;
+  for (const std::uint32_t jobs : {kPow2Jobs, 100'000U}) {
+    SCOPED_TRACE("jobs " + std::to_string(jobs));
+    int short_fills = 0;
+    std::string first;
+    for (int fill = 0; fill < kFills; ++fill) {
+      test::SegmentGuard guard(test::unique_segment_name("fill"));
+      QueueOptions o;
+      o.jobs = jobs;
+      o.lanes = 8;
+      o.payload_bytes = 8;
+      auto q = Queue::create(guard.name(), o);
+      ASSERT_TRUE(q.ok()) << q.error().message;
+      std::uint32_t taken = 0;
+      EnqueueStatus st = EnqueueStatus::enqueued;
+      for (; taken < jobs; ++taken) {
+        st = q->enqueue(lanes[taken % 4], q->mint(), "x");
+        if (st != EnqueueStatus::enqueued) break;
+      }
+      if (taken < jobs) {
+        if (short_fills++ == 0)
+          first = "fill " + std::to_string(fill) + " said " + std::string(to_string(st)) + " after " + std::to_string(taken) + " jobs";
+        continue;
+      }
+      EXPECT_EQ(q->enqueue(lanes[0], q->mint(), "x"), EnqueueStatus::full) << "a job past the last slot";
     }
-    if (taken < kFullJobs) {
-      if (short_fills++ == 0)
-        first = "fill " + std::to_string(fill) + " said " + std::string(to_string(st)) + " after " + std::to_string(taken) + " jobs";
-      continue;
-    }
-    EXPECT_EQ(q->enqueue(lanes[0], q->mint(), "x"), EnqueueStatus::full) << "a job past the last slot";
+    EXPECT_EQ(short_fills, 0) << "fills of " << jobs << " jobs that stopped short: " << short_fills << " of " << kFills
+                              << "; the first: " << first;
   }
-  EXPECT_EQ(short_fills, 0) << "fills of " << kFullJobs << " jobs that stopped short: " << short_fills << " of " << kFills
-                            << "; the first: " << first;
 }
 
 TEST_F(QueueTest, DeadJobsHoldSlotsUntilCapacity) {
