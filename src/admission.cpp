@@ -265,8 +265,8 @@ EnqueueStatus admit(Segment& s, const BrandedId& group, const BrandedId& job, st
     if (s.log && !in.restoring) {
       if (auto refused = mirror_admission_check(s)) return *refused;
     }
-    ThreadRecord* const me = s.thread();  // for the guard and the counter: looked up once
-    IntentGuard guard(s, me);
+    ThreadRecord* const rec = s.thread();  // for the guard and the counter: looked up once
+    IntentGuard guard(s, rec);
     std::uint64_t ctr = 0;
     std::uint32_t& cursor = alloc_cursor(s);
     const std::uint32_t slot = alloc_slot(s, cursor, my_holder(s), ctr);
@@ -320,7 +320,7 @@ EnqueueStatus admit(Segment& s, const BrandedId& group, const BrandedId& job, st
     }
     FAIRLANE_FAILPOINT("enqueue.committed");
     guard.clear();
-    count(s, me, &CounterBlock::enqueued);
+    count(s, rec, &CounterBlock::enqueued);
     if (to_strays) {
       const Word128 sw = slot_load(s, slot);
       if (SlotWord::state(sw) == SlotState::scheduled) adopt_job(s, slot, sw, SlotWord::attempt(sw));

@@ -51,24 +51,25 @@ void IntentGuard::take_fallback(Segment& s) noexcept {
 
 namespace {
 
-// The group of a lane as a BrandedId, cached per thread (encoding an id
-// costs eleven divisions; a claim should not pay that). Keyed by the lane's
-// incarnation, so a reclaimed lane is never answered with its old group.
-// Written into `out` (a BrandedId returned by value comes back through a
-// pair of registers, shifted and masked: more work than the look-up).
 struct GroupEntry {
   std::uint64_t handle = 0, lane = 0, inc = 0;
   BrandedId id;
 };
 // A miss: out of line, so that the encoding it inlines stays out of the
-// claim's code.
-[[gnu::noinline, gnu::cold]] void fill_group_entry(const Segment& s, std::uint32_t lane, std::uint64_t inc,
+// claim's code. (Not marked cold: with more than 256 lanes in turn most
+// claims miss.)
+[[gnu::noinline]] void fill_group_entry(const Segment& s, std::uint32_t lane, std::uint64_t inc,
                                                    GroupEntry& e) noexcept {
   e.handle = s.handle_id;
   e.lane = lane;
   e.inc = inc;
   e.id = lane_group(s, lane);
 }
+// The group of a lane as a BrandedId, cached per thread (encoding an id
+// costs eleven divisions; a claim should not pay that). Keyed by the lane's
+// incarnation, so a reclaimed lane is never answered with its old group.
+// Written into `out` (a BrandedId returned by value comes back through a
+// pair of registers, shifted and masked: more work than the look-up).
 void cached_group(const Segment& s, std::uint32_t lane, BrandedId& out) noexcept {
   thread_local std::array<GroupEntry, 256> cache{};
   const std::uint64_t inc = s.lanes[lane].key_kind.load(std::memory_order_acquire);
@@ -78,7 +79,9 @@ void cached_group(const Segment& s, std::uint32_t lane, BrandedId& out) noexcept
   out = e.id;
 }
 
-// DEF00000000000 as an id (parsed once).
+// DEF00000000000 as an id (parsed once). Out of line: a lease of the default
+// lane pays a call, one of a group's lane nothing (a static in fill_lease
+// would have every lease test its guard).
 [[gnu::noinline]] const BrandedId& default_group_id() noexcept {
   static const BrandedId id = *BrandedId::parse(kDefaultGroup);
   return id;
@@ -396,11 +399,13 @@ bool finish_take(Segment& s, std::uint32_t lane, std::uint32_t slot, const Word1
 // to `want` jobs (one lane's turn, or a lane batch). Returns served (got
 // grew), again (nothing taken: the caller reads the head again), or corrupt.
 // `w_base` is lane_base of `w`, as the caller worked it out.
-Step serve(Segment& s, ThreadRecord* me, std::uint32_t lane, std::uint64_t h, Word128 w, const Word128& w_base,
+// `rec`: the calling thread's record if claim_some knew it (else it is
+// looked up here, and a claim that serves nothing takes none).
+Step serve(Segment& s, ThreadRecord* rec, std::uint32_t lane, std::uint64_t h, Word128 w, const Word128& w_base,
            std::uint64_t st, Lease* out, std::size_t want, std::size_t& got, std::uint64_t deadline,
            std::uint64_t now_us) noexcept {
   LaneRecord& l = s.lanes[lane];
-  IntentGuard guard(s, me);
+  IntentGuard guard(s, rec ? rec : s.thread());
   const std::uint32_t tgen = std::uint32_t(h & LaneWord::kTgenMask);
   bool passed = false;  // the cell at h is no longer the token (we moved or dropped it)
   std::size_t took = 0;
@@ -495,7 +500,7 @@ Step serve(Segment& s, ThreadRecord* me, std::uint32_t lane, std::uint64_t h, Wo
 }
 
 // One ring step: serves the lane at the head, or passes a stale cell.
-Step ring_step(Segment& s, ThreadRecord* me, Lease* out, std::size_t want_max, std::size_t& got, std::uint64_t deadline,
+Step ring_step(Segment& s, ThreadRecord* rec, Lease* out, std::size_t want_max, std::size_t& got, std::uint64_t deadline,
                std::uint64_t now_us, bool one_lane) noexcept {
   const std::uint64_t h = s.h->ring_head.load(std::memory_order_acquire);
   // [S2] seq_cst: pairs with the push [S1] and a waiter's registration [S5].
@@ -549,7 +554,7 @@ Step ring_step(Segment& s, ThreadRecord* me, Lease* out, std::size_t want_max, s
   if (const std::uint64_t limit = Settings::limit(st))
     want = std::min<std::size_t>(want, limit > LaneWord::active(base) ? limit - LaneWord::active(base) : 0);
   if (want == 0) want = 1;
-  return serve(s, me, lane, h, w, base, st, out, want, got, deadline, now_us);
+  return serve(s, rec, lane, h, w, base, st, out, want, got, deadline, now_us);
 }
 
 }  // namespace
@@ -598,20 +603,23 @@ ClaimStatus claim_some(Segment& s, Lease* out, std::size_t room, std::size_t& go
   // seq_cst: pairs with resume_all's seq_cst store and notify ([S5]).
   if (s.h->queue_paused.load(std::memory_order_seq_cst)) return ClaimStatus::paused;
   const std::uint64_t deadline = now + lease_ms;
-  ThreadRecord* const me = s.thread();  // for the intent guards and the counter: looked up once
+  // The calling thread's record for the intent guards and the counter,
+  // looked up once: from the thread's cache only, so that a claim that
+  // finds nothing takes no record (serve() takes one the first time).
+  ThreadRecord* const rec = s.thread_if_known();
   bool corrupt = false;
   // Each step serves a lane or passes a cell; the ring holds at most
   // ring_cells cells, so a pass over it ends.
   const std::uint64_t budget = 2 * (s.ring_mask + 1) + 64;
   for (std::uint64_t steps = 0; got < room && steps < budget; ++steps) {
-    const Step r = ring_step(s, me, out, room - got, got, deadline, now_us, one_lane);
+    const Step r = ring_step(s, rec, out, room - got, got, deadline, now_us, one_lane);
     if (r == Step::empty) break;
     if (r == Step::corrupt) corrupt = true;
     if (r == Step::served && one_lane) break;
   }
   if (got) {
     lower_next_due(s, deadline);
-    count(s, me, &CounterBlock::claimed, got);
+    count(s, rec ? rec : s.thread(), &CounterBlock::claimed, got);
     return ClaimStatus::claimed;
   }
   return corrupt ? ClaimStatus::corrupt : ClaimStatus::empty;

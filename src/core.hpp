@@ -64,7 +64,7 @@ class IntentGuard {
  public:
   explicit IntentGuard(Segment& s) noexcept : IntentGuard(s, s.thread()) {}
   // With the calling thread's record (s.thread()) already looked up.
-  IntentGuard(Segment& s, ThreadRecord* t) noexcept {
+  explicit IntentGuard(Segment& s, ThreadRecord* t) noexcept {
     if (t) slot_ = {&t->intent, &t->intent_lane, &t->intent_pred, nullptr};
     else take_fallback(s);
   }

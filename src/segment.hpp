@@ -87,6 +87,11 @@ struct Segment {
     if (t_thread_cache.handle == handle_id) return t_thread_cache.rec;
     return thread_slow();
   }
+  // The same if this thread has looked its record up already, else null
+  // (without taking one).
+  ThreadRecord* thread_if_known() const noexcept {
+    return me && t_thread_cache.handle == handle_id ? t_thread_cache.rec : nullptr;
+  }
   ThreadRecord* thread_slow() noexcept;  // the first call of a thread on this handle, or after another handle
   CounterBlock& counters() noexcept;
 
