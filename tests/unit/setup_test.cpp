@@ -2,14 +2,18 @@
 //
 // POSIX shared memory objects are files under /dev/shm, so bad segments are
 // crafted there directly, or a real one is corrupted with pwrite/ftruncate.
+#include "raw_segment.hpp"
 #include "test_support.hpp"
 
 #include <fcntl.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <condition_variable>
 #include <cstring>
+#include <mutex>
 #include <set>
+#include <thread>
 #include <vector>
 
 namespace fairlane {
@@ -291,6 +295,59 @@ TEST(Setup, TheLastProcessRecordHoldsItsLeases) {
   }
   EXPECT_EQ(created->job(id)->state, JobState::leased);
   EXPECT_EQ(last.complete(l.id, l.token), AckStatus::ok);
+}
+
+// A thread takes a thread record (intent, counters) when it first does
+// work on the segment, not when it only looks: a poller of an empty queue
+// holds none. Counted while the thread is alive (a thread's record goes back
+// when it exits).
+TEST(Setup, AThreadThatFindsNothingToClaimTakesNoThreadRecord) {
+  SegmentGuard guard(unique_segment_name());
+  QueueOptions o;
+  o.jobs = 64;
+  o.lanes = 4;
+  auto q = Queue::create(guard.name(), o);
+  ASSERT_TRUE(q.ok()) << describe(q.error());
+  test::RawSegment raw(guard.name());
+  const auto records_taken = [&] {
+    int n = 0;
+    for (std::uint32_t i = 0; i < raw.header().thread_capacity; ++i)
+      n += raw.thread(i).owner.load(std::memory_order_acquire) != 0;
+    return n;
+  };
+  const int before = records_taken();
+  // A thread that polls (claim, claim_batch) and leaves its counts, then waits
+  // until it is counted.
+  const auto run_thread = [&](bool with_work) {
+    std::mutex mu;
+    std::condition_variable cv;
+    bool polled = false, counted = false;
+    std::thread t([&] {
+      if (with_work) {
+        EXPECT_EQ(q->enqueue(test::group("GRP"), q->mint(), "x"), EnqueueStatus::enqueued);
+      }
+      Lease l;
+      std::vector<Lease> batch(4);
+      for (int i = 0; i < 5; ++i) {
+        (void)q->claim(l, 1000);
+        (void)q->claim_batch(batch, 1000);
+      }
+      std::unique_lock lk(mu);
+      polled = true;
+      cv.notify_all();
+      cv.wait(lk, [&] { return counted; });
+    });
+    std::unique_lock lk(mu);
+    cv.wait(lk, [&] { return polled; });
+    const int n = records_taken();
+    counted = true;
+    cv.notify_all();
+    lk.unlock();
+    t.join();
+    return n;
+  };
+  EXPECT_EQ(run_thread(false), before) << "a thread that found nothing took a thread record";
+  EXPECT_EQ(run_thread(true), before + 1) << "a thread that enqueued and claimed holds one record";
 }
 
 TEST(Setup, InvalidName) {
