@@ -174,7 +174,7 @@ struct Mirror::Impl {
         url(std::move(u)),
         prefix(url.prefix()),
         kind(s.h->job_kind, 3),
-        max_payload(s.h->payload_bytes),
+        max_payload(s.payload_bytes),
         conn(url, opt.valkey) {
     for (auto k : valkey::kFixedKeys) fixed.push_back(prefix + std::string(k));
     owner = mirror_owner(queue.name());
@@ -357,7 +357,7 @@ struct Mirror::Impl {
 
   void run_reader() {
     MirrorShared& m = s.h->mirror;
-    const std::uint64_t cells = s.h->log_cells;
+    const std::uint64_t cells = s.log_mask + 1;  // a mirrored segment's log, as bound at open
     seq = m.tail.load(std::memory_order_acquire);
     std::uint64_t hole_since = 0;
     int idle_rounds = 0;

@@ -24,7 +24,8 @@ inline constexpr std::uint64_t kNotLogged = ~0ULL;
 inline bool log_room_for_admission(const Segment& s) noexcept {
   const MirrorShared& m = s.h->mirror;
   const std::uint64_t used = m.head.load(std::memory_order_relaxed) - m.tail.load(std::memory_order_relaxed);
-  return used + s.h->log_cells / 8 < s.h->log_cells;
+  const std::uint64_t cells = s.log_mask + 1;  // bound at open (the header's field may have been rewritten since)
+  return used + cells / 8 < cells;
 }
 
 // A record could not be logged: count it and make the mirror resynchronise

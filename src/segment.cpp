@@ -253,37 +253,47 @@ namespace {
 
 std::atomic<std::uint64_t> next_handle_id{1};
 
-void bind_tables(Segment& s) {
+// One real read of a header field that another process could be rewriting
+// (a plain read may be repeated by the compiler, and see two values).
+template <class T>
+T read_once(const T& field) noexcept {
+  return *static_cast<const volatile T*>(&field);
+}
+
+// Binds a handle to its tables from a checked geometry (not from the
+// header's own fields, which another process may rewrite after they were
+// checked), with the header's seed, recovery bound and kind as checked.
+void bind_tables(Segment& s, const Geometry& g, std::uint64_t seed, std::uint32_t recovery_ms, const char* kind) {
   auto* base = static_cast<unsigned char*>(s.region.get_address());
   Header* h = reinterpret_cast<Header*>(base);
   s.h = h;
-  s.words = reinterpret_cast<Word128*>(base + h->words_off);
-  s.tags = reinterpret_cast<std::atomic<std::uint8_t>*>(base + h->tags_off);
-  s.slots = base + h->slots_off;
-  s.lanes = reinterpret_cast<LaneRecord*>(base + h->lanes_off);
-  s.dir = reinterpret_cast<DirBucket*>(base + h->dir_off);
-  s.ring = reinterpret_cast<std::atomic<std::uint64_t>*>(base + h->ring_off);
-  s.index = reinterpret_cast<IndexBucket*>(base + h->index_off);
-  s.procs = reinterpret_cast<ProcRecord*>(base + h->procs_off);
-  s.threads = reinterpret_cast<ThreadRecord*>(base + h->threads_off);
-  s.waits = reinterpret_cast<WaitBuckets*>(base + h->waits_off);
-  s.log = h->log_cells ? reinterpret_cast<LogCell*>(base + h->log_off) : nullptr;
-  s.log_mask = h->log_cells ? h->log_cells - 1 : 0;
-  s.jobs = h->job_capacity;
-  s.lane_count = h->lane_capacity;
-  s.slot_bytes = h->slot_bytes;
-  s.payload_bytes = h->payload_bytes;
-  s.slot_bits = h->slot_bits;  // 1..26: checked against the geometry of job_capacity on open
+  s.words = reinterpret_cast<Word128*>(base + g.words_off);
+  s.tags = reinterpret_cast<std::atomic<std::uint8_t>*>(base + g.tags_off);
+  s.slots = base + g.slots_off;
+  s.lanes = reinterpret_cast<LaneRecord*>(base + g.lanes_off);
+  s.dir = reinterpret_cast<DirBucket*>(base + g.dir_off);
+  s.ring = reinterpret_cast<std::atomic<std::uint64_t>*>(base + g.ring_off);
+  s.index = reinterpret_cast<IndexBucket*>(base + g.index_off);
+  s.procs = reinterpret_cast<ProcRecord*>(base + g.procs_off);
+  s.threads = reinterpret_cast<ThreadRecord*>(base + g.threads_off);
+  s.waits = reinterpret_cast<WaitBuckets*>(base + g.waits_off);
+  s.log = g.log_cells ? reinterpret_cast<LogCell*>(base + g.log_off) : nullptr;
+  s.log_mask = g.log_cells ? g.log_cells - 1 : 0;
+  s.jobs = g.jobs;
+  s.lane_count = g.lanes;
+  s.slot_bytes = g.slot_bytes;
+  s.payload_bytes = g.payload_bytes;
+  s.slot_bits = g.slot_bits;  // 1..26 (ceil_log2 of at most 2^26 - 2 jobs)
   s.slot_mask = (1ULL << s.slot_bits) - 1;
   s.token_ctr_mask = ~0ULL >> s.slot_bits;
-  s.proc_count = h->proc_capacity;
-  s.thread_count = h->thread_capacity;
-  s.dir_mask = h->dir_buckets - 1;
-  s.ring_mask = h->ring_cells - 1;
-  s.index_buckets = h->index_buckets;
-  s.seed = h->hash_seed;
-  s.recovery_ms = h->recovery_ms;
-  std::memcpy(s.kind, h->job_kind, 3);
+  s.proc_count = g.procs;
+  s.thread_count = g.threads;
+  s.dir_mask = g.dir_buckets - 1;
+  s.ring_mask = g.ring_cells - 1;
+  s.index_buckets = g.index_buckets;
+  s.seed = seed;
+  s.recovery_ms = recovery_ms;
+  std::memcpy(s.kind, kind, 3);
   s.kind_code = kind_code(std::string_view(s.kind, 3));
   std::memcpy(&s.kind_word, s.kind, 3);
   s.handle_id = next_handle_id.fetch_add(1, std::memory_order_relaxed);
@@ -590,7 +600,7 @@ Result<std::unique_ptr<Segment>> create_segment(std::string_view name, const Que
   std::memcpy(h->job_kind, o.job_kind.data(), 3);
   h->node = o.node;
   h->creator_pid = std::uint32_t(getpid());
-  bind_tables(*s);
+  bind_tables(*s, g, h->hash_seed, h->recovery_ms, h->job_kind);
 
   // Ring: no position written yet. A cell is written for position p when
   // its pos field says p; cell i starts as written for the lap before.
@@ -655,16 +665,26 @@ Result<std::unique_ptr<Segment>> open_segment(std::string_view name, bool observ
                                            std::to_string(h->segment_bytes));
   // The geometry must be exactly what these capacities give; anything else
   // is a corrupt header and we must not follow its offsets. Every bound the
-  // library checks its reads against comes from here.
-  if (h->job_capacity < 1 || h->job_capacity > kMaxJobs || h->lane_capacity < 2 || h->lane_capacity > kMaxLanes + 1 ||
-      h->payload_bytes > kMaxPayload || h->proc_capacity < 1 || h->proc_capacity > kMaxProcs ||
-      !valid_kind(std::string_view(h->job_kind, 3)) || h->node > 1023 ||
-      h->recovery_ms < kMinRecoveryMs || h->recovery_ms > kMaxRecoveryMs ||
-      (h->log_cells & (h->log_cells - 1)) || h->log_cells > (1U << 26) ||
-      (h->log_cells && (h->durability < 1 || h->durability > 2 || h->on_full > 1 ||
-                        std::memchr(h->mirror_url, 0, kMirrorUrlBytes) == nullptr)))
+  // library checks its reads against comes from here. Each field is read
+  // once (read_once), checked, and bound from that copy: another process
+  // can rewrite the header while we look, and must not make us bind values
+  // other than those checked.
+  const std::uint32_t jobs = read_once(h->job_capacity), lane_capacity = read_once(h->lane_capacity),
+                      payload_bytes = read_once(h->payload_bytes), procs = read_once(h->proc_capacity),
+                      recovery_ms = read_once(h->recovery_ms), log_cells = read_once(h->log_cells),
+                      durability = read_once(h->durability), on_full = read_once(h->on_full);
+  const std::uint16_t node = read_once(h->node);
+  const std::uint64_t seed = read_once(h->hash_seed);
+  char kind[3];
+  for (int i = 0; i < 3; ++i) kind[i] = read_once(h->job_kind[i]);
+  if (jobs < 1 || jobs > kMaxJobs || lane_capacity < 2 || lane_capacity > kMaxLanes + 1 ||
+      payload_bytes > kMaxPayload || procs < 1 || procs > kMaxProcs || !valid_kind(std::string_view(kind, 3)) ||
+      node > 1023 || recovery_ms < kMinRecoveryMs || recovery_ms > kMaxRecoveryMs ||
+      (log_cells & (log_cells - 1)) || log_cells > (1U << 26) ||
+      (log_cells && (durability < 1 || durability > 2 || on_full > 1 ||
+                     std::memchr(h->mirror_url, 0, kMirrorUrlBytes) == nullptr)))
     return make_error(Errc::corrupt, seg + " has a corrupt header (capacities out of range)");
-  const Geometry g = geometry_for(h->job_capacity, h->lane_capacity - 1, h->payload_bytes, h->proc_capacity, h->log_cells);
+  const Geometry g = geometry_for(jobs, lane_capacity - 1, payload_bytes, procs, log_cells);
   if (g.total != h->segment_bytes || g.words_off != h->words_off || g.tags_off != h->tags_off ||
       g.slots_off != h->slots_off || g.lanes_off != h->lanes_off || g.dir_off != h->dir_off ||
       g.ring_off != h->ring_off || g.index_off != h->index_off || g.procs_off != h->procs_off ||
@@ -672,7 +692,12 @@ Result<std::unique_ptr<Segment>> open_segment(std::string_view name, bool observ
       g.slot_bytes != h->slot_bytes || g.ring_cells != h->ring_cells || g.index_buckets != h->index_buckets ||
       g.dir_buckets != h->dir_buckets || g.threads != h->thread_capacity || g.slot_bits != h->slot_bits)
     return make_error(Errc::corrupt, seg + " has a corrupt header (table offsets do not match its capacities)");
-  bind_tables(*s);
+  // Its size was checked above, but from a read of its own: the tables
+  // bound must lie in the mapping whatever was written since.
+  if (g.total > std::uint64_t(size))
+    return make_error(Errc::corrupt, seg + " has a corrupt header (its capacities need " + std::to_string(g.total) +
+                                         " bytes; it has " + std::to_string(size) + ")");
+  bind_tables(*s, g, seed, recovery_ms, kind);
   {
     std::lock_guard l(live_handles_mu);
     live_handles.push_back(s->handle_id);
