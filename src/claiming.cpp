@@ -619,7 +619,9 @@ ClaimStatus claim_some(Segment& s, Lease* out, std::size_t room, std::size_t& go
   }
   if (got) {
     lower_next_due(s, deadline);
-    count(s, rec ? rec : s.thread(), &CounterBlock::claimed, got);
+    // A record serve() took is in the thread's cache now; with none free,
+    // the process's counters (thread() would scan every record again).
+    count(s, rec ? rec : s.thread_if_known(), &CounterBlock::claimed, got);
     return ClaimStatus::claimed;
   }
   return corrupt ? ClaimStatus::corrupt : ClaimStatus::empty;

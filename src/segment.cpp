@@ -595,12 +595,13 @@ Result<std::unique_ptr<Segment>> create_segment(std::string_view name, const Que
     h->sync_timeout_ms = o.sync_timeout_ms;
   }
   std::random_device rd;
-  h->hash_seed = (std::uint64_t(rd()) << 32) ^ rd() ^ unix_ms();
+  const std::uint64_t seed = (std::uint64_t(rd()) << 32) ^ rd() ^ unix_ms();
+  h->hash_seed = seed;
   h->created_unix_ms = unix_ms();
   std::memcpy(h->job_kind, o.job_kind.data(), 3);
   h->node = o.node;
   h->creator_pid = std::uint32_t(getpid());
-  bind_tables(*s, g, h->hash_seed, h->recovery_ms, h->job_kind);
+  bind_tables(*s, g, seed, o.recovery_ms, o.job_kind.data());
 
   // Ring: no position written yet. A cell is written for position p when
   // its pos field says p; cell i starts as written for the lap before.
@@ -693,10 +694,10 @@ Result<std::unique_ptr<Segment>> open_segment(std::string_view name, bool observ
       g.dir_buckets != h->dir_buckets || g.threads != h->thread_capacity || g.slot_bits != h->slot_bits)
     return make_error(Errc::corrupt, seg + " has a corrupt header (table offsets do not match its capacities)");
   // Its size was checked above, but from a read of its own: the tables
-  // bound must lie in the mapping whatever was written since.
-  if (g.total > std::uint64_t(size))
-    return make_error(Errc::corrupt, seg + " has a corrupt header (its capacities need " + std::to_string(g.total) +
-                                         " bytes; it has " + std::to_string(size) + ")");
+  // bound must lie in the mapping (as mapped) whatever was written since.
+  if (g.total > std::uint64_t(s->region.get_size()))
+    return make_error(Errc::truncated, seg + " is " + std::to_string(s->region.get_size()) +
+                                           " bytes mapped but its capacities need " + std::to_string(g.total));
   bind_tables(*s, g, seed, recovery_ms, kind);
   {
     std::lock_guard l(live_handles_mu);
