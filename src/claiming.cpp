@@ -58,8 +58,7 @@ struct GroupEntry {
 // A miss: out of line, so that the encoding it inlines stays out of the
 // claim's code. (Not marked cold: with more than 256 lanes in turn most
 // claims miss.)
-[[gnu::noinline]] void fill_group_entry(const Segment& s, std::uint32_t lane, std::uint64_t inc,
-                                                   GroupEntry& e) noexcept {
+[[gnu::noinline]] void fill_group_entry(const Segment& s, std::uint32_t lane, std::uint64_t inc, GroupEntry& e) noexcept {
   e.handle = s.handle_id;
   e.lane = lane;
   e.inc = inc;

@@ -527,7 +527,7 @@ namespace {
   SweepShared& sw = s.h->sweep;
   const std::uint32_t jobs = s.jobs;
   const std::uint32_t first = std::min(kChunk, jobs);
-  const std::uint64_t next = Cursor::make(Cursor::pass(c) + 1, first >= jobs ? jobs : first);
+  const std::uint64_t next = Cursor::make(Cursor::pass(c) + 1, first);  // first = min(kChunk, jobs)
   if (!sw.cursor.compare_exchange_strong(c, next, std::memory_order_acq_rel)) return;
   sw.pass_started_ms.store(now, std::memory_order_relaxed);
   // From here new deadlines lower next_due again; this pass's chunks lower
