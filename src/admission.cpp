@@ -177,7 +177,14 @@ bool link_admission(Segment& s, std::uint32_t slot, std::uint64_t ctr, const Gro
   linked = false;
   refused = false;
   const GroupKey key = g ? *g : GroupKey{};
-  for (int round = 0; round < 64; ++round) {
+  // The lane changes under us when another thread reclaims it: its step,
+  // not counted. The same lane word found not to be g's lane twice in a row
+  // is counted: bytes nobody writes (a directory entry that names a lane of
+  // another group) would repeat it for ever.
+  std::uint32_t last_lane = kNoLane;
+  Word128 last_word{};
+  int same = 0;
+  for (;;) {
     std::uint32_t lane = kDefaultLane;
     if (g) {
       const LaneFind f = lane_find_cached(s, key, lane);
@@ -199,6 +206,18 @@ bool link_admission(Segment& s, std::uint32_t slot, std::uint64_t ctr, const Gro
         return true;
       case OrderResult::lane_changed:
         guard.clear();
+        if (lane == last_lane && w == last_word) {
+          if (++same > 8) {
+            report_corrupt(s, CorruptWhat::directory);
+            refused = true;
+            st = EnqueueStatus::corrupt;
+            return false;
+          }
+        } else {
+          same = 0;
+        }
+        last_lane = lane;
+        last_word = w;
         continue;  // reclaimed under us: find it again
       case OrderResult::out_of_order:
       case OrderResult::sealed:
@@ -249,7 +268,9 @@ EnqueueStatus admit(Segment& s, const BrandedId& group, const BrandedId& job, st
   const IndexProbe probe = index_probe(s, sf);
   if (fresh) __builtin_prefetch(&s.index[probe.b1], 1);
 
-  for (int round = 0; round < 8; ++round, fresh = false) {
+  // A round ends early only when another thread undid the id's holder and
+  // ours with it (Admit::lost): its progress, so the loop is not bounded.
+  for (;; fresh = false) {
     // A live duplicate costs nothing. An admitting rival is decided first,
     // so that a duplicate is found here rather than after our own link.
     std::uint32_t admitting = kNoSlot;
@@ -340,8 +361,6 @@ EnqueueStatus admit(Segment& s, const BrandedId& group, const BrandedId& job, st
     if (s.log) return mirror_admitted(s, slot, wait_seq);
     return EnqueueStatus::enqueued;
   }
-  report_corrupt(s, CorruptWhat::id_index);
-  return EnqueueStatus::corrupt;
 }
 
 }  // namespace

@@ -666,7 +666,19 @@ ClaimStatus take_front(Segment& s, std::uint32_t lane, Lease& out, std::uint32_t
   IntentGuard guard(s);
   const std::uint64_t deadline = now_us / 1000 + lease_ms;
   Word128 w = lane_load(s, lane);
-  for (std::uint64_t rounds = 0; rounds < 4 * std::uint64_t(s.jobs) + 64; ++rounds) {
+  // As in serve(): only rounds that start from the word the last one did
+  // count (another thread's step moves it; bytes nobody writes do not),
+  // and the husks we pop (a run that loops would have us pop for ever).
+  Word128 last{};
+  int same = 0;
+  std::uint64_t husks = 0;
+  for (bool first = true;; first = false) {
+    if (first || !(w == last)) {
+      last = w;
+      same = 0;
+    } else if (++same > 8) {
+      break;
+    }
     const Word128 base = lane_base(s, lane, w);
     if (LaneWord::state(base) != LaneState::live) return ClaimStatus::empty;
     std::uint32_t x1 = 0;
@@ -698,6 +710,7 @@ ClaimStatus take_front(Segment& s, std::uint32_t lane, Lease& out, std::uint32_t
     if (!is_job) {
       drop_husk(s, lane, x, from_run);
       guard.clear();
+      if (++husks > s.jobs + 1) break;
       continue;
     }
     const Leased le = lease_job(s, x, lane, deadline, now_us, taken_ctr, out);

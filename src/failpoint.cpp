@@ -47,6 +47,7 @@ const char* const kFailpoints[] = {
     // a job back into its lane (acks.cpp)
     "move.claimed",           // a scheduled or dead job taken (returning) to go back to its lane
     "move.taken",             // a returning job taken for linking, not linked
+    "strays.found",           // its place in its lane's strays found, not linked
     "strays.linked",          // linked in its lane's strays, the linked step not yet made
     "move.linked",            // the linked step made, not applied
     "slot.freed",             // a husk freed (the call that popped it not finished)
@@ -119,7 +120,29 @@ void failpoint_arm(const char* name, unsigned nth, FailpointAction act) noexcept
   remaining.store(nth);
 }
 
+namespace {
+
+char call_name[64];
+std::atomic<void (*)(void*)> call_fn{nullptr};
+std::atomic<void*> call_arg{nullptr};
+
+}  // namespace
+
+void failpoint_call(const char* name, void (*fn)(void*), void* arg) noexcept {
+  call_fn.store(nullptr);
+  if (!fn) return;
+  if (!name || !known(name)) {
+    std::fprintf(stderr, "fairlane: unknown failpoint '%s'\n", name ? name : "");
+    std::abort();
+  }
+  std::memset(call_name, 0, sizeof call_name);
+  std::strncpy(call_name, name, sizeof call_name - 1);
+  call_arg.store(arg);
+  call_fn.store(fn);
+}
+
 void failpoint_hit(const char* name) noexcept {
+  if (void (*fn)(void*) = call_fn.load(); fn && std::strcmp(call_name, name) == 0) fn(call_arg.load());
   read_env();
   if (remaining.load(std::memory_order_relaxed) == 0) return;
   if (std::strcmp(armed, name) != 0) return;

@@ -12,6 +12,8 @@
 // reached, the process raises SIGKILL (no handler, no destructor, no flush,
 // as with a kill from outside), or with `stop` SIGSTOP: it stays inside its
 // operation at that instruction until someone sends SIGCONT, then goes on.
+// A test with threads can instead have a function called at a point
+// (failpoint_call), to make another thread step in at exactly that place.
 #pragma once
 
 #include <cstddef>
@@ -23,6 +25,11 @@ namespace fairlane::detail {
 enum class FailpointAction { kill, stop };
 void failpoint_hit(const char* name) noexcept;
 void failpoint_arm(const char* name, unsigned nth = 1, FailpointAction action = FailpointAction::kill) noexcept;
+
+// In-process, for tests with threads: each time any thread reaches `name`,
+// `fn(arg)` runs there (the function decides what to do for which thread),
+// until disarmed with fn = nullptr. Independent of failpoint_arm.
+void failpoint_call(const char* name, void (*fn)(void*), void* arg) noexcept;
 
 // Every failpoint compiled into the library, in the order of the transitions.
 extern const char* const kFailpoints[];

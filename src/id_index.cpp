@@ -147,7 +147,10 @@ bool has_entry(const Segment& s, const IndexProbe& p, std::uint32_t slot) noexce
 [[gnu::always_inline]] inline bool put_entry(Segment& s, const IndexProbe& p, std::uint32_t slot) noexcept {
   const std::uint64_t mine = IndexEntry::make(p.fp, slot + 1, admit_tag(s, slot));
   IndexBucket& a = s.index[p.b1];
-  for (int tries = 0; tries < 16; ++tries) {
+  // A way's CAS fails only when another insert wrote that way first: its
+  // progress, so the loop is not bounded (with a bound, contention on one
+  // bucket would answer `full` with free ways left).
+  for (;;) {
     std::atomic<std::uint64_t>* way = nullptr;
     std::uint64_t e = 0;
     // Empty or stale is known from the tag alone: the first pass looks
@@ -191,7 +194,6 @@ bool has_entry(const Segment& s, const IndexProbe& p, std::uint32_t slot) noexce
     // store: another insert may be reusing the same stale way.
     if (way->compare_exchange_strong(e, mine, std::memory_order_seq_cst)) return true;
   }
-  return false;
 }
 
 // Was the admission `ctr` of `slot`, no longer admitting, committed? A

@@ -38,7 +38,18 @@ OrderResult run_append(Segment& s, std::uint32_t lane, GroupKey g, std::uint32_t
   // Private until linked: the CAS that links it publishes it ([S3]/[R4]).
   n.next.store(Link::make(0, 0, tag), std::memory_order_relaxed);
   Word128 sealed_at{};  // the lane word when we last found its last node sealed
-  for (std::uint64_t round = 0; round <= s.jobs + 16; ++round) {
+  // The bound counts only the rounds that bytes nobody else writes could
+  // repeat: a tail moved by our own CAS (a run that loops would have us move
+  // it round and round) and a seal seen for the first time. A round that
+  // ends because the lane word or a link moved under us is another thread's
+  // step, not a loop: lock-free progress, and never a sign of corruption.
+  // (Counting every round, contention alone went past jobs + 16 rounds
+  // under ThreadSanitizer, and appends were failed as corrupt.) Reaching
+  // the bound legitimately would take kTailLag appends by others between
+  // each two of our tail moves, jobs + 16 times in one call.
+  std::uint64_t own = 0;
+  for (;;) {
+    if (own > s.jobs + 16) break;
     const Word128 base = lane_base(s, lane, w);
     // Read after w: if the CAS below (from w) succeeds, this is g's lane.
     if (!lane_is(s, lane, w, g)) return OrderResult::lane_changed;
@@ -99,7 +110,7 @@ OrderResult run_append(Segment& s, std::uint32_t lane, GroupKey g, std::uint32_t
       // The tail lags by kTailLag links or more: move it up to the farthest
       // node seen (anyone may: it is a node of this run), then walk on from
       // there. So an append leaves it at most kTailLag links behind.
-      lane_cas(s, lane, w, LaneWord::with_tail(base, e1));
+      if (lane_cas(s, lane, w, LaneWord::with_tail(base, e1))) ++own;
       continue;
     }
     if (Link::mark(el) == Link::kSealed) {
@@ -108,6 +119,7 @@ OrderResult run_append(Segment& s, std::uint32_t lane, GroupKey g, std::uint32_t
       // is between its seal and its pop (perhaps stopped): go elsewhere.
       if (sealed_at == w) return OrderResult::sealed;
       sealed_at = w;
+      ++own;
       w = lane_load(s, lane);
       continue;
     }
@@ -166,9 +178,20 @@ enum class Found { ok, corrupt };
 // shortcuts, and a stale one ends its level early).
 Found strays_find(Segment& s, std::uint32_t lane, std::uint64_t key, Position& pos) noexcept {
   LaneRecord& l = s.lanes[lane];
+  // A budget for one pass from the heads (on bytes nobody writes, a pass
+  // that loops is cut off by it). A restart is another thread's step (the
+  // node we stood on was taken) unless it repeats the last one exactly (the
+  // same node, tag and link): bytes nobody writes restart the same way each
+  // time (once our own unlinks and cuts, finitely many, are made), so
+  // repeats are counted and nothing else is. A bound on every restart
+  // would count contention as corruption (see run_append).
   const std::uint64_t budget = std::uint64_t(s.jobs) * kStrayLevels * 4 + 256;
   std::uint64_t steps = 0;
+  std::uint32_t repeats = 0;
+  std::uint32_t last_x1 = 0;
+  std::uint64_t last_xtag = 0, last_link = 0;
 restart:
+  steps = 0;
   std::uint32_t x1 = 0;     // the node we stand on (0: the lane's heads)
   std::uint64_t xtag = 0;   // its tag, as the link that led us to it says
   for (int lv = int(kStrayLevels) - 1; lv >= 0; --lv) {
@@ -179,8 +202,15 @@ restart:
       if (++steps > budget) return Found::corrupt;
       link = at->load(std::memory_order_acquire);
       if (x1 && (UpLink::owner_tag(link) != xtag || UpLink::mark(link) == Link::kDeleted)) {
+        // The node we stand on was taken (and maybe reused): from the heads again.
+        const bool same = x1 == last_x1 && xtag == last_xtag && link == last_link;
+        if (!same) repeats = 0;
+        if (same && ++repeats > 8) return Found::corrupt;
+        last_x1 = x1;
+        last_xtag = xtag;
+        last_link = link;
         cpu_pause();
-        goto restart;  // the node we stand on was taken (and maybe reused): from the heads again
+        goto restart;
       }
       const std::uint32_t y1 = UpLink::succ(link);
       if (y1 == 0) break;
@@ -254,8 +284,13 @@ OrderResult strays_insert(Segment& s, std::uint32_t lane, std::uint32_t slot, st
   const unsigned height = random_level();
   n.level.store(std::uint8_t(height), std::memory_order_relaxed);
   Position pos;
-  for (std::uint64_t round = 0;; ++round) {
-    if (round > s.jobs + 64 || strays_find(s, lane, key, pos) != Found::ok) {
+  // Only the rounds that meet a seal are counted (on bytes nobody writes,
+  // meet_seal opens it and the next round finds none); a round whose level-0
+  // CAS fails lost to another thread's step, which is progress, not a loop
+  // (see run_append).
+  std::uint64_t seals = 0;
+  for (;;) {
+    if (seals > s.jobs + 64 || strays_find(s, lane, key, pos) != Found::ok) {
       report_corrupt(s, CorruptWhat::lane_order);
       return OrderResult::corrupt;
     }
@@ -266,6 +301,7 @@ OrderResult strays_insert(Segment& s, std::uint32_t lane, std::uint32_t slot, st
       // another group has another), and a reclaim seals it.
       if ((UpLink::owner_tag(s0) & UpLink::kTagMask) != (inc & UpLink::kTagMask)) return OrderResult::lane_changed;
       if (UpLink::mark(s0) == Link::kSealed) {
+        ++seals;
         if (meet_seal(s, lane, g, s0) == OrderResult::lane_changed) return OrderResult::lane_changed;
         continue;
       }
@@ -281,6 +317,7 @@ OrderResult strays_insert(Segment& s, std::uint32_t lane, std::uint32_t slot, st
       n.up[i - 1].store(UpLink::make(UpLink::succ(pos.seen[i]), 0, tag, UpLink::target_tag(pos.seen[i])),
                         std::memory_order_relaxed);
     std::uint64_t expect = s0;
+    FAIRLANE_FAILPOINT("strays.found");
     // [S3] seq_cst: links the node at level 0: it is in the list from here.
     // Fails if the predecessor was marked or anything was linked after it.
     if (pos.pred[0]->compare_exchange_strong(expect, UpLink::make(node1, 0, UpLink::owner_tag(s0), tag),
@@ -316,7 +353,9 @@ OrderResult strays_insert(Segment& s, std::uint32_t lane, std::uint32_t slot, st
 std::uint32_t strays_first(Segment& s, std::uint32_t lane, OrderResult& r) noexcept {
   LaneRecord& l = s.lanes[lane];
   r = OrderResult::ok;
-  for (std::uint32_t steps = 0; steps <= s.jobs + 64; ++steps) {
+  // Counts our own unlinks only (a level 0 that loops would have us unlink
+  // round and round); a head that moved under us is another thread's step.
+  for (std::uint32_t unlinked = 0; unlinked <= s.jobs + 1;) {
     std::uint64_t link = l.strays[0].load(std::memory_order_acquire);
     const std::uint32_t y1 = UpLink::succ(link);
     if (y1 == 0) {
@@ -331,9 +370,10 @@ std::uint32_t strays_first(Segment& s, std::uint32_t lane, OrderResult& r) noexc
     }
     if (UpLink::mark(ylink) != Link::kDeleted) return y1;
     // Taken, not yet unlinked by its taker: unlink it for it.
-    l.strays[0].compare_exchange_strong(
-        link, UpLink::make(UpLink::succ(ylink), 0, UpLink::owner_tag(link), UpLink::target_tag(ylink)),
-        std::memory_order_seq_cst);
+    if (l.strays[0].compare_exchange_strong(
+            link, UpLink::make(UpLink::succ(ylink), 0, UpLink::owner_tag(link), UpLink::target_tag(ylink)),
+            std::memory_order_seq_cst))
+      ++unlinked;
   }
   report_corrupt(s, CorruptWhat::lane_order);
   r = OrderResult::corrupt;

@@ -17,6 +17,7 @@
 #include <atomic>
 #include <chrono>
 #include <thread>
+#include <vector>
 
 #include "../../src/failpoint.hpp"
 #include "../../src/lane_order.hpp"
@@ -123,6 +124,133 @@ class AppendRace : public SegmentFixture {
 
 TEST_F(AppendRace, WalkEndSealedAndPoppedBeforeTheLinkCas) { scenario(false); }
 TEST_F(AppendRace, WalkEndPoppedAndReusedAsTheSameLanesFirstNodeBeforeTheLinkCas) { scenario(true); }
+
+// Contention is not corruption. A helper thread steps in at a failpoint of
+// the main thread's append or insert, each time it is reached, so that the
+// main thread's CAS there loses, for more rounds than the old bounds (every
+// round counted: jobs + 16 for a run append, jobs + 64 for a strays insert)
+// allowed; those answered corrupt. Each lost round is the helper's progress:
+// the main thread's step must simply go through once the helper stops.
+class Contention : public SegmentFixture {
+ protected:
+  struct Ctx {
+    std::thread::id main;
+    int limit = 0;
+    std::atomic<int> fired{0};
+    std::atomic<int> requested{0}, served{0};
+    std::atomic<bool> stop{false};
+  };
+
+  static void step_in(void* p) {
+    Ctx& c = *static_cast<Ctx*>(p);
+    if (std::this_thread::get_id() != c.main || c.fired.load() >= c.limit) return;
+    const int n = c.fired.fetch_add(1) + 1;
+    c.requested.store(n);
+    while (c.served.load() < n && !c.stop.load()) std::this_thread::yield();
+  }
+
+  // Runs `helper_step(i)` on a helper thread each time the main thread
+  // reaches `point`, `limit` times, around `body` (on the main thread).
+  template <class Step, class Body>
+  void with_helper(const char* point, int limit, Step helper_step, Body body) {
+    Ctx c;
+    c.main = std::this_thread::get_id();
+    c.limit = limit;
+    std::thread helper([&] {
+      int done = 0;
+      while (!c.stop.load()) {
+        if (c.requested.load() > done) {
+          helper_step(done);
+          c.served.store(++done);
+        } else {
+          std::this_thread::yield();
+        }
+      }
+    });
+    detail::failpoint_call(point, &Contention::step_in, &c);
+    body();
+    detail::failpoint_call(point, nullptr, nullptr);
+    c.stop.store(true);
+    helper.join();
+    EXPECT_EQ(c.fired.load(), limit) << "the main thread's step did not lose as often as planned";
+  }
+
+  void check_clean(Queue& q) {
+    EXPECT_EQ(q.corruption().count, 0u) << q.corruption().last_structure;
+    const FsckReport r = q.fsck();
+    EXPECT_TRUE(r.clean()) << (r.issues.empty() ? "" : r.issues[0].invariant + ": " + r.issues[0].detail);
+  }
+};
+
+TEST_F(Contention, AnAppendWhoseLinkLosesMoreRoundsThanTheOldBoundLinksInIdOrder) {
+  QueueOptions o;
+  o.jobs = 16;
+  o.lanes = 8;
+  o.payload_bytes = 16;
+  create(o);
+  ASSERT_FALSE(HasFailure());
+  Queue& q = this->q();
+  constexpr int kRounds = 48;  // the old bound: 16 + 16 + 1 rounds
+  const BrandedId x = q.mint();
+  std::vector<BrandedId> rivals;
+  for (int i = 0; i < kRounds; ++i) rivals.push_back(q.mint());
+  const BrandedId a = q.mint();  // above every rival: it belongs at the run's end
+  ASSERT_EQ(q.enqueue(G, x, "x"), EnqueueStatus::enqueued);
+  std::atomic<int> bad{0};
+  // Each time: a rival appended after the node the main thread walked to
+  // (its link CAS then fails), and the run's oldest job served, so that the
+  // run keeps one node and the table never fills.
+  with_helper("run.walked", kRounds, [&](int i) {
+    if (q.enqueue(G, rivals[std::size_t(i)], "r") != EnqueueStatus::enqueued) ++bad;
+    Lease l;
+    if (!q.claim(l, 60000) || q.complete(l.id, l.token) != AckStatus::ok) ++bad;
+  }, [&] { EXPECT_EQ(q.enqueue(G, a, "a"), EnqueueStatus::enqueued); });
+  EXPECT_EQ(bad.load(), 0);
+  std::vector<BrandedId> got;
+  Lease l;
+  while (q.claim(l, 60000)) {
+    got.push_back(l.id);
+    EXPECT_EQ(q.complete(l.id, l.token), AckStatus::ok);
+  }
+  EXPECT_EQ(got, (std::vector<BrandedId>{rivals.back(), a}));
+  check_clean(q);
+}
+
+TEST_F(Contention, AStraysInsertWhoseLinkLosesMoreRoundsThanTheOldBoundLinks) {
+  QueueOptions o;
+  o.jobs = 16;
+  o.lanes = 8;
+  o.payload_bytes = 16;
+  create(o);
+  ASSERT_FALSE(HasFailure());
+  Queue& q = this->q();
+  constexpr int kRounds = 100;  // the old bound: 16 + 64 + 1 rounds
+  const BrandedId a = q.mint(), y = q.mint();
+  ASSERT_EQ(q.enqueue(G, a, "a"), EnqueueStatus::enqueued);
+  ASSERT_EQ(q.enqueue(G, y, "y"), EnqueueStatus::enqueued);
+  Lease la, ly;
+  ASSERT_TRUE(q.claim(la, 60000));
+  ASSERT_TRUE(q.claim(ly, 60000));
+  ASSERT_EQ(la.id, a);
+  ASSERT_EQ(ly.id, y);
+  std::atomic<int> bad{0};
+  // Each time: y released into the lane's strays (the first time), or
+  // claimed back and released again, relinked under a new tag: the strays
+  // head the main thread's insert is about to CAS has moved.
+  with_helper("strays.found", kRounds, [&](int i) {
+    if (i > 0 && (!q.claim(ly, 60000) || ly.id != y)) ++bad;
+    if (q.release(ly.id, ly.token) != AckStatus::ok) ++bad;
+  }, [&] { EXPECT_EQ(q.release(la.id, la.token), AckStatus::ok); });
+  EXPECT_EQ(bad.load(), 0);
+  std::vector<BrandedId> got;
+  Lease l;
+  while (q.claim(l, 60000)) {
+    got.push_back(l.id);
+    EXPECT_EQ(q.complete(l.id, l.token), AckStatus::ok);
+  }
+  EXPECT_EQ(got, (std::vector<BrandedId>{a, y}));
+  check_clean(q);
+}
 
 
 // A dead appender's `link` intent, settled by a sweep (settle_intent ->

@@ -121,6 +121,8 @@ const Case kCases[] = {
     {"move.claimed", Scenario::enqueue_old},
     {"move.claimed", Scenario::enqueue_later},
     {"move.taken", Scenario::fail_retry},
+    {"strays.found", Scenario::fail_retry},
+    {"strays.found", Scenario::release},
     {"strays.linked", Scenario::fail_retry},
     {"strays.linked", Scenario::release},
     {"move.linked", Scenario::fail_retry},
