@@ -34,12 +34,6 @@ build() {
 # cases): TSan's runtime makes 128-bit atomics atomic under a lock of its own
 # process, so under TSan they are not atomic between processes, and TSan
 # cannot see another process's accesses anyway (release and asan run them).
-# RunTailStress is left out too, as a known failure under TSan, not as
-# noise: under TSan (where Word128s go through the __atomic builtins, not
-# the inline cmpxchg16b) its one-lane stress reports lane-order corruption
-# in about 2 of 10 runs, already at 7da17ef, with no data race reported;
-# natively it passed 25 of 25 runs (release and asan run it). Whether the
-# builtin path (also every non-x86-64 build) has a real fault is open.
 # TSan sees only this process: races between processes through the segment
 # are outside what it can check.
 sanitize() {

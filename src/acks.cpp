@@ -162,7 +162,8 @@ Moved link_returning(Segment& s, std::uint32_t slot, bool mine, const Word128* f
     return give_up();
   }
   if (!grouped) g = GroupKey{};
-  for (int round = 0; round < 64; ++round) {
+  SameLaneRounds rounds;  // a lane that is not g's, met again and again
+  for (;;) {
     std::uint32_t lane = kDefaultLane;
     if (grouped) {
       const LaneFind f = lane_find(s, g, true, lane);
@@ -193,13 +194,15 @@ Moved link_returning(Segment& s, std::uint32_t slot, bool mine, const Word128* f
         log_job(s, slot);
         return Moved::ok;
       case OrderResult::lane_changed:
+        if (rounds.stuck(lane, lane_load(s, lane))) {
+          report_corrupt(s, CorruptWhat::directory);
+          return give_up();
+        }
         continue;  // given back under us: find it again
       default:
         return give_up();
     }
   }
-  report_corrupt(s, CorruptWhat::directory);
-  return give_up();
 }
 
 Adopted adopt_job(Segment& s, std::uint32_t slot, Word128 from, std::uint32_t attempt, bool wait_on_full) noexcept {

@@ -177,13 +177,7 @@ bool link_admission(Segment& s, std::uint32_t slot, std::uint64_t ctr, const Gro
   linked = false;
   refused = false;
   const GroupKey key = g ? *g : GroupKey{};
-  // The lane changes under us when another thread reclaims it: its step,
-  // not counted. The same lane word found not to be g's lane twice in a row
-  // is counted: bytes nobody writes (a directory entry that names a lane of
-  // another group) would repeat it for ever.
-  std::uint32_t last_lane = kNoLane;
-  Word128 last_word{};
-  int same = 0;
+  SameLaneRounds rounds;  // a lane that is not g's, met again and again
   for (;;) {
     std::uint32_t lane = kDefaultLane;
     if (g) {
@@ -206,18 +200,12 @@ bool link_admission(Segment& s, std::uint32_t slot, std::uint64_t ctr, const Gro
         return true;
       case OrderResult::lane_changed:
         guard.clear();
-        if (lane == last_lane && w == last_word) {
-          if (++same > 8) {
-            report_corrupt(s, CorruptWhat::directory);
-            refused = true;
-            st = EnqueueStatus::corrupt;
-            return false;
-          }
-        } else {
-          same = 0;
+        if (rounds.stuck(lane, w)) {
+          report_corrupt(s, CorruptWhat::directory);
+          refused = true;
+          st = EnqueueStatus::corrupt;
+          return false;
         }
-        last_lane = lane;
-        last_word = w;
         continue;  // reclaimed under us: find it again
       case OrderResult::out_of_order:
       case OrderResult::sealed:
@@ -230,10 +218,6 @@ bool link_admission(Segment& s, std::uint32_t slot, std::uint64_t ctr, const Gro
         return false;
     }
   }
-  refused = true;
-  st = EnqueueStatus::corrupt;
-  report_corrupt(s, CorruptWhat::directory);
-  return false;
 }
 
 EnqueueStatus admit(Segment& s, const BrandedId& group, const BrandedId& job, std::string_view payload,

@@ -5,8 +5,9 @@
 // atomics through libatomic, a call per operation). It is a full barrier, so
 // it is as strong as a seq_cst read-modify-write, which is what every edge
 // labelled on a Word128 in docs/design.md assumes. Elsewhere (and under
-// ThreadSanitizer, which cannot see inside inline assembly) the __atomic
-// builtins on unsigned __int128, seq_cst.
+// ThreadSanitizer, which cannot see inside inline assembly, and with the
+// CMake option FAIRLANE_ATOMIC128_BUILTIN) the __atomic builtins on
+// unsigned __int128, seq_cst: libatomic's, linked where they are used.
 //
 // Loads read the high half, the low half, and the high half again (acquire
 // each), until the two readings of the high half agree: the pair is then a
@@ -37,28 +38,28 @@ namespace fairlane::detail {
 
 #ifdef FAIRLANE_ATOMIC128_BUILTIN
 
-inline unsigned __int128 to_u128(const Word128& w) noexcept {
-  return (static_cast<unsigned __int128>(w.hi) << 64) | w.lo;
-}
-inline Word128 from_u128(unsigned __int128 v) noexcept {
+__extension__ typedef unsigned __int128 u128;  // (__extension__: no -Wpedantic warning)
+
+inline u128 to_u128(const Word128& w) noexcept { return (static_cast<u128>(w.hi) << 64) | w.lo; }
+inline Word128 from_u128(u128 v) noexcept {
   return Word128{static_cast<std::uint64_t>(v), static_cast<std::uint64_t>(v >> 64)};
 }
 
 inline Word128 load128(const Word128& w) noexcept {
-  return from_u128(__atomic_load_n(reinterpret_cast<const unsigned __int128*>(&w), __ATOMIC_SEQ_CST));
+  return from_u128(__atomic_load_n(reinterpret_cast<const u128*>(&w), __ATOMIC_SEQ_CST));
 }
 
 // On failure `expected` holds the current value, read whole.
 inline bool cas128(Word128& w, Word128& expected, const Word128& desired) noexcept {
-  unsigned __int128 e = to_u128(expected);
-  const bool ok = __atomic_compare_exchange_n(reinterpret_cast<unsigned __int128*>(&w), &e, to_u128(desired), false,
+  u128 e = to_u128(expected);
+  const bool ok = __atomic_compare_exchange_n(reinterpret_cast<u128*>(&w), &e, to_u128(desired), false,
                                               __ATOMIC_SEQ_CST, __ATOMIC_SEQ_CST);
   if (!ok) expected = from_u128(e);
   return ok;
 }
 
 inline void store128_init(Word128& w, const Word128& v) noexcept {
-  __atomic_store_n(reinterpret_cast<unsigned __int128*>(&w), to_u128(v), __ATOMIC_SEQ_CST);
+  __atomic_store_n(reinterpret_cast<u128*>(&w), to_u128(v), __ATOMIC_SEQ_CST);
 }
 
 #else

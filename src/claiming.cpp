@@ -710,7 +710,7 @@ ClaimStatus take_front(Segment& s, std::uint32_t lane, Lease& out, std::uint32_t
     if (!is_job) {
       drop_husk(s, lane, x, from_run);
       guard.clear();
-      if (++husks > s.jobs + 1) break;
+      if (++husks > 4 * std::uint64_t(s.jobs) + 64) break;
       continue;
     }
     const Leased le = lease_job(s, x, lane, deadline, now_us, taken_ctr, out);

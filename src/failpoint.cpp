@@ -6,7 +6,9 @@
 
 #include <signal.h>
 
+#include <algorithm>
 #include <atomic>
+#include <iterator>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -64,6 +66,12 @@ const char* const kFailpoints[] = {
     "dead.purged",            // one dead job freed, the purge not finished
 };
 const std::size_t kFailpointCount = sizeof kFailpoints / sizeof kFailpoints[0];
+
+// Places where a test may only step in (failpoint_call), not kill: a death
+// at one leaves what a death at the failpoint before it leaves.
+const char* const kStepPoints[] = {
+    "run.seal_seen",  // an append found its run's last node sealed under a new lane word (as enqueue.lane_found)
+};
 
 namespace {
 
@@ -131,7 +139,10 @@ std::atomic<void*> call_arg{nullptr};
 void failpoint_call(const char* name, void (*fn)(void*), void* arg) noexcept {
   call_fn.store(nullptr);
   if (!fn) return;
-  if (!name || !known(name)) {
+  const bool step_point = name && std::find_if(std::begin(kStepPoints), std::end(kStepPoints), [&](const char* p) {
+                                    return std::strcmp(p, name) == 0;
+                                  }) != std::end(kStepPoints);
+  if (!name || !(known(name) || step_point)) {
     std::fprintf(stderr, "fairlane: unknown failpoint '%s'\n", name ? name : "");
     std::abort();
   }

@@ -26,9 +26,11 @@ enum class FailpointAction { kill, stop };
 void failpoint_hit(const char* name) noexcept;
 void failpoint_arm(const char* name, unsigned nth = 1, FailpointAction action = FailpointAction::kill) noexcept;
 
-// In-process, for tests with threads: each time any thread reaches `name`,
-// `fn(arg)` runs there (the function decides what to do for which thread),
-// until disarmed with fn = nullptr. Independent of failpoint_arm.
+// In-process, for tests with threads: each time any thread reaches `name`
+// (a failpoint, or a step point: a place only for this, listed in
+// failpoint.cpp), `fn(arg)` runs there (the function decides what to do
+// for which thread), until disarmed with fn = nullptr. Independent of
+// failpoint_arm.
 void failpoint_call(const char* name, void (*fn)(void*), void* arg) noexcept;
 
 // Every failpoint compiled into the library, in the order of the transitions.

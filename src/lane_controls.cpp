@@ -38,7 +38,8 @@ LaneStatus change_settings(Segment& s, const BrandedId& group, bool create, F ch
   if (!s.me) return LaneStatus::read_only;
   GroupKey g;
   if (!is_default_group(group) && !group_of(group, g)) return LaneStatus::invalid_group;
-  for (int round = 0; round < 64; ++round) {
+  SameLaneRounds rounds;  // a lane that is not g's, met again and again
+  for (;;) {
     LaneFind f = LaneFind::found;
     const std::uint32_t lane = group_lane(s, group, create, f);
     if (f == LaneFind::absent) return LaneStatus::ok;  // nothing to clear on a group with no lane
@@ -46,11 +47,15 @@ LaneStatus change_settings(Segment& s, const BrandedId& group, bool create, F ch
     LaneRecord& l = s.lanes[lane];
     Word128 w = lane_load(s, lane);
     const std::uint64_t inc = l.key_kind.load(std::memory_order_acquire);
-    if (!lane_is(s, lane, w, g)) continue;
+    if (!lane_is(s, lane, w, g)) {
+      if (rounds.stuck(lane, w)) break;
+      continue;
+    }
     std::uint64_t st = l.settings.load(std::memory_order_acquire);
     const std::uint64_t nst = change(st);
     // A record re-taken since we read w had its settings reset (their
-    // version moved on): this CAS fails then.
+    // version moved on): this CAS fails then. It fails only when another
+    // thread wrote them: not counted.
     if (!l.settings.compare_exchange_strong(st, nst, std::memory_order_seq_cst)) continue;
     FAIRLANE_FAILPOINT("lane.settings_written");
     bool done = false;

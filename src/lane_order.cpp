@@ -40,7 +40,7 @@ OrderResult run_append(Segment& s, std::uint32_t lane, GroupKey g, std::uint32_t
   Word128 sealed_at{};  // the lane word when we last found its last node sealed
   // The bound counts only the rounds that bytes nobody else writes could
   // repeat: a tail moved by our own CAS (a run that loops would have us move
-  // it round and round) and a seal seen for the first time. A round that
+  // it round and round). A round that
   // ends because the lane word or a link moved under us is another thread's
   // step, not a loop: lock-free progress, and never a sign of corruption.
   // (Counting every round, contention alone went past jobs + 16 rounds
@@ -119,7 +119,11 @@ OrderResult run_append(Segment& s, std::uint32_t lane, GroupKey g, std::uint32_t
       // is between its seal and its pop (perhaps stopped): go elsewhere.
       if (sealed_at == w) return OrderResult::sealed;
       sealed_at = w;
-      ++own;
+      // Not counted: seen again under the same word, it answers `sealed`
+      // just above, so only another thread's step (the word moved without
+      // popping the sealed node: a setting, an ack's step, a take from the
+      // strays) brings us back here.
+      FAIRLANE_FAILPOINT("run.seal_seen");
       w = lane_load(s, lane);
       continue;
     }
@@ -353,8 +357,11 @@ OrderResult strays_insert(Segment& s, std::uint32_t lane, std::uint32_t slot, st
 std::uint32_t strays_first(Segment& s, std::uint32_t lane, OrderResult& r) noexcept {
   LaneRecord& l = s.lanes[lane];
   r = OrderResult::ok;
-  // Counts our own unlinks only (a level 0 that loops would have us unlink
-  // round and round); a head that moved under us is another thread's step.
+  // Counts our own unlinks since the lane word last moved (a level 0 that
+  // loops would have us unlink round and round, and nobody moves the word);
+  // each node we unlink for its taker was taken by a step that moved the
+  // word, and a head that moved under us is another thread's step.
+  Word128 at = lane_load(s, lane);
   for (std::uint32_t unlinked = 0; unlinked <= s.jobs + 1;) {
     std::uint64_t link = l.strays[0].load(std::memory_order_acquire);
     const std::uint32_t y1 = UpLink::succ(link);
@@ -372,8 +379,14 @@ std::uint32_t strays_first(Segment& s, std::uint32_t lane, OrderResult& r) noexc
     // Taken, not yet unlinked by its taker: unlink it for it.
     if (l.strays[0].compare_exchange_strong(
             link, UpLink::make(UpLink::succ(ylink), 0, UpLink::owner_tag(link), UpLink::target_tag(ylink)),
-            std::memory_order_seq_cst))
+            std::memory_order_seq_cst)) {
+      const Word128 now = lane_load(s, lane);
+      if (!(now == at)) {
+        at = now;
+        unlinked = 0;
+      }
       ++unlinked;
+    }
   }
   report_corrupt(s, CorruptWhat::lane_order);
   r = OrderResult::corrupt;

@@ -180,6 +180,27 @@ inline bool lane_is(const Segment& s, std::uint32_t lane, const Word128& w, Grou
          r.key_sf.load(std::memory_order_acquire) == g.sf;
 }
 
+// For a retry loop that looks a group's lane up and finds it, in the lane
+// word it read, not the group's (lane_is false): only rounds that find the
+// same lane with the very word the last round read are counted. Bytes
+// nobody writes (a directory entry naming another group's lane) repeat
+// such a round for ever; a reclaim or a re-creation moves the word on,
+// and a round after it is another thread's progress, not counted
+// (docs/design.md, "Every walk is bounded").
+struct SameLaneRounds {
+  std::uint32_t lane = ~0U;
+  Word128 word{};
+  int same = 0;
+  // Whether this round is the ninth in a row to find lane `l` at word `w`.
+  bool stuck(std::uint32_t l, const Word128& w) noexcept {
+    if (l == lane && w == word) return ++same > 8;
+    lane = l;
+    word = w;
+    same = 0;
+    return false;
+  }
+};
+
 enum class LaneFind { found, absent, lanes_full, buckets_full, corrupt };
 
 // The lane of `g`, creating it if asked. Lock-free. `lane_out` is set when

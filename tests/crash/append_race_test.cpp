@@ -216,6 +216,52 @@ TEST_F(Contention, AnAppendWhoseLinkLosesMoreRoundsThanTheOldBoundLinksInIdOrder
   check_clean(q);
 }
 
+// A claimer (another process) stopped between sealing its run's last node
+// and popping it, and a lane word that other threads keep moving without
+// popping that node (settings written, here): each round of an append finds
+// the seal under a new word. Counting those sightings answered corrupt after
+// jobs + 16 of them (found in review); the append goes to the strays.
+TEST_F(Contention, AnAppendThatKeepsFindingTheRunSealedUnderANewWordIsEnqueued) {
+  QueueOptions o;
+  o.jobs = 16;
+  o.lanes = 8;
+  o.payload_bytes = 16;
+  create(o);
+  ASSERT_FALSE(HasFailure());
+  Queue& q = this->q();
+  const BrandedId x = q.mint();
+  ASSERT_EQ(q.enqueue(G, x, "x"), EnqueueStatus::enqueued);
+  const std::string name = seg();
+  ForkedChild child([&]() -> int {
+    auto r = Queue::open(name);
+    if (!r) return 3;
+    Queue cq = std::move(r.value());
+    detail::failpoint_arm("claim.sealed", 1, detail::FailpointAction::stop);
+    Lease l;
+    if (!cq.claim(l, 60000) || l.id != x) return 4;
+    return cq.complete(l.id, l.token) == AckStatus::ok ? 0 : 5;
+  });
+  ASSERT_TRUE(test::wait_stopped(child.pid())) << "child did not reach claim.sealed";
+  const BrandedId a = q.mint();
+  std::atomic<int> bad{0};
+  with_helper("run.seal_seen", 48, [&](int i) {
+    if (q.set_limit(G, std::uint32_t(1000 + i)) != LaneStatus::ok) ++bad;
+  }, [&] { EXPECT_EQ(q.enqueue(G, a, "a"), EnqueueStatus::enqueued); });
+  EXPECT_EQ(bad.load(), 0);
+  ::kill(child.pid(), SIGCONT);
+  ASSERT_TRUE(child.wait_for(std::chrono::seconds(10)));
+  EXPECT_TRUE(child.exited_zero()) << child.describe();
+  ASSERT_EQ(q.clear_limit(G), LaneStatus::ok);
+  std::vector<BrandedId> got;
+  Lease l;
+  while (q.claim(l, 60000)) {
+    got.push_back(l.id);
+    EXPECT_EQ(q.complete(l.id, l.token), AckStatus::ok);
+  }
+  EXPECT_EQ(got, std::vector<BrandedId>{a});
+  check_clean(q);
+}
+
 TEST_F(Contention, AStraysInsertWhoseLinkLosesMoreRoundsThanTheOldBoundLinks) {
   QueueOptions o;
   o.jobs = 16;
