@@ -275,9 +275,12 @@ Admit decide(Segment& s, const IndexProbe& p, std::uint32_t slot, std::uint64_t 
       const std::uint32_t succ1 = st == SlotState::aborted ? Successor::slot1(SlotWord::when(rw)) : 0;
       if (succ1 != 0 && succ1 <= s.jobs && succ1 - 1 != slot) {
         // An origin whose move may be undecided: decide its target (which
-        // the origin names), then look again.
+        // the origin names, at its ctr: a target slot at another ctr was
+        // decided and reused since, as free_aborted also checks), then
+        // look again.
         const Word128 tw = slot_load(s, succ1 - 1);
-        if (SlotWord::state(tw) == SlotState::admitting) {
+        if (SlotWord::state(tw) == SlotState::admitting &&
+            (SlotWord::ctr(tw) & 0x3FFFF) == Successor::ctr18(SlotWord::when(rw))) {
           decide_moved(s, succ1 - 1, SlotWord::ctr(tw), false);
           restart = true;
         }

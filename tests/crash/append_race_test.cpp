@@ -262,6 +262,65 @@ TEST_F(Contention, AnAppendThatKeepsFindingTheRunSealedUnderANewWordIsEnqueued) 
   check_clean(q);
 }
 
+// A reassign's origin stays in its lane as a husk (its lane paused: no claim
+// pops it), naming the copy's slot; the copy is served and completed, and an
+// unrelated enqueue (u) reuses that slot. While u is admitting (stepped in at
+// enqueue.indexed), the moved job's id is enqueued again: its admission meets
+// the origin's index entry, a rival. The origin's successor names u's slot,
+// but at another ctr: the move was decided long ago, and u is no move target.
+// decide() did not compare the ctr, took u for the move's target, counted a
+// corrupt slot record and killed u's admission: u was answered `full` (its
+// retry found no slot) and never enqueued (found in review).
+TEST_F(Contention, AnOriginWhoseCopysSlotWasReusedIsNoRival) {
+  QueueOptions o;
+  o.jobs = 8;
+  o.lanes = 8;
+  o.payload_bytes = 16;
+  create(o);
+  ASSERT_FALSE(HasFailure());
+  Queue& q = this->q();
+  const BrandedId g1 = BrandedId::make("AAA", 1), g2 = BrandedId::make("BBB", 2), fill = BrandedId::make("FFF", 3);
+  const BrandedId k = q.mint(), j = q.mint();
+  ASSERT_EQ(q.enqueue(g1, k, "k"), EnqueueStatus::enqueued);  // ahead of j: the origin is not at the front
+  ASSERT_EQ(q.enqueue(g1, j, "j"), EnqueueStatus::enqueued);
+  for (int i = 0; i < 5; ++i) ASSERT_EQ(q.enqueue(fill, q.mint(), "f"), EnqueueStatus::enqueued);
+  ASSERT_EQ(q.pause(g1), LaneStatus::ok);
+  ASSERT_EQ(q.pause(fill), LaneStatus::ok);
+  ASSERT_EQ(q.reassign(j, g2), MoveStatus::moved);  // the copy takes the last free slot
+  {
+    Lease l;
+    ASSERT_TRUE(q.claim(l, 60000));
+    ASSERT_EQ(l.id, j);
+    ASSERT_EQ(q.complete(l.id, l.token), AckStatus::ok);  // the copy's slot is free: the only one
+  }
+  ASSERT_EQ(q.pause(g2), LaneStatus::ok);  // u, below, stays unclaimed
+  const BrandedId u = q.mint();
+  std::atomic<int> bad{0};
+  EnqueueStatus again = EnqueueStatus::corrupt;
+  with_helper("enqueue.indexed", 1, [&](int) {
+    // A slot for j's admission: one filler served and completed.
+    if (q.resume(fill) != LaneStatus::ok) ++bad;
+    Lease l;
+    if (!q.claim(l, 60000) || q.complete(l.id, l.token) != AckStatus::ok) ++bad;
+    again = q.enqueue(g1, j, "j again");
+  }, [&] { EXPECT_EQ(q.enqueue(g2, u, "u"), EnqueueStatus::enqueued); });
+  EXPECT_EQ(bad.load(), 0);
+  EXPECT_EQ(again, EnqueueStatus::enqueued) << to_string(again);
+  check_clean(q);
+  // Everything left is served: k and j in g1, u in g2, four fillers.
+  ASSERT_EQ(q.resume(g1), LaneStatus::ok);
+  ASSERT_EQ(q.resume(g2), LaneStatus::ok);
+  std::vector<BrandedId> got;
+  Lease l;
+  while (q.claim(l, 60000)) {
+    got.push_back(l.id);
+    EXPECT_EQ(q.complete(l.id, l.token), AckStatus::ok);
+  }
+  EXPECT_EQ(got.size(), 7u);
+  for (const BrandedId& want : {k, j, u}) EXPECT_NE(std::find(got.begin(), got.end(), want), got.end()) << want.str();
+  check_clean(q);
+}
+
 TEST_F(Contention, AStraysInsertWhoseLinkLosesMoreRoundsThanTheOldBoundLinks) {
   QueueOptions o;
   o.jobs = 16;
