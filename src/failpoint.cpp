@@ -70,7 +70,8 @@ const std::size_t kFailpointCount = sizeof kFailpoints / sizeof kFailpoints[0];
 // Places where a test may only step in (failpoint_call), not kill: a death
 // at one leaves what a death at the failpoint before it leaves.
 const char* const kStepPoints[] = {
-    "run.seal_seen",  // an append found its run's last node sealed under a new lane word (as enqueue.lane_found)
+    "run.seal_seen",      // an append found its run's last node sealed under a new lane word (as enqueue.lane_found)
+    "index.rival_read",   // a slot found by its id's index entry, its word read once, not yet read again (reads only)
 };
 
 namespace {

@@ -102,10 +102,13 @@ bool kill(Segment& s, std::uint32_t slot, std::uint64_t ctr) noexcept {
 // is that incarnation's (the ctr moves at every admission).
 // An admission not yet published has not written its entry either, so it
 // is no rival yet: the rule "the later entry sees the earlier" holds
-// without it. A word that moves under the two loads (a lease, a release)
-// is read again, a few times.
+// without it. A word that moves under the two loads (a lease, an extend, a
+// release) is read again, for as long as it moves: each move is another
+// thread's step, and on bytes nobody writes the two loads agree. (It gave up
+// after 8 readings, and a complete or fail of a job whose lease was being
+// extended meanwhile answered `gone` instead of `stale`.)
 bool rival_word(const Segment& s, std::uint32_t r, std::uint64_t sf, Word128& rw) noexcept {
-  for (int tries = 0; tries < 8; ++tries) {
+  for (;;) {
     rw = slot_load(s, r);
     const SlotState st = SlotWord::state(rw);
     if (st == SlotState::admitting) {
@@ -114,9 +117,9 @@ bool rival_word(const Segment& s, std::uint32_t r, std::uint64_t sf, Word128& rw
       return false;
     }
     if (s.slot(r).sf.load(std::memory_order_acquire) != sf) return false;
+    FAIRLANE_FAILPOINT("index.rival_read");
     if (slot_load(s, r) == rw) return true;
   }
-  return false;
 }
 
 bool has_entry(const Segment& s, const IndexProbe& p, std::uint32_t slot) noexcept {

@@ -321,6 +321,35 @@ TEST_F(Contention, AnOriginWhoseCopysSlotWasReusedIsNoRival) {
   check_clean(q);
 }
 
+// A complete under an old token of a job that is leased again, while its
+// new lease is extended each time the complete reads the job's slot word
+// between its two readings: the word moves under it more than 8 times (the
+// old limit, after which the slot was taken for no job of that id and the
+// answer was `gone`). The job exists: `stale`.
+TEST_F(Contention, ACompleteWhoseJobsWordKeepsMovingIsStaleNotGone) {
+  QueueOptions o;
+  o.jobs = 8;
+  o.lanes = 8;
+  o.payload_bytes = 16;
+  create(o);
+  ASSERT_FALSE(HasFailure());
+  Queue& q = this->q();
+  const BrandedId j = q.mint();
+  ASSERT_EQ(q.enqueue(G, j, "j"), EnqueueStatus::enqueued);
+  Lease old_lease, l;
+  ASSERT_TRUE(q.claim(old_lease, 60000));
+  ASSERT_EQ(q.release(old_lease.id, old_lease.token), AckStatus::ok);
+  ASSERT_TRUE(q.claim(l, 60000));
+  ASSERT_EQ(l.id, j);
+  std::atomic<int> bad{0};
+  with_helper("index.rival_read", 20, [&](int i) {
+    if (q.extend(l.id, l.token, std::uint32_t(60000 + 1000 * (i + 1))) != AckStatus::ok) ++bad;
+  }, [&] { EXPECT_EQ(q.complete(j, old_lease.token), AckStatus::stale); });
+  EXPECT_EQ(bad.load(), 0);
+  EXPECT_EQ(q.complete(l.id, l.token), AckStatus::ok);
+  check_clean(q);
+}
+
 TEST_F(Contention, AStraysInsertWhoseLinkLosesMoreRoundsThanTheOldBoundLinks) {
   QueueOptions o;
   o.jobs = 16;
