@@ -246,6 +246,19 @@ Admit decide_moved(Segment& s, std::uint32_t slot, std::uint64_t ctr, bool cance
 // won when slot is committed, duplicate (winner set) when another is.
 Admit decide(Segment& s, const IndexProbe& p, std::uint32_t slot, std::uint64_t sf, std::uint64_t ctr,
              std::uint32_t& winner) noexcept {
+  // A rival that stopped being a job since the scan (freed, or dropped as a
+  // reassign's origin) may live on as the move's copy, which a reassign
+  // indexes before it drops the origin: the scan is made again once per
+  // such rival, and sees the copy then. Without it, an id reassigned
+  // between our scan and our reading of the origin was admitted twice.
+  std::uint32_t rescanned[2 * kIndexWays];
+  unsigned nrescanned = 0;
+  const auto rescan_for = [&](std::uint32_t rival) {
+    for (unsigned i = 0; i < nrescanned; ++i)
+      if (rescanned[i] == rival) return false;
+    if (nrescanned < 2 * kIndexWays) rescanned[nrescanned++] = rival;
+    return true;
+  };
   for (int round = 0; round < 256; ++round) {
     bool restart = false;
     // The other slots holding an entry of this id (nearly always none).
@@ -266,8 +279,9 @@ Admit decide(Segment& s, const IndexProbe& p, std::uint32_t slot, std::uint64_t 
       Word128 rw;
       if (!rival_word(s, rival, sf, rw)) {
         // Moved on since the scan (free, another id, or an admission not
-        // yet published): not a rival. Still a job and still moving: look again.
-        if (committed_state(SlotWord::state(slot_load(s, rival)))) restart = true;
+        // yet published): not a rival. Still a job and still moving, or
+        // perhaps moved by a reassign (above): look again.
+        if (committed_state(SlotWord::state(slot_load(s, rival))) || rescan_for(rival)) restart = true;
         continue;
       }
       const SlotState st = SlotWord::state(rw);
@@ -281,11 +295,19 @@ Admit decide(Segment& s, const IndexProbe& p, std::uint32_t slot, std::uint64_t 
         // the origin names, at its ctr: a target slot at another ctr was
         // decided and reused since, as free_aborted also checks), then
         // look again.
+        // The target names this origin back (its own record, at the
+        // origin's ctr): 18 bits of ctr alone can come round again on a
+        // slot reused 2^18 times while the origin's husk stays linked.
         const Word128 tw = slot_load(s, succ1 - 1);
+        std::uint32_t back = 0;
+        std::uint64_t back18 = 0;
         if (SlotWord::state(tw) == SlotState::admitting &&
-            (SlotWord::ctr(tw) & 0x3FFFF) == Successor::ctr18(SlotWord::when(rw))) {
+            (SlotWord::ctr(tw) & 0x3FFFF) == Successor::ctr18(SlotWord::when(rw)) &&
+            moved_origin(s, succ1 - 1, back, back18) && back == rival && back18 == (SlotWord::ctr(rw) & 0x3FFFF)) {
           decide_moved(s, succ1 - 1, SlotWord::ctr(tw), false);
           restart = true;
+        } else if (rescan_for(rival)) {
+          restart = true;  // the move is decided: its copy, if it is a job, is seen by the scan
         }
         continue;
       }

@@ -132,7 +132,15 @@ TEST_F(AppendRace, WalkEndPoppedAndReusedAsTheSameLanesFirstNodeBeforeTheLinkCas
 // allowed; those answered corrupt. Each lost round is the helper's progress:
 // the main thread's step must simply go through once the helper stops.
 class Contention : public SegmentFixture {
- protected:
+ public:
+  static QueueOptions small() {
+    QueueOptions o;
+    o.jobs = 8;
+    o.lanes = 8;
+    o.payload_bytes = 16;
+    return o;
+  }
+
   struct Ctx {
     std::thread::id main;
     int limit = 0;
@@ -267,19 +275,15 @@ TEST_F(Contention, AnAppendThatKeepsFindingTheRunSealedUnderANewWordIsEnqueued) 
 // unrelated enqueue (u) reuses that slot. While u is admitting (stepped in at
 // enqueue.indexed), the moved job's id is enqueued again: its admission meets
 // the origin's index entry, a rival. The origin's successor names u's slot,
-// but at another ctr: the move was decided long ago, and u is no move target.
-// decide() did not compare the ctr, took u for the move's target, counted a
-// corrupt slot record and killed u's admission: u was answered `full` (its
-// retry found no slot) and never enqueued (found in review).
-TEST_F(Contention, AnOriginWhoseCopysSlotWasReusedIsNoRival) {
-  QueueOptions o;
-  o.jobs = 8;
-  o.lanes = 8;
-  o.payload_bytes = 16;
-  create(o);
-  ASSERT_FALSE(HasFailure());
-  Queue& q = this->q();
-  const BrandedId g1 = BrandedId::make("AAA", 1), g2 = BrandedId::make("BBB", 2), fill = BrandedId::make("FFF", 3);
+// but u is no move target. decide() did not compare the ctr, took u for the
+// move's target, counted a corrupt slot record and killed u's admission: u
+// was answered `full` (its retry found no slot) and never enqueued (found in
+// review). With `wrap`, the copy's slot is first reused 2^17 - 1 times, so
+// that u's ctr matches the 18 bits the origin names: u's record does not
+// name the origin back (found in the review of the ctr check).
+void origin_reused(Contention& t, Queue& q, bool wrap) {
+  const BrandedId g1 = BrandedId::make("AAA", 1), g2 = BrandedId::make("BBB", 2), g3 = BrandedId::make("CCC", 4);
+  const BrandedId fill = BrandedId::make("FFF", 3);
   const BrandedId k = q.mint(), j = q.mint();
   ASSERT_EQ(q.enqueue(g1, k, "k"), EnqueueStatus::enqueued);  // ahead of j: the origin is not at the front
   ASSERT_EQ(q.enqueue(g1, j, "j"), EnqueueStatus::enqueued);
@@ -293,11 +297,18 @@ TEST_F(Contention, AnOriginWhoseCopysSlotWasReusedIsNoRival) {
     ASSERT_EQ(l.id, j);
     ASSERT_EQ(q.complete(l.id, l.token), AckStatus::ok);  // the copy's slot is free: the only one
   }
+  if (wrap)
+    for (int m = 0; m < (1 << 17) - 1; ++m) {  // each an admission and a lease: 2 on the slot's ctr
+      ASSERT_EQ(q.enqueue(g3, q.mint(), "c"), EnqueueStatus::enqueued);
+      Lease l;
+      ASSERT_TRUE(q.claim(l, 60000));
+      ASSERT_EQ(q.complete(l.id, l.token), AckStatus::ok);
+    }
   ASSERT_EQ(q.pause(g2), LaneStatus::ok);  // u, below, stays unclaimed
   const BrandedId u = q.mint();
   std::atomic<int> bad{0};
   EnqueueStatus again = EnqueueStatus::corrupt;
-  with_helper("enqueue.indexed", 1, [&](int) {
+  t.with_helper("enqueue.indexed", 1, [&](int) {
     // A slot for j's admission: one filler served and completed.
     if (q.resume(fill) != LaneStatus::ok) ++bad;
     Lease l;
@@ -306,7 +317,7 @@ TEST_F(Contention, AnOriginWhoseCopysSlotWasReusedIsNoRival) {
   }, [&] { EXPECT_EQ(q.enqueue(g2, u, "u"), EnqueueStatus::enqueued); });
   EXPECT_EQ(bad.load(), 0);
   EXPECT_EQ(again, EnqueueStatus::enqueued) << to_string(again);
-  check_clean(q);
+  t.check_clean(q);
   // Everything left is served: k and j in g1, u in g2, four fillers.
   ASSERT_EQ(q.resume(g1), LaneStatus::ok);
   ASSERT_EQ(q.resume(g2), LaneStatus::ok);
@@ -318,7 +329,67 @@ TEST_F(Contention, AnOriginWhoseCopysSlotWasReusedIsNoRival) {
   }
   EXPECT_EQ(got.size(), 7u);
   for (const BrandedId& want : {k, j, u}) EXPECT_NE(std::find(got.begin(), got.end(), want), got.end()) << want.str();
-  check_clean(q);
+  t.check_clean(q);
+}
+
+TEST_F(Contention, AnOriginWhoseCopysSlotWasReusedIsNoRival) {
+  create(small());
+  ASSERT_FALSE(HasFailure());
+  origin_reused(*this, q(), false);
+}
+
+TEST_F(Contention, AnOriginWhoseCopysSlotCameRoundToTheSame18CtrBitsIsNoRival) {
+  create(small());
+  ASSERT_FALSE(HasFailure());
+  origin_reused(*this, q(), true);
+}
+
+// An enqueue of an id that another thread enqueued first (so that this
+// thread, which minted it, skips the look-up before its admission) meets that
+// job as its rival; between its scan and its reading of the rival, the job is
+// reassigned to another group. Its origin then reads as a dropped origin
+// (husk linked) or a free slot (popped at once): no job. Its copy was not in
+// the scan. decide() took that for "no rival" and committed: the id was
+// admitted twice and served twice (found in review). It scans again now and
+// meets the copy: a duplicate.
+void moved_after_scan(Contention& t, Queue& q, bool husk_stays) {
+  const BrandedId g1 = BrandedId::make("AAA", 1), g2 = BrandedId::make("BBB", 2);
+  if (husk_stays) {
+    ASSERT_EQ(q.enqueue(g1, q.mint(), "k"), EnqueueStatus::enqueued);  // j's origin is not at the front
+    ASSERT_EQ(q.pause(g1), LaneStatus::ok);
+  }
+  const BrandedId j = q.mint();
+  EnqueueStatus first = EnqueueStatus::corrupt;
+  std::thread([&] { first = q.enqueue(g1, j, "j"); }).join();
+  ASSERT_EQ(first, EnqueueStatus::enqueued);
+  std::atomic<int> bad{0};
+  EnqueueStatus again = EnqueueStatus::corrupt;
+  t.with_helper("index.rival_read", 1, [&](int) {
+    if (q.reassign(j, g2) != MoveStatus::moved) ++bad;
+  }, [&] { again = q.enqueue(g1, j, "j again"); });
+  EXPECT_EQ(bad.load(), 0);
+  EXPECT_EQ(again, EnqueueStatus::duplicate) << to_string(again);
+  if (husk_stays) ASSERT_EQ(q.resume(g1), LaneStatus::ok);
+  std::vector<BrandedId> got;
+  Lease l;
+  while (q.claim(l, 60000)) {
+    got.push_back(l.id);
+    EXPECT_EQ(q.complete(l.id, l.token), AckStatus::ok);
+  }
+  EXPECT_EQ(std::count(got.begin(), got.end(), j), 1) << "served " << std::count(got.begin(), got.end(), j) << " times";
+  t.check_clean(q);
+}
+
+TEST_F(Contention, AnIdReassignedBetweenItsRivalsScanAndItsReadingIsADuplicateWithTheOriginLinked) {
+  create(small());
+  ASSERT_FALSE(HasFailure());
+  moved_after_scan(*this, q(), true);
+}
+
+TEST_F(Contention, AnIdReassignedBetweenItsRivalsScanAndItsReadingIsADuplicateWithTheOriginFreed) {
+  create(small());
+  ASSERT_FALSE(HasFailure());
+  moved_after_scan(*this, q(), false);
 }
 
 // A complete under an old token of a job that is leased again, while its
