@@ -1,6 +1,8 @@
 // The id index and the exactly-once admission decision (id_index.hpp).
 #include "id_index.hpp"
 
+#include <algorithm>
+
 #include "failpoint.hpp"
 #include "lanes.hpp"
 
@@ -248,18 +250,25 @@ Admit decide(Segment& s, const IndexProbe& p, std::uint32_t slot, std::uint64_t 
              std::uint32_t& winner) noexcept {
   // A rival that stopped being a job since the scan (freed, or dropped as a
   // reassign's origin) may live on as the move's copy, which a reassign
-  // indexes before it drops the origin: the scan is made again once per
-  // such rival, and sees the copy then. Without it, an id reassigned
-  // between our scan and our reading of the origin was admitted twice.
-  std::uint32_t rescanned[2 * kIndexWays];
-  unsigned nrescanned = 0;
-  const auto rescan_for = [&](std::uint32_t rival) {
-    for (unsigned i = 0; i < nrescanned; ++i)
-      if (rescanned[i] == rival) return false;
-    if (nrescanned < 2 * kIndexWays) rescanned[nrescanned++] = rival;
-    return true;
-  };
-  for (int round = 0; round < 256; ++round) {
+  // indexes before it drops the origin, and which looks for no rivals
+  // itself: the scan is made again whenever such a rival (a slot at its
+  // admission tag: a slot reused by a later copy is another) was not
+  // already one in the last round, and the copy is met then. Without it, an
+  // id reassigned between our scan and our reading of the origin was
+  // admitted twice. Those rounds are not counted: each new one is another
+  // thread's drop or free, and on bytes nobody writes the second round
+  // finds the same set and goes on.
+  std::uint64_t gone_last[2 * kIndexWays];
+  unsigned ngone_last = 0;
+  for (int round = 0; round < 256;) {
+    std::uint64_t gone[2 * kIndexWays];
+    unsigned ngone = 0;
+    bool rescan = false;
+    const auto no_job_now = [&](std::uint32_t r) {
+      const std::uint64_t key = std::uint64_t(r) << 8 | admit_tag(s, r);
+      if (ngone < 2 * kIndexWays) gone[ngone++] = key;
+      if (std::find(gone_last, gone_last + ngone_last, key) == gone_last + ngone_last) rescan = true;
+    };
     bool restart = false;
     // The other slots holding an entry of this id (nearly always none).
     std::uint32_t rivals[2 * kIndexWays];
@@ -281,7 +290,10 @@ Admit decide(Segment& s, const IndexProbe& p, std::uint32_t slot, std::uint64_t 
         // Moved on since the scan (free, another id, or an admission not
         // yet published): not a rival. Still a job and still moving, or
         // perhaps moved by a reassign (above): look again.
-        if (committed_state(SlotWord::state(slot_load(s, rival))) || rescan_for(rival)) restart = true;
+        if (committed_state(SlotWord::state(slot_load(s, rival))))
+          restart = true;
+        else
+          no_job_now(rival);
         continue;
       }
       const SlotState st = SlotWord::state(rw);
@@ -306,8 +318,8 @@ Admit decide(Segment& s, const IndexProbe& p, std::uint32_t slot, std::uint64_t 
             moved_origin(s, succ1 - 1, back, back18) && back == rival && back18 == (SlotWord::ctr(rw) & 0x3FFFF)) {
           decide_moved(s, succ1 - 1, SlotWord::ctr(tw), false);
           restart = true;
-        } else if (rescan_for(rival)) {
-          restart = true;  // the move is decided: its copy, if it is a job, is seen by the scan
+        } else {
+          no_job_now(rival);  // the move is decided: its copy, if it is a job, is met by a scan
         }
         continue;
       }
@@ -339,7 +351,13 @@ Admit decide(Segment& s, const IndexProbe& p, std::uint32_t slot, std::uint64_t 
       }
       if (!kill(s, rival, SlotWord::ctr(rw))) restart = true;  // it was committed first (or moved on): look again
     }
-    if (restart) continue;
+    std::copy(gone, gone + ngone, gone_last);
+    ngone_last = ngone;
+    if (restart) {
+      ++round;
+      continue;
+    }
+    if (rescan) continue;
     if (commit(s, slot, ctr) || admission_committed(s, slot, ctr)) return Admit::won;
     // Killed by a rival that outranks us: make sure it (or whoever wins) is
     // committed, then it is a duplicate.
@@ -368,6 +386,7 @@ Admit decide(Segment& s, const IndexProbe& p, std::uint32_t slot, std::uint64_t 
       return Admit::duplicate;
     }
     if (low == kNoSlot) return Admit::lost;  // nobody holds the id now (its holder was undone): start again
+    ++round;
   }
   report_corrupt(s, CorruptWhat::id_index);
   return Admit::corrupt;

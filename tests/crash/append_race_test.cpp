@@ -392,6 +392,45 @@ TEST_F(Contention, AnIdReassignedBetweenItsRivalsScanAndItsReadingIsADuplicateWi
   moved_after_scan(*this, q(), false);
 }
 
+// The same window, held open: the id is moved 20 times, back and forth
+// between two groups (so that copies come back to slots met before), while
+// one enqueue of it decides. Remembering rivals by slot alone missed a copy
+// in a slot reused (the id admitted twice), and a memory of 14 slots that
+// filled up made every later round a rescan, counted, until decide gave up
+// as corrupt (both found in review). A rival is a slot at its admission tag
+// now, and a rescan is made when the round's set of rivals that are no job
+// differs from the last round's, uncounted.
+TEST_F(Contention, AnIdMovedBackAndForthWhileOneEnqueueOfItDecidesIsADuplicate) {
+  QueueOptions o = small();
+  o.jobs = 64;
+  create(o);
+  ASSERT_FALSE(HasFailure());
+  Queue& q = this->q();
+  const BrandedId ga = BrandedId::make("AAA", 1), gb = BrandedId::make("BBB", 2), gc = BrandedId::make("CCC", 3);
+  const BrandedId gm = BrandedId::make("MMM", 6);
+  ASSERT_EQ(q.pause(gm), LaneStatus::ok);  // the deciding enqueue's own job stays unclaimed meanwhile
+  const BrandedId j = q.mint();
+  EnqueueStatus first = EnqueueStatus::corrupt;
+  std::thread([&] { first = q.enqueue(ga, j, "j"); }).join();
+  ASSERT_EQ(first, EnqueueStatus::enqueued);
+  std::atomic<int> bad{0};
+  EnqueueStatus again = EnqueueStatus::corrupt;
+  with_helper("index.rival_read", 20, [&](int i) {
+    if (q.reassign(j, i % 2 ? gc : gb) != MoveStatus::moved) ++bad;
+  }, [&] { again = q.enqueue(gm, j, "j again"); });
+  EXPECT_EQ(bad.load(), 0);
+  EXPECT_EQ(again, EnqueueStatus::duplicate) << to_string(again);
+  ASSERT_EQ(q.resume(gm), LaneStatus::ok);
+  std::vector<BrandedId> got;
+  Lease l;
+  while (q.claim(l, 60000)) {
+    got.push_back(l.id);
+    EXPECT_EQ(q.complete(l.id, l.token), AckStatus::ok);
+  }
+  EXPECT_EQ(got, std::vector<BrandedId>{j});
+  check_clean(q);
+}
+
 // A complete under an old token of a job that is leased again, while its
 // new lease is extended each time the complete reads the job's slot word
 // between its two readings: the word moves under it more than 8 times (the
