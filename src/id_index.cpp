@@ -264,14 +264,19 @@ Admit decide(Segment& s, const IndexProbe& p, std::uint32_t slot, std::uint64_t 
     std::uint64_t gone[2 * kIndexWays];
     unsigned ngone = 0;
     bool rescan = false;
-    const auto no_job_now = [&](std::uint32_t r) {
-      const std::uint64_t key = std::uint64_t(r) << 8 | admit_tag(s, r);
+    // Keyed by the admission tag of the entry the scan read, not the slot's
+    // tag now: a slot read while a later admission into it is unpublished
+    // (its tag already moved) would otherwise be filed under the job it is
+    // about to become, and that job's own drop be taken for one seen before.
+    const auto no_job_now = [&](std::uint32_t r, std::uint32_t entry_tag) {
+      const std::uint64_t key = std::uint64_t(r) << 8 | entry_tag;
       if (ngone < 2 * kIndexWays) gone[ngone++] = key;
       if (std::find(gone_last, gone_last + ngone_last, key) == gone_last + ngone_last) rescan = true;
     };
     bool restart = false;
     // The other slots holding an entry of this id (nearly always none).
     std::uint32_t rivals[2 * kIndexWays];
+    std::uint32_t rival_tags[2 * kIndexWays];  // each one's entry's admission tag
     unsigned n = 0;
     // An entry of our own slot (ours, or a helper's copy of it) is no
     // rival: passed before its admission tag is read.
@@ -279,8 +284,10 @@ Admit decide(Segment& s, const IndexProbe& p, std::uint32_t slot, std::uint64_t 
     index_scan(s, p, [&](std::atomic<std::uint64_t>&, std::uint64_t e) {
       std::uint32_t r = 0;
       if (IndexEntry::fp(e) == fp && IndexEntry::slot1(e) != slot + 1 && entry_current(s, e, r) &&
-          s.slot(r).sf.load(std::memory_order_acquire) == sf)
+          s.slot(r).sf.load(std::memory_order_acquire) == sf) {
+        rival_tags[n] = IndexEntry::tag(e);
         rivals[n++] = r;
+      }
       return true;
     });
     for (unsigned k = 0; k < n && !restart; ++k) {
@@ -293,7 +300,7 @@ Admit decide(Segment& s, const IndexProbe& p, std::uint32_t slot, std::uint64_t 
         if (committed_state(SlotWord::state(slot_load(s, rival))))
           restart = true;
         else
-          no_job_now(rival);
+          no_job_now(rival, rival_tags[k]);
         continue;
       }
       const SlotState st = SlotWord::state(rw);
@@ -319,7 +326,7 @@ Admit decide(Segment& s, const IndexProbe& p, std::uint32_t slot, std::uint64_t 
           decide_moved(s, succ1 - 1, SlotWord::ctr(tw), false);
           restart = true;
         } else {
-          no_job_now(rival);  // the move is decided: its copy, if it is a job, is met by a scan
+          no_job_now(rival, rival_tags[k]);  // the move is decided: its copy, if it is a job, is met by a scan
         }
         continue;
       }
