@@ -39,14 +39,14 @@ OrderResult run_append(Segment& s, std::uint32_t lane, GroupKey g, std::uint32_t
   n.next.store(Link::make(0, 0, tag), std::memory_order_relaxed);
   Word128 sealed_at{};  // the lane word when we last found its last node sealed
   // The bound counts only the rounds that bytes nobody else writes could
-  // repeat: a tail moved by our own CAS (a run that loops would have us move
-  // it round and round). A round that
-  // ends because the lane word or a link moved under us is another thread's
-  // step, not a loop: lock-free progress, and never a sign of corruption.
-  // (Counting every round, contention alone went past jobs + 16 rounds
-  // under ThreadSanitizer, and appends were failed as corrupt.) Reaching
-  // the bound legitimately would take kTailLag appends by others between
-  // each two of our tail moves, jobs + 16 times in one call.
+  // repeat: a tail moved by our own CAS (a run that loops would have us
+  // move it round and round). A round that ends because the lane word or a
+  // link moved under us is another thread's step, not a loop: lock-free
+  // progress, and never a sign of corruption. (Counting every round,
+  // contention alone went past jobs + 16 rounds under ThreadSanitizer, and
+  // appends were failed as corrupt.) Reaching the bound legitimately would
+  // take kTailLag appends by others between each two of our tail moves,
+  // jobs + 16 times in one call.
   std::uint64_t own = 0;
   for (;;) {
     if (own > s.jobs + 16) break;
