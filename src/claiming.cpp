@@ -669,16 +669,10 @@ ClaimStatus take_front(Segment& s, std::uint32_t lane, Lease& out, std::uint32_t
   // As in serve(): only rounds that start from the word the last one did
   // count (another thread's step moves it; bytes nobody writes do not),
   // and the husks we pop (a run that loops would have us pop for ever).
-  Word128 last{};
-  int same = 0;
+  SameLaneRounds rounds;
   std::uint64_t husks = 0;
-  for (bool first = true;; first = false) {
-    if (first || !(w == last)) {
-      last = w;
-      same = 0;
-    } else if (++same > 8) {
-      break;
-    }
+  for (;;) {
+    if (rounds.stuck(lane, w)) break;
     const Word128 base = lane_base(s, lane, w);
     if (LaneWord::state(base) != LaneState::live) return ClaimStatus::empty;
     std::uint32_t x1 = 0;

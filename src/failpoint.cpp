@@ -81,11 +81,12 @@ std::atomic<unsigned> remaining{0};
 std::atomic<bool> env_read{false};
 std::atomic<int> action{int(FailpointAction::kill)};
 
-bool known(const char* name) noexcept {
-  for (std::size_t i = 0; i < kFailpointCount; ++i)
-    if (std::strcmp(kFailpoints[i], name) == 0) return true;
-  return false;
+template <std::size_t N>
+bool listed(const char* const (&list)[N], const char* name) noexcept {
+  return std::any_of(std::begin(list), std::end(list), [&](const char* p) { return std::strcmp(p, name) == 0; });
 }
+
+bool known(const char* name) noexcept { return listed(kFailpoints, name); }
 
 void read_env() noexcept {
   bool expected = false;
@@ -140,10 +141,7 @@ std::atomic<void*> call_arg{nullptr};
 void failpoint_call(const char* name, void (*fn)(void*), void* arg) noexcept {
   call_fn.store(nullptr);
   if (!fn) return;
-  const bool step_point = name && std::find_if(std::begin(kStepPoints), std::end(kStepPoints), [&](const char* p) {
-                                    return std::strcmp(p, name) == 0;
-                                  }) != std::end(kStepPoints);
-  if (!name || !(known(name) || step_point)) {
+  if (!name || !(known(name) || listed(kStepPoints, name))) {
     std::fprintf(stderr, "fairlane: unknown failpoint '%s'\n", name ? name : "");
     std::abort();
   }

@@ -180,13 +180,12 @@ inline bool lane_is(const Segment& s, std::uint32_t lane, const Word128& w, Grou
          r.key_sf.load(std::memory_order_acquire) == g.sf;
 }
 
-// For a retry loop that looks a group's lane up and finds it, in the lane
-// word it read, not the group's (lane_is false): only rounds that find the
-// same lane with the very word the last round read are counted. Bytes
-// nobody writes (a directory entry naming another group's lane) repeat
-// such a round for ever; a reclaim or a re-creation moves the word on,
-// and a round after it is another thread's progress, not counted
-// (docs/design.md, "Every walk is bounded").
+// For a retry loop on a lane: only rounds that start from the same lane at
+// the very word the last round read are counted. Bytes nobody writes repeat
+// such a round for ever (a directory entry naming another group's lane, a
+// front nobody takes); every step of another thread moves the word on (a
+// reclaim, a re-creation, a take), and a round after it is that thread's
+// progress, not counted (docs/design.md, "Every walk is bounded").
 struct SameLaneRounds {
   std::uint32_t lane = ~0U;
   Word128 word{};

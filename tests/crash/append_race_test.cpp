@@ -43,16 +43,40 @@ struct Shared {
 
 using test::wait_stopped;
 
+// The tables these races need: 8 job slots (16-byte payloads), 8 lanes.
+QueueOptions small() {
+  QueueOptions o;
+  o.jobs = 8;
+  o.lanes = 8;
+  o.payload_bytes = 16;
+  return o;
+}
+
+// Claims and completes everything there is (each completion must be ok);
+// the ids in the order they were served.
+std::vector<BrandedId> serve_all(Queue& q) {
+  std::vector<BrandedId> got;
+  Lease l;
+  while (q.claim(l, 60000)) {
+    got.push_back(l.id);
+    EXPECT_EQ(q.complete(l.id, l.token), AckStatus::ok);
+  }
+  return got;
+}
+
+// No corruption met, and fsck finds nothing.
+void expect_clean(Queue& q) {
+  EXPECT_EQ(q.corruption().count, 0u) << q.corruption().last_structure;
+  const FsckReport r = q.fsck();
+  EXPECT_TRUE(r.clean()) << (r.issues.empty() ? "" : r.issues[0].invariant + ": " + r.issues[0].detail);
+}
+
 class AppendRace : public SegmentFixture {
  protected:
   // reuse: the node the stopped appender walked to is completed and its slot
   // reused as the first node of the same lane (a later id) before it resumes.
   void scenario(bool reuse) {
-    QueueOptions o;
-    o.jobs = 8;
-    o.lanes = 8;
-    o.payload_bytes = 16;
-    create(o);
+    create(small());
     ASSERT_FALSE(HasFailure());
     Queue& q = this->q();
     const BrandedId x = q.mint();
@@ -107,18 +131,11 @@ class AppendRace : public SegmentFixture {
     ASSERT_TRUE(child.wait_for(std::chrono::seconds(10)));
     ASSERT_TRUE(child.exited_zero()) << child.describe() << " status " << sh->status.load();
     // Served in id order: y, then z; each once.
-    std::vector<BrandedId> got;
-    Lease l;
-    while (q.claim(l, 60000)) {
-      got.push_back(l.id);
-      EXPECT_EQ(q.complete(l.id, l.token), AckStatus::ok);
-    }
+    const std::vector<BrandedId> got = serve_all(q);
     std::vector<BrandedId> want{y};
     if (reuse) want.push_back(z);
     EXPECT_EQ(got, want);
-    EXPECT_EQ(q.corruption().count, 0u) << q.corruption().last_structure;
-    const FsckReport r = q.fsck();
-    EXPECT_TRUE(r.clean()) << (r.issues.empty() ? "" : r.issues[0].invariant + ": " + r.issues[0].detail);
+    expect_clean(q);
   }
 };
 
@@ -133,14 +150,6 @@ TEST_F(AppendRace, WalkEndPoppedAndReusedAsTheSameLanesFirstNodeBeforeTheLinkCas
 // the main thread's step must simply go through once the helper stops.
 class Contention : public SegmentFixture {
  public:
-  static QueueOptions small() {
-    QueueOptions o;
-    o.jobs = 8;
-    o.lanes = 8;
-    o.payload_bytes = 16;
-    return o;
-  }
-
   struct Ctx {
     std::thread::id main;
     int limit = 0;
@@ -183,18 +192,11 @@ class Contention : public SegmentFixture {
     EXPECT_EQ(c.fired.load(), limit) << "the main thread's step did not lose as often as planned";
   }
 
-  void check_clean(Queue& q) {
-    EXPECT_EQ(q.corruption().count, 0u) << q.corruption().last_structure;
-    const FsckReport r = q.fsck();
-    EXPECT_TRUE(r.clean()) << (r.issues.empty() ? "" : r.issues[0].invariant + ": " + r.issues[0].detail);
-  }
 };
 
 TEST_F(Contention, AnAppendWhoseLinkLosesMoreRoundsThanTheOldBoundLinksInIdOrder) {
-  QueueOptions o;
+  QueueOptions o = small();
   o.jobs = 16;
-  o.lanes = 8;
-  o.payload_bytes = 16;
   create(o);
   ASSERT_FALSE(HasFailure());
   Queue& q = this->q();
@@ -214,14 +216,9 @@ TEST_F(Contention, AnAppendWhoseLinkLosesMoreRoundsThanTheOldBoundLinksInIdOrder
     if (!q.claim(l, 60000) || q.complete(l.id, l.token) != AckStatus::ok) ++bad;
   }, [&] { EXPECT_EQ(q.enqueue(G, a, "a"), EnqueueStatus::enqueued); });
   EXPECT_EQ(bad.load(), 0);
-  std::vector<BrandedId> got;
-  Lease l;
-  while (q.claim(l, 60000)) {
-    got.push_back(l.id);
-    EXPECT_EQ(q.complete(l.id, l.token), AckStatus::ok);
-  }
+  const std::vector<BrandedId> got = serve_all(q);
   EXPECT_EQ(got, (std::vector<BrandedId>{rivals.back(), a}));
-  check_clean(q);
+  expect_clean(q);
 }
 
 // A claimer (another process) stopped between sealing its run's last node
@@ -230,10 +227,8 @@ TEST_F(Contention, AnAppendWhoseLinkLosesMoreRoundsThanTheOldBoundLinksInIdOrder
 // the seal under a new word. Counting those sightings answered corrupt after
 // jobs + 16 of them (found in review); the append goes to the strays.
 TEST_F(Contention, AnAppendThatKeepsFindingTheRunSealedUnderANewWordIsEnqueued) {
-  QueueOptions o;
+  QueueOptions o = small();
   o.jobs = 16;
-  o.lanes = 8;
-  o.payload_bytes = 16;
   create(o);
   ASSERT_FALSE(HasFailure());
   Queue& q = this->q();
@@ -260,14 +255,9 @@ TEST_F(Contention, AnAppendThatKeepsFindingTheRunSealedUnderANewWordIsEnqueued) 
   ASSERT_TRUE(child.wait_for(std::chrono::seconds(10)));
   EXPECT_TRUE(child.exited_zero()) << child.describe();
   ASSERT_EQ(q.clear_limit(G), LaneStatus::ok);
-  std::vector<BrandedId> got;
-  Lease l;
-  while (q.claim(l, 60000)) {
-    got.push_back(l.id);
-    EXPECT_EQ(q.complete(l.id, l.token), AckStatus::ok);
-  }
+  const std::vector<BrandedId> got = serve_all(q);
   EXPECT_EQ(got, std::vector<BrandedId>{a});
-  check_clean(q);
+  expect_clean(q);
 }
 
 // A reassign's origin stays in its lane as a husk (its lane paused: no claim
@@ -317,19 +307,14 @@ void origin_reused(Contention& t, Queue& q, bool wrap) {
   }, [&] { EXPECT_EQ(q.enqueue(g2, u, "u"), EnqueueStatus::enqueued); });
   EXPECT_EQ(bad.load(), 0);
   EXPECT_EQ(again, EnqueueStatus::enqueued) << to_string(again);
-  t.check_clean(q);
+  expect_clean(q);
   // Everything left is served: k and j in g1, u in g2, four fillers.
   ASSERT_EQ(q.resume(g1), LaneStatus::ok);
   ASSERT_EQ(q.resume(g2), LaneStatus::ok);
-  std::vector<BrandedId> got;
-  Lease l;
-  while (q.claim(l, 60000)) {
-    got.push_back(l.id);
-    EXPECT_EQ(q.complete(l.id, l.token), AckStatus::ok);
-  }
+  const std::vector<BrandedId> got = serve_all(q);
   EXPECT_EQ(got.size(), 7u);
   for (const BrandedId& want : {k, j, u}) EXPECT_NE(std::find(got.begin(), got.end(), want), got.end()) << want.str();
-  t.check_clean(q);
+  expect_clean(q);
 }
 
 TEST_F(Contention, AnOriginWhoseCopysSlotWasReusedIsNoRival) {
@@ -369,15 +354,12 @@ void moved_after_scan(Contention& t, Queue& q, bool husk_stays) {
   }, [&] { again = q.enqueue(g1, j, "j again"); });
   EXPECT_EQ(bad.load(), 0);
   EXPECT_EQ(again, EnqueueStatus::duplicate) << to_string(again);
-  if (husk_stays) ASSERT_EQ(q.resume(g1), LaneStatus::ok);
-  std::vector<BrandedId> got;
-  Lease l;
-  while (q.claim(l, 60000)) {
-    got.push_back(l.id);
-    EXPECT_EQ(q.complete(l.id, l.token), AckStatus::ok);
+  if (husk_stays) {
+    ASSERT_EQ(q.resume(g1), LaneStatus::ok);
   }
+  const std::vector<BrandedId> got = serve_all(q);
   EXPECT_EQ(std::count(got.begin(), got.end(), j), 1) << "served " << std::count(got.begin(), got.end(), j) << " times";
-  t.check_clean(q);
+  expect_clean(q);
 }
 
 TEST_F(Contention, AnIdReassignedBetweenItsRivalsScanAndItsReadingIsADuplicateWithTheOriginLinked) {
@@ -421,14 +403,9 @@ TEST_F(Contention, AnIdMovedBackAndForthWhileOneEnqueueOfItDecidesIsADuplicate) 
   EXPECT_EQ(bad.load(), 0);
   EXPECT_EQ(again, EnqueueStatus::duplicate) << to_string(again);
   ASSERT_EQ(q.resume(gm), LaneStatus::ok);
-  std::vector<BrandedId> got;
-  Lease l;
-  while (q.claim(l, 60000)) {
-    got.push_back(l.id);
-    EXPECT_EQ(q.complete(l.id, l.token), AckStatus::ok);
-  }
+  const std::vector<BrandedId> got = serve_all(q);
   EXPECT_EQ(got, std::vector<BrandedId>{j});
-  check_clean(q);
+  expect_clean(q);
 }
 
 // A complete under an old token of a job that is leased again, while its
@@ -437,11 +414,7 @@ TEST_F(Contention, AnIdMovedBackAndForthWhileOneEnqueueOfItDecidesIsADuplicate) 
 // old limit, after which the slot was taken for no job of that id and the
 // answer was `gone`). The job exists: `stale`.
 TEST_F(Contention, ACompleteWhoseJobsWordKeepsMovingIsStaleNotGone) {
-  QueueOptions o;
-  o.jobs = 8;
-  o.lanes = 8;
-  o.payload_bytes = 16;
-  create(o);
+  create(small());
   ASSERT_FALSE(HasFailure());
   Queue& q = this->q();
   const BrandedId j = q.mint();
@@ -457,14 +430,12 @@ TEST_F(Contention, ACompleteWhoseJobsWordKeepsMovingIsStaleNotGone) {
   }, [&] { EXPECT_EQ(q.complete(j, old_lease.token), AckStatus::stale); });
   EXPECT_EQ(bad.load(), 0);
   EXPECT_EQ(q.complete(l.id, l.token), AckStatus::ok);
-  check_clean(q);
+  expect_clean(q);
 }
 
 TEST_F(Contention, AStraysInsertWhoseLinkLosesMoreRoundsThanTheOldBoundLinks) {
-  QueueOptions o;
+  QueueOptions o = small();
   o.jobs = 16;
-  o.lanes = 8;
-  o.payload_bytes = 16;
   create(o);
   ASSERT_FALSE(HasFailure());
   Queue& q = this->q();
@@ -486,14 +457,9 @@ TEST_F(Contention, AStraysInsertWhoseLinkLosesMoreRoundsThanTheOldBoundLinks) {
     if (q.release(ly.id, ly.token) != AckStatus::ok) ++bad;
   }, [&] { EXPECT_EQ(q.release(la.id, la.token), AckStatus::ok); });
   EXPECT_EQ(bad.load(), 0);
-  std::vector<BrandedId> got;
-  Lease l;
-  while (q.claim(l, 60000)) {
-    got.push_back(l.id);
-    EXPECT_EQ(q.complete(l.id, l.token), AckStatus::ok);
-  }
+  const std::vector<BrandedId> got = serve_all(q);
   EXPECT_EQ(got, (std::vector<BrandedId>{a, y}));
-  check_clean(q);
+  expect_clean(q);
 }
 
 
@@ -507,10 +473,7 @@ TEST_F(Contention, AStraysInsertWhoseLinkLosesMoreRoundsThanTheOldBoundLinks) {
 // pred's link first and the head second, so whichever read it makes after
 // the pop sees the node.
 TEST_F(AppendRace, SettlerReadsHeadThenPredAfterPredWasPoppedAndReused) {
-  QueueOptions o;
-  o.jobs = 8;
-  o.lanes = 8;
-  o.payload_bytes = 16;
+  QueueOptions o = small();
   o.recovery_ms = 60000;  // the parent's claims start no sweep of their own during the test
   create(o);
   ASSERT_FALSE(HasFailure());
