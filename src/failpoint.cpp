@@ -72,6 +72,9 @@ const std::size_t kFailpointCount = sizeof kFailpoints / sizeof kFailpoints[0];
 const char* const kStepPoints[] = {
     "run.seal_seen",      // an append found its run's last node sealed under a new lane word (as enqueue.lane_found)
     "index.rival_read",   // a slot found by its id's index entry, its word read once, not yet read again (reads only)
+    "decide.rival",       // an admission's rival scanned, about to be read (as enqueue.indexed, or a step of decide's before)
+    "decide.moved",       // a move's target about to be decided, as its caller found it (reads only since)
+    "reassign.tagged",    // the copy's slot taken and its admission tag moved, not published (as enqueue.slot_taken)
 };
 
 namespace {
@@ -132,27 +135,46 @@ void failpoint_arm(const char* name, unsigned nth, FailpointAction act) noexcept
 
 namespace {
 
-char call_name[64];
-std::atomic<void (*)(void*)> call_fn{nullptr};
-std::atomic<void*> call_arg{nullptr};
+// Up to four points called at once (a test may step in at one place on one
+// thread and at another on a second thread). A registration's name is
+// written before its function is published, and read after it is seen.
+struct Call {
+  char name[64] = {};
+  std::atomic<void (*)(void*)> fn{nullptr};
+  std::atomic<void*> arg{nullptr};
+};
+Call calls[4];
 
 }  // namespace
 
 void failpoint_call(const char* name, void (*fn)(void*), void* arg) noexcept {
-  call_fn.store(nullptr);
-  if (!fn) return;
   if (!name || !(known(name) || listed(kStepPoints, name))) {
     std::fprintf(stderr, "fairlane: unknown failpoint '%s'\n", name ? name : "");
     std::abort();
   }
-  std::memset(call_name, 0, sizeof call_name);
-  std::strncpy(call_name, name, sizeof call_name - 1);
-  call_arg.store(arg);
-  call_fn.store(fn);
+  Call* free = nullptr;
+  for (Call& c : calls) {
+    if (c.fn.load() && std::strcmp(c.name, name) == 0) {
+      c.fn.store(nullptr);  // replaced or disarmed
+      free = &c;
+      break;
+    }
+    if (!free && !c.fn.load()) free = &c;
+  }
+  if (!fn) return;
+  if (!free) {
+    std::fprintf(stderr, "fairlane: more than 4 failpoints called at once ('%s')\n", name);
+    std::abort();
+  }
+  std::memset(free->name, 0, sizeof free->name);
+  std::strncpy(free->name, name, sizeof free->name - 1);
+  free->arg.store(arg);
+  free->fn.store(fn);
 }
 
 void failpoint_hit(const char* name) noexcept {
-  if (void (*fn)(void*) = call_fn.load(); fn && std::strcmp(call_name, name) == 0) fn(call_arg.load());
+  for (Call& c : calls)
+    if (void (*fn)(void*) = c.fn.load(); fn && std::strcmp(c.name, name) == 0) fn(c.arg.load());
   read_env();
   if (remaining.load(std::memory_order_relaxed) == 0) return;
   if (std::strcmp(armed, name) != 0) return;

@@ -29,8 +29,9 @@ void failpoint_arm(const char* name, unsigned nth = 1, FailpointAction action = 
 // In-process, for tests with threads: each time any thread reaches `name`
 // (a failpoint, or a step point: a place only for this, listed in
 // failpoint.cpp), `fn(arg)` runs there (the function decides what to do
-// for which thread), until disarmed with fn = nullptr. Independent of
-// failpoint_arm.
+// for which thread), until disarmed with fn = nullptr. Up to four points
+// at once, each armed and disarmed while no thread can reach it.
+// Independent of failpoint_arm.
 void failpoint_call(const char* name, void (*fn)(void*), void* arg) noexcept;
 
 // Every failpoint compiled into the library, in the order of the transitions.

@@ -217,9 +217,17 @@ bool admission_committed(const Segment& s, std::uint32_t slot, std::uint64_t ctr
 // author may still take that step, except recovery for a dead author
 // (cancel): the origin's lane's pending step applied first.
 Admit decide_moved(Segment& s, std::uint32_t slot, std::uint64_t ctr, bool cancel) noexcept {
+  FAIRLANE_FAILPOINT("decide.moved");
   std::uint32_t origin = 0;
   std::uint64_t c18 = 0;
   if (!moved_origin(s, slot, origin, c18)) {
+    // Decided and its slot reused since the caller looked (the record is
+    // the next admission's, not a move's): nothing here to decide. Only a
+    // record that says so while the word is still this admission's is
+    // scribbled.
+    const Word128 now = slot_load(s, slot);
+    if (SlotWord::state(now) != SlotState::admitting || SlotWord::ctr(now) != ctr)
+      return admission_committed(s, slot, ctr) ? Admit::won : Admit::duplicate;
     report_corrupt(s, CorruptWhat::slot_record);
     kill(s, slot, ctr);
     return Admit::duplicate;
@@ -291,6 +299,7 @@ Admit decide(Segment& s, const IndexProbe& p, std::uint32_t slot, std::uint64_t 
       return true;
     });
     for (unsigned k = 0; k < n && !restart; ++k) {
+      FAIRLANE_FAILPOINT("decide.rival");
       const std::uint32_t rival = rivals[k];
       Word128 rw;
       if (!rival_word(s, rival, sf, rw)) {

@@ -282,6 +282,7 @@ MoveStatus Queue::reassign(const BrandedId& job, const BrandedId& group) noexcep
   nr.fail_to.store(target_lo(SlotState::scheduled, SlotWord::attempt(xw), Successor::make(x, SlotWord::ctr(xw))),
                    std::memory_order_relaxed);
   s.tags[n].store(std::uint8_t(s.tags[n].load(std::memory_order_relaxed) + 1), std::memory_order_release);
+  FAIRLANE_FAILPOINT("reassign.tagged");
   nr.pub.store(nctr, std::memory_order_release);  // [R14]
   std::uint32_t winner = 0;
   const Admit first = index_admit(s, n, sf, nctr, winner);  // undecided: the origin is still pending

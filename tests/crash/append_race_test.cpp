@@ -16,6 +16,7 @@
 #include <algorithm>
 #include <atomic>
 #include <chrono>
+#include <functional>
 #include <thread>
 #include <vector>
 
@@ -405,6 +406,224 @@ TEST_F(Contention, AnIdMovedBackAndForthWhileOneEnqueueOfItDecidesIsADuplicate) 
   ASSERT_EQ(q.resume(gm), LaneStatus::ok);
   const std::vector<BrandedId> got = serve_all(q);
   EXPECT_EQ(got, std::vector<BrandedId>{j});
+  expect_clean(q);
+}
+
+// A rival read while its slot's next admission is unpublished. Slot r held
+// the id before and was freed, its index entry still current. Between the
+// scan and the reading of r, a move of the id (from x) takes r, moves its
+// admission tag and stops before publishing: r reads as no job. The move
+// then goes on (x is dropped: no job either) and the scan is made again. In
+// that second round the id moves on from r to m before r is read: r is
+// freed. Keyed by r's tag as it was when read (the move's), the second
+// round's set of rivals that are no job, {r, x}, was taken for the first's,
+// and the scan was not made again: m was missed and the id admitted twice
+// (found in review of b087323). Keyed by the tag of the entry the scan read,
+// the first round's r is another rival than the second's, and m is met.
+TEST_F(Contention, ARivalReadWhileItsSlotsNextAdmissionIsUnpublishedIsKnownByItsEntrysTag) {
+  create(small());
+  ASSERT_FALSE(HasFailure());
+  Queue& q = this->q();
+  const BrandedId g1 = BrandedId::make("AAA", 1), g2 = BrandedId::make("BBB", 2), g3 = BrandedId::make("CCC", 3);
+  const BrandedId g4 = BrandedId::make("DDD", 4), gm = BrandedId::make("MMM", 6), gf = BrandedId::make("FFF", 5);
+  const BrandedId k = q.mint(), j = q.mint();
+  // j is the first entry of the index: the first way of its bucket, so that
+  // every later entry of j is scanned after it.
+  EnqueueStatus first = EnqueueStatus::corrupt;
+  std::thread([&] { first = q.enqueue(g1, j, "j"); }).join();  // at slot r
+  ASSERT_EQ(first, EnqueueStatus::enqueued);
+  ASSERT_EQ(q.enqueue(g2, k, "k"), EnqueueStatus::enqueued);  // ahead of j's copy in g2: x stays linked when dropped
+  // Every other slot holds a filler (minted on another thread: this one's
+  // memory of j as freshly minted stays, and its enqueue skips the look-up),
+  // so that each slot taken below is the only free one.
+  std::atomic<int> bad{0};
+  std::thread([&] {
+    for (int i = 0; i < 6; ++i)
+      if (q.enqueue(gf, q.mint(), "f") != EnqueueStatus::enqueued) ++bad;
+  }).join();
+  ASSERT_EQ(bad.load(), 0);
+  for (const BrandedId& g : {g1, g2, gf, gm}) ASSERT_EQ(q.pause(g), LaneStatus::ok);
+  // One filler served and completed: its slot is the only free one.
+  const auto free_one = [&q, &bad, gf] {
+    std::thread([&] {
+      Lease l;
+      if (q.resume(gf) != LaneStatus::ok || !q.claim(l, 60000) || q.complete(l.id, l.token) != AckStatus::ok ||
+          q.pause(gf) != LaneStatus::ok)
+        ++bad;
+    }).join();
+  };
+  free_one();  // for the deciding enqueue's own slot
+
+  struct Plan {
+    std::thread::id main;
+    std::atomic<int> rivals{0};
+    std::atomic<bool> taken{false}, tagged{false}, go{false};
+    std::thread mover;
+    std::function<void()> move_to_x, move_to_r, move_to_m;
+  } plan;
+  static thread_local bool is_mover = false;
+  MoveStatus to_x = MoveStatus::corrupt, to_r = MoveStatus::corrupt, to_m = MoveStatus::corrupt;
+  plan.main = std::this_thread::get_id();
+  plan.move_to_x = [&] {
+    free_one();
+    std::thread([&] { to_x = q.reassign(j, g2); }).join();  // r was g1's only job: popped and freed
+  };
+  plan.move_to_r = [&] { to_r = q.reassign(j, g3); };
+  plan.move_to_m = [&] {
+    free_one();
+    std::thread([&] { to_m = q.reassign(j, g4); }).join();
+  };
+  // Once the deciding enqueue has its slot: j moves from r to x, and r is
+  // free (the only free slot), its entry still current.
+  const auto at_slot_taken = [](void* p) {
+    Plan& pl = *static_cast<Plan*>(p);
+    if (std::this_thread::get_id() != pl.main || pl.taken.exchange(true)) return;
+    pl.move_to_x();
+  };
+  // The mover to r stops after its tag store until it is told to go on.
+  const auto at_tagged = [](void* p) {
+    Plan& pl = *static_cast<Plan*>(p);
+    if (!is_mover) return;
+    pl.tagged.store(true);
+    while (!pl.go.load()) std::this_thread::yield();
+  };
+  // The deciding enqueue, before each rival it reads: the 1st (r, round 1):
+  // the move from x to r starts and stops at its tag store; the 2nd (x): it
+  // goes on and ends; the 3rd (round 2's first): the id moves from r to m.
+  const auto at_rival = [](void* p) {
+    Plan& pl = *static_cast<Plan*>(p);
+    if (std::this_thread::get_id() != pl.main) return;
+    const int n = pl.rivals.fetch_add(1) + 1;
+    if (n == 1) {
+      pl.mover = std::thread([&pl] {
+        is_mover = true;
+        pl.move_to_r();
+      });
+      while (!pl.tagged.load()) std::this_thread::yield();
+    } else if (n == 2) {
+      pl.go.store(true);
+      pl.mover.join();
+    } else if (n == 3) {
+      pl.move_to_m();
+    }
+  };
+  detail::failpoint_call("enqueue.slot_taken", at_slot_taken, &plan);
+  detail::failpoint_call("reassign.tagged", at_tagged, &plan);
+  detail::failpoint_call("decide.rival", at_rival, &plan);
+  const EnqueueStatus again = q.enqueue(gm, j, "j again");
+  detail::failpoint_call("decide.rival", nullptr, nullptr);
+  detail::failpoint_call("reassign.tagged", nullptr, nullptr);
+  detail::failpoint_call("enqueue.slot_taken", nullptr, nullptr);
+  plan.go.store(true);
+  if (plan.mover.joinable()) plan.mover.join();
+  EXPECT_EQ(bad.load(), 0);
+  EXPECT_EQ(to_x, MoveStatus::moved);
+  ASSERT_GE(plan.rivals.load(), 3) << "the rivals were not read as planned (r, then x, then a second round)";
+  EXPECT_EQ(to_r, MoveStatus::moved);
+  EXPECT_EQ(to_m, MoveStatus::moved);
+  EXPECT_EQ(again, EnqueueStatus::duplicate) << to_string(again);
+  for (const BrandedId& g : {g1, g2, gf, gm}) ASSERT_EQ(q.resume(g), LaneStatus::ok);
+  const std::vector<BrandedId> got = serve_all(q);  // j, k and the 3 fillers left
+  EXPECT_EQ(std::count(got.begin(), got.end(), j), 1) << "served " << std::count(got.begin(), got.end(), j) << " times";
+  EXPECT_EQ(std::count(got.begin(), got.end(), k), 1);
+  EXPECT_EQ(got.size(), 5u);
+  expect_clean(q);
+}
+
+// A move's target, found undecided by an enqueue of the same id (through
+// the move's origin), is decided by the move, served, completed and its
+// slot reused by an unrelated enqueue u, all before the enqueue decides it
+// itself. The slot's record is u's then, not a move's: decide_moved reported
+// a corrupt slot record (found in review). Nothing was scribbled: no
+// corruption is reported, u stays, and the enqueue admits the id again (its
+// job was completed).
+TEST_F(Contention, AMovesTargetDecidedAndReusedBeforeAnEnqueueDecidesItIsNoCorruption) {
+  create(small());
+  ASSERT_FALSE(HasFailure());
+  Queue& q = this->q();
+  const BrandedId g1 = BrandedId::make("AAA", 1), g2 = BrandedId::make("BBB", 2), g3 = BrandedId::make("CCC", 3);
+  const BrandedId gm = BrandedId::make("MMM", 6), gf = BrandedId::make("FFF", 5);
+  const BrandedId k = q.mint(), j = q.mint();
+  // j is the first entry of the index (the first way of its bucket), so that
+  // its origin a is scanned before its copy n.
+  EnqueueStatus first = EnqueueStatus::corrupt;
+  std::thread([&] { first = q.enqueue(g1, j, "j"); }).join();  // at slot a
+  ASSERT_EQ(first, EnqueueStatus::enqueued);
+  ASSERT_EQ(q.enqueue(g1, k, "k"), EnqueueStatus::enqueued);  // ahead of j: a stays linked when dropped
+  // Four fillers (minted on another thread, so that j stays freshly minted
+  // here and this thread's enqueue of it skips the look-up): two slots are
+  // left, for the copy n and the deciding enqueue.
+  std::atomic<int> bad{0};
+  std::thread([&] {
+    for (int i = 0; i < 4; ++i)
+      if (q.enqueue(gf, q.mint(), "f") != EnqueueStatus::enqueued) ++bad;
+  }).join();
+  ASSERT_EQ(bad.load(), 0);
+  for (const BrandedId& g : {g1, gf, gm, g3}) ASSERT_EQ(q.pause(g), LaneStatus::ok);
+
+  struct Plan {
+    std::thread::id main;
+    std::atomic<bool> dropped{false}, go{false}, stepped{false};
+    std::thread mover;
+    std::function<void()> serve_and_reuse;
+  } plan;
+  static thread_local bool is_mover = false;
+  plan.main = std::this_thread::get_id();
+  MoveStatus moved = MoveStatus::corrupt;
+  BrandedId u;
+  EnqueueStatus u_status = EnqueueStatus::corrupt;
+  // The mover stops once the origin is dropped (it names the copy, which is
+  // undecided), until it is told to go on.
+  const auto at_dropped = [](void* p) {
+    Plan& pl = *static_cast<Plan*>(p);
+    if (!is_mover) return;
+    pl.dropped.store(true);
+    while (!pl.go.load()) std::this_thread::yield();
+  };
+  // The deciding enqueue, about to decide the copy (met through the origin):
+  // the mover goes on and ends (the copy committed, in g2), the copy is
+  // served and completed, and u takes its slot (the only free one).
+  plan.serve_and_reuse = [&] {
+    plan.go.store(true);
+    plan.mover.join();
+    std::thread([&] {
+      Lease l;
+      if (!q.claim(l, 60000) || l.id != j || q.complete(l.id, l.token) != AckStatus::ok) ++bad;
+      u = q.mint();
+      u_status = q.enqueue(g3, u, "u");
+    }).join();
+  };
+  const auto at_decide_moved = [](void* p) {
+    Plan& pl = *static_cast<Plan*>(p);
+    if (std::this_thread::get_id() != pl.main || pl.stepped.exchange(true)) return;
+    pl.serve_and_reuse();
+  };
+  detail::failpoint_call("reassign.dropped", at_dropped, &plan);
+  plan.mover = std::thread([&] {
+    is_mover = true;
+    moved = q.reassign(j, g2);
+  });
+  while (!plan.dropped.load()) std::this_thread::yield();
+  // The drop is a step of the origin's lane word; any write of that word
+  // applies it to the origin (now a husk that names the copy).
+  ASSERT_EQ(q.pause(g1), LaneStatus::ok);
+  detail::failpoint_call("decide.moved", at_decide_moved, &plan);
+  const EnqueueStatus again = q.enqueue(gm, j, "j again");
+  detail::failpoint_call("decide.moved", nullptr, nullptr);
+  detail::failpoint_call("reassign.dropped", nullptr, nullptr);
+  plan.go.store(true);
+  if (plan.mover.joinable()) plan.mover.join();
+  ASSERT_TRUE(plan.stepped.load()) << "the enqueue did not decide the copy";
+  EXPECT_EQ(bad.load(), 0);
+  EXPECT_EQ(moved, MoveStatus::moved);
+  EXPECT_EQ(u_status, EnqueueStatus::enqueued);
+  EXPECT_EQ(again, EnqueueStatus::enqueued) << to_string(again);
+  EXPECT_EQ(q.corruption().count, 0u) << q.corruption().last_structure;
+  for (const BrandedId& g : {g1, gf, gm, g3}) ASSERT_EQ(q.resume(g), LaneStatus::ok);
+  const std::vector<BrandedId> got = serve_all(q);  // k, j again, u and the 4 fillers
+  for (const BrandedId& want : {k, j, u})
+    EXPECT_EQ(std::count(got.begin(), got.end(), want), 1) << want.str();
+  EXPECT_EQ(got.size(), 7u);
   expect_clean(q);
 }
 
