@@ -114,13 +114,20 @@ Take release_lease(Segment& s, std::uint64_t sf, Token token, RelOp op, std::uin
   }
 }
 
-void finish_linking(Segment& s, std::uint32_t lane, std::uint32_t slot) noexcept {
+void finish_linking(Segment& s, std::uint32_t lane, std::uint32_t slot, std::uint64_t ctr) noexcept {
   if (lane >= s.lane_count || slot >= s.jobs) return;
   Word128 w = lane_load(s, lane);
   for (;;) {
     const Word128 base = lane_base(s, lane, w);
-    // Applied already (by us or anyone): it is pending now.
-    if (SlotWord::state(slot_load(s, slot)) != SlotState::returning) return;
+    // Applied already (by us or anyone): it is pending now. Or the move we
+    // were to finish is over and the job is on another (a lease and a
+    // revoke both move the ctr on): not ours to link. While the word is
+    // still `w` (our CAS expects it), the move cannot end: only this step
+    // of this word ends it once its node is linked.
+    const Word128 sw = slot_load(s, slot);
+    if (SlotWord::state(sw) != SlotState::returning || SlotWord::ctr(sw) != ctr ||
+        s.slot(slot).lane.load(std::memory_order_relaxed) != lane)
+      return;
     if (LaneWord::state(base) != LaneState::live) {
       report_corrupt(s, CorruptWhat::lane_word);  // a lane holding a linked node is never given back
       return;
@@ -190,7 +197,7 @@ Moved link_returning(Segment& s, std::uint32_t slot, bool mine, const Word128* f
     const std::uint64_t inc = s.lanes[lane].key_kind.load(std::memory_order_acquire) >> 16;
     switch (strays_insert(s, lane, slot, SlotWord::ctr(w), g, inc)) {
       case OrderResult::ok:
-        finish_linking(s, lane, slot);
+        finish_linking(s, lane, slot, SlotWord::ctr(w));
         log_job(s, slot);
         return Moved::ok;
       case OrderResult::lane_changed:

@@ -194,8 +194,12 @@ Front read_front(Segment& s, std::uint32_t lane, const Word128& w, const Word128
                  bool& from_run) noexcept {
   const std::uint32_t h1 = LaneWord::head(base);
   std::uint32_t f1 = 0;
+  std::uint64_t f1tag = 0;  // the tag f1 was linked with
   OrderResult fr = OrderResult::empty;
-  if (LaneWord::strays(base)) f1 = strays_first(s, lane, fr);
+  if (LaneWord::strays(base)) {
+    f1 = strays_first(s, lane, fr, &f1tag);
+    FAIRLANE_FAILPOINT("claim.front_read");
+  }
   if (fr == OrderResult::corrupt) return Front::corrupt;
   if (h1 && !valid_slot1(s, h1)) {
     report_corrupt(s, CorruptWhat::lane_word);
@@ -223,7 +227,10 @@ Front read_front(Segment& s, std::uint32_t lane, const Word128& w, const Word128
       return Front::settle;
     case SlotState::returning:
       if (from_run) break;  // returning jobs link only into strays
-      finish_linking(s, lane, x);
+      // The move that linked the node we found, not a later move of the
+      // same job (taken, leased and back since, its node unlinked, and not
+      // linked again yet): that one is its mover's to link.
+      if ((SlotWord::ctr(xw) & UpLink::kTagMask) == f1tag) finish_linking(s, lane, x, SlotWord::ctr(xw));
       return Front::settle;
     default:
       break;

@@ -118,8 +118,12 @@ enum class Moved { ok, changed, parked, corrupt };
 Moved link_returning(Segment& s, std::uint32_t slot, bool mine = false, const Word128* fallback = nullptr) noexcept;
 
 // The `linked` step for a returning slot already linked in lane `lane`'s
-// strays (its mover's last step, which anyone who meets it there may take).
-void finish_linking(Segment& s, std::uint32_t lane, std::uint32_t slot) noexcept;
+// strays (its mover's last step, which anyone who meets it there may take),
+// for the move of admission ctr `ctr` only: the slot must still be
+// returning at that ctr and name that lane. A helper that saw the node long
+// ago and resumes while the job is returning in a later move (not linked
+// yet) would otherwise make it pending with no node anywhere.
+void finish_linking(Segment& s, std::uint32_t lane, std::uint32_t slot, std::uint64_t ctr) noexcept;
 
 // Brings a scheduled (due) or dead job back to its group's lane: take it
 // (CAS to returning(me)), then link it. `attempt` is what the pending job

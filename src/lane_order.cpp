@@ -354,7 +354,7 @@ OrderResult strays_insert(Segment& s, std::uint32_t lane, std::uint32_t slot, st
   return OrderResult::ok;
 }
 
-std::uint32_t strays_first(Segment& s, std::uint32_t lane, OrderResult& r) noexcept {
+std::uint32_t strays_first(Segment& s, std::uint32_t lane, OrderResult& r, std::uint64_t* tag) noexcept {
   LaneRecord& l = s.lanes[lane];
   r = OrderResult::ok;
   // Counts our own unlinks since the lane word last moved (a level 0 that
@@ -375,7 +375,10 @@ std::uint32_t strays_first(Segment& s, std::uint32_t lane, OrderResult& r) noexc
       if (l.strays[0].load(std::memory_order_acquire) != link) continue;
       break;  // a first node that is not what the head says: scribbled
     }
-    if (UpLink::mark(ylink) != Link::kDeleted) return y1;
+    if (UpLink::mark(ylink) != Link::kDeleted) {
+      if (tag) *tag = UpLink::target_tag(link);
+      return y1;
+    }
     // Taken, not yet unlinked by its taker: unlink it for it.
     if (l.strays[0].compare_exchange_strong(
             link, UpLink::make(UpLink::succ(ylink), 0, UpLink::owner_tag(link), UpLink::target_tag(ylink)),

@@ -417,7 +417,8 @@ void sweep_slot(Segment& s, std::uint32_t i, std::uint64_t now, SweepStats& st) 
       std::uint32_t lane = kDefaultLane;
       if (slot_group(s, i, g) && (g.kind >= kKindCodes || lane_find(s, g, false, lane) != LaneFind::found)) lane = kNoLane;
       if (lane != kNoLane && strays_holds(s, lane, i)) {
-        finish_linking(s, lane, i);
+        FAIRLANE_FAILPOINT("sweep.link_found");
+        finish_linking(s, lane, i, SlotWord::ctr(w));
       } else {
         Word128 cur = w;
         const Word128 mine = SlotWord::make(SlotState::returning, SlotWord::attempt(w), 0, SlotWord::ctr(w), my_holder(s));

@@ -1,0 +1,196 @@
+// Helpers that resume long after they looked: a step they were about to
+// help with belongs to a move that is over, and the job is on another move
+// now. Threads of this process are held at step points (failpoint_call) to
+// open the window exactly.
+#include <gtest/gtest.h>
+
+#include <fairlane/queue.hpp>
+
+#include <atomic>
+#include <chrono>
+#include <thread>
+#include <vector>
+
+#include "../../src/failpoint.hpp"
+#include "forked_child.hpp"
+#include "test_support.hpp"
+
+namespace fairlane {
+namespace {
+
+using test::ForkedChild;
+using test::SegmentFixture;
+
+const BrandedId G = BrandedId::make("GRP", 7);
+
+// Holds the thread that set `held` (thread_local) at a point, until let go.
+struct Hold {
+  std::atomic<bool> there{false}, go{false};
+  static thread_local Hold* mine;
+
+  static void at(void* p) {
+    Hold* h = static_cast<Hold*>(p);
+    if (mine != h || h->there.load()) return;  // only its thread, and once
+    h->there.store(true);
+    while (!h->go.load()) std::this_thread::yield();
+  }
+  void wait_there() const {
+    while (!there.load()) std::this_thread::yield();
+  }
+};
+thread_local Hold* Hold::mine = nullptr;
+
+class StaleHelper : public SegmentFixture {
+ protected:
+  void small() {
+    QueueOptions o;
+    o.jobs = 8;
+    o.lanes = 8;
+    o.payload_bytes = 16;
+    create(o);
+    back_now.delay_ms = 0;  // straight back to its lane: the fail links it (into the strays)
+    back_now.max_attempts = 10;
+  }
+  FailOptions back_now;
+};
+
+// A claimer reads job x as its lane's strays minimum and is held before it
+// reads x's slot word. Meanwhile x is claimed by another thread and failed
+// (back to its lane, a new move: returning), and that move's mover is held
+// before it links x. The claimer resumes, finds x returning, and used to
+// make the `linked` step for it: x went pending with no node in any lane
+// (the claimer's next round found the strays empty and cleared the lane's
+// strays flag), and when its mover linked it, nothing ever looked there
+// again: x was never delivered, and a lane that went idle was given back
+// under it (the torture run's "job-unlinked ... not live", found
+// 2026-12-04). The claimer now finishes only the move whose node it found
+// (the node's tag is its move's ctr), so x is linked by its own mover and
+// served.
+TEST_F(StaleHelper, AClaimerResumingOnAnOldStraysFrontLeavesALaterMoveToItsMover) {
+  small();
+  ASSERT_FALSE(HasFailure());
+  Queue& q = this->q();
+  const BrandedId x = q.mint();
+  ASSERT_EQ(q.enqueue(G, x, "x"), EnqueueStatus::enqueued);
+  {
+    Lease l;
+    ASSERT_TRUE(q.claim(l, 60000));
+    ASSERT_EQ(q.fail(l.id, l.token, back_now), FailStatus::retrying);  // x is G's strays minimum now
+  }
+  Hold claimer, mover;
+  detail::failpoint_call("claim.front_read", &Hold::at, &claimer);
+  detail::failpoint_call("move.taken", &Hold::at, &mover);
+  bool claimer_got = true;
+  std::thread c([&] {
+    Hold::mine = &claimer;
+    Lease l;
+    claimer_got = q.claim(l, 60000);
+  });
+  claimer.wait_there();
+  // x taken under the held claimer's eyes (attempt 2), and failed back:
+  // its mover is held once it has taken the move, before linking x.
+  Lease l2;
+  ASSERT_TRUE(q.claim(l2, 60000));
+  ASSERT_EQ(l2.id, x);
+  ASSERT_EQ(l2.attempt, 2u);
+  FailStatus failed = FailStatus::gone;
+  std::thread m([&] {
+    Hold::mine = &mover;
+    failed = q.fail(l2.id, l2.token, back_now);
+  });
+  mover.wait_there();
+  claimer.go.store(true);
+  c.join();
+  mover.go.store(true);
+  m.join();
+  detail::failpoint_call("move.taken", nullptr, nullptr);
+  detail::failpoint_call("claim.front_read", nullptr, nullptr);
+  EXPECT_FALSE(claimer_got);  // x was not pending while it looked
+  EXPECT_EQ(failed, FailStatus::retrying);
+  // x is delivered (attempt 3), and nothing is left.
+  Lease l3;
+  ASSERT_TRUE(q.claim(l3, 60000)) << "x was never delivered again";
+  EXPECT_EQ(l3.id, x);
+  EXPECT_EQ(l3.attempt, 3u);
+  EXPECT_EQ(q.complete(l3.id, l3.token), AckStatus::ok);
+  Lease none;
+  EXPECT_FALSE(q.claim(none, 60000));
+  EXPECT_EQ(q.corruption().count, 0u) << q.corruption().last_structure;
+  const FsckReport r = q.fsck();
+  EXPECT_TRUE(r.clean()) << (r.issues.empty() ? "" : r.issues[0].invariant + ": " + r.issues[0].detail);
+}
+
+// The sweep's side of the same: a mover dies once it has linked x in its
+// lane's strays, before its `linked` step. A sweep finds x linked there and
+// is held before it makes the step for the dead mover. Meanwhile another
+// sweep makes it, x is claimed and failed back (a new move, its mover held
+// before linking). The held sweep resumes: it used to make the step for the
+// new move (x pending with no node; the next claim then cleared the strays
+// flag, and x, linked by its mover after that, was never delivered). It now
+// finishes only the move it found dead (its ctr).
+TEST_F(StaleHelper, ASweepResumingOnADeadMoversLinkedJobLeavesALaterMoveToItsMover) {
+  small();
+  ASSERT_FALSE(HasFailure());
+  Queue& q = this->q();
+  const BrandedId x = q.mint();
+  ASSERT_EQ(q.enqueue(G, x, "x"), EnqueueStatus::enqueued);
+  Lease l1;
+  ASSERT_TRUE(q.claim(l1, 60000));
+  const std::string name = seg();
+  {
+    // The mover: fails x back with the lease's token, and dies right after
+    // linking x into the strays.
+    const FailOptions back = back_now;
+    ForkedChild mover([&]() -> int {
+      auto r = Queue::open(name);
+      if (!r) return 3;
+      Queue cq = std::move(r.value());
+      detail::failpoint_arm("strays.linked", 1, detail::FailpointAction::kill);
+      cq.fail(l1.id, l1.token, back);
+      return 4;  // not reached
+    });
+    ASSERT_TRUE(mover.wait_for(std::chrono::seconds(10)));
+    ASSERT_TRUE(mover.signaled()) << mover.describe();
+  }
+  Lease none;
+  ASSERT_FALSE(q.claim(none, 60000));  // returning: not claimable until the linked step
+  Hold sweeper, mover;
+  detail::failpoint_call("sweep.link_found", &Hold::at, &sweeper);
+  detail::failpoint_call("move.taken", &Hold::at, &mover);
+  std::thread sw([&] {
+    Hold::mine = &sweeper;
+    q.tick();
+  });
+  sweeper.wait_there();
+  q.tick();  // this sweep makes the dead mover's step: x is pending
+  Lease l2;
+  ASSERT_TRUE(q.claim(l2, 60000));
+  ASSERT_EQ(l2.id, x);
+  ASSERT_EQ(l2.attempt, 2u);
+  FailStatus failed = FailStatus::gone;
+  std::thread m([&] {
+    Hold::mine = &mover;
+    failed = q.fail(l2.id, l2.token, back_now);
+  });
+  mover.wait_there();
+  sweeper.go.store(true);
+  sw.join();
+  EXPECT_FALSE(q.claim(none, 60000));  // x is not linked yet
+  mover.go.store(true);
+  m.join();
+  detail::failpoint_call("move.taken", nullptr, nullptr);
+  detail::failpoint_call("sweep.link_found", nullptr, nullptr);
+  EXPECT_EQ(failed, FailStatus::retrying);
+  Lease l3;
+  ASSERT_TRUE(q.claim(l3, 60000)) << "x was never delivered again";
+  EXPECT_EQ(l3.id, x);
+  EXPECT_EQ(l3.attempt, 3u);
+  EXPECT_EQ(q.complete(l3.id, l3.token), AckStatus::ok);
+  EXPECT_FALSE(q.claim(none, 60000));
+  EXPECT_EQ(q.corruption().count, 0u) << q.corruption().last_structure;
+  const FsckReport r = q.fsck();
+  EXPECT_TRUE(r.clean()) << (r.issues.empty() ? "" : r.issues[0].invariant + ": " + r.issues[0].detail);
+}
+
+}  // namespace
+}  // namespace fairlane
