@@ -194,10 +194,10 @@ Front read_front(Segment& s, std::uint32_t lane, const Word128& w, const Word128
                  bool& from_run) noexcept {
   const std::uint32_t h1 = LaneWord::head(base);
   std::uint32_t f1 = 0;
-  std::uint64_t f1tag = 0;  // the tag f1 was linked with
+  std::uint64_t f1head = 0;  // the head link that led to f1
   OrderResult fr = OrderResult::empty;
   if (LaneWord::strays(base)) {
-    f1 = strays_first(s, lane, fr, &f1tag);
+    f1 = strays_first(s, lane, fr, &f1head);
     FAIRLANE_FAILPOINT("claim.front_read");
   }
   if (fr == OrderResult::corrupt) return Front::corrupt;
@@ -229,8 +229,14 @@ Front read_front(Segment& s, std::uint32_t lane, const Word128& w, const Word128
       if (from_run) break;  // returning jobs link only into strays
       // The move that linked the node we found, not a later move of the
       // same job (taken, leased and back since, its node unlinked, and not
-      // linked again yet): that one is its mover's to link.
-      if ((SlotWord::ctr(xw) & UpLink::kTagMask) == f1tag) finish_linking(s, lane, x, SlotWord::ctr(xw));
+      // linked again yet): that one is its mover's to link. The node's tag
+      // is 18 bits of its move's ctr, which come round in 2^18 moves; a
+      // head that still leads to it, read after the slot word, says the
+      // node is linked now, and so is the current move's (a job's node is
+      // unlinked before it can be leased again).
+      if ((SlotWord::ctr(xw) & UpLink::kTagMask) == UpLink::target_tag(f1head) &&
+          s.lanes[lane].strays[0].load(std::memory_order_acquire) == f1head)
+        finish_linking(s, lane, x, SlotWord::ctr(xw));
       return Front::settle;
     default:
       break;

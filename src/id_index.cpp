@@ -216,8 +216,20 @@ bool admission_committed(const Segment& s, std::uint32_t slot, std::uint64_t ctr
 // it (the move's `drop` step happened). Nobody decides otherwise while its
 // author may still take that step, except recovery for a dead author
 // (cancel): the origin's lane's pending step applied first.
-Admit decide_moved(Segment& s, std::uint32_t slot, std::uint64_t ctr, bool cancel) noexcept {
+//
+// A target no longer admitting at `ctr` was decided: at that ctr its word
+// says how. Moved on to another ctr, only its mover (`mover`) can tell: a
+// copy is killed only by its live mover (or, with cancel, for a dead one),
+// so to the mover a ctr moved on is its copy committed and leased since. To
+// anyone else it may as well be a copy its mover killed and freed, and a
+// slot reused: not known to be the job (won is never said for it: an
+// enqueue of the same id would answer duplicate with the id nowhere).
+Admit decide_moved(Segment& s, std::uint32_t slot, std::uint64_t ctr, bool cancel, bool mover) noexcept {
   FAIRLANE_FAILPOINT("decide.moved");
+  const auto decided = [&] {
+    if (SlotWord::ctr(slot_load(s, slot)) != ctr && !mover) return Admit::duplicate;
+    return admission_committed(s, slot, ctr) ? Admit::won : Admit::duplicate;
+  };
   std::uint32_t origin = 0;
   std::uint64_t c18 = 0;
   if (!moved_origin(s, slot, origin, c18)) {
@@ -226,15 +238,13 @@ Admit decide_moved(Segment& s, std::uint32_t slot, std::uint64_t ctr, bool cance
     // record that says so while the word is still this admission's is
     // scribbled.
     const Word128 now = slot_load(s, slot);
-    if (SlotWord::state(now) != SlotState::admitting || SlotWord::ctr(now) != ctr)
-      return admission_committed(s, slot, ctr) ? Admit::won : Admit::duplicate;
+    if (SlotWord::state(now) != SlotState::admitting || SlotWord::ctr(now) != ctr) return decided();
     report_corrupt(s, CorruptWhat::slot_record);
     kill(s, slot, ctr);
     return Admit::duplicate;
   }
   const Word128 w = slot_load(s, slot);
-  if (SlotWord::state(w) != SlotState::admitting || SlotWord::ctr(w) != ctr)
-    return admission_committed(s, slot, ctr) ? Admit::won : Admit::duplicate;
+  if (SlotWord::state(w) != SlotState::admitting || SlotWord::ctr(w) != ctr) return decided();
   if (!origin_names(s, origin, slot, SlotWord::ctr(w)) && cancel) {
     const std::uint32_t lane = s.slot(origin).lane.load(std::memory_order_relaxed);
     if (lane < s.lane_count) lane_update(s, lane, [](Word128 b) -> std::optional<Word128> { return b; });
@@ -249,7 +259,7 @@ Admit decide_moved(Segment& s, std::uint32_t slot, std::uint64_t ctr, bool cance
   if (cancel && kill(s, slot, ctr) && !admission_committed(s, slot, ctr)) return Admit::duplicate;
   const Word128 now = slot_load(s, slot);
   if (SlotWord::state(now) == SlotState::admitting && SlotWord::ctr(now) == ctr) return Admit::undecided;
-  return admission_committed(s, slot, ctr) ? Admit::won : Admit::duplicate;
+  return decided();
 }
 
 // The decision for `slot`, whose entry is written (id_index.hpp). Returns
@@ -332,7 +342,7 @@ Admit decide(Segment& s, const IndexProbe& p, std::uint32_t slot, std::uint64_t 
         if (SlotWord::state(tw) == SlotState::admitting &&
             (SlotWord::ctr(tw) & 0x3FFFF) == Successor::ctr18(SlotWord::when(rw)) &&
             moved_origin(s, succ1 - 1, back, back18) && back == rival && back18 == (SlotWord::ctr(rw) & 0x3FFFF)) {
-          decide_moved(s, succ1 - 1, SlotWord::ctr(tw), false);
+          decide_moved(s, succ1 - 1, SlotWord::ctr(tw), false, false);
           restart = true;
         } else {
           no_job_now(rival, rival_tags[k]);  // the move is decided: its copy, if it is a job, is met by a scan
@@ -341,7 +351,7 @@ Admit decide(Segment& s, const IndexProbe& p, std::uint32_t slot, std::uint64_t 
       }
       if (rival_moved) {
         if (origin_names(s, origin, rival, SlotWord::ctr(rw))) {
-          decide_moved(s, rival, SlotWord::ctr(rw), false);
+          decide_moved(s, rival, SlotWord::ctr(rw), false, false);
           restart = true;
         }
         continue;  // undecided: its origin (committed, a rival in its own right) decides for it
@@ -446,14 +456,14 @@ Admit index_admit(Segment& s, std::uint32_t slot, const IndexProbe& p, std::uint
   FAIRLANE_FAILPOINT("enqueue.indexed");
   std::uint32_t origin = 0;
   std::uint64_t c18 = 0;
-  if (moved_origin(s, slot, origin, c18)) return decide_moved(s, slot, ctr, false);
+  if (moved_origin(s, slot, origin, c18)) return decide_moved(s, slot, ctr, false, true);  // a copy: indexed by its mover
   return decide(s, p, slot, sf, ctr, winner);
 }
 
 bool index_kill(Segment& s, std::uint32_t slot, std::uint64_t ctr) noexcept { return kill(s, slot, ctr); }
 
 bool move_decided(Segment& s, std::uint32_t slot, std::uint64_t ctr) noexcept {
-  return decide_moved(s, slot, ctr, false) == Admit::won;
+  return decide_moved(s, slot, ctr, false, true) == Admit::won;
 }
 
 bool index_resolve(Segment& s, std::uint32_t slot, const Word128& seen, bool cancel_move, std::uint64_t expect_sf) noexcept {
@@ -466,7 +476,7 @@ bool index_resolve(Segment& s, std::uint32_t slot, const Word128& seen, bool can
   if (expect_sf && sf != expect_sf) return false;
   std::uint32_t origin = 0;
   std::uint64_t c18 = 0;
-  if (moved_origin(s, slot, origin, c18)) return decide_moved(s, slot, ctr, cancel_move) == Admit::won;
+  if (moved_origin(s, slot, origin, c18)) return decide_moved(s, slot, ctr, cancel_move, false) == Admit::won;
   const IndexProbe p = index_probe(s, sf);
   // Its admitter may not have written its entry yet: write one for it (a
   // second entry for the same slot is harmless: both go stale together).

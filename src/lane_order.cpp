@@ -354,7 +354,7 @@ OrderResult strays_insert(Segment& s, std::uint32_t lane, std::uint32_t slot, st
   return OrderResult::ok;
 }
 
-std::uint32_t strays_first(Segment& s, std::uint32_t lane, OrderResult& r, std::uint64_t* tag) noexcept {
+std::uint32_t strays_first(Segment& s, std::uint32_t lane, OrderResult& r, std::uint64_t* head) noexcept {
   LaneRecord& l = s.lanes[lane];
   r = OrderResult::ok;
   // Counts our own unlinks since the lane word last moved (a level 0 that
@@ -376,7 +376,7 @@ std::uint32_t strays_first(Segment& s, std::uint32_t lane, OrderResult& r, std::
       break;  // a first node that is not what the head says: scribbled
     }
     if (UpLink::mark(ylink) != Link::kDeleted) {
-      if (tag) *tag = UpLink::target_tag(link);
+      if (head) *head = link;
       return y1;
     }
     // Taken, not yet unlinked by its taker: unlink it for it.

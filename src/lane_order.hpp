@@ -85,9 +85,10 @@ OrderResult strays_insert(Segment& s, std::uint32_t lane, std::uint32_t slot, st
                           std::uint64_t inc) noexcept;
 
 // The strays' minimum (slot+1, 0 if empty) as now linked and unmarked, and
-// (`tag`, if given) the tag it was linked with: the low bits of the ctr of
-// the move that linked it.
-std::uint32_t strays_first(Segment& s, std::uint32_t lane, OrderResult& r, std::uint64_t* tag = nullptr) noexcept;
+// (`head`, if given) the head link that leads to it: its target tag is the
+// tag the node was linked with (the low bits of the ctr of the move that
+// linked it).
+std::uint32_t strays_first(Segment& s, std::uint32_t lane, OrderResult& r, std::uint64_t* head = nullptr) noexcept;
 
 // Marks `slot` taken at every level (idempotent): the `take` step, applied
 // while lane `lane`'s word is still `*pending` (the taker itself, whose step

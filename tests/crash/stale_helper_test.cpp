@@ -6,8 +6,10 @@
 
 #include <fairlane/queue.hpp>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
+#include <functional>
 #include <thread>
 #include <vector>
 
@@ -39,6 +41,13 @@ struct Hold {
   }
 };
 thread_local Hold* Hold::mine = nullptr;
+
+// No corruption met, and fsck finds nothing.
+void expect_clean(Queue& q) {
+  EXPECT_EQ(q.corruption().count, 0u) << q.corruption().last_structure;
+  const FsckReport r = q.fsck();
+  EXPECT_TRUE(r.clean()) << (r.issues.empty() ? "" : r.issues[0].invariant + ": " + r.issues[0].detail);
+}
 
 class StaleHelper : public SegmentFixture {
  protected:
@@ -118,6 +127,133 @@ TEST_F(StaleHelper, AClaimerResumingOnAnOldStraysFrontLeavesALaterMoveToItsMover
   EXPECT_EQ(q.corruption().count, 0u) << q.corruption().last_structure;
   const FsckReport r = q.fsck();
   EXPECT_TRUE(r.clean()) << (r.issues.empty() ? "" : r.issues[0].invariant + ": " + r.issues[0].detail);
+}
+
+// The same window held while x goes round 2^18 - 1 leases (each moves its
+// ctr on by one) and one more: x is returning, not linked, at a ctr whose
+// low 18 bits (a node's tag) match those of the node the claimer found. The
+// tag alone let it make the step for the wrong move (found in review); the
+// head must also still lead to the node.
+TEST_F(StaleHelper, AClaimerHeldForAWholeRoundOfTheNodesTagLeavesALaterMoveToItsMover) {
+  small();
+  ASSERT_FALSE(HasFailure());
+  Queue& q = this->q();
+  const BrandedId x = q.mint();
+  ASSERT_EQ(q.enqueue(G, x, "x"), EnqueueStatus::enqueued);
+  Lease l;
+  ASSERT_TRUE(q.claim(l, 60000));
+  ASSERT_EQ(q.release(l.id, l.token), AckStatus::ok);  // x is G's strays minimum
+  Hold claimer, mover;
+  detail::failpoint_call("claim.front_read", &Hold::at, &claimer);
+  bool claimer_got = true;
+  std::thread c([&] {
+    Hold::mine = &claimer;
+    Lease cl;
+    claimer_got = q.claim(cl, 60000);
+  });
+  claimer.wait_there();
+  for (int i = 0; i < (1 << 18) - 1; ++i) {
+    ASSERT_TRUE(q.claim(l, 60000)) << i;
+    ASSERT_EQ(q.release(l.id, l.token), AckStatus::ok) << i;
+  }
+  ASSERT_TRUE(q.claim(l, 60000));
+  detail::failpoint_call("move.taken", &Hold::at, &mover);
+  AckStatus released = AckStatus::gone;
+  std::thread m([&] {
+    Hold::mine = &mover;
+    released = q.release(l.id, l.token);
+  });
+  mover.wait_there();
+  claimer.go.store(true);
+  c.join();
+  mover.go.store(true);
+  m.join();
+  detail::failpoint_call("move.taken", nullptr, nullptr);
+  detail::failpoint_call("claim.front_read", nullptr, nullptr);
+  EXPECT_EQ(released, AckStatus::ok);
+  EXPECT_FALSE(claimer_got);
+  ASSERT_TRUE(q.claim(l, 60000)) << "x was never delivered again";
+  EXPECT_EQ(l.id, x);
+  EXPECT_EQ(q.complete(l.id, l.token), AckStatus::ok);
+  expect_clean(q);
+}
+
+// A reassign's copy n of j, undecided (its mover held once it indexed n),
+// is found admitting by an enqueue of j (j was completed meanwhile: it may
+// be admitted again), which is held as it comes to decide n. The move then
+// fails (its origin is gone): its mover kills n and frees it, and unrelated
+// jobs fill every free slot, n's among them. The enqueue resumes on a slot
+// that is no move's copy now, at another ctr. Taking that for "committed"
+// answered duplicate with j nowhere (found in review); it is not known to
+// be j, so the enqueue goes on to admit j itself: the table is full.
+TEST_F(StaleHelper, AnEnqueueDecidingACopyKilledAndReusedMeanwhileIsNoDuplicate) {
+  small();
+  ASSERT_FALSE(HasFailure());
+  Queue& q = this->q();
+  const BrandedId g1 = BrandedId::make("AAA", 1), g2 = BrandedId::make("BBB", 2);
+  const BrandedId gf = BrandedId::make("FFF", 5), gm = BrandedId::make("MMM", 6);
+  BrandedId j;
+  std::thread([&] { j = q.mint(); }).join();  // minted elsewhere: this thread's enqueue of it looks it up
+  ASSERT_EQ(q.enqueue(g1, j, "j"), EnqueueStatus::enqueued);
+  ASSERT_EQ(q.pause(gf), LaneStatus::ok);
+  ASSERT_EQ(q.pause(gm), LaneStatus::ok);
+  struct Plan {
+    std::thread::id main;
+    std::atomic<bool> stepped{false};
+    Hold mover;
+    std::thread m;
+    std::function<void()> fill;
+  } plan;
+  plan.main = std::this_thread::get_id();
+  MoveStatus moved = MoveStatus::corrupt;
+  int fillers = 0;
+  plan.fill = [&] {
+    std::thread([&] {
+      while (q.enqueue(gf, q.mint(), "f") == EnqueueStatus::enqueued) ++fillers;
+    }).join();
+  };
+  detail::failpoint_call("reassign.copied", &Hold::at, &plan.mover);
+  plan.m = std::thread([&] {
+    Hold::mine = &plan.mover;
+    moved = q.reassign(j, g2);
+  });
+  plan.mover.wait_there();
+  {
+    Lease l;
+    ASSERT_TRUE(q.claim(l, 60000));
+    ASSERT_EQ(l.id, j);
+    ASSERT_EQ(q.complete(l.id, l.token), AckStatus::ok);
+  }
+  const auto at_decide = [](void* p) {
+    Plan& pl = *static_cast<Plan*>(p);
+    if (std::this_thread::get_id() != pl.main || pl.stepped.exchange(true)) return;
+    pl.mover.go.store(true);
+    pl.m.join();  // the move fails: n killed and freed
+    pl.fill();
+  };
+  detail::failpoint_call("decide.moved", at_decide, &plan);
+  const EnqueueStatus again = q.enqueue(gm, j, "j again");
+  detail::failpoint_call("decide.moved", nullptr, nullptr);
+  detail::failpoint_call("reassign.copied", nullptr, nullptr);
+  plan.mover.go.store(true);
+  if (plan.m.joinable()) plan.m.join();
+  ASSERT_TRUE(plan.stepped.load()) << "the enqueue did not decide the copy";
+  EXPECT_EQ(moved, MoveStatus::not_pending);
+  EXPECT_EQ(fillers, 8);  // every slot (the enqueue has none yet: it is still looking j up)
+  EXPECT_EQ(again, EnqueueStatus::full) << to_string(again);
+  ASSERT_EQ(q.resume(gf), LaneStatus::ok);
+  const std::vector<BrandedId> got = [&] {
+    std::vector<BrandedId> v;
+    Lease l;
+    while (q.claim(l, 60000)) {
+      v.push_back(l.id);
+      EXPECT_EQ(q.complete(l.id, l.token), AckStatus::ok);
+    }
+    return v;
+  }();
+  EXPECT_EQ(got.size(), std::size_t(fillers));
+  EXPECT_EQ(std::count(got.begin(), got.end(), j), 0);
+  expect_clean(q);
 }
 
 // The sweep's side of the same: a mover dies once it has linked x in its
