@@ -244,6 +244,19 @@ void free_aborted(Segment& s, std::uint32_t slot, std::uint64_t ctr) noexcept {
   }
 }
 
+void release_husk(Segment& s, std::uint32_t slot, std::uint64_t ctr) noexcept {
+  Word128 w = slot_load(s, slot);
+  while (SlotWord::state(w) == SlotState::aborted && (ctr == kAnyCtr || SlotWord::ctr(w) == ctr)) {
+    if (SlotWord::holder(w) == 0) {
+      free_aborted(s, slot, SlotWord::ctr(w));
+      return;
+    }
+    // Its admitter is deciding still: marked popped, for it to free.
+    if (slot_cas(s, slot, w, SlotWord::make(SlotState::aborted, 1, SlotWord::when(w), SlotWord::ctr(w), SlotWord::holder(w))))
+      return;
+  }
+}
+
 }  // namespace detail
 
 namespace {

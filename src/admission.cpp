@@ -131,8 +131,15 @@ void drop_lost(Segment& s, std::uint32_t slot, bool linked) noexcept {
     free_aborted(s, slot);
     return;
   }
-  while (SlotWord::state(w) == SlotState::aborted && SlotWord::holder(w) != 0)
+  // Done with it: a husk in its run for a claim to pop and free (holder 0
+  // says so), or, if a claim popped it already, freed now (release_husk).
+  while (SlotWord::state(w) == SlotState::aborted && SlotWord::holder(w) != 0) {
+    if (husk_popped(w)) {
+      free_aborted(s, slot, SlotWord::ctr(w));
+      return;
+    }
     if (slot_cas(s, slot, w, SlotWord::make(SlotState::aborted, 0, 0, SlotWord::ctr(w), 0))) return;
+  }
 }
 
 void write_job(Segment& s, std::uint32_t slot, std::uint64_t sf, const BrandedId& job, const GroupKey* g,

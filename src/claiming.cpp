@@ -372,7 +372,7 @@ void drop_husk(Segment& s, std::uint32_t lane, std::uint32_t slot, bool from_run
     // applied to a reuse of the slot, it would mark a job that is not taken.
     lane_update(s, lane, [](Word128 b) -> std::optional<Word128> { return b; });
   }
-  free_aborted(s, slot);
+  release_husk(s, slot);
 }
 
 // After a take_cas of a strays front (`taken`: the word it wrote): mark it

@@ -169,6 +169,19 @@ inline std::uint64_t exit_mark(std::uint64_t ctr) noexcept { return park_plan(Sl
 inline constexpr std::uint64_t kAnyCtr = ~0ULL;
 void free_aborted(Segment& s, std::uint32_t slot, std::uint64_t ctr = kAnyCtr) noexcept;
 
+// A husk popped from its lane (by a claim, a drain, or for a dead popper).
+// A killed admission's husk names its admitter as holder until the
+// admitter is done deciding (drop_lost clears it): until then the slot is
+// not freed, only marked popped (an attempt of 1, which no husk has
+// otherwise), so that the admitter, which judges its own admission by the
+// slot word at its ctr, never finds it freed and reused (it took that for
+// committed and answered `enqueued` for a job that was killed); whoever of
+// the two comes second frees it. A husk with no holder is freed at once.
+void release_husk(Segment& s, std::uint32_t slot, std::uint64_t ctr = kAnyCtr) noexcept;
+inline bool husk_popped(const Word128& w) noexcept {
+  return SlotWord::state(w) == SlotState::aborted && SlotWord::attempt(w) != 0;
+}
+
 // ---- the mirror's side of admissions (queue.cpp) ------------------------------------------
 
 // The running mirror's process record, if its owner is attached; alive?

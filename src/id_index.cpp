@@ -226,9 +226,11 @@ bool admission_committed(const Segment& s, std::uint32_t slot, std::uint64_t ctr
 // enqueue of the same id would answer duplicate with the id nowhere).
 Admit decide_moved(Segment& s, std::uint32_t slot, std::uint64_t ctr, bool cancel, bool mover) noexcept {
   FAIRLANE_FAILPOINT("decide.moved");
-  const auto decided = [&] {
-    if (SlotWord::ctr(slot_load(s, slot)) != ctr && !mover) return Admit::duplicate;
-    return admission_committed(s, slot, ctr) ? Admit::won : Admit::duplicate;
+  const auto decided = [&] {  // from one reading of the word (a second could see a reuse the first did not)
+    const Word128 now = slot_load(s, slot);
+    if (SlotWord::ctr(now) != ctr) return mover ? Admit::won : Admit::duplicate;
+    const SlotState st = SlotWord::state(now);
+    return st != SlotState::aborted && st != SlotState::free && st != SlotState::admitting ? Admit::won : Admit::duplicate;
   };
   std::uint32_t origin = 0;
   std::uint64_t c18 = 0;

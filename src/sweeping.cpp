@@ -227,7 +227,7 @@ bool settle_intent(Segment& s, std::atomic<std::uint64_t>& intent, std::atomic<s
       if (live_intent_names(s, slot, SlotWord::ctr(w), now)) return done(false);
       if (!from_run && strays_unlink(s, lane, slot) != OrderResult::ok) return done(false);
       if (st == SlotState::aborted) {  // a husk: taken without a count (taken_out cleared its step)
-        free_aborted(s, slot, SlotWord::ctr(w));
+        release_husk(s, slot, SlotWord::ctr(w));
         return done(true);
       }
       // A job taken with a count and never leased: a `back` step gives the
@@ -245,8 +245,12 @@ bool settle_intent(Segment& s, std::atomic<std::uint64_t>& intent, std::atomic<s
         if (linked) {
           index_resolve(s, slot, w);  // committed (it will be delivered) or a husk
           Word128 cur = slot_load(s, slot);
-          if (SlotWord::state(cur) == SlotState::aborted && SlotWord::holder(cur) != 0)
-            slot_cas(s, slot, cur, SlotWord::make(SlotState::aborted, 0, 0, SlotWord::ctr(cur), 0));
+          if (SlotWord::state(cur) == SlotState::aborted && SlotWord::holder(cur) != 0) {
+            if (husk_popped(cur))
+              free_aborted(s, slot, SlotWord::ctr(cur));  // popped meanwhile: nothing leads to it
+            else
+              slot_cas(s, slot, cur, SlotWord::make(SlotState::aborted, 0, 0, SlotWord::ctr(cur), 0));
+          }
           return done(true);
         }
         // Never linked, so no index entry either (it is written after the
@@ -261,11 +265,11 @@ bool settle_intent(Segment& s, std::atomic<std::uint64_t>& intent, std::atomic<s
       // Aborted: linked, it is a husk for a claim to pop (holder 0 says so);
       // not linked, nothing leads to it.
       Word128 cur = w;
-      if (linked) {
+      if (linked && !husk_popped(w)) {
         if (SlotWord::holder(w) != 0) slot_cas(s, slot, cur, SlotWord::make(SlotState::aborted, 0, 0, SlotWord::ctr(w), 0));
         return done(true);
       }
-      free_aborted(s, slot, SlotWord::ctr(w));
+      free_aborted(s, slot, SlotWord::ctr(w));  // never linked, or popped since: nothing leads to it
       return done(true);
     }
     default:

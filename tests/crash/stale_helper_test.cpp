@@ -15,12 +15,14 @@
 
 #include "../../src/failpoint.hpp"
 #include "forked_child.hpp"
+#include "raw_segment.hpp"
 #include "test_support.hpp"
 
 namespace fairlane {
 namespace {
 
 using test::ForkedChild;
+using test::RawSegment;
 using test::SegmentFixture;
 
 const BrandedId G = BrandedId::make("GRP", 7);
@@ -253,6 +255,84 @@ TEST_F(StaleHelper, AnEnqueueDecidingACopyKilledAndReusedMeanwhileIsNoDuplicate)
   }();
   EXPECT_EQ(got.size(), std::size_t(fillers));
   EXPECT_EQ(std::count(got.begin(), got.end(), j), 0);
+  expect_clean(q);
+}
+
+// Two enqueues of one id d. A takes the higher of the table's two slots, is
+// linked at its (paused) lane's front and indexed, and is held before it
+// decides. B (which minted d, so it skips the look-up) takes the lower one,
+// kills A (a higher admitting rival) and commits. A claim then pops A's
+// husk. It used to free the slot at once, and an unrelated enqueue reused
+// it; A, resuming, found its own admission no longer aborted at its ctr,
+// took that for committed and answered `enqueued` too: two enqueued
+// answers for one job, A's payload lost (found in review). A husk whose
+// admitter is still deciding is now only marked popped, and its admitter
+// frees it once it has decided: A answers duplicate.
+TEST_F(StaleHelper, AKilledAdmissionsHuskIsNotFreedUnderItsAdmitter) {
+  QueueOptions o;
+  o.jobs = 2;
+  o.lanes = 8;
+  o.payload_bytes = 16;
+  create(o);
+  ASSERT_FALSE(HasFailure());
+  Queue& q = this->q();
+  const BrandedId ga = BrandedId::make("AAA", 1), gb = BrandedId::make("BBB", 2), gu = BrandedId::make("UUU", 3);
+  const BrandedId f0 = BrandedId::make("FFF", 1), f1 = BrandedId::make("FFF", 2);
+  for (const BrandedId& g : {ga, gb, f0, f1}) ASSERT_EQ(q.pause(g), LaneStatus::ok);
+  // Two fillers, one per lane, so that each slot can be freed on its own.
+  const BrandedId x = q.mint(), y = q.mint();
+  ASSERT_EQ(q.enqueue(f0, x, "x"), EnqueueStatus::enqueued);
+  ASSERT_EQ(q.enqueue(f1, y, "y"), EnqueueStatus::enqueued);
+  RawSegment raw(seg());
+  const BrandedId& in_slot1 = raw.slot(1).sf.load() == x.snowflake() ? f0 : f1;
+  const BrandedId& in_slot0 = &in_slot1 == &f0 ? f1 : f0;
+  const auto free_filler = [&](const BrandedId& lane) {
+    Lease l;
+    ASSERT_EQ(q.resume(lane), LaneStatus::ok);
+    ASSERT_TRUE(q.claim(l, 60000));
+    ASSERT_EQ(q.complete(l.id, l.token), AckStatus::ok);
+  };
+  BrandedId d;
+  free_filler(in_slot1);  // slot 1 free: A's
+  Hold a;
+  detail::failpoint_call("enqueue.indexed", &Hold::at, &a);
+  std::atomic<bool> minted{false}, b_go{false};
+  EnqueueStatus a_st = EnqueueStatus::corrupt, b_st = EnqueueStatus::corrupt;
+  std::thread tb([&] {
+    d = q.mint();  // fresh here: B's enqueue skips the look-up
+    minted.store(true);
+    while (!b_go.load()) std::this_thread::yield();
+    b_st = q.enqueue(gb, d, "B");
+  });
+  while (!minted.load()) std::this_thread::yield();
+  std::thread ta([&] {
+    Hold::mine = &a;
+    a_st = q.enqueue(ga, d, "A");
+  });
+  a.wait_there();
+  EXPECT_EQ(detail::SlotWord::state(raw.slot_word_value(1)), detail::SlotState::admitting);
+  free_filler(in_slot0);  // slot 0 free: B's
+  b_go.store(true);
+  tb.join();
+  ASSERT_EQ(b_st, EnqueueStatus::enqueued);
+  EXPECT_EQ(detail::SlotWord::state(raw.slot_word_value(1)), detail::SlotState::aborted);  // A killed by B
+  // A's husk popped (its lane's front), and the table asked for a slot.
+  ASSERT_EQ(q.resume(ga), LaneStatus::ok);
+  Lease l;
+  EXPECT_FALSE(q.claim(l, 60000));
+  const EnqueueStatus u_st = q.enqueue(gu, q.mint(), "u");
+  EXPECT_EQ(u_st, EnqueueStatus::full);  // A's slot is A's until it has decided
+  a.go.store(true);
+  ta.join();
+  detail::failpoint_call("enqueue.indexed", nullptr, nullptr);
+  EXPECT_EQ(a_st, EnqueueStatus::duplicate) << to_string(a_st);
+  ASSERT_EQ(q.resume(gb), LaneStatus::ok);
+  ASSERT_TRUE(q.claim(l, 60000));
+  EXPECT_EQ(l.id, d);
+  EXPECT_EQ(l.payload, "B");
+  EXPECT_EQ(q.complete(l.id, l.token), AckStatus::ok);
+  EXPECT_FALSE(q.claim(l, 60000));
+  EXPECT_EQ(q.enqueue(gu, q.mint(), "u"), EnqueueStatus::enqueued);  // A's slot freed once A decided
   expect_clean(q);
 }
 
