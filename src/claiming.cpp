@@ -357,9 +357,11 @@ bool take_cas(Segment& s, std::uint32_t lane, Word128& w, const Word128& base, s
   return true;
 }
 
-// A husk this thread took out of lane `lane`: freed, and no longer counted
-// in the lane's depth if it was in the run.
-void drop_husk(Segment& s, std::uint32_t lane, std::uint32_t slot, bool from_run) noexcept {
+// A husk this thread took out of lane `lane` at ctr `ctr`: released
+// (release_husk: freed, or left to its admitter), and no longer counted in
+// the lane's depth if it was in the run. Only that incarnation: a settler
+// may have freed it meanwhile, and the slot been reused.
+void drop_husk(Segment& s, std::uint32_t lane, std::uint32_t slot, bool from_run, std::uint64_t ctr) noexcept {
   if (from_run) {
     std::atomic<std::uint64_t>& h = s.lanes[lane].husks;
     std::uint64_t v = h.load(std::memory_order_relaxed);
@@ -372,7 +374,7 @@ void drop_husk(Segment& s, std::uint32_t lane, std::uint32_t slot, bool from_run
     // applied to a reuse of the slot, it would mark a job that is not taken.
     lane_update(s, lane, [](Word128 b) -> std::optional<Word128> { return b; });
   }
-  release_husk(s, slot);
+  release_husk(s, slot, ctr);
 }
 
 // After a take_cas of a strays front (`taken`: the word it wrote): mark it
@@ -486,7 +488,7 @@ Step serve(Segment& s, ThreadRecord* rec, std::uint32_t lane, std::uint64_t h, W
     }
     if (!from_run && !finish_take(s, lane, x, taken_word)) return corrupt_turn(s, lane, h, passed, took);
     if (!is_job) {
-      drop_husk(s, lane, x, from_run);
+      drop_husk(s, lane, x, from_run, taken_ctr);
       guard.clear();
       continue;
     }
@@ -660,7 +662,8 @@ void pop_front_husks(Segment& s, std::uint32_t lane) noexcept {
     }
     if (f != Front::husk) return;
     const std::uint32_t x = x1 - 1;
-    guard.set_take(from_run ? Intent::pop_run : Intent::pop_strays, x, SlotWord::ctr(slot_load(s, x)), lane, 0);
+    const std::uint64_t taken_ctr = SlotWord::ctr(slot_load(s, x));
+    guard.set_take(from_run ? Intent::pop_run : Intent::pop_strays, x, taken_ctr, lane, 0);
     bool pass_now = false, corrupt = false;
     if (!take_cas(s, lane, w, base, x1, from_run, false, false, 0, 0, pass_now, corrupt)) {
       guard.clear();
@@ -669,7 +672,7 @@ void pop_front_husks(Segment& s, std::uint32_t lane) noexcept {
     }
     const Word128 taken_word = w;
     if (!from_run && !finish_take(s, lane, x, taken_word)) return;
-    drop_husk(s, lane, x, from_run);
+    drop_husk(s, lane, x, from_run, taken_ctr);
     guard.clear();
   }
 }
@@ -715,7 +718,7 @@ ClaimStatus take_front(Segment& s, std::uint32_t lane, Lease& out, std::uint32_t
     const Word128 taken_word = w;
     if (!from_run && !finish_take(s, lane, x, taken_word)) return ClaimStatus::corrupt;
     if (!is_job) {
-      drop_husk(s, lane, x, from_run);
+      drop_husk(s, lane, x, from_run, taken_ctr);
       guard.clear();
       if (++husks > 4 * std::uint64_t(s.jobs) + 64) break;
       continue;

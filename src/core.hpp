@@ -102,8 +102,9 @@ class IntentGuard {
   IntentSlot slot_;
 };
 
-// Is there an intent of a live thread (any process but a dead one) naming
-// `slot` with ctr `ctr`? O(threads); for recovery.
+// Is there a take's intent (pop_run, pop_strays) of a live thread (any
+// process but a dead one), not overdue, naming `slot` with ctr `ctr`?
+// O(threads); for recovery.
 bool live_intent_names(Segment& s, std::uint32_t slot, std::uint64_t ctr, std::uint64_t now_ms) noexcept;
 
 // ---- moving a job back into its lane -----------------------------------------------------

@@ -169,7 +169,14 @@ bool take_overdue(std::uint64_t in, std::uint64_t pred, std::uint64_t now_ms) no
 bool live_intent_names(Segment& s, std::uint32_t slot, std::uint64_t ctr, std::uint64_t now_ms) noexcept {
   const std::uint64_t c34 = ctr & ((1ULL << 34) - 1);
   auto names = [&](std::uint64_t in, const std::atomic<std::uint64_t>& pred) {
-    if (IntentWord::kind(in) == Intent::none || IntentWord::slot1(in) != slot + 1 || IntentWord::ctr34(in) != c34)
+    // A take's intent only: an admitter's `link` intent names its slot at
+    // the same ctr until it has decided, and owns no take (counted, a dead
+    // claimer's take of a killed admission's husk, or of the admission a
+    // claim committed for it, was left unsettled while its admitter was
+    // still deciding: a slot leaked, or a job never delivered).
+    const Intent k = IntentWord::kind(in);
+    if ((k != Intent::pop_run && k != Intent::pop_strays) || IntentWord::slot1(in) != slot + 1 ||
+        IntentWord::ctr34(in) != c34)
       return false;
     // A take past its lease's deadline protects nothing: it is undone.
     return !take_overdue(in, pred.load(std::memory_order_relaxed), now_ms);

@@ -6,10 +6,14 @@
 
 #include <fairlane/queue.hpp>
 
+#include <signal.h>
+#include <sys/wait.h>
+
 #include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <functional>
+#include <memory>
 #include <thread>
 #include <vector>
 
@@ -333,6 +337,139 @@ TEST_F(StaleHelper, AKilledAdmissionsHuskIsNotFreedUnderItsAdmitter) {
   EXPECT_EQ(q.complete(l.id, l.token), AckStatus::ok);
   EXPECT_FALSE(q.claim(l, 60000));
   EXPECT_EQ(q.enqueue(gu, q.mint(), "u"), EnqueueStatus::enqueued);  // A's slot freed once A decided
+  expect_clean(q);
+}
+
+// A claimer dies holding a take (claim.taken) of a slot whose admitter is
+// alive and has not decided yet (stopped at enqueue.indexed, its `link`
+// intent naming the same slot at the same ctr). The sweep settling the dead
+// claimer's intent took the admitter's link intent for a live take of the
+// slot and left it: with the admission killed by a rival, its husk was
+// popped and never freed (the slot leaked); with the admission committed by
+// the claim, the job was out of its lane and never delivered (found in
+// review). Only takes count now.
+class DeadPopper : public StaleHelper {
+ protected:
+  // Runs `until` after sweeps (a dead holder is judged at most once per
+  // recovery_ms / 2) until it holds, for up to 5 s.
+  template <class F>
+  bool sweep_until(F until) {
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(5);
+    while (!until()) {
+      if (std::chrono::steady_clock::now() > deadline) return false;
+      q().tick();
+      std::this_thread::yield();
+    }
+    return true;
+  }
+  // A child that claims and is killed at claim.taken.
+  void claim_and_die() {
+    const std::string name = seg();
+    ForkedChild p([&]() -> int {
+      auto r = Queue::open(name);
+      if (!r) return 3;
+      Queue cq = std::move(r.value());
+      detail::failpoint_arm("claim.taken", 1, detail::FailpointAction::kill);
+      Lease l;
+      cq.claim(l, 60000);
+      return 4;  // not reached
+    });
+    ASSERT_TRUE(p.wait_for(std::chrono::seconds(10)));
+    ASSERT_TRUE(p.signaled()) << p.describe();
+  }
+  // A child that enqueues d into g and stops at enqueue.indexed.
+  std::unique_ptr<ForkedChild> admit_and_stop(const BrandedId& g, const BrandedId& d) {
+    const std::string name = seg();
+    auto a = std::make_unique<ForkedChild>([name, g, d]() -> int {
+      auto r = Queue::open(name);
+      if (!r) return 3;
+      Queue cq = std::move(r.value());
+      detail::failpoint_arm("enqueue.indexed", 1, detail::FailpointAction::stop);
+      return 10 + int(cq.enqueue(g, d, "A"));
+    });
+    EXPECT_TRUE(test::wait_stopped(a->pid())) << "the admitter did not reach enqueue.indexed";
+    return a;
+  }
+  static int answer(const ForkedChild& c) { return WIFEXITED(c.status()) ? WEXITSTATUS(c.status()) - 10 : -1; }
+};
+
+TEST_F(DeadPopper, OfAKilledAdmissionsHuskWhoseAdmitterIsStillDecidingFreesIt) {
+  QueueOptions o;
+  o.jobs = 2;
+  o.lanes = 8;
+  o.payload_bytes = 16;
+  o.recovery_ms = 20;
+  create(o);
+  ASSERT_FALSE(HasFailure());
+  Queue& q = this->q();
+  const BrandedId ga = BrandedId::make("AAA", 1), gb = BrandedId::make("BBB", 2), gu = BrandedId::make("UUU", 3);
+  const BrandedId f0 = BrandedId::make("FFF", 1), f1 = BrandedId::make("FFF", 2);
+  for (const BrandedId& g : {ga, gb, f0, f1}) ASSERT_EQ(q.pause(g), LaneStatus::ok);
+  const BrandedId x = q.mint(), y = q.mint();
+  ASSERT_EQ(q.enqueue(f0, x, "x"), EnqueueStatus::enqueued);
+  ASSERT_EQ(q.enqueue(f1, y, "y"), EnqueueStatus::enqueued);
+  RawSegment raw(seg());
+  const BrandedId& in_slot1 = raw.slot(1).sf.load() == x.snowflake() ? f0 : f1;
+  const BrandedId& in_slot0 = &in_slot1 == &f0 ? f1 : f0;
+  const auto free_filler = [&](const BrandedId& lane) {
+    Lease l;
+    ASSERT_EQ(q.resume(lane), LaneStatus::ok);
+    ASSERT_TRUE(q.claim(l, 60000));
+    ASSERT_EQ(q.complete(l.id, l.token), AckStatus::ok);
+  };
+  free_filler(in_slot1);  // slot 1 free: A's
+  const BrandedId d = q.mint();  // fresh here (B skips the look-up); A, a child, looks it up
+  auto a = admit_and_stop(ga, d);
+  ASSERT_EQ(detail::SlotWord::state(raw.slot_word_value(1)), detail::SlotState::admitting);
+  free_filler(in_slot0);  // slot 0 free: B's
+  ASSERT_EQ(q.enqueue(gb, d, "B"), EnqueueStatus::enqueued);  // B kills A
+  ASSERT_EQ(detail::SlotWord::state(raw.slot_word_value(1)), detail::SlotState::aborted);
+  ASSERT_EQ(q.resume(ga), LaneStatus::ok);
+  claim_and_die();  // A's husk taken out of ga's run
+  // The dead claimer's take settled: the husk marked popped (A decides still).
+  EXPECT_TRUE(sweep_until([&] { const detail::Word128 w = raw.slot_word_value(1);
+    return detail::SlotWord::state(w) == detail::SlotState::aborted && detail::SlotWord::attempt(w) != 0; }))
+      << "the dead claimer's take of the husk was never settled";
+  ::kill(a->pid(), SIGCONT);
+  ASSERT_TRUE(a->wait_for(std::chrono::seconds(10)));
+  EXPECT_EQ(answer(*a), int(EnqueueStatus::duplicate)) << a->describe();
+  EXPECT_EQ(detail::SlotWord::state(raw.slot_word_value(1)), detail::SlotState::free);  // freed by A
+  ASSERT_EQ(q.resume(gb), LaneStatus::ok);
+  Lease l;
+  ASSERT_TRUE(q.claim(l, 60000));
+  EXPECT_EQ(l.id, d);
+  EXPECT_EQ(l.payload, "B");
+  EXPECT_EQ(q.complete(l.id, l.token), AckStatus::ok);
+  EXPECT_EQ(q.enqueue(gu, q.mint(), "u1"), EnqueueStatus::enqueued);
+  EXPECT_EQ(q.enqueue(gu, q.mint(), "u2"), EnqueueStatus::enqueued) << "slot 1 leaked";
+  expect_clean(q);
+}
+
+TEST_F(DeadPopper, OfAJobWhoseAdmitterIsStillDecidingPutsItBack) {
+  QueueOptions o;
+  o.jobs = 4;
+  o.lanes = 8;
+  o.payload_bytes = 16;
+  o.recovery_ms = 20;
+  create(o);
+  ASSERT_FALSE(HasFailure());
+  Queue& q = this->q();
+  const BrandedId ga = BrandedId::make("AAA", 1);
+  ASSERT_EQ(q.pause(ga), LaneStatus::ok);
+  const BrandedId d = q.mint();
+  auto a = admit_and_stop(ga, d);
+  ASSERT_EQ(q.resume(ga), LaneStatus::ok);
+  claim_and_die();  // commits A's admission for it (at the run's front), takes it, dies
+  Lease l;
+  EXPECT_TRUE(sweep_until([&] { return q.claim(l, 60000); })) << "d, taken by a dead claimer, never came back";
+  ::kill(a->pid(), SIGCONT);
+  ASSERT_TRUE(a->wait_for(std::chrono::seconds(10)));
+  EXPECT_EQ(answer(*a), int(EnqueueStatus::enqueued)) << a->describe();
+  EXPECT_EQ(l.id, d);
+  EXPECT_EQ(l.payload, "A");
+  EXPECT_EQ(q.complete(l.id, l.token), AckStatus::ok);
+  Lease none;
+  EXPECT_FALSE(q.claim(none, 60000));
   expect_clean(q);
 }
 
