@@ -230,8 +230,13 @@ bool settle_intent(Segment& s, std::atomic<std::uint64_t>& intent, std::atomic<s
       if (st != SlotState::pending && st != SlotState::aborted) return done(false);
       if (!taken_out(s, lane, slot, from_run)) return done(false);  // the take never happened
       // Taken out, by this thread or by another: if a live one names it, it
-      // is that one's to lease.
-      if (live_intent_names(s, slot, SlotWord::ctr(w), now)) return done(false);
+      // may be that one's to lease. Or that one's take is about to fail
+      // (several claimers name a front before one takes it): the intent is
+      // left, and a later pass looks again (once the live one has leased it,
+      // its ctr has moved on; once it has failed, its intent is gone).
+      // Cleared here, a dead claimer's real take was never settled: the job
+      // stayed out of its lane for good.
+      if (live_intent_names(s, slot, SlotWord::ctr(w), now)) return false;
       if (!from_run && strays_unlink(s, lane, slot) != OrderResult::ok) return done(false);
       if (st == SlotState::aborted) {  // a husk: taken without a count (taken_out cleared its step)
         release_husk(s, slot, SlotWord::ctr(w));

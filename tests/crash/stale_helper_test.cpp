@@ -473,6 +473,48 @@ TEST_F(DeadPopper, OfAJobWhoseAdmitterIsStillDecidingPutsItBack) {
   expect_clean(q);
 }
 
+// A dead claimer's take while a live claimer names the same job in its own
+// intent, about to make a take that will fail (held at claim.chosen). The
+// sweep took the live intent for the take's owner and cleared the dead one:
+// once the live claimer's CAS failed, nobody settled the real take, and the
+// job stayed out of its lane (found in review). The dead intent is now left
+// for a later pass, which settles it once the live one is gone.
+TEST_F(DeadPopper, OfATakeALiveClaimerAlsoNamedPutsItBackOnceThatOneFails) {
+  QueueOptions o;
+  o.jobs = 4;
+  o.lanes = 8;
+  o.payload_bytes = 16;
+  o.recovery_ms = 20;
+  create(o);
+  ASSERT_FALSE(HasFailure());
+  Queue& q = this->q();
+  const BrandedId x = q.mint();
+  ASSERT_EQ(q.enqueue(G, x, "x"), EnqueueStatus::enqueued);
+  Hold live;
+  detail::failpoint_call("claim.chosen", &Hold::at, &live);
+  bool live_got = true;
+  std::thread l([&] {
+    Hold::mine = &live;
+    Lease ll;
+    live_got = q.claim(ll, 60000);
+  });
+  live.wait_there();  // its intent names x; its take is computed, not made
+  claim_and_die();    // takes x first, and dies
+  // Sweeps while the live claimer is held (a dead holder is judged at most
+  // once per recovery_ms / 2): x stays out of its lane meanwhile.
+  const auto until = std::chrono::steady_clock::now() + std::chrono::milliseconds(200);
+  while (std::chrono::steady_clock::now() < until) q.tick();
+  live.go.store(true);
+  l.join();
+  detail::failpoint_call("claim.chosen", nullptr, nullptr);
+  EXPECT_FALSE(live_got);  // its take failed: x was gone
+  Lease got;
+  EXPECT_TRUE(sweep_until([&] { return q.claim(got, 60000); })) << "x, taken by a dead claimer, never came back";
+  EXPECT_EQ(got.id, x);
+  EXPECT_EQ(q.complete(got.id, got.token), AckStatus::ok);
+  expect_clean(q);
+}
+
 // The sweep's side of the same: a mover dies once it has linked x in its
 // lane's strays, before its `linked` step. A sweep finds x linked there and
 // is held before it makes the step for the dead mover. Meanwhile another
