@@ -237,6 +237,25 @@ inline ProgramRun run_program(const std::string& exe, const std::vector<std::str
   return r;
 }
 
+// Claims and completes everything there is (each completion must be ok);
+// the ids in the order they were served.
+inline std::vector<BrandedId> serve_all(Queue& q) {
+  std::vector<BrandedId> got;
+  Lease l;
+  while (q.claim(l, 60000)) {
+    got.push_back(l.id);
+    EXPECT_EQ(q.complete(l.id, l.token), AckStatus::ok);
+  }
+  return got;
+}
+
+// No corruption met, and fsck finds nothing.
+inline void expect_clean(Queue& q) {
+  EXPECT_EQ(q.corruption().count, 0u) << q.corruption().last_structure;
+  const FsckReport r = q.fsck();
+  EXPECT_TRUE(r.clean()) << (r.issues.empty() ? "" : r.issues[0].invariant + ": " + r.issues[0].detail);
+}
+
 }  // namespace fairlane::test
 
 // gtest printers, so failures show ids and statuses instead of bytes.

@@ -42,6 +42,8 @@ struct Shared {
   char y[32] = {};
 };
 
+using test::expect_clean;
+using test::serve_all;
 using test::wait_stopped;
 
 // The tables these races need: 8 job slots (16-byte payloads), 8 lanes.
@@ -51,25 +53,6 @@ QueueOptions small() {
   o.lanes = 8;
   o.payload_bytes = 16;
   return o;
-}
-
-// Claims and completes everything there is (each completion must be ok);
-// the ids in the order they were served.
-std::vector<BrandedId> serve_all(Queue& q) {
-  std::vector<BrandedId> got;
-  Lease l;
-  while (q.claim(l, 60000)) {
-    got.push_back(l.id);
-    EXPECT_EQ(q.complete(l.id, l.token), AckStatus::ok);
-  }
-  return got;
-}
-
-// No corruption met, and fsck finds nothing.
-void expect_clean(Queue& q) {
-  EXPECT_EQ(q.corruption().count, 0u) << q.corruption().last_structure;
-  const FsckReport r = q.fsck();
-  EXPECT_TRUE(r.clean()) << (r.issues.empty() ? "" : r.issues[0].invariant + ": " + r.issues[0].detail);
 }
 
 class AppendRace : public SegmentFixture {

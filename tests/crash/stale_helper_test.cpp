@@ -13,6 +13,7 @@
 #include <atomic>
 #include <chrono>
 #include <functional>
+#include <initializer_list>
 #include <memory>
 #include <thread>
 #include <vector>
@@ -27,7 +28,9 @@ namespace {
 
 using test::ForkedChild;
 using test::RawSegment;
+using test::expect_clean;
 using test::SegmentFixture;
+using test::serve_all;
 
 const BrandedId G = BrandedId::make("GRP", 7);
 
@@ -48,13 +51,6 @@ struct Hold {
 };
 thread_local Hold* Hold::mine = nullptr;
 
-// No corruption met, and fsck finds nothing.
-void expect_clean(Queue& q) {
-  EXPECT_EQ(q.corruption().count, 0u) << q.corruption().last_structure;
-  const FsckReport r = q.fsck();
-  EXPECT_TRUE(r.clean()) << (r.issues.empty() ? "" : r.issues[0].invariant + ": " + r.issues[0].detail);
-}
-
 class StaleHelper : public SegmentFixture {
  protected:
   void small() {
@@ -67,6 +63,37 @@ class StaleHelper : public SegmentFixture {
     back_now.max_attempts = 10;
   }
   FailOptions back_now;
+
+  // A table of two slots, each held by a filler in a paused lane of its
+  // own, so that each can be freed on its own (free_slot); `paused` are
+  // paused too. recovery_ms 0: the default.
+  void two_slots(std::initializer_list<BrandedId> paused, std::uint32_t recovery_ms = 0) {
+    QueueOptions o;
+    o.jobs = 2;
+    o.lanes = 8;
+    o.payload_bytes = 16;
+    if (recovery_ms) o.recovery_ms = recovery_ms;
+    create(o);
+    if (HasFailure()) return;
+    const BrandedId f0 = BrandedId::make("FFF", 1), f1 = BrandedId::make("FFF", 2);
+    for (const BrandedId& g : paused) ASSERT_EQ(q().pause(g), LaneStatus::ok);
+    for (const BrandedId& g : {f0, f1}) ASSERT_EQ(q().pause(g), LaneStatus::ok);
+    const BrandedId x = q().mint(), y = q().mint();
+    ASSERT_EQ(q().enqueue(f0, x, "x"), EnqueueStatus::enqueued);
+    ASSERT_EQ(q().enqueue(f1, y, "y"), EnqueueStatus::enqueued);
+    RawSegment raw(seg());
+    const bool x_in_1 = raw.slot(1).sf.load() == x.snowflake();
+    filler_lane_[1] = x_in_1 ? f0 : f1;
+    filler_lane_[0] = x_in_1 ? f1 : f0;
+  }
+  // The filler in slot i served and completed: slot i is free.
+  void free_slot(int i) {
+    Lease l;
+    ASSERT_EQ(q().resume(filler_lane_[i]), LaneStatus::ok);
+    ASSERT_TRUE(q().claim(l, 60000));
+    ASSERT_EQ(q().complete(l.id, l.token), AckStatus::ok);
+  }
+  BrandedId filler_lane_[2];
 };
 
 // A claimer reads job x as its lane's strays minimum and is held before it
@@ -248,15 +275,7 @@ TEST_F(StaleHelper, AnEnqueueDecidingACopyKilledAndReusedMeanwhileIsNoDuplicate)
   EXPECT_EQ(fillers, 8);  // every slot (the enqueue has none yet: it is still looking j up)
   EXPECT_EQ(again, EnqueueStatus::full) << to_string(again);
   ASSERT_EQ(q.resume(gf), LaneStatus::ok);
-  const std::vector<BrandedId> got = [&] {
-    std::vector<BrandedId> v;
-    Lease l;
-    while (q.claim(l, 60000)) {
-      v.push_back(l.id);
-      EXPECT_EQ(q.complete(l.id, l.token), AckStatus::ok);
-    }
-    return v;
-  }();
+  const std::vector<BrandedId> got = serve_all(q);
   EXPECT_EQ(got.size(), std::size_t(fillers));
   EXPECT_EQ(std::count(got.begin(), got.end(), j), 0);
   expect_clean(q);
@@ -273,31 +292,13 @@ TEST_F(StaleHelper, AnEnqueueDecidingACopyKilledAndReusedMeanwhileIsNoDuplicate)
 // admitter is still deciding is now only marked popped, and its admitter
 // frees it once it has decided: A answers duplicate.
 TEST_F(StaleHelper, AKilledAdmissionsHuskIsNotFreedUnderItsAdmitter) {
-  QueueOptions o;
-  o.jobs = 2;
-  o.lanes = 8;
-  o.payload_bytes = 16;
-  create(o);
+  const BrandedId ga = BrandedId::make("AAA", 1), gb = BrandedId::make("BBB", 2), gu = BrandedId::make("UUU", 3);
+  two_slots({ga, gb});
   ASSERT_FALSE(HasFailure());
   Queue& q = this->q();
-  const BrandedId ga = BrandedId::make("AAA", 1), gb = BrandedId::make("BBB", 2), gu = BrandedId::make("UUU", 3);
-  const BrandedId f0 = BrandedId::make("FFF", 1), f1 = BrandedId::make("FFF", 2);
-  for (const BrandedId& g : {ga, gb, f0, f1}) ASSERT_EQ(q.pause(g), LaneStatus::ok);
-  // Two fillers, one per lane, so that each slot can be freed on its own.
-  const BrandedId x = q.mint(), y = q.mint();
-  ASSERT_EQ(q.enqueue(f0, x, "x"), EnqueueStatus::enqueued);
-  ASSERT_EQ(q.enqueue(f1, y, "y"), EnqueueStatus::enqueued);
   RawSegment raw(seg());
-  const BrandedId& in_slot1 = raw.slot(1).sf.load() == x.snowflake() ? f0 : f1;
-  const BrandedId& in_slot0 = &in_slot1 == &f0 ? f1 : f0;
-  const auto free_filler = [&](const BrandedId& lane) {
-    Lease l;
-    ASSERT_EQ(q.resume(lane), LaneStatus::ok);
-    ASSERT_TRUE(q.claim(l, 60000));
-    ASSERT_EQ(q.complete(l.id, l.token), AckStatus::ok);
-  };
   BrandedId d;
-  free_filler(in_slot1);  // slot 1 free: A's
+  free_slot(1);  // slot 1 free: A's
   Hold a;
   detail::failpoint_call("enqueue.indexed", &Hold::at, &a);
   std::atomic<bool> minted{false}, b_go{false};
@@ -315,7 +316,7 @@ TEST_F(StaleHelper, AKilledAdmissionsHuskIsNotFreedUnderItsAdmitter) {
   });
   a.wait_there();
   EXPECT_EQ(detail::SlotWord::state(raw.slot_word_value(1)), detail::SlotState::admitting);
-  free_filler(in_slot0);  // slot 0 free: B's
+  free_slot(0);  // slot 0 free: B's
   b_go.store(true);
   tb.join();
   ASSERT_EQ(b_st, EnqueueStatus::enqueued);
@@ -394,34 +395,16 @@ class DeadPopper : public StaleHelper {
 };
 
 TEST_F(DeadPopper, OfAKilledAdmissionsHuskWhoseAdmitterIsStillDecidingFreesIt) {
-  QueueOptions o;
-  o.jobs = 2;
-  o.lanes = 8;
-  o.payload_bytes = 16;
-  o.recovery_ms = 20;
-  create(o);
+  const BrandedId ga = BrandedId::make("AAA", 1), gb = BrandedId::make("BBB", 2), gu = BrandedId::make("UUU", 3);
+  two_slots({ga, gb}, 20);
   ASSERT_FALSE(HasFailure());
   Queue& q = this->q();
-  const BrandedId ga = BrandedId::make("AAA", 1), gb = BrandedId::make("BBB", 2), gu = BrandedId::make("UUU", 3);
-  const BrandedId f0 = BrandedId::make("FFF", 1), f1 = BrandedId::make("FFF", 2);
-  for (const BrandedId& g : {ga, gb, f0, f1}) ASSERT_EQ(q.pause(g), LaneStatus::ok);
-  const BrandedId x = q.mint(), y = q.mint();
-  ASSERT_EQ(q.enqueue(f0, x, "x"), EnqueueStatus::enqueued);
-  ASSERT_EQ(q.enqueue(f1, y, "y"), EnqueueStatus::enqueued);
   RawSegment raw(seg());
-  const BrandedId& in_slot1 = raw.slot(1).sf.load() == x.snowflake() ? f0 : f1;
-  const BrandedId& in_slot0 = &in_slot1 == &f0 ? f1 : f0;
-  const auto free_filler = [&](const BrandedId& lane) {
-    Lease l;
-    ASSERT_EQ(q.resume(lane), LaneStatus::ok);
-    ASSERT_TRUE(q.claim(l, 60000));
-    ASSERT_EQ(q.complete(l.id, l.token), AckStatus::ok);
-  };
-  free_filler(in_slot1);  // slot 1 free: A's
+  free_slot(1);  // slot 1 free: A's
   const BrandedId d = q.mint();  // fresh here (B skips the look-up); A, a child, looks it up
   auto a = admit_and_stop(ga, d);
   ASSERT_EQ(detail::SlotWord::state(raw.slot_word_value(1)), detail::SlotState::admitting);
-  free_filler(in_slot0);  // slot 0 free: B's
+  free_slot(0);  // slot 0 free: B's
   ASSERT_EQ(q.enqueue(gb, d, "B"), EnqueueStatus::enqueued);  // B kills A
   ASSERT_EQ(detail::SlotWord::state(raw.slot_word_value(1)), detail::SlotState::aborted);
   ASSERT_EQ(q.resume(ga), LaneStatus::ok);
