@@ -2,9 +2,10 @@
 //
 // One ring step (ring_step):
 //   1. read the head position h and its cell; it names lane L;
-//   2. read L's lane word: if the cell is not L's token, pass it (ringing L
-//      with it, or poking L's word first, if L is not ringed: ring.hpp);
-//      if L is not serviceable, de-ring it and pass the cell;
+//   2. read L's lane word: if the cell is not L's token, pass it (if L is
+//      not ringed: first ringing L with a cell pushed at the tail if it is
+//      serviceable, else poking L's word: ring.hpp); if L is not
+//      serviceable, de-ring it and pass the cell;
 //   3. take L's oldest job in one CAS of L's lane word that also counts it
 //      active and, when L's turn is over, moves L's token to a cell pushed
 //      at the tail: the run's head (the CAS pops it; the last node's link is
@@ -412,7 +413,8 @@ bool finish_take(Segment& s, std::uint32_t lane, std::uint32_t slot, const Word1
 // Serves lane `lane`, whose valid token is the cell at head position h: up
 // to `want` jobs (one lane's turn, or a lane batch). Returns served (got
 // grew), again (nothing taken: the caller reads the head again), or corrupt.
-// `w_base` is lane_base of `w`, as the caller worked it out.
+// `w_base` is lane_base of `w`, as the caller worked it out; `st` the
+// lane's settings, read after `w`.
 // `rec`: the calling thread's record if claim_some knew it (else it is
 // looked up here, and a claim that serves nothing takes none).
 Step serve(Segment& s, ThreadRecord* rec, std::uint32_t lane, std::uint64_t h, Word128 w, const Word128& w_base,
@@ -429,6 +431,7 @@ Step serve(Segment& s, ThreadRecord* rec, std::uint32_t lane, std::uint64_t h, W
   // word that stays put round after round is one that no step moves:
   // scribbled bytes, answered corrupt rather than read 256 times.
   Word128 last = w;
+  Word128 wrote = w;  // the word our last take wrote (the caller's reading at first)
   int same = 0;
   for (int rounds = 0; took < want && rounds < 256; ++rounds) {
     if (!(w == last)) {
@@ -438,6 +441,13 @@ Step serve(Segment& s, ThreadRecord* rec, std::uint32_t lane, std::uint64_t h, W
       report_corrupt(s, CorruptWhat::lane_word);
       return corrupt_turn(s, lane, h, passed, took);
     }
+    // A word read again (not the one our take wrote) comes with the
+    // settings of now: a settings change is carried by a CAS of the word,
+    // so settings read before that word may be older than it. A take
+    // computed with them could de-ring a lane the change just made
+    // serviceable (its author's CAS found it ringed and pushed nothing),
+    // or serve a lane just paused.
+    if (!(w == wrote)) st = lane_settings(s, lane);
     // The first round's base is the caller's (lane_base of the same w).
     const Word128 base = rounds == 0 ? w_base : lane_base(s, lane, w);
     if (LaneWord::state(base) != LaneState::live) break;
@@ -478,6 +488,7 @@ Step serve(Segment& s, ThreadRecord* rec, std::uint32_t lane, std::uint64_t h, W
       continue;  // w holds the current word; a cell we pushed is stale now
     }
     const Word128 taken_word = w;  // the word our take wrote
+    wrote = w;
     FAIRLANE_FAILPOINT("claim.taken");
     if (pass_now) {
       ring_pass(s, h);
@@ -536,6 +547,7 @@ Step ring_step(Segment& s, ThreadRecord* rec, Lease* out, std::size_t want_max, 
       next1 != 0 && next1 <= s.lane_count)
     __builtin_prefetch(&s.lanes[next1 - 1], 1);
   LaneRecord& l = s.lanes[lane];
+  FAIRLANE_FAILPOINT("ring.cell_read");
   Word128 w = lane_load(s, lane);
   if (LaneWord::state(w) != LaneState::live) {
     ring_pass(s, h);  // a lane reclaimed since: its cells are all stale
@@ -548,9 +560,17 @@ Step ring_step(Segment& s, ThreadRecord* rec, Lease* out, std::size_t want_max, 
     if (!LaneWord::ringed(base)) {
       if (lane_serviceable(base, st)) {
         // Not ringed but serviceable: a ringer is between its push and its
-        // CAS, or the token was lost to a scribble. This cell becomes its
-        // token (the ringer's CAS then fails and finds it ringed).
-        cas128(l.word, w, LaneWord::bumped(LaneWord::with_tgen(LaneWord::with_ringed(base, true), tgen), w));
+        // CAS, or a settings change between its settings CAS and its lane
+        // CAS (or a turn cut short by a corrupt front left it so). Ring it
+        // as any ringer does: a cell pushed at the tail, then the CAS (the
+        // ringer's own CAS then fails and finds it ringed). Not with this
+        // cell: h was read before the word, and the head may have passed it
+        // since (a claimer that read this cell and an older word passes it
+        // without a CAS), which would leave the lane ringed with no token,
+        // never served again. Once the CAS holds this cell is stale, and is
+        // passed: with no room in the ring (corrupt) the CAS is made
+        // without ringing, and passing is what gives the room back.
+        if (lane_cas(s, lane, w, base)) ring_pass(s, h);
         return Step::again;
       }
       // Not serviceable: a ringer's CAS computed before this cell was pushed

@@ -73,6 +73,7 @@ const char* const kStepPoints[] = {
     "run.seal_seen",      // an append found its run's last node sealed under a new lane word (as enqueue.lane_found)
     "index.rival_read",   // a slot found by its id's index entry, its word read once, not yet read again (reads only)
     "decide.rival",       // an admission's rival scanned, about to be read (as enqueue.indexed, or a step of decide's before)
+    "ring.cell_read",     // a ring step's head and cell read, the lane's word not yet (reads only)
     "claim.front_read",   // the strays' minimum found, its slot word not yet read (reads only)
     "sweep.link_found",   // a dead mover's job found linked in its lane's strays, the linked step not made (reads only)
     "decide.moved",       // a move's target about to be decided, as its caller found it (reads only since)

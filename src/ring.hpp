@@ -16,11 +16,15 @@
 // The head (Header::ring_head) is the only record of consumption: it moves
 // forward by CAS, past a cell that is stale or whose lane was just rotated.
 // A cell that names a lane which is not ringed may be the cell a ringer is
-// about to validate: whoever passes it first rings the lane with it (if the
-// lane is serviceable) or bumps the lane word's version (if not), so that
-// the ringer's CAS, computed from a reading before its push, fails and it
-// pushes again. A stopped process therefore holds no token: its pushed cell
-// is either validated by its CAS or stale, and the head never waits for it.
+// about to validate: whoever reaches it first rings the lane itself with a
+// cell it pushes (if the lane is serviceable) or bumps the lane word's
+// version (if not), so that the ringer's CAS, computed from a reading before
+// its push, fails and it pushes again if it must. A stopped process
+// therefore holds no token: its pushed cell is either validated by its CAS
+// or stale, and the head never waits for it. Only a cell pushed after the
+// reading of the word a CAS starts from is ever made a token: a cell read
+// at the head may be behind it by the time of the CAS, and the head never
+// comes back.
 //
 // The tail is a hint: a pusher writes the first position at or after it
 // whose cell is not yet written for that position (one CAS on the cell),

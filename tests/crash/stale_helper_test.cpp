@@ -64,6 +64,18 @@ class StaleHelper : public SegmentFixture {
   }
   FailOptions back_now;
 
+  // Runs `op` on a thread of its own held at step point `at` (until
+  // hold.go), as the thread of `hold`.
+  std::thread held_at(const char* at, Hold& hold, std::function<void()> op) {
+    detail::failpoint_call(at, &Hold::at, &hold);
+    std::thread t([&hold, op = std::move(op)] {
+      Hold::mine = &hold;
+      op();
+    });
+    hold.wait_there();
+    return t;
+  }
+
   // A table of two slots, each held by a filler in a paused lane of its
   // own, so that each can be freed on its own (free_slot); `paused` are
   // paused too. recovery_ms 0: the default.
@@ -568,6 +580,143 @@ TEST_F(StaleHelper, ASweepResumingOnADeadMoversLinkedJobLeavesALaterMoveToItsMov
   EXPECT_EQ(q.corruption().count, 0u) << q.corruption().last_structure;
   const FsckReport r = q.fsck();
   EXPECT_TRUE(r.clean()) << (r.issues.empty() ? "" : r.issues[0].invariant + ": " + r.issues[0].detail);
+}
+
+// ---- ring steps that resume late -------------------------------------------------------
+
+// A lane's token is a ring cell; a claimer that read the head and its cell
+// long ago must not make that cell anything now. Sweeps are kept out of the
+// way (recovery_ms of a minute): they would ring an unringed lane, and the
+// point is what the claims leave.
+class StaleRinger : public StaleHelper {
+ protected:
+  void SetUp() override {
+    QueueOptions o;
+    o.jobs = 8;
+    o.lanes = 8;
+    o.payload_bytes = 16;
+    o.recovery_ms = 60000;
+    create(o);
+  }
+};
+
+// A claimer reads the head cell, which names G (G's token), and is held
+// before it reads G's word. Meanwhile G is paused and de-ringed at that
+// cell (the head moves past it), then resumed by a thread held between its
+// settings write and its lane word CAS: G's word, unchanged, reads
+// unringed and serviceable. The claimer resumed and took its cell, behind
+// the head now, for G's token (the adoption a ring step makes of a cell a
+// ringer pushed and has not yet validated). The resumer's CAS then found G
+// ringed and pushed nothing: G ringed with no token, its job never claimed
+// again (ThreadsTest.ProducersConsumersOneHandle under TSan, about one run
+// in 20: fsck's "ringed but no cell from the head on is its token").
+TEST_F(StaleRinger, ACellReadBeforeTheHeadPassedItNeverBecomesALanesToken) {
+  ASSERT_FALSE(HasFailure());
+  Queue& q = this->q();
+  const BrandedId x = q.mint();
+  ASSERT_EQ(q.enqueue(G, x, "x"), EnqueueStatus::enqueued);
+  Hold claimer, resumer;
+  Lease got_c;
+  bool claimer_got = false;
+  std::thread c = held_at("ring.cell_read", claimer, [&] { claimer_got = q.claim(got_c, 60000); });
+  ASSERT_EQ(q.pause(G), LaneStatus::ok);
+  Lease l;
+  EXPECT_FALSE(q.claim(l, 60000));  // G de-ringed at its token, the head past it
+  LaneStatus resumed = LaneStatus::corrupt;
+  std::thread r = held_at("lane.settings_written", resumer, [&] { resumed = q.resume(G); });
+  claimer.go.store(true);
+  c.join();
+  resumer.go.store(true);
+  r.join();
+  detail::failpoint_call("lane.settings_written", nullptr, nullptr);
+  detail::failpoint_call("ring.cell_read", nullptr, nullptr);
+  EXPECT_EQ(resumed, LaneStatus::ok);
+  // x is claimed: by the claimer (which rang G itself) or now.
+  if (!claimer_got) {
+    ASSERT_TRUE(q.claim(got_c, 60000)) << "x was never delivered";
+  }
+  EXPECT_EQ(got_c.id, x);
+  EXPECT_EQ(q.complete(got_c.id, got_c.token), AckStatus::ok);
+  EXPECT_TRUE(serve_all(q).empty());
+  expect_clean(q);
+}
+
+// Lane G at limit 1 with two jobs. A claimer computes the take of the first
+// with the settings it read at the head (limit 1: the take fills the limit,
+// so the CAS also de-rings G) and is held before its CAS. The limit is
+// cleared meanwhile (its lane CAS finds G ringed: nothing to push). The
+// claimer's CAS fails, and its next round took the job with the same old
+// settings, de-ringing G: G stayed unringed though serviceable, and its
+// second job waited for the next write of G's word or a sweep. A round that
+// reads the lane word again reads the settings again.
+TEST_F(StaleRinger, AClaimerRetryingItsTakeUsesTheSettingsOfNow) {
+  ASSERT_FALSE(HasFailure());
+  Queue& q = this->q();
+  ASSERT_EQ(q.set_limit(G, 1), LaneStatus::ok);
+  const BrandedId x1 = q.mint(), x2 = q.mint();
+  ASSERT_EQ(q.enqueue(G, x1, "1"), EnqueueStatus::enqueued);
+  ASSERT_EQ(q.enqueue(G, x2, "2"), EnqueueStatus::enqueued);
+  Hold claimer;
+  Lease got_c;
+  bool claimer_got = false;
+  std::thread c = held_at("claim.chosen", claimer, [&] { claimer_got = q.claim(got_c, 60000); });
+  ASSERT_EQ(q.clear_limit(G), LaneStatus::ok);
+  claimer.go.store(true);
+  c.join();
+  detail::failpoint_call("claim.chosen", nullptr, nullptr);
+  ASSERT_TRUE(claimer_got);
+  EXPECT_EQ(got_c.id, x1);
+  Lease l;
+  ASSERT_TRUE(q.claim(l, 60000)) << "G, serviceable, was left out of the ring";
+  EXPECT_EQ(l.id, x2);
+  EXPECT_EQ(q.complete(got_c.id, got_c.token), AckStatus::ok);
+  EXPECT_EQ(q.complete(l.id, l.token), AckStatus::ok);
+  expect_clean(q);
+}
+
+// G's token was cell p0 (G paused and de-ringed there). A lap of traffic
+// on the default lane later, the head is scribbled back one lap, to p0:
+// every cell from it on is written for its position, so the ring has no
+// room, and the head cell names G, which a resume (held between its two
+// CASes) left unringed and serviceable. A claim rings such a lane with a
+// cell of its own; with no room it made the change without ringing and
+// left the head where it was, so every claim after met the same cell and
+// nothing was ever served again. Passing the cell gives the room back.
+TEST_F(StaleRinger, AFullRingWhoseHeadCellNamesAnUnringedLaneMovesOn) {
+  ASSERT_FALSE(HasFailure());
+  Queue& q = this->q();
+  RawSegment raw(seg());
+  const std::uint64_t cells = raw.header().ring_cells;
+  const BrandedId x = q.mint();
+  ASSERT_EQ(q.enqueue(G, x, "x"), EnqueueStatus::enqueued);
+  const std::uint64_t p0 = raw.header().ring_head.load();
+  ASSERT_EQ(q.pause(G), LaneStatus::ok);
+  Lease l;
+  ASSERT_FALSE(q.claim(l, 60000));  // G de-ringed at p0
+  for (std::uint64_t i = 0; i + 1 < cells; ++i) {
+    ASSERT_EQ(q.enqueue({}, q.mint(), "d"), EnqueueStatus::enqueued);
+    ASSERT_TRUE(q.claim(l, 60000));
+    ASSERT_EQ(q.complete(l.id, l.token), AckStatus::ok);
+  }
+  ASSERT_EQ(raw.header().ring_head.load(), p0 + cells);
+  Hold resumer;
+  LaneStatus resumed = LaneStatus::corrupt;
+  std::thread r = held_at("lane.settings_written", resumer, [&] { resumed = q.resume(G); });
+  raw.header().ring_head.store(p0);  // the scribble
+  const std::uint64_t before = q.corruption().count;
+  EXPECT_FALSE(q.claim(l, 60000));  // G's settings say serviceable; its word is not ringed yet
+  EXPECT_GT(raw.header().ring_head.load(), p0) << "the claim never passed the head cell";
+  EXPECT_GT(q.corruption().count, before);  // the ring with no room, reported
+  resumer.go.store(true);
+  r.join();
+  detail::failpoint_call("lane.settings_written", nullptr, nullptr);
+  EXPECT_EQ(resumed, LaneStatus::ok);  // its CAS, failed, found room to ring G
+  ASSERT_TRUE(q.claim(l, 60000)) << "x was never delivered: the ring is stuck at its head";
+  EXPECT_EQ(l.id, x);
+  EXPECT_EQ(q.complete(l.id, l.token), AckStatus::ok);
+  EXPECT_EQ(q.corruption().count, before + 1);  // the full ring, once
+  const FsckReport rep = q.fsck();
+  EXPECT_TRUE(rep.clean()) << (rep.issues.empty() ? "" : rep.issues[0].invariant + ": " + rep.issues[0].detail);
 }
 
 }  // namespace
