@@ -218,6 +218,14 @@ Front read_front(Segment& s, std::uint32_t lane, const Word128& w, const Word128
       return Front::husk;
     case SlotState::admitting:
       if (!from_run) break;  // admissions link only into runs
+      // Only an admission linked here now is ours to settle: `w` may be an
+      // old reading (a lane batch's later round starts from the word its
+      // take wrote), and the slot that was its head since popped, freed and
+      // admitted again for another lane. Committed by us before its
+      // admitter found it cannot link it there, that job would be pending
+      // in no lane. The word unchanged since the slot's reading says x is
+      // this run's head (every pop moves the word's version on).
+      if (!(lane_load(s, lane) == w)) return Front::settle;
       // An admission is published before it is linked: one that is not, at
       // a run's front, is a scribble (nothing would ever decide it).
       if (!admission_published(s, x, xw) && lane_load(s, lane) == w) {

@@ -719,5 +719,66 @@ TEST_F(StaleRinger, AFullRingWhoseHeadCellNamesAnUnringedLaneMovesOn) {
   EXPECT_TRUE(rep.clean()) << (rep.issues.empty() ? "" : rep.issues[0].invariant + ": " + rep.issues[0].detail);
 }
 
+// ---- a lane batch that reads its own word again --------------------------------------
+
+// G (weight 3) holds a and b; the table's third slot holds m in G2, and n
+// was minted before m. C1, a lane batch of two, takes a and is held before
+// its lease: its next round starts from the word its take wrote. Meanwhile
+// b is claimed and completed (its slot freed), and n admitted into that
+// slot for G2, its admitter held before it links n into G2's run. C1's
+// round read the slot its old word names as G's head: admitting, and
+// settled the admission (committed n) though n was in no run of G. The
+// admitter then found it could not link n (G2's run holds m, younger),
+// too late to abort: n, enqueued, stayed pending in no lane, never
+// delivered (fsck: job-unlinked).
+TEST_F(StaleHelper, ALaneBatchsLaterRoundSettlesOnlyAnAdmissionLinkedInItsLane) {
+  QueueOptions o;
+  o.jobs = 3;
+  o.lanes = 8;
+  o.payload_bytes = 16;
+  o.recovery_ms = 60000;
+  create(o);
+  ASSERT_FALSE(HasFailure());
+  Queue& q = this->q();
+  const BrandedId G2 = BrandedId::make("GRP", 8);
+  ASSERT_EQ(q.set_weight(G, 3), LaneStatus::ok);
+  const BrandedId a = q.mint(), b = q.mint(), n = q.mint(), m = q.mint();
+  ASSERT_EQ(q.enqueue(G, a, "a"), EnqueueStatus::enqueued);
+  ASSERT_EQ(q.enqueue(G, b, "b"), EnqueueStatus::enqueued);
+  ASSERT_EQ(q.enqueue(G2, m, "m"), EnqueueStatus::enqueued);  // the table is full
+  Hold c1;
+  std::size_t c1_got = 0;
+  Lease c1_out[2];
+  std::thread t1 = held_at("claim.taken", c1, [&] { c1_got = q.claim_lane_batch(std::span<Lease>(c1_out, 2), 60000); });
+  Lease lb;
+  ASSERT_TRUE(q.claim(lb, 60000));  // G's turn goes on: b
+  ASSERT_EQ(lb.id, b);
+  ASSERT_EQ(q.complete(lb.id, lb.token), AckStatus::ok);
+  Hold adm;
+  EnqueueStatus n_st = EnqueueStatus::corrupt;
+  std::thread t2 = held_at("enqueue.lane_found", adm, [&] { n_st = q.enqueue(G2, n, "n"); });
+  c1.go.store(true);
+  t1.join();
+  adm.go.store(true);
+  t2.join();
+  detail::failpoint_call("claim.taken", nullptr, nullptr);
+  detail::failpoint_call("enqueue.lane_found", nullptr, nullptr);
+  std::vector<BrandedId> got;
+  for (std::size_t i = 0; i < c1_got; ++i) {
+    got.push_back(c1_out[i].id);
+    EXPECT_EQ(q.complete(c1_out[i].id, c1_out[i].token), AckStatus::ok);
+  }
+  ASSERT_GE(c1_got, 1U);
+  EXPECT_EQ(c1_out[0].id, a);
+  EXPECT_EQ(n_st, EnqueueStatus::enqueued);
+  for (const BrandedId& x : serve_all(q)) got.push_back(x);
+  q.advance_clock(120000);
+  q.tick();  // a sweep would have found nothing to put back either
+  for (const BrandedId& x : serve_all(q)) got.push_back(x);
+  EXPECT_EQ(std::count(got.begin(), got.end(), n), 1) << "n, enqueued, was never delivered";
+  EXPECT_EQ(std::count(got.begin(), got.end(), m), 1);
+  expect_clean(q);
+}
+
 }  // namespace
 }  // namespace fairlane
