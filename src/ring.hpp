@@ -50,14 +50,27 @@ inline bool cell_written_for(std::uint64_t c, std::uint64_t pos) noexcept {
 inline std::uint64_t ring_push(Segment& s, std::uint32_t lane) noexcept {
   const std::uint64_t cells = s.ring_mask + 1;
   std::uint64_t t = s.h->ring_tail.load(std::memory_order_acquire);
+  bool from_head = false;  // walking from the head: the hint was past a lap
   for (std::uint64_t probes = 0; probes <= 2 * cells; ++probes, ++t) {
     std::atomic<std::uint64_t>& cell = s.ring[t & s.ring_mask];
     std::uint64_t c = cell.load(std::memory_order_acquire);
     if (cell_written_for(c, t)) continue;  // taken by another pusher: look further
+    // Walking from the head, a cell written for a later lap says the head
+    // is behind the cells (a scribble): no room that is safe to take.
+    if (from_head && std::int32_t(RingCell::pos(c) - std::uint32_t(t)) > 0) return ~0ULL;
     // Free for position t only once the head has passed the cell's last
     // lap (t - cells); else the ring is full from here.
     const std::uint64_t head = s.h->ring_head.load(std::memory_order_acquire);
-    if (t >= head + cells) return ~0ULL;
+    if (t >= head + cells) {
+      // Full from here; or the hint is a scribble more than a lap ahead,
+      // which the pushers never write (each writes t + 1 for a t below
+      // head + cells): walk once from the head before saying full, so that
+      // the hint cannot keep the ring from ever taking a cell again.
+      if (from_head) return ~0ULL;
+      from_head = true;
+      t = head - 1;
+      continue;
+    }
     if (t < head) {
       // Our tail hint lags behind the head: jump.
       t = head - 1;
@@ -68,7 +81,9 @@ inline std::uint64_t ring_push(Segment& s, std::uint32_t lane) noexcept {
     if (cell.compare_exchange_strong(c, RingCell::make(t, lane + 1), std::memory_order_seq_cst)) {
       // The hint, a plain store: a racing pusher may move it back a little,
       // which only costs the next pusher a probe (it skips written cells).
-      if (s.h->ring_tail.load(std::memory_order_relaxed) < t + 1) s.h->ring_tail.store(t + 1, std::memory_order_relaxed);
+      // A hint we walked back from is replaced whatever it says.
+      if (from_head || s.h->ring_tail.load(std::memory_order_relaxed) < t + 1)
+        s.h->ring_tail.store(t + 1, std::memory_order_relaxed);
       return t;
     }
     --t;  // lost the cell: look at it again

@@ -377,6 +377,26 @@ TEST_F(FsckTest, AScribbledRingHeadNeverHangsAnAck) {
   EXPECT_EQ(l.group, g);
 }
 
+// The ring's tail hint scribbled more than a lap ahead of the head: every
+// push found "no room" from there and reported corruption, so no lane could
+// be rung again, not by a sweep either. A push walks once from the head
+// before it says the ring is full, and mends the hint.
+TEST_F(FsckTest, ATailHintScribbledAheadStillLetsLanesRing) {
+  const BrandedId g = BrandedId::make("TEN", 9);
+  const BrandedId x = q().mint();
+  RawSegment raw(seg());
+  const std::uint64_t cells = raw.header().ring_cells;
+  raw.header().ring_tail.store(raw.header().ring_head.load() + 3 * cells);
+  const std::uint64_t before = q().corruption().count;
+  ASSERT_EQ(q().enqueue(g, x, "x"), EnqueueStatus::enqueued);
+  Lease l;
+  ASSERT_TRUE(q().claim(l, 60'000)) << "the lane was never rung";
+  EXPECT_EQ(l.id, x);
+  EXPECT_EQ(q().complete(l.id, l.token), AckStatus::ok);
+  EXPECT_LT(raw.header().ring_tail.load(), raw.header().ring_head.load() + cells);  // the hint, mended
+  EXPECT_EQ(q().corruption().count, before);  // nothing that was not so is reported
+}
+
 // A lane whose run head disagrees with its lane word (the head node's link
 // tag scribbled) is answered corrupt at once, not read again and again for
 // a whole claim (the fuzzer met this: seconds per claim), and it gives its
