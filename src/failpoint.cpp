@@ -74,6 +74,7 @@ const char* const kStepPoints[] = {
     "index.rival_read",   // a slot found by its id's index entry, its word read once, not yet read again (reads only)
     "decide.rival",       // an admission's rival scanned, about to be read (as enqueue.indexed, or a step of decide's before)
     "ring.cell_read",     // a ring step's head and cell read, the lane's word not yet (reads only)
+    "strays.node_read",   // a strays search led to a node, whose own link it has not read yet (reads only)
     "claim.front_read",   // the strays' minimum found, its slot word not yet read (reads only)
     "sweep.link_found",   // a dead mover's job found linked in its lane's strays, the linked step not made (reads only)
     "decide.moved",       // a move's target about to be decided, as its caller found it (reads only since)

@@ -220,6 +220,7 @@ restart:
       if (y1 == 0) break;
       if (!valid_slot1(s, y1)) return Found::corrupt;
       SlotRecord& y = s.slot(y1 - 1);
+      FAIRLANE_FAILPOINT("strays.node_read");
       const std::uint64_t ylink = slink(y, level).load(std::memory_order_acquire);
       const bool current = UpLink::owner_tag(ylink) == UpLink::target_tag(link) &&
                            (level == 0 || y.level.load(std::memory_order_relaxed) > level);
@@ -449,23 +450,21 @@ static bool walk_level0(const Segment& s, std::uint32_t lane, F f) noexcept {
   return x1 == 0;
 }
 
-bool strays_holds(Segment& s, std::uint32_t lane, std::uint32_t slot) noexcept {
-  bool held = false;
-  walk_level0(s, lane, [&](std::uint32_t x1, std::uint64_t xl) {
-    if (x1 != slot + 1) return true;
-    held = UpLink::mark(xl) != Link::kDeleted;
+bool strays_holds(Segment& s, std::uint32_t lane, std::uint32_t slot, std::uint64_t ctr) noexcept {
+  // A search by the job's key, not a walk: a walk that stands on a node
+  // taken and reused meanwhile follows that slot's next link wherever it
+  // leads now (another lane, a run) and misses the node; the sweep then
+  // linked the job a second time. The search checks each link's tag
+  // against the node it reaches and starts again when one is stale.
+  Position pos;
+  if (strays_find(s, lane, s.slot(slot).sf.load(std::memory_order_acquire), pos) != Found::ok) {
+    report_corrupt(s, CorruptWhat::lane_order);
     return false;
-  });
-  return held;
-}
-
-bool strays_contains(Segment& s, std::uint32_t lane, std::uint32_t slot) noexcept {
-  bool found = false;
-  walk_level0(s, lane, [&](std::uint32_t x1, std::uint64_t) {
-    found = x1 == slot + 1;
-    return !found;
-  });
-  return found;
+  }
+  // pos.seen[0] leads to the first unmarked node at or past the key: ours
+  // if it is this slot, linked by the move of this ctr (its tag).
+  const std::uint64_t link = pos.seen[0];
+  return UpLink::succ(link) == slot + 1 && UpLink::target_tag(link) == stag(ctr);
 }
 
 std::uint64_t lane_depth(const Segment& s, std::uint32_t lane) noexcept {

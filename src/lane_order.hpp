@@ -98,10 +98,10 @@ void strays_mark(Segment& s, std::uint32_t slot, std::uint32_t lane = 0, const W
 // of lane `lane`'s strays: after it, the slot may be reused.
 OrderResult strays_unlink(Segment& s, std::uint32_t lane, std::uint32_t slot) noexcept;
 
-// Is `slot` linked in lane `lane`'s strays at level 0, unmarked? Marked or
-// not? O(strays); for recovery.
-bool strays_holds(Segment& s, std::uint32_t lane, std::uint32_t slot) noexcept;
-bool strays_contains(Segment& s, std::uint32_t lane, std::uint32_t slot) noexcept;
+// Is `slot` linked in lane `lane`'s strays at level 0, unmarked, by the
+// move of `ctr` (its node's tag)? One search; for recovery. A corrupt
+// list answers false (the search has reported it).
+bool strays_holds(Segment& s, std::uint32_t lane, std::uint32_t slot, std::uint64_t ctr) noexcept;
 
 // Pending jobs of the lane, approximately (run: from the run sequence numbers
 // of head and tail; strays: a bounded walk).

@@ -432,7 +432,7 @@ void sweep_slot(Segment& s, std::uint32_t i, std::uint64_t now, SweepStats& st) 
       GroupKey g;
       std::uint32_t lane = kDefaultLane;
       if (slot_group(s, i, g) && (g.kind >= kKindCodes || lane_find(s, g, false, lane) != LaneFind::found)) lane = kNoLane;
-      if (lane != kNoLane && strays_holds(s, lane, i)) {
+      if (lane != kNoLane && strays_holds(s, lane, i, SlotWord::ctr(w))) {
         FAIRLANE_FAILPOINT("sweep.link_found");
         finish_linking(s, lane, i, SlotWord::ctr(w));
       } else {

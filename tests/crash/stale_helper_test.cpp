@@ -64,6 +64,19 @@ class StaleHelper : public SegmentFixture {
   }
   FailOptions back_now;
 
+  // Runs `until` after sweeps (a dead holder is judged at most once per
+  // recovery_ms / 2) until it holds, for up to 5 s.
+  template <class F>
+  bool sweep_until(F until) {
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(5);
+    while (!until()) {
+      if (std::chrono::steady_clock::now() > deadline) return false;
+      q().tick();
+      std::this_thread::yield();
+    }
+    return true;
+  }
+
   // Runs `op` on a thread of its own held at step point `at` (until
   // hold.go), as the thread of `hold`.
   std::thread held_at(const char* at, Hold& hold, std::function<void()> op) {
@@ -363,18 +376,6 @@ TEST_F(StaleHelper, AKilledAdmissionsHuskIsNotFreedUnderItsAdmitter) {
 // review). Only takes count now.
 class DeadPopper : public StaleHelper {
  protected:
-  // Runs `until` after sweeps (a dead holder is judged at most once per
-  // recovery_ms / 2) until it holds, for up to 5 s.
-  template <class F>
-  bool sweep_until(F until) {
-    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(5);
-    while (!until()) {
-      if (std::chrono::steady_clock::now() > deadline) return false;
-      q().tick();
-      std::this_thread::yield();
-    }
-    return true;
-  }
   // A child that claims and is killed at claim.taken.
   void claim_and_die() {
     const std::string name = seg();
@@ -580,6 +581,73 @@ TEST_F(StaleHelper, ASweepResumingOnADeadMoversLinkedJobLeavesALaterMoveToItsMov
   EXPECT_EQ(q.corruption().count, 0u) << q.corruption().last_structure;
   const FsckReport r = q.fsck();
   EXPECT_TRUE(r.clean()) << (r.issues.empty() ? "" : r.issues[0].invariant + ": " + r.issues[0].detail);
+}
+
+// A dead mover linked x in G's strays behind x0. A sweep looking for x's
+// node stands on x0 and is held before it reads x0's link; meanwhile x0 is
+// claimed, completed, and its slot (the only free one) taken by an enqueue
+// into G2. The sweep used to walk level 0 by plain links: it followed the
+// reused slot's link into G2's run, missed x, took the dead mover's move
+// over and linked x into G's strays a second time (corruption reported; x
+// served twice or never). It now searches by x's key with the links' tags
+// checked, and starts again when the node it stood on was reused.
+TEST_F(StaleHelper, ASweepLookingForADeadMoversNodeIsNotMisledByANodeReusedUnderIt) {
+  QueueOptions o;
+  o.jobs = 2;
+  o.lanes = 8;
+  o.payload_bytes = 16;
+  create(o);
+  ASSERT_FALSE(HasFailure());
+  Queue& q = this->q();
+  const BrandedId G2 = BrandedId::make("GRP", 8);
+  const BrandedId x0 = q.mint(), x = q.mint();  // x0's key is the lower
+  ASSERT_EQ(q.enqueue(G, x0, "x0"), EnqueueStatus::enqueued);
+  ASSERT_EQ(q.enqueue(G, x, "x"), EnqueueStatus::enqueued);
+  Lease l0, l1;
+  ASSERT_TRUE(q.claim(l0, 60000));
+  ASSERT_TRUE(q.claim(l1, 60000));
+  ASSERT_EQ(l0.id, x0);
+  ASSERT_EQ(l1.id, x);
+  ASSERT_EQ(q.fail(l0.id, l0.token, FailOptions{0, 10, ""}), FailStatus::retrying);  // x0: pending in G's strays
+  const std::string name = seg();
+  {
+    // x's mover dies once it has linked x (behind x0), before its `linked` step.
+    ForkedChild mover([&]() -> int {
+      auto r = Queue::open(name);
+      if (!r) return 3;
+      Queue cq = std::move(r.value());
+      detail::failpoint_arm("strays.linked", 1, detail::FailpointAction::kill);
+      cq.fail(l1.id, l1.token, FailOptions{0, 10, ""});
+      return 4;  // not reached
+    });
+    ASSERT_TRUE(mover.wait_for(std::chrono::seconds(10)));
+    ASSERT_TRUE(mover.signaled()) << mover.describe();
+  }
+  Hold sweeper;
+  std::thread sw = held_at("strays.node_read", sweeper, [&] { q.tick(); });
+  // x0 out of G's strays, completed, its slot taken by y in G2.
+  Lease c0;
+  ASSERT_TRUE(q.claim(c0, 60000));
+  ASSERT_EQ(c0.id, x0);
+  ASSERT_EQ(q.complete(c0.id, c0.token), AckStatus::ok);
+  const BrandedId y = q.mint();
+  ASSERT_EQ(q.enqueue(G2, y, "y"), EnqueueStatus::enqueued);
+  sweeper.go.store(true);
+  sw.join();
+  detail::failpoint_call("strays.node_read", nullptr, nullptr);
+  std::vector<BrandedId> got;
+  Lease l;
+  EXPECT_TRUE(sweep_until([&] {
+    while (q.claim(l, 60000)) {
+      got.push_back(l.id);
+      EXPECT_EQ(q.complete(l.id, l.token), AckStatus::ok);
+    }
+    return std::count(got.begin(), got.end(), x) > 0;
+  })) << "x never delivered";
+  for (const BrandedId& z : serve_all(q)) got.push_back(z);
+  EXPECT_EQ(std::count(got.begin(), got.end(), x), 1);
+  EXPECT_EQ(std::count(got.begin(), got.end(), y), 1);
+  expect_clean(q);
 }
 
 // ---- ring steps that resume late -------------------------------------------------------
