@@ -156,6 +156,7 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
   o.jobs = 64;
   o.lanes = 8;
   o.payload_bytes = 64;
+  o.processes = 4;  // the two handles of an input, with room: 64 thread records, not 4,096
   {
     auto created = Queue::create(name, o);
     if (!created) {
