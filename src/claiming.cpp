@@ -372,10 +372,7 @@ bool take_cas(Segment& s, std::uint32_t lane, Word128& w, const Word128& base, s
 // may have freed it meanwhile, and the slot been reused.
 void drop_husk(Segment& s, std::uint32_t lane, std::uint32_t slot, bool from_run, std::uint64_t ctr) noexcept {
   if (from_run) {
-    std::atomic<std::uint64_t>& h = s.lanes[lane].husks;
-    std::uint64_t v = h.load(std::memory_order_relaxed);
-    while (v && !h.compare_exchange_weak(v, v - 1, std::memory_order_relaxed)) {
-    }
+    husk_uncount(s, lane);
   } else {
     // The lane word still names it in the `take` step of our CAS. A job's
     // step is cleared by its lease's next step (a CAS of this word) before

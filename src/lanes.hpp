@@ -95,6 +95,15 @@ inline bool lane_idle(const Segment& s, std::uint32_t lane, const Word128& w) no
          Settings::defaults(lane_settings(s, lane));
 }
 
+// One husk fewer in lane `lane`'s run (its `husks` count, for depth: never
+// below 0). Relaxed: the count is approximate.
+inline void husk_uncount(Segment& s, std::uint32_t lane) noexcept {
+  std::atomic<std::uint64_t>& h = s.lanes[lane].husks;
+  std::uint64_t v = h.load(std::memory_order_relaxed);
+  while (v && !h.compare_exchange_weak(v, v - 1, std::memory_order_relaxed)) {
+  }
+}
+
 // Wakes one parked consumer if there is one. seq_cst: pairs with the
 // seq_cst increment of `waiters` before a consumer's last look ([S5]):
 // either it sees the lane we just made serviceable or we see it waiting.
