@@ -187,12 +187,18 @@ bool decide_token(Segment& s, std::uint32_t lane, std::uint64_t st, std::uint64_
 // What the front of a lane holds, as one CAS of its lane word can take it.
 enum class Front { job, husk, settle, none, corrupt };
 
-// Reads the front of lane `lane` from `base` (lane_base of the current
-// word): the run's head or the strays' minimum, whichever is older. A front
-// that needs settling first (admitting, returning) is settled here and
-// `settle` returned: read the lane word again.
+// Reads the front of lane `lane` from `base` (lane_base of the word `w`):
+// the run's head or the strays' minimum, whichever is older. A front that
+// needs settling first (admitting, returning) is settled here and `settle`
+// returned: read the lane word again. A job or husk comes with `x_ctr`, its
+// slot word's ctr, read while `w` was still the lane's word: the take's
+// intent names that (slot, ctr), and a sweep that judges the intent reads
+// "not the run's head any more" as "taken", which is true only of a slot
+// that was the head at that ctr. `w` may be old (a lane batch's later round
+// starts from the word its take wrote): its head may have been popped since
+// and its slot reused, even in this lane's run, further back.
 Front read_front(Segment& s, std::uint32_t lane, const Word128& w, const Word128& base, std::uint32_t& x1,
-                 bool& from_run) noexcept {
+                 bool& from_run, std::uint64_t& x_ctr) noexcept {
   const std::uint32_t h1 = LaneWord::head(base);
   std::uint32_t f1 = 0;
   std::uint64_t f1head = 0;  // the head link that led to f1
@@ -213,9 +219,10 @@ Front read_front(Segment& s, std::uint32_t lane, const Word128& w, const Word128
   const Word128 xw = slot_load(s, x);
   switch (SlotWord::state(xw)) {
     case SlotState::pending:
-      return Front::job;
     case SlotState::aborted:
-      return Front::husk;
+      if (!(lane_load(s, lane) == w)) return Front::settle;
+      x_ctr = SlotWord::ctr(xw);
+      return SlotWord::state(xw) == SlotState::pending ? Front::job : Front::husk;
     case SlotState::admitting:
       if (!from_run) break;  // admissions link only into runs
       // Only an admission linked here now is ours to settle: `w` may be an
@@ -463,7 +470,8 @@ Step serve(Segment& s, ThreadRecord* rec, std::uint32_t lane, std::uint64_t h, W
 
     std::uint32_t x1 = 0;
     bool from_run = false;
-    const Front f = read_front(s, lane, w, base, x1, from_run);
+    std::uint64_t taken_ctr = 0;
+    const Front f = read_front(s, lane, w, base, x1, from_run, taken_ctr);
     if (f == Front::corrupt) return corrupt_turn(s, lane, h, passed, took);
     if (f == Front::settle) {
       w = lane_load(s, lane);
@@ -484,8 +492,8 @@ Step serve(Segment& s, ThreadRecord* rec, std::uint32_t lane, std::uint64_t h, W
     }
     const bool is_job = f == Front::job;
     const std::uint32_t x = x1 - 1;
-    const std::uint64_t taken_ctr = SlotWord::ctr(slot_load(s, x));
     guard.set_take(from_run ? Intent::pop_run : Intent::pop_strays, x, taken_ctr, lane, is_job ? deadline : 0);
+    FAIRLANE_FAILPOINT("claim.intent_set");
     bool pass_now = false, corrupt = false;
     if (!take_cas(s, lane, w, base, x1, from_run, is_job, !passed, st, h, pass_now, corrupt)) {
       guard.clear();
@@ -675,7 +683,8 @@ void pop_front_husks(Segment& s, std::uint32_t lane) noexcept {
     if (LaneWord::state(base) != LaneState::live) return;
     std::uint32_t x1 = 0;
     bool from_run = false;
-    const Front f = read_front(s, lane, w, base, x1, from_run);
+    std::uint64_t taken_ctr = 0;
+    const Front f = read_front(s, lane, w, base, x1, from_run, taken_ctr);
     if (f == Front::settle) {
       w = lane_load(s, lane);
       continue;
@@ -687,7 +696,6 @@ void pop_front_husks(Segment& s, std::uint32_t lane) noexcept {
     }
     if (f != Front::husk) return;
     const std::uint32_t x = x1 - 1;
-    const std::uint64_t taken_ctr = SlotWord::ctr(slot_load(s, x));
     guard.set_take(from_run ? Intent::pop_run : Intent::pop_strays, x, taken_ctr, lane, 0);
     bool pass_now = false, corrupt = false;
     if (!take_cas(s, lane, w, base, x1, from_run, false, false, 0, 0, pass_now, corrupt)) {
@@ -718,7 +726,8 @@ ClaimStatus take_front(Segment& s, std::uint32_t lane, Lease& out, std::uint32_t
     if (LaneWord::state(base) != LaneState::live) return ClaimStatus::empty;
     std::uint32_t x1 = 0;
     bool from_run = false;
-    const Front f = read_front(s, lane, w, base, x1, from_run);
+    std::uint64_t taken_ctr = 0;
+    const Front f = read_front(s, lane, w, base, x1, from_run, taken_ctr);
     if (f == Front::corrupt) return ClaimStatus::corrupt;
     if (f == Front::none) return ClaimStatus::empty;
     if (f == Front::settle) {
@@ -730,8 +739,8 @@ ClaimStatus take_front(Segment& s, std::uint32_t lane, Lease& out, std::uint32_t
     if (f == Front::job && LaneWord::active(base) >= LaneWord::kActiveMax) return ClaimStatus::empty;
     const bool is_job = f == Front::job;
     const std::uint32_t x = x1 - 1;
-    const std::uint64_t taken_ctr = SlotWord::ctr(slot_load(s, x));
     guard.set_take(from_run ? Intent::pop_run : Intent::pop_strays, x, taken_ctr, lane, is_job ? deadline : 0);
+    FAIRLANE_FAILPOINT("claim.intent_set");
     bool pass_now = false, corrupt = false;
     // No token: the turn stays where it is (a lane that runs empty leaves
     // the ring at its next turn).

@@ -34,6 +34,7 @@ const char* const kFailpoints[] = {
     "enqueue.indexed",        // its index entry written, the admission not decided
     "enqueue.committed",      // committed, the enqueue not finished
     // claim (claiming.cpp)
+    "claim.intent_set",       // a take's intent written (the front's slot and ctr), its CAS not made
     "claim.sealed",           // the run's last node sealed for its pop, not popped
     "claim.chosen",           // the take's CAS computed (a cell pushed for the token), not made
     "claim.taken",            // the job out of its lane (popped or named by a take), not leased

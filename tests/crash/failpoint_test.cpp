@@ -102,6 +102,8 @@ const Case kCases[] = {
     {"enqueue.indexed", Scenario::enqueue},
     {"enqueue.indexed", Scenario::enqueue_old},
     {"enqueue.committed", Scenario::enqueue},
+    {"claim.intent_set", Scenario::claim},
+    {"claim.intent_set", Scenario::claim_retry},
     {"claim.sealed", Scenario::claim_last},
     {"claim.chosen", Scenario::claim},
     {"claim.taken", Scenario::claim},

@@ -51,6 +51,23 @@ struct Hold {
 };
 thread_local Hold* Hold::mine = nullptr;
 
+// Holds the thread whose id is `who` at a point, until let go: for a thread
+// that is held at a second point once its Hold has been used.
+struct ThreadHold {
+  std::atomic<std::thread::id> who{};
+  std::atomic<bool> there{false}, go{false};
+
+  static void at(void* p) {
+    ThreadHold* h = static_cast<ThreadHold*>(p);
+    if (h->who.load() != std::this_thread::get_id() || h->there.load()) return;
+    h->there.store(true);
+    while (!h->go.load()) std::this_thread::yield();
+  }
+  void wait_there() const {
+    while (!there.load()) std::this_thread::yield();
+  }
+};
+
 class StaleHelper : public SegmentFixture {
  protected:
   void small() {
@@ -75,6 +92,22 @@ class StaleHelper : public SegmentFixture {
       std::this_thread::yield();
     }
     return true;
+  }
+
+  // A child process that fails `l` back with `back` and is killed at step
+  // point `at`.
+  void fail_and_die(const Lease& l, const FailOptions& back, const char* at) {
+    const std::string name = seg();
+    ForkedChild mover([&]() -> int {
+      auto r = Queue::open(name);
+      if (!r) return 3;
+      Queue cq = std::move(r.value());
+      detail::failpoint_arm(at, 1, detail::FailpointAction::kill);
+      cq.fail(l.id, l.token, back);
+      return 4;  // not reached
+    });
+    ASSERT_TRUE(mover.wait_for(std::chrono::seconds(10)));
+    ASSERT_TRUE(mover.signaled()) << mover.describe();
   }
 
   // Runs `op` on a thread of its own held at step point `at` (until
@@ -536,22 +569,9 @@ TEST_F(StaleHelper, ASweepResumingOnADeadMoversLinkedJobLeavesALaterMoveToItsMov
   ASSERT_EQ(q.enqueue(G, x, "x"), EnqueueStatus::enqueued);
   Lease l1;
   ASSERT_TRUE(q.claim(l1, 60000));
-  const std::string name = seg();
-  {
-    // The mover: fails x back with the lease's token, and dies right after
-    // linking x into the strays.
-    const FailOptions back = back_now;
-    ForkedChild mover([&]() -> int {
-      auto r = Queue::open(name);
-      if (!r) return 3;
-      Queue cq = std::move(r.value());
-      detail::failpoint_arm("strays.linked", 1, detail::FailpointAction::kill);
-      cq.fail(l1.id, l1.token, back);
-      return 4;  // not reached
-    });
-    ASSERT_TRUE(mover.wait_for(std::chrono::seconds(10)));
-    ASSERT_TRUE(mover.signaled()) << mover.describe();
-  }
+  // The mover: fails x back with the lease's token, and dies right after
+  // linking x into the strays.
+  ASSERT_NO_FATAL_FAILURE(fail_and_die(l1, back_now, "strays.linked"));
   Lease none;
   ASSERT_FALSE(q.claim(none, 60000));  // returning: not claimable until the linked step
   Hold sweeper, mover;
@@ -618,20 +638,8 @@ TEST_F(StaleHelper, ASweepLookingForADeadMoversNodeIsNotMisledByANodeReusedUnder
   ASSERT_EQ(l0.id, x0);
   ASSERT_EQ(l1.id, x);
   ASSERT_EQ(q.fail(l0.id, l0.token, FailOptions{0, 10, ""}), FailStatus::retrying);  // x0: pending in G's strays
-  const std::string name = seg();
-  {
-    // x's mover dies once it has linked x (behind x0), before its `linked` step.
-    ForkedChild mover([&]() -> int {
-      auto r = Queue::open(name);
-      if (!r) return 3;
-      Queue cq = std::move(r.value());
-      detail::failpoint_arm("strays.linked", 1, detail::FailpointAction::kill);
-      cq.fail(l1.id, l1.token, FailOptions{0, 10, ""});
-      return 4;  // not reached
-    });
-    ASSERT_TRUE(mover.wait_for(std::chrono::seconds(10)));
-    ASSERT_TRUE(mover.signaled()) << mover.describe();
-  }
+  // x's mover dies once it has linked x (behind x0), before its `linked` step.
+  ASSERT_NO_FATAL_FAILURE(fail_and_die(l1, FailOptions{0, 10, ""}, "strays.linked"));
   Hold sweeper;
   std::thread sw = held_at("strays.node_read", sweeper, [&] { q.tick(); });
   // x0 out of G's strays, completed, its slot taken by y in G2.
@@ -656,6 +664,71 @@ TEST_F(StaleHelper, ASweepLookingForADeadMoversNodeIsNotMisledByANodeReusedUnder
   for (const BrandedId& z : serve_all(q)) got.push_back(z);
   EXPECT_EQ(std::count(got.begin(), got.end(), x), 1);
   EXPECT_EQ(std::count(got.begin(), got.end(), y), 1);
+  expect_clean(q);
+}
+
+// G (weight 3) holds a, x, c; the table's fourth slot f in a paused lane.
+// C1, a lane batch of two, takes a and is held before its lease: its next
+// round starts from the word its take wrote, whose head is x. Meanwhile x
+// is claimed and completed, its slot taken by n in G (behind c), and d
+// enqueued behind n. C1's round read n's slot as G's front and wrote its
+// take intent for it (slot, n's ctr); held there past its lease's deadline,
+// a sweep judged the take: "G's head is not that slot, so it was taken",
+// and put n back into G's strays while n was still in G's run (lane-order,
+// and d lost). A take's intent now names a front the lane word still named
+// after the slot was read.
+TEST_F(StaleHelper, ATakesIntentNamesOnlyAFrontItsLaneWordStillNamed) {
+  QueueOptions o;
+  o.jobs = 4;
+  o.lanes = 8;
+  o.payload_bytes = 16;
+  o.recovery_ms = 60000;
+  create(o);
+  ASSERT_FALSE(HasFailure());
+  Queue& q = this->q();
+  const BrandedId P = BrandedId::make("GRP", 9);
+  ASSERT_EQ(q.set_weight(G, 3), LaneStatus::ok);
+  ASSERT_EQ(q.pause(P), LaneStatus::ok);
+  const BrandedId a = q.mint(), x = q.mint(), c = q.mint(), f = q.mint();
+  ASSERT_EQ(q.enqueue(G, a, "a"), EnqueueStatus::enqueued);
+  ASSERT_EQ(q.enqueue(G, x, "x"), EnqueueStatus::enqueued);
+  ASSERT_EQ(q.enqueue(G, c, "c"), EnqueueStatus::enqueued);
+  ASSERT_EQ(q.enqueue(P, f, "f"), EnqueueStatus::enqueued);  // the table is full
+  Hold taken;
+  ThreadHold intent;
+  std::size_t c1_got = 0;
+  Lease c1_out[2];
+  std::thread t1 = held_at("claim.taken", taken, [&] {
+    intent.who.store(std::this_thread::get_id());
+    c1_got = q.claim_lane_batch(std::span<Lease>(c1_out, 2), 60000);
+  });
+  detail::failpoint_call("claim.intent_set", &ThreadHold::at, &intent);  // C1's next round
+  Lease lx;
+  ASSERT_TRUE(q.claim(lx, 60000));  // G's turn goes on: x
+  ASSERT_EQ(lx.id, x);
+  ASSERT_EQ(q.complete(lx.id, lx.token), AckStatus::ok);
+  const BrandedId n = q.mint(), d = q.mint();
+  ASSERT_EQ(q.enqueue(G, n, "n"), EnqueueStatus::enqueued);  // into x's slot
+  ASSERT_EQ(q.drain(P), 1U);                                 // f's slot free
+  ASSERT_EQ(q.enqueue(G, d, "d"), EnqueueStatus::enqueued);  // G's run: c, n, d
+  taken.go.store(true);
+  intent.wait_there();
+  q.advance_clock(120000);  // C1's take past its lease's deadline
+  q.tick();
+  intent.go.store(true);
+  t1.join();
+  detail::failpoint_call("claim.taken", nullptr, nullptr);
+  detail::failpoint_call("claim.intent_set", nullptr, nullptr);
+  std::vector<BrandedId> got;
+  for (std::size_t i = 0; i < c1_got; ++i)
+    if (q.complete(c1_out[i].id, c1_out[i].token) == AckStatus::ok) got.push_back(c1_out[i].id);
+  for (int round = 0; round < 3; ++round) {
+    for (const BrandedId& z : serve_all(q)) got.push_back(z);
+    q.advance_clock(120000);
+    q.tick();
+  }
+  for (const BrandedId& id : {a, c, n, d})
+    EXPECT_EQ(std::count(got.begin(), got.end(), id), 1) << id.str() << " not delivered exactly once";
   expect_clean(q);
 }
 
