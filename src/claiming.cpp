@@ -537,16 +537,36 @@ Step serve(Segment& s, ThreadRecord* rec, std::uint32_t lane, std::uint64_t h, W
   return took ? Step::served : Step::again;
 }
 
+// The head cell `c`, at position h, is not written for h though the tail
+// hint is past h + 1: a gap (the hint was scribbled ahead of the last
+// push). It is filled with a cell written for h that names no lane
+// (RingCell::kSkip), which the next step passes: the CAS makes a pusher
+// that is still about to write h fail and take the next position, so
+// nothing it pushes is ever behind the head. Lost to such a pusher, it
+// is no gap: the next step serves what it pushed.
+[[gnu::noinline, gnu::cold]] Step fill_gap(Segment& s, std::uint64_t h, std::uint64_t c) noexcept {
+  if (s.ring[h & s.ring_mask].compare_exchange_strong(c, RingCell::make(h, RingCell::kSkip), std::memory_order_seq_cst))
+    report_corrupt(s, CorruptWhat::ring_cell);
+  return Step::again;
+}
+
 // One ring step: serves the lane at the head, or passes a stale cell.
 Step ring_step(Segment& s, ThreadRecord* rec, Lease* out, std::size_t want_max, std::size_t& got, std::uint64_t deadline,
                std::uint64_t now_us, bool one_lane) noexcept {
   const std::uint64_t h = s.h->ring_head.load(std::memory_order_acquire);
   // [S2] seq_cst: pairs with the push [S1] and a waiter's registration [S5].
   const std::uint64_t c = s.ring[h & s.ring_mask].load(std::memory_order_seq_cst);
-  if (!cell_written_for(c, h)) return Step::empty;
+  if (!cell_written_for(c, h)) {
+    // Empty, unless a push went past h: a pusher writes the first position
+    // not yet written from the hint on, and moves the hint past it only
+    // after, so positions below a hint are written (or were, and passed).
+    // A hint scribbled ahead leaves a gap nobody writes.
+    if (s.h->ring_tail.load(std::memory_order_acquire) <= h + 1) return Step::empty;
+    return fill_gap(s, h, c);
+  }
   const std::uint32_t lane1 = RingCell::lane1(c);
   if (lane1 == 0 || lane1 > s.lane_count) {
-    report_corrupt(s, CorruptWhat::ring_cell);
+    if (lane1 != RingCell::kSkip) report_corrupt(s, CorruptWhat::ring_cell);  // a filled gap was reported when filled
     ring_pass(s, h);
     return Step::again;
   }

@@ -353,6 +353,7 @@ class Checker {
       const std::uint64_t c = s_.ring[p & s_.ring_mask].load(std::memory_order_acquire);
       if (!cell_written_for(c, p)) break;
       const std::uint32_t l1 = RingCell::lane1(c);
+      if (l1 == RingCell::kSkip) continue;  // a gap filled (ring_step), not yet passed
       if (l1 == 0 || l1 > s_.lane_count) {
         issue("ring-cell", "ring position " + std::to_string(p) + " names lane #" + std::to_string(l1) + ", past the table");
         continue;

@@ -397,6 +397,29 @@ TEST_F(FsckTest, ATailHintScribbledAheadStillLetsLanesRing) {
   EXPECT_EQ(q().corruption().count, before);  // nothing that was not so is reported
 }
 
+// The tail hint scribbled a few cells ahead of the last push (less than a
+// lap): the next push left positions nobody would write, and the head
+// waited at the first of them for ever, every claim answering "empty", and
+// nothing reported. A claim that finds the head cell unwritten while the
+// hint says pushes went past it fills the cell (naming no lane, so that a
+// pusher still about to write it goes on to the next), reports it, and
+// passes it.
+TEST_F(FsckTest, ATailHintScribbledWithinALapLeavesNoGapTheHeadWaitsAt) {
+  const BrandedId g = BrandedId::make("TEN", 3);
+  const BrandedId x = q().mint();
+  RawSegment raw(seg());
+  raw.header().ring_tail.store(raw.header().ring_head.load() + 5);
+  const std::uint64_t before = q().corruption().count;
+  ASSERT_EQ(q().enqueue(g, x, "x"), EnqueueStatus::enqueued);
+  Lease l;
+  ASSERT_TRUE(q().claim(l, 60'000)) << "the head waits at a cell nobody will write";
+  EXPECT_EQ(l.id, x);
+  EXPECT_EQ(q().complete(l.id, l.token), AckStatus::ok);
+  EXPECT_EQ(q().corruption().count, before + 5);  // each cell of the gap, once
+  const FsckReport r = q().fsck();
+  EXPECT_TRUE(r.clean()) << (r.issues.empty() ? "" : r.issues[0].invariant + ": " + r.issues[0].detail);
+}
+
 // A lane whose run head disagrees with its lane word (the head node's link
 // tag scribbled) is answered corrupt at once, not read again and again for
 // a whole claim (the fuzzer met this: seconds per claim), and it gives its

@@ -411,6 +411,10 @@ static_assert(sizeof(DirBucket) == 64);
 //   bits  0..21  lane+1
 //   bits 32..63  pos        the ring position this cell was written for (mod 2^32)
 struct RingCell {
+  // lane1 of a cell written for its position that names no lane: a gap
+  // filled by a ring step (ring_step), passed by whoever reaches it. Past
+  // every lane (kMaxLanes + 1 < kSkip).
+  static constexpr std::uint32_t kSkip = (1U << 22) - 1;
   static constexpr std::uint32_t lane1(std::uint64_t c) noexcept { return std::uint32_t(bits(c, 0, 22)); }
   static constexpr std::uint32_t pos(std::uint64_t c) noexcept { return std::uint32_t(c >> 32); }
   static constexpr std::uint64_t make(std::uint64_t pos, std::uint32_t lane1) noexcept {
