@@ -226,7 +226,7 @@ Adopted adopt_job(Segment& s, std::uint32_t slot, Word128 from, std::uint32_t at
   return Adopted::corrupt;
 }
 
-void free_aborted(Segment& s, std::uint32_t slot, std::uint64_t ctr) noexcept {
+bool free_aborted(Segment& s, std::uint32_t slot, std::uint64_t ctr) noexcept {
   Word128 w = slot_load(s, slot);
   while (SlotWord::state(w) == SlotState::aborted && (ctr == kAnyCtr || SlotWord::ctr(w) == ctr)) {
     // A reassign's origin: the move is decided before the origin can be
@@ -239,22 +239,24 @@ void free_aborted(Segment& s, std::uint32_t slot, std::uint64_t ctr) noexcept {
     // [R3] release: the next owner of the slot sees it done with.
     if (slot_cas(s, slot, w, SlotWord::make(SlotState::free, 0, 0, SlotWord::ctr(w), 0))) {
       FAIRLANE_FAILPOINT("slot.freed");
-      return;
+      return true;
     }
   }
+  return false;
 }
 
-void release_husk(Segment& s, std::uint32_t slot, std::uint64_t ctr) noexcept {
+bool release_husk(Segment& s, std::uint32_t slot, std::uint64_t ctr) noexcept {
   Word128 w = slot_load(s, slot);
   while (SlotWord::state(w) == SlotState::aborted && (ctr == kAnyCtr || SlotWord::ctr(w) == ctr)) {
-    if (SlotWord::holder(w) == 0) {
-      free_aborted(s, slot, SlotWord::ctr(w));
-      return;
-    }
+    // Released already (a popper and a sweep settling a dead one's take,
+    // or two sweeps, may both come here for one pop): nothing to do.
+    if (husk_popped(w)) return false;
+    if (SlotWord::holder(w) == 0) return free_aborted(s, slot, SlotWord::ctr(w));
     // Its admitter is deciding still: marked popped, for it to free.
     if (slot_cas(s, slot, w, SlotWord::make(SlotState::aborted, 1, SlotWord::when(w), SlotWord::ctr(w), SlotWord::holder(w))))
-      return;
+      return true;
   }
+  return false;
 }
 
 }  // namespace detail

@@ -375,19 +375,18 @@ bool take_cas(Segment& s, std::uint32_t lane, Word128& w, const Word128& base, s
 
 // A husk this thread took out of lane `lane` at ctr `ctr`: released
 // (release_husk: freed, or left to its admitter), and no longer counted in
-// the lane's depth if it was in the run. Only that incarnation: a settler
-// may have freed it meanwhile, and the slot been reused.
+// the lane's depth if it was in the run, by whoever released it (a sweep
+// may settle our take too). Only that incarnation: a settler may have
+// freed it meanwhile, and the slot been reused.
 void drop_husk(Segment& s, std::uint32_t lane, std::uint32_t slot, bool from_run, std::uint64_t ctr) noexcept {
-  if (from_run) {
-    husk_uncount(s, lane);
-  } else {
+  if (!from_run) {
     // The lane word still names it in the `take` step of our CAS. A job's
     // step is cleared by its lease's next step (a CAS of this word) before
     // its slot can be reused; a husk is freed now, so the step goes first:
     // applied to a reuse of the slot, it would mark a job that is not taken.
     lane_update(s, lane, [](Word128 b) -> std::optional<Word128> { return b; });
   }
-  release_husk(s, slot, ctr);
+  if (release_husk(s, slot, ctr) && from_run) husk_uncount(s, lane);
 }
 
 // After a take_cas of a strays front (`taken`: the word it wrote): mark it

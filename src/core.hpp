@@ -166,9 +166,9 @@ inline std::uint64_t exit_mark(std::uint64_t ctr) noexcept { return park_plan(Sl
 // origin (its word names the slot the job moved to) has that move decided
 // first.
 // With `ctr`, only that incarnation of the slot (a caller that read it
-// earlier leaves a later one alone).
+// earlier leaves a later one alone). True if this call freed it.
 inline constexpr std::uint64_t kAnyCtr = ~0ULL;
-void free_aborted(Segment& s, std::uint32_t slot, std::uint64_t ctr = kAnyCtr) noexcept;
+bool free_aborted(Segment& s, std::uint32_t slot, std::uint64_t ctr = kAnyCtr) noexcept;
 
 // A husk popped from its lane (by a claim, a drain, or for a dead popper).
 // A killed admission's husk names its admitter as holder until the
@@ -178,7 +178,9 @@ void free_aborted(Segment& s, std::uint32_t slot, std::uint64_t ctr = kAnyCtr) n
 // slot word at its ctr, never finds it freed and reused (it took that for
 // committed and answered `enqueued` for a job that was killed); whoever of
 // the two comes second frees it. A husk with no holder is freed at once.
-void release_husk(Segment& s, std::uint32_t slot, std::uint64_t ctr = kAnyCtr) noexcept;
+// True if this call was the husk's release (freed or marked it, from not
+// yet popped): its lane's husk count is its caller's to lower, once.
+bool release_husk(Segment& s, std::uint32_t slot, std::uint64_t ctr = kAnyCtr) noexcept;
 inline bool husk_popped(const Word128& w) noexcept {
   return SlotWord::state(w) == SlotState::aborted && SlotWord::attempt(w) != 0;
 }

@@ -239,8 +239,9 @@ bool settle_intent(Segment& s, std::atomic<std::uint64_t>& intent, std::atomic<s
       if (live_intent_names(s, slot, SlotWord::ctr(w), now)) return false;
       if (!from_run && strays_unlink(s, lane, slot) != OrderResult::ok) return done(false);
       if (st == SlotState::aborted) {  // a husk: taken without a count (taken_out cleared its step)
-        if (from_run) husk_uncount(s, lane);  // as its taker would have (drop_husk)
-        release_husk(s, slot, SlotWord::ctr(w));
+        // Out of the lane's husk count as its taker would have (drop_husk),
+        // by whichever of them, or of two sweeps, releases it.
+        if (release_husk(s, slot, SlotWord::ctr(w)) && from_run) husk_uncount(s, lane);
         return done(true);
       }
       // A job taken with a count and never leased: a `back` step gives the

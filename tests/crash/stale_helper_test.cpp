@@ -126,23 +126,27 @@ class StaleHelper : public SegmentFixture {
   // own, so that each can be freed on its own (free_slot); `paused` are
   // paused too. recovery_ms 0: the default.
   void two_slots(std::initializer_list<BrandedId> paused, std::uint32_t recovery_ms = 0) {
+    some_slots(2, paused, recovery_ms);
+  }
+  // The same with n slots.
+  void some_slots(std::uint32_t n, std::initializer_list<BrandedId> paused, std::uint32_t recovery_ms = 0) {
     QueueOptions o;
-    o.jobs = 2;
+    o.jobs = n;
     o.lanes = 8;
     o.payload_bytes = 16;
     if (recovery_ms) o.recovery_ms = recovery_ms;
     create(o);
     if (HasFailure()) return;
-    const BrandedId f0 = BrandedId::make("FFF", 1), f1 = BrandedId::make("FFF", 2);
     for (const BrandedId& g : paused) ASSERT_EQ(q().pause(g), LaneStatus::ok);
-    for (const BrandedId& g : {f0, f1}) ASSERT_EQ(q().pause(g), LaneStatus::ok);
-    const BrandedId x = q().mint(), y = q().mint();
-    ASSERT_EQ(q().enqueue(f0, x, "x"), EnqueueStatus::enqueued);
-    ASSERT_EQ(q().enqueue(f1, y, "y"), EnqueueStatus::enqueued);
     RawSegment raw(seg());
-    const bool x_in_1 = raw.slot(1).sf.load() == x.snowflake();
-    filler_lane_[1] = x_in_1 ? f0 : f1;
-    filler_lane_[0] = x_in_1 ? f1 : f0;
+    filler_lane_.assign(n, BrandedId());
+    for (std::uint32_t k = 0; k < n; ++k) {
+      const BrandedId f = BrandedId::make("FFF", k + 1), x = q().mint();
+      ASSERT_EQ(q().pause(f), LaneStatus::ok);
+      ASSERT_EQ(q().enqueue(f, x, "x"), EnqueueStatus::enqueued);
+      for (std::uint32_t i = 0; i < n; ++i)
+        if (raw.slot(i).sf.load() == x.snowflake()) filler_lane_[i] = f;
+    }
   }
   // The filler in slot i served and completed: slot i is free.
   void free_slot(int i) {
@@ -151,7 +155,7 @@ class StaleHelper : public SegmentFixture {
     ASSERT_TRUE(q().claim(l, 60000));
     ASSERT_EQ(q().complete(l.id, l.token), AckStatus::ok);
   }
-  BrandedId filler_lane_[2];
+  std::vector<BrandedId> filler_lane_;
 };
 
 // A claimer reads job x as its lane's strays minimum and is held before it
@@ -409,14 +413,14 @@ TEST_F(StaleHelper, AKilledAdmissionsHuskIsNotFreedUnderItsAdmitter) {
 // review). Only takes count now.
 class DeadPopper : public StaleHelper {
  protected:
-  // A child that claims and is killed at claim.taken.
-  void claim_and_die() {
+  // A child that claims and is killed at `at`.
+  void claim_and_die(const char* at = "claim.taken") {
     const std::string name = seg();
     ForkedChild p([&]() -> int {
       auto r = Queue::open(name);
       if (!r) return 3;
       Queue cq = std::move(r.value());
-      detail::failpoint_arm("claim.taken", 1, detail::FailpointAction::kill);
+      detail::failpoint_arm(at, 1, detail::FailpointAction::kill);
       Lease l;
       cq.claim(l, 60000);
       return 4;  // not reached
@@ -480,6 +484,60 @@ TEST_F(DeadPopper, OfAKilledAdmissionsHuskWhoseAdmitterIsStillDecidingFreesIt) {
   EXPECT_EQ(q.complete(l.id, l.token), AckStatus::ok);
   EXPECT_EQ(q.enqueue(gu, q.mint(), "u1"), EnqueueStatus::enqueued);
   EXPECT_EQ(q.enqueue(gu, q.mint(), "u2"), EnqueueStatus::enqueued) << "slot 1 leaked";
+  expect_clean(q);
+}
+
+// ga's run: husk h4 (A1's admission, killed by B1; A1 stopped deciding),
+// j, husk h3 (A2's, likewise): two husks counted. A claimer dies with its
+// intent written for h4 (claim.intent_set, before its CAS). A live claim
+// pops h4 (uncounting it; marked popped, A1 deciding) and takes j. A sweep
+// then settled the dead intent: h4 taken out, no live intent names it, so
+// it was uncounted a second time: ga counted no husk with h3 still in its
+// run, and read one job deep holding none. Only the call whose release
+// moves a husk out of "not popped" lowers the count.
+TEST_F(DeadPopper, AHuskPoppedOnceIsUncountedOnceThoughADeadClaimersIntentNamedIt) {
+  const BrandedId ga = BrandedId::make("AAA", 1), gb = BrandedId::make("BBB", 2);
+  some_slots(5, {ga, gb}, 60000);
+  ASSERT_FALSE(HasFailure());
+  Queue& q = this->q();
+  RawSegment raw(seg());
+  free_slot(4);
+  const BrandedId d1 = q.mint();
+  auto a1 = admit_and_stop(ga, d1);
+  free_slot(0);
+  ASSERT_EQ(q.enqueue(gb, d1, "B1"), EnqueueStatus::enqueued);  // kills A1 (slot 4)
+  free_slot(1);
+  const BrandedId j = q.mint();
+  ASSERT_EQ(q.enqueue(ga, j, "j"), EnqueueStatus::enqueued);
+  free_slot(3);
+  const BrandedId d2 = q.mint();
+  auto a2 = admit_and_stop(ga, d2);
+  free_slot(2);
+  ASSERT_EQ(q.enqueue(gb, d2, "B2"), EnqueueStatus::enqueued);  // kills A2 (slot 3)
+  ASSERT_EQ(detail::SlotWord::state(raw.slot_word_value(4)), detail::SlotState::aborted);
+  ASSERT_EQ(detail::SlotWord::state(raw.slot_word_value(3)), detail::SlotState::aborted);
+  ASSERT_EQ(q.resume(ga), LaneStatus::ok);
+  claim_and_die("claim.intent_set");  // its intent names h4, the run's head
+  Lease l;
+  ASSERT_TRUE(q.claim(l, 60000));  // pops h4, takes j
+  EXPECT_EQ(l.id, j);
+  EXPECT_EQ(q.complete(l.id, l.token), AckStatus::ok);
+  EXPECT_EQ(q.depth(ga), 0u);
+  for (int i = 0; i < 2; ++i) {
+    q.advance_clock(120000);
+    q.tick();
+  }
+  EXPECT_EQ(q.depth(ga), 0u) << "h3 is still in ga's run, and no longer counted as a husk";
+  ::kill(a1->pid(), SIGCONT);
+  ::kill(a2->pid(), SIGCONT);
+  ASSERT_TRUE(a1->wait_for(std::chrono::seconds(10)));
+  ASSERT_TRUE(a2->wait_for(std::chrono::seconds(10)));
+  EXPECT_EQ(answer(*a1), int(EnqueueStatus::duplicate));
+  EXPECT_EQ(answer(*a2), int(EnqueueStatus::duplicate));
+  ASSERT_EQ(q.resume(gb), LaneStatus::ok);
+  std::vector<BrandedId> got = serve_all(q);
+  EXPECT_EQ(std::count(got.begin(), got.end(), d1), 1);
+  EXPECT_EQ(std::count(got.begin(), got.end(), d2), 1);
   expect_clean(q);
 }
 
