@@ -536,13 +536,15 @@ Step serve(Segment& s, ThreadRecord* rec, std::uint32_t lane, std::uint64_t h, W
   return took ? Step::served : Step::again;
 }
 
-// The head cell `c`, at position h, is not written for h though the tail
-// hint is past h + 1: a gap (the hint was scribbled ahead of the last
-// push). It is filled with a cell written for h that names no lane
-// (RingCell::kSkip), which the next step passes: the CAS makes a pusher
-// that is still about to write h fail and take the next position, so
-// nothing it pushes is ever behind the head. Lost to such a pusher, it
-// is no gap: the next step serves what it pushed.
+// The head cell `c`, at position h, is written for an earlier lap, not for
+// h, though the tail hint is past h + 1: a gap (the hint was scribbled
+// ahead of the last push). It is filled with a cell written for h that
+// names no lane (RingCell::kSkip), which the next step passes: the CAS
+// makes a pusher that is still about to write h fail and take the next
+// position, so nothing it pushes is ever behind the head. Lost to such a
+// pusher, it is no gap: the next step serves what it pushed. `c` must be
+// of an earlier lap: a cell of a later one is a live cell (maybe a token)
+// that a step which read the head a lap ago would destroy.
 [[gnu::noinline, gnu::cold]] Step fill_gap(Segment& s, std::uint64_t h, std::uint64_t c) noexcept {
   if (s.ring[h & s.ring_mask].compare_exchange_strong(c, RingCell::make(h, RingCell::kSkip), std::memory_order_seq_cst))
     report_corrupt(s, CorruptWhat::ring_cell);
@@ -553,9 +555,13 @@ Step serve(Segment& s, ThreadRecord* rec, std::uint32_t lane, std::uint64_t h, W
 Step ring_step(Segment& s, ThreadRecord* rec, Lease* out, std::size_t want_max, std::size_t& got, std::uint64_t deadline,
                std::uint64_t now_us, bool one_lane) noexcept {
   const std::uint64_t h = s.h->ring_head.load(std::memory_order_acquire);
+  FAIRLANE_FAILPOINT("ring.head_read");
   // [S2] seq_cst: pairs with the push [S1] and a waiter's registration [S5].
   const std::uint64_t c = s.ring[h & s.ring_mask].load(std::memory_order_seq_cst);
   if (!cell_written_for(c, h)) {
+    // Written for a later lap: the head moved on (a lap of it) since we
+    // read it. Read it again; that cell may be a lane's token.
+    if (std::int32_t(RingCell::pos(c) - std::uint32_t(h)) > 0) return Step::again;
     // Empty, unless a push went past h: a pusher writes the first position
     // not yet written from the hint on, and moves the hint past it only
     // after, so positions below a hint are written (or were, and passed).

@@ -74,6 +74,7 @@ const char* const kStepPoints[] = {
     "run.seal_seen",      // an append found its run's last node sealed under a new lane word (as enqueue.lane_found)
     "index.rival_read",   // a slot found by its id's index entry, its word read once, not yet read again (reads only)
     "decide.rival",       // an admission's rival scanned, about to be read (as enqueue.indexed, or a step of decide's before)
+    "ring.head_read",     // a ring step's head read, its cell not yet (reads only)
     "ring.cell_read",     // a ring step's head and cell read, the lane's word not yet (reads only)
     "strays.node_read",   // a strays search led to a node, whose own link it has not read yet (reads only)
     "claim.front_read",   // the strays' minimum found, its slot word not yet read (reads only)

@@ -927,6 +927,50 @@ TEST_F(StaleRinger, AFullRingWhoseHeadCellNamesAnUnringedLaneMovesOn) {
   EXPECT_TRUE(rep.clean()) << (rep.issues.empty() ? "" : rep.issues[0].invariant + ": " + rep.issues[0].detail);
 }
 
+// A claimer reads the ring's head h and is held before it reads the cell.
+// A lap of traffic later, the cell at h's index is G's token, written for
+// h + cells, and the tail hint is past h + 1. The claimer resumed, found
+// the cell "not written for h" with pushes past h, took it for a gap left
+// by a scribbled hint and filled it: G's token destroyed, G ringed with no
+// cell, x never delivered (found in review of 89b51b1, the day it was
+// written). A cell of a later lap now means "the head moved on: read it
+// again"; only a cell of an earlier lap can be a gap.
+TEST_F(StaleRinger, AClaimerThatReadTheHeadALapAgoNeverTakesATokenForAGap) {
+  ASSERT_FALSE(HasFailure());
+  Queue& q = this->q();
+  RawSegment raw(seg());
+  const std::uint64_t cells = raw.header().ring_cells;
+  ASSERT_EQ(q.enqueue({}, q.mint(), "d0"), EnqueueStatus::enqueued);  // a cell at the head to read
+  Hold claimer;
+  Lease got_c;
+  bool claimer_got = false;
+  std::thread c = held_at("ring.head_read", claimer, [&] { claimer_got = q.claim(got_c, 60000); });
+  const std::uint64_t h = raw.header().ring_head.load();
+  Lease l;
+  while (raw.header().ring_tail.load() < h + cells) {  // a lap of the default lane
+    ASSERT_EQ(q.enqueue({}, q.mint(), "d"), EnqueueStatus::enqueued);
+    ASSERT_TRUE(q.claim(l, 60000));
+    ASSERT_EQ(q.complete(l.id, l.token), AckStatus::ok);
+  }
+  const BrandedId G2 = BrandedId::make("GRP", 8);
+  const BrandedId x = q.mint(), y = q.mint();
+  ASSERT_EQ(q.enqueue(G, x, "x"), EnqueueStatus::enqueued);  // G's token: position h + cells
+  ASSERT_EQ(q.enqueue(G2, y, "y"), EnqueueStatus::enqueued);  // the tail past it
+  ASSERT_EQ(detail::RingCell::pos(raw.ring_cell(h).load()), std::uint32_t(h + cells));  // G's cell, a lap on
+  claimer.go.store(true);
+  c.join();
+  detail::failpoint_call("ring.head_read", nullptr, nullptr);
+  std::vector<BrandedId> got;
+  if (claimer_got) {
+    got.push_back(got_c.id);
+    EXPECT_EQ(q.complete(got_c.id, got_c.token), AckStatus::ok);
+  }
+  for (const BrandedId& z : serve_all(q)) got.push_back(z);
+  EXPECT_EQ(std::count(got.begin(), got.end(), x), 1) << "x never delivered: G's token was filled as a gap";
+  EXPECT_EQ(std::count(got.begin(), got.end(), y), 1);
+  expect_clean(q);
+}
+
 // ---- a lane batch that reads its own word again --------------------------------------
 
 // G (weight 3) holds a and b; the table's third slot holds m in G2, and n
