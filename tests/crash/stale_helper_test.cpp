@@ -70,12 +70,18 @@ struct ThreadHold {
 
 class StaleHelper : public SegmentFixture {
  protected:
-  void small() {
+  // A segment of `jobs` slots, 8 lanes and 16-byte payloads (recovery_ms 0:
+  // the default).
+  void small_table(std::uint32_t jobs, std::uint32_t recovery_ms = 0) {
     QueueOptions o;
-    o.jobs = 8;
+    o.jobs = jobs;
     o.lanes = 8;
     o.payload_bytes = 16;
+    if (recovery_ms) o.recovery_ms = recovery_ms;
     create(o);
+  }
+  void small() {
+    small_table(8);
     back_now.delay_ms = 0;  // straight back to its lane: the fail links it (into the strays)
     back_now.max_attempts = 10;
   }
@@ -130,12 +136,7 @@ class StaleHelper : public SegmentFixture {
   }
   // The same with n slots.
   void some_slots(std::uint32_t n, std::initializer_list<BrandedId> paused, std::uint32_t recovery_ms = 0) {
-    QueueOptions o;
-    o.jobs = n;
-    o.lanes = 8;
-    o.payload_bytes = 16;
-    if (recovery_ms) o.recovery_ms = recovery_ms;
-    create(o);
+    small_table(n, recovery_ms);
     if (HasFailure()) return;
     for (const BrandedId& g : paused) ASSERT_EQ(q().pause(g), LaneStatus::ok);
     RawSegment raw(seg());
@@ -542,12 +543,7 @@ TEST_F(DeadPopper, AHuskPoppedOnceIsUncountedOnceThoughADeadClaimersIntentNamedI
 }
 
 TEST_F(DeadPopper, OfAJobWhoseAdmitterIsStillDecidingPutsItBack) {
-  QueueOptions o;
-  o.jobs = 4;
-  o.lanes = 8;
-  o.payload_bytes = 16;
-  o.recovery_ms = 20;
-  create(o);
+  small_table(4, 20);
   ASSERT_FALSE(HasFailure());
   Queue& q = this->q();
   const BrandedId ga = BrandedId::make("AAA", 1);
@@ -576,12 +572,7 @@ TEST_F(DeadPopper, OfAJobWhoseAdmitterIsStillDecidingPutsItBack) {
 // job stayed out of its lane (found in review). The dead intent is now left
 // for a later pass, which settles it once the live one is gone.
 TEST_F(DeadPopper, OfATakeALiveClaimerAlsoNamedPutsItBackOnceThatOneFails) {
-  QueueOptions o;
-  o.jobs = 4;
-  o.lanes = 8;
-  o.payload_bytes = 16;
-  o.recovery_ms = 20;
-  create(o);
+  small_table(4, 20);
   ASSERT_FALSE(HasFailure());
   Queue& q = this->q();
   const BrandedId x = q.mint();
@@ -679,11 +670,7 @@ TEST_F(StaleHelper, ASweepResumingOnADeadMoversLinkedJobLeavesALaterMoveToItsMov
 // served twice or never). It now searches by x's key with the links' tags
 // checked, and starts again when the node it stood on was reused.
 TEST_F(StaleHelper, ASweepLookingForADeadMoversNodeIsNotMisledByANodeReusedUnderIt) {
-  QueueOptions o;
-  o.jobs = 2;
-  o.lanes = 8;
-  o.payload_bytes = 16;
-  create(o);
+  small_table(2);
   ASSERT_FALSE(HasFailure());
   Queue& q = this->q();
   const BrandedId G2 = BrandedId::make("GRP", 8);
@@ -736,12 +723,7 @@ TEST_F(StaleHelper, ASweepLookingForADeadMoversNodeIsNotMisledByANodeReusedUnder
 // and d lost). A take's intent now names a front the lane word still named
 // after the slot was read.
 TEST_F(StaleHelper, ATakesIntentNamesOnlyAFrontItsLaneWordStillNamed) {
-  QueueOptions o;
-  o.jobs = 4;
-  o.lanes = 8;
-  o.payload_bytes = 16;
-  o.recovery_ms = 60000;
-  create(o);
+  small_table(4, 60000);
   ASSERT_FALSE(HasFailure());
   Queue& q = this->q();
   const BrandedId P = BrandedId::make("GRP", 9);
@@ -799,12 +781,7 @@ TEST_F(StaleHelper, ATakesIntentNamesOnlyAFrontItsLaneWordStillNamed) {
 class StaleRinger : public StaleHelper {
  protected:
   void SetUp() override {
-    QueueOptions o;
-    o.jobs = 8;
-    o.lanes = 8;
-    o.payload_bytes = 16;
-    o.recovery_ms = 60000;
-    create(o);
+    small_table(8, 60000);
   }
 };
 
@@ -984,12 +961,7 @@ TEST_F(StaleRinger, AClaimerThatReadTheHeadALapAgoNeverTakesATokenForAGap) {
 // too late to abort: n, enqueued, stayed pending in no lane, never
 // delivered (fsck: job-unlinked).
 TEST_F(StaleHelper, ALaneBatchsLaterRoundSettlesOnlyAnAdmissionLinkedInItsLane) {
-  QueueOptions o;
-  o.jobs = 3;
-  o.lanes = 8;
-  o.payload_bytes = 16;
-  o.recovery_ms = 60000;
-  create(o);
+  small_table(3, 60000);
   ASSERT_FALSE(HasFailure());
   Queue& q = this->q();
   const BrandedId G2 = BrandedId::make("GRP", 8);
