@@ -400,8 +400,8 @@ TEST_F(FsckTest, ATailHintScribbledAheadStillLetsLanesRing) {
 // The tail hint scribbled a few cells ahead of the last push (less than a
 // lap): the next push left positions nobody would write, and the head
 // waited at the first of them for ever, every claim answering "empty", and
-// nothing reported. A claim that finds the head cell unwritten while the
-// hint says pushes went past it fills the cell (naming no lane, so that a
+// nothing reported. A claim that finds the head cell written for an earlier
+// lap while the hint says pushes went past it fills the cell (naming no lane, so that a
 // pusher still about to write it goes on to the next), reports it, and
 // passes it.
 TEST_F(FsckTest, ATailHintScribbledWithinALapLeavesNoGapTheHeadWaitsAt) {
