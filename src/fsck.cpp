@@ -96,10 +96,15 @@ class Checker {
       in_flight("pid " + pid(proc1) + " is " + what + " " + job(slot1 - 1) + (kind == Intent::link ? " to " : " from ") +
                 lane_name(std::uint32_t(lane)));
     };
+    const std::uint32_t used = s_.h->threads_used.load(std::memory_order_acquire);
     for (std::uint32_t i = 0; i < s_.thread_count; ++i) {
       const ThreadRecord& t = s_.threads[i];
       const std::uint64_t owner = t.owner.load(std::memory_order_acquire);
       if (owner == 0) continue;
+      // Re-read: a thread taking a record raises the mark before its owner CAS.
+      if (i >= used && i >= s_.h->threads_used.load(std::memory_order_acquire))
+        issue("process-record", "thread record " + std::to_string(i) + " is in use, at or above threads_used " +
+                                    std::to_string(used) + " (the records scans read)");
       const std::uint32_t p1 = ThreadOwner::proc1(owner);
       if (p1 == 0 || p1 > s_.proc_count) {
         issue("process-record", "thread record " + std::to_string(i) + " names process record " + std::to_string(p1));

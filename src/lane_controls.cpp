@@ -182,7 +182,7 @@ bool any_intent_names(const Segment& s, std::uint32_t slot, std::uint64_t ctr) n
   auto names = [&](std::uint64_t in) {
     return IntentWord::kind(in) != Intent::none && IntentWord::slot1(in) == slot + 1 && IntentWord::ctr34(in) == c34;
   };
-  for (std::uint32_t i = 0; i < s.thread_count; ++i)
+  for (std::uint32_t i = 0, n = s.threads_used(); i < n; ++i)
     if (names(s.threads[i].intent.load(std::memory_order_acquire))) return true;
   for (std::uint32_t i = 0; i < s.proc_count; ++i)
     if (names(s.procs[i].intent.load(std::memory_order_acquire))) return true;

@@ -240,6 +240,10 @@ class Repairer {
         note("thread record " + std::to_string(i) + " named process record " + std::to_string(p1) + ": freed");
         t.owner.store(0);
       }
+      if (t.owner.load() != 0 && s_.h->threads_used.load() <= i) {
+        note("thread record " + std::to_string(i) + " in use above threads_used: the mark raised");
+        raise_threads_used(*s_.h, i + 1);
+      }
     }
     for (std::uint32_t i = 0; i < s_.proc_count; ++i) {
       s_.procs[i].intent.store(0);

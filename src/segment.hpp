@@ -11,6 +11,7 @@
 #include <boost/interprocess/mapped_region.hpp>
 #include <boost/interprocess/shared_memory_object.hpp>
 
+#include <algorithm>
 #include <atomic>
 #include <cstdint>
 #include <string>
@@ -92,7 +93,12 @@ struct Segment {
   ThreadRecord* thread_if_known() const noexcept {
     return me && t_thread_cache.handle == handle_id ? t_thread_cache.rec : nullptr;
   }
-  ThreadRecord* thread_slow() noexcept;  // the first call of a thread on this handle, or after another handle
+  ThreadRecord* thread_slow() noexcept;
+  // How many thread records a scan reads: every record a thread has taken
+  // is below it (the header's high-water mark, bounded by the table).
+  std::uint32_t threads_used() const noexcept {
+    return std::min(h->threads_used.load(std::memory_order_acquire), thread_count);
+  }  // the first call of a thread on this handle, or after another handle
   CounterBlock& counters() noexcept;
 
   ~Segment();
@@ -135,6 +141,9 @@ struct ThreadOwner {
   static constexpr std::uint32_t proc1(std::uint64_t o) noexcept { return std::uint32_t(o & 0xFFFF); }
   static constexpr std::uint32_t inc(std::uint64_t o) noexcept { return std::uint32_t((o >> 24) & 0xFF); }
 };
+
+// Raises the header's threads_used to at least `to` (never lowers it).
+void raise_threads_used(Header& h, std::uint32_t to) noexcept;
 
 // Is the holder of a step in flight (an admission, a move, a lane's
 // creation: not a lease) gone? As holder_dead, and also when its process

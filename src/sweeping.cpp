@@ -181,7 +181,7 @@ bool live_intent_names(Segment& s, std::uint32_t slot, std::uint64_t ctr, std::u
     // A take past its lease's deadline protects nothing: it is undone.
     return !take_overdue(in, pred.load(std::memory_order_relaxed), now_ms);
   };
-  for (std::uint32_t i = 0; i < s.thread_count; ++i) {
+  for (std::uint32_t i = 0, n = s.threads_used(); i < n; ++i) {
     const ThreadRecord& t = s.threads[i];
     if (!names(t.intent.load(std::memory_order_acquire), t.intent_pred)) continue;
     if (!thread_owner_dead(s, t.owner.load(std::memory_order_acquire), now_ms)) return true;
@@ -293,6 +293,34 @@ bool settle_intent(Segment& s, std::atomic<std::uint64_t>& intent, std::atomic<s
 
 namespace {
 
+// Every scan of the thread records reads those below threads_used, which a
+// record's taker raises first. Scribbled low, records in use above it would
+// never be looked at: each pass looks at kHealWindow records above it, the
+// next ones at the next pass (threads_heal, a hint: a race between two
+// passes costs a window looked at twice), from the mark up and back to it,
+// all of them within (records - mark) / kHealWindow + 2 passes; a record
+// with an owner or an intent there raises the mark and is reported. The
+// mark read again after the record: a taker raises it before its owner CAS,
+// so a record caught being taken is not mistaken for a scribble.
+constexpr std::uint32_t kHealWindow = 64;
+void heal_threads_used(Segment& s) noexcept {
+  const std::uint32_t used = s.threads_used();
+  if (used >= s.thread_count) return;
+  const std::uint32_t above = s.thread_count - used;
+  const std::uint64_t at = s.h->threads_heal.load(std::memory_order_relaxed) % above;  // any value is in range
+  s.h->threads_heal.store(at + kHealWindow < above ? at + kHealWindow : 0, std::memory_order_relaxed);
+  const std::uint32_t from = used + std::uint32_t(at);
+  const std::uint32_t to = std::min(s.thread_count, from + kHealWindow);
+  std::uint32_t last = 0;  // the highest record in use + 1
+  for (std::uint32_t i = from; i < to; ++i) {
+    const ThreadRecord& t = s.threads[i];
+    if (t.owner.load(std::memory_order_acquire) != 0 || t.intent.load(std::memory_order_acquire) != 0) last = i + 1;
+  }
+  if (last == 0 || s.h->threads_used.load(std::memory_order_seq_cst) >= last) return;
+  report_corrupt(s, CorruptWhat::header);
+  raise_threads_used(*s.h, last);
+}
+
 // The intents of the threads of dead processes, and the takes of live ones
 // that have outlived their leases' deadlines (a taker stopped or
 // descheduled between its take and its lease: the job goes back to its
@@ -309,9 +337,10 @@ std::uint64_t settle_dead_threads(Segment& s, std::uint64_t now, int& pid) noexc
     }
   }
   std::uint64_t n = 0;
+  heal_threads_used(s);
   // Every thread record with something in flight whose process is gone
   // (dead, or an older incarnation of its process record).
-  for (std::uint32_t i = 0; i < s.thread_count; ++i) {
+  for (std::uint32_t i = 0, used = s.threads_used(); i < used; ++i) {
     ThreadRecord& t = s.threads[i];
     if (t.intent.load(std::memory_order_acquire) == 0) continue;
     const std::uint64_t owner = t.owner.load(std::memory_order_acquire);
@@ -339,7 +368,7 @@ std::uint64_t settle_dead_threads(Segment& s, std::uint64_t now, int& pid) noexc
 bool settle_orphan(Segment& s, std::uint32_t slot, const Word128& w, std::uint64_t now) noexcept {
   const std::uint32_t h1 = Holder::index1(SlotWord::holder(w));
   if (h1 == 0 || h1 > s.proc_count) return false;
-  for (std::uint32_t i = 0; i < s.thread_count; ++i) {
+  for (std::uint32_t i = 0, n = s.threads_used(); i < n; ++i) {
     ThreadRecord& t = s.threads[i];
     if (ThreadOwner::proc1(t.owner.load(std::memory_order_acquire)) != h1) continue;
     if (IntentWord::slot1(t.intent.load(std::memory_order_acquire)) == slot + 1)

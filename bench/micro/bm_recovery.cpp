@@ -36,5 +36,19 @@ BENCHMARK(BM_sweep_pass)
     ->Args({262144, 16384})
     ->Unit(benchmark::kMillisecond);
 
+// The same pass over a small queue with room for more processes (each has
+// 16 thread records): what the pass's look at the records of threads costs.
+// Only 2 of them are ever used here (this thread's and the filler's).
+void BM_sweep_pass_processes(benchmark::State& state) {
+  const auto procs = std::uint32_t(state.range(0));
+  bool fresh = false;
+  auto& q = Pool::acquire({4096, 17, 16, "sweep-pass-processes", procs}, fresh);
+  const auto groups = make_groups(16);
+  if (fresh) fill(q, groups, 4096 * 9 / 10 / 16, kPayload16, state);
+  Pool::ready();
+  for (auto _ : state) benchmark::DoNotOptimize(q.tick());
+}
+BENCHMARK(BM_sweep_pass_processes)->ArgName("processes")->Arg(4)->Arg(256)->Arg(4095)->Unit(benchmark::kMicrosecond);
+
 }  // namespace
 }  // namespace fairlane::micro

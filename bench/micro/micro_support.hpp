@@ -33,6 +33,7 @@ struct SegmentSpec {
   std::uint32_t lanes = 64;
   std::uint32_t payload = 64;
   std::string contents;  // what the benchmark keeps in it, e.g. "lanes=100,depth=3"
+  std::uint32_t processes = 0;  // QueueOptions::processes; 0: its default
   bool operator==(const SegmentSpec&) const = default;
 };
 
@@ -61,6 +62,7 @@ class Pool {
     o.jobs = spec.jobs;
     o.lanes = spec.lanes;
     o.payload_bytes = spec.payload;
+    if (spec.processes) o.processes = spec.processes;
     p.name_ = "fairlane-micro-" + std::to_string(getpid()) + "-" + std::to_string(p.serial_++);
     (void)fairlane::Queue::remove(p.name_);
     auto q = fairlane::Queue::create(p.name_, o);

@@ -403,6 +403,9 @@ inline std::set<BrandedId> do_damage(RawSegment& raw, const Population& p, Damag
       raw.thread(t).intent_lane.store(lane_of(raw, p.arun[0]));
       raw.thread(t).intent.store(detail::IntentWord::make(detail::Intent::pop_run, a2, SlotWord::ctr(raw.slot_word_value(a2))));
       raw.thread(t).owner.store((1ULL << 16) | 1);
+      // As a thread taking the record would have: the mark covers it (a
+      // record in use above the mark is a damage of its own).
+      if (h.threads_used.load() <= t) h.threads_used.store(t + 1);
       return {};
     }
   }

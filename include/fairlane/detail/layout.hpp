@@ -29,7 +29,7 @@
 namespace fairlane::detail {
 
 inline constexpr std::uint64_t kMagic = 0x314E4C5249414646ULL;  // "FFAIRLN1" little-endian
-inline constexpr std::uint32_t kLayoutVersion = 7;
+inline constexpr std::uint32_t kLayoutVersion = 8;
 inline constexpr std::size_t kCacheLine = 64;
 inline constexpr std::uint32_t kMaxJobs = (1U << 26) - 2;      // slot+1 fits a 26-bit field
 inline constexpr std::uint32_t kMaxLanes = (1U << 21) - 2;     // lane+1 fits 22 bits, with the default lane
@@ -668,9 +668,12 @@ struct alignas(kCacheLine) Header {
   alignas(kCacheLine) std::atomic<std::uint32_t> wake_seq;     // futex word
   std::atomic<std::uint32_t> waiters;                          // consumers parked or about to park
   alignas(kCacheLine) std::atomic<std::uint32_t> queue_paused;
-  std::atomic<std::uint32_t> reserved2;
+  // Thread records in use are all below this (it only rises): what a scan
+  // of the records reads. Raised before a record is taken; the sweep heals
+  // a scribbled value (design.md, "Thread records").
+  std::atomic<std::uint32_t> threads_used;
   std::atomic<std::int64_t> clock_offset_ms;                   // advance_clock()
-  alignas(kCacheLine) std::atomic<std::uint64_t> reserved3;    // (lanes live are counted from the lane words)
+  alignas(kCacheLine) std::atomic<std::uint64_t> threads_heal; // where the sweep next looks above threads_used
   std::atomic<std::uint64_t> lanes_reclaimed;                  // lanes given back by idle groups, ever
   std::atomic<std::uint64_t> lane_cursor;                      // where the next lane allocation looks first
   SweepShared sweep;
