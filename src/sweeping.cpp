@@ -25,6 +25,7 @@
 #include "clock.hpp"
 #include "core.hpp"
 #include "failpoint.hpp"
+#include "ring.hpp"
 
 namespace fairlane {
 using namespace detail;
@@ -509,7 +510,91 @@ void record_recovery(Segment& s, const SweepStats& st, std::uint64_t took_us) no
 // Lane records: free those whose creator died mid-creation; reclaim lanes
 // found idle on two visits at least recovery_ms / 2 apart with nothing
 // changed between (so a busy tenant keeps its lane between its jobs).
+// Lanes of [from, to) whose words say ringed while no ring cell is their
+// token (design.md, "The ring", tokens lost): no transition leaves one, but
+// a scribbled cell or word, or a defect, would keep the lane out of the
+// rota for ever (no claim serves it, and no enqueue rings a lane that says
+// ringed). Each is de-rung and, if serviceable, rung again by one lane CAS
+// from the word read, and reported.
+//
+// Why a lane the walk finds no token for has none: its word w1 is read
+// first, then the head h0, then the cells from h0 up to the first one not
+// yet written. A token named by w1 was pushed before the CAS that wrote w1,
+// so before w1 was read and before every cell read; it was ahead of the
+// head then (a ringed lane's token is never behind the head), and it stays
+// unpassed and unrewritten until some CAS moves the word on (the head
+// passes a token only after its lane's CAS). Cells are written with no
+// hole (a pusher takes the first unwritten position from a hint at or
+// before it), so a written token lies below the first unwritten position
+// the walk meets. Hence: if the word read again after the walk is the
+// same, the token named by w1 was among the cells walked, or there is
+// none. A word compared by version, state, ringed and tgen (16 bits): it
+// takes 512 CASes of one lane during one walk, ending on the same tgen, to
+// fool it. Conservative the other way: a stale cell with the token's tgen
+// (5 bits) counts as the token. A tail hint scribbled ahead leaves gaps; a
+// walk that stops at one (the hint past an unwritten cell) heals nothing.
+// The walk is bounded by kTokenWalk cells: with more cells in the ring than
+// that, no lane of the share is judged.
+constexpr std::uint64_t kTokenWalk = 65536;
+void heal_tokenless(Segment& s, std::uint32_t from, std::uint32_t to) noexcept {
+  to = std::min(to, s.lane_count);
+  if (from >= to) return;
+  auto brief = [](const Word128& w) {
+    // bits 0..8 version, 9..13 tgen, 14 ringed, 15 live
+    return std::uint16_t((LaneWord::version(w) & LaneWord::kVersionMask) | (LaneWord::tgen(w) << 9) |
+                         (std::uint32_t(LaneWord::ringed(w)) << 14) |
+                         (std::uint32_t(LaneWord::state(w) == LaneState::live) << 15));
+  };
+  constexpr std::uint16_t kRingedLive = (1U << 14) | (1U << 15);
+  thread_local std::vector<std::uint16_t> seen;  // per lane of the share: brief(w1) if ringed and live, else 0
+  seen.assign(to - from, 0);
+  bool any = false;
+  for (std::uint32_t lane = from; lane < to; ++lane) {
+    const std::uint16_t b = brief(lane_load(s, lane));
+    if ((b & kRingedLive) != kRingedLive) continue;
+    seen[lane - from] = b;
+    any = true;
+  }
+  if (!any) return;
+  thread_local std::vector<char> found;
+  found.assign(to - from, 0);
+  const std::uint64_t h0 = s.h->ring_head.load(std::memory_order_acquire);
+  const std::uint64_t end = h0 + std::min<std::uint64_t>(s.ring_mask + 1, kTokenWalk);
+  std::uint64_t p = h0;
+  for (; p < end; ++p) {
+    const std::uint64_t c = s.ring[p & s.ring_mask].load(std::memory_order_acquire);
+    const std::int32_t d = std::int32_t(RingCell::pos(c) - std::uint32_t(p));
+    if (d > 0) continue;  // rewritten for a later lap: the head has passed p
+    if (d < 0) {
+      // Not written: the end of the ring, unless a push wrote p meanwhile (then
+      // the tail hint is past it, and the cell reads written on a second look)
+      // or the hint was scribbled ahead of a gap.
+      if (s.h->ring_tail.load(std::memory_order_acquire) <= p) break;
+      const std::uint64_t again = s.ring[p & s.ring_mask].load(std::memory_order_acquire);
+      if (std::int32_t(RingCell::pos(again) - std::uint32_t(p)) < 0) return;  // a gap: judge nothing
+      --p;  // read it again as written
+      continue;
+    }
+    const std::uint32_t l1 = RingCell::lane1(c);
+    if (l1 == 0 || l1 - 1 < from || l1 - 1 >= to) continue;
+    const std::uint16_t b = seen[l1 - 1 - from];
+    if ((b & kRingedLive) == kRingedLive && ((b >> 9) & LaneWord::kTgenMask) == (p & LaneWord::kTgenMask))
+      found[l1 - 1 - from] = 1;
+  }
+  if (p == end) return;  // never reached the end: judge nothing
+  for (std::uint32_t lane = from; lane < to; ++lane) {
+    const std::uint16_t b = seen[lane - from];
+    if ((b & kRingedLive) != kRingedLive || found[lane - from]) continue;
+    Word128 w = lane_load(s, lane);
+    if (brief(w) != b) continue;  // moved on: whatever moved it had the token, or rang it
+    report_corrupt(s, CorruptWhat::ring_cell);
+    const Word128 base = lane_base(s, lane, w);
+    (void)lane_cas(s, lane, w, LaneWord::with_ringed(base, false));  // lost: another write moved it on
+  }
+}
+
 void sweep_lanes(Segment& s, std::uint32_t from, std::uint32_t to, std::uint64_t now) noexcept {
+  heal_tokenless(s, from, to);
   for (std::uint32_t lane = from; lane < to && lane < s.lane_count; ++lane) {
     LaneRecord& l = s.lanes[lane];
     Word128 w = lane_load(s, lane);

@@ -420,6 +420,52 @@ TEST_F(FsckTest, ATailHintScribbledWithinALapLeavesNoGapTheHeadWaitsAt) {
   EXPECT_TRUE(r.clean()) << (r.issues.empty() ? "" : r.issues[0].invariant + ": " + r.issues[0].detail);
 }
 
+// A lane ringed with no token cell (its token scribbled into a filled gap):
+// claims serve the other lanes and pass the skip cell, and nothing would
+// ever serve it again (no claim reaches a cell of it, and no enqueue rings a
+// lane whose word says ringed). A sweep pass finds it, reports it once, and
+// rings it again.
+TEST_F(FsckTest, ALaneRingedWithNoTokenIsRungAgainByTheSweep) {
+  const BrandedId a = BrandedId::make("TEN", 1), b = BrandedId::make("TEN", 2);
+  std::vector<BrandedId> as, bs;
+  for (int i = 0; i < 2; ++i) {
+    as.push_back(q().mint());
+    ASSERT_EQ(q().enqueue(a, as.back(), "a"), EnqueueStatus::enqueued);
+    bs.push_back(q().mint());
+    ASSERT_EQ(q().enqueue(b, bs.back(), "b"), EnqueueStatus::enqueued);
+  }
+  RawSegment raw(seg());
+  const std::uint32_t la = lane_of(raw, as[0]);
+  const Word128 w = raw.word_value(raw.lane(la).word);
+  ASSERT_TRUE(LaneWord::ringed(w));
+  std::uint64_t token = ~0ULL;
+  for (std::uint64_t p = raw.header().ring_head.load(); p < raw.header().ring_tail.load(); ++p) {
+    const std::uint64_t c = raw.ring_cell(p).load();
+    if (RingCell::pos(c) == std::uint32_t(p) && RingCell::lane1(c) == la + 1 &&
+        LaneWord::tgen(w) == (p & LaneWord::kTgenMask))
+      token = p;
+  }
+  ASSERT_NE(token, ~0ULL) << "lane " << la << " has no token to scribble";
+  raw.ring_cell(token).store(RingCell::make(token, RingCell::kSkip));  // the scribble
+  const std::uint64_t before = q().corruption().count;
+  std::map<BrandedId, int> got;
+  for (int round = 0; round < 6; ++round) {
+    Lease l;
+    while (q().try_claim(l, 60'000) == ClaimStatus::claimed) {
+      ++got[l.id];
+      ASSERT_EQ(q().complete(l.id, l.token), AckStatus::ok);
+    }
+    q().advance_clock(QueueOptions{}.recovery_ms);
+    q().tick();
+  }
+  for (const BrandedId& id : bs) EXPECT_EQ(got[id], 1) << id.str();
+  for (const BrandedId& id : as) EXPECT_EQ(got[id], 1) << id.str() << ": the lane with no token was never served";
+  EXPECT_EQ(q().corruption().count, before + 1);
+  EXPECT_EQ(q().corruption().last_structure, "ring-cell");
+  const FsckReport r = q().fsck();
+  EXPECT_TRUE(r.clean()) << (r.issues.empty() ? "" : r.issues[0].invariant + ": " + r.issues[0].detail);
+}
+
 // A lane whose run head disagrees with its lane word (the head node's link
 // tag scribbled) is answered corrupt at once, not read again and again for
 // a whole claim (the fuzzer met this: seconds per claim), and it gives its
