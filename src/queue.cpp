@@ -248,6 +248,13 @@ bool Queue::claim_wait(Lease& out, std::uint32_t lease_ms, std::chrono::millisec
     if (claim(out, lease_ms)) return true;
     const std::uint64_t real_now = monotonic_us() / 1000;
     if (real_now >= give_up) return false;
+    // A pass under way (its chunks are taken one a claim): take the next
+    // one now rather than after a sleep, so that a queue whose only
+    // consumers are parked finishes its passes (the records' liveness, then
+    // the slots) within the recovery bound.
+    if (const std::uint32_t pos = std::uint32_t(s.h->sweep.cursor.load(std::memory_order_relaxed));
+        pos != 0 && pos < s.sweep_end)
+      continue;
     const std::uint32_t seq = s.h->wake_seq.load(std::memory_order_acquire);
     // [S5] seq_cst: announce before the last look; pairs with notify().
     s.h->waiters.fetch_add(1, std::memory_order_seq_cst);

@@ -287,6 +287,7 @@ void bind_tables(Segment& s, const Geometry& g, std::uint64_t seed, std::uint32_
   s.slot_mask = (1ULL << s.slot_bits) - 1;
   s.token_ctr_mask = ~0ULL >> s.slot_bits;
   s.proc_count = g.procs;
+  s.sweep_end = g.procs + g.jobs;
   s.thread_count = g.threads;
   s.dir_mask = g.dir_buckets - 1;
   s.ring_mask = g.ring_cells - 1;
@@ -487,6 +488,14 @@ int thread_owner_dead(Segment& s, std::uint64_t owner, std::uint64_t now_ms) noe
   return holder_dead(s, Holder::make(p1 - 1, ThreadOwner::inc(owner)), now_ms);
 }
 
+bool verdict_stale(const Segment& s, std::uint32_t i, std::uint64_t now_ms) noexcept {
+  if (i >= s.proc_count || (s.me && i == s.me_index)) return false;
+  const ProcRecord& p = s.procs[i];
+  if (!(p.owner.load(std::memory_order_relaxed) & kOwnerAttached)) return false;
+  const std::uint64_t seen = p.seen.load(std::memory_order_relaxed);
+  return !((seen & 3) != 0 && (seen >> 2) <= now_ms && now_ms < (seen >> 2) + s.recovery_ms / 2);
+}
+
 int holder_dead(Segment& s, std::uint32_t holder, std::uint64_t now_ms) noexcept {
   const std::uint32_t i1 = Holder::index1(holder);
   if (i1 == 0 || i1 > s.proc_count) return 0;
@@ -501,6 +510,8 @@ int holder_dead(Segment& s, std::uint32_t holder, std::uint64_t now_ms) noexcept
   const std::uint64_t half = s.recovery_ms / 2;
   if ((seen & 3) != 0 && (seen >> 2) <= now_ms && now_ms < (seen >> 2) + half)
     return (seen & 3) == 2 ? int(owner & 0xFFFFFFFF) : 0;
+  if (t_judge_budget == 0) return (seen & 3) == 2 ? int(owner & 0xFFFFFFFF) : 0;  // as it stands
+  if (t_judge_budget > 0) --t_judge_budget;
   const int dead = dead_owner_pid(p);
   // Relaxed: a cache of a judgement anyone may repeat; a lost race costs one
   // more system call.

@@ -69,6 +69,7 @@ struct Segment {
   std::uint32_t jobs = 0, lane_count = 0, slot_bytes = 0, payload_bytes = 0, slot_bits = 1;
   std::uint64_t slot_mask = 1, token_ctr_mask = ~0ULL >> 1;  // a token's slot part, and the ctr bits it keeps
   std::uint32_t proc_count = 0, thread_count = 0;
+  std::uint32_t sweep_end = 0;                 // proc_count + jobs: the positions of a sweep pass
   std::uint64_t dir_mask = 0, ring_mask = 0, index_buckets = 0, seed = 0;
   std::uint32_t recovery_ms = 500;
   std::uint32_t kind_code = 0;                 // the job namespace as a number (lane keys)
@@ -166,7 +167,27 @@ int dead_owner_pid(const ProcRecord& p) noexcept;
 // Is process record `holder1` (index + 1) dead, judged at most once per
 // recovery_ms / 2 for every process of the segment (ProcRecord::seen)?
 // Returns its pid when dead, else 0. Never judges the caller's own record.
+// Under a JudgeBudget that is spent, a verdict older than that is used as
+// it stands (one never made counts alive): no system call.
 int holder_dead(Segment& s, std::uint32_t holder1, std::uint64_t now_ms) noexcept;
+
+// Does process record i need judging (attached, not the caller's, its
+// verdict missing or older than recovery_ms / 2)?
+bool verdict_stale(const Segment& s, std::uint32_t i, std::uint64_t now_ms) noexcept;
+
+// How many judgements (each a kill and a /proc read, ~10 us) the calling
+// thread may still make; -1: no limit (the default). A sweep chunk sets it
+// for its span, so that no claim pays for the liveness of every process.
+inline thread_local int t_judge_budget = -1;
+struct JudgeBudget {
+  explicit JudgeBudget(int n) noexcept : saved_(t_judge_budget) { t_judge_budget = n; }
+  ~JudgeBudget() { t_judge_budget = saved_; }
+  JudgeBudget(const JudgeBudget&) = delete;
+  JudgeBudget& operator=(const JudgeBudget&) = delete;
+
+ private:
+  int saved_;
+};
 
 // fsck's checks (fsck.cpp) and repair's rebuild (repair.cpp).
 FsckReport check_segment(const Segment& s);

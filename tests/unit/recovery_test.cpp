@@ -207,6 +207,136 @@ TEST_F(Recovery, AParkedConsumerRecoversADeadConsumersLeaseByItself) {
   expect_clean();
 }
 
+// ---- many processes attached: no one claim judges them all ---------------------------------------
+
+// Judging a process's liveness is a kill and a /proc read (about 10 us). A
+// pass judges the attached processes first, at most 32 a claim (each claim
+// of the pass takes the next records), then sweeps the slots: no claim pays
+// for every process. Until 2026-12-04 the claim that started a pass judged
+// every attached process (2.7 ms with 255 others attached, 11.7 ms with
+// 1,000, on the development machine). Other handles of this process stand
+// for other processes: each has its own record, judged as any other.
+class ManyAttached : public Recovery {
+ protected:
+  static constexpr std::uint32_t kOthers = 100;
+  void SetUp() override {
+    Recovery::SetUp();
+    QueueOptions o;
+    o.jobs = 64;
+    o.lanes = 8;
+    o.payload_bytes = 32;
+    o.recovery_ms = kBound;
+    o.processes = kOthers + 8;
+    create(o);
+    for (std::uint32_t i = 0; i < kOthers; ++i) {
+      auto r = Queue::open(seg());
+      ASSERT_TRUE(r.ok()) << r.error().message;
+      others_.push_back(std::move(r).value());
+    }
+  }
+  void TearDown() override {
+    others_.clear();
+    Recovery::TearDown();
+  }
+  // Attached records (not this handle's) whose verdict is fresh.
+  std::uint32_t judged() {
+    detail::Segment& s = detail::QueueAccess::segment(q());
+    const std::uint64_t now = detail::segment_now_ms(s);
+    std::uint32_t n = 0;
+    for (std::uint32_t i = 0; i < s.proc_count; ++i)
+      if (i != s.me_index && (s.procs[i].owner.load() & detail::kOwnerAttached) && !detail::verdict_stale(s, i, now)) ++n;
+    return n;
+  }
+  static constexpr std::uint32_t kBound = 1000;
+  std::vector<Queue> others_;
+};
+
+TEST_F(ManyAttached, AClaimJudgesTheLivenessOfABoundedNumberOfProcesses) {
+  fill(A, 1);
+  q().advance_clock(kBound);  // every verdict stale, a pass due
+  ASSERT_EQ(judged(), 0U);
+  Lease l;
+  ASSERT_TRUE(q().claim(l, kLongLease));  // starts the pass: its first chunk
+  const std::uint32_t first = judged();
+  EXPECT_GE(first, 1U);
+  EXPECT_LE(first, 32U) << "one claim judged " << first << " processes";
+  // The claims that follow take the pass's next chunks, empty or not.
+  int claims = 1;
+  for (std::uint32_t prev = first; judged() < kOthers && claims < 16; ++claims) {
+    Lease none;
+    EXPECT_FALSE(q().claim(none, kLongLease));
+    EXPECT_LE(judged() - prev, 32U);
+    prev = judged();
+  }
+  EXPECT_EQ(judged(), kOthers);
+  EXPECT_LE(claims, int(kOthers / 32 + 1)) << "claims to judge them all";
+  EXPECT_EQ(q().complete(l.id, l.token), AckStatus::ok);
+  expect_clean();
+}
+
+TEST_F(ManyAttached, LeasesOfADeadConsumerComeBackWithinAFewClaims) {
+  const auto ids = fill(A, 1);
+  SharedBlock<ChildReport> rep;
+  const std::string name = seg();
+  ForkedChild child([&] {
+    auto r = Queue::open(name);
+    Lease l;
+    if (!r || !r->claim(l, kLongLease)) return 3;
+    tell(*rep, l);
+    rep->stage.store(1);
+    ::raise(SIGKILL);
+    return 0;
+  }, 60);
+  child.wait();
+  ASSERT_EQ(rep->stage.load(), 1) << child.describe();
+  q().advance_clock(kBound);
+  int claims = 0;
+  Lease l;
+  bool back = false;
+  while (!back && claims < 16) {
+    ++claims;
+    back = q().claim(l, kLongLease);
+  }
+  ASSERT_TRUE(back) << "the dead holder's lease never came back";
+  EXPECT_LE(claims, int((kOthers + 1) / 32 + 2)) << "claims until the dead holder's lease came back";
+  EXPECT_EQ(l.id, ids[0]);
+  EXPECT_EQ(l.attempt, 2U);
+  EXPECT_EQ(q().complete(l.id, l.token), AckStatus::ok);
+  EXPECT_EQ(q().recovery().last_pid, child.pid());
+  expect_clean();
+}
+
+// A parked consumer alone takes a pass's chunks one after another (not one
+// per wake-up): with many processes to judge it still has the dead holder's
+// lease back within its bound.
+TEST_F(ManyAttached, AParkedConsumerRecoversADeadConsumersLeaseByItself) {
+  const auto ids = fill(A, 1);
+  SharedBlock<ChildReport> rep;
+  const std::string name = seg();
+  ForkedChild child([&] {
+    auto r = Queue::open(name);
+    Lease l;
+    if (!r || !r->claim(l, kLongLease)) return 3;
+    tell(*rep, l);
+    rep->stage.store(1);
+    ::raise(SIGKILL);
+    return 0;
+  }, 60);
+  child.wait();
+  ASSERT_EQ(rep->stage.load(), 1) << child.describe();
+  q().advance_clock(kBound);  // a pass is due at once: the parked consumer starts it
+  const auto t0 = Clock::now();
+  Lease l;
+  ASSERT_TRUE(q().claim_wait(l, kLongLease, 20s)) << "the parked consumer never had the dead holder's lease back";
+  std::printf("[ recovery ] with %u other processes attached, a parked consumer had the dead holder's lease back "
+              "after %lld ms (bound %u ms)\n",
+              kOthers, static_cast<long long>(std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now() - t0).count()),
+              kBound);
+  EXPECT_EQ(l.id, ids[0]);
+  EXPECT_EQ(q().complete(l.id, l.token), AckStatus::ok);
+  expect_clean();
+}
+
 // ---- a claimer dies between taking a job out of its lane and leasing it -------------------------
 
 TEST_F(Recovery, AClaimerKilledAfterTakingAJobGivesItBack) {
