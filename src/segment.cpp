@@ -25,6 +25,7 @@
 #include "fairlane/valkey.hpp"
 
 #include "atomic128.hpp"
+#include "failpoint.hpp"
 #include "clock.hpp"
 #include "hash.hpp"
 #include "retry_codec.hpp"
@@ -492,8 +493,8 @@ bool verdict_stale(const Segment& s, std::uint32_t i, std::uint64_t now_ms) noex
   if (i >= s.proc_count || (s.me && i == s.me_index)) return false;
   const ProcRecord& p = s.procs[i];
   if (!(p.owner.load(std::memory_order_relaxed) & kOwnerAttached)) return false;
-  const std::uint64_t seen = p.seen.load(std::memory_order_relaxed);
-  return !((seen & 3) != 0 && (seen >> 2) <= now_ms && now_ms < (seen >> 2) + s.recovery_ms / 2);
+  return !Verdict::fresh(p.seen.load(std::memory_order_relaxed),
+                         std::uint32_t(p.incarnation.load(std::memory_order_relaxed)), now_ms, s.recovery_ms / 2);
 }
 
 int holder_dead(Segment& s, std::uint32_t holder, std::uint64_t now_ms) noexcept {
@@ -507,15 +508,16 @@ int holder_dead(Segment& s, std::uint32_t holder, std::uint64_t now_ms) noexcept
   if (!(owner & kOwnerAttached) || (p.incarnation.load(std::memory_order_relaxed) & 0xFF) != Holder::inc(holder))
     return 0;
   const std::uint64_t seen = p.seen.load(std::memory_order_relaxed);
-  const std::uint64_t half = s.recovery_ms / 2;
-  if ((seen & 3) != 0 && (seen >> 2) <= now_ms && now_ms < (seen >> 2) + half)
-    return (seen & 3) == 2 ? int(owner & 0xFFFFFFFF) : 0;
-  if (t_judge_budget == 0) return (seen & 3) == 2 ? int(owner & 0xFFFFFFFF) : 0;  // as it stands
+  if (Verdict::fresh(seen, Holder::inc(holder), now_ms, s.recovery_ms / 2))
+    return Verdict::dead(seen) ? int(owner & 0xFFFFFFFF) : 0;
+  if (t_judge_budget == 0) return 0;  // no judging left: alive until judged
   if (t_judge_budget > 0) --t_judge_budget;
   const int dead = dead_owner_pid(p);
+  FAIRLANE_FAILPOINT("liveness.judged");
   // Relaxed: a cache of a judgement anyone may repeat; a lost race costs one
-  // more system call.
-  p.seen.store((now_ms << 2) | (dead ? 2U : 1U), std::memory_order_relaxed);
+  // more system call. About the incarnation judged (the record may have
+  // another owner by now).
+  p.seen.store(Verdict::make(now_ms, Holder::inc(holder), dead != 0), std::memory_order_relaxed);
   return dead;
 }
 

@@ -167,12 +167,30 @@ int dead_owner_pid(const ProcRecord& p) noexcept;
 // Is process record `holder1` (index + 1) dead, judged at most once per
 // recovery_ms / 2 for every process of the segment (ProcRecord::seen)?
 // Returns its pid when dead, else 0. Never judges the caller's own record.
-// Under a JudgeBudget that is spent, a verdict older than that is used as
-// it stands (one never made counts alive): no system call.
+// Under a JudgeBudget that is spent, a process with no fresh verdict counts
+// alive (no system call): its recovery waits for a judge, and no live
+// process is ever taken for dead on an old verdict.
 int holder_dead(Segment& s, std::uint32_t holder1, std::uint64_t now_ms) noexcept;
 
-// Does process record i need judging (attached, not the caller's, its
-// verdict missing or older than recovery_ms / 2)?
+// ProcRecord::seen. A verdict names the incarnation it judged: a judge that
+// read the record's owner, then found it dead while another process took
+// the record (attach bumps the incarnation and zeroes `seen`), stores a
+// verdict that the new owner's holders do not take for theirs. (Until
+// 2026-12-04 it did not: the new, live owner was taken for dead for
+// recovery_ms / 2, its leases expired and its intents settled.)
+struct Verdict {
+  static constexpr std::uint64_t make(std::uint64_t ms, std::uint32_t inc, bool dead) noexcept {
+    return (ms << 10) | (std::uint64_t(inc & 0xFF) << 2) | (dead ? 2U : 1U);
+  }
+  // Made for incarnation `inc` less than `half` ms before now.
+  static constexpr bool fresh(std::uint64_t v, std::uint32_t inc, std::uint64_t now_ms, std::uint64_t half) noexcept {
+    return (v & 3) != 0 && ((v >> 2) & 0xFF) == (inc & 0xFF) && (v >> 10) <= now_ms && now_ms < (v >> 10) + half;
+  }
+  static constexpr bool dead(std::uint64_t v) noexcept { return (v & 3) == 2; }
+};
+
+// Does process record i need judging (attached, not the caller's, no
+// verdict about its incarnation less than recovery_ms / 2 old)?
 bool verdict_stale(const Segment& s, std::uint32_t i, std::uint64_t now_ms) noexcept;
 
 // How many judgements (each a kill and a /proc read, ~10 us) the calling

@@ -21,11 +21,13 @@
 #include <unistd.h>
 
 #include <chrono>
+#include <cstdlib>
 #include <cstring>
 #include <fstream>
 #include <iterator>
 #include <latch>
 #include <map>
+#include <optional>
 #include <set>
 #include <string>
 #include <thread>
@@ -306,6 +308,52 @@ TEST_F(ManyAttached, LeasesOfADeadConsumerComeBackWithinAFewClaims) {
   expect_clean();
 }
 
+// Past a chunk's judging budget, a process with no fresh verdict counts
+// alive, whatever an old verdict said: a verdict of "dead" older than
+// recovery_ms / 2 (here one scribbled, about the live process's own
+// incarnation) is never acted on. The first version of the budget used an
+// old verdict as it stood (found in review, replayed the same way).
+TEST_F(ManyAttached, AnOldDeadVerdictIsNeverUsedPastTheBudget) {
+  fill(A, 1);
+  detail::Segment& s = detail::QueueAccess::segment(q());
+  // The victim: the handle whose record is nearest the middle of the table
+  // (records are taken from a rotating start), so that records before it
+  // spend a slot chunk's budget and its judge chunk is not the pass's last.
+  std::size_t v = 0;
+  auto distance = [&](std::size_t k) {
+    return std::abs(int(detail::QueueAccess::segment(others_[k]).me_index) - int(s.proc_count / 2));
+  };
+  for (std::size_t k = 1; k < others_.size(); ++k)
+    if (distance(k) < distance(v)) v = k;
+  Queue& victim = others_[v];
+  const std::uint32_t vi = detail::QueueAccess::segment(victim).me_index;
+  ASSERT_GE(vi, 16U);
+  Lease vl;
+  ASSERT_TRUE(victim.claim(vl, kLongLease));
+  q().advance_clock(kBound);  // every verdict stale, a pass due
+  // This handle's claims take the pass's judge chunks until the victim's
+  // record is judged (alive), the pass still in the records.
+  for (int i = 0; i < 16 && detail::verdict_stale(s, vi, detail::segment_now_ms(s)); ++i) {
+    Lease none;
+    EXPECT_FALSE(q().claim(none, kLongLease));
+  }
+  ASSERT_FALSE(detail::verdict_stale(s, vi, detail::segment_now_ms(s)));
+  ASSERT_LT(std::uint32_t(s.h->sweep.cursor.load()), s.proc_count) << "the pass left the records";
+  // The victim's verdict scribbled to "dead", about its own incarnation;
+  // then it and every other verdict go stale. The pass's remaining chunks
+  // do not judge it again (it is behind the cursor), and the slot chunk's
+  // budget is spent on the records before it.
+  s.procs[vi].seen.store(detail::Verdict::make(detail::segment_now_ms(s), std::uint32_t(s.procs[vi].incarnation.load()), true));
+  q().advance_clock(kBound / 2 + 1);
+  for (int i = 0; i < 8; ++i) {
+    Lease l;
+    EXPECT_FALSE(q().claim(l, kLongLease)) << "the live victim's lease was taken back: attempt " << l.attempt;
+  }
+  EXPECT_EQ(q().job(vl.id)->state, JobState::leased);
+  EXPECT_EQ(victim.complete(vl.id, vl.token), AckStatus::ok);
+  expect_clean();
+}
+
 // A parked consumer alone takes a pass's chunks one after another (not one
 // per wake-up): with many processes to judge it still has the dead holder's
 // lease back within its bound.
@@ -335,6 +383,74 @@ TEST_F(ManyAttached, AParkedConsumerRecoversADeadConsumersLeaseByItself) {
   EXPECT_EQ(l.id, ids[0]);
   EXPECT_EQ(q().complete(l.id, l.token), AckStatus::ok);
   expect_clean();
+}
+
+// A judge that finds a record's owner dead while another process takes the
+// record (between the judge's kill and /proc read and its store of the
+// verdict) must not leave the new, live owner judged dead: the verdict
+// names the incarnation it was about. Until 2026-12-04 it did not, and the
+// pass that stored it took the new owner's lease back at once (found in
+// review, replayed the same way).
+struct Retaken {
+  std::string name;
+  SharedBlock<ChildReport>* rep = nullptr;
+  std::optional<ForkedChild> b;
+  bool done = false;
+};
+void retake_while_judged(void* arg) {
+  auto& r = *static_cast<Retaken*>(arg);
+  if (r.done) return;
+  r.done = true;
+  const std::string name = r.name;
+  SharedBlock<ChildReport>* rep = r.rep;
+  r.b.emplace([name, rep] {
+    auto q = Queue::open(name);
+    if (!q) return 3;
+    Lease l;
+    if (!q->claim(l, kLongLease)) return 4;
+    tell(**rep, l);
+    (*rep)->stage.store(1);
+    for (;;) ::pause();
+  }, 60);
+  (void)eventually([&] { return (*rep)->stage.load() == 1 || r.b->poll(); });
+}
+
+TEST_F(Recovery, AVerdictAboutARecordsDeadOwnerIsNotTakenForItsNewOwner) {
+  QueueOptions o;
+  o.jobs = 64;
+  o.lanes = 8;
+  o.payload_bytes = 32;
+  o.recovery_ms = 1000;
+  o.processes = 2;  // this handle's record and one more: the dead A's, then B's
+  create(o);
+  const auto ids = fill(A, 1);
+  const std::string name = seg();
+  ForkedChild a([&] {
+    auto r = Queue::open(name);
+    if (!r) return 3;
+    ::raise(SIGKILL);
+    return 0;
+  }, 60);
+  a.wait();
+  ASSERT_TRUE(a.signaled()) << a.describe();
+  SharedBlock<ChildReport> rep;
+  Retaken plan{name, &rep};
+  q().advance_clock(1000);  // a pass due: its judge finds A dead, and B attaches and claims meanwhile
+  detail::failpoint_call("liveness.judged", retake_while_judged, &plan);
+  Lease l;
+  const bool got = q().claim(l, kLongLease);
+  detail::failpoint_call("liveness.judged", nullptr, nullptr);
+  ASSERT_TRUE(plan.b.has_value()) << "the pass never judged A";
+  ASSERT_EQ(rep->stage.load(), 1) << plan.b->describe();
+  EXPECT_FALSE(got) << "the live B's lease was taken back: " << l.id.str() << " attempt " << l.attempt;
+  for (int i = 0; i < 3; ++i) {  // nor by the claims after it, within the verdict's life
+    q().advance_clock(100);
+    Lease again;
+    EXPECT_FALSE(q().claim(again, kLongLease)) << "the live B's lease was taken back: attempt " << again.attempt;
+  }
+  EXPECT_EQ(q().job(ids[0])->state, JobState::leased);
+  plan.b->kill_now();
+  plan.b->wait();
 }
 
 // ---- a claimer dies between taking a job out of its lane and leasing it -------------------------

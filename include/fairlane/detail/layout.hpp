@@ -464,9 +464,10 @@ struct CounterBlock {
 //   owner: pid (bits 0..31) | 1<<32 attached | 1<<33 start time written
 //          (never judged dead before) | 1<<34 observer (a tool that only
 //          looks); 0 = free record
-//   seen:  the last liveness verdict: segment ms (bits 2..63) | verdict
-//          (bits 0..1: 0 unknown, 1 alive, 2 dead, 3 stopped), shared so that
-//          one judgement per recovery_ms / 2 serves every sweeper
+//   seen:  the last liveness verdict: segment ms (bits 10..63) | the low byte
+//          of the incarnation it was about (bits 2..9) | verdict (bits 0..1:
+//          0 unknown, 1 alive, 2 dead), shared so that one judgement per
+//          recovery_ms / 2 serves every sweeper (Verdict, segment.hpp)
 //   intent: the fallback intent of threads that found no thread record free
 //           (ThreadRecord::intent), taken by CAS per use: tid (bits 0..31)
 //           in intent_tid, the intent itself here
@@ -615,7 +616,9 @@ struct alignas(kCacheLine) CorruptionStats {
 // The sweep: promotion of due jobs, expiry of leases, liveness of holders,
 // and the leftovers of dead processes, done a chunk of the slot table at a
 // time by whichever claim or waiter finds one due (no daemon).
-//   cursor: pass (bits 32..63) | next slot of the pass (bits 0..31)
+//   cursor: pass (bits 32..63) | next position of the pass (bits 0..31):
+//           first the process records (0..processes - 1), whose liveness it
+//           judges, then the slots (processes + slot)
 struct alignas(kCacheLine) SweepShared {
   std::atomic<std::uint64_t> cursor;
   std::atomic<std::uint64_t> next_due;      // earliest deadline or due time known (segment ms)
