@@ -182,7 +182,10 @@ bool any_intent_names(const Segment& s, std::uint32_t slot, std::uint64_t ctr) n
   auto names = [&](std::uint64_t in) {
     return IntentWord::kind(in) != Intent::none && IntentWord::slot1(in) == slot + 1 && IntentWord::ctr34(in) == c34;
   };
-  for (std::uint32_t i = 0, n = s.threads_used(); i < n; ++i)
+  // The whole table, not the records below threads_used: finding none is
+  // acted on (the origin is dropped), and a mark scribbled low would hide a
+  // taker's intent (found in review: a taken job dropped, its slot leaked).
+  for (std::uint32_t i = 0; i < s.thread_count; ++i)
     if (names(s.threads[i].intent.load(std::memory_order_acquire))) return true;
   for (std::uint32_t i = 0; i < s.proc_count; ++i)
     if (names(s.procs[i].intent.load(std::memory_order_acquire))) return true;

@@ -369,7 +369,11 @@ std::uint64_t settle_dead_threads(Segment& s, std::uint64_t now, int& pid) noexc
 bool settle_orphan(Segment& s, std::uint32_t slot, const Word128& w, std::uint64_t now) noexcept {
   const std::uint32_t h1 = Holder::index1(SlotWord::holder(w));
   if (h1 == 0 || h1 > s.proc_count) return false;
-  for (std::uint32_t i = 0, n = s.threads_used(); i < n; ++i) {
+  // The whole table, not the records below threads_used: finding no intent
+  // here is acted on (the slot is taken for never linked and freed), and a
+  // mark scribbled low would hide a linked admission's intent (found in
+  // review: the job behind it was lost). A rare path: an orphan a pass.
+  for (std::uint32_t i = 0; i < s.thread_count; ++i) {
     ThreadRecord& t = s.threads[i];
     if (ThreadOwner::proc1(t.owner.load(std::memory_order_acquire)) != h1) continue;
     if (IntentWord::slot1(t.intent.load(std::memory_order_acquire)) == slot + 1)
@@ -507,9 +511,6 @@ void record_recovery(Segment& s, const SweepStats& st, std::uint64_t took_us) no
   r.last_unix_ms.store(unix_ms(), std::memory_order_relaxed);
 }
 
-// Lane records: free those whose creator died mid-creation; reclaim lanes
-// found idle on two visits at least recovery_ms / 2 apart with nothing
-// changed between (so a busy tenant keeps its lane between its jobs).
 // Lanes of [from, to) whose words say ringed while no ring cell is their
 // token (design.md, "The ring", tokens lost): no transition leaves one, but
 // a scribbled cell or word, or a defect, would keep the lane out of the
@@ -528,9 +529,11 @@ void record_recovery(Segment& s, const SweepStats& st, std::uint64_t took_us) no
 // before it), so a written token lies below the first unwritten position
 // the walk meets. Hence: if the word read again after the walk is the
 // same, the token named by w1 was among the cells walked, or there is
-// none. A word compared by version, state, ringed and tgen (16 bits): it
-// takes 512 CASes of one lane during one walk, ending on the same tgen, to
-// fool it. Conservative the other way: a stale cell with the token's tgen
+// none. The whole 16-byte word is compared: its 9-bit version and tgen
+// alone came back after 256 jobs of a busy lane while the sweeper was
+// stopped twice (found in review; the lane lost its place in the rota and a
+// corruption was reported falsely); head, tail and counts must come back
+// too. Conservative the other way: a stale cell with the token's tgen
 // (5 bits) counts as the token. A tail hint scribbled ahead leaves gaps; a
 // walk that stops at one (the hint past an unwritten cell) heals nothing.
 // The walk is bounded by kTokenWalk cells: with more cells in the ring than
@@ -539,25 +542,22 @@ constexpr std::uint64_t kTokenWalk = 65536;
 void heal_tokenless(Segment& s, std::uint32_t from, std::uint32_t to) noexcept {
   to = std::min(to, s.lane_count);
   if (from >= to) return;
-  auto brief = [](const Word128& w) {
-    // bits 0..8 version, 9..13 tgen, 14 ringed, 15 live
-    return std::uint16_t((LaneWord::version(w) & LaneWord::kVersionMask) | (LaneWord::tgen(w) << 9) |
-                         (std::uint32_t(LaneWord::ringed(w)) << 14) |
-                         (std::uint32_t(LaneWord::state(w) == LaneState::live) << 15));
+  struct Candidate {
+    Word128 w;  // its word before the walk
+    std::uint32_t lane;
+    bool found;
   };
-  constexpr std::uint16_t kRingedLive = (1U << 14) | (1U << 15);
-  thread_local std::vector<std::uint16_t> seen;  // per lane of the share: brief(w1) if ringed and live, else 0
-  seen.assign(to - from, 0);
-  bool any = false;
+  thread_local std::vector<Candidate> cands;    // the ringed, live lanes of the share
+  thread_local std::vector<std::uint32_t> index;  // per lane of the share: 1 + its place in cands, or 0
+  cands.clear();
+  index.assign(to - from, 0);
   for (std::uint32_t lane = from; lane < to; ++lane) {
-    const std::uint16_t b = brief(lane_load(s, lane));
-    if ((b & kRingedLive) != kRingedLive) continue;
-    seen[lane - from] = b;
-    any = true;
+    const Word128 w = lane_load(s, lane);
+    if (LaneWord::state(w) != LaneState::live || !LaneWord::ringed(w)) continue;
+    cands.push_back({w, lane, false});
+    index[lane - from] = std::uint32_t(cands.size());
   }
-  if (!any) return;
-  thread_local std::vector<char> found;
-  found.assign(to - from, 0);
+  if (cands.empty()) return;
   const std::uint64_t h0 = s.h->ring_head.load(std::memory_order_acquire);
   const std::uint64_t end = h0 + std::min<std::uint64_t>(s.ring_mask + 1, kTokenWalk);
   std::uint64_t p = h0;
@@ -577,22 +577,23 @@ void heal_tokenless(Segment& s, std::uint32_t from, std::uint32_t to) noexcept {
     }
     const std::uint32_t l1 = RingCell::lane1(c);
     if (l1 == 0 || l1 - 1 < from || l1 - 1 >= to) continue;
-    const std::uint16_t b = seen[l1 - 1 - from];
-    if ((b & kRingedLive) == kRingedLive && ((b >> 9) & LaneWord::kTgenMask) == (p & LaneWord::kTgenMask))
-      found[l1 - 1 - from] = 1;
+    if (const std::uint32_t k = index[l1 - 1 - from]; k != 0 && LaneWord::tgen(cands[k - 1].w) == (p & LaneWord::kTgenMask))
+      cands[k - 1].found = true;
   }
   if (p == end) return;  // never reached the end: judge nothing
-  for (std::uint32_t lane = from; lane < to; ++lane) {
-    const std::uint16_t b = seen[lane - from];
-    if ((b & kRingedLive) != kRingedLive || found[lane - from]) continue;
-    Word128 w = lane_load(s, lane);
-    if (brief(w) != b) continue;  // moved on: whatever moved it had the token, or rang it
+  for (const Candidate& cand : cands) {
+    if (cand.found) continue;
+    Word128 w = lane_load(s, cand.lane);
+    if (!(w == cand.w)) continue;  // moved on: whatever moved it had the token, or rang it
     report_corrupt(s, CorruptWhat::ring_cell);
-    const Word128 base = lane_base(s, lane, w);
-    (void)lane_cas(s, lane, w, LaneWord::with_ringed(base, false));  // lost: another write moved it on
+    const Word128 base = lane_base(s, cand.lane, w);
+    (void)lane_cas(s, cand.lane, w, LaneWord::with_ringed(base, false));  // lost: another write moved it on
   }
 }
 
+// Lane records: free those whose creator died mid-creation; reclaim lanes
+// found idle on two visits at least recovery_ms / 2 apart with nothing
+// changed between (so a busy tenant keeps its lane between its jobs).
 void sweep_lanes(Segment& s, std::uint32_t from, std::uint32_t to, std::uint64_t now) noexcept {
   heal_tokenless(s, from, to);
   for (std::uint32_t lane = from; lane < to && lane < s.lane_count; ++lane) {

@@ -685,6 +685,53 @@ TEST_F(Recovery, ADeadClaimersRecordAboveAScribbledMarkIsFoundAndSettled) {
   expect_clean();
 }
 
+// The same scribble under an admitter killed after its link (its link
+// intent in the record above the mark, the heal's window elsewhere): the
+// pass that meets the orphaned admission must not take "no intent below
+// the mark" for "never linked" and free a slot still linked in its run
+// (the job after it was lost for good: found in review). settle_orphan
+// reads the whole table.
+TEST_F(Recovery, AScribbledLowMarkNeverHidesALinkedAdmissionFromTheSweep) {
+  QueueOptions o;
+  o.jobs = 64;
+  o.lanes = 8;
+  o.payload_bytes = 32;
+  o.recovery_ms = 1000;
+  o.processes = 16;  // 256 thread records
+  create(o);
+  const auto a1 = fill(A, 1);
+  const std::string name = seg();
+  ForkedChild child([&] {
+    auto r = Queue::open(name);
+    if (!r) return 3;
+    detail::failpoint_arm("enqueue.indexed");
+    (void)r->enqueue(A, r->mint(), "x");
+    return 5;  // not reached: killed at enqueue.indexed, linked
+  }, 60);
+  child.wait();
+  ASSERT_TRUE(child.signaled() && WTERMSIG(child.status()) == SIGKILL) << child.describe();
+  const auto a2 = fill(A, 1);
+  detail::Segment& s = detail::QueueAccess::segment(q());
+  ASSERT_EQ(s.h->threads_used.load(), 2U);
+  ASSERT_NE(s.threads[1].intent.load(), 0U) << "no link intent in record 1";
+  s.h->threads_used.store(1);   // the scribble
+  s.h->threads_heal.store(64);  // the heal's window far from record 1
+  q().advance_clock(1000);
+  q().tick();
+  std::map<BrandedId, int> got;
+  claim_all(got);
+  EXPECT_EQ(got[a1[0]], 1) << a1[0].str();
+  EXPECT_EQ(got[a2[0]], 1) << "the job linked after the orphaned admission was not delivered";
+  for (int i = 0; i < 6; ++i) {  // the heal finds record 1 within (255 / 64) + 2 passes
+    q().advance_clock(1000);
+    q().tick();
+  }
+  EXPECT_EQ(s.h->threads_used.load(), 2U);
+  claim_all(got);
+  for (const auto& [id, n] : got) EXPECT_EQ(n, 1) << id.str();
+  expect_clean();
+}
+
 // A creator stopped right after taking a lane record (its key not yet
 // written) keeps it: a sweep judges the creator the record's word names,
 // not the record's previous creator (long gone), so the record is not
