@@ -82,12 +82,14 @@ std::string show(const FsckReport& r) {
 
 class Recovery : public test::SegmentFixture {
  protected:
-  void make(std::uint32_t recovery_ms) {
+  // 64 jobs, 8 lanes; `processes` process records (0: the default).
+  void make(std::uint32_t recovery_ms, std::uint32_t processes = 0) {
     QueueOptions o;
     o.jobs = 64;
     o.lanes = 8;
     o.payload_bytes = 32;
     o.recovery_ms = recovery_ms;
+    if (processes) o.processes = processes;
     create(o);
   }
   std::vector<BrandedId> fill(const BrandedId& g, int n) {
@@ -106,6 +108,24 @@ class Recovery : public test::SegmentFixture {
       if (attempts) (*attempts)[l.id] = l.attempt;
       EXPECT_EQ(q().complete(l.id, l.token), AckStatus::ok) << l.id.str();
     }
+  }
+  // A child process opens the segment, claims one job and is killed
+  // holding its lease. Its pid (0 if it did not get that far: a failure).
+  pid_t lease_then_die() {
+    SharedBlock<ChildReport> rep;
+    const std::string name = seg();
+    ForkedChild child([&] {
+      auto r = Queue::open(name);
+      Lease l;
+      if (!r || !r->claim(l, kLongLease)) return 3;
+      tell(*rep, l);
+      rep->stage.store(1);
+      ::raise(SIGKILL);
+      return 0;
+    }, 60);
+    child.wait();
+    EXPECT_EQ(rep->stage.load(), 1) << child.describe();
+    return rep->stage.load() == 1 ? child.pid() : 0;
   }
   void expect_clean() {
     q().tick();
@@ -184,19 +204,8 @@ TEST_F(Recovery, LeasesOfADeadConsumerComeBackToTheSurvivorsClaimsWithinTheBound
 TEST_F(Recovery, AParkedConsumerRecoversADeadConsumersLeaseByItself) {
   make(40);
   const auto ids = fill(A, 1);
-  SharedBlock<ChildReport> rep;
-  const std::string name = seg();
-  ForkedChild child([&] {
-    auto r = Queue::open(name);
-    Lease l;
-    if (!r || !r->claim(l, kLongLease)) return 3;
-    tell(*rep, l);
-    rep->stage.store(1);
-    ::raise(SIGKILL);
-    return 0;
-  }, 60);
-  child.wait();
-  ASSERT_EQ(rep->stage.load(), 1) << child.describe();
+  const pid_t dead = lease_then_die();
+  ASSERT_NE(dead, 0);
   const auto t0 = Clock::now();
   Lease l;
   ASSERT_TRUE(q().claim_wait(l, kLongLease, 20s)) << "the parked consumer never looked for the dead holder's lease";
@@ -205,7 +214,7 @@ TEST_F(Recovery, AParkedConsumerRecoversADeadConsumersLeaseByItself) {
   EXPECT_EQ(q().complete(l.id, l.token), AckStatus::ok);
   std::printf("[ recovery ] a parked consumer had the dead holder's lease back after %lld ms (bound 40 ms)\n",
               static_cast<long long>(std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now() - t0).count()));
-  EXPECT_EQ(q().recovery().last_pid, child.pid());
+  EXPECT_EQ(q().recovery().last_pid, dead);
   expect_clean();
 }
 
@@ -223,13 +232,7 @@ class ManyAttached : public Recovery {
   static constexpr std::uint32_t kOthers = 100;
   void SetUp() override {
     Recovery::SetUp();
-    QueueOptions o;
-    o.jobs = 64;
-    o.lanes = 8;
-    o.payload_bytes = 32;
-    o.recovery_ms = kBound;
-    o.processes = kOthers + 8;
-    create(o);
+    make(kBound, kOthers + 8);
     for (std::uint32_t i = 0; i < kOthers; ++i) {
       auto r = Queue::open(seg());
       ASSERT_TRUE(r.ok()) << r.error().message;
@@ -278,19 +281,8 @@ TEST_F(ManyAttached, AClaimJudgesTheLivenessOfABoundedNumberOfProcesses) {
 
 TEST_F(ManyAttached, LeasesOfADeadConsumerComeBackWithinAFewClaims) {
   const auto ids = fill(A, 1);
-  SharedBlock<ChildReport> rep;
-  const std::string name = seg();
-  ForkedChild child([&] {
-    auto r = Queue::open(name);
-    Lease l;
-    if (!r || !r->claim(l, kLongLease)) return 3;
-    tell(*rep, l);
-    rep->stage.store(1);
-    ::raise(SIGKILL);
-    return 0;
-  }, 60);
-  child.wait();
-  ASSERT_EQ(rep->stage.load(), 1) << child.describe();
+  const pid_t dead = lease_then_die();
+  ASSERT_NE(dead, 0);
   q().advance_clock(kBound);
   int claims = 0;
   Lease l;
@@ -304,7 +296,7 @@ TEST_F(ManyAttached, LeasesOfADeadConsumerComeBackWithinAFewClaims) {
   EXPECT_EQ(l.id, ids[0]);
   EXPECT_EQ(l.attempt, 2U);
   EXPECT_EQ(q().complete(l.id, l.token), AckStatus::ok);
-  EXPECT_EQ(q().recovery().last_pid, child.pid());
+  EXPECT_EQ(q().recovery().last_pid, dead);
   expect_clean();
 }
 
@@ -359,19 +351,8 @@ TEST_F(ManyAttached, AnOldDeadVerdictIsNeverUsedPastTheBudget) {
 // lease back within its bound.
 TEST_F(ManyAttached, AParkedConsumerRecoversADeadConsumersLeaseByItself) {
   const auto ids = fill(A, 1);
-  SharedBlock<ChildReport> rep;
-  const std::string name = seg();
-  ForkedChild child([&] {
-    auto r = Queue::open(name);
-    Lease l;
-    if (!r || !r->claim(l, kLongLease)) return 3;
-    tell(*rep, l);
-    rep->stage.store(1);
-    ::raise(SIGKILL);
-    return 0;
-  }, 60);
-  child.wait();
-  ASSERT_EQ(rep->stage.load(), 1) << child.describe();
+  const pid_t dead = lease_then_die();
+  ASSERT_NE(dead, 0);
   q().advance_clock(kBound);  // a pass is due at once: the parked consumer starts it
   const auto t0 = Clock::now();
   Lease l;
@@ -416,13 +397,7 @@ void retake_while_judged(void* arg) {
 }
 
 TEST_F(Recovery, AVerdictAboutARecordsDeadOwnerIsNotTakenForItsNewOwner) {
-  QueueOptions o;
-  o.jobs = 64;
-  o.lanes = 8;
-  o.payload_bytes = 32;
-  o.recovery_ms = 1000;
-  o.processes = 2;  // this handle's record and one more: the dead A's, then B's
-  create(o);
+  make(1000, 2);  // this handle's record and one more: the dead A's, then B's
   const auto ids = fill(A, 1);
   const std::string name = seg();
   ForkedChild a([&] {
@@ -635,13 +610,7 @@ TEST_F(Recovery, ThreadRecordsAreTakenLowestFirstBelowTheMark) {
 // bounded number of passes, reports it, raises the mark and settles the
 // take; fsck names the record meanwhile.
 TEST_F(Recovery, ADeadClaimersRecordAboveAScribbledMarkIsFoundAndSettled) {
-  QueueOptions o;
-  o.jobs = 64;
-  o.lanes = 8;
-  o.payload_bytes = 32;
-  o.recovery_ms = 1000;
-  o.processes = 16;  // 256 thread records
-  create(o);
+  make(1000, 16);  // 256 thread records
   const auto a = fill(A, 2);
   const std::string name = seg();
   ForkedChild child([&] {
@@ -692,13 +661,7 @@ TEST_F(Recovery, ADeadClaimersRecordAboveAScribbledMarkIsFoundAndSettled) {
 // (the job after it was lost for good: found in review). settle_orphan
 // reads the whole table.
 TEST_F(Recovery, AScribbledLowMarkNeverHidesALinkedAdmissionFromTheSweep) {
-  QueueOptions o;
-  o.jobs = 64;
-  o.lanes = 8;
-  o.payload_bytes = 32;
-  o.recovery_ms = 1000;
-  o.processes = 16;  // 256 thread records
-  create(o);
+  make(1000, 16);  // 256 thread records
   const auto a1 = fill(A, 1);
   const std::string name = seg();
   ForkedChild child([&] {
