@@ -25,8 +25,8 @@
 #include "fairlane/valkey.hpp"
 
 #include "atomic128.hpp"
-#include "failpoint.hpp"
 #include "clock.hpp"
+#include "failpoint.hpp"
 #include "hash.hpp"
 #include "retry_codec.hpp"
 
@@ -629,9 +629,9 @@ Result<std::unique_ptr<Segment>> create_segment(std::string_view name, const Que
   bind_tables(*s, g, seed, o.recovery_ms, o.job_kind.data());
   // Every sweep pass reads each slot word (and tag), lane record and process
   // record: their pages are faulted in here, by the creator, once. (Left to
-  // the first pass, a claim paid for them: 3.3 ms at the default 65,536 jobs
-  // and 256 processes, on the development machine.) Zeros over zeros: the
-  // tables' state is unchanged.
+  // the first pass, a claim paid for them: 5.0-6.4 ms at the default 65,536
+  // jobs and 256 processes, docs/perf/sweep-2026-12-04.txt.) Zeros over
+  // zeros: the tables' state is unchanged.
   {
     auto* base = static_cast<unsigned char*>(s->region.get_address());
     std::memset(base + g.words_off, 0, g.slots_off - g.words_off);

@@ -94,12 +94,12 @@ struct Segment {
   ThreadRecord* thread_if_known() const noexcept {
     return me && t_thread_cache.handle == handle_id ? t_thread_cache.rec : nullptr;
   }
-  ThreadRecord* thread_slow() noexcept;
+  ThreadRecord* thread_slow() noexcept;  // the first call of a thread on this handle, or after another handle
   // How many thread records a scan reads: every record a thread has taken
   // is below it (the header's high-water mark, bounded by the table).
   std::uint32_t threads_used() const noexcept {
     return std::min(h->threads_used.load(std::memory_order_acquire), thread_count);
-  }  // the first call of a thread on this handle, or after another handle
+  }
   CounterBlock& counters() noexcept;
 
   ~Segment();

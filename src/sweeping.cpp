@@ -643,10 +643,11 @@ void sweep_chunk(Segment& s, std::uint32_t from, std::uint32_t to, std::uint64_t
 // it judges first, then [proc_count, sweep_end) the slots. Judging a record
 // is a kill and a /proc read (about 10 us); a claim judges at most kJudge of
 // them (a chunk ends after the kJudge-th record that needs it), and its slot
-// chunk at most kSlotJudge more (verdicts gone stale since: the rest are
-// used as they stand). Until 2026-12-04 the first chunk judged every
-// attached process: a tick took 2.7 ms with 255 other handles attached and
-// 11.7 ms with 1,000.
+// chunk at most kSlotJudge more (verdicts gone stale since; past that a
+// process with no fresh verdict counts alive until judged). Until
+// 2026-12-04 the first chunk judged every attached process: the slowest
+// claim took 7.0-9.2 ms with 255 other handles attached and 44-60 ms with
+// 1,000 (docs/perf/sweep-2026-12-04.txt, page faults included).
 constexpr int kJudge = 32;
 constexpr int kSlotJudge = 8;
 

@@ -224,8 +224,8 @@ TEST_F(Recovery, AParkedConsumerRecoversADeadConsumersLeaseByItself) {
 // pass judges the attached processes first, at most 32 a claim (each claim
 // of the pass takes the next records), then sweeps the slots: no claim pays
 // for every process. Until 2026-12-04 the claim that started a pass judged
-// every attached process (2.7 ms with 255 others attached, 11.7 ms with
-// 1,000, on the development machine). Other handles of this process stand
+// every attached process (docs/perf/sweep-2026-12-04.txt: the slowest claim
+// 7.0-9.2 ms with 255 others attached). Other handles of this process stand
 // for other processes: each has its own record, judged as any other.
 class ManyAttached : public Recovery {
  protected:
