@@ -409,7 +409,9 @@ TEST_F(Recovery, AVerdictAboutARecordsDeadOwnerIsNotTakenForItsNewOwner) {
   a.wait();
   ASSERT_TRUE(a.signaled()) << a.describe();
   SharedBlock<ChildReport> rep;
-  Retaken plan{name, &rep};
+  Retaken plan;
+  plan.name = name;
+  plan.rep = &rep;
   q().advance_clock(1000);  // a pass due: its judge finds A dead, and B attaches and claims meanwhile
   detail::failpoint_call("liveness.judged", retake_while_judged, &plan);
   Lease l;
