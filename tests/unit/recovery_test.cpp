@@ -127,6 +127,24 @@ class Recovery : public test::SegmentFixture {
     EXPECT_EQ(rep->stage.load(), 1) << child.describe();
     return rep->stage.load() == 1 ? child.pid() : 0;
   }
+  // A child process opens the segment, arms failpoint `point` and runs
+  // `op`, which reaches it: the child is killed there. False (a failure
+  // recorded) if it ended any other way.
+  template <class Op>
+  bool killed_at(const char* point, Op op) {
+    const std::string name = seg();
+    ForkedChild child([&] {
+      auto r = Queue::open(name);
+      if (!r) return 3;
+      detail::failpoint_arm(point);
+      op(*r);
+      return 5;  // not reached: killed at the point
+    }, 60);
+    child.wait();
+    const bool killed = child.signaled() && WTERMSIG(child.status()) == SIGKILL;
+    EXPECT_TRUE(killed) << point << ": " << child.describe();
+    return killed;
+  }
   void expect_clean() {
     q().tick();
     const FsckReport r = q().fsck();
@@ -614,17 +632,10 @@ TEST_F(Recovery, ThreadRecordsAreTakenLowestFirstBelowTheMark) {
 TEST_F(Recovery, ADeadClaimersRecordAboveAScribbledMarkIsFoundAndSettled) {
   make(1000, 16);  // 256 thread records
   const auto a = fill(A, 2);
-  const std::string name = seg();
-  ForkedChild child([&] {
-    auto r = Queue::open(name);
-    if (!r) return 3;
-    detail::failpoint_arm("claim.taken");
+  ASSERT_TRUE(killed_at("claim.taken", [](Queue& r) {
     Lease l;
-    r->claim(l, kLongLease);
-    return 5;  // not reached: killed at claim.taken
-  }, 60);
-  child.wait();
-  ASSERT_TRUE(child.signaled() && WTERMSIG(child.status()) == SIGKILL) << child.describe();
+    r.claim(l, kLongLease);
+  }));
   detail::Segment& s = detail::QueueAccess::segment(q());
   ASSERT_EQ(s.h->threads_used.load(), 2U) << "the parent's record and the child's";
   ASSERT_NE(s.threads[1].intent.load(), 0U) << "the dead claimer left no intent in record 1";
@@ -665,16 +676,7 @@ TEST_F(Recovery, ADeadClaimersRecordAboveAScribbledMarkIsFoundAndSettled) {
 TEST_F(Recovery, AScribbledLowMarkNeverHidesALinkedAdmissionFromTheSweep) {
   make(1000, 16);  // 256 thread records
   const auto a1 = fill(A, 1);
-  const std::string name = seg();
-  ForkedChild child([&] {
-    auto r = Queue::open(name);
-    if (!r) return 3;
-    detail::failpoint_arm("enqueue.indexed");
-    (void)r->enqueue(A, r->mint(), "x");
-    return 5;  // not reached: killed at enqueue.indexed, linked
-  }, 60);
-  child.wait();
-  ASSERT_TRUE(child.signaled() && WTERMSIG(child.status()) == SIGKILL) << child.describe();
+  ASSERT_TRUE(killed_at("enqueue.indexed", [](Queue& r) { (void)r.enqueue(A, r.mint(), "x"); }));  // linked
   const auto a2 = fill(A, 1);
   detail::Segment& s = detail::QueueAccess::segment(q());
   ASSERT_EQ(s.h->threads_used.load(), 2U);
