@@ -430,7 +430,10 @@ ThreadRecord* Segment::thread_slow() noexcept {
     r.intent.store(0, std::memory_order_relaxed);
     try {
       tls_slots.entries.push_back({handle_id, this, &r});
+      std::lock_guard l(taken_mu);
+      if (std::find(taken.begin(), taken.end(), &r) == taken.end()) taken.push_back(&r);
     } catch (...) {
+      std::erase_if(tls_slots.entries, [&](const ThreadSlots::Entry& e) { return e.rec == &r && e.handle == handle_id; });
       r.owner.store(0, std::memory_order_release);
       return nullptr;
     }
@@ -459,8 +462,8 @@ Segment::~Segment() {
   // Every thread record of this handle (other threads' too: a handle closes
   // when no thread uses it any more).
   const std::uint64_t owner = ThreadOwner::make(me_index, me->incarnation.load(std::memory_order_relaxed));
-  for (std::uint32_t i = 0; i < thread_count; ++i)
-    if (threads[i].owner.load(std::memory_order_acquire) == owner) release_thread_record(*this, threads[i]);
+  for (ThreadRecord* r : taken)  // still ours unless its thread exited (then another may hold it)
+    if (r->owner.load(std::memory_order_acquire) == owner) release_thread_record(*this, *r);
   fold_counters(h->retired, me->retired);
   me->start_time.store(0, std::memory_order_relaxed);
   // [R1] release: hands the record back; pairs with [A1].

@@ -14,7 +14,9 @@
 #include <algorithm>
 #include <atomic>
 #include <cstdint>
+#include <mutex>
 #include <string>
+#include <vector>
 
 #include "fairlane/detail/layout.hpp"
 #include "fairlane/queue.hpp"
@@ -101,6 +103,14 @@ struct Segment {
     return std::min(h->threads_used.load(std::memory_order_acquire), thread_count);
   }
   CounterBlock& counters() noexcept;
+
+  // The thread records this handle's threads have taken (each once), so
+  // that closing it reads those and not the whole table: with room for
+  // 4,095 processes (65,520 records) a close that read the table took 21 ms
+  // (BM_open_use_close; 0.24-0.32 ms now). Taken on a thread's first call
+  // and at close, this process's threads only.
+  std::mutex taken_mu;
+  std::vector<ThreadRecord*> taken;
 
   ~Segment();
 };

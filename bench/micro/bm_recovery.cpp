@@ -50,5 +50,31 @@ void BM_sweep_pass_processes(benchmark::State& state) {
 }
 BENCHMARK(BM_sweep_pass_processes)->ArgName("processes")->Arg(4)->Arg(256)->Arg(4095)->Unit(benchmark::kMicrosecond);
 
+// A handle opened, used by this thread (which takes it a thread record) and
+// closed, on a segment with room for that many processes (16 thread records
+// each). Closing gives back the records the handle's threads took; it read
+// the whole thread table to find them until 2026-12-04.
+void BM_open_use_close(benchmark::State& state) {
+  const auto procs = std::uint32_t(state.range(0));
+  bool fresh = false;
+  auto& q = Pool::acquire({4096, 17, 16, "open-use-close", procs}, fresh);
+  Pool::ready();
+  const BrandedId group = BrandedId::make("GRP", 1);
+  for (auto _ : state) {
+    auto h = Queue::open(q.name());
+    if (!h) {
+      state.SkipWithError(h.error().message.c_str());
+      return;
+    }
+    Lease l;
+    if (h->enqueue(group, h->mint(), "p") != EnqueueStatus::enqueued || !h->claim(l, 60'000) ||
+        h->complete(l.id, l.token) != AckStatus::ok) {
+      state.SkipWithError("the opened handle could not run a job through");
+      return;
+    }
+  }
+}
+BENCHMARK(BM_open_use_close)->ArgName("processes")->Arg(4)->Arg(4095)->Unit(benchmark::kMicrosecond);
+
 }  // namespace
 }  // namespace fairlane::micro

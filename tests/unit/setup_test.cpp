@@ -350,6 +350,68 @@ TEST(Setup, AThreadThatFindsNothingToClaimTakesNoThreadRecord) {
   EXPECT_EQ(run_thread(true), before + 1) << "a thread that enqueued and claimed holds one record";
 }
 
+// Closing a handle gives back the thread records its threads took, those of
+// threads still running too, and nobody else's: another handle's record in
+// the same process, and one its own thread gave back (at exit) and another
+// handle's thread took since. (Close reads only the records its threads
+// took: BM_open_use_close.)
+TEST(Setup, ClosingAHandleGivesBackItsThreadsRecordsAndNoOthers) {
+  SegmentGuard guard(unique_segment_name());
+  QueueOptions o;
+  o.jobs = 64;
+  o.lanes = 4;
+  auto created = Queue::create(guard.name(), o);
+  ASSERT_TRUE(created.ok()) << describe(created.error());
+  test::RawSegment raw(guard.name());
+  const auto owned = [&] {
+    std::vector<std::uint32_t> v;
+    for (std::uint32_t i = 0; i < raw.header().thread_capacity; ++i)
+      if (raw.thread(i).owner.load(std::memory_order_acquire) != 0) v.push_back(i);
+    return v;
+  };
+  auto a = Queue::open(guard.name());
+  auto b = Queue::open(guard.name());
+  ASSERT_TRUE(a.ok() && b.ok());
+  // A thread of a takes a record and exits (giving it back); b's thread
+  // then takes the lowest free record: that same one.
+  std::thread([&] { EXPECT_EQ(a->enqueue(test::group("GRP"), a->mint(), "x"), EnqueueStatus::enqueued); }).join();
+  const auto before = owned();
+  EXPECT_EQ(b->enqueue(test::group("GRP"), b->mint(), "x"), EnqueueStatus::enqueued);
+  const auto with_b = owned();
+  ASSERT_EQ(with_b.size(), before.size() + 1);
+  // Two threads of a that stay alive while it closes, and this thread.
+  std::mutex mu;
+  std::condition_variable cv;
+  int ready = 0;
+  bool closed = false;
+  std::vector<std::thread> held;
+  for (int i = 0; i < 2; ++i)
+    held.emplace_back([&] {
+      EXPECT_EQ(a->enqueue(test::group("GRP"), a->mint(), "x"), EnqueueStatus::enqueued);
+      std::unique_lock lk(mu);
+      ++ready;
+      cv.notify_all();
+      cv.wait(lk, [&] { return closed; });
+    });
+  {
+    std::unique_lock lk(mu);
+    cv.wait(lk, [&] { return ready == 2; });
+  }
+  EXPECT_EQ(a->enqueue(test::group("GRP"), a->mint(), "x"), EnqueueStatus::enqueued);
+  EXPECT_EQ(owned().size(), with_b.size() + 3);
+  {
+    Queue gone = std::move(a).value();  // closed at the end of this scope
+  }
+  EXPECT_EQ(owned(), with_b) << "closing a gave back other than its threads' records";
+  {
+    std::lock_guard lk(mu);
+    closed = true;
+  }
+  cv.notify_all();
+  for (auto& t : held) t.join();
+  EXPECT_EQ(owned(), with_b) << "a's threads, exiting after it closed, gave back a record";
+}
+
 TEST(Setup, InvalidName) {
   for (const char* bad : {"", "a/b"}) {
     auto r = Queue::create(bad, small());
