@@ -45,6 +45,8 @@ void lower_next_due(Segment& s, std::uint64_t when_ms) noexcept;
 // deadline or due time passed, or the recovery bound since the last pass),
 // takes one chunk of the slot table and does what is due in it.
 void maybe_sweep(Segment& s, std::uint64_t now_ms) noexcept;
+// Is a pass under way (its next chunk waiting for a claim to take it)?
+bool sweep_under_way(const Segment& s) noexcept;
 // The whole table at once (tick). Returns how many jobs moved.
 std::uint64_t sweep_all(Segment& s, std::uint64_t now_ms) noexcept;
 

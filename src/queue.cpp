@@ -252,9 +252,7 @@ bool Queue::claim_wait(Lease& out, std::uint32_t lease_ms, std::chrono::millisec
     // one now rather than after a sleep, so that a queue whose only
     // consumers are parked finishes its passes (the records' liveness, then
     // the slots) within the recovery bound.
-    if (const std::uint32_t pos = std::uint32_t(s.h->sweep.cursor.load(std::memory_order_relaxed));
-        pos != 0 && pos < s.sweep_end)
-      continue;
+    if (sweep_under_way(s)) continue;
     const std::uint32_t seq = s.h->wake_seq.load(std::memory_order_acquire);
     // [S5] seq_cst: announce before the last look; pairs with notify().
     s.h->waiters.fetch_add(1, std::memory_order_seq_cst);

@@ -712,13 +712,21 @@ namespace {
   run_chunk(s, pos, to, now);
 }
 
+// A cursor at 0 is a pass not yet started; at sweep_end or past it (a
+// scribble), one finished.
+bool under_way(const Segment& s, std::uint32_t pos) noexcept { return pos != 0 && pos < s.sweep_end; }
+
 }  // namespace
+
+bool sweep_under_way(const Segment& s) noexcept {
+  return under_way(s, Cursor::pos(s.h->sweep.cursor.load(std::memory_order_relaxed)));
+}
 
 void maybe_sweep(Segment& s, std::uint64_t now) noexcept {
   SweepShared& sw = s.h->sweep;
   const std::uint64_t c = sw.cursor.load(std::memory_order_acquire);
   const std::uint32_t pos = Cursor::pos(c);
-  if (pos < s.sweep_end && pos != 0) return take_chunk(s, c, pos, now);
+  if (under_way(s, pos)) return take_chunk(s, c, pos, now);
   const std::uint64_t started = sw.pass_started_ms.load(std::memory_order_relaxed);
   const bool due = now >= sw.next_due.load(std::memory_order_relaxed) || now >= started + s.recovery_ms / 2 ||
                    started > now + kMaxRecoveryMs;  // a scribbled start time must not stop passes
