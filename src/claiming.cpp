@@ -184,6 +184,40 @@ bool decide_token(Segment& s, std::uint32_t lane, std::uint64_t st, std::uint64_
   return true;
 }
 
+// The deadline a husk's take carries in its intent (IntentGuard::set_take),
+// as a job's take carries its lease's: the later of the claim's lease
+// deadline and now + recovery_ms, so that a claimer running normally (a
+// husk's take lasts from its intent to drop_husk, a few lane and slot CASes)
+// is never judged overdue, however short the lease it asked for. Until
+// 2026-12-04 it carried none (0: never overdue): a claimer stopped with its
+// intent naming a husk counted as a live take of it for as long as it stayed
+// stopped, so the sweep left another claimer's dead take of the same husk
+// alone, and a claimer stopped after taking a husk held its slot; either
+// way the slot stayed out of use until the stopped one resumed or died
+// (`StoppedHuskClaimer.*`).
+//
+// Settled past that deadline while its claimer lives (settle_intent, as for
+// a job's take, with live_owner: the intent is the claimer's to clear), the
+// husk is released once, by whoever's release_husk moves it out of
+// "aborted, not popped" at its ctr (freed, or marked popped for an admitter
+// still deciding), and only that call uncounts it from the lane's husks. A
+// claimer that resumes after that:
+//   - before its take's CAS: the CAS fails (whoever took the husk moved the
+//     lane word's version on), and it reads the word again;
+//   - after it, strays: finish_take marks only while the lane word is still
+//     the one its take wrote, and the settler applied that take's step (a CAS
+//     of the word) before it judged the take; strays_unlink only unlinks
+//     marked nodes, searching by the slot's key of now, so it leaves a reuse
+//     of the slot alone;
+//   - drop_husk: release_husk(slot, its ctr) finds the slot free at that
+//     ctr, marked popped, or reused (an allocation moves the ctr on): it
+//     does nothing and returns false, so nothing is freed or uncounted again;
+//     a husk's take counts nothing active and moves no token, so there is
+//     no count to give back twice; nothing is reported corrupt.
+std::uint64_t husk_take_deadline(const Segment& s, std::uint64_t now_ms, std::uint64_t lease_deadline) noexcept {
+  return std::max<std::uint64_t>(lease_deadline, now_ms + s.recovery_ms);
+}
+
 // What the front of a lane holds, as one CAS of its lane word can take it.
 enum class Front { job, husk, settle, none, corrupt };
 
@@ -491,7 +525,8 @@ Step serve(Segment& s, ThreadRecord* rec, std::uint32_t lane, std::uint64_t h, W
     }
     const bool is_job = f == Front::job;
     const std::uint32_t x = x1 - 1;
-    guard.set_take(from_run ? Intent::pop_run : Intent::pop_strays, x, taken_ctr, lane, is_job ? deadline : 0);
+    guard.set_take(from_run ? Intent::pop_run : Intent::pop_strays, x, taken_ctr, lane,
+                   is_job ? deadline : husk_take_deadline(s, now_us / 1000, deadline));
     FAIRLANE_FAILPOINT("claim.intent_set");
     bool pass_now = false, corrupt = false;
     if (!take_cas(s, lane, w, base, x1, from_run, is_job, !passed, st, h, pass_now, corrupt)) {
@@ -721,7 +756,8 @@ void pop_front_husks(Segment& s, std::uint32_t lane) noexcept {
     }
     if (f != Front::husk) return;
     const std::uint32_t x = x1 - 1;
-    guard.set_take(from_run ? Intent::pop_run : Intent::pop_strays, x, taken_ctr, lane, 0);
+    guard.set_take(from_run ? Intent::pop_run : Intent::pop_strays, x, taken_ctr, lane,
+                   husk_take_deadline(s, segment_now_ms(s), 0));
     bool pass_now = false, corrupt = false;
     if (!take_cas(s, lane, w, base, x1, from_run, false, false, 0, 0, pass_now, corrupt)) {
       guard.clear();
@@ -764,7 +800,8 @@ ClaimStatus take_front(Segment& s, std::uint32_t lane, Lease& out, std::uint32_t
     if (f == Front::job && LaneWord::active(base) >= LaneWord::kActiveMax) return ClaimStatus::empty;
     const bool is_job = f == Front::job;
     const std::uint32_t x = x1 - 1;
-    guard.set_take(from_run ? Intent::pop_run : Intent::pop_strays, x, taken_ctr, lane, is_job ? deadline : 0);
+    guard.set_take(from_run ? Intent::pop_run : Intent::pop_strays, x, taken_ctr, lane,
+                   is_job ? deadline : husk_take_deadline(s, now_us / 1000, deadline));
     FAIRLANE_FAILPOINT("claim.intent_set");
     bool pass_now = false, corrupt = false;
     // No token: the turn stays where it is (a lane that runs empty leaves

@@ -565,6 +565,169 @@ TEST_F(DeadPopper, OfAJobWhoseAdmitterIsStillDecidingPutsItBack) {
   expect_clean(q);
 }
 
+// A husk (a reassign's origin) at the front of lane ga, in its run or, with
+// `strays`, in its strays: k, ahead of the origin j, is claimed once j has
+// been moved to gb (paused, with gu: nothing else is claimable), so that the
+// husk is not at the front when reassign pops its old lane's front husks.
+// Table of 4 slots: the husk and j's copy hold 2. The husk's slot.
+class StoppedHuskClaimer : public DeadPopper {
+ protected:
+  static constexpr std::uint32_t kLease = 5000;
+  const BrandedId ga = BrandedId::make("AAA", 1), gb = BrandedId::make("BBB", 2), gu = BrandedId::make("UUU", 3);
+  BrandedId j;
+  std::uint32_t husk_at_front(bool strays) {
+    small_table(4, 40);
+    if (HasFailure()) return ~0U;
+    Queue& q = this->q();
+    EXPECT_EQ(q.pause(gb), LaneStatus::ok);
+    EXPECT_EQ(q.pause(gu), LaneStatus::ok);
+    const BrandedId k = q.mint();
+    j = q.mint();
+    EXPECT_EQ(q.enqueue(ga, k, "k"), EnqueueStatus::enqueued);
+    EXPECT_EQ(q.enqueue(ga, j, "j"), EnqueueStatus::enqueued);
+    if (strays) {
+      Lease lk, lj;
+      EXPECT_TRUE(q.claim(lk, 60000));
+      EXPECT_TRUE(q.claim(lj, 60000));
+      EXPECT_EQ(lj.id, j);
+      EXPECT_EQ(q.release(lk.id, lk.token), AckStatus::ok);  // back at its id: ga's strays, k before j
+      EXPECT_EQ(q.release(lj.id, lj.token), AckStatus::ok);
+    }
+    EXPECT_EQ(q.reassign(j, gb), MoveStatus::moved);  // j's origin: a husk behind k
+    Lease l;
+    EXPECT_TRUE(q.claim(l, 60000));
+    EXPECT_EQ(l.id, k);
+    EXPECT_EQ(q.complete(l.id, l.token), AckStatus::ok);
+    RawSegment raw(seg());
+    const std::uint32_t h = raw.find_slot(detail::SlotState::aborted);
+    EXPECT_NE(h, ~0U) << "no husk";
+    return h;
+  }
+  // A child that claims with a kLease lease and stops at `at` (its first
+  // time there); it exits 0 if that claim got nothing, 1 if it got a job.
+  std::unique_ptr<ForkedChild> claim_and_stop(const char* at) {
+    const std::string name = seg();
+    auto c = std::make_unique<ForkedChild>([name, at]() -> int {
+      auto r = Queue::open(name);
+      if (!r) return 3;
+      Queue cq = std::move(r.value());
+      detail::failpoint_arm(at, 1, detail::FailpointAction::stop);
+      Lease l;
+      return cq.claim(l, kLease) ? 1 : 0;
+    });
+    EXPECT_TRUE(test::wait_stopped(c->pid())) << "the claimer did not stop at " << at;
+    return c;
+  }
+  // Sweeps over 3 lease lengths of the segment's clock.
+  void sweep_past_deadline() {
+    for (int i = 0; i < 6; ++i) {
+      q().advance_clock(kLease / 2);
+      q().tick();
+    }
+  }
+  // What every test ends with: the stopped claimer `c` (unless null: done
+  // already) resumed and got nothing (ga is empty), no corruption, every
+  // slot in use again, each job served once, ga's depth right.
+  void resume_and_check(ForkedChild* c) {
+    Queue& q = this->q();
+    if (c) {
+      ::kill(c->pid(), SIGCONT);
+      ASSERT_TRUE(c->wait_for(std::chrono::seconds(10)));
+      EXPECT_TRUE(c->exited_zero()) << c->describe();
+      q.advance_clock(kLease);  // a pass: whatever only the stopped claimer held up is settled now
+      q.tick();
+    }
+    EXPECT_EQ(q.depth(ga), 0u);
+    expect_clean(q);
+    std::vector<BrandedId> us;
+    for (BrandedId u = q.mint(); q.enqueue(gu, u, "u") == EnqueueStatus::enqueued; u = q.mint()) us.push_back(u);
+    EXPECT_EQ(us.size() + 1, 4u) << "a slot is out of use";  // j's copy holds one
+    ASSERT_EQ(q.resume(gb), LaneStatus::ok);
+    ASSERT_EQ(q.resume(gu), LaneStatus::ok);
+    const std::vector<BrandedId> got = serve_all(q);
+    EXPECT_EQ(std::count(got.begin(), got.end(), j), 1);
+    for (const BrandedId& u : us) EXPECT_EQ(std::count(got.begin(), got.end(), u), 1);
+    EXPECT_EQ(got.size(), us.size() + 1);
+    const BrandedId e = q.mint();
+    ASSERT_EQ(q.enqueue(ga, e, "e"), EnqueueStatus::enqueued);
+    EXPECT_EQ(q.depth(ga), 1u);
+    EXPECT_EQ(serve_all(q), std::vector<BrandedId>{e});
+    expect_clean(q);
+  }
+
+  // Claimer A stops with its intent naming the husk (claim.intent_set, before
+  // its take's CAS); claimer B takes the husk out and is killed
+  // (claim.taken). B's take is settled (the husk freed) once A's intent is
+  // past its deadline, though A is only stopped. Before, a husk take's
+  // intent carried no deadline: A's counted as a live take of the husk for
+  // as long as A stayed stopped, and the sweep left B's take alone: the
+  // husk's slot was out of use until A resumed or died.
+  void dead_take_settled_past_a_stopped_claimers_deadline(bool strays) {
+    const std::uint32_t h = husk_at_front(strays);
+    ASSERT_FALSE(HasFailure());
+    auto a = claim_and_stop("claim.intent_set");
+    claim_and_die("claim.taken");
+    RawSegment raw(seg());
+    ASSERT_EQ(detail::SlotWord::state(raw.slot_word_value(h)), detail::SlotState::aborted);
+    sweep_past_deadline();
+    EXPECT_EQ(detail::SlotWord::state(raw.slot_word_value(h)), detail::SlotState::free)
+        << "the dead claimer's take of the husk is unsettled while a stopped claimer names it";
+    // A resumes: its take's CAS fails (B took the husk), and ga is empty.
+    resume_and_check(a.get());
+  }
+
+  // Claimer A takes the husk and stops (claim.taken) before releasing it.
+  // Past its take's deadline the sweep releases the husk for it (as it puts
+  // a job back), and the slot is reused at once (the table filled). A
+  // resumes: it must not free the reused slot, count the husk out of ga a
+  // second time, mark or unlink anything of the new job, or report
+  // corruption. Before, A held the husk's slot for as long as it stayed
+  // stopped.
+  void stopped_taker_holds_the_husk_until_its_deadline(bool strays) {
+    const std::uint32_t h = husk_at_front(strays);
+    ASSERT_FALSE(HasFailure());
+    auto a = claim_and_stop("claim.taken");
+    RawSegment raw(seg());
+    ASSERT_EQ(detail::SlotWord::state(raw.slot_word_value(h)), detail::SlotState::aborted);
+    q().advance_clock(kLease / 2);
+    q().tick();
+    EXPECT_EQ(detail::SlotWord::state(raw.slot_word_value(h)), detail::SlotState::aborted)
+        << "a stopped taker's husk was released before its take's deadline";
+    sweep_past_deadline();
+    ASSERT_EQ(detail::SlotWord::state(raw.slot_word_value(h)), detail::SlotState::free)
+        << "a stopped taker holds its husk past its take's deadline";  // (the rest would follow from it)
+    // Every slot in use: the husk's slot holds a job of gu (paused) when A resumes.
+    std::vector<BrandedId> fill;
+    for (BrandedId u = q().mint(); q().enqueue(gu, u, "f") == EnqueueStatus::enqueued; u = q().mint()) fill.push_back(u);
+    EXPECT_EQ(fill.size(), 3u);
+    EXPECT_EQ(detail::SlotWord::state(raw.slot_word_value(h)), detail::SlotState::pending);
+    ::kill(a->pid(), SIGCONT);
+    ASSERT_TRUE(a->wait_for(std::chrono::seconds(10)));
+    EXPECT_TRUE(a->exited_zero()) << a->describe();
+    EXPECT_EQ(detail::SlotWord::state(raw.slot_word_value(h)), detail::SlotState::pending)
+        << "the resumed taker released the slot's next job";
+    expect_clean(q());
+    ASSERT_EQ(q().resume(gu), LaneStatus::ok);
+    const std::vector<BrandedId> got = serve_all(q());
+    EXPECT_EQ(got, fill);
+    ASSERT_EQ(q().pause(gu), LaneStatus::ok);
+    resume_and_check(nullptr);
+  }
+};
+
+TEST_F(StoppedHuskClaimer, ADeadTakeOfAHuskInTheRunIsSettledPastAStoppedClaimersDeadline) {
+  dead_take_settled_past_a_stopped_claimers_deadline(false);
+}
+TEST_F(StoppedHuskClaimer, ADeadTakeOfAHuskInTheStraysIsSettledPastAStoppedClaimersDeadline) {
+  dead_take_settled_past_a_stopped_claimers_deadline(true);
+}
+TEST_F(StoppedHuskClaimer, AStoppedTakerHoldsAHuskOfTheRunOnlyUntilItsDeadline) {
+  stopped_taker_holds_the_husk_until_its_deadline(false);
+}
+TEST_F(StoppedHuskClaimer, AStoppedTakerHoldsAHuskOfTheStraysOnlyUntilItsDeadline) {
+  stopped_taker_holds_the_husk_until_its_deadline(true);
+}
+
 // A dead claimer's take while a live claimer names the same job in its own
 // intent, about to make a take that will fail (held at claim.chosen). The
 // sweep took the live intent for the take's owner and cleared the dead one:
