@@ -184,24 +184,25 @@ bool decide_token(Segment& s, std::uint32_t lane, std::uint64_t st, std::uint64_
   return true;
 }
 
-// The deadline a husk's take carries in its intent (IntentGuard::set_take),
-// as a job's take carries its lease's: the later of the claim's lease
-// deadline and now + recovery_ms, so that a claimer running normally (a
-// husk's take lasts from its intent to drop_husk, a few lane and slot CASes)
-// is never judged overdue, however short the lease it asked for. Until
-// 2026-12-04 it carried none (0: never overdue): a claimer stopped with its
-// intent naming a husk counted as a live take of it for as long as it stayed
-// stopped, so the sweep left another claimer's dead take of the same husk
-// alone, and a claimer stopped after taking a husk held its slot; either
-// way the slot stayed out of use until the stopped one resumed or died
-// (`StoppedHuskClaimer.*`).
+// The deadline a husk's take carries in its intent (IntentGuard::set_take):
+// recovery_ms after the claim began, whatever the lease it asks for (a
+// husk is no job: a long lease must not let a stopped claimer hold its
+// slot that long). Until 2026-12-04 it carried none (0: never overdue): a
+// claimer stopped with its intent naming a husk counted as a live take of
+// it for as long as it stayed stopped, so the sweep left another claimer's
+// dead take of the same husk alone, and a claimer stopped after taking a
+// husk held its slot; either way the slot stayed out of use until the
+// stopped one resumed or died (`StoppedHuskClaimer.*`).
 //
-// Settled past that deadline while its claimer lives (settle_intent, as for
-// a job's take, with live_owner: the intent is the claimer's to clear), the
-// husk is released once, by whoever's release_husk moves it out of
-// "aborted, not popped" at its ctr (freed, or marked popped for an admitter
-// still deciding), and only that call uncounts it from the lane's husks. A
-// claimer that resumes after that:
+// A running claimer can be settled under it too: "now" is read when the
+// claim begins (a batch runs many steps on it), and a thread may be
+// descheduled past recovery_ms. That is harmless. Settled past its
+// deadline while its claimer lives (settle_intent, as for a job's take,
+// with live_owner: the intent is the claimer's to clear), the husk is
+// released once, by whoever's release_husk moves it out of "aborted, not
+// popped" at its ctr (freed, or marked popped for an admitter still
+// deciding), and only that call uncounts it from the lane's husks. A
+// claimer that goes on after that:
 //   - before its take's CAS: the CAS fails (whoever took the husk moved the
 //     lane word's version on), and it reads the word again;
 //   - after it, strays: finish_take marks only while the lane word is still
@@ -211,12 +212,11 @@ bool decide_token(Segment& s, std::uint32_t lane, std::uint64_t st, std::uint64_
 //     of the slot alone;
 //   - drop_husk: release_husk(slot, its ctr) finds the slot free at that
 //     ctr, marked popped, or reused (an allocation moves the ctr on): it
-//     does nothing and returns false, so nothing is freed or uncounted again;
-//     a husk's take counts nothing active and moves no token, so there is
-//     no count to give back twice; nothing is reported corrupt.
-std::uint64_t husk_take_deadline(const Segment& s, std::uint64_t now_ms, std::uint64_t lease_deadline) noexcept {
-  return std::max<std::uint64_t>(lease_deadline, now_ms + s.recovery_ms);
-}
+//     does nothing and returns false, so nothing is freed or uncounted again
+//     (`AResumedHuskTakerCountsItsHuskOutOfTheLaneOnce`); a husk's take
+//     counts nothing active and moves no token, so there is no count to
+//     give back twice; nothing is reported corrupt.
+std::uint64_t husk_take_deadline(const Segment& s, std::uint64_t now_ms) noexcept { return now_ms + s.recovery_ms; }
 
 // What the front of a lane holds, as one CAS of its lane word can take it.
 enum class Front { job, husk, settle, none, corrupt };
@@ -526,7 +526,7 @@ Step serve(Segment& s, ThreadRecord* rec, std::uint32_t lane, std::uint64_t h, W
     const bool is_job = f == Front::job;
     const std::uint32_t x = x1 - 1;
     guard.set_take(from_run ? Intent::pop_run : Intent::pop_strays, x, taken_ctr, lane,
-                   is_job ? deadline : husk_take_deadline(s, now_us / 1000, deadline));
+                   is_job ? deadline : husk_take_deadline(s, now_us / 1000));
     FAIRLANE_FAILPOINT("claim.intent_set");
     bool pass_now = false, corrupt = false;
     if (!take_cas(s, lane, w, base, x1, from_run, is_job, !passed, st, h, pass_now, corrupt)) {
@@ -757,7 +757,7 @@ void pop_front_husks(Segment& s, std::uint32_t lane) noexcept {
     if (f != Front::husk) return;
     const std::uint32_t x = x1 - 1;
     guard.set_take(from_run ? Intent::pop_run : Intent::pop_strays, x, taken_ctr, lane,
-                   husk_take_deadline(s, segment_now_ms(s), 0));
+                   husk_take_deadline(s, segment_now_ms(s)));
     bool pass_now = false, corrupt = false;
     if (!take_cas(s, lane, w, base, x1, from_run, false, false, 0, 0, pass_now, corrupt)) {
       guard.clear();
@@ -801,7 +801,7 @@ ClaimStatus take_front(Segment& s, std::uint32_t lane, Lease& out, std::uint32_t
     const bool is_job = f == Front::job;
     const std::uint32_t x = x1 - 1;
     guard.set_take(from_run ? Intent::pop_run : Intent::pop_strays, x, taken_ctr, lane,
-                   is_job ? deadline : husk_take_deadline(s, now_us / 1000, deadline));
+                   is_job ? deadline : husk_take_deadline(s, now_us / 1000));
     FAIRLANE_FAILPOINT("claim.intent_set");
     bool pass_now = false, corrupt = false;
     // No token: the turn stays where it is (a lane that runs empty leaves
