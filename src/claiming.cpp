@@ -216,7 +216,12 @@ bool decide_token(Segment& s, std::uint32_t lane, std::uint64_t st, std::uint64_
 //     (`AResumedHuskTakerCountsItsHuskOutOfTheLaneOnce`); a husk's take
 //     counts nothing active and moves no token, so there is no count to
 //     give back twice; nothing is reported corrupt.
-std::uint64_t husk_take_deadline(const Segment& s, std::uint64_t now_ms) noexcept { return now_ms + s.recovery_ms; }
+// Out of line and cold: a job's take (nearly every take) pays a branch for
+// it and nothing more (inlined: 883 instructions a claim in the cycle
+// count, against 880 out of line).
+[[gnu::cold, gnu::noinline]] std::uint64_t husk_take_deadline(const Segment& s, std::uint64_t now_us) noexcept {
+  return now_us / 1000 + s.recovery_ms;
+}
 
 // What the front of a lane holds, as one CAS of its lane word can take it.
 enum class Front { job, husk, settle, none, corrupt };
@@ -526,7 +531,7 @@ Step serve(Segment& s, ThreadRecord* rec, std::uint32_t lane, std::uint64_t h, W
     const bool is_job = f == Front::job;
     const std::uint32_t x = x1 - 1;
     guard.set_take(from_run ? Intent::pop_run : Intent::pop_strays, x, taken_ctr, lane,
-                   is_job ? deadline : husk_take_deadline(s, now_us / 1000));
+                   is_job ? deadline : husk_take_deadline(s, now_us));
     FAIRLANE_FAILPOINT("claim.intent_set");
     bool pass_now = false, corrupt = false;
     if (!take_cas(s, lane, w, base, x1, from_run, is_job, !passed, st, h, pass_now, corrupt)) {
@@ -757,7 +762,7 @@ void pop_front_husks(Segment& s, std::uint32_t lane) noexcept {
     if (f != Front::husk) return;
     const std::uint32_t x = x1 - 1;
     guard.set_take(from_run ? Intent::pop_run : Intent::pop_strays, x, taken_ctr, lane,
-                   husk_take_deadline(s, segment_now_ms(s)));
+                   husk_take_deadline(s, segment_now_us(s)));
     bool pass_now = false, corrupt = false;
     if (!take_cas(s, lane, w, base, x1, from_run, false, false, 0, 0, pass_now, corrupt)) {
       guard.clear();
@@ -801,7 +806,7 @@ ClaimStatus take_front(Segment& s, std::uint32_t lane, Lease& out, std::uint32_t
     const bool is_job = f == Front::job;
     const std::uint32_t x = x1 - 1;
     guard.set_take(from_run ? Intent::pop_run : Intent::pop_strays, x, taken_ctr, lane,
-                   is_job ? deadline : husk_take_deadline(s, now_us / 1000));
+                   is_job ? deadline : husk_take_deadline(s, now_us));
     FAIRLANE_FAILPOINT("claim.intent_set");
     bool pass_now = false, corrupt = false;
     // No token: the turn stays where it is (a lane that runs empty leaves
