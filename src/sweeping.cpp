@@ -242,8 +242,14 @@ bool settle_intent(Segment& s, std::atomic<std::uint64_t>& intent, std::atomic<s
       if (st == SlotState::aborted) {  // a husk: taken without a count (taken_out cleared its step)
         // Out of the lane's husk count as its taker would have (drop_husk),
         // by whichever of them, or of two sweeps, releases it.
-        if (release_husk(s, slot, SlotWord::ctr(w)) && from_run) husk_uncount(s, lane);
-        return done(true);
+        const bool released = release_husk(s, slot, SlotWord::ctr(w));
+        if (released && from_run) husk_uncount(s, lane);
+        // A dead owner's intent is cleared here, so this is counted once
+        // whoever released the husk. A live owner's stays (it clears its
+        // own): a husk whose admitter is still deciding is only marked
+        // popped, and every later pass until the admitter frees it comes
+        // here again and finds it marked, having done nothing.
+        return done(released || !live_owner);
       }
       // A job taken with a count and never leased: a `back` step gives the
       // count back and makes it returning, for anyone to link.

@@ -771,6 +771,50 @@ TEST_F(StoppedHuskClaimer, AResumedHuskTakerCountsItsHuskOutOfTheLaneOnce) {
   expect_clean(q);
 }
 
+// A's admission into ga is killed by B's of the same id (A, a child, stopped
+// at enqueue.indexed: it has not decided, so its husk keeps it as holder).
+// Claimer C takes the husk and stops (claim.taken). Past C's take's deadline
+// a pass releases the husk for C, which only marks it popped (A frees it once
+// it decides): one step finished. The passes after it find the husk marked
+// and do nothing; before, each of them counted it finished again (found in
+// review: `recovery().finished` rose by one a pass for as long as both stayed
+// stopped).
+TEST_F(StoppedHuskClaimer, AHuskReleasedForAStoppedTakerIsCountedFinishedOnce) {
+  two_slots({ga, gb}, kRecovery);
+  ASSERT_FALSE(HasFailure());
+  Queue& q = this->q();
+  ASSERT_EQ(q.set_limit(ga, 100), LaneStatus::ok);  // a setting: ga's record is kept while idle
+  RawSegment raw(seg());
+  free_slot(1);  // slot 1 free: A's
+  const BrandedId d = q.mint();
+  auto a = admit_and_stop(ga, d);
+  free_slot(0);  // slot 0 free: B's
+  ASSERT_EQ(q.enqueue(gb, d, "B"), EnqueueStatus::enqueued);  // B kills A
+  ASSERT_EQ(detail::SlotWord::state(raw.slot_word_value(1)), detail::SlotState::aborted);
+  ASSERT_EQ(q.resume(ga), LaneStatus::ok);
+  auto c = claim_and_stop("claim.taken");  // A's husk taken out of ga's run
+  const std::uint64_t before = q.recovery().finished;
+  sweep_past_deadline();  // three passes past C's deadline
+  const detail::Word128 w = raw.slot_word_value(1);
+  EXPECT_EQ(detail::SlotWord::state(w), detail::SlotState::aborted);
+  EXPECT_NE(detail::SlotWord::attempt(w), 0u) << "the husk was not released for its stopped taker";
+  EXPECT_EQ(q.recovery().finished, before + 1) << "one release counted finished by every pass";
+  ::kill(a->pid(), SIGCONT);
+  ASSERT_TRUE(a->wait_for(std::chrono::seconds(10)));
+  EXPECT_EQ(answer(*a), int(EnqueueStatus::duplicate)) << a->describe();
+  EXPECT_EQ(detail::SlotWord::state(raw.slot_word_value(1)), detail::SlotState::free);  // freed by A
+  ::kill(c->pid(), SIGCONT);
+  ASSERT_TRUE(c->wait_for(std::chrono::seconds(10)));
+  EXPECT_TRUE(c->exited_zero()) << c->describe();  // ga had nothing else
+  q.advance_clock(kLease);
+  q.tick();
+  EXPECT_EQ(q.recovery().finished, before + 1);
+  EXPECT_EQ(q.depth(ga), 0u);
+  ASSERT_EQ(q.resume(gb), LaneStatus::ok);
+  EXPECT_EQ(serve_all(q), std::vector<BrandedId>{d});
+  expect_clean(q);
+}
+
 // A dead claimer's take while a live claimer names the same job in its own
 // intent, about to make a take that will fail (held at claim.chosen). The
 // sweep took the live intent for the take's owner and cleared the dead one:
