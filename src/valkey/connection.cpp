@@ -197,7 +197,7 @@ std::uint16_t key_slot(std::string_view key) noexcept {
   }
   std::uint16_t crc = 0;  // CRC16/XMODEM: poly 0x1021, init 0, as the Cluster spec
   for (unsigned char c : key) {
-    crc ^= std::uint16_t(c) << 8;
+    crc = std::uint16_t(crc ^ (c << 8));
     for (int i = 0; i < 8; ++i) crc = (crc & 0x8000) ? std::uint16_t((crc << 1) ^ 0x1021) : std::uint16_t(crc << 1);
   }
   return crc & 16383;
