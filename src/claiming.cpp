@@ -223,6 +223,13 @@ bool decide_token(Segment& s, std::uint32_t lane, std::uint64_t st, std::uint64_
   return now_us / 1000 + s.recovery_ms;
 }
 
+// The deadline a take's intent carries: the lease's for a job, the husk's own
+// for a husk.
+inline std::uint64_t take_deadline(const Segment& s, bool is_job, std::uint64_t lease_deadline,
+                                   std::uint64_t now_us) noexcept {
+  return is_job ? lease_deadline : husk_take_deadline(s, now_us);
+}
+
 // What the front of a lane holds, as one CAS of its lane word can take it.
 enum class Front { job, husk, settle, none, corrupt };
 
@@ -531,7 +538,7 @@ Step serve(Segment& s, ThreadRecord* rec, std::uint32_t lane, std::uint64_t h, W
     const bool is_job = f == Front::job;
     const std::uint32_t x = x1 - 1;
     guard.set_take(from_run ? Intent::pop_run : Intent::pop_strays, x, taken_ctr, lane,
-                   is_job ? deadline : husk_take_deadline(s, now_us));
+                   take_deadline(s, is_job, deadline, now_us));
     FAIRLANE_FAILPOINT("claim.intent_set");
     bool pass_now = false, corrupt = false;
     if (!take_cas(s, lane, w, base, x1, from_run, is_job, !passed, st, h, pass_now, corrupt)) {
@@ -806,7 +813,7 @@ ClaimStatus take_front(Segment& s, std::uint32_t lane, Lease& out, std::uint32_t
     const bool is_job = f == Front::job;
     const std::uint32_t x = x1 - 1;
     guard.set_take(from_run ? Intent::pop_run : Intent::pop_strays, x, taken_ctr, lane,
-                   is_job ? deadline : husk_take_deadline(s, now_us));
+                   take_deadline(s, is_job, deadline, now_us));
     FAIRLANE_FAILPOINT("claim.intent_set");
     bool pass_now = false, corrupt = false;
     // No token: the turn stays where it is (a lane that runs empty leaves
