@@ -6,6 +6,7 @@
 #include <memory>
 
 #include "backend_fixture.hpp"
+#include "valkey/connection.hpp"
 
 namespace fairlane {
 namespace {
@@ -69,6 +70,27 @@ class ValkeyTest : public ::testing::Test {
   std::unique_ptr<RawClient> raw_;
   std::unique_ptr<ValkeyBackend> b_;
 };
+
+// ---------------------------------------------------------------- routing
+
+// The Cluster hash slot, as the Cluster specification defines it: CRC16
+// (XMODEM) of the key, or of the bytes between its first '{' and the next
+// '}' when there are any, modulo 16384. 0x31C3 is the specification's check
+// value of CRC16/XMODEM over "123456789"; the other figures are Python's
+// binascii.crc_hqx(key, 0) & 16383.
+TEST(ValkeyRoute, KeySlotIsTheClusterHashSlot) {
+  using valkey::key_slot;
+  EXPECT_EQ(key_slot("123456789"), 0x31C3);
+  EXPECT_EQ(key_slot("foo"), 12182);
+  EXPECT_EQ(key_slot(""), 0);
+  EXPECT_EQ(key_slot("{user1000}.following"), key_slot("user1000"));
+  EXPECT_EQ(key_slot("{user1000}.followers"), key_slot("user1000"));
+  EXPECT_EQ(key_slot("emq:{orders}:jobs"), key_slot("orders"));
+  EXPECT_NE(key_slot("foo{}{bar}"), key_slot("bar"));  // an empty tag: the whole key
+  EXPECT_EQ(key_slot("foo{{bar}}zap"), key_slot("{bar"));  // up to the first '}' after the first '{'
+  EXPECT_EQ(key_slot("user1000"), 3443);
+  EXPECT_EQ(key_slot("\xff\x80\x7f"), 7043);  // bytes above 0x7F
+}
 
 // ---------------------------------------------------------------- URLs
 
