@@ -230,6 +230,18 @@ inline std::uint64_t take_deadline(const Segment& s, bool is_job, std::uint64_t 
   return is_job ? lease_deadline : husk_take_deadline(s, now_us);
 }
 
+// The lane a husk's take names in its intent (IntentLane): with the lane's
+// incarnation, read after the lane word the take's CAS is from. The take
+// can empty the lane (it counts nothing active), and the lane be given back
+// and its record taken for another group before the husk is released:
+// whoever releases it counts it out of that incarnation's husks only
+// (husk_uncount), not the next lane's (`ReusedHuskLane.*`: its depth read
+// one high, or its husks were uncounted while still in its run). Out of
+// line and cold, as husk_take_deadline: a job's take names no incarnation.
+[[gnu::cold, gnu::noinline]] std::uint64_t husk_take_lane(const Segment& s, std::uint32_t lane) noexcept {
+  return IntentLane::husk(lane, lane_incarnation(s, lane));
+}
+
 // What the front of a lane holds, as one CAS of its lane word can take it.
 enum class Front { job, husk, settle, none, corrupt };
 
@@ -422,9 +434,13 @@ bool take_cas(Segment& s, std::uint32_t lane, Word128& w, const Word128& base, s
 // A husk this thread took out of lane `lane` at ctr `ctr`: released
 // (release_husk: freed, or left to its admitter), and no longer counted in
 // the lane's depth if it was in the run, by whoever released it (a sweep
-// may settle our take too). Only that incarnation: a settler may have
-// freed it meanwhile, and the slot been reused.
-void drop_husk(Segment& s, std::uint32_t lane, std::uint32_t slot, bool from_run, std::uint64_t ctr) noexcept {
+// may settle our take too). Only that incarnation of the slot: a settler
+// may have freed it meanwhile, and the slot been reused; and only that
+// incarnation of the lane (`take_lane`, as its intent names it:
+// husk_take_lane): the lane, emptied by our take, may have been given back
+// and its record reused.
+void drop_husk(Segment& s, std::uint64_t take_lane, std::uint32_t slot, bool from_run, std::uint64_t ctr) noexcept {
+  const std::uint32_t lane = std::uint32_t(IntentLane::lane(take_lane));
   if (!from_run) {
     // The lane word still names it in the `take` step of our CAS. A job's
     // step is cleared by its lease's next step (a CAS of this word) before
@@ -432,7 +448,7 @@ void drop_husk(Segment& s, std::uint32_t lane, std::uint32_t slot, bool from_run
     // applied to a reuse of the slot, it would mark a job that is not taken.
     lane_update(s, lane, [](Word128 b) -> std::optional<Word128> { return b; });
   }
-  if (release_husk(s, slot, ctr) && from_run) husk_uncount(s, lane);
+  if (release_husk(s, slot, ctr) && from_run) husk_uncount(s, lane, IntentLane::inc(take_lane));
 }
 
 // After a take_cas of a strays front (`taken`: the word it wrote): mark it
@@ -537,7 +553,8 @@ Step serve(Segment& s, ThreadRecord* rec, std::uint32_t lane, std::uint64_t h, W
     }
     const bool is_job = f == Front::job;
     const std::uint32_t x = x1 - 1;
-    guard.set_take(from_run ? Intent::pop_run : Intent::pop_strays, x, taken_ctr, lane,
+    const std::uint64_t take_lane = is_job ? lane : husk_take_lane(s, lane);
+    guard.set_take(from_run ? Intent::pop_run : Intent::pop_strays, x, taken_ctr, take_lane,
                    take_deadline(s, is_job, deadline, now_us));
     FAIRLANE_FAILPOINT("claim.intent_set");
     bool pass_now = false, corrupt = false;
@@ -558,7 +575,7 @@ Step serve(Segment& s, ThreadRecord* rec, std::uint32_t lane, std::uint64_t h, W
     }
     if (!from_run && !finish_take(s, lane, x, taken_word)) return corrupt_turn(s, lane, h, passed, took);
     if (!is_job) {
-      drop_husk(s, lane, x, from_run, taken_ctr);
+      drop_husk(s, take_lane, x, from_run, taken_ctr);
       guard.clear();
       continue;
     }
@@ -768,7 +785,8 @@ void pop_front_husks(Segment& s, std::uint32_t lane) noexcept {
     }
     if (f != Front::husk) return;
     const std::uint32_t x = x1 - 1;
-    guard.set_take(from_run ? Intent::pop_run : Intent::pop_strays, x, taken_ctr, lane,
+    const std::uint64_t take_lane = husk_take_lane(s, lane);
+    guard.set_take(from_run ? Intent::pop_run : Intent::pop_strays, x, taken_ctr, take_lane,
                    husk_take_deadline(s, segment_now_us(s)));
     bool pass_now = false, corrupt = false;
     if (!take_cas(s, lane, w, base, x1, from_run, false, false, 0, 0, pass_now, corrupt)) {
@@ -778,7 +796,7 @@ void pop_front_husks(Segment& s, std::uint32_t lane) noexcept {
     }
     const Word128 taken_word = w;
     if (!from_run && !finish_take(s, lane, x, taken_word)) return;
-    drop_husk(s, lane, x, from_run, taken_ctr);
+    drop_husk(s, take_lane, x, from_run, taken_ctr);
     guard.clear();
   }
 }
@@ -812,7 +830,8 @@ ClaimStatus take_front(Segment& s, std::uint32_t lane, Lease& out, std::uint32_t
     if (f == Front::job && LaneWord::active(base) >= LaneWord::kActiveMax) return ClaimStatus::empty;
     const bool is_job = f == Front::job;
     const std::uint32_t x = x1 - 1;
-    guard.set_take(from_run ? Intent::pop_run : Intent::pop_strays, x, taken_ctr, lane,
+    const std::uint64_t take_lane = is_job ? lane : husk_take_lane(s, lane);
+    guard.set_take(from_run ? Intent::pop_run : Intent::pop_strays, x, taken_ctr, take_lane,
                    take_deadline(s, is_job, deadline, now_us));
     FAIRLANE_FAILPOINT("claim.intent_set");
     bool pass_now = false, corrupt = false;
@@ -826,7 +845,7 @@ ClaimStatus take_front(Segment& s, std::uint32_t lane, Lease& out, std::uint32_t
     const Word128 taken_word = w;
     if (!from_run && !finish_take(s, lane, x, taken_word)) return ClaimStatus::corrupt;
     if (!is_job) {
-      drop_husk(s, lane, x, from_run, taken_ctr);
+      drop_husk(s, take_lane, x, from_run, taken_ctr);
       guard.clear();
       if (++husks > 4 * std::uint64_t(s.jobs) + 64) break;
       continue;

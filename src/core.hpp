@@ -88,9 +88,10 @@ class IntentGuard {
   // it is for, in pred: a taker still short of its lease past that deadline
   // (stopped, or descheduled that long) has its take undone by a sweep as
   // if it were dead, as its lease would have expired. A husk's take carries
-  // one too (husk_take_deadline, claiming.cpp: now + recovery_ms).
+  // one too (husk_take_deadline, claiming.cpp: now + recovery_ms), and its
+  // lane's incarnation in `lane` (IntentLane; husk_take_lane).
   // 0 is no deadline (never overdue); no take writes it.
-  void set_take(Intent kind, std::uint32_t slot, std::uint64_t ctr, std::uint32_t lane, std::uint64_t deadline_ms) noexcept {
+  void set_take(Intent kind, std::uint32_t slot, std::uint64_t ctr, std::uint64_t lane, std::uint64_t deadline_ms) noexcept {
     if (!slot_.intent) return;
     slot_.pred->store(deadline_ms, std::memory_order_relaxed);
     slot_.lane->store(lane, std::memory_order_relaxed);

@@ -81,7 +81,8 @@ class Checker {
   void in_flight(std::string what) { issue("in-flight", std::move(what)); }
 
   void find_in_flight() {
-    auto intent = [&](std::uint64_t in, std::uint64_t lane, std::uint32_t proc1) {
+    auto intent = [&](std::uint64_t in, std::uint64_t lane_word, std::uint32_t proc1) {
+      const std::uint64_t lane = IntentLane::lane(lane_word);
       const Intent kind = IntentWord::kind(in);
       if (kind == Intent::none) return;
       const std::uint32_t slot1 = IntentWord::slot1(in);

@@ -494,7 +494,7 @@ std::uint64_t lane_depth(const Segment& s, std::uint32_t lane) noexcept {
   }
   if (LaneWord::state(w) == LaneState::live && LaneWord::head(w) != 0) {
     n = steady && b >= a ? b - a + 1 : 1;
-    const std::uint64_t husks = s.lanes[lane].husks.load(std::memory_order_relaxed);
+    const std::uint64_t husks = HuskCount::count(s.lanes[lane].husks.load(std::memory_order_relaxed));
     n = n > husks ? n - husks : 0;
     n = std::min<std::uint64_t>(n, s.jobs);
   }

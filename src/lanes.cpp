@@ -100,7 +100,7 @@ std::uint32_t take_record(Segment& s, GroupKey g) noexcept {
     r.key_kind.store(g.kind | (inc << 16), std::memory_order_release);
     r.settings.store(Settings::make(0, false, 1, r.settings.load(std::memory_order_relaxed)), std::memory_order_relaxed);
     r.turn.store(0, std::memory_order_relaxed);
-    r.husks.store(0, std::memory_order_relaxed);
+    r.husks.store(HuskCount::make(inc), std::memory_order_relaxed);
     r.served.store(0, std::memory_order_relaxed);
     r.idle_seen.store(0, std::memory_order_relaxed);
     r.creator.store(my_holder(s), std::memory_order_relaxed);

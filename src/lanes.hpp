@@ -21,8 +21,11 @@
 // jobs returning to it), no step pending, and its settings are the defaults.
 // Scheduled and dead jobs hold no lane (their slot keeps their group, and a
 // promotion or requeue looks the lane up again), so an idle lane is exactly
-// one no job needs. It is given back by a CAS of its lane word to free,
-// which fails any operation computed from an older reading of that word
+// one no job needs. A husk taken out of the run and not yet released holds
+// none either (its take counts nothing active): its release counts it out
+// of the lane's husks only if the record is still that lane (HuskCount).
+// An idle lane is given back by a CAS of its lane word to free, which fails
+// any operation computed from an older reading of that word
 // (docs/design.md, "Tenants come and go"); its directory entry is cleared by
 // the reclaimer or by the next lookup that finds it stale.
 #pragma once
@@ -95,12 +98,25 @@ inline bool lane_idle(const Segment& s, std::uint32_t lane, const Word128& w) no
          Settings::defaults(lane_settings(s, lane));
 }
 
-// One husk fewer in lane `lane`'s run (its `husks` count, for depth: never
-// below 0). Relaxed: the count is approximate.
-inline void husk_uncount(Segment& s, std::uint32_t lane) noexcept {
+// The incarnation of lane record `lane`, as its key keeps it. Read after a
+// live reading `w` of its word, it is the incarnation of `w`'s lane if a
+// CAS from `w` succeeds after it (a reclaim and a re-creation both move the
+// word on, and a record's key is written before it is made live).
+inline std::uint64_t lane_incarnation(const Segment& s, std::uint32_t lane) noexcept {
+  return s.lanes[lane].key_kind.load(std::memory_order_acquire) >> 16;
+}
+
+// One husk fewer in the run of lane `lane`, incarnation `inc` (its `husks`
+// count, for depth: never below 0). Nothing if the record has been given
+// back since and taken for another lane: the count is that lane's then. A
+// husk's take can empty its lane (it counts nothing active), and the lane
+// can be given back before the husk is released (HuskCount). Relaxed: the
+// count is approximate.
+inline void husk_uncount(Segment& s, std::uint32_t lane, std::uint64_t inc) noexcept {
   std::atomic<std::uint64_t>& h = s.lanes[lane].husks;
   std::uint64_t v = h.load(std::memory_order_relaxed);
-  while (v && !h.compare_exchange_weak(v, v - 1, std::memory_order_relaxed)) {
+  while (HuskCount::count(v) && HuskCount::inc(v) == (inc & HuskCount::kIncMask) &&
+         !h.compare_exchange_weak(v, v - 1, std::memory_order_relaxed)) {
   }
 }
 

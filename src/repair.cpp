@@ -210,7 +210,7 @@ class Repairer {
         r.key_kind.store(inc << 16);
       }
       r.turn.store(0);
-      r.husks.store(0);
+      r.husks.store(HuskCount::make(inc));
       r.idle_seen.store(0);
       r.creator.store(0);
       for (auto& head : r.strays) head.store(strays_head(inc, false, 0));

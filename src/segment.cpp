@@ -656,6 +656,7 @@ Result<std::unique_ptr<Segment>> create_segment(std::string_view name, const Que
     LaneRecord& l = s->lanes[kDefaultLane];
     l.key_sf.store(def->snowflake(), std::memory_order_relaxed);
     l.key_kind.store(kind_code(def->kind()) | (1ULL << 16), std::memory_order_relaxed);
+    l.husks.store(HuskCount::make(1), std::memory_order_relaxed);
     for (auto& head : l.strays) head.store(UpLink::make(0, 0, 1, 0), std::memory_order_relaxed);
     store128_init(l.word, LaneWord::with_state(Word128{}, LaneState::live));
   }

@@ -215,12 +215,12 @@ bool settle_intent(Segment& s, std::atomic<std::uint64_t>& intent, std::atomic<s
     intent.compare_exchange_strong(cur, 0, std::memory_order_acq_rel);
     return acted;
   };
-  if (slot1 == 0 || slot1 > s.jobs || lane64 >= s.lane_count) {
+  if (slot1 == 0 || slot1 > s.jobs || IntentLane::lane(lane64) >= s.lane_count) {
     report_corrupt(s, CorruptWhat::process);
     return done(false);
   }
   const std::uint32_t slot = slot1 - 1;
-  const std::uint32_t lane = std::uint32_t(lane64);
+  const std::uint32_t lane = std::uint32_t(IntentLane::lane(lane64));
   const Word128 w = slot_load(s, slot);
   if (!ctr_matches(w, IntentWord::ctr34(in))) return done(false);  // moved on since: nothing of it is left
   switch (kind) {
@@ -241,9 +241,15 @@ bool settle_intent(Segment& s, std::atomic<std::uint64_t>& intent, std::atomic<s
       if (!from_run && strays_unlink(s, lane, slot) != OrderResult::ok) return done(false);
       if (st == SlotState::aborted) {  // a husk: taken without a count (taken_out cleared its step)
         // Out of the lane's husk count as its taker would have (drop_husk),
-        // by whichever of them, or of two sweeps, releases it.
+        // by whichever of them, or of two sweeps, releases it; and out of
+        // the lane the take emptied only, if its record is that lane still.
+        // A job's take names no incarnation: one that finds a husk (its job
+        // made one since by a reassign's drop, which refuses while an intent
+        // names the job) counts it out of the lane as the record is now, as
+        // every take did before the incarnation was named.
+        const std::uint64_t inc = IntentLane::is_husk(lane64) ? IntentLane::inc(lane64) : lane_incarnation(s, lane);
         const bool released = release_husk(s, slot, SlotWord::ctr(w));
-        if (released && from_run) husk_uncount(s, lane);
+        if (released && from_run) husk_uncount(s, lane, inc);
         // A dead owner's intent is cleared here, so this is counted once
         // whoever released the husk. A live owner's stays (it clears its
         // own): a husk whose admitter is still deciding is only marked

@@ -815,6 +815,110 @@ TEST_F(StoppedHuskClaimer, AHuskReleasedForAStoppedTakerIsCountedFinishedOnce) {
   expect_clean(q);
 }
 
+// A lane emptied by a husk's take is idle (its word holds nothing: a husk's
+// take counts nothing active), though the husk stays counted in it until
+// its release. Given back then and taken for another group, the record's
+// count is the new lane's: the release's uncount must leave it alone.
+// ga's run holds only a husk h (j's origin, j moved to gb), and every lane
+// record is in use (ga, gb, gu and five fillers, all but ga paused).
+// Claimer A takes h and stops (claim.taken). A new group gn needs a record:
+// ga's idle lane is given back and its record taken for gn, which gets a
+// job k2 and a husk of its own behind it (j2's origin): gn's depth is 1.
+// Then h's release (A resumed, or the sweep past A's deadline) counted h
+// out of gn: gn read 2 jobs deep holding one (found in review).
+class ReusedHuskLane : public StoppedHuskClaimer {
+ protected:
+  const BrandedId gn = BrandedId::make("NNN", 4);
+  BrandedId k2, j2;
+  std::uint32_t h = ~0U, ga_record = ~0U;
+
+  std::uint32_t record_of(RawSegment& raw, const BrandedId& g) {
+    for (std::uint32_t i = 1; i < raw.header().lane_capacity; ++i)
+      if (raw.lane(i).key_sf.load() == g.snowflake() &&
+          detail::LaneWord::state(raw.word_value(raw.lane(i).word)) == detail::LaneState::live)
+        return i;
+    return ~0U;
+  }
+
+  std::unique_ptr<ForkedChild> husk_taken_and_lane_reused() {
+    small_table(8, kRecovery);
+    if (HasFailure()) return nullptr;
+    Queue& q = this->q();
+    RawSegment raw(seg());
+    EXPECT_EQ(q.pause(gb), LaneStatus::ok);
+    EXPECT_EQ(q.pause(gu), LaneStatus::ok);
+    for (std::uint64_t f = 101; f <= 105; ++f) EXPECT_EQ(q.pause(BrandedId::make("FFF", f)), LaneStatus::ok);
+    const BrandedId k = q.mint();
+    j = q.mint();
+    EXPECT_EQ(q.enqueue(ga, k, "k"), EnqueueStatus::enqueued);  // the eighth lane record
+    EXPECT_EQ(q.enqueue(ga, j, "j"), EnqueueStatus::enqueued);
+    EXPECT_EQ(q.reassign(j, gb), MoveStatus::moved);  // j's origin: a husk behind k
+    Lease l;
+    EXPECT_TRUE(q.claim(l, kLease));
+    EXPECT_EQ(l.id, k);
+    EXPECT_EQ(q.complete(l.id, l.token), AckStatus::ok);
+    h = raw.find_slot(detail::SlotState::aborted);
+    EXPECT_NE(h, ~0U) << "no husk";
+    ga_record = record_of(raw, ga);
+    EXPECT_NE(ga_record, ~0U);
+    EXPECT_EQ(raw.lane(ga_record).husks.load() & 0xFFFFFFFFULL, 1u);
+    auto a = claim_and_stop("claim.taken");  // it took h: ga's run is empty
+    k2 = q.mint();
+    j2 = q.mint();
+    EXPECT_EQ(q.enqueue(gn, k2, "k2"), EnqueueStatus::enqueued);
+    EXPECT_EQ(record_of(raw, gn), ga_record) << "gn did not take ga's lane record";
+    EXPECT_EQ(q.enqueue(gn, j2, "j2"), EnqueueStatus::enqueued);
+    EXPECT_EQ(q.reassign(j2, gb), MoveStatus::moved);  // j2's origin: a husk behind k2
+    EXPECT_EQ(q.pause(gn), LaneStatus::ok);             // A, resumed, finds nothing to claim
+    EXPECT_EQ(q.depth(gn), 1u);
+    EXPECT_EQ(detail::SlotWord::state(raw.slot_word_value(h)), detail::SlotState::aborted);
+    return a;
+  }
+  // Every job served once, nothing reported, every slot in use again.
+  void check_rest() {
+    Queue& q = this->q();
+    expect_clean(q);
+    for (const BrandedId& g : {gb, gu, gn}) ASSERT_EQ(q.resume(g), LaneStatus::ok);
+    std::vector<BrandedId> got = serve_all(q);
+    std::sort(got.begin(), got.end());
+    std::vector<BrandedId> want{j, k2, j2};
+    std::sort(want.begin(), want.end());
+    EXPECT_EQ(got, want);
+    EXPECT_EQ(q.depth(gn), 0u);
+    const BrandedId e = q.mint();
+    ASSERT_EQ(q.enqueue(gn, e, "e"), EnqueueStatus::enqueued);
+    EXPECT_EQ(q.depth(gn), 1u);
+    EXPECT_EQ(serve_all(q), std::vector<BrandedId>{e});
+    expect_clean(q);
+  }
+};
+
+TEST_F(ReusedHuskLane, AResumedHuskTakerLeavesTheHuskCountOfTheLanesNextGroupAlone) {
+  auto a = husk_taken_and_lane_reused();
+  ASSERT_FALSE(HasFailure());
+  ::kill(a->pid(), SIGCONT);
+  ASSERT_TRUE(a->wait_for(std::chrono::seconds(10)));
+  EXPECT_TRUE(a->exited_zero()) << a->describe();
+  RawSegment raw(seg());
+  EXPECT_EQ(detail::SlotWord::state(raw.slot_word_value(h)), detail::SlotState::free);  // released by A
+  EXPECT_EQ(q().depth(gn), 1u) << "the resumed taker counted its husk out of gn, which took ga's lane record";
+  check_rest();
+}
+
+TEST_F(ReusedHuskLane, ASweepSettlingAnOverdueHuskTakeLeavesTheHuskCountOfTheLanesNextGroupAlone) {
+  auto a = husk_taken_and_lane_reused();
+  ASSERT_FALSE(HasFailure());
+  sweep_past_deadline();
+  RawSegment raw(seg());
+  EXPECT_EQ(detail::SlotWord::state(raw.slot_word_value(h)), detail::SlotState::free);  // released by the sweep
+  EXPECT_EQ(q().depth(gn), 1u) << "the sweep counted the overdue take's husk out of gn, which took ga's lane record";
+  ::kill(a->pid(), SIGCONT);
+  ASSERT_TRUE(a->wait_for(std::chrono::seconds(10)));
+  EXPECT_TRUE(a->exited_zero()) << a->describe();
+  EXPECT_EQ(q().depth(gn), 1u);
+  check_rest();
+}
+
 // A dead claimer's take while a live claimer names the same job in its own
 // intent, about to make a take that will fail (held at claim.chosen). The
 // sweep took the live intent for the take's owner and cleared the dead one:

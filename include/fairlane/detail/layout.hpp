@@ -29,7 +29,7 @@
 namespace fairlane::detail {
 
 inline constexpr std::uint64_t kMagic = 0x314E4C5249414646ULL;  // "FFAIRLN1" little-endian
-inline constexpr std::uint32_t kLayoutVersion = 8;
+inline constexpr std::uint32_t kLayoutVersion = 9;
 inline constexpr std::size_t kCacheLine = 64;
 inline constexpr std::uint32_t kMaxJobs = (1U << 26) - 2;      // slot+1 fits a 26-bit field
 inline constexpr std::uint32_t kMaxLanes = (1U << 21) - 2;     // lane+1 fits 22 bits, with the default lane
@@ -362,7 +362,7 @@ struct Settings {
 struct alignas(kCacheLine) LaneRecord {
   Word128 word;                            // LaneWord
   std::atomic<std::uint64_t> settings;     // Settings
-  std::atomic<std::uint64_t> husks;        // aborted slots still linked in its run (for depth; approximate)
+  std::atomic<std::uint64_t> husks;        // HuskCount: aborted slots still linked in its run (for depth; approximate)
   std::atomic<std::uint64_t> key_sf;       // the group id's snowflake
   std::atomic<std::uint64_t> key_kind;     // bits 0..14 namespace code | bits 16..63 incarnation
   std::atomic<std::uint64_t> turn;         // Turn (weights > 1)
@@ -374,6 +374,20 @@ struct alignas(kCacheLine) LaneRecord {
                                            // version (bits 0..8) | 1 << 9 | segment ms (bits 10..63)
 };
 static_assert(sizeof(LaneRecord) == 128);
+
+// LaneRecord::husks: the husks counted in the lane's run (bits 0..31), and
+// the incarnation of the lane they are counted for (bits 32..62: the low 31
+// bits of the record's, key_kind >> 16; written when the record is taken).
+// A husk's take can empty its lane, which may then be given back and its
+// record taken for another group before the husk is released: the release
+// counts the husk out only of the incarnation its take named (IntentLane),
+// so that it leaves the count of the record's next lane alone.
+struct HuskCount {
+  static constexpr std::uint64_t kIncMask = (1ULL << 31) - 1;
+  static constexpr std::uint64_t make(std::uint64_t inc) noexcept { return (inc & kIncMask) << 32; }
+  static constexpr std::uint64_t count(std::uint64_t v) noexcept { return v & 0xFFFFFFFFULL; }
+  static constexpr std::uint64_t inc(std::uint64_t v) noexcept { return (v >> 32) & kIncMask; }
+};
 
 // Lane directory: group -> lane record, two-choice hashing over buckets of
 // kDirWays 128-bit entries, sized 8 entries per lane so that a full bucket
@@ -492,8 +506,9 @@ static_assert(sizeof(ProcRecord) == 256);
 //   owner:  proc record index + 1 (bits 0..15) | 1<<16 in use; 0 free
 //   intent: what the thread is between two shared steps of, bits 0..3
 //           Intent, bits 4..29 slot+1, bits 30..63 the slot's ctr (low 34
-//           bits), with intent_lane the lane: written by the thread alone
-//           before the first of the two steps, cleared after the second
+//           bits), with intent_lane the lane (IntentLane): written by the
+//           thread alone before the first of the two steps, cleared after
+//           the second
 //     pop_run, pop_strays      a claim: the job is being taken out of its
 //                              lane's run (one CAS) or strays (a take step),
 //                              counted active, then leased
@@ -502,6 +517,19 @@ static_assert(sizeof(ProcRecord) == 256);
 //                              lane's run (after intent_pred, slot+1 | tag
 //                              << 26 of the tail it links after, 0 when it
 //                              starts the run), not yet committed
+// intent_lane: the lane (bits 0..31); for a husk's take also the lane's
+// incarnation as HuskCount keeps it (bits 32..62), read between the lane
+// word its take's CAS is from and that CAS, and bit 63 saying so. A job's
+// take names no incarnation (it would cost every claim a load).
+struct IntentLane {
+  static constexpr std::uint64_t kHusk = 1ULL << 63;
+  static constexpr std::uint64_t husk(std::uint32_t lane, std::uint64_t inc) noexcept {
+    return lane | ((inc & HuskCount::kIncMask) << 32) | kHusk;
+  }
+  static constexpr std::uint64_t lane(std::uint64_t v) noexcept { return v & 0xFFFFFFFFULL; }
+  static constexpr bool is_husk(std::uint64_t v) noexcept { return (v & kHusk) != 0; }
+  static constexpr std::uint64_t inc(std::uint64_t v) noexcept { return (v >> 32) & HuskCount::kIncMask; }
+};
 enum class Intent : std::uint8_t { none = 0, pop_run = 1, pop_strays = 2, drain_run = 3, drain_strays = 4, link = 5 };
 struct IntentWord {
   static constexpr std::uint64_t make(Intent i, std::uint32_t slot, std::uint64_t ctr) noexcept {
