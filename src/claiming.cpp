@@ -476,7 +476,7 @@ bool finish_take(Segment& s, std::uint32_t lane, std::uint32_t slot, const Word1
     const std::uint32_t tgen = std::uint32_t(h & LaneWord::kTgenMask);
     Word128 cur = lane_load(s, lane);
     const Word128 b = lane_base(s, lane, cur);
-    if (LaneWord::state(b) == LaneState::live && LaneWord::ringed(b) && LaneWord::tgen(b) == tgen &&
+    if (LaneWord::state(b) == LaneState::live && LaneWord::holds_token(b, tgen) &&
         cas128(s.lanes[lane].word, cur, LaneWord::bumped(LaneWord::with_ringed(b, false), cur)))
       ring_pass(s, h);
   }
@@ -524,7 +524,7 @@ Step serve(Segment& s, ThreadRecord* rec, std::uint32_t lane, std::uint64_t h, W
     // The first round's base is the caller's (lane_base of the same w).
     const Word128 base = rounds == 0 ? w_base : lane_base(s, lane, w);
     if (LaneWord::state(base) != LaneState::live) break;
-    const bool ours = LaneWord::ringed(base) && LaneWord::tgen(base) == tgen;
+    const bool ours = LaneWord::holds_token(base, tgen);
     if (!passed && !ours) break;  // another claimer moved the token: its turn now
     const std::uint64_t limit = Settings::limit(st);
     if (Settings::paused(st) || LaneWord::active(base) >= (limit ? limit : LaneWord::kActiveMax)) break;
@@ -658,7 +658,7 @@ Step ring_step(Segment& s, ThreadRecord* rec, Lease* out, std::size_t want_max, 
   const std::uint64_t st = lane_settings(s, lane);
   const Word128 base = lane_base(s, lane, w);
   const std::uint32_t tgen = std::uint32_t(h & LaneWord::kTgenMask);
-  if (!(LaneWord::ringed(base) && LaneWord::tgen(base) == tgen)) {
+  if (!LaneWord::holds_token(base, tgen)) {
     if (!LaneWord::ringed(base)) {
       if (lane_serviceable(base, st)) {
         // Not ringed but serviceable: a ringer is between its push and its

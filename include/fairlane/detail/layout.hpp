@@ -300,8 +300,19 @@ struct LaneWord {
   static constexpr RelOp relop(const Word128& w) noexcept { return RelOp(bits(w.hi, 52, 3)); }
   static constexpr std::uint64_t version(const Word128& w) noexcept { return bits(w.hi, 55, 9); }
 
+  // Does the word hold the token of the ring cell whose position's low 5
+  // bits are `tgen`: ringed, and its tgen that? One masked compare of the
+  // two fields (bit 55 and bits 59..63) rather than two extractions.
+  static constexpr bool holds_token(const Word128& w, std::uint32_t tgen) noexcept {
+    constexpr std::uint64_t kMask = (1ULL << 55) | (kTgenMask << 59);
+    return (w.lo & kMask) == ((1ULL << 55) | (std::uint64_t(tgen & kTgenMask) << 59));
+  }
+
+  // head and htag are adjacent (bits 0..37): both written under one mask,
+  // each value cut to its width as with_bits would.
   static constexpr Word128 with_head(Word128 w, std::uint32_t slot1, std::uint64_t tag) noexcept {
-    w.lo = with_bits(with_bits(w.lo, 0, 26, slot1), 26, 12, tag);
+    constexpr std::uint64_t kMask = (1ULL << 38) - 1;
+    w.lo = (w.lo & ~kMask) | (std::uint64_t(slot1) & ((1ULL << 26) - 1)) | ((tag & 0xFFF) << 26);
     return w;
   }
   static constexpr Word128 with_active(Word128 w, std::uint64_t v) noexcept { w.lo = with_bits(w.lo, 38, 17, v); return w; }
@@ -314,9 +325,13 @@ struct LaneWord {
     w.hi = with_bits(with_bits(w.hi, 26, 26, slot1), 52, 3, std::uint64_t(op));
     return w;
   }
-  // The next version: what every CAS of the lane word writes.
+  // The next version: what every CAS of the lane word writes. The version
+  // is hi's top 9 bits, so from.hi + 2^55 has version(from) + 1 mod 512
+  // there (the carry out of bit 63 is dropped, and the bits below 55 are
+  // not touched): an add and a mask rather than extract, add, insert.
   static constexpr Word128 bumped(Word128 w, const Word128& from) noexcept {
-    w.hi = with_bits(w.hi, 55, 9, (version(from) + 1) & kVersionMask);
+    constexpr std::uint64_t kMask = kVersionMask << 55;
+    w.hi = (w.hi & ~kMask) | ((from.hi + (1ULL << 55)) & kMask);
     return w;
   }
 };
@@ -328,6 +343,20 @@ static_assert(LaneWord::relop(LaneWord::with_rel(Word128{}, 1, RelOp::take)) == 
 static_assert(LaneWord::version(LaneWord::with_rel(Word128{}, 1, RelOp::take)) == 0);
 static_assert(LaneWord::active(LaneWord::with_active(Word128{~0ULL, 0}, 5)) == 5);
 static_assert(LaneWord::htag(LaneWord::with_head(Word128{}, 7, 4095)) == 4095);
+static_assert(LaneWord::version(LaneWord::bumped(Word128{0, ~0ULL >> 9}, Word128{0, 510ULL << 55})) == 511);
+static_assert(LaneWord::bumped(Word128{1, 5}, Word128{~0ULL, (3ULL << 55) | 77}) == Word128{1, (4ULL << 55) | 5});
+static_assert(LaneWord::with_head(Word128{~0ULL, 0}, ~0U, ~0ULL) == Word128{~0ULL, 0});
+static_assert(LaneWord::with_head(Word128{~0ULL, 0}, 0, 0) == Word128{~((1ULL << 38) - 1), 0});
+static_assert(LaneWord::head(LaneWord::with_head(Word128{}, (1U << 26) | 9, 1U << 12)) == 9);
+static_assert(LaneWord::htag(LaneWord::with_head(Word128{}, (1U << 26) | 9, (1U << 12) | 3)) == 3);
+static_assert(LaneWord::with_rel(Word128{0, ~0ULL}, 0, RelOp::complete) == Word128{0, ~(((1ULL << 29) - 1) << 26)});
+static_assert(LaneWord::rel(LaneWord::with_rel(Word128{0, ~0ULL}, (1U << 26) | 5, RelOp::drop)) == 5);
+static_assert(LaneWord::relop(LaneWord::with_rel(Word128{0, ~0ULL}, 5, RelOp::drop)) == RelOp::drop);
+static_assert(LaneWord::version(LaneWord::with_rel(Word128{0, ~0ULL}, 5, RelOp::drop)) == 511);
+static_assert(LaneWord::tail(LaneWord::with_rel(Word128{0, ~0ULL}, 5, RelOp::drop)) == (1U << 26) - 1);
+static_assert(LaneWord::holds_token(LaneWord::with_tgen(LaneWord::with_ringed(Word128{}, true), 17), 17 + 64));
+static_assert(!LaneWord::holds_token(LaneWord::with_tgen(Word128{}, 17), 17));
+static_assert(!LaneWord::holds_token(LaneWord::with_tgen(LaneWord::with_ringed(Word128{}, true), 17), 16));
 
 // The weighted turn of a lane (one word, CAS, only for weights > 1):
 //   bits 0..31 the ring position + 1 of the token whose turn it counts
