@@ -74,9 +74,14 @@ inline std::atomic<std::uint64_t>& index_way(const Segment& s, const IndexProbe&
 // bucket, and its second only if the first has overflowed. Stops when f
 // returns false. [S4] seq_cst loads (plain loads on x86): a store-load pair
 // with every admitter's entry and scan.
+//
+// The first bucket's loop is unrolled: every admission scans all its ways
+// (nearly always to the end, finding no entry of the id), and a loop's
+// counter, compare and branch were three of its eight instructions a way.
 template <class F>
 inline void index_scan(const Segment& s, const IndexProbe& p, F f) noexcept {
   const IndexBucket& a = s.index[p.b1];
+#pragma GCC unroll 7
   for (unsigned k = 0; k < kIndexWays; ++k) {
     std::atomic<std::uint64_t>& way = const_cast<std::atomic<std::uint64_t>&>(a.e[k]);
     if (!f(way, way.load(std::memory_order_seq_cst))) return;
