@@ -505,22 +505,27 @@ Step serve(Segment& s, ThreadRecord* rec, std::uint32_t lane, std::uint64_t h, W
   // scribbled bytes, answered corrupt rather than read 256 times.
   Word128 last = w;
   Word128 wrote = w;  // the word our last take wrote (the caller's reading at first)
-  int same = 0;
+  // Round 0 reads w == last == wrote by construction, and counts one look
+  // at its word: it skips both compares (most turns are one round) and
+  // starts the count at 1, as that round would have left it.
+  int same = 1;
   for (int rounds = 0; took < want && rounds < 256; ++rounds) {
-    if (!(w == last)) {
-      last = w;
-      same = 0;
-    } else if (++same > 8) {
-      report_corrupt(s, CorruptWhat::lane_word);
-      return corrupt_turn(s, lane, h, passed, took);
+    if (rounds != 0) {
+      if (!(w == last)) {
+        last = w;
+        same = 0;
+      } else if (++same > 8) {
+        report_corrupt(s, CorruptWhat::lane_word);
+        return corrupt_turn(s, lane, h, passed, took);
+      }
+      // A word read again (not the one our take wrote) comes with the
+      // settings of now: a settings change is carried by a CAS of the
+      // word, so settings read before that word may be older than it. A
+      // take computed with them could de-ring a lane the change just made
+      // serviceable (its author's CAS found it ringed and pushed nothing),
+      // or serve a lane just paused.
+      if (!(w == wrote)) st = lane_settings(s, lane);
     }
-    // A word read again (not the one our take wrote) comes with the
-    // settings of now: a settings change is carried by a CAS of the word,
-    // so settings read before that word may be older than it. A take
-    // computed with them could de-ring a lane the change just made
-    // serviceable (its author's CAS found it ringed and pushed nothing),
-    // or serve a lane just paused.
-    if (!(w == wrote)) st = lane_settings(s, lane);
     // The first round's base is the caller's (lane_base of the same w).
     const Word128 base = rounds == 0 ? w_base : lane_base(s, lane, w);
     if (LaneWord::state(base) != LaneState::live) break;
