@@ -426,8 +426,11 @@ bool take_cas(Segment& s, std::uint32_t lane, Word128& w, const Word128& base, s
   FAIRLANE_FAILPOINT("claim.chosen");
   // [S3] seq_cst: takes x (its intent is visible first: [S8]), counts it
   // active, moves or drops the token, all in one step.
-  if (!cas128(s.lanes[lane].word, w, LaneWord::bumped(nw, w))) return false;
-  w = LaneWord::bumped(nw, w);
+  // The word written, computed once: `w` is in memory for the asm, so the
+  // compiler would compute it again after the CAS rather than keep it.
+  const Word128 written = LaneWord::bumped(nw, w);
+  if (!cas128(s.lanes[lane].word, w, written)) return false;
+  w = written;
   return true;
 }
 
