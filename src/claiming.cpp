@@ -387,10 +387,15 @@ bool take_cas(Segment& s, std::uint32_t lane, Word128& w, const Word128& base, s
     const std::uint32_t tail0 = LaneWord::tail(base);
     std::uint32_t t1 = tail0;
     if (t1 == x1) t1 = y1;
-    for (int hop = 0; hop < 2 && valid_slot1(s, t1); ++hop) {
-      const std::uint32_t m1 = Link::succ(s.slot(t1 - 1).next.load(std::memory_order_acquire));
-      if (!valid_slot1(s, m1)) break;
-      t1 = m1;
+    // (t1 is checked once: each hop moves it only to a successor that was
+    // checked before the move.)
+    if (valid_slot1(s, t1)) {
+#pragma GCC unroll 2
+      for (int hop = 0; hop < 2; ++hop) {
+        const std::uint32_t m1 = Link::succ(s.slot(t1 - 1).next.load(std::memory_order_acquire));
+        if (!valid_slot1(s, m1)) break;
+        t1 = m1;
+      }
     }
     nw = LaneWord::with_tail(nw, t1);
     // y is this lane's next job, claimed a turn of the ring from now: its
