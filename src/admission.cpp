@@ -151,7 +151,7 @@ void write_job(Segment& s, std::uint32_t slot, std::uint64_t sf, const BrandedId
   r.sf.store(sf, std::memory_order_relaxed);
   store_digits(r, IdAccess::bytes(job));
   r.payload_len.store(std::uint32_t(payload.size()), std::memory_order_relaxed);
-  if (!payload.empty()) std::memcpy(s.payload(slot), payload.data(), payload.size());
+  if (!payload.empty()) std::memcpy(Segment::payload_of(r), payload.data(), payload.size());
   const std::size_t n = std::min<std::size_t>(a.error.size(), kErrorBytes);
   if (n) std::memcpy(r.error, a.error.data(), n);
   r.error_len.store(std::uint8_t(n), std::memory_order_relaxed);

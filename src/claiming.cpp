@@ -736,7 +736,7 @@ void fill_lease(const Segment& s, std::uint32_t slot, std::uint32_t lane, std::u
   // keeps its size, and assign's general path (overlap checks, a call
   // through _M_replace) costs more than the copy.
   out.payload.resize(len);
-  std::memcpy(out.payload.data(), s.payload(slot), len);
+  std::memcpy(out.payload.data(), Segment::payload_of(r), len);
   if (r.flags.load(std::memory_order_relaxed) & kSlotHasRetry)
     decode_retry_of(r, out.retry);
   else

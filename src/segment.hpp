@@ -82,6 +82,13 @@ struct Segment {
     return *reinterpret_cast<SlotRecord*>(slots + std::uint64_t(i) * slot_bytes);
   }
   unsigned char* payload(std::uint32_t i) const noexcept { return slots + std::uint64_t(i) * slot_bytes + sizeof(SlotRecord); }
+  // The same payload from its slot's record (payload(i) for r = slot(i)):
+  // the caller has the record's address, which payload(i) would work out
+  // again (after any acquire load, with the segment's fields loaded again).
+  static unsigned char* payload_of(SlotRecord& r) noexcept { return reinterpret_cast<unsigned char*>(&r) + sizeof(SlotRecord); }
+  static const unsigned char* payload_of(const SlotRecord& r) noexcept {
+    return reinterpret_cast<const unsigned char*>(&r) + sizeof(SlotRecord);
+  }
 
   // This calling thread's record (taken on its first call on this handle),
   // or null if every thread record is in use (the caller then counts in the
