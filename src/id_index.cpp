@@ -48,8 +48,7 @@ bool origin_names(const Segment& s, std::uint32_t origin, std::uint32_t slot, st
 
 // The committed word an admitting slot becomes (its fail_to is the target's
 // low half: state, attempt, when).
-Word128 commit_word(const Segment& s, std::uint32_t slot, const Word128& admitting) noexcept {
-  const SlotRecord& r = s.slot(slot);
+Word128 commit_word(const SlotRecord& r, const Word128& admitting) noexcept {
   const Word128 t{r.fail_to.load(std::memory_order_acquire), 0};
   SlotState st = SlotWord::state(t);
   std::uint64_t when = SlotWord::when(t);
@@ -68,11 +67,14 @@ Word128 commit_word(const Segment& s, std::uint32_t slot, const Word128& admitti
 // the slot long ago looks again), or that admission is not yet published.
 // Only the admission read is ever decided: every CAS expects its ctr.
 bool commit(Segment& s, std::uint32_t slot, std::uint64_t ctr) noexcept {
+  // The record's address, worked out once (the segment's fields would be
+  // loaded again after each acquire load below, to work it out again).
+  const SlotRecord& r = s.slot(slot);
   Word128 w = slot_load(s, slot);
   while (SlotWord::state(w) == SlotState::admitting && SlotWord::ctr(w) == ctr) {
-    if (!admission_published(s, slot, w)) return false;
+    if (!admission_published(r, w)) return false;
     // [R5] release (cas128): the job's fields are visible to whoever sees it committed.
-    if (slot_cas(s, slot, w, commit_word(s, slot, w))) return true;
+    if (slot_cas(s, slot, w, commit_word(r, w))) return true;
   }
   return SlotWord::ctr(w) == ctr && committed_state(SlotWord::state(w));
 }

@@ -141,8 +141,11 @@ inline std::uint8_t admit_tag(const Segment& s, std::uint32_t slot) noexcept {
 // Is `w` (admitting) an admission whose fields are written ([R14] acquire:
 // pairs with its admitter's release store of `pub`; the fields read after
 // this are that admission's)?
+inline bool admission_published(const SlotRecord& r, const Word128& w) noexcept {
+  return r.pub.load(std::memory_order_acquire) == SlotWord::ctr(w);
+}
 inline bool admission_published(const Segment& s, std::uint32_t slot, const Word128& w) noexcept {
-  return s.slot(slot).pub.load(std::memory_order_acquire) == SlotWord::ctr(w);
+  return admission_published(s.slot(slot), w);
 }
 
 // ---- allocation ---------------------------------------------------------------------
