@@ -495,7 +495,8 @@ bool finish_take(Segment& s, std::uint32_t lane, std::uint32_t slot, const Word1
 // to `want` jobs (one lane's turn, or a lane batch). Returns served (got
 // grew), again (nothing taken: the caller reads the head again), or corrupt.
 // `w_base` is lane_base of `w`, as the caller worked it out; `st` the
-// lane's settings, read after `w`.
+// lane's settings, read after `w`. The caller (ring_step) has found that
+// `w_base` holds the token of h and is serviceable under `st`.
 // `rec`: the calling thread's record if claim_some knew it (else it is
 // looked up here, and a claim that serves nothing takes none).
 Step serve(Segment& s, ThreadRecord* rec, std::uint32_t lane, std::uint64_t h, Word128 w, const Word128& w_base,
@@ -515,8 +516,11 @@ Step serve(Segment& s, ThreadRecord* rec, std::uint32_t lane, std::uint64_t h, W
   Word128 wrote = w;  // the word our last take wrote (the caller's reading at first)
   // Round 0 reads w == last == wrote by construction, and counts one look
   // at its word: it skips both compares (most turns are one round) and
-  // starts the count at 1, as that round would have left it.
+  // starts the count at 1, as that round would have left it. Its base is
+  // the caller's, which the caller checked as the checks below would (live,
+  // ours, not paused, under the limit): round 0 skips those too.
   int same = 1;
+  Word128 base = w_base;
   for (int rounds = 0; took < want && rounds < 256; ++rounds) {
     if (rounds != 0) {
       if (!(w == last)) {
@@ -533,14 +537,13 @@ Step serve(Segment& s, ThreadRecord* rec, std::uint32_t lane, std::uint64_t h, W
       // serviceable (its author's CAS found it ringed and pushed nothing),
       // or serve a lane just paused.
       if (!(w == wrote)) st = lane_settings(s, lane);
+      base = lane_base(s, lane, w);
+      if (LaneWord::state(base) != LaneState::live) break;
+      const bool ours = LaneWord::holds_token(base, tgen);
+      if (!passed && !ours) break;  // another claimer moved the token: its turn now
+      const std::uint64_t limit = Settings::limit(st);
+      if (Settings::paused(st) || LaneWord::active(base) >= (limit ? limit : LaneWord::kActiveMax)) break;
     }
-    // The first round's base is the caller's (lane_base of the same w).
-    const Word128 base = rounds == 0 ? w_base : lane_base(s, lane, w);
-    if (LaneWord::state(base) != LaneState::live) break;
-    const bool ours = LaneWord::holds_token(base, tgen);
-    if (!passed && !ours) break;  // another claimer moved the token: its turn now
-    const std::uint64_t limit = Settings::limit(st);
-    if (Settings::paused(st) || LaneWord::active(base) >= (limit ? limit : LaneWord::kActiveMax)) break;
 
     std::uint32_t x1 = 0;
     bool from_run = false;
