@@ -306,7 +306,8 @@ EnqueueStatus admit(Segment& s, const BrandedId& group, const BrandedId& job, st
       lane = s.slot(slot).lane.load(std::memory_order_relaxed);
     }
     std::uint32_t winner = 0;
-    Admit ad = index_admit(s, slot, probe, sf, ctr, winner);
+    // Not a move's copy: write_job wrote its flags without kSlotMoved.
+    Admit ad = index_admit(s, slot, probe, sf, ctr, winner, false);
     // A claim that met it linked committed it first (with an index entry of
     // its own; it may be leased by now): it is admitted, and the answer
     // says so. Our own admission cannot be aborted at another ctr, so a

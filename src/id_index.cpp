@@ -455,12 +455,12 @@ Admit index_admit(Segment& s, std::uint32_t slot, std::uint64_t sf, std::uint64_
 }
 
 Admit index_admit(Segment& s, std::uint32_t slot, const IndexProbe& p, std::uint64_t sf, std::uint64_t ctr,
-                  std::uint32_t& winner) noexcept {
+                  std::uint32_t& winner, bool maybe_moved) noexcept {
   if (!put_entry(s, p, slot)) return Admit::full;
   FAIRLANE_FAILPOINT("enqueue.indexed");
   std::uint32_t origin = 0;
   std::uint64_t c18 = 0;
-  if (moved_origin(s, slot, origin, c18)) return decide_moved(s, slot, ctr, false, true);  // a copy: indexed by its mover
+  if (maybe_moved && moved_origin(s, slot, origin, c18)) return decide_moved(s, slot, ctr, false, true);  // a copy: indexed by its mover
   return decide(s, p, slot, sf, ctr, winner);
 }
 

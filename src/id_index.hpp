@@ -124,8 +124,11 @@ enum class Admit {
 // have committed and a claim leased it since, which moves the ctr on).
 Admit index_admit(Segment& s, std::uint32_t slot, std::uint64_t sf, std::uint64_t ctr, std::uint32_t& winner) noexcept;
 // The same, with the id's probe (index_probe of sf) worked out already.
+// `maybe_moved` false: the caller wrote the slot's flags itself, without
+// kSlotMoved, and the slot is its own while admitting (an enqueue's
+// admission), so the record need not be read to know it is no move's copy.
 Admit index_admit(Segment& s, std::uint32_t slot, const IndexProbe& p, std::uint64_t sf, std::uint64_t ctr,
-                  std::uint32_t& winner) noexcept;
+                  std::uint32_t& winner, bool maybe_moved = true) noexcept;
 
 // Decides the admission of an admitting slot met by someone else (a claim
 // that finds it at the front of its lane, recovery): true when it is
