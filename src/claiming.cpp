@@ -184,8 +184,10 @@ bool decide_token(Segment& s, std::uint32_t lane, std::uint64_t st, std::uint64_
   return true;
 }
 
-// The deadline a husk's take carries in its intent (IntentGuard::set_take):
-// recovery_ms after the claim began, whatever the lease it asks for (a
+// A husk's take intent (IntentGuard::set_take) carries two things a job's
+// does not.
+//
+// Its deadline: recovery_ms after the claim began, whatever the lease it asks for (a
 // husk is no job: a long lease must not let a stopped claimer hold its
 // slot that long). Until 2026-12-04 it carried none (0: never overdue): a
 // claimer stopped with its intent naming a husk counted as a live take of
@@ -216,30 +218,38 @@ bool decide_token(Segment& s, std::uint32_t lane, std::uint64_t st, std::uint64_
 //     (`AResumedHuskTakerCountsItsHuskOutOfTheLaneOnce`); a husk's take
 //     counts nothing active and moves no token, so there is no count to
 //     give back twice; nothing is reported corrupt.
-// Out of line and cold: a job's take (nearly every take) pays a branch for
-// it and nothing more (inlined: 883 instructions a claim in the cycle
-// count, against 880 out of line).
-[[gnu::cold, gnu::noinline]] std::uint64_t husk_take_deadline(const Segment& s, std::uint64_t now_us) noexcept {
-  return now_us / 1000 + s.recovery_ms;
+//
+// Its lane's incarnation, with the lane (IntentLane), read after the lane
+// word the take's CAS is from. The take can empty the lane (it counts
+// nothing active), and the lane be given back and its record taken for
+// another group before the husk is released: whoever releases it counts it
+// out of that incarnation's husks only (husk_uncount), not the next lane's
+// (`ReusedHuskLane.*`: its depth read one high, or its husks were uncounted
+// while still in its run).
+//
+// Returns the lane word of the intent, for drop_husk. Out of line and cold:
+// a job's take (nearly every take) pays a branch for it and nothing more
+// (the deadline alone inlined: 883 instructions a claim in the cycle count,
+// against 880 out of line; with the incarnation, two out-of-line calls
+// chosen apart were 832, this one 828).
+[[gnu::cold, gnu::noinline]] std::uint64_t intend_husk_take(Segment& s, IntentGuard& guard, Intent kind,
+                                                            std::uint32_t x, std::uint64_t ctr,
+                                                            std::uint32_t lane, std::uint64_t now_us) noexcept {
+  const std::uint64_t take_lane = IntentLane::husk(lane, lane_incarnation(s, lane));
+  guard.set_take(kind, x, ctr, take_lane, now_us / 1000 + s.recovery_ms);
+  return take_lane;
 }
 
-// The deadline a take's intent carries: the lease's for a job, the husk's own
-// for a husk.
-inline std::uint64_t take_deadline(const Segment& s, bool is_job, std::uint64_t lease_deadline,
-                                   std::uint64_t now_us) noexcept {
-  return is_job ? lease_deadline : husk_take_deadline(s, now_us);
-}
-
-// The lane a husk's take names in its intent (IntentLane): with the lane's
-// incarnation, read after the lane word the take's CAS is from. The take
-// can empty the lane (it counts nothing active), and the lane be given back
-// and its record taken for another group before the husk is released:
-// whoever releases it counts it out of that incarnation's husks only
-// (husk_uncount), not the next lane's (`ReusedHuskLane.*`: its depth read
-// one high, or its husks were uncounted while still in its run). Out of
-// line and cold, as husk_take_deadline: a job's take names no incarnation.
-[[gnu::cold, gnu::noinline]] std::uint64_t husk_take_lane(const Segment& s, std::uint32_t lane) noexcept {
-  return IntentLane::husk(lane, lane_incarnation(s, lane));
+// The intent of a take of the front x1 - 1 of lane `lane` (from its run or
+// its strays): a job's with its lease's deadline, a husk's as above.
+// Returns the lane word the intent names.
+inline std::uint64_t intend_take(Segment& s, IntentGuard& guard, bool is_job, bool from_run, std::uint32_t x,
+                                 std::uint64_t ctr, std::uint32_t lane, std::uint64_t deadline,
+                                 std::uint64_t now_us) noexcept {
+  const Intent kind = from_run ? Intent::pop_run : Intent::pop_strays;
+  if (!is_job) return intend_husk_take(s, guard, kind, x, ctr, lane, now_us);
+  guard.set_take(kind, x, ctr, lane, deadline);
+  return lane;
 }
 
 // What the front of a lane holds, as one CAS of its lane word can take it.
@@ -445,7 +455,7 @@ bool take_cas(Segment& s, std::uint32_t lane, Word128& w, const Word128& base, s
 // may settle our take too). Only that incarnation of the slot: a settler
 // may have freed it meanwhile, and the slot been reused; and only that
 // incarnation of the lane (`take_lane`, as its intent names it:
-// husk_take_lane): the lane, emptied by our take, may have been given back
+// intend_husk_take): the lane, emptied by our take, may have been given back
 // and its record reused.
 void drop_husk(Segment& s, std::uint64_t take_lane, std::uint32_t slot, bool from_run, std::uint64_t ctr) noexcept {
   const std::uint32_t lane = std::uint32_t(IntentLane::lane(take_lane));
@@ -569,9 +579,7 @@ Step serve(Segment& s, ThreadRecord* rec, std::uint32_t lane, std::uint64_t h, W
     }
     const bool is_job = f == Front::job;
     const std::uint32_t x = x1 - 1;
-    const std::uint64_t take_lane = is_job ? lane : husk_take_lane(s, lane);
-    guard.set_take(from_run ? Intent::pop_run : Intent::pop_strays, x, taken_ctr, take_lane,
-                   take_deadline(s, is_job, deadline, now_us));
+    const std::uint64_t take_lane = intend_take(s, guard, is_job, from_run, x, taken_ctr, lane, deadline, now_us);
     FAIRLANE_FAILPOINT("claim.intent_set");
     bool pass_now = false, corrupt = false;
     if (!take_cas(s, lane, w, base, x1, from_run, is_job, !passed, st, h, pass_now, corrupt)) {
@@ -801,9 +809,8 @@ void pop_front_husks(Segment& s, std::uint32_t lane) noexcept {
     }
     if (f != Front::husk) return;
     const std::uint32_t x = x1 - 1;
-    const std::uint64_t take_lane = husk_take_lane(s, lane);
-    guard.set_take(from_run ? Intent::pop_run : Intent::pop_strays, x, taken_ctr, take_lane,
-                   husk_take_deadline(s, segment_now_us(s)));
+    const std::uint64_t take_lane =
+        intend_husk_take(s, guard, from_run ? Intent::pop_run : Intent::pop_strays, x, taken_ctr, lane, segment_now_us(s));
     bool pass_now = false, corrupt = false;
     if (!take_cas(s, lane, w, base, x1, from_run, false, false, 0, 0, pass_now, corrupt)) {
       guard.clear();
@@ -846,9 +853,7 @@ ClaimStatus take_front(Segment& s, std::uint32_t lane, Lease& out, std::uint32_t
     if (f == Front::job && LaneWord::active(base) >= LaneWord::kActiveMax) return ClaimStatus::empty;
     const bool is_job = f == Front::job;
     const std::uint32_t x = x1 - 1;
-    const std::uint64_t take_lane = is_job ? lane : husk_take_lane(s, lane);
-    guard.set_take(from_run ? Intent::pop_run : Intent::pop_strays, x, taken_ctr, take_lane,
-                   take_deadline(s, is_job, deadline, now_us));
+    const std::uint64_t take_lane = intend_take(s, guard, is_job, from_run, x, taken_ctr, lane, deadline, now_us);
     FAIRLANE_FAILPOINT("claim.intent_set");
     bool pass_now = false, corrupt = false;
     // No token: the turn stays where it is (a lane that runs empty leaves

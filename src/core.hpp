@@ -88,8 +88,8 @@ class IntentGuard {
   // it is for, in pred: a taker still short of its lease past that deadline
   // (stopped, or descheduled that long) has its take undone by a sweep as
   // if it were dead, as its lease would have expired. A husk's take carries
-  // one too (husk_take_deadline, claiming.cpp: now + recovery_ms), and its
-  // lane's incarnation in `lane` (IntentLane; husk_take_lane).
+  // one too (intend_husk_take, claiming.cpp: now + recovery_ms), and its
+  // lane's incarnation in `lane` (IntentLane).
   // 0 is no deadline (never overdue); no take writes it.
   void set_take(Intent kind, std::uint32_t slot, std::uint64_t ctr, std::uint64_t lane, std::uint64_t deadline_ms) noexcept {
     if (!slot_.intent) return;
