@@ -91,6 +91,11 @@ class Checker {
                                     " and lane " + std::to_string(lane) + ", out of range");
         return;
       }
+      if (!IntentLane::is_husk(lane_word) && (lane_word >> 32) != 0) {  // only a husk's take has bits above the lane
+        issue("process-record", "a thread of pid " + pid(proc1) + " has an intent whose lane word has bits set above lane " +
+                                    std::to_string(lane));
+        return;
+      }
       exempt_slot_[slot1 - 1] = 1;
       exempt_lane_[lane] = 1;
       const char* what = kind == Intent::link ? "appending" : "taking";

@@ -215,7 +215,10 @@ bool settle_intent(Segment& s, std::atomic<std::uint64_t>& intent, std::atomic<s
     intent.compare_exchange_strong(cur, 0, std::memory_order_acq_rel);
     return acted;
   };
-  if (slot1 == 0 || slot1 > s.jobs || IntentLane::lane(lane64) >= s.lane_count) {
+  // Bits above the lane are a husk take's incarnation, with its flag; in
+  // any other intent they are a scribble (IntentLane).
+  if (slot1 == 0 || slot1 > s.jobs || IntentLane::lane(lane64) >= s.lane_count ||
+      (!IntentLane::is_husk(lane64) && (lane64 >> 32) != 0)) {
     report_corrupt(s, CorruptWhat::process);
     return done(false);
   }

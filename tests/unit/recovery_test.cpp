@@ -20,6 +20,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdlib>
 #include <cstring>
@@ -581,6 +582,51 @@ TEST_F(Recovery, ASecondSettlementOfTheSameDeadTakeChangesNothing) {
   claim_all(got);
   for (const BrandedId& id : a) EXPECT_EQ(got[id], 1) << id.str();
   expect_clean();
+}
+
+// A dead claimer's job-take intent whose lane word has bits above the lane
+// set (only a husk's take names an incarnation there, with its flag bit):
+// scribbled. It is reported and nothing is done from it, as with a lane
+// past the table: a lane the word may not mean is not written. Before, such
+// a word read as the lane its low half names (since the word carries a husk
+// take's incarnation; until then any value past the lanes was reported).
+TEST_F(Recovery, AJobTakesIntentWithBitsAboveItsLaneIsReportedNotActedOn) {
+  make(1000);
+  fill(A, 2);
+  const std::string name = seg();
+  ForkedChild child([&] {
+    auto r = Queue::open(name);
+    if (!r) return 3;
+    detail::failpoint_arm("claim.taken");
+    Lease l;
+    r->claim(l, kLongLease);
+    return 5;  // not reached: killed at claim.taken
+  }, 60);
+  child.wait();
+  ASSERT_TRUE(child.signaled() && WTERMSIG(child.status()) == SIGKILL) << child.describe();
+  detail::Segment& s = detail::QueueAccess::segment(q());
+  std::uint64_t in = 0, lane = 0, pred = 0;
+  for (std::uint32_t i = 0; i < s.thread_count; ++i)
+    if (const std::uint64_t v = s.threads[i].intent.load()) {
+      in = v;
+      lane = s.threads[i].intent_lane.load();
+      pred = s.threads[i].intent_pred.load();
+    }
+  ASSERT_NE(in, 0U) << "the dead claimer left no intent";
+  ASSERT_FALSE(detail::IntentLane::is_husk(lane));
+  // fsck says so too.
+  std::uint32_t t = 0;
+  while (s.threads[t].intent.load() != in) ++t;
+  s.threads[t].intent_lane.store(lane | (1ULL << 40));
+  const FsckReport f = q().fsck();
+  EXPECT_TRUE(std::any_of(f.issues.begin(), f.issues.end(), [](const auto& i) { return i.invariant == "process-record"; }))
+      << show(f);
+  s.threads[t].intent_lane.store(lane);
+  const std::uint64_t before = q().corruption().count;
+  std::atomic<std::uint64_t> a_in{in}, a_lane{lane | (1ULL << 40)}, a_pred{pred};
+  EXPECT_FALSE(detail::settle_intent(s, a_in, a_lane, a_pred, detail::segment_now_ms(s)));
+  EXPECT_EQ(q().corruption().count, before + 1) << "a scribbled intent's lane word was taken for its low half";
+  EXPECT_EQ(a_in.load(), 0U) << "a dead owner's scribbled intent is cleared once reported";
 }
 
 // Thread records are taken lowest first and the header's threads_used

@@ -303,6 +303,8 @@ struct LaneWord {
   // Does the word hold the token of the ring cell whose position's low 5
   // bits are `tgen`: ringed, and its tgen that? One masked compare of the
   // two fields (bit 55 and bits 59..63) rather than two extractions.
+  // `tgen` is taken mod 32 (every caller passes h & kTgenMask; comparing
+  // tgen(w) == tgen unmasked would say no to a larger value).
   static constexpr bool holds_token(const Word128& w, std::uint32_t tgen) noexcept {
     constexpr std::uint64_t kMask = (1ULL << 55) | (kTgenMask << 59);
     return (w.lo & kMask) == ((1ULL << 55) | (std::uint64_t(tgen & kTgenMask) << 59));
