@@ -461,6 +461,20 @@ Admit index_admit(Segment& s, std::uint32_t slot, const IndexProbe& p, std::uint
   std::uint32_t origin = 0;
   std::uint64_t c18 = 0;
   if (maybe_moved && moved_origin(s, slot, origin, c18)) return decide_moved(s, slot, ctr, false, true);  // a copy: indexed by its mover
+  // Nearly always no other entry has the id's fingerprint: then decide's
+  // first round would find no rival and commit, and so does this, without
+  // its bookkeeping. The scan is decide's (the same seq_cst loads, after
+  // our entry's store) with a looser test (the fingerprint alone: every
+  // entry decide would take for a rival passes it), so finding none here
+  // is decide finding none. Anything else, or a commit that fails, is
+  // decide's to settle, from its first round.
+  bool other = false;
+  const std::uint32_t fp = p.fp & 0x3FFFFFFF;
+  index_scan(s, p, [&](std::atomic<std::uint64_t>&, std::uint64_t e) {
+    other = IndexEntry::fp(e) == fp && IndexEntry::slot1(e) != slot + 1;
+    return !other;
+  });
+  if (!other && (commit(s, slot, ctr) || admission_committed(s, slot, ctr))) return Admit::won;
   return decide(s, p, slot, sf, ctr, winner);
 }
 
