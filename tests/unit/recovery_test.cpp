@@ -128,6 +128,33 @@ class Recovery : public test::SegmentFixture {
     EXPECT_EQ(rep->stage.load(), 1) << child.describe();
     return rep->stage.load() == 1 ? child.pid() : 0;
   }
+  // The intent a claimer killed at claim.taken left (its thread record's
+  // three words, and the record's index), as a sweep would read it.
+  struct DeadTake {
+    std::uint64_t in = 0, lane = 0, pred = 0;
+    std::uint32_t record = 0;
+  };
+  DeadTake take_then_die() {
+    const std::string name = seg();
+    ForkedChild child([&] {
+      auto r = Queue::open(name);
+      if (!r) return 3;
+      detail::failpoint_arm("claim.taken");
+      Lease l;
+      r->claim(l, kLongLease);
+      return 5;  // not reached: killed at claim.taken
+    }, 60);
+    child.wait();
+    EXPECT_TRUE(child.signaled() && WTERMSIG(child.status()) == SIGKILL) << child.describe();
+    detail::Segment& s = detail::QueueAccess::segment(q());
+    DeadTake d;
+    for (std::uint32_t i = 0; i < s.thread_count; ++i)
+      if (const std::uint64_t v = s.threads[i].intent.load()) {
+        d = {v, s.threads[i].intent_lane.load(), s.threads[i].intent_pred.load(), i};
+      }
+    EXPECT_NE(d.in, 0U) << "the dead claimer left no intent";
+    return d;
+  }
   // A child process opens the segment, arms failpoint `point` and runs
   // `op`, which reaches it: the child is killed there. False (a failure
   // recorded) if it ended any other way.
@@ -550,27 +577,10 @@ TEST_F(Recovery, AStaleHelperCannotDecideALaterAdmissionOfTheSlot) {
 TEST_F(Recovery, ASecondSettlementOfTheSameDeadTakeChangesNothing) {
   make(1000);
   const auto a = fill(A, 2);
-  const std::string name = seg();
-  ForkedChild child([&] {
-    auto r = Queue::open(name);
-    if (!r) return 3;
-    detail::failpoint_arm("claim.taken");
-    Lease l;
-    r->claim(l, kLongLease);
-    return 5;  // not reached: killed at claim.taken
-  }, 60);
-  child.wait();
-  ASSERT_TRUE(child.signaled() && WTERMSIG(child.status()) == SIGKILL) << child.describe();
+  const DeadTake d = take_then_die();  // as the slower sweep read it
+  ASSERT_FALSE(HasFailure());
   detail::Segment& s = detail::QueueAccess::segment(q());
-  // The dead thread's intent, as the slower sweep read it.
-  std::uint64_t in = 0, lane = 0, pred = 0;
-  for (std::uint32_t i = 0; i < s.thread_count; ++i)
-    if (const std::uint64_t v = s.threads[i].intent.load()) {
-      in = v;
-      lane = s.threads[i].intent_lane.load();
-      pred = s.threads[i].intent_pred.load();
-    }
-  ASSERT_NE(in, 0U) << "the dead claimer left no intent";
+  const std::uint64_t in = d.in, lane = d.lane, pred = d.pred;
   q().advance_clock(1000);
   q().tick();  // the first settlement: the job goes back to its lane
   std::atomic<std::uint64_t> stale_in{in}, stale_lane{lane}, stale_pred{pred};
@@ -593,30 +603,13 @@ TEST_F(Recovery, ASecondSettlementOfTheSameDeadTakeChangesNothing) {
 TEST_F(Recovery, AJobTakesIntentWithBitsAboveItsLaneIsReportedNotActedOn) {
   make(1000);
   fill(A, 2);
-  const std::string name = seg();
-  ForkedChild child([&] {
-    auto r = Queue::open(name);
-    if (!r) return 3;
-    detail::failpoint_arm("claim.taken");
-    Lease l;
-    r->claim(l, kLongLease);
-    return 5;  // not reached: killed at claim.taken
-  }, 60);
-  child.wait();
-  ASSERT_TRUE(child.signaled() && WTERMSIG(child.status()) == SIGKILL) << child.describe();
+  const DeadTake d = take_then_die();
+  ASSERT_FALSE(HasFailure());
   detail::Segment& s = detail::QueueAccess::segment(q());
-  std::uint64_t in = 0, lane = 0, pred = 0;
-  for (std::uint32_t i = 0; i < s.thread_count; ++i)
-    if (const std::uint64_t v = s.threads[i].intent.load()) {
-      in = v;
-      lane = s.threads[i].intent_lane.load();
-      pred = s.threads[i].intent_pred.load();
-    }
-  ASSERT_NE(in, 0U) << "the dead claimer left no intent";
+  const std::uint64_t in = d.in, lane = d.lane, pred = d.pred;
+  const std::uint32_t t = d.record;
   ASSERT_FALSE(detail::IntentLane::is_husk(lane));
   // fsck says so too.
-  std::uint32_t t = 0;
-  while (s.threads[t].intent.load() != in) ++t;
   s.threads[t].intent_lane.store(lane | (1ULL << 40));
   const FsckReport f = q().fsck();
   EXPECT_TRUE(std::any_of(f.issues.begin(), f.issues.end(), [](const auto& i) { return i.invariant == "process-record"; }))
