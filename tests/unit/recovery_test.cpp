@@ -129,10 +129,12 @@ class Recovery : public test::SegmentFixture {
     return rep->stage.load() == 1 ? child.pid() : 0;
   }
   // The intent a claimer killed at claim.taken left (its thread record's
-  // three words, and the record's index), as a sweep would read it.
+  // three words, and the record's index), as a sweep would read it, and the
+  // claimer's pid.
   struct DeadTake {
     std::uint64_t in = 0, lane = 0, pred = 0;
     std::uint32_t record = 0;
+    pid_t pid = 0;
   };
   DeadTake take_then_die() {
     const std::string name = seg();
@@ -150,8 +152,9 @@ class Recovery : public test::SegmentFixture {
     DeadTake d;
     for (std::uint32_t i = 0; i < s.thread_count; ++i)
       if (const std::uint64_t v = s.threads[i].intent.load()) {
-        d = {v, s.threads[i].intent_lane.load(), s.threads[i].intent_pred.load(), i};
+        d = {v, s.threads[i].intent_lane.load(), s.threads[i].intent_pred.load(), i, 0};
       }
+    d.pid = child.pid();
     EXPECT_NE(d.in, 0U) << "the dead claimer left no intent";
     return d;
   }
@@ -482,17 +485,8 @@ TEST_F(Recovery, AClaimerKilledAfterTakingAJobGivesItBack) {
   constexpr std::uint32_t kBound = 1000;
   make(kBound);
   const auto a = fill(A, 3);
-  const std::string name = seg();
-  ForkedChild child([&] {
-    auto r = Queue::open(name);
-    if (!r) return 3;
-    detail::failpoint_arm("claim.taken");
-    Lease l;
-    r->claim(l, kLongLease);
-    return 5;  // not reached: killed at claim.taken
-  }, 60);
-  child.wait();
-  ASSERT_TRUE(child.signaled() && WTERMSIG(child.status()) == SIGKILL) << child.describe();
+  const pid_t dead = take_then_die().pid;
+  ASSERT_FALSE(HasFailure());
   // Its job is out of lane A and not leased: pending, and fsck names the dead
   // thread's step (its intent) and nothing else.
   for (const BrandedId& id : a) EXPECT_EQ(q().job(id)->state, JobState::pending) << id.str();
@@ -500,7 +494,7 @@ TEST_F(Recovery, AClaimerKilledAfterTakingAJobGivesItBack) {
   EXPECT_FALSE(during.clean());
   for (const FsckIssue& i : during.issues) {
     EXPECT_EQ(i.invariant, "in-flight") << i.detail;
-    EXPECT_NE(i.detail.find("pid " + std::to_string(child.pid())), std::string::npos) << i.detail;
+    EXPECT_NE(i.detail.find("pid " + std::to_string(dead)), std::string::npos) << i.detail;
   }
   const RecoveryInfo before = q().recovery();
   q().advance_clock(kBound);
@@ -513,7 +507,7 @@ TEST_F(Recovery, AClaimerKilledAfterTakingAJobGivesItBack) {
   }
   const RecoveryInfo r = q().recovery();
   EXPECT_GT(r.finished, before.finished) << "nothing was finished for the dead claimer";
-  EXPECT_EQ(r.finished_pid, child.pid());
+  EXPECT_EQ(r.finished_pid, dead);
   EXPECT_GT(r.finished_unix_ms, 0U);
   EXPECT_EQ(r.runs, before.runs) << "no lease was returned: it never had one";
   expect_clean();
