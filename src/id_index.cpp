@@ -203,6 +203,41 @@ bool has_entry(const Segment& s, const IndexProbe& p, std::uint32_t slot) noexce
   }
 }
 
+// A move's copy kills every admission of its id it meets, before its
+// origin is dropped (a move outranks everyone; `slot` is the copy). A scan
+// is no snapshot: an admitter may read a way before the copy's entry is
+// written there, and the origin's way after the origin was dropped, popped,
+// freed and the way reused; it saw no entry of the id, and committed a
+// second job of it. Both wrote their entry before they scan [S4], so of
+// the admitter and the copy one sees the other. If the admitter sees the
+// copy, decide() meets it (or the origin, which the scan reads after it,
+// still a job: an origin is freed only once its copy is decided). If the
+// copy sees the admitter, it is still admitting: it could miss the origin
+// only by reading the origin's way after the drop, which comes after this
+// kill, and so its commit fails. Killing it loses nothing: the id is a job
+// (the origin) while the copy decides, and the admitter answers duplicate,
+// or admits the id afresh if the move fails and the origin ends. Another
+// move's copy is left alone (only its mover decides it: decide_moved).
+// The rivals are read after the scan, as decide() does.
+void kill_admissions(Segment& s, const IndexProbe& p, std::uint32_t slot, std::uint64_t sf) noexcept {
+  std::uint32_t found[2 * kIndexWays];
+  unsigned n = 0;
+  const std::uint32_t fp = p.fp & 0x3FFFFFFF;
+  index_scan(s, p, [&](std::atomic<std::uint64_t>&, std::uint64_t e) {
+    std::uint32_t r = 0;
+    if (IndexEntry::fp(e) == fp && IndexEntry::slot1(e) != slot + 1 && entry_current(s, e, r)) found[n++] = r;
+    return true;
+  });
+  for (unsigned k = 0; k < n; ++k) {
+    Word128 rw;
+    std::uint32_t origin = 0;
+    std::uint64_t c18 = 0;
+    if (rival_word(s, found[k], sf, rw) && SlotWord::state(rw) == SlotState::admitting &&
+        !moved_origin(s, found[k], origin, c18))
+      kill(s, found[k], SlotWord::ctr(rw));
+  }
+}
+
 // Was the admission `ctr` of `slot`, no longer admitting, committed? A
 // helper may have committed it, and a claim leased it (the ctr moves on) and
 // completed it since; a kill leaves it aborted with this ctr (and a claim
@@ -460,7 +495,11 @@ Admit index_admit(Segment& s, std::uint32_t slot, const IndexProbe& p, std::uint
   FAIRLANE_FAILPOINT("enqueue.indexed");
   std::uint32_t origin = 0;
   std::uint64_t c18 = 0;
-  if (maybe_moved && moved_origin(s, slot, origin, c18)) return decide_moved(s, slot, ctr, false, true);  // a copy: indexed by its mover
+  if (maybe_moved && moved_origin(s, slot, origin, c18)) {
+    // A copy, indexed by its mover (before the origin is dropped).
+    kill_admissions(s, p, slot, sf);
+    return decide_moved(s, slot, ctr, false, true);
+  }
   // Nearly always no other entry has the id's fingerprint: then decide's
   // first round would find no rival and commit, and so does this, without
   // its bookkeeping. The scan is decide's (the same seq_cst loads, after
@@ -471,6 +510,7 @@ Admit index_admit(Segment& s, std::uint32_t slot, const IndexProbe& p, std::uint
   bool other = false;
   const std::uint32_t fp = p.fp & 0x3FFFFFFF;
   index_scan(s, p, [&](std::atomic<std::uint64_t>&, std::uint64_t e) {
+    FAIRLANE_FAILPOINT("admit.way_read");
     other = IndexEntry::fp(e) == fp && IndexEntry::slot1(e) != slot + 1;
     return !other;
   });

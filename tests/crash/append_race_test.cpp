@@ -21,6 +21,7 @@
 #include <vector>
 
 #include "../../src/failpoint.hpp"
+#include "../../src/hash.hpp"
 #include "../../src/lane_order.hpp"
 #include "forked_child.hpp"
 #include "raw_segment.hpp"
@@ -356,6 +357,94 @@ TEST_F(Contention, AnIdReassignedBetweenItsRivalsScanAndItsReadingIsADuplicateWi
   create(small());
   ASSERT_FALSE(HasFailure());
   moved_after_scan(*this, q(), false);
+}
+
+// The id's first bucket (b1) and fingerprint in a segment, as index_probe
+// works them out (id_index.hpp), from the header's seed and bucket count.
+struct Probe {
+  std::uint64_t bucket;
+  std::uint32_t fp;
+};
+Probe probe_of(RawSegment& raw, const BrandedId& id) {
+  const std::uint64_t h = detail::id_hash(id.snowflake(), raw.header().hash_seed);
+  return Probe{((h & ((1ULL << 34) - 1)) * raw.header().index_buckets) >> 34, std::uint32_t(h >> 34)};
+}
+
+// The way of bucket b holding an entry for slot (slot1 = slot + 1), or -1.
+int way_of(RawSegment& raw, std::uint64_t b, std::uint32_t slot1) {
+  for (unsigned k = 0; k < detail::kIndexWays; ++k)
+    if (detail::IndexEntry::slot1(raw.bucket(b).e[k].load()) == slot1) return int(k);
+  return -1;
+}
+
+// The slot of the pending job with this id, or ~0U.
+std::uint32_t pending_slot(RawSegment& raw, const BrandedId& id) {
+  for (std::uint32_t i = 0; i < raw.header().job_capacity; ++i)
+    if (raw.slot(i).sf.load() == id.snowflake() && detail::SlotWord::state(raw.slot_word_value(i)) == detail::SlotState::pending)
+      return i;
+  return ~0U;
+}
+
+// An admission's scan is no snapshot. The main thread enqueues j again (an
+// id it minted, which another thread enqueued first: the look-up before
+// the admission is skipped) and stops in its scan, after reading the first
+// way of j's bucket. The bucket is full: way 0 holds f, way 1 j's job (x),
+// ways 2-5 fillers, way 6 the main thread's entry. Meanwhile f is served
+// (its way's slot is free), j is reassigned (its copy's entry takes way 0,
+// already read; x is dropped, popped and freed) and an id of the same
+// bucket is enqueued (its entry takes way 1, x's). The scan then met no
+// entry of j and committed: j was admitted twice and served twice (found in
+// review of d7df5ab). A move's copy now kills the admissions of its id it
+// meets before its origin is dropped.
+TEST_F(Contention, AnAdmissionWhoseScanAMoveAndAReuseOfTheOriginsWayOvertakeIsADuplicate) {
+  QueueOptions o = small();
+  o.jobs = 16;
+  create(o);
+  ASSERT_FALSE(HasFailure());
+  Queue& q = this->q();
+  const BrandedId g1 = BrandedId::make("AAA", 1), g2 = BrandedId::make("BBB", 2), gf = BrandedId::make("FFF", 5);
+  const BrandedId gh = BrandedId::make("HHH", 8), gm = BrandedId::make("MMM", 6);
+  const BrandedId j = q.mint();
+  RawSegment raw(seg());
+  const Probe pj = probe_of(raw, j);
+  // Ids of j's bucket with another fingerprint (minted on another thread:
+  // this one's memory of j as freshly minted stays): f, y and four fillers.
+  std::vector<BrandedId> same;
+  std::thread([&] {
+    while (same.size() < 6) {
+      const BrandedId c = q.mint();
+      const Probe pc = probe_of(raw, c);
+      if (pc.bucket == pj.bucket && pc.fp != pj.fp) same.push_back(c);
+    }
+  }).join();
+  const BrandedId f = same[0], y = same[1];
+  ASSERT_EQ(q.enqueue(gf, f, "f"), EnqueueStatus::enqueued);
+  EnqueueStatus first = EnqueueStatus::corrupt;
+  std::thread([&] { first = q.enqueue(g1, j, "j"); }).join();
+  ASSERT_EQ(first, EnqueueStatus::enqueued);
+  for (int i = 2; i < 6; ++i) ASSERT_EQ(q.enqueue(gh, same[std::size_t(i)], "h"), EnqueueStatus::enqueued);
+  ASSERT_EQ(q.pause(gh), LaneStatus::ok);
+  ASSERT_EQ(q.pause(gm), LaneStatus::ok);  // the main thread's job, if admitted, stays unclaimed meanwhile
+  ASSERT_EQ(q.pause(g1), LaneStatus::ok);  // only f is served below
+  ASSERT_EQ(way_of(raw, pj.bucket, pending_slot(raw, f) + 1), 0);
+  ASSERT_EQ(way_of(raw, pj.bucket, pending_slot(raw, j) + 1), 1);
+  std::atomic<int> bad{0};
+  EnqueueStatus again = EnqueueStatus::corrupt;
+  with_helper("admit.way_read", 1, [&](int) {
+    Lease l;
+    if (!q.claim(l, 60000) || l.id != f || q.complete(l.id, l.token) != AckStatus::ok) ++bad;
+    if (q.reassign(j, g2) != MoveStatus::moved) ++bad;
+    if (way_of(raw, pj.bucket, pending_slot(raw, j) + 1) != 0) ++bad;  // the copy's entry: in way 0
+    if (q.enqueue(gh, y, "y") != EnqueueStatus::enqueued) ++bad;
+    if (way_of(raw, pj.bucket, pending_slot(raw, y) + 1) != 1) ++bad;  // y's entry: in way 1, x's
+  }, [&] { again = q.enqueue(gm, j, "j again"); });
+  EXPECT_EQ(bad.load(), 0);
+  EXPECT_EQ(again, EnqueueStatus::duplicate) << to_string(again);
+  for (const BrandedId& g : {g1, gh, gm}) ASSERT_EQ(q.resume(g), LaneStatus::ok);
+  const std::vector<BrandedId> got = serve_all(q);
+  EXPECT_EQ(std::count(got.begin(), got.end(), j), 1) << "served " << std::count(got.begin(), got.end(), j) << " times";
+  EXPECT_EQ(got.size(), 6u);  // j, y and four fillers
+  expect_clean(q);
 }
 
 // The same window, held open: the id is moved 20 times, back and forth
