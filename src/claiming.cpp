@@ -359,9 +359,21 @@ bool take_cas(Segment& s, std::uint32_t lane, Word128& w, const Word128& base, s
       w = now;
       return false;
     }
+    // The checks below judge x's link against `base`. The tag's 12 bits
+    // come round: x may have left this run since, and been reused as another
+    // run's last node, under a tag that agrees. So before a disagreement is
+    // called corruption, the word is read again: moved on, it is only stale
+    // (`AClaimWhoseHeadCameBackUnderAnAliasedTagIsNoCorruption`).
+    const auto stale = [&] {
+      const Word128 now = lane_load(s, lane);
+      if (now == w) return false;
+      w = now;
+      return true;
+    };
     std::uint32_t y1 = Link::succ(xl);
     if (y1 == 0) {
       if (LaneWord::tail(base) != x1) {
+        if (stale()) return false;
         report_corrupt(s, CorruptWhat::lane_word);
         corrupt = true;
         return false;
@@ -379,6 +391,7 @@ bool take_cas(Segment& s, std::uint32_t lane, Word128& w, const Word128& base, s
     std::uint64_t ytag = 0, yl = 0;
     if (y1) {
       if (!valid_slot1(s, y1)) {
+        if (stale()) return false;
         report_corrupt(s, CorruptWhat::lane_order);
         corrupt = true;
         return false;

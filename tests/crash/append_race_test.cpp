@@ -447,6 +447,72 @@ TEST_F(Contention, AnAdmissionWhoseScanAMoveAndAReuseOfTheOriginsWayOvertakeIsAD
   expect_clean(q);
 }
 
+// A claim stopped after reading its lane's word and front (x, the run's
+// head; z its tail), just before its take's CAS. Meanwhile x is served and
+// its slot reused, again and again, as the only node of another lane's run,
+// until the insertion tag x's link carries there agrees in its low 12 bits
+// with the head tag the claim read. The claim then found x's link naming
+// no successor while the tail it read was z, and reported the lane word
+// corrupt, from a word that had long moved on (found in review). It reads
+// the word again first, as it does when the tags disagree.
+TEST_F(Contention, AClaimWhoseHeadCameBackUnderAnAliasedTagIsNoCorruption) {
+  create(small());
+  ASSERT_FALSE(HasFailure());
+  Queue& q = this->q();
+  const BrandedId gl = BrandedId::make("LLL", 1), gm = BrandedId::make("MMM", 2), gf = BrandedId::make("FFF", 3);
+  const BrandedId w = q.mint(), x = q.mint(), z = q.mint();
+  ASSERT_EQ(q.enqueue(gl, w, "w"), EnqueueStatus::enqueued);
+  ASSERT_EQ(q.enqueue(gl, x, "x"), EnqueueStatus::enqueued);
+  ASSERT_EQ(q.enqueue(gl, z, "z"), EnqueueStatus::enqueued);
+  {
+    Lease l;  // w's claim moves the run's tail on to z (appends leave it where it was)
+    ASSERT_TRUE(q.claim(l, 60000));
+    ASSERT_EQ(l.id, w);
+    ASSERT_EQ(q.complete(l.id, l.token), AckStatus::ok);
+  }
+  for (int i = 0; i < 6; ++i) ASSERT_EQ(q.enqueue(gf, q.mint(), "f"), EnqueueStatus::enqueued);  // every slot taken
+  ASSERT_EQ(q.pause(gf), LaneStatus::ok);
+  RawSegment raw(seg());
+  const std::uint32_t xs = pending_slot(raw, x);
+  ASSERT_NE(xs, ~0U);
+  const std::uint32_t lx = raw.find_lane([&](const detail::Word128& w) { return detail::LaneWord::head(w) == xs + 1; });
+  ASSERT_NE(lx, ~0U);
+  const detail::Word128 lw = raw.word_value(raw.lane(lx).word);
+  ASSERT_EQ(detail::LaneWord::tail(lw), pending_slot(raw, z) + 1);
+  const std::uint64_t htag = detail::LaneWord::htag(lw);
+  std::atomic<int> bad{0};
+  int reuses = 0;
+  bool aliased = false;
+  Lease got;
+  bool claimed = false;
+  with_helper("claim.intent_set", 1, [&](int) {
+    Lease l;
+    if (!q.claim(l, 60000) || l.id != x || q.complete(l.id, l.token) != AckStatus::ok) ++bad;
+    if (q.pause(gl) != LaneStatus::ok) ++bad;  // z stays
+    for (; reuses < 20000 && !aliased && bad.load() == 0; ++reuses) {
+      const BrandedId m = q.mint();
+      if (q.enqueue(gm, m, "m") != EnqueueStatus::enqueued || pending_slot(raw, m) != xs) ++bad;
+      const std::uint32_t lm = raw.find_lane([&](const detail::Word128& w) { return detail::LaneWord::head(w) == xs + 1; });
+      if (lm == ~0U) ++bad;
+      aliased = lm != ~0U && detail::LaneWord::htag(raw.word_value(raw.lane(lm).word)) == htag;
+      if (aliased) break;  // x's slot stays the last node of m's run
+      if (!q.claim(l, 60000) || l.id != m || q.complete(l.id, l.token) != AckStatus::ok) ++bad;
+    }
+  }, [&] { claimed = q.claim(got, 60000); });
+  EXPECT_EQ(bad.load(), 0);
+  ASSERT_TRUE(aliased) << "the tag never came round in " << reuses << " reuses: nothing to test";
+  EXPECT_TRUE(claimed);  // the last m, in the only lane served
+  EXPECT_EQ(q.corruption().count, 0u) << q.corruption().last_structure;
+  if (claimed) {
+    EXPECT_EQ(q.complete(got.id, got.token), AckStatus::ok);
+  }
+  ASSERT_EQ(q.resume(gl), LaneStatus::ok);
+  ASSERT_EQ(q.resume(gf), LaneStatus::ok);
+  const std::vector<BrandedId> rest = serve_all(q);
+  EXPECT_EQ(rest.size(), 7u);  // z and six fillers
+  expect_clean(q);
+}
+
 // The same window, held open: the id is moved 20 times, back and forth
 // between two groups (so that copies come back to slots met before), while
 // one enqueue of it decides. Remembering rivals by slot alone missed a copy
