@@ -281,7 +281,8 @@ EnqueueStatus admit(Segment& s, const BrandedId& group, const BrandedId& job, st
     IntentGuard guard(s, rec);
     std::uint64_t ctr = 0;
     std::uint32_t& cursor = alloc_cursor(s);
-    const std::uint32_t slot = alloc_slot(s, cursor, my_holder(s), ctr);
+    const std::uint32_t holder = my_holder(s);
+    const std::uint32_t slot = alloc_slot(s, cursor, holder, ctr);
     if (slot == kNoSlot) return EnqueueStatus::full;
     FAIRLANE_FAILPOINT("enqueue.slot_taken");
     Admission a = in;
@@ -306,8 +307,12 @@ EnqueueStatus admit(Segment& s, const BrandedId& group, const BrandedId& job, st
       lane = s.slot(slot).lane.load(std::memory_order_relaxed);
     }
     std::uint32_t winner = 0;
-    // Not a move's copy: write_job wrote its flags without kSlotMoved.
-    Admit ad = index_admit(s, slot, probe, sf, ctr, winner, false);
+    // Our own: alloc_slot's word, and the commit of the target we wrote in
+    // fail_to (write_job's, or the strays' above: `a` says which), with
+    // flags that hold no kSlotMoved.
+    const Word128 written = SlotWord::make(SlotState::admitting, 0, 0, ctr, holder);
+    const OwnAdmission own{written, committed_word(target_lo(a.state, a.attempt, a.when_ms), 0, written)};
+    Admit ad = index_admit(s, slot, probe, sf, ctr, winner, &own);
     // A claim that met it linked committed it first (with an index entry of
     // its own; it may be leased by now): it is admitted, and the answer
     // says so. Our own admission cannot be aborted at another ctr, so a

@@ -46,19 +46,26 @@ bool origin_names(const Segment& s, std::uint32_t origin, std::uint32_t slot, st
   return SlotWord::state(ow) == SlotState::aborted && SlotWord::when(ow) == Successor::make(slot, ctr);
 }
 
-// The committed word an admitting slot becomes (its fail_to is the target's
-// low half: state, attempt, when).
-Word128 commit_word(const SlotRecord& r, const Word128& admitting) noexcept {
-  const Word128 t{r.fail_to.load(std::memory_order_acquire), 0};
+}  // namespace
+
+Word128 committed_word(std::uint64_t fail_to, std::uint16_t flags, const Word128& admitting) noexcept {
+  const Word128 t{fail_to, 0};
   SlotState st = SlotWord::state(t);
   std::uint64_t when = SlotWord::when(t);
-  if (r.flags.load(std::memory_order_relaxed) & kSlotMoved) when = 0;  // a moved job: due at once (fail_to named its origin)
+  if (flags & kSlotMoved) when = 0;  // a moved job: due at once (fail_to named its origin)
   if (st != SlotState::pending && st != SlotState::scheduled && st != SlotState::dead) {
     st = SlotState::dead;  // scribbled target: keep the job where nothing serves it unasked
     when = 0;
   }
   if (st == SlotState::pending) when = 0;
   return SlotWord::make(st, SlotWord::attempt(t), when, SlotWord::ctr(admitting), 0);
+}
+
+namespace {
+
+// The committed word an admitting slot becomes, from its record.
+Word128 commit_word(const SlotRecord& r, const Word128& admitting) noexcept {
+  return committed_word(r.fail_to.load(std::memory_order_acquire), r.flags.load(std::memory_order_relaxed), admitting);
 }
 
 // Commits admission `ctr` of a slot (to its target). True if it is
@@ -490,12 +497,12 @@ Admit index_admit(Segment& s, std::uint32_t slot, std::uint64_t sf, std::uint64_
 }
 
 Admit index_admit(Segment& s, std::uint32_t slot, const IndexProbe& p, std::uint64_t sf, std::uint64_t ctr,
-                  std::uint32_t& winner, bool maybe_moved) noexcept {
+                  std::uint32_t& winner, const OwnAdmission* own) noexcept {
   if (!put_entry(s, p, slot)) return Admit::full;
   FAIRLANE_FAILPOINT("enqueue.indexed");
   std::uint32_t origin = 0;
   std::uint64_t c18 = 0;
-  if (maybe_moved && moved_origin(s, slot, origin, c18)) {
+  if (!own && moved_origin(s, slot, origin, c18)) {
     // A copy, indexed by its mover (before the origin is dropped).
     kill_admissions(s, p, slot, sf);
     return decide_moved(s, slot, ctr, false, true);
@@ -514,7 +521,18 @@ Admit index_admit(Segment& s, std::uint32_t slot, const IndexProbe& p, std::uint
     other = IndexEntry::fp(e) == fp && IndexEntry::slot1(e) != slot + 1;
     return !other;
   });
-  if (!other && (commit(s, slot, ctr) || admission_committed(s, slot, ctr))) return Admit::won;
+  if (!other) {
+    // Our own admission: the word we wrote is the word to replace, and the
+    // commit is the one commit_word would work out from the record we
+    // wrote; both known, so neither is read back. (We published it: the
+    // [R14] check is ours to skip.) A CAS that fails (a helper decided it
+    // meanwhile) is commit's to look at again.
+    if (own) {
+      Word128 w = own->admitting;
+      if (slot_cas(s, slot, w, own->committed)) return Admit::won;
+    }
+    if (commit(s, slot, ctr) || admission_committed(s, slot, ctr)) return Admit::won;
+  }
   return decide(s, p, slot, sf, ctr, winner);
 }
 

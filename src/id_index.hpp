@@ -123,12 +123,24 @@ enum class Admit {
 // `ctr` is the slot's ctr of this admission (its admitter's; a helper may
 // have committed and a claim leased it since, which moves the ctr on).
 Admit index_admit(Segment& s, std::uint32_t slot, std::uint64_t sf, std::uint64_t ctr, std::uint32_t& winner) noexcept;
+// An admission's own words, known to its author (an enqueue): the admitting
+// word it wrote (alloc_slot's) and the word it is committed to, as
+// committed_word works it out from the record it wrote (without kSlotMoved:
+// no move's copy). With them the commit reads nothing back.
+struct OwnAdmission {
+  Word128 admitting, committed;
+};
+
+// The committed word of an admitting slot whose record holds `fail_to` (the
+// target's low half: state, attempt, when) and `flags`.
+Word128 committed_word(std::uint64_t fail_to, std::uint16_t flags, const Word128& admitting) noexcept;
+
 // The same, with the id's probe (index_probe of sf) worked out already.
-// `maybe_moved` false: the caller wrote the slot's flags itself, without
-// kSlotMoved, and the slot is its own while admitting (an enqueue's
-// admission), so the record need not be read to know it is no move's copy.
+// `own`: the caller's own admission (an enqueue's), with the words it
+// wrote; the slot is its own while admitting, and no move's copy. Null: a
+// move's copy, or anyone's (the record is read).
 Admit index_admit(Segment& s, std::uint32_t slot, const IndexProbe& p, std::uint64_t sf, std::uint64_t ctr,
-                  std::uint32_t& winner, bool maybe_moved = true) noexcept;
+                  std::uint32_t& winner, const OwnAdmission* own = nullptr) noexcept;
 
 // Decides the admission of an admitting slot met by someone else (a claim
 // that finds it at the front of its lane, recovery): true when it is
