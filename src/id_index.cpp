@@ -308,6 +308,21 @@ Admit decide_moved(Segment& s, std::uint32_t slot, std::uint64_t ctr, bool cance
   return decided();
 }
 
+// Commits an admitting rival of ours (its word `rw`, of id `sf`) only by its
+// own decision: a commit must follow a scan begun after an entry of the
+// admission was written. Ours may have begun before the rival's entry; a
+// move's copy indexed meanwhile (in a way we had read) killed every
+// admission it met, not the rival yet unwritten, and the origin we would
+// have met may have been freed since: the rival's own scan meets the copy,
+// ours did not (`ARivalCommittedByAnotherAdmissionsScanThatMissedAMovesCopyIsADuplicate`,
+// found in review of 8fefa35). True when the rival is committed after it.
+// The recursion is shallow: each level is an admission of the id that
+// another level found admitting, and it begins only after its caller's
+// own admission is killed.
+bool resolve_rival(Segment& s, std::uint32_t rival, const Word128& rw, std::uint64_t sf) noexcept {
+  return index_resolve(s, rival, rw, false, sf);
+}
+
 // The decision for `slot`, whose entry is written (id_index.hpp). Returns
 // won when slot is committed, duplicate (winner set) when another is.
 Admit decide(Segment& s, const IndexProbe& p, std::uint32_t slot, std::uint64_t sf, std::uint64_t ctr,
@@ -346,6 +361,7 @@ Admit decide(Segment& s, const IndexProbe& p, std::uint32_t slot, std::uint64_t 
     // rival: passed before its admission tag is read.
     const std::uint32_t fp = p.fp & 0x3FFFFFFF;
     index_scan(s, p, [&](std::atomic<std::uint64_t>&, std::uint64_t e) {
+      FAIRLANE_FAILPOINT("decide.way_read");
       std::uint32_t r = 0;
       if (IndexEntry::fp(e) == fp && IndexEntry::slot1(e) != slot + 1 && entry_current(s, e, r) &&
           s.slot(r).sf.load(std::memory_order_acquire) == sf) {
@@ -414,7 +430,10 @@ Admit decide(Segment& s, const IndexProbe& p, std::uint32_t slot, std::uint64_t 
         // It outranks us: it must be committed before we may say duplicate
         // (its admitter may be stopped).
         if (!kill(s, slot, ctr) || admission_committed(s, slot, ctr)) return Admit::won;  // committed first after all
-        if (commit(s, rival, SlotWord::ctr(rw))) {
+        // By its own decision, not a bare commit: our scan began before its
+        // entry may have been written, and may have missed a move's copy
+        // whose kill came before that entry (resolve_rival).
+        if (resolve_rival(s, rival, rw, sf)) {
           winner = rival;
           return Admit::duplicate;
         }
@@ -440,7 +459,7 @@ Admit decide(Segment& s, const IndexProbe& p, std::uint32_t slot, std::uint64_t 
     }
     // Nobody committed yet: help the lowest admitting rival.
     std::uint32_t low = kNoSlot;
-    std::uint64_t low_ctr = 0;
+    Word128 low_word;
     index_scan(s, p, [&](std::atomic<std::uint64_t>&, std::uint64_t e) {
       std::uint32_t rival = 0;
       std::uint32_t o = 0;
@@ -449,11 +468,11 @@ Admit decide(Segment& s, const IndexProbe& p, std::uint32_t slot, std::uint64_t 
       if (IndexEntry::fp(e) == (p.fp & 0x3FFFFFFF) && entry_current(s, e, rival) && rival != slot && rival < low &&
           rival_word(s, rival, sf, rw) && SlotWord::state(rw) == SlotState::admitting && !moved_origin(s, rival, o, c)) {
         low = rival;
-        low_ctr = SlotWord::ctr(rw);
+        low_word = rw;
       }
       return true;
     });
-    if (low != kNoSlot && commit(s, low, low_ctr)) {
+    if (low != kNoSlot && resolve_rival(s, low, low_word, sf)) {
       winner = low;
       return Admit::duplicate;
     }

@@ -447,6 +447,125 @@ TEST_F(Contention, AnAdmissionWhoseScanAMoveAndAReuseOfTheOriginsWayOvertakeIsAD
   expect_clean(q);
 }
 
+// Holds one thread (the one that set t_gated) at a point until opened.
+thread_local bool t_gated = false;
+struct Gate {
+  std::atomic<bool> reached{false}, open{false};
+  static void hold(void* p) {
+    Gate& g = *static_cast<Gate*>(p);
+    if (!t_gated || g.open.load()) return;
+    g.reached.store(true);
+    while (!g.open.load()) std::this_thread::yield();
+  }
+};
+
+// The slot of the job with this id in state st, or ~0U.
+std::uint32_t slot_in(RawSegment& raw, const BrandedId& id, detail::SlotState st) {
+  for (std::uint32_t i = 0; i < raw.header().job_capacity; ++i)
+    if (raw.slot(i).sf.load() == id.snowflake() && detail::SlotWord::state(raw.slot_word_value(i)) == st) return i;
+  return ~0U;
+}
+
+// The same window, and an admission committed by a rival's decision. l's
+// enqueue of j takes slot 0 while j is no job (its look-up finds nothing)
+// and is held there. j is enqueued (x, in way 1 of its bucket), then b's
+// enqueue of it (the minting thread: no look-up) meets x's entry, goes to
+// decide(), and stops in decide's scan after way 0 (f). Meanwhile f is
+// served, j is reassigned (the copy's entry takes way 0, already read; the
+// copy kills b; x is dropped, popped and freed), and l goes on: linked, its
+// entry in way 1 (x's), held before its own scan. b's scan then met l, an
+// admitting rival in a lower slot: b killed itself and committed l, from a
+// scan that had missed the copy. l's own scan met the copy committed, l could
+// not kill itself, and answered enqueued: j was admitted twice (found in
+// review of 8fefa35). A rival is now committed only by its own decision
+// (index_resolve: a scan begun after its entry was written), which meets
+// the copy.
+TEST_F(Contention, ARivalCommittedByAnotherAdmissionsScanThatMissedAMovesCopyIsADuplicate) {
+  QueueOptions o = small();
+  o.jobs = 16;
+  o.lanes = 16;
+  create(o);
+  ASSERT_FALSE(HasFailure());
+  Queue& q = this->q();
+  const BrandedId gt = BrandedId::make("TTT", 1), gl = BrandedId::make("LLL", 2), g1 = BrandedId::make("AAA", 3);
+  const BrandedId g2 = BrandedId::make("BBB", 4), gf = BrandedId::make("FFF", 5), gh = BrandedId::make("HHH", 6);
+  const BrandedId gm = BrandedId::make("MMM", 7);
+  const BrandedId j = q.mint();
+  RawSegment raw(seg());
+  const Probe pj = probe_of(raw, j);
+  // f and four fillers in j's bucket, with other fingerprints; sixteen ids
+  // of other buckets (minted on another thread, as above).
+  std::vector<BrandedId> same, others;
+  std::thread([&] {
+    while (same.size() < 5 || others.size() < 16) {
+      const BrandedId c = q.mint();
+      const Probe pc = probe_of(raw, c);
+      if (pc.bucket != pj.bucket) {
+        if (others.size() < 16) others.push_back(c);
+      } else if (pc.fp != pj.fp && same.size() < 5) {
+        same.push_back(c);
+      }
+    }
+  }).join();
+  // Every slot leased, then slot 0 alone freed: l's admission takes it.
+  for (const BrandedId& t : others) ASSERT_EQ(q.enqueue(gt, t, "t"), EnqueueStatus::enqueued);
+  std::vector<Lease> leases(16);
+  for (Lease& l : leases) ASSERT_TRUE(q.claim(l, 60000));
+  for (Lease& l : leases) {
+    if (slot_in(raw, l.id, detail::SlotState::leased) == 0) {
+      ASSERT_EQ(q.complete(l.id, l.token), AckStatus::ok);
+    }
+  }
+  for (const BrandedId& g : {gl, g1, gh, gm}) ASSERT_EQ(q.pause(g), LaneStatus::ok);  // only f is served below
+  Gate taken, indexed;
+  detail::failpoint_call("enqueue.slot_taken", &Gate::hold, &taken);
+  detail::failpoint_call("enqueue.indexed", &Gate::hold, &indexed);
+  EnqueueStatus lst = EnqueueStatus::corrupt;
+  std::thread tl([&] {
+    t_gated = true;
+    lst = q.enqueue(gl, j, "l");
+  });
+  while (!taken.reached.load()) std::this_thread::yield();
+  ASSERT_EQ(detail::SlotWord::state(raw.slot_word_value(0)), detail::SlotState::admitting);  // l's
+  for (Lease& l : leases) {
+    if (slot_in(raw, l.id, detail::SlotState::leased) != ~0U) {
+      ASSERT_EQ(q.complete(l.id, l.token), AckStatus::ok);
+    }
+  }
+  const BrandedId f = same[0];
+  ASSERT_EQ(q.enqueue(gf, f, "f"), EnqueueStatus::enqueued);
+  EnqueueStatus xst = EnqueueStatus::corrupt;
+  std::thread([&] { xst = q.enqueue(g1, j, "x"); }).join();
+  ASSERT_EQ(xst, EnqueueStatus::enqueued);
+  for (int i = 1; i < 5; ++i) ASSERT_EQ(q.enqueue(gh, same[std::size_t(i)], "h"), EnqueueStatus::enqueued);
+  const std::uint32_t xs = pending_slot(raw, j);
+  ASSERT_EQ(way_of(raw, pj.bucket, pending_slot(raw, f) + 1), 0);
+  ASSERT_EQ(way_of(raw, pj.bucket, xs + 1), 1);
+  std::atomic<int> bad{0};
+  EnqueueStatus bst = EnqueueStatus::corrupt;
+  with_helper("decide.way_read", 1, [&](int) {
+    Lease l;
+    if (!q.claim(l, 60000) || l.id != f || q.complete(l.id, l.token) != AckStatus::ok) ++bad;
+    if (q.reassign(j, g2) != MoveStatus::moved) ++bad;
+    if (detail::SlotWord::state(raw.slot_word_value(xs)) != detail::SlotState::free) ++bad;  // x popped and freed
+    taken.open.store(true);
+    while (!indexed.reached.load()) std::this_thread::yield();
+    if (way_of(raw, pj.bucket, 0 + 1) != 1) ++bad;  // l's entry: in way 1, x's
+  }, [&] { bst = q.enqueue(gm, j, "b"); });
+  indexed.open.store(true);
+  tl.join();
+  detail::failpoint_call("enqueue.slot_taken", nullptr, nullptr);
+  detail::failpoint_call("enqueue.indexed", nullptr, nullptr);
+  EXPECT_EQ(bad.load(), 0);
+  EXPECT_EQ(bst, EnqueueStatus::duplicate) << to_string(bst);
+  EXPECT_EQ(lst, EnqueueStatus::duplicate) << to_string(lst);
+  for (const BrandedId& g : {gl, g1, gh, gm}) ASSERT_EQ(q.resume(g), LaneStatus::ok);
+  const std::vector<BrandedId> got = serve_all(q);
+  EXPECT_EQ(std::count(got.begin(), got.end(), j), 1) << "served " << std::count(got.begin(), got.end(), j) << " times";
+  EXPECT_EQ(got.size(), 5u);  // j and four fillers
+  expect_clean(q);
+}
+
 // A claim stopped after reading its lane's word and front (x, the run's
 // head; z its tail), just before its take's CAS. Meanwhile x is served and
 // its slot reused, again and again, as the only node of another lane's run,
