@@ -221,11 +221,14 @@ bool has_entry(const Segment& s, const IndexProbe& p, std::uint32_t slot) noexce
 // still a job: an origin is freed only once its copy is decided). If the
 // copy sees the admitter, it is still admitting: it could miss the origin
 // only by reading the origin's way after the drop, which comes after this
-// kill, and so its commit fails. Killing it loses nothing: the id is a job
-// (the origin) while the copy decides, and the admitter answers duplicate,
-// or admits the id afresh if the move fails and the origin ends. Another
-// move's copy is left alone (only its mover decides it: decide_moved).
-// The rivals are read after the scan, as decide() does.
+// kill, and so its commit fails. Killing it loses nothing: its admitter
+// answers duplicate if it then finds the id a job (the origin, or the copy),
+// and otherwise admits the id afresh (Admit::lost): the origin may have
+// ended meanwhile (claimed and completed: the move fails), and a mover
+// stopped between its scan and a kill may kill a later admission of the id
+// in the same slot, after the id ended. Another move's copy is left alone
+// (only its mover decides it: decide_moved). The rivals are read after the
+// scan, as decide() does.
 void kill_admissions(Segment& s, const IndexProbe& p, std::uint32_t slot, std::uint64_t sf) noexcept {
   std::uint32_t found[2 * kIndexWays];
   unsigned n = 0;
