@@ -74,6 +74,7 @@ const char* const kStepPoints[] = {
     "run.seal_seen",      // an append found its run's last node sealed under a new lane word (as enqueue.lane_found)
     "index.rival_read",   // a slot found by its id's index entry, its word read once, not yet read again (reads only)
     "admit.way_read",     // an admission's first scan read one way of its id's buckets, not the next (reads only)
+    "index.killed",       // an admission killed (its CAS made), the call not returned (as the step before)
     "decide.way_read",    // decide's scan read one way of the id's buckets, not the next (reads only)
     "decide.rival",       // an admission's rival scanned, about to be read (as enqueue.indexed, or a step of decide's before)
     "ring.head_read",     // a ring step's head read, its cell not yet (reads only)

@@ -91,20 +91,39 @@ bool commit(Segment& s, std::uint32_t slot, std::uint64_t ctr) noexcept {
 // admission, or that admission is not yet published (as commit).
 bool kill(Segment& s, std::uint32_t slot, std::uint64_t ctr) noexcept {
   Word128 w = slot_load(s, slot);
+  // A pending admission is linked in its run before anyone can kill it (its
+  // index entry comes after the link): the kill makes it a husk there, which
+  // is counted first (husk_count), in the lane's incarnation read while it
+  // is linked, and given back if the kill fails. Counted after the CAS, a
+  // killer stopped between the two counted it once the husk was popped (a
+  // count one high for good), or in the record's next group
+  // (`AKilledAdmissionsHuskIsCountedBeforeItCanBePopped`). The record's
+  // fields are this admission's while its word is admitting at ctr.
+  std::uint32_t lane = kNoLane;
+  std::uint64_t inc = 0;
+  bool looked = false, counted = false;
   while (SlotWord::state(w) == SlotState::admitting && SlotWord::ctr(w) == ctr) {
-    if (!admission_published(s, slot, w)) return false;
-    const Word128 aborted = SlotWord::make(SlotState::aborted, 0, 0, SlotWord::ctr(w), SlotWord::holder(w));
-    if (slot_cas(s, slot, w, aborted)) {
-      // A pending admission is linked in its run before anyone can kill it
-      // (its index entry comes after the link): it is a husk there now.
+    if (!admission_published(s, slot, w)) break;
+    if (!looked) {
+      looked = true;
       const SlotRecord& r = s.slot(slot);
       const bool pending_target = SlotWord::state(Word128{r.fail_to.load(std::memory_order_relaxed), 0}) == SlotState::pending;
-      const std::uint32_t lane = r.lane.load(std::memory_order_relaxed);
-      if (pending_target && !(r.flags.load(std::memory_order_relaxed) & kSlotMoved) && lane < s.lane_count)
-        s.lanes[lane].husks.fetch_add(1, std::memory_order_relaxed);
+      const std::uint32_t l = r.lane.load(std::memory_order_relaxed);
+      if (pending_target && !(r.flags.load(std::memory_order_relaxed) & kSlotMoved) && l < s.lane_count) {
+        lane = l;
+        inc = lane_incarnation(s, lane);
+        husk_count(s, lane, inc);
+        counted = true;
+      }
+    }
+    const Word128 aborted = SlotWord::make(SlotState::aborted, 0, 0, SlotWord::ctr(w), SlotWord::holder(w));
+    if (slot_cas(s, slot, w, aborted)) {
+      FAIRLANE_FAILPOINT("index.killed");
       return true;
     }
   }
+  if (counted) husk_uncount(s, lane, inc);
+  if (SlotWord::state(w) == SlotState::admitting && SlotWord::ctr(w) == ctr) return false;  // not published
   return SlotWord::ctr(w) == ctr && !committed_state(SlotWord::state(w));
 }
 

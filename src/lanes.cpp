@@ -258,10 +258,13 @@ Word128 lane_base_step(Segment& s, std::uint32_t lane, const Word128& w) noexcep
         const std::uint64_t next = SlotWord::when(sw);
         to = SlotWord::make(SlotState::aborted, 0, next, ctr, 0);
         if (!pending()) return base;
-        if (slot_cas(s, slot, sw, to)) {
-          if (r.level.load(std::memory_order_relaxed) == 0) s.lanes[lane].husks.fetch_add(1, std::memory_order_relaxed);
-          return base;
-        }
+        // A husk of the run from here: counted before the CAS, while it is
+        // linked (husk_count), and given back if the CAS fails.
+        const bool in_run = r.level.load(std::memory_order_relaxed) == 0;
+        const std::uint64_t inc = lane_incarnation(s, lane);
+        if (in_run) husk_count(s, lane, inc);
+        if (slot_cas(s, slot, sw, to)) return base;
+        if (in_run) husk_uncount(s, lane, inc);
         continue;
       }
       case RelOp::take:

@@ -120,6 +120,20 @@ inline void husk_uncount(Segment& s, std::uint32_t lane, std::uint64_t inc) noex
   }
 }
 
+// One husk more in the run of lane `lane`, incarnation `inc` (nothing if
+// the record is another lane's now, as husk_uncount). A husk is counted
+// before the CAS that makes it one, while its node is linked in that run
+// (so the lane cannot have been given back), and the count is undone if the
+// CAS fails: a popper, which can pop it only after that CAS, always finds
+// it counted, and a count that landed after the pop (and after the record
+// was given back and taken by another group) is not possible.
+inline void husk_count(Segment& s, std::uint32_t lane, std::uint64_t inc) noexcept {
+  std::atomic<std::uint64_t>& h = s.lanes[lane].husks;
+  std::uint64_t v = h.load(std::memory_order_relaxed);
+  while (HuskCount::inc(v) == (inc & HuskCount::kIncMask) && !h.compare_exchange_weak(v, v + 1, std::memory_order_relaxed)) {
+  }
+}
+
 // Wakes one parked consumer if there is one. seq_cst: pairs with the
 // seq_cst increment of `waiters` before a consumer's last look ([S5]):
 // either it sees the lane we just made serviceable or we see it waiting.

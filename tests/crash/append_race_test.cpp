@@ -566,6 +566,81 @@ TEST_F(Contention, ARivalCommittedByAnotherAdmissionsScanThatMissedAMovesCopyIsA
   expect_clean(q);
 }
 
+// A killed admission's husk is counted in its lane (`husks`, for depth)
+// before anyone can pop it. r's enqueue of j (slot 7, lane lr) is held after
+// its index entry; the main thread's enqueue of j (slot 0, lane lm) kills r,
+// an admitting rival in a higher slot, and stops right after its kill's CAS.
+// Meanwhile a claim pops r's husk (lr's run is empty then) and another group
+// takes lr's lane record. The kill counted the husk after its CAS, into the
+// record as it was by then: the new group's depth read 0 with one job
+// (found in review of 8fefa35, and carried as L1 before). It counts the husk
+// before the CAS now, into the incarnation its CAS is made under.
+TEST_F(Contention, AKilledAdmissionsHuskIsCountedBeforeItCanBePopped) {
+  QueueOptions o = small();
+  o.lanes = 2;
+  create(o);
+  ASSERT_FALSE(HasFailure());
+  Queue& q = this->q();
+  const BrandedId gm = BrandedId::make("MMM", 1), gr = BrandedId::make("RRR", 2), g3 = BrandedId::make("CCC", 3);
+  const BrandedId j = q.mint();
+  RawSegment raw(seg());
+  // Every slot leased (default lane), then slot 7 alone freed: r takes it.
+  std::vector<BrandedId> fillers;
+  std::thread([&] {
+    for (int i = 0; i < 8; ++i) fillers.push_back(q.mint());
+  }).join();
+  for (const BrandedId& f : fillers) ASSERT_EQ(q.enqueue({}, f, "f"), EnqueueStatus::enqueued);
+  std::vector<Lease> leases(8);
+  for (Lease& l : leases) ASSERT_TRUE(q.claim(l, 60000));
+  const auto free_slot = [&](std::uint32_t slot) {
+    for (Lease& l : leases)
+      if (slot_in(raw, l.id, detail::SlotState::leased) == slot) return q.complete(l.id, l.token) == AckStatus::ok;
+    return false;
+  };
+  ASSERT_TRUE(free_slot(7));
+  ASSERT_EQ(q.pause(gm), LaneStatus::ok);  // the main thread's job stays unclaimed meanwhile
+  Gate indexed;
+  detail::failpoint_call("enqueue.indexed", &Gate::hold, &indexed);
+  EnqueueStatus rst = EnqueueStatus::corrupt;
+  std::thread tr([&] {
+    t_gated = true;
+    rst = q.enqueue(gr, j, "r");
+  });
+  while (!indexed.reached.load()) std::this_thread::yield();
+  ASSERT_EQ(detail::SlotWord::state(raw.slot_word_value(7)), detail::SlotState::admitting);  // r's
+  std::uint32_t lr = ~0U;
+  for (std::uint32_t i = 1; i < raw.header().lane_capacity; ++i)
+    if (raw.lane(i).key_sf.load() == gr.snowflake()) lr = i;
+  ASSERT_NE(lr, ~0U);
+  ASSERT_TRUE(free_slot(0));
+  std::atomic<int> bad{0};
+  EnqueueStatus mst = EnqueueStatus::corrupt;
+  with_helper("index.killed", 1, [&](int) {
+    Lease l;
+    if (q.claim(l, 60000)) ++bad;  // pops r's husk; nothing else is served
+    if (q.depth(gr) != 0) ++bad;
+    if (!free_slot(1)) ++bad;
+    if (q.enqueue(g3, q.mint(), "c") != EnqueueStatus::enqueued) ++bad;
+    if (raw.lane(lr).key_sf.load() != g3.snowflake()) ++bad;  // g3 took gr's lane record
+  }, [&] { mst = q.enqueue(gm, j, "m"); });
+  indexed.open.store(true);
+  tr.join();
+  detail::failpoint_call("enqueue.indexed", nullptr, nullptr);
+  EXPECT_EQ(bad.load(), 0);
+  EXPECT_EQ(mst, EnqueueStatus::enqueued) << to_string(mst);
+  EXPECT_EQ(rst, EnqueueStatus::duplicate) << to_string(rst);
+  EXPECT_EQ(q.depth(g3), 1u) << "the kill's husk was counted in the lane record's next group";
+  for (Lease& l : leases)
+    if (slot_in(raw, l.id, detail::SlotState::leased) != ~0U) {
+      EXPECT_EQ(q.complete(l.id, l.token), AckStatus::ok);
+    }
+  ASSERT_EQ(q.resume(gm), LaneStatus::ok);
+  const std::vector<BrandedId> got = serve_all(q);
+  EXPECT_EQ(got.size(), 2u);  // j and g3's job
+  EXPECT_EQ(std::count(got.begin(), got.end(), j), 1);
+  expect_clean(q);
+}
+
 // A claim stopped after reading its lane's word and front (x, the run's
 // head; z its tail), just before its take's CAS. Meanwhile x is served and
 // its slot reused, again and again, as the only node of another lane's run,
