@@ -76,6 +76,7 @@ const char* const kStepPoints[] = {
     "admit.way_read",     // an admission's first scan read one way of its id's buckets, not the next (reads only)
     "index.killed",       // an admission killed (its CAS made), the call not returned (as the step before)
     "decide.way_read",    // decide's scan read one way of the id's buckets, not the next (reads only)
+    "decide.rival_seen",  // a rival of decide's read (its word and id agree), not yet acted on (reads only)
     "decide.rival",       // an admission's rival scanned, about to be read (as enqueue.indexed, or a step of decide's before)
     "ring.head_read",     // a ring step's head read, its cell not yet (reads only)
     "ring.cell_read",     // a ring step's head and cell read, the lane's word not yet (reads only)

@@ -347,8 +347,29 @@ bool resolve_rival(Segment& s, std::uint32_t rival, const Word128& rw, std::uint
 
 // The decision for `slot`, whose entry is written (id_index.hpp). Returns
 // won when slot is committed, duplicate (winner set) when another is.
+//
+// `owner`: the caller is the admission's own admitter. It holds the slot
+// until this returns (a husk of its admission is freed by it alone), so to
+// it a slot whose ctr has moved on was committed (and leased since). A
+// helper (index_resolve) cannot tell: the admission may as well have been
+// killed, freed and the slot taken again, and it answers `undecided` then,
+// never `won` (a helper that said won for an admission killed and gone had
+// an enqueue answer duplicate with no job of the id anywhere:
+// `AHelpersDecisionOfARivalKilledAndReusedMeanwhileIsNotWon*`, found in
+// review of 87de577).
 Admit decide(Segment& s, const IndexProbe& p, std::uint32_t slot, std::uint64_t sf, std::uint64_t ctr,
-             std::uint32_t& winner) noexcept {
+             std::uint32_t& winner, bool owner) noexcept {
+  // What became of the admission, no longer admitting at ctr (a kill or a
+  // commit of ours failed).
+  enum class Fate { committed, aborted, unknown };
+  const auto fate = [&] {
+    const Word128 w = slot_load(s, slot);
+    if (SlotWord::ctr(w) != ctr) return owner ? Fate::committed : Fate::unknown;
+    const SlotState st = SlotWord::state(w);
+    return st != SlotState::aborted && st != SlotState::free && st != SlotState::admitting ? Fate::committed
+                                                                                          : Fate::aborted;
+  };
+  const auto known = [](Fate f) { return f == Fate::committed ? Admit::won : Admit::undecided; };
   // A rival that stopped being a job since the scan (freed, or dropped as a
   // reassign's origin) may live on as the move's copy, which a reassign
   // indexes before it drops the origin, and which looks for no rivals
@@ -396,7 +417,9 @@ Admit decide(Segment& s, const IndexProbe& p, std::uint32_t slot, std::uint64_t 
       FAIRLANE_FAILPOINT("decide.rival");
       const std::uint32_t rival = rivals[k];
       Word128 rw;
-      if (!rival_word(s, rival, sf, rw)) {
+      const bool is_rival = rival_word(s, rival, sf, rw);
+      if (is_rival) FAIRLANE_FAILPOINT("decide.rival_seen");
+      if (!is_rival) {
         // Moved on since the scan (free, another id, or an admission not
         // yet published): not a rival. Still a job and still moving, or
         // perhaps moved by a reassign (above): look again.
@@ -443,7 +466,9 @@ Admit decide(Segment& s, const IndexProbe& p, std::uint32_t slot, std::uint64_t 
       if (committed_state(st)) {
         // A live job with this id: we lose (unless we are committed already,
         // by a helper: then this is a stale reading of a rival that lost).
-        if (!kill(s, slot, ctr) || admission_committed(s, slot, ctr)) return Admit::won;
+        if (!kill(s, slot, ctr)) {
+          if (const Fate f = fate(); f != Fate::aborted) return known(f);
+        }
         winner = rival;
         return Admit::duplicate;
       }
@@ -451,7 +476,9 @@ Admit decide(Segment& s, const IndexProbe& p, std::uint32_t slot, std::uint64_t 
       if (rival < slot) {
         // It outranks us: it must be committed before we may say duplicate
         // (its admitter may be stopped).
-        if (!kill(s, slot, ctr) || admission_committed(s, slot, ctr)) return Admit::won;  // committed first after all
+        if (!kill(s, slot, ctr)) {  // committed first after all
+          if (const Fate f = fate(); f != Fate::aborted) return known(f);
+        }
         // By its own decision, not a bare commit: our scan began before its
         // entry may have been written, and may have missed a move's copy
         // whose kill came before that entry (resolve_rival).
@@ -471,7 +498,8 @@ Admit decide(Segment& s, const IndexProbe& p, std::uint32_t slot, std::uint64_t 
       continue;
     }
     if (rescan) continue;
-    if (commit(s, slot, ctr) || admission_committed(s, slot, ctr)) return Admit::won;
+    if (commit(s, slot, ctr)) return Admit::won;
+    if (const Fate f = fate(); f != Fate::aborted) return known(f);
     // Killed by a rival that outranks us: make sure it (or whoever wins) is
     // committed, then it is a duplicate.
     const std::uint32_t w = index_find(s, sf);
@@ -574,7 +602,7 @@ Admit index_admit(Segment& s, std::uint32_t slot, const IndexProbe& p, std::uint
     }
     if (commit(s, slot, ctr) || admission_committed(s, slot, ctr)) return Admit::won;
   }
-  return decide(s, p, slot, sf, ctr, winner);
+  return decide(s, p, slot, sf, ctr, winner, true);
 }
 
 bool index_kill(Segment& s, std::uint32_t slot, std::uint64_t ctr) noexcept { return kill(s, slot, ctr); }
@@ -602,7 +630,7 @@ bool index_resolve(Segment& s, std::uint32_t slot, const Word128& seen, bool can
     return admission_committed(s, slot, ctr) && SlotWord::ctr(slot_load(s, slot)) == ctr;
   }
   std::uint32_t winner = 0;
-  return decide(s, p, slot, sf, ctr, winner) == Admit::won;
+  return decide(s, p, slot, sf, ctr, winner, false) == Admit::won;
 }
 
 }  // namespace fairlane::detail

@@ -114,7 +114,8 @@ enum class Admit {
   full,       // both buckets are full of current entries: nothing written
   lost,       // this slot lost to a rival that was then undone (its admitter
               // died unlinked): nobody holds the id; admit it again
-  undecided,  // a reassign's target whose move is not yet decided
+  undecided,  // a reassign's target whose move is not yet decided; or, to a
+              // helper, an admission whose slot moved on (decided, not known how)
   corrupt,
 };
 

@@ -566,6 +566,162 @@ TEST_F(Contention, ARivalCommittedByAnotherAdmissionsScanThatMissedAMovesCopyIsA
   expect_clean(q);
 }
 
+// A helper's decision of another admission, whose slot moves on meanwhile.
+// R's enqueue of j (slot 0, delayed: never linked) meets j's job J committed
+// and is held just after reading it. J is served: no job of j exists. S
+// enqueues j: it meets R admitting in a lower slot, kills itself and has R
+// decided (index_resolve), and is held in that decision's scan. R goes on,
+// kills itself (duplicate: J was a job during its call), is freed, and slot
+// 0 is taken by another id. The decision then found its kill failing and
+// the slot's ctr moved on, took that for "committed" (as R's own admitter
+// may), and S answered duplicate with no job of j anywhere (found in review
+// of 87de577). `minted_here`: S's thread minted j and skips the look-up
+// (the decision comes from resolve_rival); else S's look-up meets R
+// admitting and has it decided (admission.cpp's path, wrong the same way
+// before 87de577).
+void helper_sees_slot_move_on(Queue& q, RawSegment& raw, const BrandedId& j, bool minted_here) {
+  const BrandedId gt = BrandedId::make("TTT", 1), gj = BrandedId::make("JJJ", 2), gr = BrandedId::make("RRR", 3);
+  const BrandedId gs = BrandedId::make("SSS", 4), gk = BrandedId::make("KKK", 5);
+  std::vector<BrandedId> others, ks;
+  std::thread([&] {
+    for (int i = 0; i < 16; ++i) others.push_back(q.mint());
+    for (int i = 0; i < 16; ++i) ks.push_back(q.mint());
+  }).join();
+  // Every slot leased, then slot 0 alone freed: R's admission takes it.
+  for (const BrandedId& x : others) ASSERT_EQ(q.enqueue(gt, x, "t"), EnqueueStatus::enqueued);
+  std::vector<Lease> leases(16);
+  for (Lease& l : leases) ASSERT_TRUE(q.claim(l, 60000));
+  for (Lease& l : leases) {
+    if (slot_in(raw, l.id, detail::SlotState::leased) == 0) {
+      ASSERT_EQ(q.complete(l.id, l.token), AckStatus::ok);
+    }
+  }
+  ASSERT_EQ(q.pause(gk), LaneStatus::ok);
+  Gate taken, seen;
+  detail::failpoint_call("enqueue.slot_taken", &Gate::hold, &taken);
+  detail::failpoint_call("decide.rival_seen", &Gate::hold, &seen);
+  EnqueueStatus rst = EnqueueStatus::corrupt;
+  std::atomic<bool> r_done{false};
+  std::thread tr([&] {
+    t_gated = true;
+    EnqueueOptions delayed;
+    delayed.delay_ms = 600000;
+    rst = q.enqueue(gr, j, "r", delayed);
+    r_done.store(true);
+  });
+  while (!taken.reached.load()) std::this_thread::yield();
+  ASSERT_EQ(detail::SlotWord::state(raw.slot_word_value(0)), detail::SlotState::admitting);  // R's
+  const std::uint64_t r_ctr = detail::SlotWord::ctr(raw.slot_word_value(0));
+  for (Lease& l : leases) {
+    if (slot_in(raw, l.id, detail::SlotState::leased) != ~0U) {
+      ASSERT_EQ(q.complete(l.id, l.token), AckStatus::ok);
+    }
+  }
+  EnqueueStatus jst = EnqueueStatus::corrupt;
+  std::thread([&] { jst = q.enqueue(gj, j, "J"); }).join();
+  ASSERT_EQ(jst, EnqueueStatus::enqueued);
+  taken.open.store(true);
+  while (!seen.reached.load()) std::this_thread::yield();  // R read J committed
+  {
+    Lease l;
+    ASSERT_TRUE(q.claim(l, 60000));
+    ASSERT_EQ(l.id, j);
+    ASSERT_EQ(q.complete(l.id, l.token), AckStatus::ok);  // no job of j now
+  }
+  // S's thread, at a way of a decision's scan (with minted_here, once S's
+  // own admission is aborted: the scan is then of R's decision), lets R go
+  // on and end, and slot 0 be taken again, before it reads the next way.
+  struct Hook {
+    std::thread::id s_thread;
+    RawSegment* raw = nullptr;
+    std::uint64_t sf = 0;
+    bool wait_for_abort = false;
+    std::atomic<bool> fired{false};
+    std::function<void()> act;
+    static void at(void* p) {
+      Hook& h = *static_cast<Hook*>(p);
+      if (std::this_thread::get_id() != h.s_thread || h.fired.load()) return;
+      if (h.wait_for_abort) {
+        bool s_aborted = false;
+        for (std::uint32_t i = 1; i < h.raw->header().job_capacity; ++i)
+          s_aborted |= h.raw->slot(i).sf.load() == h.sf &&
+                       detail::SlotWord::state(h.raw->slot_word_value(i)) == detail::SlotState::aborted;
+        if (!s_aborted) return;
+      }
+      h.fired.store(true);
+      std::thread(h.act).join();
+    }
+  } hook;
+  hook.raw = &raw;
+  hook.sf = j.snowflake();
+  hook.wait_for_abort = minted_here;
+  std::atomic<int> bad{0};
+  hook.act = [&] {
+    seen.open.store(true);
+    while (!r_done.load()) std::this_thread::yield();
+    for (std::size_t i = 0; i < ks.size() && detail::SlotWord::ctr(raw.slot_word_value(0)) == r_ctr; ++i)
+      if (q.enqueue(gk, ks[i], "k") != EnqueueStatus::enqueued) ++bad;
+    if (detail::SlotWord::ctr(raw.slot_word_value(0)) == r_ctr) ++bad;  // slot 0 taken again
+  };
+  detail::failpoint_call("decide.way_read", &Hook::at, &hook);
+  EnqueueStatus sst = EnqueueStatus::corrupt;
+  if (minted_here) {
+    hook.s_thread = std::this_thread::get_id();
+    sst = q.enqueue(gs, j, "s");
+  } else {
+    std::thread([&] {
+      hook.s_thread = std::this_thread::get_id();
+      sst = q.enqueue(gs, j, "s");
+    }).join();
+  }
+  seen.open.store(true);
+  tr.join();
+  detail::failpoint_call("decide.way_read", nullptr, nullptr);
+  detail::failpoint_call("enqueue.slot_taken", nullptr, nullptr);
+  detail::failpoint_call("decide.rival_seen", nullptr, nullptr);
+  EXPECT_EQ(bad.load(), 0);
+  EXPECT_TRUE(hook.fired.load()) << "S's decision of R was not held";
+  EXPECT_EQ(rst, EnqueueStatus::duplicate) << to_string(rst);
+  EXPECT_EQ(sst, EnqueueStatus::enqueued) << to_string(sst);
+  // S began after J was gone: j is a job again, once.
+  std::uint32_t jobs_of_j = 0;
+  for (std::uint32_t i = 0; i < raw.header().job_capacity; ++i) {
+    using detail::SlotState;
+    const SlotState st = detail::SlotWord::state(raw.slot_word_value(i));
+    jobs_of_j += raw.slot(i).sf.load() == j.snowflake() &&
+                 (st == SlotState::pending || st == SlotState::leased || st == SlotState::scheduled ||
+                  st == SlotState::dead || st == SlotState::returning);
+  }
+  EXPECT_EQ(jobs_of_j, 1u) << (jobs_of_j == 0 ? "j is lost" : "j is a job twice");
+  ASSERT_EQ(q.resume(gk), LaneStatus::ok);
+  const std::vector<BrandedId> got = serve_all(q);
+  EXPECT_EQ(std::count(got.begin(), got.end(), j), 1);
+  expect_clean(q);
+}
+
+TEST_F(Contention, AHelpersDecisionOfARivalKilledAndReusedMeanwhileIsNotWonFromAnAdmission) {
+  QueueOptions o = small();
+  o.jobs = 16;
+  o.lanes = 16;
+  create(o);
+  ASSERT_FALSE(HasFailure());
+  const BrandedId j = q().mint();
+  RawSegment raw(seg());
+  helper_sees_slot_move_on(q(), raw, j, true);
+}
+
+TEST_F(Contention, AHelpersDecisionOfARivalKilledAndReusedMeanwhileIsNotWonFromALookUp) {
+  QueueOptions o = small();
+  o.jobs = 16;
+  o.lanes = 16;
+  create(o);
+  ASSERT_FALSE(HasFailure());
+  BrandedId j;
+  std::thread([&] { j = q().mint(); }).join();
+  RawSegment raw(seg());
+  helper_sees_slot_move_on(q(), raw, j, false);
+}
+
 // A killed admission's husk is counted in its lane (`husks`, for depth)
 // before anyone can pop it. r's enqueue of j (slot 7, lane lr) is held after
 // its index entry; the main thread's enqueue of j (slot 0, lane lm) kills r,
