@@ -116,24 +116,29 @@ std::uint32_t& alloc_cursor(Segment& s) noexcept {
 
 // Gives a slot back that this admission took and nobody else can know of:
 // not linked, no index entry.
+// Only the admission of `ctr`, admitting or killed (a word at another ctr,
+// or aborted naming a successor, is a job that went on: not ours).
 void give_back(Segment& s, std::uint32_t slot, std::uint64_t ctr) noexcept {
   Word128 w = slot_load(s, slot);
-  while (SlotWord::state(w) == SlotState::admitting || SlotWord::state(w) == SlotState::aborted) {
+  while (SlotWord::ctr(w) == ctr &&
+         (SlotWord::state(w) == SlotState::admitting ||
+          (SlotWord::state(w) == SlotState::aborted && SlotWord::when(w) == 0))) {
     if (slot_cas(s, slot, w, SlotWord::make(SlotState::free, 0, 0, ctr, 0))) return;
   }
 }
 
 // After a lost admission: a linked slot becomes a husk for a claim to pop
 // (holder 0 says it is linked); an unlinked one is freed now.
-void drop_lost(Segment& s, std::uint32_t slot, bool linked) noexcept {
+void drop_lost(Segment& s, std::uint32_t slot, std::uint64_t ctr, bool linked) noexcept {
   Word128 w = slot_load(s, slot);
   if (!linked) {
-    free_aborted(s, slot);
+    free_aborted(s, slot, ctr);
     return;
   }
   // Done with it: a husk in its run for a claim to pop and free (holder 0
   // says so), or, if a claim popped it already, freed now (release_husk).
-  while (SlotWord::state(w) == SlotState::aborted && SlotWord::holder(w) != 0) {
+  // Only our admission's husk (its ctr): nothing else is ours to touch.
+  while (SlotWord::state(w) == SlotState::aborted && SlotWord::holder(w) != 0 && SlotWord::ctr(w) == ctr) {
     if (husk_popped(w)) {
       free_aborted(s, slot, SlotWord::ctr(w));
       return;
@@ -313,22 +318,23 @@ EnqueueStatus admit(Segment& s, const BrandedId& group, const BrandedId& job, st
     const Word128 written = SlotWord::make(SlotState::admitting, 0, 0, ctr, holder);
     const OwnAdmission own{written, committed_word(target_lo(a.state, a.attempt, a.when_ms), 0, written)};
     Admit ad = index_admit(s, slot, probe, sf, ctr, winner, &own);
-    // A claim that met it linked committed it first (with an index entry of
-    // its own; it may be leased by now): it is admitted, and the answer
-    // says so. Our own admission cannot be aborted at another ctr, so a
-    // kill that fails means it was committed.
-    if ((ad == Admit::full || ad == Admit::corrupt) && linked && !index_kill(s, slot, ctr)) ad = Admit::won;
+    // A helper committed it first (a claim that met it linked, with an index
+    // entry of its own, or a rival enqueue's decision; it may be leased, or
+    // moved, by now): it is admitted, and the answer says so. Our own
+    // admission cannot be aborted at another ctr, so a kill that fails
+    // means it was committed.
+    if ((ad == Admit::full || ad == Admit::corrupt) && !index_kill(s, slot, ctr)) ad = Admit::won;
     if (ad != Admit::won) {
       if (ad == Admit::full || ad == Admit::corrupt) {
         if (linked) {
-          drop_lost(s, slot, true);  // killed above: a husk in its run, for a claim to pop
+          drop_lost(s, slot, ctr, true);  // killed above: a husk in its run, for a claim to pop
         } else {
           give_back(s, slot, ctr);
         }
         guard.clear();
         return ad == Admit::full ? EnqueueStatus::full : EnqueueStatus::corrupt;
       }
-      drop_lost(s, slot, linked);
+      drop_lost(s, slot, ctr, linked);
       guard.clear();
       // A group lane made for this job alone goes back if nothing else needs it.
       if (grouped && lane != kDefaultLane) lane_try_reclaim(s, lane);
@@ -340,8 +346,11 @@ EnqueueStatus admit(Segment& s, const BrandedId& group, const BrandedId& job, st
     guard.clear();
     count(s, rec, &CounterBlock::enqueued);
     if (to_strays) {
+      // Ours only if still at our ctr: won may mean committed by a helper
+      // and gone on since, and the slot another enqueue's delayed job.
       const Word128 sw = slot_load(s, slot);
-      if (SlotWord::state(sw) == SlotState::scheduled) adopt_job(s, slot, sw, SlotWord::attempt(sw));
+      if (SlotWord::state(sw) == SlotState::scheduled && SlotWord::ctr(sw) == ctr)
+        adopt_job(s, slot, sw, SlotWord::attempt(sw));
       lower_next_due(s, 0);  // if the promotion did not happen, the next sweep does it
     } else if (a.state == SlotState::scheduled) {
       lower_next_due(s, a.when_ms);

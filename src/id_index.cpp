@@ -86,9 +86,11 @@ bool commit(Segment& s, std::uint32_t slot, std::uint64_t ctr) noexcept {
   return SlotWord::ctr(w) == ctr && committed_state(SlotWord::state(w));
 }
 
-// Aborts admission `ctr` of a slot. True if it is aborted (or was) after;
-// false if it got committed first, or the slot has moved on to another
-// admission, or that admission is not yet published (as commit).
+// Aborts admission `ctr` of a slot. True if it is killed (aborted at ctr
+// with `when` 0) after, by us or before; false if it got committed first
+// (even if it has gone on since: free at ctr, or aborted naming a move's
+// copy), or the slot has moved on to another admission, or that admission
+// is not yet published (as commit).
 bool kill(Segment& s, std::uint32_t slot, std::uint64_t ctr) noexcept {
   Word128 w = slot_load(s, slot);
   // A pending admission is linked in its run before anyone can kill it (its
@@ -123,8 +125,9 @@ bool kill(Segment& s, std::uint32_t slot, std::uint64_t ctr) noexcept {
     }
   }
   if (counted) husk_uncount(s, lane, inc);
-  if (SlotWord::state(w) == SlotState::admitting && SlotWord::ctr(w) == ctr) return false;  // not published
-  return SlotWord::ctr(w) == ctr && !committed_state(SlotWord::state(w));
+  // Killed is aborted at ctr with `when` 0 (admission_fate): not free at
+  // ctr, nor aborted naming a successor (a committed job, moved since).
+  return SlotWord::ctr(w) == ctr && SlotWord::state(w) == SlotState::aborted && SlotWord::when(w) == 0;
 }
 
 // The word of rival `r` if it is an admission (published) or a job of id
@@ -267,15 +270,38 @@ void kill_admissions(Segment& s, const IndexProbe& p, std::uint32_t slot, std::u
   }
 }
 
-// Was the admission `ctr` of `slot`, no longer admitting, committed? A
-// helper may have committed it, and a claim leased it (the ctr moves on) and
-// completed it since; a kill leaves it aborted with this ctr (and a claim
-// that pops the husk frees it with this ctr).
-bool admission_committed(const Segment& s, std::uint32_t slot, std::uint64_t ctr) noexcept {
+// What became of admission `ctr` of `slot`, no longer admitting (a kill or
+// commit of it failed, or someone else's decision ended).
+//
+// At its ctr: a pending, leased, scheduled, dead or returning word is the
+// job. A kill leaves the word aborted with `when` 0 (and, while its admitter
+// decides, its holder: a claim that pops it only marks it, for the admitter
+// to free). A committed job that a reassign dropped is aborted naming its
+// copy (`when` != 0), and free once that husk is popped; a dead job purged is
+// free as well: both were committed. (The admitter read aborted-or-free as
+// killed, and admitted the id afresh: a delayed admission committed by a
+// helper, made due, moved and served was admitted again and served twice:
+// `AnAdmissionCommittedByAHelperAndMovedMeanwhileIsNotAdmittedAgain*`, found
+// in review of 7692bd3.)
+//
+// `owner`: the admission's own admitter (or a move's, for its copy), which
+// holds the slot until its decision returns; a killed admission of its is
+// freed by it alone. To it, free at its ctr or a ctr moved on (leased since)
+// is the job committed. A helper cannot tell those from a killed admission
+// freed (and its slot taken again): unknown.
+enum class Fate { committed, aborted, unknown };
+Fate admission_fate(const Segment& s, std::uint32_t slot, std::uint64_t ctr, bool owner) noexcept {
   const Word128 w = slot_load(s, slot);
-  if (SlotWord::ctr(w) != ctr) return true;
+  if (SlotWord::ctr(w) != ctr) return owner ? Fate::committed : Fate::unknown;
   const SlotState st = SlotWord::state(w);
-  return st != SlotState::aborted && st != SlotState::free && st != SlotState::admitting;
+  if (committed_state(st)) return Fate::committed;
+  if (st == SlotState::aborted) return SlotWord::when(w) != 0 ? Fate::committed : Fate::aborted;
+  if (st == SlotState::free) return owner ? Fate::committed : Fate::unknown;
+  return Fate::aborted;  // admitting: not published (nobody decides it)
+}
+
+bool admission_committed(const Segment& s, std::uint32_t slot, std::uint64_t ctr, bool owner) noexcept {
+  return admission_fate(s, slot, ctr, owner) == Fate::committed;
 }
 
 // The decision of a reassign's target: it is the job iff its origin names
@@ -293,10 +319,7 @@ bool admission_committed(const Segment& s, std::uint32_t slot, std::uint64_t ctr
 Admit decide_moved(Segment& s, std::uint32_t slot, std::uint64_t ctr, bool cancel, bool mover) noexcept {
   FAIRLANE_FAILPOINT("decide.moved");
   const auto decided = [&] {  // from one reading of the word (a second could see a reuse the first did not)
-    const Word128 now = slot_load(s, slot);
-    if (SlotWord::ctr(now) != ctr) return mover ? Admit::won : Admit::duplicate;
-    const SlotState st = SlotWord::state(now);
-    return st != SlotState::aborted && st != SlotState::free && st != SlotState::admitting ? Admit::won : Admit::duplicate;
+    return admission_fate(s, slot, ctr, mover) == Fate::committed ? Admit::won : Admit::duplicate;
   };
   std::uint32_t origin = 0;
   std::uint64_t c18 = 0;
@@ -318,13 +341,13 @@ Admit decide_moved(Segment& s, std::uint32_t slot, std::uint64_t ctr, bool cance
     if (lane < s.lane_count) lane_update(s, lane, [](Word128 b) -> std::optional<Word128> { return b; });
   }
   if (origin_names(s, origin, slot, SlotWord::ctr(w))) {
-    if (!commit(s, slot, ctr) && !admission_committed(s, slot, ctr)) return Admit::duplicate;
+    if (!commit(s, slot, ctr) && !admission_committed(s, slot, ctr, mover)) return Admit::duplicate;
     // Committed scheduled and due: the next claim's sweep adopts it into its
     // lane if its mover does not get there first.
     s.h->sweep.next_due.store(0, std::memory_order_release);
     return Admit::won;
   }
-  if (cancel && kill(s, slot, ctr) && !admission_committed(s, slot, ctr)) return Admit::duplicate;
+  if (cancel && kill(s, slot, ctr) && !admission_committed(s, slot, ctr, mover)) return Admit::duplicate;
   const Word128 now = slot_load(s, slot);
   if (SlotWord::state(now) == SlotState::admitting && SlotWord::ctr(now) == ctr) return Admit::undecided;
   return decided();
@@ -361,14 +384,7 @@ Admit decide(Segment& s, const IndexProbe& p, std::uint32_t slot, std::uint64_t 
              std::uint32_t& winner, bool owner) noexcept {
   // What became of the admission, no longer admitting at ctr (a kill or a
   // commit of ours failed).
-  enum class Fate { committed, aborted, unknown };
-  const auto fate = [&] {
-    const Word128 w = slot_load(s, slot);
-    if (SlotWord::ctr(w) != ctr) return owner ? Fate::committed : Fate::unknown;
-    const SlotState st = SlotWord::state(w);
-    return st != SlotState::aborted && st != SlotState::free && st != SlotState::admitting ? Fate::committed
-                                                                                          : Fate::aborted;
-  };
+  const auto fate = [&] { return admission_fate(s, slot, ctr, owner); };
   const auto known = [](Fate f) { return f == Fate::committed ? Admit::won : Admit::undecided; };
   // A rival that stopped being a job since the scan (freed, or dropped as a
   // reassign's origin) may live on as the move's copy, which a reassign
@@ -600,7 +616,7 @@ Admit index_admit(Segment& s, std::uint32_t slot, const IndexProbe& p, std::uint
       Word128 w = own->admitting;
       if (slot_cas(s, slot, w, own->committed)) return Admit::won;
     }
-    if (commit(s, slot, ctr) || admission_committed(s, slot, ctr)) return Admit::won;
+    if (commit(s, slot, ctr) || admission_committed(s, slot, ctr, true)) return Admit::won;
   }
   return decide(s, p, slot, sf, ctr, winner, true);
 }
@@ -627,7 +643,7 @@ bool index_resolve(Segment& s, std::uint32_t slot, const Word128& seen, bool can
   // second entry for the same slot is harmless: both go stale together).
   if (!has_entry(s, p, slot) && !put_entry(s, p, slot)) {
     kill(s, slot, ctr);  // no room to admit it: it was never admitted (its admitter sees full)
-    return admission_committed(s, slot, ctr) && SlotWord::ctr(slot_load(s, slot)) == ctr;
+    return admission_committed(s, slot, ctr, false);
   }
   std::uint32_t winner = 0;
   return decide(s, p, slot, sf, ctr, winner, false) == Admit::won;

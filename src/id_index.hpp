@@ -160,8 +160,9 @@ bool index_resolve(Segment& s, std::uint32_t slot, const Word128& seen, bool can
 bool move_decided(Segment& s, std::uint32_t slot, std::uint64_t ctr) noexcept;
 
 // Kills admission `ctr` of a slot (CAS to aborted, holder kept). True if
-// it is aborted (or was) after; false if it got committed first (or the
-// slot has moved on to another admission).
+// it is killed (aborted at ctr, `when` 0) after; false if it got committed
+// first (free at ctr or aborted naming a successor: committed and gone on
+// since), or the slot has moved on to another admission.
 bool index_kill(Segment& s, std::uint32_t slot, std::uint64_t ctr) noexcept;
 
 }  // namespace fairlane::detail

@@ -274,8 +274,15 @@ bool settle_intent(Segment& s, std::atomic<std::uint64_t>& intent, std::atomic<s
       if (st == SlotState::admitting) {
         if (linked) {
           index_resolve(s, slot, w);  // committed (it will be delivered) or a husk
+          // The dead appender's husk only: a settler slower than the slot's
+          // reuse found a later admission's husk here, its admitter alive
+          // and deciding, and cleared its holder; popped and freed, its slot
+          // taken again, that admitter read the ctr moved on as its commit
+          // (`AStaleLinkSettlerLeavesALaterAdmissionsHuskAlone`, found in
+          // review of 7692bd3).
           Word128 cur = slot_load(s, slot);
-          if (SlotWord::state(cur) == SlotState::aborted && SlotWord::holder(cur) != 0) {
+          if (SlotWord::state(cur) == SlotState::aborted && SlotWord::holder(cur) != 0 &&
+              SlotWord::ctr(cur) == SlotWord::ctr(w)) {
             if (husk_popped(cur))
               free_aborted(s, slot, SlotWord::ctr(cur));  // popped meanwhile: nothing leads to it
             else

@@ -662,6 +662,9 @@ void helper_sees_slot_move_on(Queue& q, RawSegment& raw, const BrandedId& j, boo
     for (std::size_t i = 0; i < ks.size() && detail::SlotWord::ctr(raw.slot_word_value(0)) == r_ctr; ++i)
       if (q.enqueue(gk, ks[i], "k") != EnqueueStatus::enqueued) ++bad;
     if (detail::SlotWord::ctr(raw.slot_word_value(0)) == r_ctr) ++bad;  // slot 0 taken again
+    // The k's taken before it (as many as the allocation cursor passed over)
+    // go again, so that S finds a slot for its own admission.
+    q.drain(gk);
   };
   detail::failpoint_call("decide.way_read", &Hook::at, &hook);
   EnqueueStatus sst = EnqueueStatus::corrupt;
@@ -720,6 +723,110 @@ TEST_F(Contention, AHelpersDecisionOfARivalKilledAndReusedMeanwhileIsNotWonFromA
   std::thread([&] { j = q().mint(); }).join();
   RawSegment raw(seg());
   helper_sees_slot_move_on(q(), raw, j, false);
+}
+
+// An admission its own admitter is still deciding, committed by a helper,
+// made due, moved and served meanwhile. B's enqueue of j (slot 15) is held
+// after its entry; A's (the main thread, which minted j: no look-up; delayed)
+// takes a lower slot, meets B's entry, and stops in decide() before reading
+// B. C's enqueue of j has A's admission decided (its look-up: the decision
+// kills B and commits A, scheduled): duplicate. A's job falls due and is
+// adopted into its lane (pending at the same ctr), j is reassigned (A's slot,
+// the origin, is dropped: aborted naming the copy; popped and freed at the
+// same ctr), B goes on (duplicate), and the copy is claimed and completed. A
+// then found its commit failing and its slot free at its ctr, read that as
+// killed, met no job of j, and admitted j afresh: served twice for one
+// `enqueued` answer among A, B and C (found in review of 7692bd3; a pending
+// admission is safe: its link intent makes the drop refuse). Free at its
+// ctr, or aborted naming a copy, its admission was committed.
+TEST_F(Contention, AnAdmissionCommittedByAHelperAndMovedMeanwhileIsNotAdmittedAgain) {
+  QueueOptions o = small();
+  o.jobs = 16;
+  o.lanes = 16;
+  create(o);
+  ASSERT_FALSE(HasFailure());
+  Queue& q = this->q();
+  const BrandedId gt = BrandedId::make("TTT", 1), ga = BrandedId::make("AAA", 2), gb = BrandedId::make("BBB", 3);
+  const BrandedId gc = BrandedId::make("CCC", 4), g2 = BrandedId::make("DDD", 5);
+  const BrandedId j = q.mint();  // the main thread's: A skips the look-up
+  RawSegment raw(seg());
+  std::vector<BrandedId> others;
+  std::thread([&] {
+    for (int i = 0; i < 16; ++i) others.push_back(q.mint());
+  }).join();
+  for (const BrandedId& x : others) ASSERT_EQ(q.enqueue(gt, x, "t"), EnqueueStatus::enqueued);
+  std::vector<Lease> leases(16);
+  for (Lease& l : leases) ASSERT_TRUE(q.claim(l, 600000));
+  for (Lease& l : leases) {
+    if (slot_in(raw, l.id, detail::SlotState::leased) == 15) {
+      ASSERT_EQ(q.complete(l.id, l.token), AckStatus::ok);
+    }
+  }
+  Gate indexed;
+  detail::failpoint_call("enqueue.indexed", &Gate::hold, &indexed);
+  EnqueueStatus bst = EnqueueStatus::corrupt;
+  std::thread tb([&] {
+    t_gated = true;
+    bst = q.enqueue(gb, j, "b");
+  });
+  while (!indexed.reached.load()) std::this_thread::yield();
+  ASSERT_EQ(detail::SlotWord::state(raw.slot_word_value(15)), detail::SlotState::admitting);  // B's
+  for (Lease& l : leases) {
+    if (slot_in(raw, l.id, detail::SlotState::leased) != ~0U) {
+      ASSERT_EQ(q.complete(l.id, l.token), AckStatus::ok);
+    }
+  }
+  std::atomic<int> bad{0};
+  int served_in_helper = 0;
+  std::uint32_t a_slot = ~0U;
+  EnqueueStatus ast = EnqueueStatus::corrupt, cst = EnqueueStatus::corrupt;
+  with_helper("decide.rival", 1, [&](int) {
+    cst = q.enqueue(gc, j, "c");  // its look-up decides A's admission
+    a_slot = slot_in(raw, j, detail::SlotState::scheduled);
+    if (cst != EnqueueStatus::duplicate || a_slot == ~0U || a_slot >= 15) {
+      ++bad;
+      ADD_FAILURE() << "c " << to_string(cst) << " a_slot " << a_slot;
+    }
+    q.advance_clock(2000);
+    q.tick();  // A's job falls due: adopted into its lane, pending at the same ctr
+    if (pending_slot(raw, j) != a_slot) {
+      ++bad;
+      ADD_FAILURE() << "not adopted";
+    }
+    if (const MoveStatus m = q.reassign(j, g2); m != MoveStatus::moved) {
+      ++bad;
+      ADD_FAILURE() << "reassign " << int(m);
+    }
+    indexed.open.store(true);
+    tb.join();  // B: a duplicate of the copy
+    Lease l;
+    while (q.claim(l, 600000)) {
+      if (l.id == j) ++served_in_helper;
+      if (q.complete(l.id, l.token) != AckStatus::ok) ++bad;
+    }
+    if (a_slot != ~0U && detail::SlotWord::state(raw.slot_word_value(a_slot)) != detail::SlotState::free) {
+      ++bad;
+      ADD_FAILURE() << "a's slot " << a_slot << " state " << int(detail::SlotWord::state(raw.slot_word_value(a_slot)));
+    }
+  }, [&] {
+    EnqueueOptions delayed;
+    delayed.delay_ms = 1000;
+    ast = q.enqueue(ga, j, "a", delayed);
+  });
+  indexed.open.store(true);
+  if (tb.joinable()) tb.join();
+  detail::failpoint_call("enqueue.indexed", nullptr, nullptr);
+  EXPECT_EQ(bad.load(), 0);
+  EXPECT_EQ(served_in_helper, 1);
+  EXPECT_EQ(cst, EnqueueStatus::duplicate) << to_string(cst);
+  EXPECT_EQ(bst, EnqueueStatus::duplicate) << to_string(bst);
+  EXPECT_EQ(ast, EnqueueStatus::enqueued) << to_string(ast);
+  q.advance_clock(2000);
+  q.tick();
+  const std::vector<BrandedId> got = serve_all(q);
+  const auto again = std::count(got.begin(), got.end(), j);
+  EXPECT_EQ(served_in_helper + again, 1) << "j served " << served_in_helper + again << " times for one enqueued answer";
+  expect_clean(q);
 }
 
 // A killed admission's husk is counted in its lane (`husks`, for depth)
@@ -1246,6 +1353,125 @@ TEST_F(AppendRace, SettlerReadsHeadThenPredAfterPredWasPoppedAndReused) {
   EXPECT_EQ(q.corruption().count, 0u) << q.corruption().last_structure;
   const FsckReport r = q.fsck();
   EXPECT_TRUE(r.clean()) << (r.issues.empty() ? "" : r.issues[0].invariant + ": " + r.issues[0].detail);
+}
+
+// The sweep's settling of a dead appender's `link` intent, slower than its
+// slot's reuse. D (a child) dies linked in G (slot 15, no entry). A settler
+// (a child) reads D's intent and slot word and stops in appended(). A claim
+// decides D's admission, takes and completes it. L's enqueue of j (slot 0)
+// is held after its entry; E's (the main thread, which minted j) takes slot
+// 15, the head of G, meets L's entry and stops in decide() before reading L.
+// L goes on: kills E, commits itself. The settler went on and, reading the
+// slot again without its ctr, took E's husk for D's and cleared its holder
+// (E alive and deciding); a claim popped and freed it, F took the slot, and
+// E read the ctr moved on as its commit: `enqueued` twice for j, one job
+// (found in review of 7692bd3). The settler leaves E's husk alone now (F,
+// with every other slot leased, then finds no free slot: not asserted).
+TEST_F(Contention, AStaleLinkSettlerLeavesALaterAdmissionsHuskAlone) {
+  QueueOptions o = small();
+  o.jobs = 16;
+  o.lanes = 16;
+  o.recovery_ms = 60000;  // the parent's claims start no sweep of their own during the test
+  create(o);
+  ASSERT_FALSE(HasFailure());
+  Queue& q = this->q();
+  const BrandedId gt = BrandedId::make("TTT", 1), gl = BrandedId::make("LLL", 2), gf = BrandedId::make("FFF", 3);
+  const BrandedId j = q.mint();  // the main thread's: E skips the look-up
+  RawSegment raw(seg());
+  std::vector<BrandedId> others;
+  std::thread([&] {
+    for (int i = 0; i < 17; ++i) others.push_back(q.mint());
+  }).join();
+  for (int i = 0; i < 16; ++i) ASSERT_EQ(q.enqueue(gt, others[std::size_t(i)], "t"), EnqueueStatus::enqueued);
+  std::vector<Lease> leases(16);
+  for (Lease& l : leases) ASSERT_TRUE(q.claim(l, 600000));
+  for (Lease& l : leases) {
+    if (slot_in(raw, l.id, detail::SlotState::leased) == 15) {
+      ASSERT_EQ(q.complete(l.id, l.token), AckStatus::ok);
+    }
+  }
+  const std::string name = seg();
+  SharedBlock<Shared> sh;
+  {
+    ForkedChild d([&]() -> int {
+      auto r = Queue::open(name);
+      if (!r) return 3;
+      Queue cq = std::move(r.value());
+      const BrandedId n = cq.mint();
+      std::memcpy(sh->y, n.str().data(), n.str().size());
+      detail::failpoint_arm("run.appended_first", 1, detail::FailpointAction::kill);
+      cq.enqueue(G, n, "n");
+      return 5;  // not reached
+    });
+    ASSERT_TRUE(d.wait_for(std::chrono::seconds(10)));
+    ASSERT_TRUE(d.signaled()) << d.describe();
+  }
+  const BrandedId n = *BrandedId::parse(std::string_view(sh->y, 14));
+  ASSERT_EQ(raw.slot(15).sf.load(), n.snowflake());
+  ForkedChild settler([&]() -> int {
+    auto r = Queue::open(name);
+    if (!r) return 3;
+    Queue cq = std::move(r.value());
+    detail::failpoint_arm("settle.appended", 1, detail::FailpointAction::stop);
+    cq.tick();
+    return 0;
+  });
+  ASSERT_TRUE(test::wait_stopped(settler.pid())) << "the settler did not reach appended()";
+  Lease ln;
+  ASSERT_TRUE(q.claim(ln, 600000));  // decides D's admission (committed) and takes it
+  ASSERT_EQ(ln.id, n);
+  for (Lease& l : leases) {
+    if (slot_in(raw, l.id, detail::SlotState::leased) == 0) {
+      ASSERT_EQ(q.complete(l.id, l.token), AckStatus::ok);
+    }
+  }
+  ASSERT_EQ(q.pause(gl), LaneStatus::ok);
+  Gate indexed;
+  detail::failpoint_call("enqueue.indexed", &Gate::hold, &indexed);
+  EnqueueStatus lst = EnqueueStatus::corrupt;
+  std::thread tl([&] {
+    t_gated = true;
+    lst = q.enqueue(gl, j, "l");
+  });
+  while (!indexed.reached.load()) std::this_thread::yield();
+  ASSERT_EQ(detail::SlotWord::state(raw.slot_word_value(0)), detail::SlotState::admitting);  // L's
+  ASSERT_EQ(q.complete(ln.id, ln.token), AckStatus::ok);  // slot 15 free: E takes it
+  std::atomic<int> bad{0};
+  EnqueueStatus est = EnqueueStatus::corrupt, fst = EnqueueStatus::corrupt;
+  with_helper("decide.rival", 1, [&](int) {
+    indexed.open.store(true);
+    tl.join();  // L kills E (a higher admitting rival) and commits itself
+    if (detail::SlotWord::state(raw.slot_word_value(15)) != detail::SlotState::aborted ||
+        detail::SlotWord::holder(raw.slot_word_value(15)) == 0) {
+      ++bad;
+      ADD_FAILURE() << "E not killed";
+    }
+    ::kill(settler.pid(), SIGCONT);
+    if (!settler.wait_for(std::chrono::seconds(10)) || !settler.exited_zero()) ++bad;
+    if (detail::SlotWord::holder(raw.slot_word_value(15)) == 0) {
+      ++bad;
+      ADD_FAILURE() << "the settler cleared the holder of E's husk";
+    }
+    Lease l;
+    if (q.claim(l, 600000)) {  // pops E's husk (freed before the fix; marked for E now)
+      ++bad;
+      ADD_FAILURE() << "claimed " << l.id.str();
+    }
+    fst = q.enqueue(gf, others[16], "f");  // took slot 15 before the fix
+  }, [&] { est = q.enqueue(G, j, "e"); });
+  EXPECT_EQ(bad.load(), 0);
+  EXPECT_EQ(lst, EnqueueStatus::enqueued) << to_string(lst);
+  (void)fst;
+  EXPECT_EQ(est, EnqueueStatus::duplicate) << to_string(est) << ": E's admission was killed by L";
+  detail::failpoint_call("enqueue.indexed", nullptr, nullptr);
+  for (Lease& l : leases) {
+    if (slot_in(raw, l.id, detail::SlotState::leased) != ~0U) {
+      ASSERT_EQ(q.complete(l.id, l.token), AckStatus::ok);
+    }
+  }
+  ASSERT_EQ(q.resume(gl), LaneStatus::ok);
+  const std::vector<BrandedId> got = serve_all(q);
+  EXPECT_EQ(std::count(got.begin(), got.end(), j), 1);
 }
 
 }  // namespace
