@@ -631,7 +631,11 @@ bool index_resolve(Segment& s, std::uint32_t slot, const Word128& seen, bool can
   const std::uint64_t ctr = SlotWord::ctr(seen);
   const Word128 w = slot_load(s, slot);
   if (SlotWord::ctr(w) != ctr) return false;  // moved on: not the admission the caller read
-  if (SlotWord::state(w) != SlotState::admitting) return committed_state(SlotWord::state(w));
+  // Decided already: committed if the word at its ctr says so (a committed
+  // job a reassign dropped since is aborted naming its copy: committed; a
+  // sweep that read the admission long ago took it for a kill and freed a
+  // husk still linked in its lane: `AHelperWhoReadAnAdmissionBeforeItWasCommittedAndMovedIsToldCommitted`).
+  if (SlotWord::state(w) != SlotState::admitting) return admission_committed(s, slot, ctr, false);
   if (!admission_published(s, slot, w)) return false;
   const std::uint64_t sf = s.slot(slot).sf.load(std::memory_order_acquire);
   if (expect_sf && sf != expect_sf) return false;

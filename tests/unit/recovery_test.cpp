@@ -838,6 +838,43 @@ TEST_F(Recovery, AStaleFailWritesNothingIntoTheSlotsNextJob) {
   expect_clean();
 }
 
+// A helper that read an admission long ago (a sweep settling its dead
+// admitter, before index_resolve) and resumes after it was committed, made
+// due, adopted into its lane and moved by a reassign: the slot is then the
+// move's origin, aborted at the admission's ctr and naming the copy, a husk
+// linked behind an older job. index_resolve answered "not committed" for
+// it, and the sweep freed the linked husk (found in review of 19d2b53). A
+// word at the admission's ctr that names a successor was committed.
+TEST_F(Recovery, AHelperWhoReadAnAdmissionBeforeItWasCommittedAndMovedIsToldCommitted) {
+  make(1000);
+  using namespace detail;
+  Segment& s = QueueAccess::segment(q());
+  const BrandedId ga = BrandedId::make("AAA", 1), gb = BrandedId::make("BBB", 2);
+  const BrandedId k = q().mint(), j = q().mint();
+  ASSERT_EQ(q().enqueue(ga, k, "k"), EnqueueStatus::enqueued);  // ahead of j: j's husk stays linked
+  EnqueueOptions delayed;
+  delayed.delay_ms = 1000;
+  ASSERT_EQ(q().enqueue(ga, j, "j", delayed), EnqueueStatus::enqueued);
+  const std::uint32_t x = index_find(s, j.snowflake());
+  ASSERT_NE(x, kNoSlot);
+  const Word128 committed = slot_load(s, x);
+  ASSERT_EQ(SlotWord::state(committed), SlotState::scheduled);
+  // What the helper read: the admission, admitting at its ctr.
+  const Word128 seen = SlotWord::make(SlotState::admitting, 0, 0, SlotWord::ctr(committed), 1);
+  q().advance_clock(2000);
+  q().tick();  // due: adopted into ga's lane, pending at the same ctr
+  ASSERT_EQ(SlotWord::state(slot_load(s, x)), SlotState::pending);
+  ASSERT_EQ(SlotWord::ctr(slot_load(s, x)), SlotWord::ctr(seen));
+  ASSERT_EQ(q().reassign(j, gb), MoveStatus::moved);
+  const Word128 origin = slot_load(s, x);
+  ASSERT_EQ(SlotWord::state(origin), SlotState::aborted);  // a husk behind k, naming the copy
+  ASSERT_EQ(SlotWord::ctr(origin), SlotWord::ctr(seen));
+  EXPECT_TRUE(index_resolve(s, x, seen, true)) << "a committed admission, moved since, read as not committed";
+  const std::vector<BrandedId> got = test::serve_all(q());
+  EXPECT_EQ(got, (std::vector<BrandedId>{k, j}));
+  expect_clean();
+}
+
 // An acker stopped between its checks and its lane CAS, for as many CASes
 // of the lane as bring its word back bit for bit (the version has 9 bits),
 // must not complete the job's newer lease when it resumes. Its reading and
