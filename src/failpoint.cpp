@@ -84,6 +84,7 @@ const char* const kStepPoints[] = {
     "claim.front_read",   // the strays' minimum found, its slot word not yet read (reads only)
     "sweep.link_found",   // a dead mover's job found linked in its lane's strays, the linked step not made (reads only)
     "decide.moved",       // a move's target about to be decided, as its caller found it (reads only since)
+    "reassign.found",     // a reassign's job found by its id, its slot word not yet read (reads only)
     "reassign.tagged",    // the copy's slot taken and its admission tag moved, not published (as enqueue.slot_taken)
     "liveness.judged",    // a process record's owner judged, the verdict not yet stored (a cache only)
 };

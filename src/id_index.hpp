@@ -108,6 +108,19 @@ std::uint32_t index_find(const Segment& s, std::uint64_t sf, std::uint32_t* admi
 std::uint32_t index_find(const Segment& s, const IndexProbe& p, std::uint64_t sf, std::uint32_t* admitting = nullptr,
                          Word128* admitting_word = nullptr) noexcept;
 
+// The word of `slot` while it holds job id `sf` (a slot index_find found,
+// which may have been freed and taken by another job since): the id read
+// between two loads of the word that agree, so that it is that word's job.
+// False if the slot holds another id now. Each round that fails is another
+// thread's write, so the loop is not bounded.
+inline bool word_of_job(const Segment& s, std::uint32_t slot, std::uint64_t sf, Word128& w) noexcept {
+  for (;;) {
+    w = slot_load(s, slot);
+    if (s.slot(slot).sf.load(std::memory_order_acquire) != sf) return false;
+    if (slot_load(s, slot) == w) return true;
+  }
+}
+
 enum class Admit {
   won,        // this slot is the job now (committed)
   duplicate,  // another slot holds the job (committed): winner says which

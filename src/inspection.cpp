@@ -242,7 +242,8 @@ AckStatus Queue::requeue_dead(const BrandedId& id) noexcept {
   if (job_snowflake(s, id, sf) != IdCheck::ok) return AckStatus::gone;
   const std::uint32_t slot = index_find(s, sf);
   if (slot == kNoSlot) return AckStatus::gone;
-  const Word128 w = slot_load(s, slot);
+  Word128 w;  // with its id: the slot may hold another job since the look-up
+  if (!word_of_job(s, slot, sf, w) || SlotWord::state(w) == SlotState::free) return AckStatus::gone;
   if (SlotWord::state(w) != SlotState::dead) return AckStatus::stale;
   switch (adopt_job(s, slot, w, 0, true)) {
     case Adopted::ok: return AckStatus::ok;

@@ -243,8 +243,13 @@ MoveStatus Queue::reassign(const BrandedId& job, const BrandedId& group) noexcep
   if (grouped && !group_of(group, g)) return MoveStatus::invalid_group;
   const std::uint32_t x = index_find(s, sf);
   if (x == kNoSlot) return MoveStatus::gone;
+  FAIRLANE_FAILPOINT("reassign.found");
   SlotRecord& xr = s.slot(x);
-  const Word128 xw = slot_load(s, x);
+  // The job's word, read with its id: the job may have ended since the
+  // look-up and its slot been taken by another, which a move would have
+  // copied under this id (`AReassignWhoseJobsSlotWasTakenByAnotherJobIsGone`).
+  Word128 xw;
+  if (!word_of_job(s, x, sf, xw) || SlotWord::state(xw) == SlotState::free) return MoveStatus::gone;
   if (SlotWord::state(xw) != SlotState::pending) return MoveStatus::not_pending;
   // Already there?
   GroupKey now;
@@ -307,8 +312,10 @@ MoveStatus Queue::reassign(const BrandedId& job, const BrandedId& group) noexcep
   // that a lane the move emptied leaves the ring (as EchoMQ's does).
   const std::uint32_t from_lane = xr.lane.load(std::memory_order_relaxed);
   if (from_lane < s.lane_count) pop_front_husks(s, from_lane);
+  // Ours to adopt only at the copy's ctr: adopted, leased and failed with a
+  // delay since, or ended and its slot taken, it is not.
   const Word128 cw = slot_load(s, n);
-  if (SlotWord::state(cw) == SlotState::scheduled) adopt_job(s, n, cw, SlotWord::attempt(cw));
+  if (SlotWord::state(cw) == SlotState::scheduled && SlotWord::ctr(cw) == nctr) adopt_job(s, n, cw, SlotWord::attempt(cw));
   lower_next_due(s, 0);  // if the adoption did not happen, the next sweep does it
   log_job(s, x);
   log_job(s, n);

@@ -829,6 +829,44 @@ TEST_F(Contention, AnAdmissionCommittedByAHelperAndMovedMeanwhileIsNotAdmittedAg
   expect_clean(q);
 }
 
+// A reassign whose job ends between its look-up and its reading of the
+// job's slot, which another job then takes. The move read that job's word
+// (pending) with no check of its id, copied it under the first job's id
+// and dropped it: b was gone from its lane and the index, and a, completed,
+// was served again with b's payload (found in review of 845a425). The word
+// is read with its id now: `gone`.
+TEST_F(Contention, AReassignWhoseJobsSlotWasTakenByAnotherJobIsGone) {
+  create(small());
+  ASSERT_FALSE(HasFailure());
+  Queue& q = this->q();
+  const BrandedId ga = BrandedId::make("AAA", 1), gb = BrandedId::make("BBB", 2), gc = BrandedId::make("CCC", 3);
+  const BrandedId gf = BrandedId::make("FFF", 4);
+  const BrandedId a = q.mint();
+  ASSERT_EQ(q.enqueue(ga, a, "a"), EnqueueStatus::enqueued);
+  for (int i = 0; i < 7; ++i) ASSERT_EQ(q.enqueue(gf, q.mint(), "f"), EnqueueStatus::enqueued);  // every slot taken
+  ASSERT_EQ(q.pause(gf), LaneStatus::ok);
+  RawSegment raw(seg());
+  const std::uint32_t xs = pending_slot(raw, a);
+  ASSERT_NE(xs, ~0U);
+  std::atomic<int> bad{0};
+  BrandedId b;
+  MoveStatus moved = MoveStatus::corrupt;
+  with_helper("reassign.found", 1, [&](int) {
+    Lease l;
+    if (!q.claim(l, 60000) || l.id != a || q.complete(l.id, l.token) != AckStatus::ok) ++bad;
+    b = q.mint();
+    if (q.enqueue(gc, b, "b") != EnqueueStatus::enqueued || pending_slot(raw, b) != xs) ++bad;  // a's slot
+  }, [&] { moved = q.reassign(a, gb); });
+  EXPECT_EQ(bad.load(), 0);
+  EXPECT_EQ(moved, MoveStatus::gone) << int(moved);
+  ASSERT_EQ(q.resume(gf), LaneStatus::ok);
+  const std::vector<BrandedId> got = serve_all(q);
+  EXPECT_EQ(got.size(), 8u);  // b and seven fillers
+  EXPECT_EQ(std::count(got.begin(), got.end(), b), 1);
+  EXPECT_EQ(std::count(got.begin(), got.end(), a), 0);
+  expect_clean(q);
+}
+
 // A killed admission's husk is counted in its lane (`husks`, for depth)
 // before anyone can pop it. r's enqueue of j (slot 7, lane lr) is held after
 // its index entry; the main thread's enqueue of j (slot 0, lane lm) kills r,
