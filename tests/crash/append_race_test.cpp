@@ -466,6 +466,35 @@ std::uint32_t slot_in(RawSegment& raw, const BrandedId& id, detail::SlotState st
   return ~0U;
 }
 
+// Every job slot held by a lease on a job of its own (the ids given, one
+// per slot, minted on another thread), so that an admission can be steered
+// into one slot: free(k) completes the lease held on slot k, the only slot
+// free then; free_rest() completes the leases still held.
+class LeasedSlots {
+ public:
+  LeasedSlots(Queue& q, RawSegment& raw, const BrandedId& group, const std::vector<BrandedId>& ids)
+      : q_(q), raw_(raw), leases_(ids.size()) {
+    for (const BrandedId& id : ids) EXPECT_EQ(q.enqueue(group, id, "t"), EnqueueStatus::enqueued);
+    for (Lease& l : leases_) EXPECT_TRUE(q.claim(l, 600000));
+  }
+  bool free(std::uint32_t slot) {
+    for (Lease& l : leases_)
+      if (slot_in(raw_, l.id, detail::SlotState::leased) == slot) return q_.complete(l.id, l.token) == AckStatus::ok;
+    return false;
+  }
+  bool free_rest() {
+    bool ok = true;
+    for (Lease& l : leases_)
+      if (slot_in(raw_, l.id, detail::SlotState::leased) != ~0U) ok &= q_.complete(l.id, l.token) == AckStatus::ok;
+    return ok;
+  }
+
+ private:
+  Queue& q_;
+  RawSegment& raw_;
+  std::vector<Lease> leases_;
+};
+
 // The same window, and an admission committed by a rival's decision. l's
 // enqueue of j takes slot 0 while j is no job (its look-up finds nothing)
 // and is held there. j is enqueued (x, in way 1 of its bucket), then b's
@@ -508,14 +537,9 @@ TEST_F(Contention, ARivalCommittedByAnotherAdmissionsScanThatMissedAMovesCopyIsA
     }
   }).join();
   // Every slot leased, then slot 0 alone freed: l's admission takes it.
-  for (const BrandedId& t : others) ASSERT_EQ(q.enqueue(gt, t, "t"), EnqueueStatus::enqueued);
-  std::vector<Lease> leases(16);
-  for (Lease& l : leases) ASSERT_TRUE(q.claim(l, 60000));
-  for (Lease& l : leases) {
-    if (slot_in(raw, l.id, detail::SlotState::leased) == 0) {
-      ASSERT_EQ(q.complete(l.id, l.token), AckStatus::ok);
-    }
-  }
+  LeasedSlots leases(q, raw, gt, others);
+  ASSERT_FALSE(::testing::Test::HasFailure());
+  ASSERT_TRUE(leases.free(0));
   for (const BrandedId& g : {gl, g1, gh, gm}) ASSERT_EQ(q.pause(g), LaneStatus::ok);  // only f is served below
   Gate taken, indexed;
   detail::failpoint_call("enqueue.slot_taken", &Gate::hold, &taken);
@@ -527,11 +551,7 @@ TEST_F(Contention, ARivalCommittedByAnotherAdmissionsScanThatMissedAMovesCopyIsA
   });
   while (!taken.reached.load()) std::this_thread::yield();
   ASSERT_EQ(detail::SlotWord::state(raw.slot_word_value(0)), detail::SlotState::admitting);  // l's
-  for (Lease& l : leases) {
-    if (slot_in(raw, l.id, detail::SlotState::leased) != ~0U) {
-      ASSERT_EQ(q.complete(l.id, l.token), AckStatus::ok);
-    }
-  }
+  ASSERT_TRUE(leases.free_rest());
   const BrandedId f = same[0];
   ASSERT_EQ(q.enqueue(gf, f, "f"), EnqueueStatus::enqueued);
   EnqueueStatus xst = EnqueueStatus::corrupt;
@@ -588,14 +608,9 @@ void helper_sees_slot_move_on(Queue& q, RawSegment& raw, const BrandedId& j, boo
     for (int i = 0; i < 16; ++i) ks.push_back(q.mint());
   }).join();
   // Every slot leased, then slot 0 alone freed: R's admission takes it.
-  for (const BrandedId& x : others) ASSERT_EQ(q.enqueue(gt, x, "t"), EnqueueStatus::enqueued);
-  std::vector<Lease> leases(16);
-  for (Lease& l : leases) ASSERT_TRUE(q.claim(l, 60000));
-  for (Lease& l : leases) {
-    if (slot_in(raw, l.id, detail::SlotState::leased) == 0) {
-      ASSERT_EQ(q.complete(l.id, l.token), AckStatus::ok);
-    }
-  }
+  LeasedSlots leases(q, raw, gt, others);
+  ASSERT_FALSE(::testing::Test::HasFailure());
+  ASSERT_TRUE(leases.free(0));
   ASSERT_EQ(q.pause(gk), LaneStatus::ok);
   Gate taken, seen;
   detail::failpoint_call("enqueue.slot_taken", &Gate::hold, &taken);
@@ -612,11 +627,7 @@ void helper_sees_slot_move_on(Queue& q, RawSegment& raw, const BrandedId& j, boo
   while (!taken.reached.load()) std::this_thread::yield();
   ASSERT_EQ(detail::SlotWord::state(raw.slot_word_value(0)), detail::SlotState::admitting);  // R's
   const std::uint64_t r_ctr = detail::SlotWord::ctr(raw.slot_word_value(0));
-  for (Lease& l : leases) {
-    if (slot_in(raw, l.id, detail::SlotState::leased) != ~0U) {
-      ASSERT_EQ(q.complete(l.id, l.token), AckStatus::ok);
-    }
-  }
+  ASSERT_TRUE(leases.free_rest());
   EnqueueStatus jst = EnqueueStatus::corrupt;
   std::thread([&] { jst = q.enqueue(gj, j, "J"); }).join();
   ASSERT_EQ(jst, EnqueueStatus::enqueued);
@@ -754,14 +765,9 @@ TEST_F(Contention, AnAdmissionCommittedByAHelperAndMovedMeanwhileIsNotAdmittedAg
   std::thread([&] {
     for (int i = 0; i < 16; ++i) others.push_back(q.mint());
   }).join();
-  for (const BrandedId& x : others) ASSERT_EQ(q.enqueue(gt, x, "t"), EnqueueStatus::enqueued);
-  std::vector<Lease> leases(16);
-  for (Lease& l : leases) ASSERT_TRUE(q.claim(l, 600000));
-  for (Lease& l : leases) {
-    if (slot_in(raw, l.id, detail::SlotState::leased) == 15) {
-      ASSERT_EQ(q.complete(l.id, l.token), AckStatus::ok);
-    }
-  }
+  LeasedSlots leases(q, raw, gt, others);
+  ASSERT_FALSE(::testing::Test::HasFailure());
+  ASSERT_TRUE(leases.free(15));
   Gate indexed;
   detail::failpoint_call("enqueue.indexed", &Gate::hold, &indexed);
   EnqueueStatus bst = EnqueueStatus::corrupt;
@@ -771,11 +777,7 @@ TEST_F(Contention, AnAdmissionCommittedByAHelperAndMovedMeanwhileIsNotAdmittedAg
   });
   while (!indexed.reached.load()) std::this_thread::yield();
   ASSERT_EQ(detail::SlotWord::state(raw.slot_word_value(15)), detail::SlotState::admitting);  // B's
-  for (Lease& l : leases) {
-    if (slot_in(raw, l.id, detail::SlotState::leased) != ~0U) {
-      ASSERT_EQ(q.complete(l.id, l.token), AckStatus::ok);
-    }
-  }
+  ASSERT_TRUE(leases.free_rest());
   std::atomic<int> bad{0};
   int served_in_helper = 0;
   std::uint32_t a_slot = ~0U;
@@ -890,15 +892,9 @@ TEST_F(Contention, AKilledAdmissionsHuskIsCountedBeforeItCanBePopped) {
   std::thread([&] {
     for (int i = 0; i < 8; ++i) fillers.push_back(q.mint());
   }).join();
-  for (const BrandedId& f : fillers) ASSERT_EQ(q.enqueue({}, f, "f"), EnqueueStatus::enqueued);
-  std::vector<Lease> leases(8);
-  for (Lease& l : leases) ASSERT_TRUE(q.claim(l, 60000));
-  const auto free_slot = [&](std::uint32_t slot) {
-    for (Lease& l : leases)
-      if (slot_in(raw, l.id, detail::SlotState::leased) == slot) return q.complete(l.id, l.token) == AckStatus::ok;
-    return false;
-  };
-  ASSERT_TRUE(free_slot(7));
+  LeasedSlots leases(q, raw, {}, fillers);
+  ASSERT_FALSE(::testing::Test::HasFailure());
+  ASSERT_TRUE(leases.free(7));
   ASSERT_EQ(q.pause(gm), LaneStatus::ok);  // the main thread's job stays unclaimed meanwhile
   Gate indexed;
   detail::failpoint_call("enqueue.indexed", &Gate::hold, &indexed);
@@ -913,14 +909,14 @@ TEST_F(Contention, AKilledAdmissionsHuskIsCountedBeforeItCanBePopped) {
   for (std::uint32_t i = 1; i < raw.header().lane_capacity; ++i)
     if (raw.lane(i).key_sf.load() == gr.snowflake()) lr = i;
   ASSERT_NE(lr, ~0U);
-  ASSERT_TRUE(free_slot(0));
+  ASSERT_TRUE(leases.free(0));
   std::atomic<int> bad{0};
   EnqueueStatus mst = EnqueueStatus::corrupt;
   with_helper("index.killed", 1, [&](int) {
     Lease l;
     if (q.claim(l, 60000)) ++bad;  // pops r's husk; nothing else is served
     if (q.depth(gr) != 0) ++bad;
-    if (!free_slot(1)) ++bad;
+    if (!leases.free(1)) ++bad;
     if (q.enqueue(g3, q.mint(), "c") != EnqueueStatus::enqueued) ++bad;
     if (raw.lane(lr).key_sf.load() != g3.snowflake()) ++bad;  // g3 took gr's lane record
   }, [&] { mst = q.enqueue(gm, j, "m"); });
@@ -931,10 +927,7 @@ TEST_F(Contention, AKilledAdmissionsHuskIsCountedBeforeItCanBePopped) {
   EXPECT_EQ(mst, EnqueueStatus::enqueued) << to_string(mst);
   EXPECT_EQ(rst, EnqueueStatus::duplicate) << to_string(rst);
   EXPECT_EQ(q.depth(g3), 1u) << "the kill's husk was counted in the lane record's next group";
-  for (Lease& l : leases)
-    if (slot_in(raw, l.id, detail::SlotState::leased) != ~0U) {
-      EXPECT_EQ(q.complete(l.id, l.token), AckStatus::ok);
-    }
+  EXPECT_TRUE(leases.free_rest());
   ASSERT_EQ(q.resume(gm), LaneStatus::ok);
   const std::vector<BrandedId> got = serve_all(q);
   EXPECT_EQ(got.size(), 2u);  // j and g3's job
@@ -1420,14 +1413,9 @@ TEST_F(Contention, AStaleLinkSettlerLeavesALaterAdmissionsHuskAlone) {
   std::thread([&] {
     for (int i = 0; i < 17; ++i) others.push_back(q.mint());
   }).join();
-  for (int i = 0; i < 16; ++i) ASSERT_EQ(q.enqueue(gt, others[std::size_t(i)], "t"), EnqueueStatus::enqueued);
-  std::vector<Lease> leases(16);
-  for (Lease& l : leases) ASSERT_TRUE(q.claim(l, 600000));
-  for (Lease& l : leases) {
-    if (slot_in(raw, l.id, detail::SlotState::leased) == 15) {
-      ASSERT_EQ(q.complete(l.id, l.token), AckStatus::ok);
-    }
-  }
+  LeasedSlots leases(q, raw, gt, std::vector<BrandedId>(others.begin(), others.begin() + 16));
+  ASSERT_FALSE(::testing::Test::HasFailure());
+  ASSERT_TRUE(leases.free(15));
   const std::string name = seg();
   SharedBlock<Shared> sh;
   {
@@ -1458,11 +1446,7 @@ TEST_F(Contention, AStaleLinkSettlerLeavesALaterAdmissionsHuskAlone) {
   Lease ln;
   ASSERT_TRUE(q.claim(ln, 600000));  // decides D's admission (committed) and takes it
   ASSERT_EQ(ln.id, n);
-  for (Lease& l : leases) {
-    if (slot_in(raw, l.id, detail::SlotState::leased) == 0) {
-      ASSERT_EQ(q.complete(l.id, l.token), AckStatus::ok);
-    }
-  }
+  ASSERT_TRUE(leases.free(0));
   ASSERT_EQ(q.pause(gl), LaneStatus::ok);
   Gate indexed;
   detail::failpoint_call("enqueue.indexed", &Gate::hold, &indexed);
@@ -1502,11 +1486,7 @@ TEST_F(Contention, AStaleLinkSettlerLeavesALaterAdmissionsHuskAlone) {
   (void)fst;
   EXPECT_EQ(est, EnqueueStatus::duplicate) << to_string(est) << ": E's admission was killed by L";
   detail::failpoint_call("enqueue.indexed", nullptr, nullptr);
-  for (Lease& l : leases) {
-    if (slot_in(raw, l.id, detail::SlotState::leased) != ~0U) {
-      ASSERT_EQ(q.complete(l.id, l.token), AckStatus::ok);
-    }
-  }
+  ASSERT_TRUE(leases.free_rest());
   ASSERT_EQ(q.resume(gl), LaneStatus::ok);
   const std::vector<BrandedId> got = serve_all(q);
   EXPECT_EQ(std::count(got.begin(), got.end(), j), 1);
