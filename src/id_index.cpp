@@ -48,6 +48,13 @@ bool origin_names(const Segment& s, std::uint32_t origin, std::uint32_t slot, st
 
 }  // namespace
 
+bool named_copy(const Segment& s, std::uint32_t slot, const Word128& w) noexcept {
+  std::uint32_t origin = 0;
+  std::uint64_t c18 = 0;
+  return SlotWord::state(w) == SlotState::admitting && moved_origin(s, slot, origin, c18) &&
+         origin_names(s, origin, slot, SlotWord::ctr(w));
+}
+
 Word128 committed_word(std::uint64_t fail_to, std::uint16_t flags, const Word128& admitting) noexcept {
   const Word128 t{fail_to, 0};
   SlotState st = SlotWord::state(t);
@@ -564,9 +571,23 @@ std::uint32_t index_find(const Segment& s, const IndexProbe& p, std::uint64_t sf
     Word128 w;
     if (!rival_word(s, slot, sf, w)) return true;
     const SlotState st = SlotWord::state(w);
-    if (committed_state(st)) {
+    if (committed_state(st) || named_copy(s, slot, w)) {
       found = slot;
       return false;
+    }
+    if (st == SlotState::aborted) {
+      // A reassign's origin, dropped: the job lives on in the copy it names,
+      // whose way this scan may have read before the copy's entry was
+      // written (the copy is indexed before the drop).
+      const std::uint64_t succ = SlotWord::when(w);
+      const std::uint32_t t1 = Successor::slot1(succ);
+      Word128 tw;
+      if (t1 != 0 && t1 <= s.jobs && t1 - 1 != slot && rival_word(s, t1 - 1, sf, tw) &&
+          (SlotWord::ctr(tw) & 0x3FFFF) == Successor::ctr18(succ) &&
+          (committed_state(SlotWord::state(tw)) || named_copy(s, t1 - 1, tw))) {
+        found = t1 - 1;
+        return false;
+      }
     }
     if (st == SlotState::admitting && admitting) {
       *admitting = slot;

@@ -99,7 +99,12 @@ inline bool committed_state(SlotState st) noexcept {
          st == SlotState::returning;
 }
 
-// The slot of the committed job with this id, or kNoSlot. `admitting` (if
+// A reassign's copy (its word `w`, admitting) whose origin names it: the job
+// by the rule, not yet committed (its mover is between the drop of the
+// origin and its commit, or stopped there). Look-ups take it for the job.
+bool named_copy(const Segment& s, std::uint32_t slot, const Word128& w) noexcept;
+
+// The slot of the job with this id (committed, or a named copy), or kNoSlot. `admitting` (if
 // given) is set to an admitting slot of this id when one is seen, and
 // `admitting_word` to the word it was seen with.
 std::uint32_t index_find(const Segment& s, std::uint64_t sf, std::uint32_t* admitting = nullptr,

@@ -59,11 +59,22 @@ int holder_pid(const Segment& s, std::uint32_t holder) noexcept {
   return int(p.owner.load(std::memory_order_relaxed) & 0x7FFFFFFF);
 }
 
+// The word a slot shows as a job: its own, or, for a reassign's copy that
+// its origin names (the job by the rule, its mover yet to commit it), the
+// word its commit writes. Without it the job vanished from view for as long
+// as its mover was stopped there (the origin is a husk by then).
+Word128 shown_word(const Segment& s, std::uint32_t slot, const Word128& w) noexcept {
+  if (!named_copy(s, slot, w)) return w;
+  const SlotRecord& r = s.slot(slot);
+  return committed_word(r.fail_to.load(std::memory_order_acquire), r.flags.load(std::memory_order_relaxed), w);
+}
+
 // Reads one slot into a JobInfo. The fields are read without owning the
 // slot, then the word is read again: a slot that changed meanwhile is
 // reported as not found rather than torn.
 std::optional<JobInfo> read_job(const Segment& s, std::uint32_t slot, bool with_payload) {
-  const Word128 w = slot_load(s, slot);
+  const Word128 seen = slot_load(s, slot);
+  const Word128 w = shown_word(s, slot, seen);
   const auto st = visible_state(SlotWord::state(w));
   if (!st) return std::nullopt;
   const SlotRecord& r = s.slot(slot);
@@ -86,7 +97,7 @@ std::optional<JobInfo> read_job(const Segment& s, std::uint32_t slot, bool with_
   j.last_error.assign(r.error, std::min<std::size_t>(r.error_len.load(std::memory_order_relaxed), kErrorBytes));
   if (with_payload) j.payload.assign(reinterpret_cast<const char*>(s.payload(slot)), j.payload_bytes);
   std::atomic_thread_fence(std::memory_order_acquire);
-  if (!(slot_load(s, slot) == w)) return std::nullopt;
+  if (!(slot_load(s, slot) == seen)) return std::nullopt;
   return j;
 }
 
@@ -218,7 +229,7 @@ std::vector<JobInfo> Queue::jobs(const JobFilter& filter) const {
   // Lowest ids first: the candidates' keys, sorted, then read.
   std::vector<std::pair<std::uint64_t, std::uint32_t>> keys;
   for (std::uint32_t i = 0; i < s.jobs; ++i) {
-    const auto st = visible_state(SlotWord::state(slot_load(s, i)));
+    const auto st = visible_state(SlotWord::state(shown_word(s, i, slot_load(s, i))));
     if (!st || (filter.state && *filter.state != *st)) continue;
     if (filter.group) {
       GroupKey g;

@@ -1253,6 +1253,101 @@ TEST_F(Contention, AMovesTargetDecidedAndReusedBeforeAnEnqueueDecidesItIsNoCorru
   expect_clean(q);
 }
 
+// A job whose reassign is stopped between its drop and its copy's commit:
+// the origin is a husk that names the copy, the copy admitting and not yet
+// committed. The job exists all that time (the copy is the job by the rule:
+// its origin names it), so a look-up finds it: `job` shows it, a `jobs`
+// listing has it, a complete under an old token is `stale`, not `gone`, and a
+// second reassign is `not_pending`, not `gone`. Before, a look-up passed over
+// both slots and answered as if the id had ended.
+//
+// With `hide_copy`, the copy's index entry is taken out for the look-ups
+// and put back after: a look-up's scan is no snapshot, and one that read the
+// copy's way before its entry was written meets only the origin. It follows
+// the origin to the copy it names.
+void mover_stopped_between_drop_and_commit(Queue& q, const std::string& seg, bool hide_copy) {
+  const BrandedId g1 = BrandedId::make("AAA", 1), g2 = BrandedId::make("BBB", 2), g3 = BrandedId::make("CCC", 3);
+  const BrandedId j = q.mint(), k = q.mint();
+  ASSERT_EQ(q.enqueue(g1, j, "j"), EnqueueStatus::enqueued);
+  // An old token of j's: leased, then released (j is pending again).
+  Lease old;
+  ASSERT_TRUE(q.claim(old, 60000));
+  ASSERT_EQ(old.id, j);
+  ASSERT_EQ(q.release(old.id, old.token), AckStatus::ok);
+  ASSERT_EQ(q.enqueue(g1, k, "k"), EnqueueStatus::enqueued);
+  ASSERT_EQ(q.pause(g1), LaneStatus::ok);
+
+  struct Plan {
+    std::atomic<bool> dropped{false}, go{false};
+  } plan;
+  static thread_local bool is_mover = false;
+  const auto at_dropped = [](void* p) {
+    Plan& pl = *static_cast<Plan*>(p);
+    if (!is_mover) return;
+    pl.dropped.store(true);
+    while (!pl.go.load()) std::this_thread::yield();
+  };
+  detail::failpoint_call("reassign.dropped", at_dropped, &plan);
+  MoveStatus moved = MoveStatus::corrupt;
+  std::thread mover([&] {
+    is_mover = true;
+    moved = q.reassign(j, g2);
+  });
+  while (!plan.dropped.load()) std::this_thread::yield();
+  // The drop is a step of the origin's lane word; any write of that word
+  // applies it (the origin is a husk naming the copy from here on).
+  EXPECT_EQ(q.resume(g1), LaneStatus::ok);
+  EXPECT_EQ(q.pause(g1), LaneStatus::ok);
+  RawSegment raw(seg);
+  const std::uint32_t copy = slot_in(raw, j, detail::SlotState::admitting);
+  EXPECT_NE(slot_in(raw, j, detail::SlotState::aborted), ~0U) << "the origin is not dropped";
+  EXPECT_NE(copy, ~0U) << "the copy is not undecided";
+  const Probe pj = probe_of(raw, j);
+  const int way = copy == ~0U ? -1 : way_of(raw, pj.bucket, copy + 1);
+  std::uint64_t entry = 0;
+  if (hide_copy) {
+    EXPECT_GE(way, 0) << "the copy's entry is not in the id's first bucket";
+    if (way >= 0) entry = raw.bucket(pj.bucket).e[way].exchange(0);
+  }
+  const std::optional<JobInfo> info = q.job(j);
+  const AckStatus late = q.complete(j, old.token);
+  const MoveStatus again = q.reassign(j, g3);
+  if (hide_copy && way >= 0) raw.bucket(pj.bucket).e[way].store(entry);
+  const std::vector<JobInfo> listed = q.jobs();
+  plan.go.store(true);
+  mover.join();
+  detail::failpoint_call("reassign.dropped", nullptr, nullptr);
+
+  EXPECT_TRUE(info.has_value()) << "a job mid-move was not found";
+  if (info) {
+    EXPECT_EQ(info->id, j);
+    EXPECT_EQ(info->group, g2);
+  }
+  EXPECT_EQ(std::count_if(listed.begin(), listed.end(), [&](const JobInfo& x) { return x.id == j; }), 1);
+  EXPECT_EQ(late, AckStatus::stale) << to_string(late);
+  EXPECT_EQ(again, MoveStatus::not_pending) << to_string(again);
+  EXPECT_EQ(moved, MoveStatus::moved) << to_string(moved);
+  EXPECT_EQ(q.corruption().count, 0u) << q.corruption().last_structure;
+  EXPECT_EQ(q.resume(g1), LaneStatus::ok);
+  const std::vector<BrandedId> got = serve_all(q);
+  EXPECT_EQ(std::count(got.begin(), got.end(), j), 1);
+  EXPECT_EQ(std::count(got.begin(), got.end(), k), 1);
+  EXPECT_EQ(got.size(), 2u);
+  expect_clean(q);
+}
+
+TEST_F(Contention, AJobWhoseMoverStoppedBetweenItsDropAndItsCommitIsStillFound) {
+  create(small());
+  ASSERT_FALSE(HasFailure());
+  mover_stopped_between_drop_and_commit(q(), seg(), false);
+}
+
+TEST_F(Contention, AJobWhoseMoverStoppedBetweenItsDropAndItsCommitIsFoundThroughItsOrigin) {
+  create(small());
+  ASSERT_FALSE(HasFailure());
+  mover_stopped_between_drop_and_commit(q(), seg(), true);
+}
+
 // A complete under an old token of a job that is leased again, while its
 // new lease is extended each time the complete reads the job's slot word
 // between its two readings: the word moves under it more than 8 times (the
