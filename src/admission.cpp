@@ -271,7 +271,9 @@ EnqueueStatus admit(Segment& s, const BrandedId& group, const BrandedId& job, st
     // so that a duplicate is found here rather than after our own link.
     std::uint32_t admitting = kNoSlot;
     Word128 admitting_word;
-    if (!fresh && index_find(s, probe, sf, &admitting, &admitting_word) != kNoSlot) {
+    if (const std::uint32_t found = fresh ? kNoSlot : index_find(s, probe, sf, &admitting, &admitting_word);
+        found != kNoSlot) {
+      settle_found(s, found, sf);
       count(s, &CounterBlock::duplicates);
       return EnqueueStatus::duplicate;
     }

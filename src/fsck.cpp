@@ -420,14 +420,26 @@ class Checker {
   void check_index() {
     std::unordered_map<std::uint64_t, std::uint32_t> ids;
     ids.reserve(s_.jobs);
+    std::unordered_set<std::uint64_t> duplicated;
+    std::vector<std::pair<std::uint32_t, std::uint64_t>> missing;
     for (std::uint32_t i = 0; i < s_.jobs; ++i) {
       const SlotState st = SlotWord::state(slot_load(s_, i));
       if (!committed_state(st)) continue;
       const std::uint64_t sf = s_.slot(i).sf.load(std::memory_order_relaxed);
       auto [it, fresh] = ids.try_emplace(sf, i);
-      if (!fresh) issue("index-duplicate", job(i) + " and slot " + std::to_string(it->second) + " hold the same id");
-      if (index_find(s_, sf) == kNoSlot) issue("index-missing", job(i) + " is not found by its id");
+      if (!fresh) {
+        issue("index-duplicate", job(i) + " and slot " + std::to_string(it->second) + " hold the same id");
+        duplicated.insert(sf);
+      }
+      // An entry of its own: a look-up also follows a reassign's husk to the
+      // copy it names, and finds a copy that lost its entries for as long
+      // as the husk is linked, not after.
+      if (!index_has_entry(s_, index_probe(s_, sf), i)) missing.emplace_back(i, sf);
     }
+    // A slot whose id was written over with another job's has no entry
+    // under it: that is the duplicate, said once.
+    for (const auto& [i, sf] : missing)
+      if (!duplicated.count(sf)) issue("index-missing", job(i) + " is not found by its id");
   }
 
   Segment& s_;

@@ -51,8 +51,8 @@ bool origin_names(const Segment& s, std::uint32_t origin, std::uint32_t slot, st
 bool named_copy(const Segment& s, std::uint32_t slot, const Word128& w) noexcept {
   std::uint32_t origin = 0;
   std::uint64_t c18 = 0;
-  return SlotWord::state(w) == SlotState::admitting && moved_origin(s, slot, origin, c18) &&
-         origin_names(s, origin, slot, SlotWord::ctr(w));
+  return SlotWord::state(w) == SlotState::admitting && admission_published(s, slot, w) &&
+         moved_origin(s, slot, origin, c18) && origin_names(s, origin, slot, SlotWord::ctr(w));
 }
 
 Word128 committed_word(std::uint64_t fail_to, std::uint16_t flags, const Word128& admitting) noexcept {
@@ -527,6 +527,7 @@ Admit decide(Segment& s, const IndexProbe& p, std::uint32_t slot, std::uint64_t 
     // committed, then it is a duplicate.
     const std::uint32_t w = index_find(s, sf);
     if (w != kNoSlot) {
+      settle_found(s, w, sf);
       winner = w;
       return Admit::duplicate;
     }
@@ -643,6 +644,13 @@ Admit index_admit(Segment& s, std::uint32_t slot, const IndexProbe& p, std::uint
 }
 
 bool index_kill(Segment& s, std::uint32_t slot, std::uint64_t ctr) noexcept { return kill(s, slot, ctr); }
+
+bool index_has_entry(const Segment& s, const IndexProbe& p, std::uint32_t slot) noexcept { return has_entry(s, p, slot); }
+
+void settle_found(Segment& s, std::uint32_t slot, std::uint64_t sf) noexcept {
+  Word128 w;
+  if (word_of_job(s, slot, sf, w) && SlotWord::state(w) == SlotState::admitting) index_resolve(s, slot, w, false, sf);
+}
 
 bool move_decided(Segment& s, std::uint32_t slot, std::uint64_t ctr) noexcept {
   return decide_moved(s, slot, ctr, false, true) == Admit::won;

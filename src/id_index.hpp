@@ -113,6 +113,16 @@ std::uint32_t index_find(const Segment& s, std::uint64_t sf, std::uint32_t* admi
 std::uint32_t index_find(const Segment& s, const IndexProbe& p, std::uint64_t sf, std::uint32_t* admitting = nullptr,
                          Word128* admitting_word = nullptr) noexcept;
 
+// A job index_find found (`slot`, id `sf`) that is a named copy is committed
+// here, by the move's rule: an answer that the id is a job (`duplicate`)
+// then vouches for a job that is served, though its mover be stopped (a
+// named copy is served only once committed). Nothing for any other slot.
+void settle_found(Segment& s, std::uint32_t slot, std::uint64_t sf) noexcept;
+
+// Is an entry of the id's probe current for `slot`? (fsck: a job must be
+// found through an entry of its own, not only through a husk that names it.)
+bool index_has_entry(const Segment& s, const IndexProbe& p, std::uint32_t slot) noexcept;
+
 // The word of `slot` while it holds job id `sf` (a slot index_find found,
 // which may have been freed and taken by another job since): the id read
 // between two loads of the word that agree, so that it is that word's job.

@@ -1587,5 +1587,60 @@ TEST_F(Contention, AStaleLinkSettlerLeavesALaterAdmissionsHuskAlone) {
   EXPECT_EQ(std::count(got.begin(), got.end(), j), 1);
 }
 
+
+// A duplicate enqueue of a job whose mover is stopped between its drop and
+// its commit: the look-up takes the copy its origin names for the job, and
+// `duplicate` must vouch for a job that is served. The enqueue commits the
+// copy (the move's rule) and the sweep adopts it into its new group, so the
+// job is served while its mover stays stopped and the origin's lane is
+// paused (nobody meets its husk). Found in review of ea18f4d, which answered
+// `duplicate` and left the copy undecided until the mover resumed.
+TEST_F(Contention, ADuplicateOfAJobMidMoveCommitsItsCopy) {
+  create(small());
+  ASSERT_FALSE(HasFailure());
+  Queue& q = this->q();
+  const BrandedId g1 = BrandedId::make("AAA", 1), g2 = BrandedId::make("BBB", 2);
+  const BrandedId j = q.mint();
+  ASSERT_EQ(q.enqueue(g1, j, "j"), EnqueueStatus::enqueued);
+  ASSERT_EQ(q.pause(g1), LaneStatus::ok);
+  struct Plan {
+    std::atomic<bool> dropped{false}, go{false};
+  } plan;
+  static thread_local bool is_mover = false;
+  const auto at_dropped = [](void* p) {
+    Plan& pl = *static_cast<Plan*>(p);
+    if (!is_mover) return;
+    pl.dropped.store(true);
+    while (!pl.go.load()) std::this_thread::yield();
+  };
+  detail::failpoint_call("reassign.dropped", at_dropped, &plan);
+  MoveStatus moved = MoveStatus::corrupt;
+  std::thread mover([&] {
+    is_mover = true;
+    moved = q.reassign(j, g2);
+  });
+  while (!plan.dropped.load()) std::this_thread::yield();
+  EXPECT_EQ(q.resume(g1), LaneStatus::ok);  // applies the drop
+  EXPECT_EQ(q.pause(g1), LaneStatus::ok);
+  const EnqueueStatus dup = q.enqueue(g1, j, "again");
+  q.tick();
+  Lease l;
+  const bool served = q.claim(l, 60000);
+  plan.go.store(true);
+  mover.join();
+  detail::failpoint_call("reassign.dropped", nullptr, nullptr);
+  EXPECT_EQ(dup, EnqueueStatus::duplicate);
+  EXPECT_TRUE(served) << "the job an enqueue was told exists was not served while its mover was stopped";
+  if (served) {
+    EXPECT_EQ(l.id, j);
+    EXPECT_EQ(q.complete(l.id, l.token), AckStatus::ok);
+  }
+  EXPECT_EQ(moved, MoveStatus::moved) << to_string(moved);
+  EXPECT_EQ(q.resume(g1), LaneStatus::ok);
+  const std::vector<BrandedId> got = serve_all(q);
+  EXPECT_EQ(got.size() + (served ? 1 : 0), 1u);
+  expect_clean(q);
+}
+
 }  // namespace
 }  // namespace fairlane
