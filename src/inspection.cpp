@@ -314,9 +314,12 @@ std::vector<ProcessInfo> Queue::processes() const {
     if (!(owner & kOwnerAttached) || (owner & kOwnerObserver)) continue;  // free, or a tool that only looks
     ProcessInfo p;
     p.pid = int(owner & 0x7FFFFFFF);
-    p.state = process_state(p.pid, r.start_time.load(std::memory_order_relaxed));
+    p.state = owner_state(s, i, owner, r.start_time.load(std::memory_order_relaxed));
     p.alive = p.state != ProcessState::dead;
-    p.name = process_name(p.pid);
+    // Named only if this pid is that process here (same start time): a
+    // process in another PID namespace records a pid that names another.
+    const std::uint64_t start = r.start_time.load(std::memory_order_relaxed);
+    if (start != 0 && process_start_time(p.pid) == start) p.name = process_name(p.pid);
     p.attached_unix_ms = r.attached_unix_ms.load(std::memory_order_relaxed);
     p.leases = leases[i];
     out.push_back(p);

@@ -704,10 +704,10 @@ Result<std::unique_ptr<Mirror>> Mirror::start(std::string_view segment, MirrorOp
   const std::uint32_t mine = s.me_index + 1;
   std::uint32_t cur = m.proc.load(std::memory_order_acquire);
   for (;;) {
-    if (cur != 0 && cur != mine && cur <= kMaxProcs) {
+    if (cur != 0 && cur != mine && cur <= s.proc_count) {
       const ProcRecord& r = s.procs[cur - 1];
       const std::uint64_t owner = r.owner.load(std::memory_order_acquire);
-      if ((owner & (1ULL << 32)) && process_alive(int(owner & 0xFFFFFFFF), r.start_time))
+      if ((owner & kOwnerAttached) && owner_alive(s, cur - 1, owner, r.start_time.load(std::memory_order_relaxed)))
         return mirror_error(Errc::busy, "segment '" + std::string(segment) + "' is already mirrored by pid " +
                                             std::to_string(owner & 0xFFFFFFFF));
     }

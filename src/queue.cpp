@@ -102,8 +102,8 @@ const ProcRecord* mirror_proc(const Segment& s) noexcept {
 
 bool mirror_alive(const Segment& s) noexcept {
   const ProcRecord* r = mirror_proc(s);
-  return r && process_alive(int(r->owner.load(std::memory_order_relaxed) & 0xFFFFFFFF),
-                            r->start_time.load(std::memory_order_relaxed));
+  return r && owner_alive(s, std::uint32_t(r - s.procs), r->owner.load(std::memory_order_relaxed),
+                          r->start_time.load(std::memory_order_relaxed));
 }
 
 std::optional<EnqueueStatus> mirror_admission_check(const Segment& s) noexcept {

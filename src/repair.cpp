@@ -46,7 +46,7 @@ std::vector<int> other_live_processes(const Segment& s) {
     const int pid = int(owner & 0x7FFFFFFF);
     if (pid == me) continue;  // another handle of this process: its threads are the caller's business
     const std::uint64_t start = (owner & kOwnerStamped) ? s.procs[i].start_time.load(std::memory_order_relaxed) : 0;
-    if (process_alive(pid, start)) out.push_back(pid);
+    if (owner_alive(s, i, owner, start)) out.push_back(pid);
   }
   return out;
 }

@@ -118,10 +118,15 @@ bool read_proc_stat(int pid, char& state, std::uint64_t& start_time) noexcept {
   const char* p = std::strrchr(buf, ')');
   if (!p || p[1] != ' ' || !p[2]) return false;
   state = p[2];
-  // After ") " come fields 3.. ; starttime is field 22, i.e. the 20th from here.
+  // After ") " come fields 3.. ; starttime is field 22. Each space begins
+  // the next field: p stops on the first character of field 22. (Until
+  // 2026-12-05 it stopped on field 21, itrealvalue, which is always 0: every
+  // start time was 0, which reads as "not written yet", so a pid reused by
+  // another process was taken for the attached one.)
   int field = 2;
-  for (++p; *p && field < 21; ++p)
+  for (++p; *p && field < 22; ++p)
     if (*p == ' ') ++field;
+  if (field != 22) return false;
   start_time = std::strtoull(p, nullptr, 10);
   return true;
 }
@@ -134,14 +139,81 @@ std::uint64_t process_start_time(int pid) noexcept {
   return read_proc_stat(pid, state, start) ? start : 0;
 }
 
-int dead_owner_pid(const ProcRecord& p) noexcept {
+OwnedFd::~OwnedFd() {
+  if (fd >= 0) ::close(fd);
+}
+
+namespace {
+
+// The liveness lock's byte range of process record i.
+struct flock liveness_range(std::uint32_t i, short type) noexcept {
+  struct flock f {};
+  f.l_type = type;
+  f.l_whence = SEEK_SET;
+  f.l_start = off_t(kLivenessLockBase + i);
+  f.l_len = 1;
+  return f;
+}
+
+// Takes the liveness lock of record i (never waits: a lock still held is a
+// forked child's copy of a dead owner's, or a detaching owner's for a
+// moment; the record is then judged by pid).
+bool take_liveness_lock(const Segment& s, std::uint32_t i) noexcept {
+  if (s.file.fd < 0) return false;
+  struct flock f = liveness_range(i, F_WRLCK);
+  return ::fcntl(s.file.fd, F_OFD_SETLK, &f) == 0;
+}
+
+void drop_liveness_lock(const Segment& s, std::uint32_t i) noexcept {
+  if (s.file.fd < 0) return;
+  struct flock f = liveness_range(i, F_UNLCK);
+  (void)::fcntl(s.file.fd, F_OFD_SETLK, &f);
+}
+
+// Is record i's liveness lock held (by anyone but this open of the file)?
+// Unknown counts as held.
+bool liveness_lock_held(const Segment& s, std::uint32_t i) noexcept {
+  if (s.file.fd < 0) return true;
+  struct flock f = liveness_range(i, F_WRLCK);
+  if (::fcntl(s.file.fd, F_OFD_GETLK, &f) != 0) return true;
+  return f.l_type != F_UNLCK;
+}
+
+}  // namespace
+
+bool owner_alive(const Segment& s, std::uint32_t i, std::uint64_t owner, std::uint64_t start_time) noexcept {
+  if (s.me && i == s.me_index) return true;  // our own lock does not show to our own look
+  if ((owner & kOwnerLocked) && i < s.proc_count) return liveness_lock_held(s, i);
+  return process_alive(int(owner & 0xFFFFFFFF), start_time);
+}
+
+ProcessState owner_state(const Segment& s, std::uint32_t i, std::uint64_t owner, std::uint64_t start_time) noexcept {
+  if (!owner_alive(s, i, owner, start_time)) return ProcessState::dead;
+  char state = 0;
+  std::uint64_t now = 0;
+  if (read_proc_stat(int(owner & 0xFFFFFFFF), state, now) && (start_time == 0 || now == start_time) &&
+      (state == 'T' || state == 't'))
+    return ProcessState::stopped;
+  return ProcessState::alive;
+}
+
+int dead_owner_pid(const Segment& s, std::uint32_t i) noexcept {
+  if (i >= s.proc_count) return 0;
+  const ProcRecord& p = s.procs[i];
   const std::uint64_t owner = p.owner.load(std::memory_order_acquire);
   if (!(owner & kOwnerStamped)) return 0;
+  const std::uint64_t inc = p.incarnation.load(std::memory_order_relaxed);
   const std::uint64_t start = p.start_time.load(std::memory_order_relaxed);
   std::atomic_thread_fence(std::memory_order_acquire);
   if (p.owner.load(std::memory_order_relaxed) != owner) return 0;  // changed hands meanwhile
-  const int pid = int(owner & 0xFFFFFFFF);
-  return process_alive(pid, start) ? 0 : pid;
+  if (owner_alive(s, i, owner, start)) return 0;
+  // The lock is the record's, not the owner's: the verdict holds only if
+  // the record did not change hands while it was looked at (an owner clears
+  // its word before it gives the lock up, and every attach moves the
+  // incarnation on).
+  std::atomic_thread_fence(std::memory_order_acquire);
+  if (p.owner.load(std::memory_order_relaxed) != owner || p.incarnation.load(std::memory_order_relaxed) != inc) return 0;
+  return int(owner & 0xFFFFFFFF);
 }
 
 // Threads of process pid (entries of /proc/PID/task), 0 if unreadable.
@@ -174,14 +246,6 @@ bool process_alive(int pid, std::uint64_t start_time) noexcept {
   if (state == 'Z') return thread_count(pid) > 1;
   if (start_time == 0) return true;  // still attaching: its start time is not written yet
   return now == start_time;
-}
-
-ProcessState process_state(int pid, std::uint64_t start_time) noexcept {
-  if (!process_alive(pid, start_time)) return ProcessState::dead;
-  char state = 0;
-  std::uint64_t now = 0;
-  if (read_proc_stat(pid, state, now) && (state == 'T' || state == 't')) return ProcessState::stopped;
-  return ProcessState::alive;
 }
 
 std::string process_name(int pid) {
@@ -321,7 +385,7 @@ ProcRecord* attach(Segment& s) {
       // A dead owner's record, once the sweep has settled what its fallback
       // intent says it was in the middle of.
       if (!take && pass == 1 && (cur & kOwnerStamped) && p.intent.load(std::memory_order_acquire) == 0 &&
-          !process_alive(int(cur & 0xFFFFFFFF), p.start_time.load()))
+          dead_owner_pid(s, i) != 0)
         take = true;
       if (!take) continue;
       // [A1] acq_rel: claims the record; pairs with [R1] of a detaching owner.
@@ -334,7 +398,10 @@ ProcRecord* attach(Segment& s) {
       p.intent.store(0, std::memory_order_relaxed);
       // A dead owner's counts stay counted.
       fold_counters(s.h->retired, p.retired);
-      p.owner.store(owner | kOwnerStamped, std::memory_order_release);
+      // The lock before the stamp: nobody judges an unstamped record, and a
+      // stamped one that says locked is judged by its lock.
+      const bool locked = take_liveness_lock(s, i);
+      p.owner.store(owner | kOwnerStamped | (locked ? kOwnerLocked : 0), std::memory_order_release);
       return &p;
     }
   }
@@ -417,7 +484,7 @@ ThreadRecord* Segment::thread_slow() noexcept {
       const bool gone = p1 == 0 || p1 > proc_count ||
                         (procs[p1 - 1].incarnation.load(std::memory_order_relaxed) & 0xFF) != ThreadOwner::inc(cur) ||
                         !(procs[p1 - 1].owner.load(std::memory_order_acquire) & kOwnerAttached) ||
-                        dead_owner_pid(procs[p1 - 1]) != 0;
+                        dead_owner_pid(*this, p1 - 1) != 0;
       if (!gone || r.intent.load(std::memory_order_acquire) != 0) continue;
     }
     // The mark first: a scanner that sees anything this thread writes into
@@ -466,8 +533,13 @@ Segment::~Segment() {
     if (r->owner.load(std::memory_order_acquire) == owner) release_thread_record(*this, *r);
   fold_counters(h->retired, me->retired);
   me->start_time.store(0, std::memory_order_relaxed);
+  const bool locked = me->owner.load(std::memory_order_relaxed) & kOwnerLocked;
   // [R1] release: hands the record back; pairs with [A1].
   me->owner.store(0, std::memory_order_release);
+  // The lock after the word: a judge that finds the lock free while the
+  // word still names us would take a clean detach for a death. Given up
+  // explicitly: a child forked without exec shares this open of the file.
+  if (locked) drop_liveness_lock(*this, me_index);
 }
 
 int holder_gone(Segment& s, std::uint32_t holder, std::uint64_t now_ms) noexcept {
@@ -515,7 +587,7 @@ int holder_dead(Segment& s, std::uint32_t holder, std::uint64_t now_ms) noexcept
     return Verdict::dead(seen) ? int(owner & 0xFFFFFFFF) : 0;
   if (t_judge_budget == 0) return 0;  // no judging left: alive until judged
   if (t_judge_budget > 0) --t_judge_budget;
-  const int dead = dead_owner_pid(p);
+  const int dead = dead_owner_pid(s, i1 - 1);
   FAIRLANE_FAILPOINT("liveness.judged");
   // Relaxed: a cache of a judgement anyone may repeat; a lost race costs one
   // more system call. About the incarnation judged (the record may have
@@ -577,6 +649,7 @@ Result<std::unique_ptr<Segment>> create_segment(std::string_view name, const Que
     try {
       shm.truncate(bip::offset_t(g.total));
       s->region = bip::mapped_region(shm, bip::read_write);
+      s->file.fd = ::fcntl(shm.get_mapping_handle().handle, F_DUPFD_CLOEXEC, 0);
     } catch (const bip::interprocess_exception& e) {
       bip::shared_memory_object::remove(s->name.c_str());
       return from_boost(e, "size", name);
@@ -685,6 +758,7 @@ Result<std::unique_ptr<Segment>> open_segment(std::string_view name, bool observ
       return make_error(Errc::truncated, seg + " is " + std::to_string(size) + " bytes, smaller than a header (" +
                                              std::to_string(sizeof(Header)) + ")");
     s->region = bip::mapped_region(shm, bip::read_write);
+    s->file.fd = ::fcntl(shm.get_mapping_handle().handle, F_DUPFD_CLOEXEC, 0);
   } catch (const bip::interprocess_exception& e) {
     return from_boost(e, "open", name);
   }

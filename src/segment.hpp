@@ -46,9 +46,22 @@ struct ThreadCache {
 };
 inline thread_local ThreadCache t_thread_cache;
 
+// A file descriptor closed with its owner.
+struct OwnedFd {
+  int fd = -1;
+  OwnedFd() = default;
+  OwnedFd(const OwnedFd&) = delete;
+  OwnedFd& operator=(const OwnedFd&) = delete;
+  ~OwnedFd();
+};
+
 struct Segment {
   std::string name;
   boost::interprocess::mapped_region region;
+  // The segment's file, kept open for the liveness locks (kOwnerLocked).
+  // A member, so it closes after the destructor's body has handed this
+  // handle's process record back.
+  OwnedFd file;
   Header* h = nullptr;
   Word128* words = nullptr;                    // slot words
   std::atomic<std::uint8_t>* tags = nullptr;   // admission tags, one per slot
@@ -136,16 +149,21 @@ Status remove_segment(std::string_view name);
 // Liveness of an attached process: pid and its start time, never a bare pid.
 std::uint64_t process_start_time(int pid) noexcept;
 bool process_alive(int pid, std::uint64_t start_time) noexcept;
-// alive, stopped (SIGSTOP, traced: it holds what it holds) or dead; every
-// doubt counts as alive, as in process_alive.
-ProcessState process_state(int pid, std::uint64_t start_time) noexcept;
+
+// Liveness of the owner of process record i (its owner word `owner` and
+// start time as read). An owner that holds its liveness lock (kOwnerLocked)
+// is judged by the lock alone: alive while the lock is held, which the
+// kernel ends when the process dies, whatever PID namespace either process
+// is in. Others by pid and start time (process_alive), which a process in
+// another PID namespace cannot be judged by. Every doubt counts as alive.
+// The caller's own record is alive.
+bool owner_alive(const Segment& s, std::uint32_t i, std::uint64_t owner, std::uint64_t start_time) noexcept;
+// alive, stopped (SIGSTOP, traced: it holds what it holds) or dead, as
+// owner_alive; stopped only when /proc shows it under the same pid and
+// start time.
+ProcessState owner_state(const Segment& s, std::uint32_t i, std::uint64_t owner, std::uint64_t start_time) noexcept;
 // /proc/PID/comm, empty when it cannot be read.
 std::string process_name(int pid);
-
-// owner word bits of a ProcRecord.
-inline constexpr std::uint64_t kOwnerAttached = 1ULL << 32;
-inline constexpr std::uint64_t kOwnerStamped = 1ULL << 33;
-inline constexpr std::uint64_t kOwnerObserver = 1ULL << 34;
 
 // A thread record's owner word: its process record index + 1 (bits 0..15),
 // in use (bit 16), and that record's incarnation mod 256 (bits 24..31), so
@@ -179,7 +197,7 @@ int thread_owner_dead(Segment& s, std::uint64_t owner, std::uint64_t now_ms) noe
 // Only a record whose owner has stamped its start time is judged (never
 // one being attached), and only if it did not change hands while read; a
 // free record is not judged.
-int dead_owner_pid(const ProcRecord& p) noexcept;
+int dead_owner_pid(const Segment& s, std::uint32_t i) noexcept;
 
 // Is process record `holder1` (index + 1) dead, judged at most once per
 // recovery_ms / 2 for every process of the segment (ProcRecord::seen)?

@@ -210,8 +210,9 @@ TEST_F(FsckCli, InspectShowsWhatRecoveryLastDid) {
   ASSERT_TRUE(holder->claim(b, 60000));
   {
     // The holder's record now names another process (same pid, other start
-    // time): dead, as far as the sweep can tell.
+    // time) and holds no liveness lock: dead, as far as the sweep can tell.
     RawSegment raw(seg());
+    raw.proc(holder_record(raw)).owner.fetch_and(~detail::kOwnerLocked);
     raw.proc(holder_record(raw)).start_time += 1;
   }
   ASSERT_EQ(q->tick(), 2U);
@@ -254,6 +255,7 @@ TEST_F(FsckCli, InspectShowsWhatWasFinishedForTheDead) {
     raw.set_word(raw.slot_word(slot),
                  detail::SlotWord::make(detail::SlotState::admitting, 0, 0, detail::SlotWord::ctr(w) + 1,
                                         detail::Holder::make(victim_record, raw.proc(victim_record).incarnation.load())));
+    raw.proc(victim_record).owner.fetch_and(~detail::kOwnerLocked);  // judged by pid and start time
     raw.proc(victim_record).start_time += 1;
   }
   const CliRun during = run_cli({"fsck", seg()});

@@ -161,6 +161,86 @@ TEST_F(Crash, LeasesOfAKilledConsumerAreRedeliveredLongBeforeTheirDeadline) {
   EXPECT_TRUE(f.clean()) << (f.issues.empty() ? "" : f.issues.front().invariant + ": " + f.issues.front().detail);
 }
 
+// A consumer in a PID namespace of its own (a container sharing /dev/shm
+// with ours) holds two jobs. Its pid means nothing here: it is pid 1 in its
+// namespace, and our pid 1 is another process with another start time, so
+// judged by pid and start time it looked dead, and its leases were taken
+// from it while it worked on them (and its record given to the next process
+// that attached). Judged by its liveness lock it keeps them while it lives,
+// and loses them soon after it is killed. Skipped where no namespace can be
+// made (not root).
+TEST_F(Crash, AConsumerInAnotherPidNamespaceKeepsItsLeasesUntilItDies) {
+  QueueOptions o;
+  o.jobs = 64;
+  o.lanes = 8;
+  o.payload_bytes = 64;
+  o.recovery_ms = 200;
+  create(o);
+  constexpr std::uint64_t kHeld = 2;
+  std::map<std::string, int> pending;
+  for (std::uint32_t i = 0; i < kHeld; ++i) {
+    const BrandedId id = q().mint();
+    ASSERT_EQ(q().enqueue(proto::lane_group(i), id, "held"), EnqueueStatus::enqueued);
+    pending[id.string()] = 0;
+  }
+  const auto out = dir_.path() / "held.txt";
+  Child child(std::vector<std::string>{"in_pid_ns", "claim_hold", seg(), out.string(), "60000", std::to_string(kHeld)});
+  child.release();
+  const auto give_up = std::chrono::steady_clock::now() + std::chrono::seconds(30);
+  while (!std::filesystem::exists(out)) {
+    if (child.poll()) {
+      if (WIFEXITED(child.wait()) && WEXITSTATUS(child.wait()) == 5) GTEST_SKIP() << "no PID namespace here (not root)";
+      FAIL() << "claim_hold ended early: " << child.describe();
+    }
+    ASSERT_LT(std::chrono::steady_clock::now(), give_up) << "claim_hold never claimed";
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+  std::ifstream in(out);
+  std::string id;
+  unsigned attempt = 0;
+  std::uint64_t token = 0, held = 0;
+  while (in >> id >> attempt >> token) {
+    ASSERT_TRUE(pending.count(id)) << id;
+    ++held;
+  }
+  ASSERT_EQ(held, kHeld);
+  bool seen = false;
+  for (const ProcessInfo& p : q().processes())
+    if (p.leases == kHeld) {
+      seen = true;
+      EXPECT_EQ(p.pid, 1) << "the consumer is not in a namespace of its own";
+      EXPECT_TRUE(p.alive);
+    }
+  EXPECT_TRUE(seen) << "no attached process holds the leases";
+
+  // Five recovery bounds: every sweep judges the holder, and finds it alive.
+  Lease l;
+  const auto watch_until = std::chrono::steady_clock::now() + std::chrono::milliseconds(5 * o.recovery_ms);
+  std::uint64_t moved = 0;
+  while (std::chrono::steady_clock::now() < watch_until) {
+    moved += q().tick();
+    if (q().claim(l, 60000)) ++moved;
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  EXPECT_EQ(moved, 0U) << "a live consumer's leases were taken";
+  EXPECT_EQ(q().recovery().runs, 0U);
+
+  ASSERT_EQ(::kill(child.pid(), SIGKILL), 0);  // its namespace's pid 1 dies with it
+  child.wait();
+  std::uint64_t redelivered = 0;
+  const auto killed = std::chrono::steady_clock::now();
+  while (redelivered < kHeld && std::chrono::steady_clock::now() - killed < std::chrono::seconds(30)) {
+    if (!q().claim_wait(l, 60000, std::chrono::milliseconds(2000))) continue;
+    ASSERT_TRUE(pending.count(l.id.string())) << l.id.str();
+    EXPECT_EQ(++pending[l.id.string()], 1) << "delivered twice: " << l.id.str();
+    EXPECT_EQ(l.attempt, 2U);
+    EXPECT_EQ(q().complete(l.id, l.token), AckStatus::ok);
+    ++redelivered;
+  }
+  EXPECT_EQ(redelivered, kHeld) << "the killed consumer's jobs were not redelivered within 30 s";
+  EXPECT_TRUE(q().fsck().clean());
+}
+
 // A consumer killed at a random instant of its work (often inside a claim:
 // between its take and its lease, holding the lane's token) must not leave
 // any lane unserved: recovery happens by itself, driven by whichever live

@@ -24,16 +24,23 @@
 //   claim_hold SEG OUTFILE LEASE_MS N
 //       claim N jobs, write "<id> <attempt> <token>" for each (the file appears
 //       complete, by rename), then sleep holding them until killed.
+//   in_pid_ns MODE ARGS...
+//       run MODE in a new PID namespace with a /proc of its own, as in a
+//       container: it is pid 1 there, and its pid means nothing outside.
+//       It dies with this process.
 //
 // Exit status: 0 on success, 2 on bad arguments, 3 when the queue misbehaved
-// (message on stderr), 4 when it could not attach.
+// (message on stderr), 4 when it could not attach, 5 when no namespace could
+// be made (not root: the parent skips).
 #include "worker_protocol.hpp"
 
 #include <fairlane/queue.hpp>
 
 #include <sched.h>
 #include <signal.h>
+#include <sys/mount.h>
 #include <sys/prctl.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <chrono>
@@ -201,11 +208,27 @@ int claim_hold(char** argv) {
   for (;;) ::pause();  // until the parent kills us (or the watchdog alarm)
 }
 
-}  // namespace
+int run_mode(int argc, char** argv);
 
-int main(int argc, char** argv) {
-  ::prctl(PR_SET_PDEATHSIG, SIGKILL);  // do not outlive a killed test
-  ::alarm(90);                         // nor hang forever
+int in_pid_ns(int argc, char** argv) {
+  if (::unshare(CLONE_NEWPID | CLONE_NEWNS) != 0) return 5;
+  const pid_t child = ::fork();
+  if (child < 0) die(3, "fork failed");
+  if (child == 0) {
+    ::prctl(PR_SET_PDEATHSIG, SIGKILL);  // dies with its parent, whom the test kills
+    ::alarm(90);                         // fork does not inherit the alarm
+    if (::mount(nullptr, "/", nullptr, MS_REC | MS_PRIVATE, nullptr) != 0 ||
+        ::mount("proc", "/proc", "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC, nullptr) != 0)
+      std::_Exit(5);
+    std::exit(run_mode(argc, argv));
+  }
+  int st = 0;
+  while (::waitpid(child, &st, 0) < 0 && errno == EINTR) {
+  }
+  return WIFEXITED(st) ? WEXITSTATUS(st) : 3;
+}
+
+int run_mode(int argc, char** argv) {
   if (argc < 2) die(2, "usage: fairlane_test_worker MODE ARGS...");
   const std::string mode = argv[1];
   const int nargs = argc - 2;
@@ -217,5 +240,14 @@ int main(int argc, char** argv) {
   if (mode == "enqueue_one" && nargs == 4) return enqueue_one(args);
   if (mode == "claim_abandon" && nargs == 3) return claim_abandon(args);
   if (mode == "claim_hold" && nargs == 4) return claim_hold(args);
+  if (mode == "in_pid_ns" && nargs >= 1) return in_pid_ns(argc - 1, argv + 1);
   die(2, "bad mode or argument count: " + mode);
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  ::prctl(PR_SET_PDEATHSIG, SIGKILL);  // do not outlive a killed test
+  ::alarm(90);                         // nor hang forever
+  return run_mode(argc, argv);
 }

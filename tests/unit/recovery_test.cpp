@@ -16,6 +16,7 @@
 #include "raw_segment.hpp"
 #include "test_support.hpp"
 
+#include <fcntl.h>
 #include <signal.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -30,6 +31,7 @@
 #include <map>
 #include <optional>
 #include <set>
+#include <sstream>
 #include <string>
 #include <thread>
 
@@ -1270,7 +1272,11 @@ TEST_F(DeadLooking, LeasesOfAHolderThatLooksDeadComeBackAndItsLateAcksAreFenced)
   ASSERT_TRUE(other.claim(held[1], 60000));
   RawSegment raw(seg());
   const std::uint32_t rec = holder_record(raw);
-  raw.proc(rec).start_time += 1;  // its pid is ours, but its start time names another process: dead
+  // Judged by pid and start time (a record without a liveness lock, as an
+  // older library writes it): its pid is ours, but its start time names
+  // another process: dead.
+  raw.proc(rec).owner.fetch_and(~detail::kOwnerLocked);
+  raw.proc(rec).start_time += 1;
 
   EXPECT_EQ(q().tick(), 2U);
   const RecoveryInfo r = q().recovery();
@@ -1293,6 +1299,7 @@ TEST_F(DeadLooking, LeasesOfAHolderThatLooksDeadComeBackAndItsLateAcksAreFenced)
   }
   EXPECT_TRUE(q().fsck().clean()) << show(q().fsck());
   raw.proc(rec).start_time -= 1;
+  raw.proc(rec).owner.fetch_or(detail::kOwnerLocked);
 }
 
 TEST_F(DeadLooking, ARecordStillBeingAttachedIsNeverJudged) {
@@ -1304,7 +1311,7 @@ TEST_F(DeadLooking, ARecordStillBeingAttachedIsNeverJudged) {
   RawSegment raw(seg());
   const std::uint32_t rec = holder_record(raw);
   const std::uint64_t owner = raw.proc(rec).owner.load();
-  raw.proc(rec).owner.store(owner & ~(1ULL << 33));  // not stamped: its start time is not written yet
+  raw.proc(rec).owner.store(owner & ~(detail::kOwnerStamped | detail::kOwnerLocked));  // not stamped: its start time is not written yet
   raw.proc(rec).start_time += 1;
   EXPECT_EQ(q().tick(), 0U);
   raw.proc(rec).start_time -= 1;
@@ -1351,6 +1358,110 @@ TEST_F(DeadLooking, AHolderThatExitedButIsNotYetReapedIsDead) {
   EXPECT_EQ(q().recovery().last_pid, int(child.pid()));
   child.wait();
   EXPECT_TRUE(q().fsck().clean()) << show(q().fsck());
+}
+
+// The start time field of /proc/self/stat (field 22), read here on its own.
+std::uint64_t own_start_time() {
+  std::ifstream in("/proc/self/stat");
+  const std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  std::istringstream rest(text.substr(text.rfind(')') + 2));
+  std::string field;
+  for (int i = 3; i < 22; ++i) rest >> field;  // fields 3..21
+  std::uint64_t start = 0;
+  rest >> start;
+  return start;
+}
+
+// A record says its owner's real start time. Until 2026-12-05 the /proc
+// parse stopped one field short (itrealvalue, always 0), and 0 reads as
+// "not written yet": every attached pid was judged alive whoever held it.
+TEST_F(DeadLooking, ARecordHoldsItsOwnersStartTime) {
+  make(500);
+  const std::uint64_t start = own_start_time();
+  ASSERT_GT(start, 0U);
+  RawSegment raw(seg());
+  const std::uint32_t me = detail::QueueAccess::segment(q()).me_index;
+  EXPECT_EQ(raw.proc(me).start_time.load(), start);
+  EXPECT_EQ(detail::process_start_time(int(::getpid())), start);
+}
+
+// A holder judged by pid and start time (no liveness lock, as an older
+// library writes its record) whose pid now names another live process:
+// dead. With every start time 0 it was alive for as long as that other
+// process lived.
+TEST_F(DeadLooking, AHolderWhosePidWasTakenByAnotherProcessIsDead) {
+  make(500);
+  fill(A, 2);
+  Queue other = second();
+  Lease held[2];
+  ASSERT_TRUE(other.claim(held[0], 60000));
+  ASSERT_TRUE(other.claim(held[1], 60000));
+  ForkedChild sleeper([] {
+    ::pause();
+    return 0;
+  }, 60);
+  RawSegment raw(seg());
+  const std::uint32_t rec = holder_record(raw);
+  const std::uint64_t owner = raw.proc(rec).owner.load();
+  // The pid of a process started after ours: the record's start time is not its.
+  raw.proc(rec).owner.store((owner & ~(detail::kOwnerLocked | 0xFFFFFFFFULL)) | std::uint32_t(sleeper.pid()));
+  EXPECT_EQ(q().tick(), 2U);
+  EXPECT_EQ(q().recovery().last_pid, int(sleeper.pid()));
+  raw.proc(rec).owner.store(owner);
+  EXPECT_EQ(other.complete(held[0].id, held[0].token), AckStatus::stale);
+  ::kill(sleeper.pid(), SIGKILL);
+  sleeper.wait();
+}
+
+// A holder that holds its liveness lock is alive whatever its pid says: a
+// process in another PID namespace (a container sharing /dev/shm) records a
+// pid that names nobody here, or somebody else. Judged by pid it was dead,
+// and its leases were taken while it worked on them. (The crash test
+// AConsumerInAnotherPidNamespaceKeepsItsLeasesUntilItDies does it with a
+// real namespace.)
+TEST_F(DeadLooking, AHolderThatHoldsItsLivenessLockIsAliveWhateverItsPidSays) {
+  make(500);
+  fill(A, 2);
+  Queue other = second();
+  Lease l;
+  ASSERT_TRUE(other.claim(l, 60000));
+  RawSegment raw(seg());
+  const std::uint32_t rec = holder_record(raw);
+  const std::uint64_t owner = raw.proc(rec).owner.load();
+  ASSERT_TRUE(owner & detail::kOwnerLocked);
+  for (const std::uint32_t pid : {std::uint32_t(0x7FFFFFF0), 1U}) {  // nobody here; somebody else
+    raw.proc(rec).owner.store((owner & ~0xFFFFFFFFULL) | pid);
+    q().advance_clock(1000);  // the last verdict is stale: judged again
+    EXPECT_EQ(q().tick(), 0U) << "pid " << pid;
+    bool alive = false;
+    for (const ProcessInfo& p : q().processes())
+      if (p.pid == int(pid)) alive = p.alive;
+    EXPECT_TRUE(alive) << "pid " << pid;
+  }
+  raw.proc(rec).owner.store(owner);
+  EXPECT_EQ(q().recovery().runs, 0U);
+  EXPECT_EQ(other.complete(l.id, l.token), AckStatus::ok);
+}
+
+// The lock decides, not the pid: an owner whose lock is gone (its file
+// closed: it exec'd, or died and its pid lives on in another process) is
+// dead though its pid and start time still match.
+TEST_F(DeadLooking, AHolderWhoseLivenessLockIsGoneIsDeadThoughItsPidLives) {
+  make(500);
+  fill(A, 2);
+  Queue other = second();
+  Lease l;
+  ASSERT_TRUE(other.claim(l, 60000));
+  detail::Segment& os = detail::QueueAccess::segment(other);
+  struct flock f {};
+  f.l_type = F_UNLCK;
+  f.l_whence = SEEK_SET;
+  f.l_start = off_t(detail::kLivenessLockBase + os.me_index);
+  f.l_len = 1;
+  ASSERT_EQ(::fcntl(os.file.fd, F_OFD_SETLK, &f), 0);
+  EXPECT_EQ(q().tick(), 1U);
+  EXPECT_EQ(q().recovery().last_pid, int(::getpid()));
+  EXPECT_EQ(other.complete(l.id, l.token), AckStatus::stale);
 }
 
 TEST_F(DeadLooking, ExpiredLeasesAreCountedAndPromotionsAreNot) {

@@ -508,7 +508,7 @@ struct CounterBlock {
 //
 //   owner: pid (bits 0..31) | 1<<32 attached | 1<<33 start time written
 //          (never judged dead before) | 1<<34 observer (a tool that only
-//          looks); 0 = free record
+//          looks) | 1<<35 liveness lock held (kOwnerLocked); 0 = free record
 //   seen:  the last liveness verdict: segment ms (bits 10..63) | the low byte
 //          of the incarnation it was about (bits 2..9) | verdict (bits 0..1:
 //          0 unknown, 1 alive, 2 dead), shared so that one judgement per
@@ -530,6 +530,16 @@ struct alignas(kCacheLine) ProcRecord {
   std::uint64_t reserved[7];
 };
 static_assert(sizeof(ProcRecord) == 256);
+
+// owner word bits of a ProcRecord.
+inline constexpr std::uint64_t kOwnerAttached = 1ULL << 32;
+inline constexpr std::uint64_t kOwnerStamped = 1ULL << 33;
+inline constexpr std::uint64_t kOwnerObserver = 1ULL << 34;
+// The owner holds the liveness lock of its record: an OFD write lock on
+// byte kLivenessLockBase + index of the segment's file, taken before the
+// owner word says stamped and given up after it is cleared.
+inline constexpr std::uint64_t kOwnerLocked = 1ULL << 35;
+inline constexpr std::uint64_t kLivenessLockBase = 1ULL << 40;
 
 // One thread of one attached process: what it is in the middle of (so that
 // a survivor can finish or undo it if the process dies), and its counters.
