@@ -38,13 +38,14 @@ constexpr std::size_t kMaxNotes = 1000;
 // Pids of the live processes attached to the segment other than this one.
 std::vector<int> other_live_processes(const Segment& s) {
   std::vector<int> out;
-  const int me = int(::getpid());
   for (std::uint32_t i = 0; i < s.proc_count; ++i) {
     if (&s.procs[i] == s.me) continue;
     const std::uint64_t owner = s.procs[i].owner.load(std::memory_order_acquire);
     if (!(owner & kOwnerAttached)) continue;
     const int pid = int(owner & 0x7FFFFFFF);
-    if (pid == me) continue;  // another handle of this process: its threads are the caller's business
+    // Another handle of this process: its threads are the caller's business.
+    // Not by pid: pid 1 of another container is pid 1 of ours.
+    if (held_by_this_process(s, i)) continue;
     const std::uint64_t start = (owner & kOwnerStamped) ? s.procs[i].start_time.load(std::memory_order_relaxed) : 0;
     if (owner_alive(s, i, owner, start)) out.push_back(pid);
   }

@@ -20,6 +20,7 @@
 #include <mutex>
 #include <random>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "fairlane/valkey.hpp"
@@ -102,11 +103,9 @@ std::uint32_t ceil_log2(std::uint64_t v) noexcept {
 }  // namespace
 
 namespace {
-// Fields 3 (state) and 22 (starttime) of /proc/<pid>/stat; false if it
+// Fields 3 (state) and 22 (starttime) of a /proc/.../stat file; false if it
 // cannot be read (no such process, or /proc is not ours to read).
-bool read_proc_stat(int pid, char& state, std::uint64_t& start_time) noexcept {
-  char path[64];
-  std::snprintf(path, sizeof path, "/proc/%d/stat", pid);
+bool read_proc_stat_at(const char* path, char& state, std::uint64_t& start_time) noexcept {
   int fd = ::open(path, O_RDONLY | O_CLOEXEC);
   if (fd < 0) return false;
   char buf[1024];
@@ -131,6 +130,12 @@ bool read_proc_stat(int pid, char& state, std::uint64_t& start_time) noexcept {
   return true;
 }
 
+bool read_proc_stat(int pid, char& state, std::uint64_t& start_time) noexcept {
+  char path[64];
+  std::snprintf(path, sizeof path, "/proc/%d/stat", pid);
+  return read_proc_stat_at(path, state, start_time);
+}
+
 }  // namespace
 
 std::uint64_t process_start_time(int pid) noexcept {
@@ -138,6 +143,18 @@ std::uint64_t process_start_time(int pid) noexcept {
   std::uint64_t start = 0;
   return read_proc_stat(pid, state, start) ? start : 0;
 }
+
+namespace {
+
+// This process's start time, from /proc/self: in a PID namespace whose
+// /proc is not its own, /proc/<getpid()> names another process.
+std::uint64_t own_start_time() noexcept {
+  char state = 0;
+  std::uint64_t start = 0;
+  return read_proc_stat_at("/proc/self/stat", state, start) ? start : 0;
+}
+
+}  // namespace
 
 OwnedFd::~OwnedFd() {
   if (fd >= 0) ::close(fd);
@@ -155,13 +172,15 @@ struct flock liveness_range(std::uint32_t i, short type) noexcept {
   return f;
 }
 
-// Takes the liveness lock of record i (never waits: a lock still held is a
-// forked child's copy of a dead owner's, or a detaching owner's for a
-// moment; the record is then judged by pid).
-bool take_liveness_lock(const Segment& s, std::uint32_t i) noexcept {
-  if (s.file.fd < 0) return false;
+// Takes the liveness lock of record i, without waiting: taken, held by
+// another (a detacher between clearing its word and giving the lock up), or
+// not to be had here (no file, or no OFD locks on it).
+enum class LockTake { taken, busy, unsupported };
+LockTake take_liveness_lock(const Segment& s, std::uint32_t i) noexcept {
+  if (s.file.fd < 0) return LockTake::unsupported;
   struct flock f = liveness_range(i, F_WRLCK);
-  return ::fcntl(s.file.fd, F_OFD_SETLK, &f) == 0;
+  if (::fcntl(s.file.fd, F_OFD_SETLK, &f) == 0) return LockTake::taken;
+  return errno == EAGAIN || errno == EACCES ? LockTake::busy : LockTake::unsupported;
 }
 
 void drop_liveness_lock(const Segment& s, std::uint32_t i) noexcept {
@@ -211,8 +230,7 @@ int dead_owner_pid(const Segment& s, std::uint32_t i) noexcept {
   // the record did not change hands while it was looked at (an owner clears
   // its word before it gives the lock up, and every attach moves the
   // incarnation on).
-  std::atomic_thread_fence(std::memory_order_acquire);
-  if (p.owner.load(std::memory_order_relaxed) != owner || p.incarnation.load(std::memory_order_relaxed) != inc) return 0;
+  if (p.owner.load(std::memory_order_acquire) != owner || p.incarnation.load(std::memory_order_relaxed) != inc) return 0;
   return int(owner & 0xFFFFFFFF);
 }
 
@@ -365,17 +383,53 @@ void bind_tables(Segment& s, const Geometry& g, std::uint64_t seed, std::uint32_
   s.handle_id = next_handle_id.fetch_add(1, std::memory_order_relaxed);
 }
 
+// Handles alive in this process (a thread that exits releases its records
+// only in handles that still exist).
+std::mutex live_handles_mu;
+std::vector<std::uint64_t> live_handles;
+
+// The process records this process's handles hold, by the segment's file
+// (device and inode: two handles of one segment map it apart) and index.
+struct HeldRecord {
+  dev_t dev;
+  ino_t ino;
+  std::uint32_t index;
+};
+std::vector<HeldRecord> held_records;  // under live_handles_mu
+
+bool file_id(const Segment& s, dev_t& dev, ino_t& ino) noexcept {
+  struct stat st {};
+  if (s.file.fd < 0 || ::fstat(s.file.fd, &st) != 0) return false;
+  dev = st.st_dev;
+  ino = st.st_ino;
+  return true;
+}
+
 // Take a process record: a free one (looking from a rotating start, so a
 // record is not reused at once by the next short-lived process), else one
 // whose owner is dead. Its incarnation moves on, so leases of an earlier
-// owner are not taken for ours (Holder).
+// owner are not taken for ours (Holder), and goes into the owner word, so
+// that no two owners of a record ever write the same word (an attacher that
+// judged the record's last owner dead and was overtaken by another attacher
+// with the same pid, pid 1 of another container say, would otherwise take
+// that live owner's record with its CAS).
+//
+// Only a record whose liveness lock it takes: an owner without the lock is
+// judged by pid, which means nothing across PID namespaces. A free record's
+// lock byte is held by a detacher between clearing its word and giving the
+// lock up, for a moment, or for as long as it is stopped there: the attach
+// waits for it up to kLockWaitMs in all, then gives such a record back and
+// tries another. Without OFD locks (an unsupported file) it attaches
+// unlocked, judged by pid and start time.
 ProcRecord* attach(Segment& s) {
+  constexpr std::uint64_t kLockWaitMs = 1000;
   const int pid = getpid();
   const std::uint64_t owner = kOwnerAttached | std::uint32_t(pid);
-  const std::uint64_t start = process_start_time(pid);
+  const std::uint64_t start = own_start_time();
   const std::uint32_t n = s.proc_count;
   const std::uint32_t from = std::uint32_t(s.h->recovery.finished.load(std::memory_order_relaxed) +
                                            std::uint64_t(unix_ms()) + std::uint64_t(pid)) % n;
+  const std::uint64_t wait_until = monotonic_us() / 1000 + kLockWaitMs;
   for (int pass = 0; pass < 2; ++pass) {
     for (std::uint32_t k = 0; k < n; ++k) {
       const std::uint32_t i = (from + k) % n;
@@ -390,7 +444,19 @@ ProcRecord* attach(Segment& s) {
       if (!take) continue;
       // [A1] acq_rel: claims the record; pairs with [R1] of a detaching owner.
       if (!p.owner.compare_exchange_strong(cur, owner, std::memory_order_acq_rel)) continue;
-      p.incarnation.fetch_add(1, std::memory_order_relaxed);
+      // The lock before the stamp: nobody judges an unstamped record, and a
+      // stamped one that says locked is judged by its lock.
+      LockTake lock = take_liveness_lock(s, i);
+      while (lock == LockTake::busy && monotonic_us() / 1000 < wait_until) {
+        std::this_thread::sleep_for(std::chrono::milliseconds(1));
+        lock = take_liveness_lock(s, i);
+      }
+      if (lock == LockTake::busy) {
+        p.owner.store(cur, std::memory_order_release);  // not ours after all: as it was (free, or its owner dead)
+        continue;
+      }
+      const bool locked = lock == LockTake::taken;
+      const std::uint64_t inc = p.incarnation.fetch_add(1, std::memory_order_relaxed) + 1;
       p.start_time.store(start, std::memory_order_relaxed);
       p.attached_unix_ms.store(unix_ms(), std::memory_order_relaxed);
       p.seen.store(0, std::memory_order_relaxed);
@@ -398,10 +464,8 @@ ProcRecord* attach(Segment& s) {
       p.intent.store(0, std::memory_order_relaxed);
       // A dead owner's counts stay counted.
       fold_counters(s.h->retired, p.retired);
-      // The lock before the stamp: nobody judges an unstamped record, and a
-      // stamped one that says locked is judged by its lock.
-      const bool locked = take_liveness_lock(s, i);
-      p.owner.store(owner | kOwnerStamped | (locked ? kOwnerLocked : 0), std::memory_order_release);
+      p.owner.store(owner | kOwnerStamped | (locked ? kOwnerLocked : 0) | ((inc & kOwnerIncMask) << kOwnerIncShift),
+                    std::memory_order_release);
       return &p;
     }
   }
@@ -417,8 +481,15 @@ Result<std::unique_ptr<Segment>> finish_attach(std::unique_ptr<Segment> s, bool 
                                         std::to_string(s->proc_count) +
                                         " processes attached; create it with a larger --processes)");
   s->me_index = std::uint32_t(s->me - s->procs);
+  dev_t dev{};
+  ino_t ino{};
+  if (file_id(*s, dev, ino)) {
+    std::lock_guard l(live_handles_mu);
+    held_records.push_back({dev, ino, s->me_index});
+  }
   return s;
 }
+
 
 // This process's thread records, per handle: a thread takes one on its
 // first call and keeps it until it exits or the handle closes.
@@ -431,11 +502,6 @@ struct ThreadSlots {
   std::vector<Entry> entries;
   ~ThreadSlots();
 };
-
-// Handles alive in this process (a thread that exits releases its records
-// only in handles that still exist).
-std::mutex live_handles_mu;
-std::vector<std::uint64_t> live_handles;
 
 void release_thread_record(Segment& s, ThreadRecord& r) noexcept {
   if (s.me) fold_counters(s.me->retired, r.counters);
@@ -526,6 +592,17 @@ Segment::~Segment() {
   mine.erase(std::remove_if(mine.begin(), mine.end(), [&](const ThreadSlots::Entry& e) { return e.handle == handle_id; }),
              mine.end());
   if (!me) return;
+  {
+    dev_t dev{};
+    ino_t ino{};
+    if (file_id(*this, dev, ino)) {
+      std::lock_guard l(live_handles_mu);
+      const auto it = std::find_if(held_records.begin(), held_records.end(), [&](const HeldRecord& r) {
+        return r.dev == dev && r.ino == ino && r.index == me_index;
+      });
+      if (it != held_records.end()) held_records.erase(it);
+    }
+  }
   // Every thread record of this handle (other threads' too: a handle closes
   // when no thread uses it any more).
   const std::uint64_t owner = ThreadOwner::make(me_index, me->incarnation.load(std::memory_order_relaxed));
@@ -831,6 +908,15 @@ Status remove_segment(std::string_view name) {
     return make_error(Errc::system, "cannot remove segment '" + n + "'", err);
   }
   return ok_status();
+}
+
+bool held_by_this_process(const Segment& s, std::uint32_t i) noexcept {
+  dev_t dev{};
+  ino_t ino{};
+  if (!file_id(s, dev, ino)) return false;
+  std::lock_guard l(live_handles_mu);
+  return std::any_of(held_records.begin(), held_records.end(),
+                     [&](const HeldRecord& r) { return r.dev == dev && r.ino == ino && r.index == i; });
 }
 
 }  // namespace fairlane::detail

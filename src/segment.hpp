@@ -199,6 +199,11 @@ int thread_owner_dead(Segment& s, std::uint64_t owner, std::uint64_t now_ms) noe
 // free record is not judged.
 int dead_owner_pid(const Segment& s, std::uint32_t i) noexcept;
 
+// Is process record i held by another handle of this process (on the same
+// segment file)? Not a pid compare: a process of another PID namespace can
+// have our pid.
+bool held_by_this_process(const Segment& s, std::uint32_t i) noexcept;
+
 // Is process record `holder1` (index + 1) dead, judged at most once per
 // recovery_ms / 2 for every process of the segment (ProcRecord::seen)?
 // Returns its pid when dead, else 0. Never judges the caller's own record.

@@ -15,6 +15,10 @@
 #include <map>
 #include <thread>
 
+#include <fairlane/detail/layout.hpp>
+#include <fcntl.h>
+#include <unistd.h>
+
 namespace fairlane {
 namespace {
 
@@ -239,6 +243,109 @@ TEST_F(Crash, AConsumerInAnotherPidNamespaceKeepsItsLeasesUntilItDies) {
   }
   EXPECT_EQ(redelivered, kHeld) << "the killed consumer's jobs were not redelivered within 30 s";
   EXPECT_TRUE(q().fsck().clean());
+}
+
+// Waits for claim_hold's output file; false if the child ended first (then
+// *skip says whether it could make no namespace) or never wrote it.
+bool wait_held(Child& child, const std::filesystem::path& out, bool* skip) {
+  const auto give_up = std::chrono::steady_clock::now() + std::chrono::seconds(30);
+  while (!std::filesystem::exists(out)) {
+    if (child.poll()) {
+      *skip = WIFEXITED(child.wait()) && WEXITSTATUS(child.wait()) == 5;
+      return false;
+    }
+    if (std::chrono::steady_clock::now() > give_up) return false;
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+  return true;
+}
+
+// Repair refuses while another live process is attached, and skips the
+// records of the caller's own handles. It told those by pid: a repair run
+// as pid 1 of one container skipped a consumer that is pid 1 of another,
+// and rebuilt the segment under it (found in review of e826e69).
+TEST_F(Crash, RepairInAnotherPidNamespaceRefusesWhileAConsumerWithTheSamePidLives) {
+  QueueOptions o;
+  o.jobs = 64;
+  o.lanes = 8;
+  o.payload_bytes = 64;
+  SegmentGuard guard(unique_segment_name("repair"));
+  const std::string name = guard.name();
+  {
+    auto made = Queue::create(name, o);
+    ASSERT_TRUE(made.ok());
+    for (std::uint32_t i = 0; i < 2; ++i)
+      ASSERT_EQ(made.value().enqueue(proto::lane_group(i), made.value().mint(), "held"), EnqueueStatus::enqueued);
+  }  // detached: the consumer is the only process attached
+  const auto out = dir_.path() / "held.txt";
+  Child holder(std::vector<std::string>{"in_pid_ns", "claim_hold", name, out.string(), "60000", "2"});
+  holder.release();
+  bool skip = false;
+  if (!wait_held(holder, out, &skip)) {
+    if (skip) GTEST_SKIP() << "no PID namespace here (not root)";
+    FAIL() << "claim_hold never claimed: " << holder.describe();
+  }
+  Child repairer(std::vector<std::string>{"in_pid_ns", "repair", name});
+  repairer.release();
+  const int st = repairer.wait();
+  ASSERT_TRUE(WIFEXITED(st)) << repairer.describe();
+  EXPECT_EQ(WEXITSTATUS(st), 6) << "repair ran while a live consumer (pid 1 of another namespace) was attached";
+  ::kill(holder.pid(), SIGKILL);
+  holder.wait();
+}
+
+// An attacher that finds a record's liveness lock still held (a detacher
+// between clearing its owner word and giving the lock up; here the test
+// holds every free record's lock byte for 300 ms) waits for it, rather
+// than attach without it: judged by pid, a consumer in another PID
+// namespace lost its leases while it worked (found in review of e826e69).
+TEST_F(Crash, AConsumerWhoseLivenessLockWasBusyAtAttachWaitsForItAndKeepsItsLeases) {
+  QueueOptions o;
+  o.jobs = 64;
+  o.lanes = 8;
+  o.payload_bytes = 64;
+  o.recovery_ms = 200;
+  o.processes = 8;
+  create(o);
+  for (std::uint32_t i = 0; i < 2; ++i)
+    ASSERT_EQ(q().enqueue(proto::lane_group(i), q().mint(), "held"), EnqueueStatus::enqueued);
+  const int fd = ::open(("/dev/shm/" + seg()).c_str(), O_RDWR | O_CLOEXEC);
+  ASSERT_GE(fd, 0);
+  int busy = 0;
+  for (std::uint32_t i = 0; i < o.processes; ++i) {
+    struct flock f {};
+    f.l_type = F_WRLCK;
+    f.l_whence = SEEK_SET;
+    f.l_start = off_t(detail::kLivenessLockBase + i);
+    f.l_len = 1;
+    if (::fcntl(fd, F_OFD_SETLK, &f) == 0) ++busy;  // fails on our own record's byte only
+  }
+  ASSERT_EQ(busy, int(o.processes) - 1);
+  const auto out = dir_.path() / "held.txt";
+  Child holder(std::vector<std::string>{"in_pid_ns", "claim_hold", seg(), out.string(), "60000", "2"});
+  holder.release();
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));
+  ::close(fd);  // the detacher's unlock
+  bool skip = false;
+  if (!wait_held(holder, out, &skip)) {
+    if (skip) GTEST_SKIP() << "no PID namespace here (not root)";
+    FAIL() << "claim_hold never claimed: " << holder.describe();
+  }
+  Lease l;
+  std::uint64_t moved = 0;
+  const auto watch_until = std::chrono::steady_clock::now() + std::chrono::milliseconds(5 * o.recovery_ms);
+  while (std::chrono::steady_clock::now() < watch_until) {
+    moved += q().tick();
+    if (q().claim(l, 60000)) ++moved;
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  EXPECT_EQ(moved, 0U) << "a live consumer's leases were taken";
+  for (const ProcessInfo& p : q().processes())
+    if (p.leases > 0) {
+      EXPECT_TRUE(p.alive) << "pid " << p.pid;
+    }
+  ::kill(holder.pid(), SIGKILL);
+  holder.wait();
 }
 
 // A consumer killed at a random instant of its work (often inside a claim:

@@ -24,6 +24,9 @@
 //   claim_hold SEG OUTFILE LEASE_MS N
 //       claim N jobs, write "<id> <attempt> <token>" for each (the file appears
 //       complete, by rename), then sleep holding them until killed.
+//   repair SEG
+//       Queue::repair without force: exit 0 when it repaired, 6 when it
+//       refused (other live processes attached).
 //   in_pid_ns MODE ARGS...
 //       run MODE in a new PID namespace with a /proc of its own, as in a
 //       container: it is pid 1 there, and its pid means nothing outside.
@@ -208,6 +211,19 @@ int claim_hold(char** argv) {
   for (;;) ::pause();  // until the parent kills us (or the watchdog alarm)
 }
 
+// repair SEG: Queue::repair without force. Exit 0 repaired, 6 refused
+// (other live processes attached).
+int repair(char** argv) {
+  Queue q = attach(argv[0]);
+  wait_for_gate();
+  auto r = q.repair(false);
+  if (!r.ok()) {
+    std::fprintf(stderr, "repair: %s\n", r.error().message.c_str());
+    return 6;
+  }
+  return 0;
+}
+
 int run_mode(int argc, char** argv);
 
 int in_pid_ns(int argc, char** argv) {
@@ -240,6 +256,7 @@ int run_mode(int argc, char** argv) {
   if (mode == "enqueue_one" && nargs == 4) return enqueue_one(args);
   if (mode == "claim_abandon" && nargs == 3) return claim_abandon(args);
   if (mode == "claim_hold" && nargs == 4) return claim_hold(args);
+  if (mode == "repair" && nargs == 1) return repair(args);
   if (mode == "in_pid_ns" && nargs >= 1) return in_pid_ns(argc - 1, argv + 1);
   die(2, "bad mode or argument count: " + mode);
 }

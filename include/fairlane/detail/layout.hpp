@@ -29,7 +29,7 @@
 namespace fairlane::detail {
 
 inline constexpr std::uint64_t kMagic = 0x314E4C5249414646ULL;  // "FFAIRLN1" little-endian
-inline constexpr std::uint32_t kLayoutVersion = 9;
+inline constexpr std::uint32_t kLayoutVersion = 10;  // 10: liveness locks and real start times in ProcRecord
 inline constexpr std::size_t kCacheLine = 64;
 inline constexpr std::uint32_t kMaxJobs = (1U << 26) - 2;      // slot+1 fits a 26-bit field
 inline constexpr std::uint32_t kMaxLanes = (1U << 21) - 2;     // lane+1 fits 22 bits, with the default lane
@@ -508,7 +508,8 @@ struct CounterBlock {
 //
 //   owner: pid (bits 0..31) | 1<<32 attached | 1<<33 start time written
 //          (never judged dead before) | 1<<34 observer (a tool that only
-//          looks) | 1<<35 liveness lock held (kOwnerLocked); 0 = free record
+//          looks) | 1<<35 liveness lock held (kOwnerLocked) | incarnation's
+//          low 28 bits << 36 (kOwnerIncShift); 0 = free record
 //   seen:  the last liveness verdict: segment ms (bits 10..63) | the low byte
 //          of the incarnation it was about (bits 2..9) | verdict (bits 0..1:
 //          0 unknown, 1 alive, 2 dead), shared so that one judgement per
@@ -539,6 +540,10 @@ inline constexpr std::uint64_t kOwnerObserver = 1ULL << 34;
 // byte kLivenessLockBase + index of the segment's file, taken before the
 // owner word says stamped and given up after it is cleared.
 inline constexpr std::uint64_t kOwnerLocked = 1ULL << 35;
+// The low 28 bits of the owner's incarnation (bits 36..63): no two owners of
+// a record write the same word.
+inline constexpr unsigned kOwnerIncShift = 36;
+inline constexpr std::uint64_t kOwnerIncMask = (1ULL << 28) - 1;
 inline constexpr std::uint64_t kLivenessLockBase = 1ULL << 40;
 
 // One thread of one attached process: what it is in the middle of (so that
