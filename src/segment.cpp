@@ -490,7 +490,6 @@ Result<std::unique_ptr<Segment>> finish_attach(std::unique_ptr<Segment> s, bool 
   return s;
 }
 
-
 // This process's thread records, per handle: a thread takes one on its
 // first call and keeps it until it exits or the handle closes.
 struct ThreadSlots {
