@@ -394,6 +394,7 @@ struct HeldRecord {
   dev_t dev;
   ino_t ino;
   std::uint32_t index;
+  pid_t pid;  // getpid() at attach: a child forked without exec inherits the list, not the records
 };
 std::vector<HeldRecord> held_records;  // under live_handles_mu
 
@@ -418,9 +419,9 @@ bool file_id(const Segment& s, dev_t& dev, ino_t& ino) noexcept {
 // judged by pid, which means nothing across PID namespaces. A free record's
 // lock byte is held by a detacher between clearing its word and giving the
 // lock up, for a moment, or for as long as it is stopped there: the attach
-// waits for it up to kLockWaitMs in all, then gives such a record back and
-// tries another. Without OFD locks (an unsupported file) it attaches
-// unlocked, judged by pid and start time.
+// waits for it up to kLockWaitMs in all, then tries another record.
+// Without OFD locks (an unsupported file) it attaches unlocked, judged by
+// pid and start time.
 ProcRecord* attach(Segment& s) {
   constexpr std::uint64_t kLockWaitMs = 1000;
   const int pid = getpid();
@@ -442,20 +443,25 @@ ProcRecord* attach(Segment& s) {
           dead_owner_pid(s, i) != 0)
         take = true;
       if (!take) continue;
-      // [A1] acq_rel: claims the record; pairs with [R1] of a detaching owner.
-      if (!p.owner.compare_exchange_strong(cur, owner, std::memory_order_acq_rel)) continue;
-      // The lock before the stamp: nobody judges an unstamped record, and a
-      // stamped one that says locked is judged by its lock.
+      // The lock first, then the word: an attacher stopped or killed while it
+      // waits for the lock holds no word (an unstamped word is never judged,
+      // and would be held for good), and a stamped word that says locked is
+      // judged by its lock. Held before the word is ours, the lock only
+      // makes a judge of the record's dead owner wait a moment. The wait
+      // ends as soon as the record is somebody else's.
       LockTake lock = take_liveness_lock(s, i);
-      while (lock == LockTake::busy && monotonic_us() / 1000 < wait_until) {
+      while (lock == LockTake::busy && monotonic_us() / 1000 < wait_until &&
+             p.owner.load(std::memory_order_acquire) == cur) {
         std::this_thread::sleep_for(std::chrono::milliseconds(1));
         lock = take_liveness_lock(s, i);
       }
-      if (lock == LockTake::busy) {
-        p.owner.store(cur, std::memory_order_release);  // not ours after all: as it was (free, or its owner dead)
+      if (lock == LockTake::busy) continue;
+      const bool locked = lock == LockTake::taken;
+      // [A1] acq_rel: claims the record; pairs with [R1] of a detaching owner.
+      if (!p.owner.compare_exchange_strong(cur, owner, std::memory_order_acq_rel)) {
+        if (locked) drop_liveness_lock(s, i);
         continue;
       }
-      const bool locked = lock == LockTake::taken;
       const std::uint64_t inc = p.incarnation.fetch_add(1, std::memory_order_relaxed) + 1;
       p.start_time.store(start, std::memory_order_relaxed);
       p.attached_unix_ms.store(unix_ms(), std::memory_order_relaxed);
@@ -485,7 +491,7 @@ Result<std::unique_ptr<Segment>> finish_attach(std::unique_ptr<Segment> s, bool 
   ino_t ino{};
   if (file_id(*s, dev, ino)) {
     std::lock_guard l(live_handles_mu);
-    held_records.push_back({dev, ino, s->me_index});
+    held_records.push_back({dev, ino, s->me_index, ::getpid()});
   }
   return s;
 }
@@ -914,8 +920,10 @@ bool held_by_this_process(const Segment& s, std::uint32_t i) noexcept {
   ino_t ino{};
   if (!file_id(s, dev, ino)) return false;
   std::lock_guard l(live_handles_mu);
-  return std::any_of(held_records.begin(), held_records.end(),
-                     [&](const HeldRecord& r) { return r.dev == dev && r.ino == ino && r.index == i; });
+  const pid_t me = ::getpid();
+  return std::any_of(held_records.begin(), held_records.end(), [&](const HeldRecord& r) {
+    return r.dev == dev && r.ino == ino && r.index == i && r.pid == me;
+  });
 }
 
 }  // namespace fairlane::detail

@@ -17,6 +17,7 @@
 
 #include <fairlane/detail/layout.hpp>
 #include <fcntl.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 namespace fairlane {
@@ -292,6 +293,73 @@ TEST_F(Crash, RepairInAnotherPidNamespaceRefusesWhileAConsumerWithTheSamePidLive
   EXPECT_EQ(WEXITSTATUS(st), 6) << "repair ran while a live consumer (pid 1 of another namespace) was attached";
   ::kill(holder.pid(), SIGKILL);
   holder.wait();
+}
+
+// Repair skips the records of the caller's own handles, known by a list in
+// the process's memory. A child forked without exec inherits that list, not
+// the records: it must not skip its parent's (a live member holding a
+// lease) and rebuild the segment under it (found in review of 4e618c4).
+TEST_F(Crash, RepairInAForkedChildRefusesWhileItsParentIsAttached) {
+  QueueOptions o;
+  o.jobs = 64;
+  o.lanes = 8;
+  o.payload_bytes = 64;
+  create(o);
+  ASSERT_EQ(q().enqueue(proto::lane_group(0), q().mint(), "held"), EnqueueStatus::enqueued);
+  Lease l;
+  ASSERT_TRUE(q().claim(l, 60000));
+  const pid_t child = ::fork();
+  ASSERT_GE(child, 0);
+  if (child == 0) {
+    auto opened = Queue::open(seg());
+    if (!opened.ok()) ::_exit(3);
+    auto rep = opened.value().repair();
+    ::_exit(rep.ok() ? 1 : (rep.error().code == Errc::busy ? 0 : 2));
+  }
+  int st = 0;
+  ASSERT_EQ(::waitpid(child, &st, 0), child);
+  ASSERT_TRUE(WIFEXITED(st));
+  EXPECT_EQ(WEXITSTATUS(st), 0) << "a forked child's repair ran while its parent (holding a lease) was attached";
+  EXPECT_EQ(q().complete(l.id, l.token), AckStatus::ok);
+}
+
+// An attacher waiting for a busy liveness lock holds no record meanwhile:
+// killed while it waits, it leaves nothing behind. (It held the record by
+// an unstamped word, which nobody judges: with two records, no process
+// could attach again; found in review of 4e618c4.)
+TEST_F(Crash, AnAttacherKilledWhileItWaitsForABusyLivenessLockLeavesNoRecordBehind) {
+  QueueOptions o;
+  o.jobs = 64;
+  o.lanes = 8;
+  o.payload_bytes = 64;
+  o.recovery_ms = 200;
+  o.processes = 2;
+  create(o);
+  const int fd = ::open(("/dev/shm/" + seg()).c_str(), O_RDWR | O_CLOEXEC);
+  ASSERT_GE(fd, 0);
+  int busy = 0;
+  for (std::uint32_t i = 0; i < o.processes; ++i) {
+    struct flock f {};
+    f.l_type = F_WRLCK;
+    f.l_whence = SEEK_SET;
+    f.l_start = off_t(detail::kLivenessLockBase + i);
+    f.l_len = 1;
+    if (::fcntl(fd, F_OFD_SETLK, &f) == 0) ++busy;  // a detacher stopped before its unlock
+  }
+  ASSERT_EQ(busy, 1);
+  const pid_t child = ::fork();
+  ASSERT_GE(child, 0);
+  if (child == 0) {
+    auto opened = Queue::open(seg());  // waits for the busy lock, up to 1 s
+    ::_exit(opened.ok() ? 0 : 1);
+  }
+  std::this_thread::sleep_for(std::chrono::milliseconds(200));
+  ::kill(child, SIGKILL);  // killed during its wait
+  int st = 0;
+  ASSERT_EQ(::waitpid(child, &st, 0), child);
+  ::close(fd);  // the stopped detacher resumes and unlocks
+  auto again = Queue::open(seg());
+  EXPECT_TRUE(again.ok()) << (again.ok() ? "" : again.error().message);
 }
 
 // An attacher that finds a record's liveness lock still held (a detacher
