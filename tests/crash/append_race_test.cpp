@@ -1253,6 +1253,46 @@ TEST_F(Contention, AMovesTargetDecidedAndReusedBeforeAnEnqueueDecidesItIsNoCorru
   expect_clean(q);
 }
 
+// A reassign of job j from paused group `from` to `to` on a thread of its
+// own, stopped once it has dropped the origin (the origin names the copy,
+// which is undecided) until go(); the drop applied to the origin (it is a
+// step of the origin's lane word, which any write of that word applies).
+class StoppedMover {
+ public:
+  StoppedMover(Queue& q, const BrandedId& j, const BrandedId& from, const BrandedId& to) : q_(q), from_(from) {
+    detail::failpoint_call("reassign.dropped", &StoppedMover::at_dropped, this);
+    thread_ = std::thread([this, j, to] {
+      mover_ = this;
+      moved_ = q_.reassign(j, to);
+    });
+    while (!dropped_.load()) std::this_thread::yield();
+    EXPECT_EQ(q_.resume(from_), LaneStatus::ok);
+    EXPECT_EQ(q_.pause(from_), LaneStatus::ok);
+  }
+  ~StoppedMover() { go(); }
+  // Lets the mover go on and end; what its reassign answered.
+  MoveStatus go() {
+    go_.store(true);
+    if (thread_.joinable()) thread_.join();
+    detail::failpoint_call("reassign.dropped", nullptr, nullptr);
+    return moved_;
+  }
+
+ private:
+  static void at_dropped(void* p) {
+    StoppedMover& m = *static_cast<StoppedMover*>(p);
+    if (mover_ != &m) return;
+    m.dropped_.store(true);
+    while (!m.go_.load()) std::this_thread::yield();
+  }
+  static inline thread_local StoppedMover* mover_ = nullptr;
+  Queue& q_;
+  BrandedId from_;
+  std::atomic<bool> dropped_{false}, go_{false};
+  MoveStatus moved_ = MoveStatus::corrupt;
+  std::thread thread_;
+};
+
 // A job whose reassign is stopped between its drop and its copy's commit:
 // the origin is a husk that names the copy, the copy admitting and not yet
 // committed. The job exists all that time (the copy is the job by the rule:
@@ -1276,28 +1316,7 @@ void mover_stopped_between_drop_and_commit(Queue& q, const std::string& seg, boo
   ASSERT_EQ(q.release(old.id, old.token), AckStatus::ok);
   ASSERT_EQ(q.enqueue(g1, k, "k"), EnqueueStatus::enqueued);
   ASSERT_EQ(q.pause(g1), LaneStatus::ok);
-
-  struct Plan {
-    std::atomic<bool> dropped{false}, go{false};
-  } plan;
-  static thread_local bool is_mover = false;
-  const auto at_dropped = [](void* p) {
-    Plan& pl = *static_cast<Plan*>(p);
-    if (!is_mover) return;
-    pl.dropped.store(true);
-    while (!pl.go.load()) std::this_thread::yield();
-  };
-  detail::failpoint_call("reassign.dropped", at_dropped, &plan);
-  MoveStatus moved = MoveStatus::corrupt;
-  std::thread mover([&] {
-    is_mover = true;
-    moved = q.reassign(j, g2);
-  });
-  while (!plan.dropped.load()) std::this_thread::yield();
-  // The drop is a step of the origin's lane word; any write of that word
-  // applies it (the origin is a husk naming the copy from here on).
-  EXPECT_EQ(q.resume(g1), LaneStatus::ok);
-  EXPECT_EQ(q.pause(g1), LaneStatus::ok);
+  StoppedMover mover(q, j, g1, g2);
   RawSegment raw(seg);
   const std::uint32_t copy = slot_in(raw, j, detail::SlotState::admitting);
   EXPECT_NE(slot_in(raw, j, detail::SlotState::aborted), ~0U) << "the origin is not dropped";
@@ -1314,9 +1333,7 @@ void mover_stopped_between_drop_and_commit(Queue& q, const std::string& seg, boo
   const MoveStatus again = q.reassign(j, g3);
   if (hide_copy && way >= 0) raw.bucket(pj.bucket).e[way].store(entry);
   const std::vector<JobInfo> listed = q.jobs();
-  plan.go.store(true);
-  mover.join();
-  detail::failpoint_call("reassign.dropped", nullptr, nullptr);
+  const MoveStatus moved = mover.go();
 
   EXPECT_TRUE(info.has_value()) << "a job mid-move was not found";
   if (info) {
@@ -1603,32 +1620,12 @@ TEST_F(Contention, ADuplicateOfAJobMidMoveCommitsItsCopy) {
   const BrandedId j = q.mint();
   ASSERT_EQ(q.enqueue(g1, j, "j"), EnqueueStatus::enqueued);
   ASSERT_EQ(q.pause(g1), LaneStatus::ok);
-  struct Plan {
-    std::atomic<bool> dropped{false}, go{false};
-  } plan;
-  static thread_local bool is_mover = false;
-  const auto at_dropped = [](void* p) {
-    Plan& pl = *static_cast<Plan*>(p);
-    if (!is_mover) return;
-    pl.dropped.store(true);
-    while (!pl.go.load()) std::this_thread::yield();
-  };
-  detail::failpoint_call("reassign.dropped", at_dropped, &plan);
-  MoveStatus moved = MoveStatus::corrupt;
-  std::thread mover([&] {
-    is_mover = true;
-    moved = q.reassign(j, g2);
-  });
-  while (!plan.dropped.load()) std::this_thread::yield();
-  EXPECT_EQ(q.resume(g1), LaneStatus::ok);  // applies the drop
-  EXPECT_EQ(q.pause(g1), LaneStatus::ok);
+  StoppedMover mover(q, j, g1, g2);
   const EnqueueStatus dup = q.enqueue(g1, j, "again");
   q.tick();
   Lease l;
   const bool served = q.claim(l, 60000);
-  plan.go.store(true);
-  mover.join();
-  detail::failpoint_call("reassign.dropped", nullptr, nullptr);
+  const MoveStatus moved = mover.go();
   EXPECT_EQ(dup, EnqueueStatus::duplicate);
   EXPECT_TRUE(served) << "the job an enqueue was told exists was not served while its mover was stopped";
   if (served) {
