@@ -166,6 +166,19 @@ TEST_F(Crash, LeasesOfAKilledConsumerAreRedeliveredLongBeforeTheirDeadline) {
   EXPECT_TRUE(f.clean()) << (f.issues.empty() ? "" : f.issues.front().invariant + ": " + f.issues.front().detail);
 }
 
+// Ten recovery passes on the segment's clock (advance_clock: no sleeping),
+// each judging every holder afresh; what they moved, and what claims found.
+std::uint64_t moved_over_recovery_passes(Queue& q, std::uint32_t recovery_ms) {
+  std::uint64_t moved = 0;
+  Lease l;
+  for (int pass = 0; pass < 10; ++pass) {
+    q.advance_clock(recovery_ms);
+    moved += q.tick();
+    if (q.claim(l, 60000)) ++moved;
+  }
+  return moved;
+}
+
 // A consumer in a PID namespace of its own (a container sharing /dev/shm
 // with ours) holds two jobs. Its pid means nothing here: it is pid 1 in its
 // namespace, and our pid 1 is another process with another start time, so
@@ -218,20 +231,13 @@ TEST_F(Crash, AConsumerInAnotherPidNamespaceKeepsItsLeasesUntilItDies) {
     }
   EXPECT_TRUE(seen) << "no attached process holds the leases";
 
-  // Five recovery bounds: every sweep judges the holder, and finds it alive.
-  Lease l;
-  const auto watch_until = std::chrono::steady_clock::now() + std::chrono::milliseconds(5 * o.recovery_ms);
-  std::uint64_t moved = 0;
-  while (std::chrono::steady_clock::now() < watch_until) {
-    moved += q().tick();
-    if (q().claim(l, 60000)) ++moved;
-    std::this_thread::sleep_for(std::chrono::milliseconds(10));
-  }
-  EXPECT_EQ(moved, 0U) << "a live consumer's leases were taken";
+  // Every pass judges the holder, and finds it alive.
+  EXPECT_EQ(moved_over_recovery_passes(q(), o.recovery_ms), 0U) << "a live consumer's leases were taken";
   EXPECT_EQ(q().recovery().runs, 0U);
 
   ASSERT_EQ(::kill(child.pid(), SIGKILL), 0);  // its namespace's pid 1 dies with it
   child.wait();
+  Lease l;
   std::uint64_t redelivered = 0;
   const auto killed = std::chrono::steady_clock::now();
   while (redelivered < kHeld && std::chrono::steady_clock::now() - killed < std::chrono::seconds(30)) {
@@ -399,15 +405,7 @@ TEST_F(Crash, AConsumerWhoseLivenessLockWasBusyAtAttachWaitsForItAndKeepsItsLeas
     if (skip) GTEST_SKIP() << "no PID namespace here (not root)";
     FAIL() << "claim_hold never claimed: " << holder.describe();
   }
-  Lease l;
-  std::uint64_t moved = 0;
-  const auto watch_until = std::chrono::steady_clock::now() + std::chrono::milliseconds(5 * o.recovery_ms);
-  while (std::chrono::steady_clock::now() < watch_until) {
-    moved += q().tick();
-    if (q().claim(l, 60000)) ++moved;
-    std::this_thread::sleep_for(std::chrono::milliseconds(10));
-  }
-  EXPECT_EQ(moved, 0U) << "a live consumer's leases were taken";
+  EXPECT_EQ(moved_over_recovery_passes(q(), o.recovery_ms), 0U) << "a live consumer's leases were taken";
   for (const ProcessInfo& p : q().processes())
     if (p.leases > 0) {
       EXPECT_TRUE(p.alive) << "pid " << p.pid;
