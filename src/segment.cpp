@@ -189,20 +189,32 @@ void drop_liveness_lock(const Segment& s, std::uint32_t i) noexcept {
   (void)::fcntl(s.file.fd, F_OFD_SETLK, &f);
 }
 
-// Is record i's liveness lock held (by anyone but this open of the file)?
-// Unknown counts as held.
-bool liveness_lock_held(const Segment& s, std::uint32_t i) noexcept {
-  if (s.file.fd < 0) return true;
+// Record i's liveness lock as another open of the file sees it: held (by
+// anyone but this open), free, or unknown (no file, or the look failed).
+enum class LockLook { held, free, unknown };
+LockLook look_at_liveness_lock(const Segment& s, std::uint32_t i) noexcept {
+  if (s.file.fd < 0) return LockLook::unknown;
   struct flock f = liveness_range(i, F_WRLCK);
-  if (::fcntl(s.file.fd, F_OFD_GETLK, &f) != 0) return true;
-  return f.l_type != F_UNLCK;
+  if (::fcntl(s.file.fd, F_OFD_GETLK, &f) != 0) return LockLook::unknown;
+  return f.l_type != F_UNLCK ? LockLook::held : LockLook::free;
 }
 
 }  // namespace
 
+// A held lock is asked first and believed whatever the word says: the word
+// is shared bytes that a stray write can change, and a word whose
+// kOwnerLocked or pid was scribbled over must not get a live locked owner
+// judged by a pid that means nothing (another PID namespace) or names
+// somebody else. The byte is held only by an owner, by a detacher after it
+// cleared its word, or by an attacher before its CAS, and the kernel drops
+// it when its holder dies.
 bool owner_alive(const Segment& s, std::uint32_t i, std::uint64_t owner, std::uint64_t start_time) noexcept {
   if (s.me && i == s.me_index) return true;  // our own lock does not show to our own look
-  if ((owner & kOwnerLocked) && i < s.proc_count) return liveness_lock_held(s, i);
+  if (i < s.proc_count) {
+    const LockLook look = look_at_liveness_lock(s, i);
+    if (look == LockLook::held) return true;
+    if (owner & kOwnerLocked) return look == LockLook::unknown;  // every doubt counts as alive
+  }
   return process_alive(int(owner & 0xFFFFFFFF), start_time);
 }
 
@@ -421,8 +433,9 @@ bool file_id(const Segment& s, dev_t& dev, ino_t& ino) noexcept {
 // lock up, for a moment, or for as long as it is stopped there: the attach
 // waits for it up to kLockWaitMs in all, then tries another record.
 // Without OFD locks (an unsupported file) it attaches unlocked, judged by
-// pid and start time.
-ProcRecord* attach(Segment& s) {
+// pid and start time. `busy` counts the free records it gave up on because
+// their lock stayed busy.
+ProcRecord* attach(Segment& s, std::uint32_t& busy) {
   constexpr std::uint64_t kLockWaitMs = 1000;
   const int pid = getpid();
   const std::uint64_t owner = kOwnerAttached | std::uint32_t(pid);
@@ -431,6 +444,7 @@ ProcRecord* attach(Segment& s) {
   const std::uint32_t from = std::uint32_t(s.h->recovery.finished.load(std::memory_order_relaxed) +
                                            std::uint64_t(unix_ms()) + std::uint64_t(pid)) % n;
   const std::uint64_t wait_until = monotonic_us() / 1000 + kLockWaitMs;
+  busy = 0;
   for (int pass = 0; pass < 2; ++pass) {
     for (std::uint32_t k = 0; k < n; ++k) {
       const std::uint32_t i = (from + k) % n;
@@ -455,7 +469,10 @@ ProcRecord* attach(Segment& s) {
         std::this_thread::sleep_for(std::chrono::milliseconds(1));
         lock = take_liveness_lock(s, i);
       }
-      if (lock == LockTake::busy) continue;
+      if (lock == LockTake::busy) {
+        if (pass == 0) ++busy;
+        continue;
+      }
       const bool locked = lock == LockTake::taken;
       // [A1] acq_rel: claims the record; pairs with [R1] of a detaching owner.
       if (!p.owner.compare_exchange_strong(cur, owner, std::memory_order_acq_rel)) {
@@ -481,7 +498,13 @@ ProcRecord* attach(Segment& s) {
 Result<std::unique_ptr<Segment>> finish_attach(std::unique_ptr<Segment> s, bool observer) {
   s->observer = observer;
   if (observer) return s;  // a tool that only looks takes no record
-  s->me = attach(*s);
+  std::uint32_t busy = 0;
+  s->me = attach(*s, busy);
+  if (!s->me && busy > 0)
+    return make_error(Errc::system, "segment '" + s->name + "' has no free process record: " +
+                                        std::to_string(busy) +
+                                        " free ones are still locked by a process that detached from them "
+                                        "and has not let go of its liveness lock (stopped there?); try again");
   if (!s->me)
     return make_error(Errc::system, "segment '" + s->name + "' has no free process record (" +
                                         std::to_string(s->proc_count) +
@@ -615,13 +638,14 @@ Segment::~Segment() {
     if (r->owner.load(std::memory_order_acquire) == owner) release_thread_record(*this, *r);
   fold_counters(h->retired, me->retired);
   me->start_time.store(0, std::memory_order_relaxed);
-  const bool locked = me->owner.load(std::memory_order_relaxed) & kOwnerLocked;
   // [R1] release: hands the record back; pairs with [A1].
   me->owner.store(0, std::memory_order_release);
   // The lock after the word: a judge that finds the lock free while the
   // word still names us would take a clean detach for a death. Given up
   // explicitly: a child forked without exec shares this open of the file.
-  if (locked) drop_liveness_lock(*this, me_index);
+  // Whatever the word said of it (shared bytes; giving up a lock not held
+  // is nothing).
+  drop_liveness_lock(*this, me_index);
 }
 
 int holder_gone(Segment& s, std::uint32_t holder, std::uint64_t now_ms) noexcept {

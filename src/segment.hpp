@@ -151,10 +151,11 @@ std::uint64_t process_start_time(int pid) noexcept;
 bool process_alive(int pid, std::uint64_t start_time) noexcept;
 
 // Liveness of the owner of process record i (its owner word `owner` and
-// start time as read). An owner that holds its liveness lock (kOwnerLocked)
-// is judged by the lock alone: alive while the lock is held, which the
-// kernel ends when the process dies, whatever PID namespace either process
-// is in. Others by pid and start time (process_alive), which a process in
+// start time as read). The record's liveness lock is looked at first: held,
+// the owner is alive, whatever the word says (the kernel drops the lock when
+// its holder dies, whatever PID namespace either process is in). A word that
+// says locked (kOwnerLocked) is judged by the lock alone: free, the owner is
+// dead. Others by pid and start time (process_alive), which a process in
 // another PID namespace cannot be judged by. Every doubt counts as alive.
 // The caller's own record is alive.
 bool owner_alive(const Segment& s, std::uint32_t i, std::uint64_t owner, std::uint64_t start_time) noexcept;

@@ -3,6 +3,7 @@
 // beyond its lanes: attached processes, recovery (leases returned, steps
 // finished for the dead), the mirror. Damage is done through a raw mapping
 // (tests/common/raw_segment.hpp), as a stray write would leave it.
+#include "liveness_lock.hpp"
 #include "raw_segment.hpp"
 #include "test_support.hpp"
 
@@ -211,6 +212,7 @@ TEST_F(FsckCli, InspectShowsWhatRecoveryLastDid) {
   {
     // The holder's record now names another process (same pid, other start
     // time) and holds no liveness lock: dead, as far as the sweep can tell.
+    ASSERT_TRUE(test::set_liveness_lock(*holder, F_UNLCK));
     RawSegment raw(seg());
     raw.proc(holder_record(raw)).owner.fetch_and(~detail::kOwnerLocked);
     raw.proc(holder_record(raw)).start_time += 1;
@@ -255,7 +257,8 @@ TEST_F(FsckCli, InspectShowsWhatWasFinishedForTheDead) {
     raw.set_word(raw.slot_word(slot),
                  detail::SlotWord::make(detail::SlotState::admitting, 0, 0, detail::SlotWord::ctr(w) + 1,
                                         detail::Holder::make(victim_record, raw.proc(victim_record).incarnation.load())));
-    raw.proc(victim_record).owner.fetch_and(~detail::kOwnerLocked);  // judged by pid and start time
+    ASSERT_TRUE(test::set_liveness_lock(*victim, F_UNLCK));  // judged by pid and start time
+    raw.proc(victim_record).owner.fetch_and(~detail::kOwnerLocked);
     raw.proc(victim_record).start_time += 1;
   }
   const CliRun during = run_cli({"fsck", seg()});

@@ -329,6 +329,22 @@ TEST_F(Crash, RepairInAForkedChildRefusesWhileItsParentIsAttached) {
   EXPECT_EQ(q().complete(l.id, l.token), AckStatus::ok);
 }
 
+// Takes the liveness lock byte of every record whose byte is not held by
+// another open of the segment's file (fd): what a detacher stopped between
+// clearing its word and its unlock holds. How many it took.
+int lock_every_free_record(int fd, std::uint32_t records) {
+  int taken = 0;
+  for (std::uint32_t i = 0; i < records; ++i) {
+    struct flock f {};
+    f.l_type = F_WRLCK;
+    f.l_whence = SEEK_SET;
+    f.l_start = off_t(detail::kLivenessLockBase + i);
+    f.l_len = 1;
+    if (::fcntl(fd, F_OFD_SETLK, &f) == 0) ++taken;
+  }
+  return taken;
+}
+
 // An attacher waiting for a busy liveness lock holds no record meanwhile:
 // killed while it waits, it leaves nothing behind. (It held the record by
 // an unstamped word, which nobody judges: with two records, no process
@@ -343,15 +359,7 @@ TEST_F(Crash, AnAttacherKilledWhileItWaitsForABusyLivenessLockLeavesNoRecordBehi
   create(o);
   const int fd = ::open(("/dev/shm/" + seg()).c_str(), O_RDWR | O_CLOEXEC);
   ASSERT_GE(fd, 0);
-  int busy = 0;
-  for (std::uint32_t i = 0; i < o.processes; ++i) {
-    struct flock f {};
-    f.l_type = F_WRLCK;
-    f.l_whence = SEEK_SET;
-    f.l_start = off_t(detail::kLivenessLockBase + i);
-    f.l_len = 1;
-    if (::fcntl(fd, F_OFD_SETLK, &f) == 0) ++busy;  // a detacher stopped before its unlock
-  }
+  const int busy = lock_every_free_record(fd, o.processes);  // a detacher stopped before its unlock
   ASSERT_EQ(busy, 1);
   const pid_t child = ::fork();
   ASSERT_GE(child, 0);
@@ -364,6 +372,29 @@ TEST_F(Crash, AnAttacherKilledWhileItWaitsForABusyLivenessLockLeavesNoRecordBehi
   int st = 0;
   ASSERT_EQ(::waitpid(child, &st, 0), child);
   ::close(fd);  // the stopped detacher resumes and unlocks
+  auto again = Queue::open(seg());
+  EXPECT_TRUE(again.ok()) << (again.ok() ? "" : again.error().message);
+}
+
+// An attach that finds the only free record's lock held past its wait says
+// so: it used to say the segment had no free record, "N processes attached;
+// create it with a larger --processes", with one record free.
+TEST_F(Crash, AnAttachThatGivesUpOnABusyLivenessLockSaysSo) {
+  QueueOptions o;
+  o.jobs = 64;
+  o.lanes = 8;
+  o.payload_bytes = 64;
+  o.recovery_ms = 200;
+  o.processes = 2;
+  create(o);
+  const int fd = ::open(("/dev/shm/" + seg()).c_str(), O_RDWR | O_CLOEXEC);
+  ASSERT_GE(fd, 0);
+  ASSERT_EQ(lock_every_free_record(fd, o.processes), 1);
+  auto opened = Queue::open(seg());  // waits its 1 s for the busy lock, then gives up
+  ASSERT_FALSE(opened.ok());
+  EXPECT_NE(opened.error().message.find("liveness lock"), std::string::npos) << opened.error().message;
+  EXPECT_EQ(opened.error().message.find("larger --processes"), std::string::npos) << opened.error().message;
+  ::close(fd);
   auto again = Queue::open(seg());
   EXPECT_TRUE(again.ok()) << (again.ok() ? "" : again.error().message);
 }
@@ -385,15 +416,7 @@ TEST_F(Crash, AConsumerWhoseLivenessLockWasBusyAtAttachWaitsForItAndKeepsItsLeas
     ASSERT_EQ(q().enqueue(proto::lane_group(i), q().mint(), "held"), EnqueueStatus::enqueued);
   const int fd = ::open(("/dev/shm/" + seg()).c_str(), O_RDWR | O_CLOEXEC);
   ASSERT_GE(fd, 0);
-  int busy = 0;
-  for (std::uint32_t i = 0; i < o.processes; ++i) {
-    struct flock f {};
-    f.l_type = F_WRLCK;
-    f.l_whence = SEEK_SET;
-    f.l_start = off_t(detail::kLivenessLockBase + i);
-    f.l_len = 1;
-    if (::fcntl(fd, F_OFD_SETLK, &f) == 0) ++busy;  // fails on our own record's byte only
-  }
+  const int busy = lock_every_free_record(fd, o.processes);  // fails on our own record's byte only
   ASSERT_EQ(busy, int(o.processes) - 1);
   const auto out = dir_.path() / "held.txt";
   Child holder(std::vector<std::string>{"in_pid_ns", "claim_hold", seg(), out.string(), "60000", "2"});

@@ -13,6 +13,7 @@
 // single-process cases make a second handle look dead through a raw mapping
 // (its start time rewritten: same pid, another process).
 #include "forked_child.hpp"
+#include "liveness_lock.hpp"
 #include "raw_segment.hpp"
 #include "test_support.hpp"
 
@@ -1272,9 +1273,10 @@ TEST_F(DeadLooking, LeasesOfAHolderThatLooksDeadComeBackAndItsLateAcksAreFenced)
   ASSERT_TRUE(other.claim(held[1], 60000));
   RawSegment raw(seg());
   const std::uint32_t rec = holder_record(raw);
-  // Judged by pid and start time (a record without a liveness lock, as an
-  // older library writes it): its pid is ours, but its start time names
-  // another process: dead.
+  // Judged by pid and start time (a record without a liveness lock, as one
+  // attached where OFD locks do not work): its pid is ours, but its start
+  // time names another process: dead.
+  ASSERT_TRUE(test::set_liveness_lock(other, F_UNLCK));
   raw.proc(rec).owner.fetch_and(~detail::kOwnerLocked);
   raw.proc(rec).start_time += 1;
 
@@ -1300,6 +1302,7 @@ TEST_F(DeadLooking, LeasesOfAHolderThatLooksDeadComeBackAndItsLateAcksAreFenced)
   EXPECT_TRUE(q().fsck().clean()) << show(q().fsck());
   raw.proc(rec).start_time -= 1;
   raw.proc(rec).owner.fetch_or(detail::kOwnerLocked);
+  ASSERT_TRUE(test::set_liveness_lock(other, F_WRLCK));
 }
 
 TEST_F(DeadLooking, ARecordStillBeingAttachedIsNeverJudged) {
@@ -1311,9 +1314,13 @@ TEST_F(DeadLooking, ARecordStillBeingAttachedIsNeverJudged) {
   RawSegment raw(seg());
   const std::uint32_t rec = holder_record(raw);
   const std::uint64_t owner = raw.proc(rec).owner.load();
-  raw.proc(rec).owner.store(owner & ~(detail::kOwnerStamped | detail::kOwnerLocked));  // not stamped: its start time is not written yet
+  // Not stamped (its start time is not written yet), and its lock free: only
+  // the missing stamp keeps it from being judged dead.
+  ASSERT_TRUE(test::set_liveness_lock(other, F_UNLCK));
+  raw.proc(rec).owner.store(owner & ~(detail::kOwnerStamped | detail::kOwnerLocked));
   raw.proc(rec).start_time += 1;
   EXPECT_EQ(q().tick(), 0U);
+  ASSERT_TRUE(test::set_liveness_lock(other, F_WRLCK));
   raw.proc(rec).start_time -= 1;
   raw.proc(rec).owner.store(owner);
   EXPECT_EQ(other.complete(l.id, l.token), AckStatus::ok);
@@ -1403,7 +1410,9 @@ TEST_F(DeadLooking, AHolderWhosePidWasTakenByAnotherProcessIsDead) {
   RawSegment raw(seg());
   const std::uint32_t rec = holder_record(raw);
   const std::uint64_t owner = raw.proc(rec).owner.load();
-  // The pid of a process started after ours: the record's start time is not its.
+  // The pid of a process started after ours: the record's start time is not
+  // its. (Its lock free, as the kernel leaves it when its holder dies.)
+  ASSERT_TRUE(test::set_liveness_lock(other, F_UNLCK));
   raw.proc(rec).owner.store((owner & ~(detail::kOwnerLocked | 0xFFFFFFFFULL)) | std::uint32_t(sleeper.pid()));
   EXPECT_EQ(q().tick(), 2U);
   EXPECT_EQ(q().recovery().last_pid, int(sleeper.pid()));
@@ -1437,6 +1446,32 @@ TEST_F(DeadLooking, AHolderThatHoldsItsLivenessLockIsAliveWhateverItsPidSays) {
     for (const ProcessInfo& p : q().processes())
       if (p.pid == int(pid)) alive = p.alive;
     EXPECT_TRUE(alive) << "pid " << pid;
+  }
+  raw.proc(rec).owner.store(owner);
+  EXPECT_EQ(q().recovery().runs, 0U);
+  EXPECT_EQ(other.complete(l.id, l.token), AckStatus::ok);
+}
+
+// The lock is asked before the word: a live owner holding its lock whose
+// word was scribbled to say "no lock" and a pid that names nobody here, or
+// the right pid with another start time, is alive. Judged by the word it
+// was dead, and its leases were taken from it while it worked.
+TEST_F(DeadLooking, AHolderThatHoldsItsLivenessLockIsAliveThoughItsWordSaysItHoldsNone) {
+  make(500);
+  fill(A, 2);
+  Queue other = second();
+  Lease l;
+  ASSERT_TRUE(other.claim(l, 60000));
+  RawSegment raw(seg());
+  const std::uint32_t rec = holder_record(raw);
+  const std::uint64_t owner = raw.proc(rec).owner.load();
+  ASSERT_TRUE(owner & detail::kOwnerLocked);
+  for (const std::uint32_t pid : {std::uint32_t(0x7FFFFFF0), std::uint32_t(::getpid())}) {
+    raw.proc(rec).owner.store((owner & ~(detail::kOwnerLocked | 0xFFFFFFFFULL)) | pid);
+    raw.proc(rec).start_time += 1;  // not the start time of the process with that pid
+    q().advance_clock(1000);        // the last verdict is stale: judged again
+    EXPECT_EQ(q().tick(), 0U) << "pid " << pid;
+    raw.proc(rec).start_time -= 1;
   }
   raw.proc(rec).owner.store(owner);
   EXPECT_EQ(q().recovery().runs, 0U);
