@@ -3,6 +3,7 @@
 #include "segment.hpp"
 
 #include <dirent.h>
+#include <pthread.h>
 #include <fcntl.h>
 #include <signal.h>
 #include <sys/mman.h>
@@ -410,12 +411,68 @@ struct HeldRecord {
 };
 std::vector<HeldRecord> held_records;  // under live_handles_mu
 
-bool file_id(const Segment& s, dev_t& dev, ino_t& ino) noexcept {
+// Handles alive in this process, for the fork handler (under live_handles_mu).
+std::vector<Segment*> live_segments;
+
+// Opens the segment's file by name for the liveness locks if it is still the
+// mapped file (device and inode as read at open); -1 if not. Only
+// async-signal-safe calls: the fork handler's child runs it.
+int open_lock_file_by_name(const Segment& s) noexcept {
+  if (!s.file_known) return -1;
+  const int fd = ::shm_open(s.shm_name.c_str(), O_RDWR | O_CLOEXEC, 0);
+  if (fd < 0) return -1;
   struct stat st {};
-  if (s.file.fd < 0 || ::fstat(s.file.fd, &st) != 0) return false;
-  dev = st.st_dev;
-  ino = st.st_ino;
-  return true;
+  if (::fstat(fd, &st) == 0 && st.st_dev == s.file_dev && st.st_ino == s.file_ino) return fd;
+  ::close(fd);
+  return -1;
+}
+
+// The liveness locks' open of the segment's file, from shm_fd (the open the
+// mapping was made from). An OFD lock belongs to its open file description
+// and lasts while any descriptor or mapping refers to it; a child forked
+// without exec refers to all of its parent's. Taken on the mapping's own
+// description, a lock could not be let go of by such a child (its mapping
+// cannot be closed), so a parent that died before it was judged alive for
+// as long as the child lived. So the locks get a description of their own,
+// which the fork handler closes in the child (reopen_lock_files_in_child).
+// By name, checked to be the mapped file; where that fails (the name was
+// removed or reused since), a duplicate of shm_fd, with the old limit.
+void open_lock_file(Segment& s, int shm_fd) noexcept {
+  s.shm_name = "/" + s.name;
+  struct stat mapped {};
+  if (::fstat(shm_fd, &mapped) == 0) {
+    s.file_dev = mapped.st_dev;
+    s.file_ino = mapped.st_ino;
+    s.file_known = true;
+  }
+  s.file.fd = open_lock_file_by_name(s);
+  if (s.file.fd < 0) s.file.fd = ::fcntl(shm_fd, F_DUPFD_CLOEXEC, 0);
+}
+
+// pthread_atfork handlers: the list is held across the fork so the child
+// finds it whole; the child lets go of its parent's lock descriptions (the
+// parent's liveness locks stay with the parent alone) and opens its own.
+void lock_live_list() noexcept { live_handles_mu.lock(); }
+void unlock_live_list() noexcept { live_handles_mu.unlock(); }
+void reopen_lock_files_in_child() noexcept {
+  for (Segment* s : live_segments) {
+    if (s->file.fd < 0) continue;
+    ::close(s->file.fd);
+    s->file.fd = open_lock_file_by_name(*s);
+  }
+  live_handles_mu.unlock();
+}
+
+// Lists a handle as alive in this process (once its tables are bound).
+void register_live(Segment& s) {
+  static const bool handlers = [] {
+    ::pthread_atfork(lock_live_list, unlock_live_list, reopen_lock_files_in_child);
+    return true;
+  }();
+  (void)handlers;
+  std::lock_guard l(live_handles_mu);
+  live_handles.push_back(s.handle_id);
+  live_segments.push_back(&s);
 }
 
 // Take a process record: a free one (looking from a rotating start, so a
@@ -510,11 +567,10 @@ Result<std::unique_ptr<Segment>> finish_attach(std::unique_ptr<Segment> s, bool 
                                         std::to_string(s->proc_count) +
                                         " processes attached; create it with a larger --processes)");
   s->me_index = std::uint32_t(s->me - s->procs);
-  dev_t dev{};
-  ino_t ino{};
-  if (file_id(*s, dev, ino)) {
+  s->attach_pid = ::getpid();
+  if (s->file_known) {
     std::lock_guard l(live_handles_mu);
-    held_records.push_back({dev, ino, s->me_index, ::getpid()});
+    held_records.push_back({s->file_dev, s->file_ino, s->me_index, s->attach_pid});
   }
   return s;
 }
@@ -541,7 +597,8 @@ void release_thread_record(Segment& s, ThreadRecord& r) noexcept {
 ThreadSlots::~ThreadSlots() {
   std::lock_guard l(live_handles_mu);
   for (const Entry& e : entries)
-    if (std::find(live_handles.begin(), live_handles.end(), e.handle) != live_handles.end())
+    if (std::find(live_handles.begin(), live_handles.end(), e.handle) != live_handles.end() &&
+        e.seg->attach_pid == ::getpid())  // not a copy a child forked without exec inherited
       release_thread_record(*e.seg, *e.rec);
 }
 
@@ -615,22 +672,22 @@ Segment::~Segment() {
   {
     std::lock_guard l(live_handles_mu);
     live_handles.erase(std::remove(live_handles.begin(), live_handles.end(), handle_id), live_handles.end());
+    live_segments.erase(std::remove(live_segments.begin(), live_segments.end(), this), live_segments.end());
   }
   auto& mine = tls_slots.entries;
   mine.erase(std::remove_if(mine.begin(), mine.end(), [&](const ThreadSlots::Entry& e) { return e.handle == handle_id; }),
              mine.end());
   if (!me) return;
-  {
-    dev_t dev{};
-    ino_t ino{};
-    if (file_id(*this, dev, ino)) {
-      std::lock_guard l(live_handles_mu);
-      const auto it = std::find_if(held_records.begin(), held_records.end(), [&](const HeldRecord& r) {
-        return r.dev == dev && r.ino == ino && r.index == me_index;
-      });
-      if (it != held_records.end()) held_records.erase(it);
-    }
+  if (file_known) {
+    std::lock_guard l(live_handles_mu);
+    const auto it = std::find_if(held_records.begin(), held_records.end(), [&](const HeldRecord& r) {
+      return r.dev == file_dev && r.ino == file_ino && r.index == me_index;
+    });
+    if (it != held_records.end()) held_records.erase(it);
   }
+  // A child forked without exec closing the copy of its parent's handle:
+  // the record, its thread records and its lock are the parent's.
+  if (attach_pid != ::getpid()) return;
   // Every thread record of this handle (other threads' too: a handle closes
   // when no thread uses it any more).
   const std::uint64_t owner = ThreadOwner::make(me_index, me->incarnation.load(std::memory_order_relaxed));
@@ -755,7 +812,7 @@ Result<std::unique_ptr<Segment>> create_segment(std::string_view name, const Que
     try {
       shm.truncate(bip::offset_t(g.total));
       s->region = bip::mapped_region(shm, bip::read_write);
-      s->file.fd = ::fcntl(shm.get_mapping_handle().handle, F_DUPFD_CLOEXEC, 0);
+      open_lock_file(*s, shm.get_mapping_handle().handle);
     } catch (const bip::interprocess_exception& e) {
       bip::shared_memory_object::remove(s->name.c_str());
       return from_boost(e, "size", name);
@@ -841,10 +898,7 @@ Result<std::unique_ptr<Segment>> create_segment(std::string_view name, const Que
   }
   // [R0] release: publishes every field above; pairs with [A0] in open.
   h->magic.store(kMagic, std::memory_order_release);
-  {
-    std::lock_guard l(live_handles_mu);
-    live_handles.push_back(s->handle_id);
-  }
+  register_live(*s);
   return finish_attach(std::move(s), false);
 }
 
@@ -864,7 +918,7 @@ Result<std::unique_ptr<Segment>> open_segment(std::string_view name, bool observ
       return make_error(Errc::truncated, seg + " is " + std::to_string(size) + " bytes, smaller than a header (" +
                                              std::to_string(sizeof(Header)) + ")");
     s->region = bip::mapped_region(shm, bip::read_write);
-    s->file.fd = ::fcntl(shm.get_mapping_handle().handle, F_DUPFD_CLOEXEC, 0);
+    open_lock_file(*s, shm.get_mapping_handle().handle);
   } catch (const bip::interprocess_exception& e) {
     return from_boost(e, "open", name);
   }
@@ -919,10 +973,7 @@ Result<std::unique_ptr<Segment>> open_segment(std::string_view name, bool observ
     return make_error(Errc::truncated, seg + " is " + std::to_string(s->region.get_size()) +
                                            " bytes mapped but its capacities need " + std::to_string(g.total));
   bind_tables(*s, g, seed, recovery_ms, kind);
-  {
-    std::lock_guard l(live_handles_mu);
-    live_handles.push_back(s->handle_id);
-  }
+  register_live(*s);
   return finish_attach(std::move(s), observer);
 }
 
@@ -940,13 +991,11 @@ Status remove_segment(std::string_view name) {
 }
 
 bool held_by_this_process(const Segment& s, std::uint32_t i) noexcept {
-  dev_t dev{};
-  ino_t ino{};
-  if (!file_id(s, dev, ino)) return false;
+  if (!s.file_known) return false;
   std::lock_guard l(live_handles_mu);
   const pid_t me = ::getpid();
   return std::any_of(held_records.begin(), held_records.end(), [&](const HeldRecord& r) {
-    return r.dev == dev && r.ino == ino && r.index == i && r.pid == me;
+    return r.dev == s.file_dev && r.ino == s.file_ino && r.index == i && r.pid == me;
   });
 }
 

@@ -11,6 +11,8 @@
 #include <boost/interprocess/mapped_region.hpp>
 #include <boost/interprocess/shared_memory_object.hpp>
 
+#include <sys/types.h>
+
 #include <algorithm>
 #include <atomic>
 #include <cstdint>
@@ -58,10 +60,20 @@ struct OwnedFd {
 struct Segment {
   std::string name;
   boost::interprocess::mapped_region region;
-  // The segment's file, kept open for the liveness locks (kOwnerLocked).
-  // A member, so it closes after the destructor's body has handed this
-  // handle's process record back.
+  // The segment's file, kept open for the liveness locks (kOwnerLocked):
+  // an open of its own, apart from the one the mapping holds, so that a
+  // child forked without exec can let go of it (segment.cpp:
+  // open_lock_file). A member, so it closes after the destructor's body has
+  // handed this handle's process record back.
   OwnedFd file;
+  std::string shm_name;                        // "/" + name, for shm_open (kept for the fork handler)
+  dev_t file_dev = 0;                          // the mapped file's device and inode, read at open
+  ino_t file_ino = 0;
+  bool file_known = false;
+  // getpid() when this handle took its process record. A child forked
+  // without exec has a copy of the handle, not the record: its close
+  // leaves the record (and its thread records) to the parent.
+  pid_t attach_pid = 0;
   Header* h = nullptr;
   Word128* words = nullptr;                    // slot words
   std::atomic<std::uint8_t>* tags = nullptr;   // admission tags, one per slot

@@ -3,6 +3,7 @@
 // consumer killed while it is inside a claim (found by stopping it and
 // looking at the ring). failpoint_test.cpp kills at each step exactly, and
 // torture.cpp at random.
+#include "raw_segment.hpp"
 #include "spawn.hpp"
 #include "test_support.hpp"
 #include "worker_protocol.hpp"
@@ -24,6 +25,7 @@ namespace fairlane {
 namespace {
 
 using test::Child;
+using test::RawSegment;
 using test::describe;
 using test::SegmentGuard;
 using test::TempDir;
@@ -326,6 +328,88 @@ TEST_F(Crash, RepairInAForkedChildRefusesWhileItsParentIsAttached) {
   ASSERT_EQ(::waitpid(child, &st, 0), child);
   ASSERT_TRUE(WIFEXITED(st));
   EXPECT_EQ(WEXITSTATUS(st), 0) << "a forked child's repair ran while its parent (holding a lease) was attached";
+  EXPECT_EQ(q().complete(l.id, l.token), AckStatus::ok);
+}
+
+// A consumer that forked a child without exec (a worker pool's helper) and
+// then died is dead, though the child lives on with copies of its
+// descriptors and mapping: the liveness lock was taken on the description
+// the mapping holds, which the child kept, so the parent was judged alive
+// and its leases waited for their deadlines while the child lived. The
+// fork handler gives the child descriptions of its own.
+TEST_F(Crash, AConsumerThatDiesWhileItsChildForkedWithoutExecLivesIsDead) {
+  QueueOptions o;
+  o.jobs = 64;
+  o.lanes = 8;
+  o.payload_bytes = 64;
+  o.recovery_ms = 200;
+  create(o);
+  for (std::uint32_t i = 0; i < 2; ++i)
+    ASSERT_EQ(q().enqueue(proto::lane_group(i), q().mint(), "held"), EnqueueStatus::enqueued);
+  int ready[2];
+  ASSERT_EQ(::pipe(ready), 0);
+  const pid_t consumer = ::fork();
+  ASSERT_GE(consumer, 0);
+  if (consumer == 0) {
+    auto opened = Queue::open(seg());
+    Lease a, b;
+    if (!opened.ok() || !opened.value().claim(a, 60000) || !opened.value().claim(b, 60000)) ::_exit(3);
+    const pid_t child = ::fork();
+    if (child == 0) {
+      ::alarm(30);  // outlives its parent, not the test
+      for (;;) ::pause();
+    }
+    (void)!::write(ready[1], &child, sizeof child);
+    for (;;) ::pause();
+  }
+  ::close(ready[1]);
+  pid_t child = 0;
+  const bool held = ::read(ready[0], &child, sizeof child) == ssize_t(sizeof child);
+  ::close(ready[0]);
+  ::kill(consumer, SIGKILL);
+  int st = 0;
+  ASSERT_EQ(::waitpid(consumer, &st, 0), consumer);
+  ASSERT_TRUE(held) << "the consumer never claimed (status " << st << ")";
+  std::uint64_t returned = 0;
+  for (int pass = 0; pass < 10 && returned < 2; ++pass) {
+    q().advance_clock(o.recovery_ms);
+    returned += q().tick();
+  }
+  EXPECT_EQ(returned, 2U) << "the dead consumer's leases did not come back while its child lived";
+  EXPECT_EQ(::kill(child, 0), 0) << "the child was to outlive its parent for this test";
+  ::kill(child, SIGKILL);
+}
+
+// A child forked without exec that closes its copy of its parent's handle
+// (it returns from a scope, or exits through its destructors) leaves the
+// parent's record alone: it cleared the record's word, so the parent's
+// record was free while the parent worked, and the next process to attach
+// took it.
+TEST_F(Crash, AChildForkedWithoutExecThatClosesItsCopyOfTheHandleLeavesItsParentAttached) {
+  QueueOptions o;
+  o.jobs = 64;
+  o.lanes = 8;
+  o.payload_bytes = 64;
+  create(o);
+  RawSegment raw(seg());
+  std::uint32_t mine = ~0U;  // the record of q(), the only handle attached
+  for (std::uint32_t i = 0; i < raw.header().proc_capacity; ++i)
+    if (raw.proc(i).owner.load() != 0) mine = i;
+  ASSERT_NE(mine, ~0U);
+  const std::uint64_t owner = raw.proc(mine).owner.load();
+  ASSERT_EQ(q().enqueue(proto::lane_group(0), q().mint(), "held"), EnqueueStatus::enqueued);
+  const pid_t child = ::fork();
+  ASSERT_GE(child, 0);
+  if (child == 0) {
+    { Queue copy = std::move(q()); }  // closed
+    ::_exit(0);
+  }
+  int st = 0;
+  ASSERT_EQ(::waitpid(child, &st, 0), child);
+  ASSERT_TRUE(WIFEXITED(st) && WEXITSTATUS(st) == 0) << st;
+  EXPECT_EQ(raw.proc(mine).owner.load(), owner) << "a child's close gave its parent's record away";
+  Lease l;
+  ASSERT_TRUE(q().claim(l, 60000));
   EXPECT_EQ(q().complete(l.id, l.token), AckStatus::ok);
 }
 
