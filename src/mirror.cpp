@@ -699,15 +699,20 @@ Result<std::unique_ptr<Mirror>> Mirror::start(std::string_view segment, MirrorOp
   auto url = ValkeyUrl::parse(url_text);
   if (!url) return url.error();
 
-  // Take the role: free, or held by a process that is gone.
+  // Take the role: free, or held by a process that is gone (its record
+  // dead, or of another incarnation: that mirror died and its record went
+  // to another process).
   MirrorShared& m = s.h->mirror;
-  const std::uint32_t mine = s.me_index + 1;
+  const std::uint32_t mine = MirrorRole::make(s.me_index, s.me->incarnation.load(std::memory_order_relaxed));
   std::uint32_t cur = m.proc.load(std::memory_order_acquire);
   for (;;) {
-    if (cur != 0 && cur != mine && cur <= s.proc_count) {
-      const ProcRecord& r = s.procs[cur - 1];
+    const std::uint32_t p = MirrorRole::index1(cur);
+    if (cur != 0 && cur != mine && p != 0 && p <= s.proc_count) {
+      const ProcRecord& r = s.procs[p - 1];
       const std::uint64_t owner = r.owner.load(std::memory_order_acquire);
-      if ((owner & kOwnerAttached) && owner_alive(s, cur - 1, owner, r.start_time.load(std::memory_order_relaxed)))
+      if ((owner & kOwnerAttached) &&
+          (r.incarnation.load(std::memory_order_relaxed) & 0xFFFF) == MirrorRole::incarnation(cur) &&
+          owner_alive(s, p - 1, owner, r.start_time.load(std::memory_order_relaxed)))
         return mirror_error(Errc::busy, "segment '" + std::string(segment) + "' is already mirrored by pid " +
                                             std::to_string(owner & 0xFFFFFFFF));
     }
@@ -739,7 +744,7 @@ void Mirror::stop() {
   futex_wake(&m.bell, INT_MAX);
   if (impl_->reader.joinable()) impl_->reader.join();
   if (impl_->shipper.joinable()) impl_->shipper.join();
-  std::uint32_t mine = impl_->s.me_index + 1;
+  std::uint32_t mine = MirrorRole::make(impl_->s.me_index, impl_->s.me->incarnation.load(std::memory_order_relaxed));
   m.proc.compare_exchange_strong(mine, 0, std::memory_order_acq_rel);
 }
 

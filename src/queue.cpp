@@ -94,9 +94,11 @@ void Queue::advance_clock(std::uint64_t ms) noexcept {
 namespace detail {
 
 const ProcRecord* mirror_proc(const Segment& s) noexcept {
-  const std::uint32_t p = s.h->mirror.proc.load(std::memory_order_acquire);
+  const std::uint32_t role = s.h->mirror.proc.load(std::memory_order_acquire);
+  const std::uint32_t p = MirrorRole::index1(role);
   if (p == 0 || p > s.proc_count) return nullptr;
   const ProcRecord& r = s.procs[p - 1];
+  if ((r.incarnation.load(std::memory_order_relaxed) & 0xFFFF) != MirrorRole::incarnation(role)) return nullptr;
   return (r.owner.load(std::memory_order_acquire) & kOwnerAttached) ? &r : nullptr;
 }
 

@@ -22,6 +22,7 @@
 #include <chrono>
 #include <fstream>
 #include <map>
+#include <optional>
 #include <set>
 #include <string>
 #include <thread>
@@ -285,6 +286,40 @@ TEST_F(MirrorTest, SyncEnqueueWithADeadMirrorSaysNotDurable) {
   EXPECT_EQ(q.enqueue(group(1), id, "late"), EnqueueStatus::not_durable);
   ASSERT_TRUE(q.job(id).has_value());
   EXPECT_EQ(q.enqueue(group(1), id, "late"), EnqueueStatus::duplicate);
+}
+
+// A dead mirror's process record taken by a process that is no mirror: the
+// role named the record alone, so that process passed for a running mirror
+// (mirror_status said running, sync enqueues waited for it) and a new
+// mirror was refused as busy until it detached.
+TEST_F(MirrorTest, ADeadMirrorsRecordTakenByAnotherProcessHoldsNoMirrorRole) {
+  QueueOptions o;
+  o.jobs = 256;
+  o.lanes = 8;
+  o.mirror = url_;
+  o.processes = 2;  // q's record and the mirror's: the next attach takes the dead mirror's
+  auto made = Queue::create(name_, o);
+  ASSERT_TRUE(made) << made.error().message;
+  std::optional<Queue> q(std::move(*made));
+  std::vector<std::string> args{FAIRLANE_CLI_PATH, "mirror", name_, "--quiet"};
+  std::vector<char*> argv;
+  for (auto& a : args) argv.push_back(a.data());
+  argv.push_back(nullptr);
+  pid_t pid = -1;
+  ASSERT_EQ(posix_spawn(&pid, argv[0], nullptr, nullptr, argv.data(), environ), 0);
+  ASSERT_TRUE(mirror_running(*q));
+  ::kill(pid, SIGKILL);
+  ::waitpid(pid, nullptr, 0);
+  auto other = Queue::open(name_);
+  ASSERT_TRUE(other) << other.error().message;
+  EXPECT_FALSE(q->mirror_status().running) << "a process that is no mirror passed for the dead mirror";
+  q.reset();  // its record is where the new mirror attaches
+  MirrorOptions mo;
+  mo.valkey.reconnect_attempts = 1;
+  auto m = Mirror::start(name_, mo);
+  ASSERT_TRUE(m) << m.error().message;
+  EXPECT_TRUE(other->mirror_status().running);
+  (*m)->stop();
 }
 
 TEST_F(MirrorTest, RefusePolicyRefusesNewJobsWhenTheLogIsFullAndChangesNothing) {

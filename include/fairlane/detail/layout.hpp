@@ -29,7 +29,7 @@
 namespace fairlane::detail {
 
 inline constexpr std::uint64_t kMagic = 0x314E4C5249414646ULL;  // "FFAIRLN1" little-endian
-inline constexpr std::uint32_t kLayoutVersion = 10;  // 10: liveness locks and real start times in ProcRecord
+inline constexpr std::uint32_t kLayoutVersion = 11;  // 10: liveness locks and real start times in ProcRecord; 11: MirrorRole
 inline constexpr std::size_t kCacheLine = 64;
 inline constexpr std::uint32_t kMaxJobs = (1U << 26) - 2;      // slot+1 fits a 26-bit field
 inline constexpr std::uint32_t kMaxLanes = (1U << 21) - 2;     // lane+1 fits 22 bits, with the default lane
@@ -649,12 +649,25 @@ enum class MirrorState : std::uint32_t {
   resync = 2,     // a record was lost (a hole or a failed publish): resynchronise everything
 };
 
+// MirrorShared::proc: the mirror's process record + 1 (bits 0..15) and that
+// record's incarnation mod 2^16 (bits 16..31). A dead mirror's record taken
+// by a process that is no mirror has moved its incarnation on: the role is
+// free, where by the index alone that process held it until it detached.
+struct MirrorRole {
+  static constexpr std::uint32_t make(std::uint32_t index, std::uint64_t incarnation) noexcept {
+    return ((index + 1) & 0xFFFF) | (std::uint32_t(incarnation & 0xFFFF) << 16);
+  }
+  static constexpr std::uint32_t index1(std::uint32_t role) noexcept { return role & 0xFFFF; }
+  static constexpr std::uint32_t incarnation(std::uint32_t role) noexcept { return role >> 16; }
+};
+static_assert(kMaxProcs < 0xFFFF, "a mirror role's record index fits 16 bits");
+
 struct alignas(kCacheLine) MirrorShared {
   alignas(kCacheLine) std::atomic<std::uint64_t> head;   // next sequence number to reserve
   alignas(kCacheLine) std::atomic<std::uint64_t> tail;   // next sequence the mirror reads
   std::atomic<std::uint32_t> bell;                       // futex: the mirror parks here
   std::atomic<std::uint32_t> parked;                     // 1 while the mirror is parked
-  std::atomic<std::uint32_t> proc;                       // process record + 1 of the running mirror
+  std::atomic<std::uint32_t> proc;                       // the running mirror's record (MirrorRole), 0 if none
   std::atomic<std::uint32_t> state;                      // MirrorState
   alignas(kCacheLine) std::atomic<std::uint64_t> acked;  // records below this are in Valkey
   std::atomic<std::uint32_t> ack_bell;                   // futex: sync enqueuers park here
