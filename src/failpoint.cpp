@@ -87,6 +87,7 @@ const char* const kStepPoints[] = {
     "reassign.found",     // a reassign's job found by its id, its slot word not yet read (reads only)
     "reassign.tagged",    // the copy's slot taken and its admission tag moved, not published (as enqueue.slot_taken)
     "liveness.judged",    // a process record's owner judged, the verdict not yet stored (a cache only)
+    "mirror.records_read",  // the mirror read a batch of log records (cells given back), the slots they name not yet read
 };
 
 namespace {

@@ -35,6 +35,7 @@
 #include "clock.hpp"
 #include "futex.hpp"
 #include "core.hpp"
+#include "failpoint.hpp"
 #include "mirror_log.hpp"
 #include "segment.hpp"
 #include "valkey/connection.hpp"
@@ -202,12 +203,17 @@ struct Mirror::Impl {
     std::uint32_t attempt = 0;
     std::uint64_t when = 0, ready_ms = 0;
     std::string payload, error;
+    std::uint32_t copy = kNoSlot;  // an aborted slot's successor: where a reassign moved its job
   };
   bool read_slot(std::uint32_t slot, Seen& out) {
     const Word128 w = slot_load(s, slot);
     SlotState st = SlotWord::state(w);
     if (st == SlotState::free || st == SlotState::aborted) {
       out.live = false;  // no job (an aborted slot is a husk on its way to free)
+      if (st == SlotState::aborted) {
+        const std::uint32_t c1 = Successor::slot1(SlotWord::when(w));
+        if (c1 != 0 && c1 <= s.jobs && c1 - 1 != slot) out.copy = c1 - 1;
+      }
       return true;
     }
     if (st == SlotState::admitting) return false;  // its admission has a record of its own still to come
@@ -280,11 +286,24 @@ struct Mirror::Impl {
   }
 
   // A record named this slot: write what it holds now.
-  void capture_slot(std::uint32_t slot, Batch& b, bool resync) {
+  //
+  // A reassign's copy is written once its mover has committed it, and the
+  // mover logs it only then. A mover stopped between dropping the origin and
+  // that commit left the job in no Valkey key: the origin reads as a husk,
+  // the copy as an admission still to come. A sync enqueue whose job was
+  // moved at once returned durable so, and a mirror started meanwhile
+  // skipped the copy in its resync. So a copy its origin names is committed
+  // here first, by the move's rule, which any process may apply; and a husk
+  // that names a copy has that copy written too. Writing what a slot holds
+  // is always right, whatever its successor bits say.
+  void capture_slot(std::uint32_t slot, Batch& b, bool resync, bool follow_copy = true) {
+    if (const Word128 w = slot_load(s, slot); named_copy(s, slot, w))
+      settle_found(s, slot, s.slot(slot).sf.load(std::memory_order_acquire));
     Seen seen;
     if (!read_slot(slot, seen)) return;
     if (!seen.live) {
       forget_shadow(slot, b);
+      if (follow_copy && seen.copy != kNoSlot) capture_slot(seen.copy, b, resync, false);
       return;
     }
     if (shadow_sf[slot] != seen.sf) forget_shadow(slot, b);
@@ -436,6 +455,7 @@ struct Mirror::Impl {
         idle_rounds = 0;
         m.tail.store(seq, std::memory_order_release);
         ctr_records.fetch_add(n, std::memory_order_relaxed);
+        FAIRLANE_FAILPOINT("mirror.records_read");
         for (std::uint32_t slot : slots) {
           seen_slot[slot] = 0;
           capture_slot(slot, b, false);

@@ -25,6 +25,7 @@
 #include "../../src/lane_order.hpp"
 #include "forked_child.hpp"
 #include "raw_segment.hpp"
+#include "stopped_mover.hpp"
 #include "test_support.hpp"
 
 namespace fairlane {
@@ -34,6 +35,7 @@ using test::ForkedChild;
 using test::RawSegment;
 using test::SegmentFixture;
 using test::SharedBlock;
+using test::StoppedMover;
 
 const BrandedId G = BrandedId::make("GRP", 7);
 const BrandedId H = BrandedId::make("HHH", 9);
@@ -1252,46 +1254,6 @@ TEST_F(Contention, AMovesTargetDecidedAndReusedBeforeAnEnqueueDecidesItIsNoCorru
   EXPECT_EQ(got.size(), 7u);
   expect_clean(q);
 }
-
-// A reassign of job j from paused group `from` to `to` on a thread of its
-// own, stopped once it has dropped the origin (the origin names the copy,
-// which is undecided) until go(); the drop applied to the origin (it is a
-// step of the origin's lane word, which any write of that word applies).
-class StoppedMover {
- public:
-  StoppedMover(Queue& q, const BrandedId& j, const BrandedId& from, const BrandedId& to) : q_(q), from_(from) {
-    detail::failpoint_call("reassign.dropped", &StoppedMover::at_dropped, this);
-    thread_ = std::thread([this, j, to] {
-      mover_ = this;
-      moved_ = q_.reassign(j, to);
-    });
-    while (!dropped_.load()) std::this_thread::yield();
-    EXPECT_EQ(q_.resume(from_), LaneStatus::ok);
-    EXPECT_EQ(q_.pause(from_), LaneStatus::ok);
-  }
-  ~StoppedMover() { go(); }
-  // Lets the mover go on and end; what its reassign answered.
-  MoveStatus go() {
-    go_.store(true);
-    if (thread_.joinable()) thread_.join();
-    detail::failpoint_call("reassign.dropped", nullptr, nullptr);
-    return moved_;
-  }
-
- private:
-  static void at_dropped(void* p) {
-    StoppedMover& m = *static_cast<StoppedMover*>(p);
-    if (mover_ != &m) return;
-    m.dropped_.store(true);
-    while (!m.go_.load()) std::this_thread::yield();
-  }
-  static inline thread_local StoppedMover* mover_ = nullptr;
-  Queue& q_;
-  BrandedId from_;
-  std::atomic<bool> dropped_{false}, go_{false};
-  MoveStatus moved_ = MoveStatus::corrupt;
-  std::thread thread_;
-};
 
 // A job whose reassign is stopped between its drop and its copy's commit:
 // the origin is a husk that names the copy, the copy admitting and not yet

@@ -1,0 +1,162 @@
+// The mirror and a reassign stopped half done: linked with the failpoint
+// build of the core (src/failpoint.hpp), and the mirror's own sources, to
+// stop the mover at a named step while the mirror runs in this process.
+#include <fairlane/mirror.hpp>
+#include <fairlane/queue.hpp>
+
+#include <gtest/gtest.h>
+#include <hiredis/hiredis.h>
+
+#include <atomic>
+#include <chrono>
+#include <memory>
+#include <string>
+#include <thread>
+
+#include "redis_server.hpp"
+#include "stopped_mover.hpp"
+#include "test_support.hpp"
+
+namespace fairlane {
+namespace {
+
+using namespace std::chrono_literals;
+
+class MirrorMove : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    std::string error;
+    server_ = test::RedisServer::start(FAIRLANE_REDIS_SERVER, error);
+    if (!server_) FAIRLANE_SKIP_OR_FAIL(error);
+    name_ = test::unique_segment_name();
+    guard_ = std::make_unique<test::SegmentGuard>(name_);
+    url_ = "valkey://127.0.0.1:" + std::to_string(server_->port()) + "/" + name_;
+  }
+  void TearDown() override {
+    if (mirror_) mirror_->stop();
+    mirror_.reset();
+    guard_.reset();
+  }
+
+  std::string hget(const std::string& key, const std::string& field) {
+    redisContext* c = redisConnect("127.0.0.1", server_->port());
+    std::string out;
+    if (c && !c->err) {
+      auto* r = static_cast<redisReply*>(redisCommand(c, "HGET %s %s", key.c_str(), field.c_str()));
+      if (r && r->type == REDIS_REPLY_STRING) out.assign(r->str, r->len);
+      if (r) freeReplyObject(r);
+    }
+    if (c) redisFree(c);
+    return out;
+  }
+  std::string job_key(const BrandedId& id) const { return "emq:{" + name_ + "}:job:" + id.string(); }
+
+  // Until Valkey says `field` of job `id` is `want` (a liveness wait with a
+  // generous bound, not a speed assertion); what it said last.
+  std::string wait_for(const BrandedId& id, const std::string& field, const std::string& want) {
+    const auto give_up = std::chrono::steady_clock::now() + 20s;
+    std::string got = hget(job_key(id), field);
+    while (got != want && std::chrono::steady_clock::now() < give_up) {
+      std::this_thread::sleep_for(5ms);
+      got = hget(job_key(id), field);
+    }
+    return got;
+  }
+
+  std::unique_ptr<test::RedisServer> server_;
+  std::string name_, url_;
+  std::unique_ptr<test::SegmentGuard> guard_;
+  std::unique_ptr<Mirror> mirror_;
+};
+
+// A job enqueued, then moved by a reassign that stopped between dropping its
+// origin and committing its copy, before the mirror read the enqueue's
+// record. The mirror found the origin a husk and wrote nothing; the mover
+// logs the copy only once it goes on. So the enqueue's record was
+// acknowledged (a sync enqueue returned durable) with the job in no Valkey
+// key for as long as the mover stayed stopped. The mirror now follows the
+// husk to the copy it names, commits it by the move's rule, and writes it.
+TEST_F(MirrorMove, AJobMovedBeforeTheMirrorReadItsEnqueueReachesValkeyWhileItsMoverIsStopped) {
+  QueueOptions o;
+  o.jobs = 256;
+  o.lanes = 8;
+  o.mirror = url_;
+  auto made = Queue::create(name_, o);
+  ASSERT_TRUE(made) << made.error().message;
+  Queue& q = *made;
+  const BrandedId g1 = BrandedId::make("AAA", 1), g2 = BrandedId::make("BBB", 2);
+  const BrandedId j = q.mint();
+  ASSERT_EQ(q.enqueue(g1, j, "j"), EnqueueStatus::enqueued);  // logged; no mirror reads it yet
+  ASSERT_EQ(q.pause(g1), LaneStatus::ok);
+  test::StoppedMover mover(q, j, g1, g2);
+
+  MirrorOptions mo;
+  mo.valkey.reconnect_attempts = 1;
+  auto m = Mirror::start(name_, mo);
+  ASSERT_TRUE(m) << m.error().message;
+  mirror_ = std::move(*m);
+  EXPECT_EQ(wait_for(j, "group", g2.string()), g2.string()) << "the moved job is in no Valkey key";
+  EXPECT_EQ(hget(job_key(j), "payload"), "j");
+
+  EXPECT_EQ(mover.go(), MoveStatus::moved);
+  EXPECT_EQ(wait_for(j, "state", "pending"), "pending");
+  EXPECT_EQ(hget(job_key(j), "group"), g2.string());
+}
+
+// Holds the mirror's reader at mirror.records_read while `hold` is set;
+// `reached` says it got there.
+struct ReaderHold {
+  std::atomic<bool> hold{true}, reached{false};
+  static void at(void* p) {
+    auto& h = *static_cast<ReaderHold*>(p);
+    h.reached.store(true);
+    while (h.hold.load()) std::this_thread::yield();
+  }
+};
+
+// The same, with the mirror running: it read the enqueue's record before the
+// move and the slot it names after the drop, a husk. It wrote nothing
+// (the job in no Valkey key while the mover stayed stopped), though the
+// enqueue's record was acknowledged.
+TEST_F(MirrorMove, AJobMovedBetweenTheMirrorsReadOfItsRecordAndOfItsSlotReachesValkeyWhileItsMoverIsStopped) {
+  QueueOptions o;
+  o.jobs = 256;
+  o.lanes = 8;
+  o.mirror = url_;
+  auto made = Queue::create(name_, o);
+  ASSERT_TRUE(made) << made.error().message;
+  Queue& q = *made;
+  MirrorOptions mo;
+  mo.valkey.reconnect_attempts = 1;
+  auto m = Mirror::start(name_, mo);
+  ASSERT_TRUE(m) << m.error().message;
+  mirror_ = std::move(*m);
+  const BrandedId g1 = BrandedId::make("AAA", 1), g2 = BrandedId::make("BBB", 2), g3 = BrandedId::make("CCC", 3);
+  // The mirror's first resync and every record so far behind it: the next
+  // batch it reads is the enqueue's.
+  const BrandedId w = q.mint();
+  ASSERT_EQ(q.enqueue(g3, w, "w"), EnqueueStatus::enqueued);
+  ASSERT_EQ(wait_for(w, "state", "pending"), "pending");
+
+  ReaderHold reader;
+  detail::failpoint_call("mirror.records_read", &ReaderHold::at, &reader);
+  const BrandedId j = q.mint();
+  ASSERT_EQ(q.enqueue(g1, j, "j"), EnqueueStatus::enqueued);
+  const auto give_up = std::chrono::steady_clock::now() + 20s;
+  while (!reader.reached.load() && std::chrono::steady_clock::now() < give_up) std::this_thread::sleep_for(1ms);
+  ASSERT_TRUE(reader.reached.load()) << "the mirror never read the enqueue's record";
+  ASSERT_EQ(q.pause(g1), LaneStatus::ok);
+  {
+    test::StoppedMover mover(q, j, g1, g2);
+    reader.hold.store(false);
+    EXPECT_EQ(wait_for(j, "group", g2.string()), g2.string()) << "the moved job is in no Valkey key";
+    EXPECT_EQ(hget(job_key(j), "payload"), "j");
+    EXPECT_EQ(mover.go(), MoveStatus::moved);
+  }
+  EXPECT_EQ(wait_for(j, "state", "pending"), "pending");
+  mirror_->stop();  // no thread reaches the point any more
+  detail::failpoint_call("mirror.records_read", nullptr, nullptr);
+}
+
+}  // namespace
+}  // namespace fairlane
