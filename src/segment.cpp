@@ -427,6 +427,33 @@ int open_lock_file_by_name(const Segment& s) noexcept {
   return -1;
 }
 
+// pthread_atfork handlers: the list is held across the fork so the child
+// finds it whole. The child lets go of its parent's lock descriptions (the
+// parent's liveness locks stay with the parent alone) and opens its own;
+// every handle it inherited is a copy and no record is its own, whatever
+// getpid() says (a child forked into a new PID namespace by a process that
+// is pid 1 of its own is pid 1 too). Only async-signal-safe calls, and no
+// memory freed.
+void lock_live_list() noexcept { live_handles_mu.lock(); }
+void unlock_live_list() noexcept { live_handles_mu.unlock(); }
+void reopen_lock_files_in_child() noexcept {
+  held_records.clear();
+  for (Segment* s : live_segments) {
+    s->attach_pid = -1;
+    if (s->file.fd < 0) continue;
+    ::close(s->file.fd);
+    s->file.fd = open_lock_file_by_name(*s);
+  }
+  live_handles_mu.unlock();
+}
+void install_fork_handlers() {
+  static const bool installed = [] {
+    ::pthread_atfork(lock_live_list, unlock_live_list, reopen_lock_files_in_child);
+    return true;
+  }();
+  (void)installed;
+}
+
 // The liveness locks' open of the segment's file, from shm_fd (the open the
 // mapping was made from). An OFD lock belongs to its open file description
 // and lasts while any descriptor or mapping refers to it; a child forked
@@ -437,7 +464,14 @@ int open_lock_file_by_name(const Segment& s) noexcept {
 // which the fork handler closes in the child (reopen_lock_files_in_child).
 // By name, checked to be the mapped file; where that fails (the name was
 // removed or reused since), a duplicate of shm_fd, with the old limit.
-void open_lock_file(Segment& s, int shm_fd) noexcept {
+//
+// Opened and listed for the fork handler in one step, under the lock the
+// handler holds across a fork: opened first and listed after, a fork by
+// another thread in between gave its child the description unlisted, which
+// the child kept open, and the lock taken on it lived on in that child
+// (found in review of ebd209c).
+void open_lock_file(Segment& s, int shm_fd) {
+  install_fork_handlers();
   s.shm_name = "/" + s.name;
   struct stat mapped {};
   if (::fstat(shm_fd, &mapped) == 0) {
@@ -445,34 +479,17 @@ void open_lock_file(Segment& s, int shm_fd) noexcept {
     s.file_ino = mapped.st_ino;
     s.file_known = true;
   }
+  std::lock_guard l(live_handles_mu);
+  live_segments.reserve(live_segments.size() + 1);  // the push below cannot throw after the open
   s.file.fd = open_lock_file_by_name(s);
   if (s.file.fd < 0) s.file.fd = ::fcntl(shm_fd, F_DUPFD_CLOEXEC, 0);
-}
-
-// pthread_atfork handlers: the list is held across the fork so the child
-// finds it whole; the child lets go of its parent's lock descriptions (the
-// parent's liveness locks stay with the parent alone) and opens its own.
-void lock_live_list() noexcept { live_handles_mu.lock(); }
-void unlock_live_list() noexcept { live_handles_mu.unlock(); }
-void reopen_lock_files_in_child() noexcept {
-  for (Segment* s : live_segments) {
-    if (s->file.fd < 0) continue;
-    ::close(s->file.fd);
-    s->file.fd = open_lock_file_by_name(*s);
-  }
-  live_handles_mu.unlock();
+  live_segments.push_back(&s);
 }
 
 // Lists a handle as alive in this process (once its tables are bound).
 void register_live(Segment& s) {
-  static const bool handlers = [] {
-    ::pthread_atfork(lock_live_list, unlock_live_list, reopen_lock_files_in_child);
-    return true;
-  }();
-  (void)handlers;
   std::lock_guard l(live_handles_mu);
   live_handles.push_back(s.handle_id);
-  live_segments.push_back(&s);
 }
 
 // Take a process record: a free one (looking from a rotating start, so a
@@ -527,7 +544,10 @@ ProcRecord* attach(Segment& s, std::uint32_t& busy) {
         lock = take_liveness_lock(s, i);
       }
       if (lock == LockTake::busy) {
-        if (pass == 0) ++busy;
+        // Still free after the wait: a detacher holds its lock. (Taken
+        // meanwhile, it went to another attacher, which held its lock
+        // before its CAS: the segment may just be full.)
+        if (pass == 0 && p.owner.load(std::memory_order_acquire) == cur) ++busy;
         continue;
       }
       const bool locked = lock == LockTake::taken;
@@ -668,11 +688,14 @@ CounterBlock& Segment::counters() noexcept {
 }
 
 Segment::~Segment() {
+  {
+    std::lock_guard l(live_handles_mu);  // listed at its file's open, before any check of the segment
+    live_segments.erase(std::remove(live_segments.begin(), live_segments.end(), this), live_segments.end());
+  }
   if (!h) return;
   {
     std::lock_guard l(live_handles_mu);
     live_handles.erase(std::remove(live_handles.begin(), live_handles.end(), handle_id), live_handles.end());
-    live_segments.erase(std::remove(live_segments.begin(), live_segments.end(), this), live_segments.end());
   }
   auto& mine = tls_slots.entries;
   mine.erase(std::remove_if(mine.begin(), mine.end(), [&](const ThreadSlots::Entry& e) { return e.handle == handle_id; }),
