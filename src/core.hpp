@@ -193,6 +193,11 @@ inline bool husk_popped(const Word128& w) noexcept {
 // ---- the mirror's side of admissions (queue.cpp) ------------------------------------------
 
 // The running mirror's process record, if its owner is attached; alive?
+// Does the owner word of the record a mirror role names say that role's
+// owner holds it (attached, stamped, and the role's incarnation bits in the
+// word itself: a process attaching to a dead mirror's record says neither
+// its stamp nor its incarnation yet)?
+bool mirror_role_owner(std::uint64_t owner, std::uint32_t role) noexcept;
 const ProcRecord* mirror_proc(const Segment& s) noexcept;
 bool mirror_alive(const Segment& s) noexcept;
 // Before an admission writes anything: is there a mirror to take it?

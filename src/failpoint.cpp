@@ -88,6 +88,7 @@ const char* const kStepPoints[] = {
     "reassign.tagged",    // the copy's slot taken and its admission tag moved, not published (as enqueue.slot_taken)
     "liveness.judged",    // a process record's owner judged, the verdict not yet stored (a cache only)
     "mirror.records_read",  // the mirror read a batch of log records (cells given back), the slots they name not yet read
+    "mirror.resync_slot",   // a resync's scan about to read its next slot (reads only)
 };
 
 namespace {

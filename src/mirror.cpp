@@ -296,14 +296,16 @@ struct Mirror::Impl {
   // here first, by the move's rule, which any process may apply; and a husk
   // that names a copy has that copy written too. Writing what a slot holds
   // is always right, whatever its successor bits say.
-  void capture_slot(std::uint32_t slot, Batch& b, bool resync, bool follow_copy = true) {
+  // A chain of moves (x to n, then n to m) is followed up to kFollow husks.
+  static constexpr int kFollow = 8;
+  void capture_slot(std::uint32_t slot, Batch& b, bool resync, int follow = kFollow) {
     if (const Word128 w = slot_load(s, slot); named_copy(s, slot, w))
       settle_found(s, slot, s.slot(slot).sf.load(std::memory_order_acquire));
     Seen seen;
     if (!read_slot(slot, seen)) return;
     if (!seen.live) {
       forget_shadow(slot, b);
-      if (follow_copy && seen.copy != kNoSlot) capture_slot(seen.copy, b, resync, false);
+      if (follow > 0 && seen.copy != kNoSlot) capture_slot(seen.copy, b, resync, follow - 1);
       return;
     }
     if (shadow_sf[slot] != seen.sf) forget_shadow(slot, b);
@@ -365,8 +367,11 @@ struct Mirror::Impl {
     std::fill(shadow_sf.begin(), shadow_sf.end(), 0);
     id_slot.clear();
     for (std::uint32_t i = 0; i < s.jobs; ++i) {
+      FAIRLANE_FAILPOINT("mirror.resync_slot");
       const SlotState st = SlotWord::state(slot_load(s, i));
-      if (st == SlotState::free || st == SlotState::aborted) continue;
+      // A husk is looked at too: it may name a copy the scan passed while
+      // the copy was undecided and not yet named (found in review).
+      if (st == SlotState::free) continue;
       capture_slot(i, b, true);
     }
     for (std::uint32_t lane = 0; lane < s.lane_count; ++lane) mark_lane(lane, b);
@@ -730,9 +735,7 @@ Result<std::unique_ptr<Mirror>> Mirror::start(std::string_view segment, MirrorOp
     if (cur != 0 && cur != mine && p != 0 && p <= s.proc_count) {
       const ProcRecord& r = s.procs[p - 1];
       const std::uint64_t owner = r.owner.load(std::memory_order_acquire);
-      if ((owner & kOwnerAttached) &&
-          (r.incarnation.load(std::memory_order_relaxed) & 0xFFFF) == MirrorRole::incarnation(cur) &&
-          owner_alive(s, p - 1, owner, r.start_time.load(std::memory_order_relaxed)))
+      if (mirror_role_owner(owner, cur) && owner_alive(s, p - 1, owner, r.start_time.load(std::memory_order_relaxed)))
         return mirror_error(Errc::busy, "segment '" + std::string(segment) + "' is already mirrored by pid " +
                                             std::to_string(owner & 0xFFFFFFFF));
     }

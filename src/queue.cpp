@@ -93,13 +93,17 @@ void Queue::advance_clock(std::uint64_t ms) noexcept {
 
 namespace detail {
 
+bool mirror_role_owner(std::uint64_t owner, std::uint32_t role) noexcept {
+  return (owner & kOwnerAttached) && (owner & kOwnerStamped) &&
+         ((owner >> kOwnerIncShift) & 0xFFFF) == MirrorRole::incarnation(role);
+}
+
 const ProcRecord* mirror_proc(const Segment& s) noexcept {
   const std::uint32_t role = s.h->mirror.proc.load(std::memory_order_acquire);
   const std::uint32_t p = MirrorRole::index1(role);
   if (p == 0 || p > s.proc_count) return nullptr;
   const ProcRecord& r = s.procs[p - 1];
-  if ((r.incarnation.load(std::memory_order_relaxed) & 0xFFFF) != MirrorRole::incarnation(role)) return nullptr;
-  return (r.owner.load(std::memory_order_acquire) & kOwnerAttached) ? &r : nullptr;
+  return mirror_role_owner(r.owner.load(std::memory_order_acquire), role) ? &r : nullptr;
 }
 
 bool mirror_alive(const Segment& s) noexcept {

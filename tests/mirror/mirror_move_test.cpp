@@ -13,6 +13,7 @@
 #include <string>
 #include <thread>
 
+#include "raw_segment.hpp"
 #include "redis_server.hpp"
 #include "stopped_mover.hpp"
 #include "test_support.hpp"
@@ -21,6 +22,7 @@ namespace fairlane {
 namespace {
 
 using namespace std::chrono_literals;
+using test::RawSegment;
 
 class MirrorMove : public ::testing::Test {
  protected:
@@ -156,6 +158,87 @@ TEST_F(MirrorMove, AJobMovedBetweenTheMirrorsReadOfItsRecordAndOfItsSlotReachesV
   EXPECT_EQ(wait_for(j, "state", "pending"), "pending");
   mirror_->stop();  // no thread reaches the point any more
   detail::failpoint_call("mirror.records_read", nullptr, nullptr);
+}
+
+// Holds a thread at a failpoint until `go`, the nth time it gets there
+// (1 = the first); `reached` says it got there.
+struct Gate {
+  std::atomic<bool> reached{false}, go{false};
+  std::atomic<std::uint32_t> calls{0};
+  std::uint32_t nth = 1;
+  static void at(void* p) {
+    auto& g = *static_cast<Gate*>(p);
+    if (g.calls.fetch_add(1) + 1 != g.nth) return;
+    g.reached.store(true);
+    while (!g.go.load()) std::this_thread::yield();
+  }
+  void wait_reached() const {
+    while (!reached.load()) std::this_thread::yield();
+  }
+};
+
+// A resync (a mirror's start) whose scan read the copy before the drop (an
+// undecided copy no origin names yet: skipped, its admission has a record
+// to come) and the origin after it (a husk). The scan passed husks by
+// without a look, so the copy was never followed: the job was in no Valkey
+// key though its enqueue's record was acknowledged (found in review of
+// 142b94a).
+TEST_F(MirrorMove, AResyncThatReadsTheCopyBeforeTheDropAndTheOriginAfterItWritesTheJob) {
+  QueueOptions o;
+  o.jobs = 256;
+  o.lanes = 8;
+  o.mirror = url_;
+  auto made = Queue::create(name_, o);
+  ASSERT_TRUE(made) << made.error().message;
+  Queue& q = *made;
+  const BrandedId g1 = BrandedId::make("AAA", 1), g2 = BrandedId::make("BBB", 2);
+  const BrandedId j = q.mint();
+  ASSERT_EQ(q.enqueue(g1, j, "j"), EnqueueStatus::enqueued);
+  ASSERT_EQ(q.pause(g1), LaneStatus::ok);
+  Gate copied, dropped;
+  detail::failpoint_call("reassign.copied", &Gate::at, &copied);
+  detail::failpoint_call("reassign.dropped", &Gate::at, &dropped);
+  MoveStatus moved = MoveStatus::corrupt;
+  std::thread mover([&] { moved = q.reassign(j, g2); });
+  copied.wait_reached();  // the copy written and indexed, undecided; the origin pending
+  RawSegment raw(name_);
+  std::uint32_t origin = ~0U, copy = ~0U;
+  for (std::uint32_t i = 0; i < raw.header().job_capacity; ++i) {
+    const auto st = detail::SlotWord::state(raw.slot_word_value(i));
+    if (st == detail::SlotState::pending) origin = i;
+    if (st == detail::SlotState::admitting) copy = i;
+  }
+  const bool below = origin != ~0U && copy != ~0U && copy < origin;
+  Gate scan;  // the resync's scan, held once it has read the copy
+  scan.nth = copy + 2;
+  if (below) detail::failpoint_call("mirror.resync_slot", &Gate::at, &scan);
+  MirrorOptions mo;
+  mo.valkey.reconnect_attempts = 1;
+  auto m = Mirror::start(name_, mo);
+  if (below && m) {
+    scan.wait_reached();
+    copied.go.store(true);
+    dropped.wait_reached();
+    EXPECT_EQ(q.resume(g1), LaneStatus::ok);  // applies the drop: the origin is a husk naming the copy
+    EXPECT_EQ(q.pause(g1), LaneStatus::ok);
+    scan.go.store(true);
+  }
+  copied.go.store(true);
+  if (m) {
+    mirror_ = std::move(*m);
+    if (below) {
+      EXPECT_EQ(wait_for(j, "group", g2.string()), g2.string()) << "the moved job is in no Valkey key";
+      EXPECT_EQ(hget(job_key(j), "payload"), "j");
+    }
+  }
+  dropped.go.store(true);
+  mover.join();
+  if (mirror_) mirror_->stop();  // no thread reaches the points any more
+  for (const char* point : {"reassign.copied", "reassign.dropped", "mirror.resync_slot"})
+    detail::failpoint_call(point, nullptr, nullptr);
+  ASSERT_TRUE(m) << m.error().message;
+  if (!below) GTEST_SKIP() << "the copy (slot " << copy << ") is not below its origin (slot " << origin << ")";
+  EXPECT_EQ(moved, MoveStatus::moved);
 }
 
 }  // namespace
