@@ -3,8 +3,8 @@
 #include "segment.hpp"
 
 #include <dirent.h>
-#include <pthread.h>
 #include <fcntl.h>
+#include <pthread.h>
 #include <signal.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
@@ -689,14 +689,12 @@ CounterBlock& Segment::counters() noexcept {
 
 Segment::~Segment() {
   {
-    std::lock_guard l(live_handles_mu);  // listed at its file's open, before any check of the segment
-    live_segments.erase(std::remove(live_segments.begin(), live_segments.end(), this), live_segments.end());
-  }
-  if (!h) return;
-  {
     std::lock_guard l(live_handles_mu);
+    // Listed at its file's open, before any check of the segment.
+    live_segments.erase(std::remove(live_segments.begin(), live_segments.end(), this), live_segments.end());
     live_handles.erase(std::remove(live_handles.begin(), live_handles.end(), handle_id), live_handles.end());
   }
+  if (!h) return;
   auto& mine = tls_slots.entries;
   mine.erase(std::remove_if(mine.begin(), mine.end(), [&](const ThreadSlots::Entry& e) { return e.handle == handle_id; }),
              mine.end());
@@ -722,9 +720,9 @@ Segment::~Segment() {
   me->owner.store(0, std::memory_order_release);
   // The lock after the word: a judge that finds the lock free while the
   // word still names us would take a clean detach for a death. Given up
-  // explicitly: a child forked without exec shares this open of the file.
-  // Whatever the word said of it (shared bytes; giving up a lock not held
-  // is nothing).
+  // explicitly, not by the close: a child made by a bare clone (no fork
+  // handler) shares this open of the file. Whatever the word said of it
+  // (shared bytes; giving up a lock not held is nothing).
   drop_liveness_lock(*this, me_index);
 }
 
