@@ -540,6 +540,7 @@ ProcRecord* attach(Segment& s, std::uint32_t& busy) {
       LockTake lock = take_liveness_lock(s, i);
       while (lock == LockTake::busy && monotonic_us() / 1000 < wait_until &&
              p.owner.load(std::memory_order_acquire) == cur) {
+        FAIRLANE_FAILPOINT("attach.lock_busy");
         std::this_thread::sleep_for(std::chrono::milliseconds(1));
         lock = take_liveness_lock(s, i);
       }

@@ -3,6 +3,7 @@
 // consumer killed while it is inside a claim (found by stopping it and
 // looking at the ring). failpoint_test.cpp kills at each step exactly, and
 // torture.cpp at random.
+#include "liveness_lock.hpp"
 #include "raw_segment.hpp"
 #include "spawn.hpp"
 #include "test_support.hpp"
@@ -423,46 +424,9 @@ TEST_F(Crash, AChildForkedWithoutExecThatClosesItsCopyOfTheHandleLeavesItsParent
 // clearing its word and its unlock holds. How many it took.
 int lock_every_free_record(int fd, std::uint32_t records) {
   int taken = 0;
-  for (std::uint32_t i = 0; i < records; ++i) {
-    struct flock f {};
-    f.l_type = F_WRLCK;
-    f.l_whence = SEEK_SET;
-    f.l_start = off_t(detail::kLivenessLockBase + i);
-    f.l_len = 1;
-    if (::fcntl(fd, F_OFD_SETLK, &f) == 0) ++taken;
-  }
+  for (std::uint32_t i = 0; i < records; ++i)
+    if (test::set_record_lock(fd, i, F_WRLCK)) ++taken;
   return taken;
-}
-
-// An attacher waiting for a busy liveness lock holds no record meanwhile:
-// killed while it waits, it leaves nothing behind. (It held the record by
-// an unstamped word, which nobody judges: with two records, no process
-// could attach again; found in review of 4e618c4.)
-TEST_F(Crash, AnAttacherKilledWhileItWaitsForABusyLivenessLockLeavesNoRecordBehind) {
-  QueueOptions o;
-  o.jobs = 64;
-  o.lanes = 8;
-  o.payload_bytes = 64;
-  o.recovery_ms = 200;
-  o.processes = 2;
-  create(o);
-  const int fd = ::open(("/dev/shm/" + seg()).c_str(), O_RDWR | O_CLOEXEC);
-  ASSERT_GE(fd, 0);
-  const int busy = lock_every_free_record(fd, o.processes);  // a detacher stopped before its unlock
-  ASSERT_EQ(busy, 1);
-  const pid_t child = ::fork();
-  ASSERT_GE(child, 0);
-  if (child == 0) {
-    auto opened = Queue::open(seg());  // waits for the busy lock, up to 1 s
-    ::_exit(opened.ok() ? 0 : 1);
-  }
-  std::this_thread::sleep_for(std::chrono::milliseconds(200));
-  ::kill(child, SIGKILL);  // killed during its wait
-  int st = 0;
-  ASSERT_EQ(::waitpid(child, &st, 0), child);
-  ::close(fd);  // the stopped detacher resumes and unlocks
-  auto again = Queue::open(seg());
-  EXPECT_TRUE(again.ok()) << (again.ok() ? "" : again.error().message);
 }
 
 // An attach that finds the only free record's lock held past its wait says
@@ -775,39 +739,6 @@ TEST_F(Crash, RepairInAPid1ChildOfAPid1ParentRefusesWhileTheParentIsAttached) {
   ASSERT_TRUE(WIFEXITED(st)) << st;
   if (WEXITSTATUS(st) == 5) GTEST_SKIP() << "no PID namespace here (not root)";
   EXPECT_EQ(WEXITSTATUS(st), 0) << "a pid-1 child's repair ran while its pid-1 parent (holding a lease) was attached";
-}
-
-// The last free record taken by a concurrent attacher (its lock held
-// before its CAS, as attach does): the loser's attach gives up with "free
-// ones are still locked by a process that detached ...; try again", though
-// the segment is full (every record attached, none free, none dead; found
-// in review of 57b43aa).
-TEST_F(Crash, AnAttachThatLosesTheLastFreeRecordToAnotherAttacherSaysTheSegmentIsFull) {
-  QueueOptions o;
-  o.jobs = 64;
-  o.lanes = 8;
-  o.payload_bytes = 64;
-  o.processes = 2;
-  create(o);
-  const int fd = ::open(("/dev/shm/" + seg()).c_str(), O_RDWR | O_CLOEXEC);
-  ASSERT_GE(fd, 0);
-  RawSegment raw(seg());
-  std::uint32_t free_rec = ~0U;
-  for (std::uint32_t i = 0; i < o.processes; ++i)
-    if (raw.proc(i).owner.load() == 0) free_rec = i;
-  ASSERT_NE(free_rec, ~0U);
-  // The other attacher: its lock first, then (100 ms later) its word.
-  ASSERT_EQ(lock_every_free_record(fd, o.processes), 1);
-  std::thread other([&] {
-    std::this_thread::sleep_for(std::chrono::milliseconds(100));
-    raw.proc(free_rec).owner.store(detail::kOwnerAttached | detail::kOwnerStamped | detail::kOwnerLocked |
-                                   (std::uint64_t(1) << detail::kOwnerIncShift) | std::uint32_t(::getpid()));
-  });
-  auto opened = Queue::open(seg());
-  other.join();
-  ASSERT_FALSE(opened.ok());
-  EXPECT_NE(opened.error().message.find("larger --processes"), std::string::npos) << opened.error().message;
-  ::close(fd);
 }
 
 }  // namespace

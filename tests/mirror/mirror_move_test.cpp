@@ -65,6 +65,26 @@ class MirrorMove : public ::testing::Test {
     return got;
   }
 
+  // A mirrored segment of 256 jobs (the fixture's name and server).
+  Queue make_queue() {
+    QueueOptions o;
+    o.jobs = 256;
+    o.lanes = 8;
+    o.mirror = url_;
+    auto made = Queue::create(name_, o);
+    EXPECT_TRUE(made) << made.error().message;
+    return std::move(*made);
+  }
+  // The mirror, in this process (mirror_); false if it did not start.
+  ::testing::AssertionResult start_mirror() {
+    MirrorOptions mo;
+    mo.valkey.reconnect_attempts = 1;
+    auto m = Mirror::start(name_, mo);
+    if (!m) return ::testing::AssertionFailure() << m.error().message;
+    mirror_ = std::move(*m);
+    return ::testing::AssertionSuccess();
+  }
+
   std::unique_ptr<test::RedisServer> server_;
   std::string name_, url_;
   std::unique_ptr<test::SegmentGuard> guard_;
@@ -79,24 +99,14 @@ class MirrorMove : public ::testing::Test {
 // key for as long as the mover stayed stopped. The mirror now follows the
 // husk to the copy it names, commits it by the move's rule, and writes it.
 TEST_F(MirrorMove, AJobMovedBeforeTheMirrorReadItsEnqueueReachesValkeyWhileItsMoverIsStopped) {
-  QueueOptions o;
-  o.jobs = 256;
-  o.lanes = 8;
-  o.mirror = url_;
-  auto made = Queue::create(name_, o);
-  ASSERT_TRUE(made) << made.error().message;
-  Queue& q = *made;
+  Queue q = make_queue();
   const BrandedId g1 = BrandedId::make("AAA", 1), g2 = BrandedId::make("BBB", 2);
   const BrandedId j = q.mint();
   ASSERT_EQ(q.enqueue(g1, j, "j"), EnqueueStatus::enqueued);  // logged; no mirror reads it yet
   ASSERT_EQ(q.pause(g1), LaneStatus::ok);
   test::StoppedMover mover(q, j, g1, g2);
 
-  MirrorOptions mo;
-  mo.valkey.reconnect_attempts = 1;
-  auto m = Mirror::start(name_, mo);
-  ASSERT_TRUE(m) << m.error().message;
-  mirror_ = std::move(*m);
+  ASSERT_TRUE(start_mirror());
   EXPECT_EQ(wait_for(j, "group", g2.string()), g2.string()) << "the moved job is in no Valkey key";
   EXPECT_EQ(hget(job_key(j), "payload"), "j");
 
@@ -121,18 +131,8 @@ struct ReaderHold {
 // (the job in no Valkey key while the mover stayed stopped), though the
 // enqueue's record was acknowledged.
 TEST_F(MirrorMove, AJobMovedBetweenTheMirrorsReadOfItsRecordAndOfItsSlotReachesValkeyWhileItsMoverIsStopped) {
-  QueueOptions o;
-  o.jobs = 256;
-  o.lanes = 8;
-  o.mirror = url_;
-  auto made = Queue::create(name_, o);
-  ASSERT_TRUE(made) << made.error().message;
-  Queue& q = *made;
-  MirrorOptions mo;
-  mo.valkey.reconnect_attempts = 1;
-  auto m = Mirror::start(name_, mo);
-  ASSERT_TRUE(m) << m.error().message;
-  mirror_ = std::move(*m);
+  Queue q = make_queue();
+  ASSERT_TRUE(start_mirror());
   const BrandedId g1 = BrandedId::make("AAA", 1), g2 = BrandedId::make("BBB", 2), g3 = BrandedId::make("CCC", 3);
   // The mirror's first resync and every record so far behind it: the next
   // batch it reads is the enqueue's.
@@ -184,13 +184,7 @@ struct Gate {
 // key though its enqueue's record was acknowledged (found in review of
 // 142b94a).
 TEST_F(MirrorMove, AResyncThatReadsTheCopyBeforeTheDropAndTheOriginAfterItWritesTheJob) {
-  QueueOptions o;
-  o.jobs = 256;
-  o.lanes = 8;
-  o.mirror = url_;
-  auto made = Queue::create(name_, o);
-  ASSERT_TRUE(made) << made.error().message;
-  Queue& q = *made;
+  Queue q = make_queue();
   const BrandedId g1 = BrandedId::make("AAA", 1), g2 = BrandedId::make("BBB", 2);
   const BrandedId j = q.mint();
   ASSERT_EQ(q.enqueue(g1, j, "j"), EnqueueStatus::enqueued);

@@ -42,6 +42,16 @@ BrandedId group(int n) {
   return *BrandedId::parse(g);
 }
 
+pid_t spawn(const std::vector<std::string>& args) {
+  std::vector<std::string> copy = args;
+  std::vector<char*> argv;
+  for (auto& s : copy) argv.push_back(s.data());
+  argv.push_back(nullptr);
+  pid_t pid = -1;
+  if (posix_spawn(&pid, argv[0], nullptr, nullptr, argv.data(), environ) != 0) return -1;
+  return pid;
+}
+
 class MirrorTest : public ::testing::Test {
  protected:
   void SetUp() override {
@@ -268,12 +278,8 @@ TEST_F(MirrorTest, SyncEnqueueReturnsOnlyOnceValkeyHasTheJob) {
 TEST_F(MirrorTest, SyncEnqueueWithADeadMirrorSaysNotDurable) {
   Queue q = create(Durability::sync);
   // The mirror as its own process, then SIGKILLed.
-  std::vector<std::string> args{FAIRLANE_CLI_PATH, "mirror", name_, "--quiet"};
-  std::vector<char*> argv;
-  for (auto& s : args) argv.push_back(s.data());
-  argv.push_back(nullptr);
-  pid_t pid = -1;
-  ASSERT_EQ(posix_spawn(&pid, argv[0], nullptr, nullptr, argv.data(), environ), 0);
+  const pid_t pid = spawn({FAIRLANE_CLI_PATH, "mirror", name_, "--quiet"});
+  ASSERT_GT(pid, 0);
   ASSERT_TRUE(mirror_running(q));
   ASSERT_EQ(q.enqueue(group(1), q.mint(), "ok"), EnqueueStatus::enqueued);
   ::kill(pid, SIGKILL);
@@ -301,12 +307,8 @@ TEST_F(MirrorTest, ADeadMirrorsRecordTakenByAnotherProcessHoldsNoMirrorRole) {
   auto made = Queue::create(name_, o);
   ASSERT_TRUE(made) << made.error().message;
   std::optional<Queue> q(std::move(*made));
-  std::vector<std::string> args{FAIRLANE_CLI_PATH, "mirror", name_, "--quiet"};
-  std::vector<char*> argv;
-  for (auto& a : args) argv.push_back(a.data());
-  argv.push_back(nullptr);
-  pid_t pid = -1;
-  ASSERT_EQ(posix_spawn(&pid, argv[0], nullptr, nullptr, argv.data(), environ), 0);
+  const pid_t pid = spawn({FAIRLANE_CLI_PATH, "mirror", name_, "--quiet"});
+  ASSERT_GT(pid, 0);
   ASSERT_TRUE(mirror_running(*q));
   ::kill(pid, SIGKILL);
   ::waitpid(pid, nullptr, 0);
@@ -671,12 +673,8 @@ TEST_F(MirrorTest, ToolCreatesMirrorsAndRestores) {
   EXPECT_EQ(r.exit_code, 2);
   EXPECT_NE(r.err.find("start 'fairlane mirror"), std::string::npos) << r.err;
 
-  std::vector<std::string> args{FAIRLANE_CLI_PATH, "mirror", name_, "--quiet"};
-  std::vector<char*> argv;
-  for (auto& a : args) argv.push_back(a.data());
-  argv.push_back(nullptr);
-  pid_t pid = -1;
-  ASSERT_EQ(posix_spawn(&pid, argv[0], nullptr, nullptr, argv.data(), environ), 0);
+  const pid_t pid = spawn({FAIRLANE_CLI_PATH, "mirror", name_, "--quiet"});
+  ASSERT_GT(pid, 0);
   {
     auto q = Queue::open(name_);
     ASSERT_TRUE(q);
@@ -709,16 +707,6 @@ std::set<std::string> read_ids(const std::filesystem::path& file) {
   for (std::string line; std::getline(in, line);)
     if (!line.empty()) out.insert(line);
   return out;
-}
-
-pid_t spawn(const std::vector<std::string>& args) {
-  std::vector<std::string> copy = args;
-  std::vector<char*> argv;
-  for (auto& s : copy) argv.push_back(s.data());
-  argv.push_back(nullptr);
-  pid_t pid = -1;
-  if (posix_spawn(&pid, argv[0], nullptr, nullptr, argv.data(), environ) != 0) return -1;
-  return pid;
 }
 
 class MirrorCrashTest : public MirrorTest, public ::testing::WithParamInterface<Durability> {};

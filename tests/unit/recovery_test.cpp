@@ -1499,6 +1499,90 @@ TEST_F(DeadLooking, AHolderWhoseLivenessLockIsGoneIsDeadThoughItsPidLives) {
   EXPECT_EQ(other.complete(l.id, l.token), AckStatus::stale);
 }
 
+// The last free record taken by a concurrent attacher while ours waits for
+// its lock (held before its CAS, as attach does): the wait ended with the
+// lock still busy, and the attach gave up with "free ones are still locked
+// by a process that detached ...; try again", though the segment is full
+// (every record attached, none free, none dead; found in review of 57b43aa).
+// The other attacher's CAS is made at the step point of our wait.
+struct RivalAttacher {
+  std::atomic<std::uint64_t>* word = nullptr;
+  std::uint64_t owner = 0;
+  std::atomic<int> waits{0};
+  static void at(void* p) {
+    auto& r = *static_cast<RivalAttacher*>(p);
+    if (r.waits.fetch_add(1) == 0) r.word->store(r.owner);
+  }
+};
+
+TEST_F(DeadLooking, AnAttachThatLosesTheLastFreeRecordToAnotherAttacherSaysTheSegmentIsFull) {
+  make(500, 2);
+  RawSegment raw(seg());
+  std::uint32_t free_rec = ~0U;
+  for (std::uint32_t i = 0; i < 2; ++i)
+    if (raw.proc(i).owner.load() == 0) free_rec = i;
+  ASSERT_NE(free_rec, ~0U);
+  // The other attacher holds the record's lock byte (its first step).
+  const int fd = ::open(("/dev/shm/" + seg()).c_str(), O_RDWR | O_CLOEXEC);
+  ASSERT_GE(fd, 0);
+  ASSERT_TRUE(test::set_record_lock(fd, free_rec, F_WRLCK));
+  RivalAttacher rival;
+  rival.word = &raw.proc(free_rec).owner;
+  rival.owner = detail::kOwnerAttached | detail::kOwnerStamped | detail::kOwnerLocked |
+                (std::uint64_t(1) << detail::kOwnerIncShift) | std::uint32_t(::getpid());
+  detail::failpoint_call("attach.lock_busy", &RivalAttacher::at, &rival);
+  auto opened = Queue::open(seg());
+  detail::failpoint_call("attach.lock_busy", nullptr, nullptr);
+  EXPECT_GE(rival.waits.load(), 1) << "the attach never waited for the busy lock";
+  ASSERT_FALSE(opened.ok());
+  EXPECT_NE(opened.error().message.find("larger --processes"), std::string::npos) << opened.error().message;
+  raw.proc(free_rec).owner.store(0);
+  ::close(fd);
+}
+
+// An attacher waiting for a busy liveness lock holds no record meanwhile:
+// killed while it waits, it leaves nothing behind. (It held the record by
+// an unstamped word, which nobody judges: with two records, no process
+// could attach again; found in review of 4e618c4.) The child says it is
+// waiting from the step point of its wait.
+void say_waiting(void* p) {
+  const int fd = *static_cast<int*>(p);
+  const char b = 1;
+  (void)!::write(fd, &b, 1);
+}
+
+TEST_F(DeadLooking, AnAttacherKilledWhileItWaitsForABusyLivenessLockLeavesNoRecordBehind) {
+  make(200, 2);
+  RawSegment raw(seg());
+  std::uint32_t free_rec = ~0U;
+  for (std::uint32_t i = 0; i < 2; ++i)
+    if (raw.proc(i).owner.load() == 0) free_rec = i;
+  ASSERT_NE(free_rec, ~0U);
+  const int fd = ::open(("/dev/shm/" + seg()).c_str(), O_RDWR | O_CLOEXEC);
+  ASSERT_GE(fd, 0);
+  ASSERT_TRUE(test::set_record_lock(fd, free_rec, F_WRLCK));  // a detacher stopped before its unlock
+  int waiting[2];
+  ASSERT_EQ(::pipe(waiting), 0);
+  const pid_t child = ::fork();
+  ASSERT_GE(child, 0);
+  if (child == 0) {
+    detail::failpoint_call("attach.lock_busy", &say_waiting, &waiting[1]);
+    auto opened = Queue::open(seg());  // waits for the busy lock, up to 1 s
+    ::_exit(opened.ok() ? 0 : 1);
+  }
+  char b = 0;
+  ASSERT_EQ(::read(waiting[0], &b, 1), 1) << "the attacher never waited";
+  ::kill(child, SIGKILL);  // killed during its wait
+  int st = 0;
+  ASSERT_EQ(::waitpid(child, &st, 0), child);
+  ::close(waiting[0]);
+  ::close(waiting[1]);
+  ::close(fd);  // the stopped detacher resumes and unlocks
+  EXPECT_EQ(raw.proc(free_rec).owner.load(), 0U) << "the killed attacher left the record held";
+  auto again = Queue::open(seg());
+  EXPECT_TRUE(again.ok()) << (again.ok() ? "" : again.error().message);
+}
+
 TEST_F(DeadLooking, ExpiredLeasesAreCountedAndPromotionsAreNot) {
   make(500);
   fill(A, 2);
