@@ -23,6 +23,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <string>
+#include <vector>
 #include <type_traits>
 
 #include "histogram.hpp"
@@ -57,6 +58,15 @@ inline constexpr std::uint32_t kMaxRounds = 5;
 inline constexpr std::uint32_t kBatchRounds = 3;
 
 enum class Role : std::uint32_t { producer, consumer };
+
+// The CPU a worker runs on under `p.placement`, from the CPUs the harness may
+// use (ascending); -1: not pinned (placement os, or no CPU list).
+inline int placement_cpu(const Params& p, Role r, std::uint32_t index, const std::vector<int>& cpus) noexcept {
+  if (p.placement == Placement::os || cpus.empty()) return -1;
+  if (p.placement == Placement::shared) return cpus[0];
+  const std::uint64_t at = r == Role::producer ? index : std::uint64_t(p.producers) + index;
+  return cpus[at % cpus.size()];
+}
 
 // One claim of the served sequence.
 struct TraceRec {

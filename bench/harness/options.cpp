@@ -11,6 +11,15 @@ const char* to_string(Topology t) noexcept {
   return t == Topology::threads ? "threads" : "processes";
 }
 
+const char* to_string(Placement p) noexcept {
+  switch (p) {
+    case Placement::split: return "split";
+    case Placement::shared: return "shared";
+    case Placement::os: return "os";
+  }
+  return "?";
+}
+
 const char* to_string(Mode m) noexcept {
   switch (m) {
     case Mode::flow: return "flow";
@@ -97,6 +106,11 @@ backlogged lanes, and peak memory.
   --cycle-json FILE    the cycle counter's report (bench/cycle/count.sh --json
                        FILE; ./run.sh bench writes it): judged against the
                        cycle budget in the targets
+  --placement P        where the workers run: split (default; producer i on
+                       allowed CPU i mod n, consumer j on CPU (producers + j)
+                       mod n: one producer and one consumer on two CPUs run
+                       apart), shared (all on the first allowed CPU) or os
+                       (no pinning). The Valkey server is never pinned
   -p, --producers N    producer processes (threads), default 1
   -c, --consumers N    consumer processes (threads), default 1
   --lanes N            tenants, default 100
@@ -189,6 +203,13 @@ std::optional<Options> parse_options(int argc, char** argv, std::string& error) 
     else if (a == "--batch") { if (!num(p.batch)) return {}; }
     else if (a == "--capacity") { if (!num(p.capacity)) return {}; }
     else if (a == "--cycle-json") { if (!need()) return {}; o.cycle_json = std::string(v); }
+    else if (a == "--placement") {
+      if (!need()) return {};
+      if (v == "split") p.placement = Placement::split;
+      else if (v == "shared") p.placement = Placement::shared;
+      else if (v == "os") p.placement = Placement::os;
+      else { error = "--placement: " + std::string(v) + " is not split, shared or os"; return {}; }
+    }
     else if (a == "-p" || a == "--producers") { if (!num(p.producers)) return {}; }
     else if (a == "-c" || a == "--consumers") { if (!num(p.consumers)) return {}; }
     else if (a == "--lanes") { if (!num(p.lanes)) return {}; }

@@ -31,6 +31,20 @@ enum class Topology : std::uint32_t {
 };
 const char* to_string(Topology t) noexcept;
 
+// Where the workers run. Where two processes that hand each other work run
+// decides much of what a run measures: on one CPU a blocking queue fills
+// while its reader sleeps and drains in a batch, and no cache line crosses
+// between cores; on two, every hand-over moves lines from core to core. Left
+// to the scheduler, the same peer lands either way from run to run (Boost's
+// bare flow measured 3.5 M/s in one run and 16.8 M/s in another on the
+// development machine), so a judged run pins.
+enum class Placement : std::uint32_t {
+  split,   // producer i on allowed CPU i mod n, consumer j on CPU (producers + j) mod n
+  shared,  // every worker on the first allowed CPU
+  os,      // no pinning: wherever the scheduler puts them
+};
+const char* to_string(Placement p) noexcept;
+
 struct Params {
   std::uint32_t producers = 1;
   std::uint32_t consumers = 1;
@@ -51,6 +65,7 @@ struct Params {
   std::uint64_t bare_jobs = 2'000'000;  // bare: jobs each producer sends (lanes in turn)
   std::uint32_t batch = 32;           // batch: jobs per batch call
   std::uint64_t capacity = 0;         // jobs the queue holds; 0: the peer sizes it from backlog and drain_jobs
+  Placement placement = Placement::split;
 };
 static_assert(std::is_trivially_copyable_v<Params>);
 

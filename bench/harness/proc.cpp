@@ -1,6 +1,8 @@
 #include "proc.hpp"
 
 #include <fcntl.h>
+#include <pthread.h>
+#include <sched.h>
 #include <signal.h>
 #include <sys/prctl.h>
 #include <sys/resource.h>
@@ -19,6 +21,27 @@ void sleep_ns(std::uint64_t ns) noexcept {
   timespec ts{time_t(ns / 1'000'000'000ULL), long(ns % 1'000'000'000ULL)};
   while (nanosleep(&ts, &ts) != 0 && errno == EINTR) {
   }
+}
+
+std::vector<int> allowed_cpus() {
+  std::vector<int> out;
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  if (sched_getaffinity(0, sizeof set, &set) != 0) return out;
+  for (int c = 0; c < CPU_SETSIZE; ++c)
+    if (CPU_ISSET(c, &set)) out.push_back(c);
+  return out;
+}
+
+bool pin_thread(int cpu, std::string& error) {
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  CPU_SET(cpu, &set);
+  if (const int e = pthread_setaffinity_np(pthread_self(), sizeof set, &set); e != 0) {
+    error = "cannot pin to CPU " + std::to_string(cpu) + ": " + std::strerror(e);
+    return false;
+  }
+  return true;
 }
 
 std::string self_exe() {

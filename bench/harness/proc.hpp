@@ -57,6 +57,13 @@ std::string describe_status(int status);
 void install_interrupt_handler();
 bool interrupted() noexcept;
 
+// The CPUs this process may run on (sched_getaffinity), ascending; empty
+// when unreadable.
+std::vector<int> allowed_cpus();
+
+// Pins the calling thread to `cpu`; false with `error` set when it cannot.
+bool pin_thread(int cpu, std::string& error);
+
 // VmHWM (peak resident set, kB) of a live process; 0 when unreadable.
 std::uint64_t vmhwm_kb(pid_t pid);
 std::uint64_t self_vmhwm_kb();

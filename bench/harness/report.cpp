@@ -19,6 +19,27 @@ namespace fairlane::bench {
 
 namespace {
 
+// How the workers were placed, in words, for the table's head.
+std::string placement_text(const Params& p) {
+  const std::vector<int> cpus = allowed_cpus();
+  std::string list;
+  for (int c : cpus) list += (list.empty() ? "" : ",") + std::to_string(c);
+  switch (p.placement) {
+    case Placement::split:
+      return fmt::format("placement split: producer i on CPU i mod {n}, consumer j on CPU (producers + j) mod {n} of "
+                         "the allowed CPUs {{{l}}}{one}; servers not pinned",
+                         fmt::arg("n", cpus.size()), fmt::arg("l", list),
+                         fmt::arg("one", cpus.size() >= 2 ? " (1 producer + 1 consumer: a CPU each)"
+                                                          : " (one CPU: they share it)"));
+    case Placement::shared:
+      return fmt::format("placement shared: every worker on CPU {} (of the allowed {{{}}}); servers not pinned",
+                         cpus.empty() ? -1 : cpus[0], list);
+    case Placement::os: break;
+  }
+  return "placement os: workers not pinned (the scheduler's choice; results vary from run to run)";
+}
+
+
 std::string si(double v) {
   if (v >= 1e9) return fmt::format("{:.2f} G", v / 1e9);
   if (v >= 1e6) return fmt::format("{:.2f} M", v / 1e6);
@@ -231,8 +252,9 @@ void print_table(const Options& o, const std::vector<RunResult>& rs, const std::
     else flow.push_back(&r);
   }
   fmt::print("fairlane-bench: {} producer(s), {} consumer(s), {} lanes (Zipf {:.2f}), {} B payload, backlog {}, "
-             "{:.1f} s measured after {:.1f} s warm-up\n\n",
-             p.producers, p.consumers, p.lanes, p.skew, p.payload, p.backlog, o.duration_s, o.warmup_s);
+             "{:.1f} s measured after {:.1f} s warm-up\n{}\n\n",
+             p.producers, p.consumers, p.lanes, p.skew, p.payload, p.backlog, o.duration_s, o.warmup_s,
+             placement_text(p));
   if (!flow.empty()) {
     fmt::print("{:<24} {:>5} {:>4} {:>9} {:>9} {:>9} {:>7} {:>8} {:>27} {:>27} {:>18}\n", "peer", "procs", "cons",
                "flow/s", "drain/s", "cold", "drained", "CPU/job", "claim p50 / p99 / p99.9",
@@ -356,7 +378,9 @@ nlohmann::json to_json(const Options& o, const std::vector<RunResult>& rs, const
                  {"drain_rounds", p.drain_rounds},
                  {"fill_s", o.fill_s},
                  {"bare_jobs", p.bare_jobs},
-                 {"batch", p.batch}};
+                 {"batch", p.batch},
+                 {"placement", to_string(p.placement)},
+                 {"cpus", allowed_cpus()}};
   json peers = json::array();
   for (auto& r : rs) {
     json e;

@@ -87,16 +87,32 @@ int worker_main(int argc, char** argv) {
     return 1;
   }
 
+  // Each worker pins itself (process or thread) before it says it is ready,
+  // so nothing is timed unpinned.
+  const std::vector<int> cpus = allowed_cpus();
+  auto pin = [&](Role r, std::uint32_t i) {
+    const int cpu = placement_cpu(p, r, i, cpus);
+    std::string why;
+    if (cpu < 0 || pin_thread(cpu, why)) return true;
+    fail_slot(ctl, h, ctl.slot(ctl.slot_index(r, i)), why);
+    return false;
+  };
   if (mine.size() == 1) {
-    h.ready.fetch_add(1, std::memory_order_release);
-    wait_for_start(h);
-    run_role(*peer, ctl, mine[0].first, mine[0].second);
+    if (pin(mine[0].first, mine[0].second)) {
+      h.ready.fetch_add(1, std::memory_order_release);
+      wait_for_start(h);
+      run_role(*peer, ctl, mine[0].first, mine[0].second);
+    } else {
+      h.ready.fetch_add(1, std::memory_order_release);
+    }
   } else {
     std::vector<std::thread> threads;
     threads.reserve(mine.size());
     for (auto& [r, i] : mine) {
       threads.emplace_back([&, r = r, i = i] {
+        const bool pinned = pin(r, i);
         h.ready.fetch_add(1, std::memory_order_release);
+        if (!pinned) return;
         wait_for_start(h);
         run_role(*peer, ctl, r, i);
       });
