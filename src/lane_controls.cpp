@@ -231,6 +231,28 @@ bool drop_origin(Segment& s, std::uint32_t x, std::uint64_t xctr, std::uint32_t 
   }
 }
 
+// The job found is the copy of an earlier move whose mover has not finished
+// (stopped, or still going): undecided, or committed and not yet linked in
+// its lane. It is pending in all but its lane, and a second reassign must
+// not answer that it is not: commit it by the move's rule (its origin names
+// it) and link it, as the mover or the next sweep would (each step a CAS at
+// the copy's ctr: a mover that goes on finds it done and answers `moved`).
+// True when the job is pending now, xw its word.
+bool finish_earlier_move(Segment& s, std::uint32_t x, std::uint64_t sf, Word128& xw) noexcept {
+  if (!(s.slot(x).flags.load(std::memory_order_relaxed) & kSlotMoved)) return false;
+  if (SlotWord::state(xw) == SlotState::admitting) {
+    settle_found(s, x, sf);
+    if (!word_of_job(s, x, sf, xw)) return false;
+  }
+  // A committed copy is scheduled, due at once (a later retry with a delay is
+  // due later: not this).
+  if (SlotWord::state(xw) == SlotState::scheduled && SlotWord::when(xw) == 0) {
+    adopt_job(s, x, xw, SlotWord::attempt(xw));
+    if (!word_of_job(s, x, sf, xw)) return false;
+  }
+  return SlotWord::state(xw) == SlotState::pending;
+}
+
 }  // namespace
 
 MoveStatus Queue::reassign(const BrandedId& job, const BrandedId& group) noexcept {
@@ -250,7 +272,7 @@ MoveStatus Queue::reassign(const BrandedId& job, const BrandedId& group) noexcep
   // copied under this id (`AReassignWhoseJobsSlotWasTakenByAnotherJobIsGone`).
   Word128 xw;
   if (!word_of_job(s, x, sf, xw) || SlotWord::state(xw) == SlotState::free) return MoveStatus::gone;
-  if (SlotWord::state(xw) != SlotState::pending) return MoveStatus::not_pending;
+  if (SlotWord::state(xw) != SlotState::pending && !finish_earlier_move(s, x, sf, xw)) return MoveStatus::not_pending;
   // Already there?
   GroupKey now;
   const bool now_grouped = slot_group(s, x, now);

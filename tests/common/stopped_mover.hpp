@@ -14,13 +14,17 @@
 namespace fairlane::test {
 
 // A reassign of job j from paused group `from` to `to` on a thread of its
-// own, stopped once it has dropped the origin (the origin names the copy,
-// which is undecided) until go(); the drop applied to the origin (it is a
-// step of the origin's lane word, which any write of that word applies).
+// own, stopped at `step` until go(): by default once it has dropped the
+// origin (the origin names the copy, which is undecided); at
+// "reassign.committed", once the copy is committed and before it is linked
+// in its lane. The drop is applied to the origin (it is a step of the
+// origin's lane word, which any write of that word applies).
 class StoppedMover {
  public:
-  StoppedMover(Queue& q, const BrandedId& j, const BrandedId& from, const BrandedId& to) : q_(q), from_(from) {
-    detail::failpoint_call("reassign.dropped", &StoppedMover::at_dropped, this);
+  StoppedMover(Queue& q, const BrandedId& j, const BrandedId& from, const BrandedId& to,
+               const char* step = "reassign.dropped")
+      : q_(q), from_(from), step_(step) {
+    detail::failpoint_call(step_, &StoppedMover::at_dropped, this);
     thread_ = std::thread([this, j, to] {
       mover_ = this;
       moved_ = q_.reassign(j, to);
@@ -34,7 +38,7 @@ class StoppedMover {
   MoveStatus go() {
     go_.store(true);
     if (thread_.joinable()) thread_.join();
-    detail::failpoint_call("reassign.dropped", nullptr, nullptr);
+    detail::failpoint_call(step_, nullptr, nullptr);
     return moved_;
   }
 
@@ -48,6 +52,7 @@ class StoppedMover {
   static inline thread_local StoppedMover* mover_ = nullptr;
   Queue& q_;
   BrandedId from_;
+  const char* step_;
   std::atomic<bool> dropped_{false}, go_{false};
   MoveStatus moved_ = MoveStatus::corrupt;
   std::thread thread_;

@@ -1260,8 +1260,11 @@ TEST_F(Contention, AMovesTargetDecidedAndReusedBeforeAnEnqueueDecidesItIsNoCorru
 // committed. The job exists all that time (the copy is the job by the rule:
 // its origin names it), so a look-up finds it: `job` shows it, a `jobs`
 // listing has it, a complete under an old token is `stale`, not `gone`, and a
-// second reassign is `not_pending`, not `gone`. Before, a look-up passed over
-// both slots and answered as if the id had ended.
+// second reassign moves it on, `moved` (it finishes the first move, as the
+// sweep would, then makes its own; the first mover, going on, finds its move
+// done and says `moved` too). Before, a look-up passed over both slots and
+// answered as if the id had ended; then the second reassign said
+// `not_pending` of a pending job.
 //
 // With `hide_copy`, the copy's index entry is taken out for the look-ups
 // and put back after: a look-up's scan is no snapshot, and one that read the
@@ -1293,7 +1296,12 @@ void mover_stopped_between_drop_and_commit(Queue& q, const std::string& seg, boo
   const std::optional<JobInfo> info = q.job(j);
   const AckStatus late = q.complete(j, old.token);
   const MoveStatus again = q.reassign(j, g3);
-  if (hide_copy && way >= 0) raw.bucket(pj.bucket).e[way].store(entry);
+  // Put back only into an empty way: the second reassign's own copy may have
+  // taken the way the hidden entry left (the hidden one is a husk's now).
+  if (hide_copy && way >= 0) {
+    std::uint64_t empty = 0;
+    raw.bucket(pj.bucket).e[way].compare_exchange_strong(empty, entry);
+  }
   const std::vector<JobInfo> listed = q.jobs();
   const MoveStatus moved = mover.go();
 
@@ -1304,8 +1312,12 @@ void mover_stopped_between_drop_and_commit(Queue& q, const std::string& seg, boo
   }
   EXPECT_EQ(std::count_if(listed.begin(), listed.end(), [&](const JobInfo& x) { return x.id == j; }), 1);
   EXPECT_EQ(late, AckStatus::stale) << to_string(late);
-  EXPECT_EQ(again, MoveStatus::not_pending) << to_string(again);
+  EXPECT_EQ(again, MoveStatus::moved) << to_string(again);
   EXPECT_EQ(moved, MoveStatus::moved) << to_string(moved);
+  const std::optional<JobInfo> after = q.job(j);
+  ASSERT_TRUE(after.has_value());
+  EXPECT_EQ(after->group, g3) << "the second move is the one that holds";
+  EXPECT_EQ(after->state, JobState::pending);
   EXPECT_EQ(q.corruption().count, 0u) << q.corruption().last_structure;
   EXPECT_EQ(q.resume(g1), LaneStatus::ok);
   const std::vector<BrandedId> got = serve_all(q);
@@ -1325,6 +1337,77 @@ TEST_F(Contention, AJobWhoseMoverStoppedBetweenItsDropAndItsCommitIsFoundThrough
   create(small());
   ASSERT_FALSE(HasFailure());
   mover_stopped_between_drop_and_commit(q(), seg(), true);
+}
+
+// A second reassign of a job mid-move to the group it is moving to: `moved`,
+// and the job is pending there (it finishes the first move). Before, it said
+// `not_pending`, and a caller that asked again to make sure was told the job
+// could not move.
+TEST_F(Contention, ASecondReassignToTheGroupAJobIsMovingToSaysMoved) {
+  create(small());
+  ASSERT_FALSE(HasFailure());
+  Queue& q = this->q();
+  const BrandedId g1 = BrandedId::make("AAA", 1), g2 = BrandedId::make("BBB", 2);
+  const BrandedId j = q.mint();
+  ASSERT_EQ(q.enqueue(g1, j, "j"), EnqueueStatus::enqueued);
+  ASSERT_EQ(q.pause(g1), LaneStatus::ok);
+  StoppedMover mover(q, j, g1, g2);
+  const MoveStatus again = q.reassign(j, g2);
+  const std::optional<JobInfo> mid = q.job(j);
+  const std::uint64_t depth = q.depth(g2);
+  EXPECT_EQ(mover.go(), MoveStatus::moved);
+  EXPECT_EQ(again, MoveStatus::moved) << to_string(again);
+  ASSERT_TRUE(mid.has_value());
+  EXPECT_EQ(mid->group, g2);
+  EXPECT_EQ(mid->state, JobState::pending);
+  EXPECT_EQ(depth, 1u) << "the copy is not linked in its new lane";
+  EXPECT_EQ(q.depth(g1), 0u);
+  Lease l;
+  ASSERT_TRUE(q.claim(l, 60000)) << "g1 is paused: j is served from g2";
+  EXPECT_EQ(l.id, j);
+  EXPECT_EQ(l.payload, "j");
+  EXPECT_EQ(q.complete(l.id, l.token), AckStatus::ok);
+  EXPECT_EQ(q.corruption().count, 0u) << q.corruption().last_structure;
+  EXPECT_EQ(q.resume(g1), LaneStatus::ok);
+  EXPECT_TRUE(serve_all(q).empty());
+  expect_clean(q);
+}
+
+// A second reassign of a job whose mover stopped after committing the copy
+// and before linking it in its new lane (the copy is scheduled, due at once,
+// in no lane): `moved`, to a third group, where the job is then served once.
+// Before, `not_pending`.
+TEST_F(Contention, ASecondReassignOfAJobWhoseCopyIsCommittedButNotLinkedMovesIt) {
+  create(small());
+  ASSERT_FALSE(HasFailure());
+  Queue& q = this->q();
+  const BrandedId g1 = BrandedId::make("AAA", 1), g2 = BrandedId::make("BBB", 2), g3 = BrandedId::make("CCC", 3);
+  const BrandedId j = q.mint();
+  ASSERT_EQ(q.enqueue(g1, j, "j"), EnqueueStatus::enqueued);
+  ASSERT_EQ(q.pause(g1), LaneStatus::ok);
+  ASSERT_EQ(q.pause(g2), LaneStatus::ok);
+  StoppedMover mover(q, j, g1, g2, "reassign.committed");
+  const std::optional<JobInfo> before = q.job(j);
+  const MoveStatus again = q.reassign(j, g3);
+  EXPECT_EQ(mover.go(), MoveStatus::moved);
+  ASSERT_TRUE(before.has_value());
+  EXPECT_EQ(before->state, JobState::scheduled) << "the mover did not stop with its copy unlinked";
+  EXPECT_EQ(again, MoveStatus::moved) << to_string(again);
+  const std::optional<JobInfo> after = q.job(j);
+  ASSERT_TRUE(after.has_value());
+  EXPECT_EQ(after->group, g3);
+  EXPECT_EQ(after->state, JobState::pending);
+  EXPECT_EQ(q.depth(g2), 0u);
+  EXPECT_EQ(q.depth(g3), 1u);
+  Lease l;
+  ASSERT_TRUE(q.claim(l, 60000)) << "g1 and g2 are paused: j is served from g3";
+  EXPECT_EQ(l.id, j);
+  EXPECT_EQ(q.complete(l.id, l.token), AckStatus::ok);
+  EXPECT_EQ(q.corruption().count, 0u) << q.corruption().last_structure;
+  EXPECT_EQ(q.resume(g1), LaneStatus::ok);
+  EXPECT_EQ(q.resume(g2), LaneStatus::ok);
+  EXPECT_TRUE(serve_all(q).empty());
+  expect_clean(q);
 }
 
 // A complete under an old token of a job that is leased again, while its
