@@ -122,6 +122,12 @@ bool live_intent_names(Segment& s, std::uint32_t slot, std::uint64_t ctr, std::u
 // the sweep to try again.
 enum class Moved { ok, changed, parked, corrupt };
 Moved link_returning(Segment& s, std::uint32_t slot, bool mine = false, const Word128* fallback = nullptr) noexcept;
+// A returning job (released, failed, expired or adopted, on its way into its
+// lane) whose linker is gone or was never one: link it, or take the move
+// over from a dead holder. False when a live holder is at it (stopped,
+// perhaps: it holds this one job) or the word moved on. `now` in ms, for
+// the holder's judge. The sweep's step for such a slot; reassign's too.
+bool finish_returning(Segment& s, std::uint32_t slot, const Word128& w, std::uint64_t now_ms) noexcept;
 
 // The `linked` step for a returning slot already linked in lane `lane`'s
 // strays (its mover's last step, which anyone who meets it there may take),

@@ -95,6 +95,7 @@ std::string_view to_string(MoveStatus s) noexcept {
     case MoveStatus::invalid_group: return "invalid_group";
     case MoveStatus::lanes_full: return "lanes_full";
     case MoveStatus::full: return "full";
+    case MoveStatus::busy: return "busy";
     case MoveStatus::read_only: return "read_only";
     case MoveStatus::corrupt: return "corrupt";
   }

@@ -5,6 +5,8 @@
 // the change made it serviceable, and makes claims computed before it
 // fail). A lane with a setting other than the defaults is never idle, so
 // the group keeps its lane (and its settings) while it has no job.
+#include <sched.h>
+
 #include <algorithm>
 #include <climits>
 
@@ -231,26 +233,48 @@ bool drop_origin(Segment& s, std::uint32_t x, std::uint64_t xctr, std::uint32_t 
   }
 }
 
-// The job found is the copy of an earlier move whose mover has not finished
-// (stopped, or still going): undecided, or committed and not yet linked in
-// its lane. It is pending in all but its lane, and a second reassign must
-// not answer that it is not: commit it by the move's rule (its origin names
-// it) and link it, as the mover or the next sweep would (each step a CAS at
-// the copy's ctr: a mover that goes on finds it done and answers `moved`).
-// True when the job is pending now, xw its word.
-bool finish_earlier_move(Segment& s, std::uint32_t x, std::uint64_t sf, Word128& xw) noexcept {
-  if (!(s.slot(x).flags.load(std::memory_order_relaxed) & kSlotMoved)) return false;
-  if (SlotWord::state(xw) == SlotState::admitting) {
-    settle_found(s, x, sf);
-    if (!word_of_job(s, x, sf, xw)) return false;
+// What a reassign makes of a job that a look-up shows pending but that is
+// not (yet) in a lane: the copy of an earlier move whose mover has not
+// finished (stopped, or still going), undecided or committed and not yet
+// linked; or a job on its way into its lane (`returning`: released, failed,
+// or that copy, adopted). It finishes what is left, as the mover or the
+// next sweep would, each step a CAS at the job's ctr (a mover that goes on
+// finds it done and answers `moved`): commit the copy by the move's rule
+// (its origin names it), link it, or link a returning job whose linker is
+// gone or was never one. A live linker gets 64 rounds (a yield each) to
+// finish; one that is stopped leaves the job `busy`. A copy whose group can
+// have no lane stays scheduled for the sweep: `lanes_full`.
+enum class Settled { pending, not_pending, busy, lanes_full };
+Settled settle_for_move(Segment& s, std::uint32_t x, std::uint64_t sf, Word128& xw) noexcept {
+  const bool moved_copy = s.slot(x).flags.load(std::memory_order_relaxed) & kSlotMoved;
+  for (int round = 0; round < 64; ++round) {
+    switch (SlotWord::state(xw)) {
+      case SlotState::pending:
+        return Settled::pending;
+      case SlotState::admitting:
+        if (!moved_copy) return Settled::not_pending;
+        settle_found(s, x, sf);
+        break;
+      case SlotState::scheduled:
+        // A committed copy is due at once (`when` 0); a job waiting out a
+        // delay or a backoff is not pending.
+        if (!moved_copy || SlotWord::when(xw) != 0) return Settled::not_pending;
+        // No lane for the earlier move's group: it stays scheduled, for a
+        // sweep to link when a lane frees.
+        if (adopt_job(s, x, xw, SlotWord::attempt(xw)) == Adopted::lanes_full) return Settled::lanes_full;
+        break;
+      case SlotState::returning:
+        if (!finish_returning(s, x, xw, segment_now_ms(s))) {
+          if (round == 63) return Settled::busy;  // a live linker, stopped perhaps
+          sched_yield();
+        }
+        break;
+      default:
+        return Settled::not_pending;
+    }
+    if (!word_of_job(s, x, sf, xw)) return Settled::not_pending;
   }
-  // A committed copy is scheduled, due at once (a later retry with a delay is
-  // due later: not this).
-  if (SlotWord::state(xw) == SlotState::scheduled && SlotWord::when(xw) == 0) {
-    adopt_job(s, x, xw, SlotWord::attempt(xw));
-    if (!word_of_job(s, x, sf, xw)) return false;
-  }
-  return SlotWord::state(xw) == SlotState::pending;
+  return SlotWord::state(xw) == SlotState::pending ? Settled::pending : Settled::busy;
 }
 
 }  // namespace
@@ -272,7 +296,14 @@ MoveStatus Queue::reassign(const BrandedId& job, const BrandedId& group) noexcep
   // copied under this id (`AReassignWhoseJobsSlotWasTakenByAnotherJobIsGone`).
   Word128 xw;
   if (!word_of_job(s, x, sf, xw) || SlotWord::state(xw) == SlotState::free) return MoveStatus::gone;
-  if (SlotWord::state(xw) != SlotState::pending && !finish_earlier_move(s, x, sf, xw)) return MoveStatus::not_pending;
+  if (SlotWord::state(xw) != SlotState::pending) {
+    switch (settle_for_move(s, x, sf, xw)) {
+      case Settled::pending: break;
+      case Settled::not_pending: return MoveStatus::not_pending;
+      case Settled::busy: return MoveStatus::busy;
+      case Settled::lanes_full: return MoveStatus::lanes_full;
+    }
+  }
   // Already there?
   GroupKey now;
   const bool now_grouped = slot_group(s, x, now);

@@ -424,6 +424,32 @@ bool settle_orphan(Segment& s, std::uint32_t slot, const Word128& w, std::uint64
 }
 
 // One slot, as a sweep sees it.
+}  // namespace
+
+bool finish_returning(Segment& s, std::uint32_t i, const Word128& w, std::uint64_t now) noexcept {
+  const std::uint32_t holder = SlotWord::holder(w);
+  if (holder == 0) return link_returning(s, i) == Moved::ok;  // its releaser moved on without linking it
+  if (!holder_gone(s, holder, now)) return false;  // its mover is at it (or stopped: it holds this one job)
+  // Its mover died: linked already (then only the `linked` step is left: a
+  // linked node keeps its group's lane live, so it is there), or not (then
+  // we take the move over).
+  GroupKey g;
+  std::uint32_t lane = kDefaultLane;
+  if (slot_group(s, i, g) && (g.kind >= kKindCodes || lane_find(s, g, false, lane) != LaneFind::found)) lane = kNoLane;
+  if (lane != kNoLane && strays_holds(s, lane, i, SlotWord::ctr(w))) {
+    FAIRLANE_FAILPOINT("sweep.link_found");
+    finish_linking(s, lane, i, SlotWord::ctr(w));
+    return true;
+  }
+  Word128 cur = w;
+  const Word128 mine = SlotWord::make(SlotState::returning, SlotWord::attempt(w), 0, SlotWord::ctr(w), my_holder(s));
+  if (!slot_cas(s, i, cur, mine)) return false;
+  link_returning(s, i, true);
+  return true;
+}
+
+namespace {
+
 void sweep_slot(Segment& s, std::uint32_t i, std::uint64_t now, SweepStats& st) noexcept {
   Word128 w = slot_load(s, i);
   switch (SlotWord::state(w)) {
@@ -477,31 +503,9 @@ void sweep_slot(Segment& s, std::uint32_t i, std::uint64_t now, SweepStats& st) 
       }
       return;
     }
-    case SlotState::returning: {
-      const std::uint32_t holder = SlotWord::holder(w);
-      if (holder == 0) {
-        if (link_returning(s, i) == Moved::ok) ++st.finished;  // its releaser moved on without linking it
-        return;
-      }
-      if (!holder_gone(s, holder, now)) return;  // its mover is at it (or stopped: it holds this one job)
-      // Its mover died: linked already (then only the `linked` step is
-      // left: a linked node keeps its group's lane live, so it is there), or
-      // not (then we take the move over).
-      GroupKey g;
-      std::uint32_t lane = kDefaultLane;
-      if (slot_group(s, i, g) && (g.kind >= kKindCodes || lane_find(s, g, false, lane) != LaneFind::found)) lane = kNoLane;
-      if (lane != kNoLane && strays_holds(s, lane, i, SlotWord::ctr(w))) {
-        FAIRLANE_FAILPOINT("sweep.link_found");
-        finish_linking(s, lane, i, SlotWord::ctr(w));
-      } else {
-        Word128 cur = w;
-        const Word128 mine = SlotWord::make(SlotState::returning, SlotWord::attempt(w), 0, SlotWord::ctr(w), my_holder(s));
-        if (!slot_cas(s, i, cur, mine)) return;
-        link_returning(s, i, true);
-      }
-      ++st.finished;
+    case SlotState::returning:
+      if (finish_returning(s, i, w, now)) ++st.finished;
       return;
-    }
     case SlotState::admitting:
     case SlotState::aborted: {
       const std::uint32_t holder = SlotWord::holder(w);

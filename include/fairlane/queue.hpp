@@ -285,6 +285,8 @@ enum class MoveStatus {
   invalid_group,  // not a valid branded id
   lanes_full,     // the new group needs a lane, and none is free or idle
   full,           // every job slot is in use: a move needs one for the job's copy
+  busy,           // the job is on its way into a lane, in the hands of a live process (stopped,
+                  // perhaps): pending, but not movable until that process goes on; try again
   read_only,
   corrupt,
 };

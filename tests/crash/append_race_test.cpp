@@ -1410,6 +1410,93 @@ TEST_F(Contention, ASecondReassignOfAJobWhoseCopyIsCommittedButNotLinkedMovesIt)
   expect_clean(q);
 }
 
+// A second reassign of a job whose mover stopped while linking its copy
+// (adopted, `returning`, not yet in its lane): the mover is alive and holds
+// the link, so the job cannot move until it goes on: `busy`, not
+// `not_pending` (job() shows it pending). Once the mover has gone on, the
+// same call moves it. (Found in review of aace6be.)
+TEST_F(Contention, ASecondReassignOfAJobWhoseMoverStoppedLinkingItsCopyIsBusyThenMoves) {
+  create(small());
+  ASSERT_FALSE(HasFailure());
+  Queue& q = this->q();
+  const BrandedId g1 = BrandedId::make("AAA", 1), g2 = BrandedId::make("BBB", 2), g3 = BrandedId::make("CCC", 3);
+  const BrandedId j = q.mint();
+  ASSERT_EQ(q.enqueue(g1, j, "j"), EnqueueStatus::enqueued);
+  ASSERT_EQ(q.pause(g1), LaneStatus::ok);
+  ASSERT_EQ(q.pause(g2), LaneStatus::ok);
+  StoppedMover mover(q, j, g1, g2, "move.claimed");
+  const std::optional<JobInfo> before = q.job(j);
+  const MoveStatus busy = q.reassign(j, g3);
+  EXPECT_EQ(mover.go(), MoveStatus::moved);
+  const MoveStatus again = q.reassign(j, g3);
+  ASSERT_TRUE(before.has_value());
+  EXPECT_EQ(before->state, JobState::pending) << "the job is pending while its copy is linked";
+  EXPECT_EQ(before->group, g2);
+  EXPECT_EQ(busy, MoveStatus::busy) << to_string(busy);
+  EXPECT_EQ(again, MoveStatus::moved) << to_string(again);
+  const std::optional<JobInfo> after = q.job(j);
+  ASSERT_TRUE(after.has_value());
+  EXPECT_EQ(after->group, g3);
+  EXPECT_EQ(q.corruption().count, 0u) << q.corruption().last_structure;
+  EXPECT_EQ(q.resume(g1), LaneStatus::ok);
+  EXPECT_EQ(q.resume(g2), LaneStatus::ok);
+  const std::vector<BrandedId> got = serve_all(q);
+  EXPECT_EQ(std::count(got.begin(), got.end(), j), 1);
+  EXPECT_EQ(got.size(), 1u);
+  expect_clean(q);
+}
+
+// A reassign of a job whose releaser stopped after its release step and
+// before linking it (`returning`, no holder: anyone may link it, as the
+// sweep does): the reassign links it and moves it, `moved`. Before,
+// `not_pending` of a job job() shows pending. The releaser, going on, finds
+// it linked and answers ok.
+TEST_F(Contention, AReassignOfAJobWhoseReleaserStoppedBeforeLinkingItMovesIt) {
+  create(small());
+  ASSERT_FALSE(HasFailure());
+  Queue& q = this->q();
+  const BrandedId g1 = BrandedId::make("AAA", 1), g2 = BrandedId::make("BBB", 2);
+  const BrandedId j = q.mint();
+  ASSERT_EQ(q.enqueue(g1, j, "j"), EnqueueStatus::enqueued);
+  Lease l;
+  ASSERT_TRUE(q.claim(l, 60000));
+  ASSERT_EQ(l.id, j);
+  struct Stop {
+    std::atomic<std::thread::id> who{};
+    std::atomic<bool> there{false}, go{false};
+    static void at(void* p) {
+      Stop& st = *static_cast<Stop*>(p);
+      if (st.who.load() != std::this_thread::get_id() || st.there.exchange(true)) return;
+      while (!st.go.load()) std::this_thread::yield();
+    }
+  } stop;
+  detail::failpoint_call("release.stepped", &Stop::at, &stop);
+  AckStatus released = AckStatus::corrupt;
+  std::thread releaser([&] {
+    stop.who.store(std::this_thread::get_id());
+    released = q.release(l.id, l.token);
+  });
+  while (!stop.there.load()) std::this_thread::yield();
+  const std::optional<JobInfo> mid = q.job(j);
+  const MoveStatus moved = q.reassign(j, g2);
+  stop.go.store(true);
+  releaser.join();
+  detail::failpoint_call("release.stepped", nullptr, nullptr);
+  ASSERT_TRUE(mid.has_value());
+  EXPECT_EQ(mid->state, JobState::pending);
+  EXPECT_EQ(moved, MoveStatus::moved) << to_string(moved);
+  EXPECT_EQ(released, AckStatus::ok) << to_string(released);
+  const std::optional<JobInfo> after = q.job(j);
+  ASSERT_TRUE(after.has_value());
+  EXPECT_EQ(after->group, g2);
+  EXPECT_EQ(q.depth(g2), 1u);
+  EXPECT_EQ(q.corruption().count, 0u) << q.corruption().last_structure;
+  const std::vector<BrandedId> got = serve_all(q);
+  EXPECT_EQ(std::count(got.begin(), got.end(), j), 1);
+  EXPECT_EQ(got.size(), 1u);
+  expect_clean(q);
+}
+
 // A complete under an old token of a job that is leased again, while its
 // new lease is extended each time the complete reads the job's slot word
 // between its two readings: the word moves under it more than 8 times (the
