@@ -9,6 +9,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
@@ -23,21 +24,39 @@ void sleep_ns(std::uint64_t ns) noexcept {
   }
 }
 
+namespace {
+// A CPU set as large as the host's CPU numbers need (a fixed cpu_set_t stops
+// at 1,024).
+int cpu_slots() noexcept {
+  const long n = sysconf(_SC_NPROCESSORS_CONF);
+  return n > CPU_SETSIZE ? int(n) : CPU_SETSIZE;
+}
+}  // namespace
+
 std::vector<int> allowed_cpus() {
   std::vector<int> out;
-  cpu_set_t set;
-  CPU_ZERO(&set);
-  if (sched_getaffinity(0, sizeof set, &set) != 0) return out;
-  for (int c = 0; c < CPU_SETSIZE; ++c)
-    if (CPU_ISSET(c, &set)) out.push_back(c);
+  const int n = cpu_slots();
+  cpu_set_t* set = CPU_ALLOC(n);
+  if (!set) return out;
+  const std::size_t bytes = CPU_ALLOC_SIZE(n);
+  CPU_ZERO_S(bytes, set);
+  if (sched_getaffinity(0, bytes, set) == 0)
+    for (int c = 0; c < n; ++c)
+      if (CPU_ISSET_S(c, bytes, set)) out.push_back(c);
+  CPU_FREE(set);
   return out;
 }
 
 bool pin_thread(int cpu, std::string& error) {
-  cpu_set_t set;
-  CPU_ZERO(&set);
-  CPU_SET(cpu, &set);
-  if (const int e = pthread_setaffinity_np(pthread_self(), sizeof set, &set); e != 0) {
+  const int n = std::max(cpu_slots(), cpu + 1);
+  cpu_set_t* set = CPU_ALLOC(n);
+  if (!set) { error = "cannot pin to CPU " + std::to_string(cpu) + ": out of memory"; return false; }
+  const std::size_t bytes = CPU_ALLOC_SIZE(n);
+  CPU_ZERO_S(bytes, set);
+  CPU_SET_S(cpu, bytes, set);
+  const int e = pthread_setaffinity_np(pthread_self(), bytes, set);
+  CPU_FREE(set);
+  if (e != 0) {
     error = "cannot pin to CPU " + std::to_string(cpu) + ": " + std::strerror(e);
     return false;
   }

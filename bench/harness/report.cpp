@@ -24,13 +24,14 @@ std::string placement_text(const Params& p) {
   const std::vector<int> cpus = allowed_cpus();
   std::string list;
   for (int c : cpus) list += (list.empty() ? "" : ",") + std::to_string(c);
+  if (p.placement != Placement::os && cpus.empty())
+    return fmt::format("placement {} asked, but the allowed CPUs are unreadable: not pinned", to_string(p.placement));
   switch (p.placement) {
     case Placement::split:
       return fmt::format("placement split: producer i on CPU i mod {n}, consumer j on CPU (producers + j) mod {n} of "
-                         "the allowed CPUs {{{l}}}{one}; servers not pinned",
-                         fmt::arg("n", cpus.size()), fmt::arg("l", list),
-                         fmt::arg("one", cpus.size() >= 2 ? " (1 producer + 1 consumer: a CPU each)"
-                                                          : " (one CPU: they share it)"));
+                         "the allowed CPUs {{{l}}} ({w} workers: {each}); servers not pinned",
+                         fmt::arg("n", cpus.size()), fmt::arg("l", list), fmt::arg("w", p.producers + p.consumers),
+                         fmt::arg("each", p.producers + p.consumers <= cpus.size() ? "a CPU each" : "some share a CPU"));
     case Placement::shared:
       return fmt::format("placement shared: every worker on CPU {} (of the allowed {{{}}}); servers not pinned",
                          cpus.empty() ? -1 : cpus[0], list);
