@@ -23,7 +23,10 @@ namespace {
 std::string placement_text(const Params& p) {
   const std::vector<int> cpus = allowed_cpus();
   std::string list;
-  for (int c : cpus) list += (list.empty() ? "" : ",") + std::to_string(c);
+  for (int c : cpus) {
+    if (!list.empty()) list += ',';
+    list += std::to_string(c);
+  }
   if (p.placement != Placement::os && cpus.empty())
     return fmt::format("placement {} asked, but the allowed CPUs are unreadable: not pinned", to_string(p.placement));
   switch (p.placement) {
