@@ -103,10 +103,12 @@ Take release_lease(Segment& s, std::uint64_t sf, Token token, RelOp op, std::uin
       // moved the slot (an extend, or someone applied the step already),
       // lane_base looks at it afresh.
       Word128 from = sw;
-      if (step == RelOp::complete && slot_cas(s, slot, from, SlotWord::make(SlotState::free, 0, 0, SlotWord::ctr(sw), 0)))
+      if (step == RelOp::complete && slot_cas(s, slot, from, SlotWord::make(SlotState::free, 0, 0, SlotWord::ctr(sw), 0))) {
+        note_freed(s, slot);
         FAIRLANE_FAILPOINT("lane.step_applied");
-      else
+      } else {
         apply_step(s, lane, w);
+      }
       slot_out = slot;
       lane_out = lane;
       return Take::ok;
@@ -238,6 +240,7 @@ bool free_aborted(Segment& s, std::uint32_t slot, std::uint64_t ctr) noexcept {
     }
     // [R3] release: the next owner of the slot sees it done with.
     if (slot_cas(s, slot, w, SlotWord::make(SlotState::free, 0, 0, SlotWord::ctr(w), 0))) {
+      note_freed(s, slot);
       FAIRLANE_FAILPOINT("slot.freed");
       return true;
     }

@@ -288,6 +288,7 @@ std::uint64_t Queue::purge_dead() noexcept {
     // A dead job is linked nowhere: freeing it is one CAS (its index entry
     // goes stale with the slot's next admission).
     if (!slot_cas(s, i, w, SlotWord::make(SlotState::free, 0, 0, SlotWord::ctr(w), 0))) continue;
+    note_freed(s, i);
     FAIRLANE_FAILPOINT("dead.purged");
     log_job(s, i);
     ++n;

@@ -349,7 +349,7 @@ MoveStatus Queue::reassign(const BrandedId& job, const BrandedId& group) noexcep
   const Admit first = index_admit(s, n, sf, nctr, winner);  // undecided: the origin is still pending
   if (first == Admit::full || first == Admit::corrupt) {
     Word128 nw = slot_load(s, n);
-    slot_cas(s, n, nw, SlotWord::make(SlotState::free, 0, 0, nctr, 0));
+    if (slot_cas(s, n, nw, SlotWord::make(SlotState::free, 0, 0, nctr, 0))) note_freed(s, n);
     return MoveStatus::corrupt;
   }
   FAIRLANE_FAILPOINT("reassign.copied");

@@ -274,6 +274,7 @@ Word128 lane_base_step(Segment& s, std::uint32_t lane, const Word128& w) noexcep
     // [R7] release (cas128): what the step's author wrote beside the slot
     // word (fail_to, the error) is visible with the slot's new state.
     if (slot_cas(s, slot, sw, to)) {
+      if (SlotWord::state(to) == SlotState::free) note_freed(s, slot);
       FAIRLANE_FAILPOINT("lane.step_applied");
       return base;
     }

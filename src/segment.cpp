@@ -323,6 +323,8 @@ Geometry geometry_for(std::uint32_t jobs, std::uint32_t lanes, std::uint32_t pay
   off = round_up(off + std::uint64_t(jobs) * sizeof(Word128), kCacheLine);
   g.tags_off = off;
   off = round_up(off + jobs, kCacheLine);
+  g.hints_off = off;
+  off = round_up(off + (std::uint64_t(jobs) + kHintBlock - 1) / kHintBlock, kCacheLine);
   g.slots_off = off;
   off = round_up(off + std::uint64_t(jobs) * g.slot_bytes, kCacheLine);
   g.lanes_off = off;
@@ -365,6 +367,7 @@ void bind_tables(Segment& s, const Geometry& g, std::uint64_t seed, std::uint32_
   s.h = h;
   s.words = reinterpret_cast<Word128*>(base + g.words_off);
   s.tags = reinterpret_cast<std::atomic<std::uint8_t>*>(base + g.tags_off);
+  s.hints = reinterpret_cast<std::atomic<std::uint8_t>*>(base + g.hints_off);
   s.slots = base + g.slots_off;
   s.lanes = reinterpret_cast<LaneRecord*>(base + g.lanes_off);
   s.dir = reinterpret_cast<DirBucket*>(base + g.dir_off);
@@ -862,6 +865,7 @@ Result<std::unique_ptr<Segment>> create_segment(std::string_view name, const Que
   h->slot_bits = g.slot_bits;
   h->words_off = g.words_off;
   h->tags_off = g.tags_off;
+  h->hints_off = g.hints_off;
   h->slots_off = g.slots_off;
   h->lanes_off = g.lanes_off;
   h->dir_off = g.dir_off;
@@ -983,6 +987,7 @@ Result<std::unique_ptr<Segment>> open_segment(std::string_view name, bool observ
     return make_error(Errc::corrupt, seg + " has a corrupt header (capacities out of range)");
   const Geometry g = geometry_for(jobs, lane_capacity - 1, payload_bytes, procs, log_cells);
   if (g.total != h->segment_bytes || g.words_off != h->words_off || g.tags_off != h->tags_off ||
+      g.hints_off != h->hints_off ||
       g.slots_off != h->slots_off || g.lanes_off != h->lanes_off || g.dir_off != h->dir_off ||
       g.ring_off != h->ring_off || g.index_off != h->index_off || g.procs_off != h->procs_off ||
       g.threads_off != h->threads_off || g.waits_off != h->waits_off || g.log_off != h->log_off ||

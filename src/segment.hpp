@@ -29,8 +29,8 @@ namespace fairlane::detail {
 struct Geometry {
   std::uint32_t jobs, lanes, dir_buckets, payload_bytes, slot_bytes, ring_cells, index_buckets, procs, threads,
       log_cells, slot_bits;
-  std::uint64_t words_off, tags_off, slots_off, lanes_off, dir_off, ring_off, index_off, procs_off, threads_off,
-      waits_off, log_off, total;
+  std::uint64_t words_off, tags_off, hints_off, slots_off, lanes_off, dir_off, ring_off, index_off, procs_off,
+      threads_off, waits_off, log_off, total;
 };
 // lanes: groups live at once (the default lane comes on top).
 Geometry geometry_for(std::uint32_t jobs, std::uint32_t lanes, std::uint32_t payload_bytes, std::uint32_t procs,
@@ -77,6 +77,7 @@ struct Segment {
   Header* h = nullptr;
   Word128* words = nullptr;                    // slot words
   std::atomic<std::uint8_t>* tags = nullptr;   // admission tags, one per slot
+  std::atomic<std::uint8_t>* hints = nullptr;  // free hints, one per kHintBlock slots
   unsigned char* slots = nullptr;
   LaneRecord* lanes = nullptr;
   DirBucket* dir = nullptr;

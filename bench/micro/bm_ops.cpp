@@ -82,6 +82,32 @@ void BM_claim_st(benchmark::State& state) {
 }
 BENCHMARK(BM_claim_st);
 
+// enqueue into a queue whose every slot holds a job: what a producer that
+// outruns its consumers pays for each `full` it is told. The queue's size is
+// the argument: the answer must not cost a look at every slot.
+void BM_enqueue_full_st(benchmark::State& state) {
+  const auto jobs = std::uint32_t(state.range(0));
+  bool fresh = false;
+  auto& q = Pool::acquire({jobs, kLanes + 1, 64, "full"}, fresh);
+  const auto groups = make_groups(kLanes);
+  if (fresh) {
+    for (std::uint32_t k = 0;; ++k) {
+      const auto st = q.enqueue(groups[k % kLanes], q.mint(), kPayload64);
+      if (st == EnqueueStatus::full) break;
+      if (st != EnqueueStatus::enqueued) { state.SkipWithError("fill failed"); return; }
+    }
+  }
+  Pool::ready();
+  const BrandedId id = q.mint();
+  for (auto _ : state) {
+    auto st = q.enqueue(groups[0], id, kPayload64);
+    if (st != EnqueueStatus::full) { state.SkipWithError("the queue is not full"); break; }
+    benchmark::DoNotOptimize(st);
+  }
+  state.counters["fulls/s"] = benchmark::Counter(double(state.iterations()), benchmark::Counter::kIsRate);
+}
+BENCHMARK(BM_enqueue_full_st)->ArgName("jobs")->Arg(8192)->Arg(1 << 20);
+
 // claim on an empty queue: what an idle consumer's poll costs.
 void BM_claim_empty_st(benchmark::State& state) {
   bool fresh = false;

@@ -8,6 +8,7 @@
 // kLayoutVersion.
 //
 //   [Header][slot words: Word128 x jobs][admission tags: u8 x jobs]
+//   [free hints: u8 x ceil(jobs / kHintBlock)]
 //   [slots: SlotRecord+payload x jobs][lanes: LaneRecord x lanes]
 //   [directory: DirBucket x dir_buckets][ring: u64 x ring_cells]
 //   [index: IndexBucket x index_buckets][procs: ProcRecord x procs]
@@ -29,7 +30,7 @@
 namespace fairlane::detail {
 
 inline constexpr std::uint64_t kMagic = 0x314E4C5249414646ULL;  // "FFAIRLN1" little-endian
-inline constexpr std::uint32_t kLayoutVersion = 11;  // 10: liveness locks and real start times in ProcRecord; 11: MirrorRole
+inline constexpr std::uint32_t kLayoutVersion = 12;  // 10: liveness locks and real start times in ProcRecord; 11: MirrorRole; 12: free hints
 inline constexpr std::size_t kCacheLine = 64;
 inline constexpr std::uint32_t kMaxJobs = (1U << 26) - 2;      // slot+1 fits a 26-bit field
 inline constexpr std::uint32_t kMaxLanes = (1U << 21) - 2;     // lane+1 fits 22 bits, with the default lane
@@ -37,6 +38,15 @@ inline constexpr std::uint32_t kMaxProcs = 4095;               // QueueOptions::
 inline constexpr std::uint32_t kMaxPayload = 1U << 20;
 inline constexpr std::uint32_t kErrorBytes = 48;
 inline constexpr std::uint32_t kIndexWays = 7;                 // id index entries per bucket
+// Free hints: one byte per block of kHintBlock slot words, that lets an
+// allocator pass over a block with no free slot without reading its words
+// (src/slots.hpp, alloc_slot). 0 (a fresh segment's): a free slot may be
+// there, look; kHintChecking: an allocator is looking over the block;
+// kHintNone: none was there when it last looked, and no slot was freed in
+// it since. Any other value reads as 0.
+inline constexpr std::uint32_t kHintBlock = 64;
+inline constexpr std::uint8_t kHintChecking = 1;
+inline constexpr std::uint8_t kHintNone = 2;
 inline constexpr std::uint32_t kIndexEntriesPerSlot = 8;       // id index size: entries per job slot
 inline constexpr std::uint32_t kDirWays = 4;                   // lane directory entries per bucket
 inline constexpr std::uint32_t kStrayLevels = 6;               // strays skip-list levels
@@ -731,7 +741,7 @@ struct alignas(kCacheLine) Header {
   std::uint32_t thread_capacity;
   std::uint32_t slot_bits;           // bits of a slot index in a Token
   std::uint64_t words_off, tags_off, slots_off, lanes_off, dir_off, ring_off, index_off, procs_off, threads_off,
-      waits_off;
+      waits_off, hints_off;
   std::uint64_t hash_seed;
   std::uint64_t created_unix_ms;
   char job_kind[4];

@@ -1,0 +1,185 @@
+// Free hints (src/slots.hpp): an allocator passes over a block of slots
+// whose hint says none is free, so a full table is told without reading
+// every slot word. What they must never do is hide a free slot: each test
+// here is one way a hint could end up saying "none" over a free slot, and
+// what puts it right.
+#include <gtest/gtest.h>
+
+#include <fairlane/queue.hpp>
+
+#include <atomic>
+#include <thread>
+#include <vector>
+
+#include "../../src/failpoint.hpp"
+#include "raw_segment.hpp"
+#include "test_support.hpp"
+
+namespace fairlane {
+namespace {
+
+using detail::kHintBlock;
+using detail::kHintChecking;
+using detail::kHintNone;
+using test::expect_clean;
+using test::RawSegment;
+using test::SegmentFixture;
+
+const BrandedId G = BrandedId::make("GRP", 7);
+constexpr std::uint32_t kJobs = 4 * kHintBlock;
+
+// Every slot of a kJobs-slot queue held by a lease; free(slot) completes the
+// one on that slot.
+class FreeHints : public SegmentFixture {
+ protected:
+  void fill() {
+    QueueOptions o;
+    o.jobs = kJobs;
+    o.lanes = 8;
+    o.payload_bytes = 16;
+    create(o);
+    ASSERT_FALSE(HasFailure());
+    for (std::uint32_t i = 0; i < kJobs; ++i) ASSERT_EQ(q().enqueue(G, q().mint(), "t"), EnqueueStatus::enqueued);
+    leases_.resize(kJobs);
+    for (Lease& l : leases_) ASSERT_TRUE(q().claim(l, 600000));
+    raw_.emplace(seg());
+  }
+  std::uint32_t slot_of(const Lease& l) {
+    for (std::uint32_t i = 0; i < kJobs; ++i)
+      if (raw_->slot(i).sf.load() == l.id.snowflake() &&
+          detail::SlotWord::state(raw_->slot_word_value(i)) == detail::SlotState::leased)
+        return i;
+    return ~0U;
+  }
+  void free(std::uint32_t slot) {
+    for (Lease& l : leases_)
+      if (l.id.valid() && slot_of(l) == slot) {
+        ASSERT_EQ(q().complete(l.id, l.token), AckStatus::ok);
+        l.id = {};
+        return;
+      }
+    FAIL() << "no lease on slot " << slot;
+  }
+  std::uint32_t slot_of_id(const BrandedId& id) {
+    for (std::uint32_t i = 0; i < kJobs; ++i)
+      if (raw_->slot(i).sf.load() == id.snowflake()) return i;
+    return ~0U;
+  }
+  void finish() {
+    for (Lease& l : leases_)
+      if (l.id.valid()) {
+        EXPECT_EQ(q().complete(l.id, l.token), AckStatus::ok);
+      }
+    test::serve_all(q());
+    expect_clean(q());
+  }
+  std::vector<Lease> leases_;
+  std::optional<RawSegment> raw_;
+};
+
+// A full table says so and marks every block none; a slot freed in any
+// block is found by the next enqueue, through the block's hint when it is
+// not the cursor's block (the complete said "look" again). Before the
+// hints, a full answer read all 256 slot words.
+TEST_F(FreeHints, ASlotFreedInAnyBlockOfAFullTableIsFound) {
+  fill();
+  ASSERT_FALSE(HasFailure());
+  ASSERT_EQ(q().enqueue(G, q().mint(), "x"), EnqueueStatus::full);
+  for (std::uint32_t b = 0; b < kJobs / kHintBlock; ++b) EXPECT_EQ(raw_->hint(b).load(), kHintNone) << "block " << b;
+  for (std::uint32_t b = 0; b < kJobs / kHintBlock; ++b) {
+    const std::uint32_t slot = b * kHintBlock + 5 + b;
+    free(slot);
+    ASSERT_FALSE(HasFailure());
+    EXPECT_EQ(raw_->hint(b).load(), 0) << "the complete left block " << b << " marked none";
+    const BrandedId id = q().mint();
+    EXPECT_EQ(q().enqueue(G, id, "x"), EnqueueStatus::enqueued) << "slot " << slot << " was free";
+    EXPECT_EQ(slot_of_id(id), slot);
+    EXPECT_EQ(q().enqueue(G, q().mint(), "y"), EnqueueStatus::full);
+  }
+  finish();
+}
+
+// The race the protocol is for: an allocator that owns a block's look has
+// found no free slot in it and has not yet written "none" when a slot of
+// that block is freed. Its write must fail, and the slot stay findable.
+TEST_F(FreeHints, ASlotFreedWhileAnAllocatorConcludesItsBlockHasNoneIsFound) {
+  fill();
+  ASSERT_FALSE(HasFailure());
+  struct Stop {
+    std::atomic<std::thread::id> who{};
+    std::atomic<bool> there{false}, go{false};
+    static void at(void* p) {
+      Stop& st = *static_cast<Stop*>(p);
+      if (st.who.load() != std::this_thread::get_id() || st.there.exchange(true)) return;
+      while (!st.go.load()) std::this_thread::yield();
+    }
+  } stop;
+  detail::failpoint_call("alloc.block_looked", &Stop::at, &stop);
+  EnqueueStatus first = EnqueueStatus::corrupt;
+  const BrandedId a = q().mint();
+  std::thread allocator([&] {
+    stop.who.store(std::this_thread::get_id());
+    first = q().enqueue(G, a, "a");
+  });
+  while (!stop.there.load()) std::this_thread::yield();
+  std::uint32_t looked = ~0U;
+  for (std::uint32_t b = 0; b < kJobs / kHintBlock; ++b)
+    if (raw_->hint(b).load() == kHintChecking) looked = b;
+  ASSERT_NE(looked, ~0U) << "no block is being looked at";
+  free(looked * kHintBlock + 9);
+  stop.go.store(true);
+  allocator.join();
+  detail::failpoint_call("alloc.block_looked", nullptr, nullptr);
+  // It may have come back to the block and taken the slot; if not, the
+  // block must not say none.
+  if (first == EnqueueStatus::enqueued) {
+    EXPECT_EQ(slot_of_id(a), looked * kHintBlock + 9);
+  } else {
+    EXPECT_EQ(first, EnqueueStatus::full);
+    EXPECT_NE(raw_->hint(looked).load(), kHintNone) << "a free slot's block says none";
+    EXPECT_EQ(q().enqueue(G, q().mint(), "b"), EnqueueStatus::enqueued);
+  }
+  EXPECT_EQ(q().enqueue(G, q().mint(), "c"), EnqueueStatus::full);
+  finish();
+}
+
+// A freer stopped or killed between its CAS and its store, or a scribble,
+// can leave "none" over a free slot; so can an allocator that died owning a
+// look ("checking" for ever). The sweep (tick: a whole pass) sets both back
+// to "look", and the slot is found.
+TEST_F(FreeHints, TheSweepSetsBackAHintThatHidesAFreeSlotOrWasLeftMidLook) {
+  fill();
+  ASSERT_FALSE(HasFailure());
+  ASSERT_EQ(q().enqueue(G, q().mint(), "x"), EnqueueStatus::full);
+  free(2 * kHintBlock + 3);
+  ASSERT_FALSE(HasFailure());
+  raw_->hint(2).store(kHintNone);      // as a freer stopped before its store leaves it
+  raw_->hint(3).store(kHintChecking);  // as an allocator that died mid-look leaves it
+  (void)q().tick();
+  EXPECT_EQ(raw_->hint(2).load(), 0);
+  EXPECT_EQ(raw_->hint(3).load(), 0);
+  const BrandedId id = q().mint();
+  EXPECT_EQ(q().enqueue(G, id, "x"), EnqueueStatus::enqueued);
+  EXPECT_EQ(slot_of_id(id), 2 * kHintBlock + 3);
+  finish();
+}
+
+// Any byte but "checking" and "none" reads as "look": a scribbled hint
+// costs a look, never a slot.
+TEST_F(FreeHints, AScribbledHintReadsAsLook) {
+  fill();
+  ASSERT_FALSE(HasFailure());
+  ASSERT_EQ(q().enqueue(G, q().mint(), "x"), EnqueueStatus::full);
+  free(kHintBlock + 1);
+  ASSERT_FALSE(HasFailure());
+  for (std::uint32_t b = 0; b < kJobs / kHintBlock; ++b) raw_->hint(b).store(0xA5);
+  const BrandedId id = q().mint();
+  EXPECT_EQ(q().enqueue(G, id, "x"), EnqueueStatus::enqueued);
+  EXPECT_EQ(slot_of_id(id), kHintBlock + 1);
+  EXPECT_EQ(q().enqueue(G, q().mint(), "y"), EnqueueStatus::full);
+  EXPECT_EQ(q().corruption().count, 0u);
+  finish();
+}
+
+}  // namespace
+}  // namespace fairlane
