@@ -25,6 +25,7 @@
 #include "../../src/lane_order.hpp"
 #include "forked_child.hpp"
 #include "raw_segment.hpp"
+#include "stopped_call.hpp"
 #include "stopped_mover.hpp"
 #include "test_support.hpp"
 
@@ -35,6 +36,7 @@ using test::ForkedChild;
 using test::RawSegment;
 using test::SegmentFixture;
 using test::SharedBlock;
+using test::StoppedCall;
 using test::StoppedMover;
 
 const BrandedId G = BrandedId::make("GRP", 7);
@@ -1373,6 +1375,38 @@ TEST_F(Contention, ASecondReassignToTheGroupAJobIsMovingToSaysMoved) {
   expect_clean(q);
 }
 
+// A job j in group AAA moving to BBB (both paused) while its mover is
+// stopped at `step`: `during` runs then (a second reassign, to CCC), and
+// `after` once the mover has gone on (a reassign again, where one is needed).
+// Then j is in CCC, served there once, and the queue is clean.
+using MidMoveStep = std::function<void(Queue&, const BrandedId&)>;
+void second_reassign_mid_move(Queue& q, const char* step, const MidMoveStep& during, const MidMoveStep& after = {}) {
+  const BrandedId g1 = BrandedId::make("AAA", 1), g2 = BrandedId::make("BBB", 2), g3 = BrandedId::make("CCC", 3);
+  const BrandedId j = q.mint();
+  ASSERT_EQ(q.enqueue(g1, j, "j"), EnqueueStatus::enqueued);
+  ASSERT_EQ(q.pause(g1), LaneStatus::ok);
+  ASSERT_EQ(q.pause(g2), LaneStatus::ok);
+  {
+    StoppedMover mover(q, j, g1, g2, step);
+    during(q, j);
+    EXPECT_EQ(mover.go(), MoveStatus::moved);
+  }
+  if (after) after(q, j);
+  const std::optional<JobInfo> now = q.job(j);
+  ASSERT_TRUE(now.has_value());
+  EXPECT_EQ(now->group, g3);
+  EXPECT_EQ(now->state, JobState::pending);
+  EXPECT_EQ(q.depth(g2), 0u);
+  EXPECT_EQ(q.depth(g3), 1u);
+  EXPECT_EQ(q.corruption().count, 0u) << q.corruption().last_structure;
+  EXPECT_EQ(q.resume(g1), LaneStatus::ok);
+  EXPECT_EQ(q.resume(g2), LaneStatus::ok);
+  const std::vector<BrandedId> got = serve_all(q);
+  EXPECT_EQ(std::count(got.begin(), got.end(), j), 1);
+  EXPECT_EQ(got.size(), 1u);
+  expect_clean(q);
+}
+
 // A second reassign of a job whose mover stopped after committing the copy
 // and before linking it in its new lane (the copy is scheduled, due at once,
 // in no lane): `moved`, to a third group, where the job is then served once.
@@ -1380,34 +1414,13 @@ TEST_F(Contention, ASecondReassignToTheGroupAJobIsMovingToSaysMoved) {
 TEST_F(Contention, ASecondReassignOfAJobWhoseCopyIsCommittedButNotLinkedMovesIt) {
   create(small());
   ASSERT_FALSE(HasFailure());
-  Queue& q = this->q();
-  const BrandedId g1 = BrandedId::make("AAA", 1), g2 = BrandedId::make("BBB", 2), g3 = BrandedId::make("CCC", 3);
-  const BrandedId j = q.mint();
-  ASSERT_EQ(q.enqueue(g1, j, "j"), EnqueueStatus::enqueued);
-  ASSERT_EQ(q.pause(g1), LaneStatus::ok);
-  ASSERT_EQ(q.pause(g2), LaneStatus::ok);
-  StoppedMover mover(q, j, g1, g2, "reassign.committed");
-  const std::optional<JobInfo> before = q.job(j);
-  const MoveStatus again = q.reassign(j, g3);
-  EXPECT_EQ(mover.go(), MoveStatus::moved);
-  ASSERT_TRUE(before.has_value());
-  EXPECT_EQ(before->state, JobState::scheduled) << "the mover did not stop with its copy unlinked";
-  EXPECT_EQ(again, MoveStatus::moved) << to_string(again);
-  const std::optional<JobInfo> after = q.job(j);
-  ASSERT_TRUE(after.has_value());
-  EXPECT_EQ(after->group, g3);
-  EXPECT_EQ(after->state, JobState::pending);
-  EXPECT_EQ(q.depth(g2), 0u);
-  EXPECT_EQ(q.depth(g3), 1u);
-  Lease l;
-  ASSERT_TRUE(q.claim(l, 60000)) << "g1 and g2 are paused: j is served from g3";
-  EXPECT_EQ(l.id, j);
-  EXPECT_EQ(q.complete(l.id, l.token), AckStatus::ok);
-  EXPECT_EQ(q.corruption().count, 0u) << q.corruption().last_structure;
-  EXPECT_EQ(q.resume(g1), LaneStatus::ok);
-  EXPECT_EQ(q.resume(g2), LaneStatus::ok);
-  EXPECT_TRUE(serve_all(q).empty());
-  expect_clean(q);
+  second_reassign_mid_move(q(), "reassign.committed", [](Queue& q, const BrandedId& j) {
+    const std::optional<JobInfo> before = q.job(j);
+    ASSERT_TRUE(before.has_value());
+    EXPECT_EQ(before->state, JobState::scheduled) << "the mover did not stop with its copy unlinked";
+    const MoveStatus again = q.reassign(j, BrandedId::make("CCC", 3));
+    EXPECT_EQ(again, MoveStatus::moved) << to_string(again);
+  });
 }
 
 // A second reassign of a job whose mover stopped while linking its copy
@@ -1418,32 +1431,20 @@ TEST_F(Contention, ASecondReassignOfAJobWhoseCopyIsCommittedButNotLinkedMovesIt)
 TEST_F(Contention, ASecondReassignOfAJobWhoseMoverStoppedLinkingItsCopyIsBusyThenMoves) {
   create(small());
   ASSERT_FALSE(HasFailure());
-  Queue& q = this->q();
-  const BrandedId g1 = BrandedId::make("AAA", 1), g2 = BrandedId::make("BBB", 2), g3 = BrandedId::make("CCC", 3);
-  const BrandedId j = q.mint();
-  ASSERT_EQ(q.enqueue(g1, j, "j"), EnqueueStatus::enqueued);
-  ASSERT_EQ(q.pause(g1), LaneStatus::ok);
-  ASSERT_EQ(q.pause(g2), LaneStatus::ok);
-  StoppedMover mover(q, j, g1, g2, "move.claimed");
-  const std::optional<JobInfo> before = q.job(j);
-  const MoveStatus busy = q.reassign(j, g3);
-  EXPECT_EQ(mover.go(), MoveStatus::moved);
-  const MoveStatus again = q.reassign(j, g3);
-  ASSERT_TRUE(before.has_value());
-  EXPECT_EQ(before->state, JobState::pending) << "the job is pending while its copy is linked";
-  EXPECT_EQ(before->group, g2);
-  EXPECT_EQ(busy, MoveStatus::busy) << to_string(busy);
-  EXPECT_EQ(again, MoveStatus::moved) << to_string(again);
-  const std::optional<JobInfo> after = q.job(j);
-  ASSERT_TRUE(after.has_value());
-  EXPECT_EQ(after->group, g3);
-  EXPECT_EQ(q.corruption().count, 0u) << q.corruption().last_structure;
-  EXPECT_EQ(q.resume(g1), LaneStatus::ok);
-  EXPECT_EQ(q.resume(g2), LaneStatus::ok);
-  const std::vector<BrandedId> got = serve_all(q);
-  EXPECT_EQ(std::count(got.begin(), got.end(), j), 1);
-  EXPECT_EQ(got.size(), 1u);
-  expect_clean(q);
+  second_reassign_mid_move(
+      q(), "move.claimed",
+      [](Queue& q, const BrandedId& j) {
+        const std::optional<JobInfo> before = q.job(j);
+        ASSERT_TRUE(before.has_value());
+        EXPECT_EQ(before->state, JobState::pending) << "the job is pending while its copy is linked";
+        EXPECT_EQ(before->group, BrandedId::make("BBB", 2));
+        const MoveStatus busy = q.reassign(j, BrandedId::make("CCC", 3));
+        EXPECT_EQ(busy, MoveStatus::busy) << to_string(busy);
+      },
+      [](Queue& q, const BrandedId& j) {
+        const MoveStatus again = q.reassign(j, BrandedId::make("CCC", 3));
+        EXPECT_EQ(again, MoveStatus::moved) << to_string(again);
+      });
 }
 
 // A reassign of a job whose releaser stopped after its release step and
@@ -1461,27 +1462,10 @@ TEST_F(Contention, AReassignOfAJobWhoseReleaserStoppedBeforeLinkingItMovesIt) {
   Lease l;
   ASSERT_TRUE(q.claim(l, 60000));
   ASSERT_EQ(l.id, j);
-  struct Stop {
-    std::atomic<std::thread::id> who{};
-    std::atomic<bool> there{false}, go{false};
-    static void at(void* p) {
-      Stop& st = *static_cast<Stop*>(p);
-      if (st.who.load() != std::this_thread::get_id() || st.there.exchange(true)) return;
-      while (!st.go.load()) std::this_thread::yield();
-    }
-  } stop;
-  detail::failpoint_call("release.stepped", &Stop::at, &stop);
-  AckStatus released = AckStatus::corrupt;
-  std::thread releaser([&] {
-    stop.who.store(std::this_thread::get_id());
-    released = q.release(l.id, l.token);
-  });
-  while (!stop.there.load()) std::this_thread::yield();
+  StoppedCall<AckStatus> releaser("release.stepped", [&] { return q.release(l.id, l.token); });
   const std::optional<JobInfo> mid = q.job(j);
   const MoveStatus moved = q.reassign(j, g2);
-  stop.go.store(true);
-  releaser.join();
-  detail::failpoint_call("release.stepped", nullptr, nullptr);
+  const AckStatus released = releaser.go();
   ASSERT_TRUE(mid.has_value());
   EXPECT_EQ(mid->state, JobState::pending);
   EXPECT_EQ(moved, MoveStatus::moved) << to_string(moved);

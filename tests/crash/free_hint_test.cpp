@@ -7,12 +7,12 @@
 
 #include <fairlane/queue.hpp>
 
-#include <atomic>
-#include <thread>
+#include <optional>
 #include <vector>
 
 #include "../../src/failpoint.hpp"
 #include "raw_segment.hpp"
+#include "stopped_call.hpp"
 #include "test_support.hpp"
 
 namespace fairlane {
@@ -105,31 +105,14 @@ TEST_F(FreeHints, ASlotFreedInAnyBlockOfAFullTableIsFound) {
 TEST_F(FreeHints, ASlotFreedWhileAnAllocatorConcludesItsBlockHasNoneIsFound) {
   fill();
   ASSERT_FALSE(HasFailure());
-  struct Stop {
-    std::atomic<std::thread::id> who{};
-    std::atomic<bool> there{false}, go{false};
-    static void at(void* p) {
-      Stop& st = *static_cast<Stop*>(p);
-      if (st.who.load() != std::this_thread::get_id() || st.there.exchange(true)) return;
-      while (!st.go.load()) std::this_thread::yield();
-    }
-  } stop;
-  detail::failpoint_call("alloc.block_looked", &Stop::at, &stop);
-  EnqueueStatus first = EnqueueStatus::corrupt;
   const BrandedId a = q().mint();
-  std::thread allocator([&] {
-    stop.who.store(std::this_thread::get_id());
-    first = q().enqueue(G, a, "a");
-  });
-  while (!stop.there.load()) std::this_thread::yield();
+  test::StoppedCall<EnqueueStatus> allocator("alloc.block_looked", [&] { return q().enqueue(G, a, "a"); });
   std::uint32_t looked = ~0U;
   for (std::uint32_t b = 0; b < kJobs / kHintBlock; ++b)
     if (raw_->hint(b).load() == kHintChecking) looked = b;
   ASSERT_NE(looked, ~0U) << "no block is being looked at";
   free(looked * kHintBlock + 9);
-  stop.go.store(true);
-  allocator.join();
-  detail::failpoint_call("alloc.block_looked", nullptr, nullptr);
+  const EnqueueStatus first = allocator.go();
   // It may have come back to the block and taken the slot; if not, the
   // block must not say none.
   if (first == EnqueueStatus::enqueued) {
