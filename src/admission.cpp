@@ -30,36 +30,40 @@ using namespace detail;
 
 namespace detail {
 
+namespace {
+// A value for this thread's next look: its thread record's index + 1 (a
+// thread without one: 0xFFFF, and a count that starts from its tid) over a
+// 16-bit count of its looks.
+std::uint32_t look_token(Segment& s) noexcept {
+  thread_local std::uint32_t looks = std::uint32_t(gettid_cached()) * 2654435761U;
+  const ThreadRecord* t = s.thread();
+  const std::uint32_t who = t ? std::uint32_t(t - s.threads) + 1 : 0xFFFF;
+  return (std::min<std::uint32_t>(who, 0xFFFF) << 16) | (++looks & 0xFFFF);
+}
+}  // namespace
+
 [[gnu::noinline, gnu::cold]] std::uint32_t alloc_slot_by_hints(Segment& s, std::uint32_t block, std::uint32_t holder,
                                                               std::uint64_t& ctr_out) noexcept {
   const std::uint32_t n = s.jobs;
   const std::uint32_t blocks = (n + kHintBlock - 1) / kHintBlock;
   std::uint32_t b = block < blocks ? block : 0;
-  constexpr std::uint64_t kEightNone = 0x0101010101010101ULL * kHintNone;
   for (std::uint32_t k = 0; k < blocks; ++k, b = b + 1 == blocks ? 0 : b + 1) {
-    // Eight blocks that say none at once (the array is cache-line aligned:
-    // eight hints from a multiple of eight are one aligned word).
-    while (b % 8 == 0 && b + 8 <= blocks && k + 8 <= blocks &&
-           __atomic_load_n(reinterpret_cast<const std::uint64_t*>(&s.hints[b]), __ATOMIC_SEQ_CST) == kEightNone) {
-      k += 8;
-      b = b + 8 == blocks ? 0 : b + 8;
-    }
-    if (k >= blocks) break;
-    std::atomic<std::uint8_t>& h = s.hints[b];
-    std::uint8_t seen = h.load(std::memory_order_seq_cst);
+    std::atomic<std::uint32_t>& h = s.hints[b];
+    std::uint32_t seen = h.load(std::memory_order_seq_cst);
     if (seen == kHintNone) continue;
-    const bool owner = seen != kHintChecking && h.compare_exchange_strong(seen, kHintChecking);
+    const std::uint32_t token = seen < kHintOwned ? look_token(s) : 0;
+    const bool owner = token != 0 && h.compare_exchange_strong(seen, token);
     const std::uint32_t lo = b * kHintBlock, hi = std::min(n, lo + kHintBlock);
     for (std::uint32_t i = lo; i < hi; ++i) {
       if (take_free_slot(s, i, holder, ctr_out)) {
-        std::uint8_t checking = kHintChecking;
-        if (owner) h.compare_exchange_strong(checking, 0);  // more may be free: look again next time
+        std::uint32_t mine = token;
+        if (owner) h.compare_exchange_strong(mine, 0);  // more may be free: look again next time
         return i;
       }
     }
     FAIRLANE_FAILPOINT("alloc.block_looked");
-    std::uint8_t checking = kHintChecking;
-    if (owner) h.compare_exchange_strong(checking, kHintNone);  // fails if a slot was freed since: then 0
+    std::uint32_t mine = token;
+    if (owner) h.compare_exchange_strong(mine, kHintNone);  // fails if a slot was freed since: then 0
   }
   return kNoSlot;
 }

@@ -77,7 +77,7 @@ struct Segment {
   Header* h = nullptr;
   Word128* words = nullptr;                    // slot words
   std::atomic<std::uint8_t>* tags = nullptr;   // admission tags, one per slot
-  std::atomic<std::uint8_t>* hints = nullptr;  // free hints, one per kHintBlock slots
+  std::atomic<std::uint32_t>* hints = nullptr;  // free hints, one per kHintBlock slots
   unsigned char* slots = nullptr;
   LaneRecord* lanes = nullptr;
   DirBucket* dir = nullptr;

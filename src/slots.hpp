@@ -161,30 +161,39 @@ inline bool admission_published(const Segment& s, std::uint32_t slot, const Word
 // - a freer: its CAS of the slot word to free, then a load of the block's
 //   hint, and a store of 0 ("look") unless it read 0. No locked instruction.
 // - an allocator past its cursor's block: passes a block whose hint is
-//   kHintNone. Otherwise it looks at every word of it. The first to find the
-//   hint not kHintChecking turns it so by a CAS and owns the look: finding
-//   no free word, it CASes kHintChecking to kHintNone; taking one, back to 0.
-//   Others look without owning and write nothing.
+//   kHintNone. Otherwise it looks at every word of it. One that finds the
+//   hint neither kHintNone nor owned turns it to a value of its own (its
+//   token, kHintOwned and up) by a CAS, and owns the look: finding no free
+//   word, it CASes its token to kHintNone; taking one, back to 0. Others
+//   look without owning and write nothing.
 // A slot free throughout an allocation is found by it. Its block's hint
-// read kHintNone only if an owner CASed it there after a look that found no
-// free word. That owner's CAS to kHintChecking came after the freer's load
-// of the hint (had it come before, the freer read kHintChecking and stored 0
-// over it, and the CAS to kHintNone failed), so after the freeing CAS; and
-// its look, after its CAS, saw the slot free. (On x86-64, which fairlane
-// requires (cmpxchg16b), a locked instruction orders every load after it.)
+// read kHintNone only if an owner CASed it there from its token after a
+// look that found no free word. That owner's CAS to its token came after
+// the freer's load of the hint: had it come before, the freer read a token
+// (that one, or a later owner's) or 0 written after it, and either stored
+// 0 or found 0 stored; the hint was not the owner's token after that, and a
+// token is never written twice while its owner can act (one owner's
+// tokens differ from every other's and from its own earlier ones), so the
+// CAS to kHintNone failed. (Found in review: with one shared "checking"
+// value, an owner's CAS to none landed on a later owner's "checking".) So
+// the look came after the freeing CAS and saw the slot free. (On x86-64,
+// which fairlane requires (cmpxchg16b), a locked instruction orders every
+// load after it.)
 // Stopped or killed:
 // - a freer between its CAS and its store leaves kHintNone over a free slot;
 //   an allocator then passes the block, and may answer `full` while that
 //   slot is free, until the sweep, which stores 0 over the hint of every
 //   block where it sees a free slot (within recovery_ms);
-// - an owner mid-look leaves kHintChecking: every allocator looks over the
-//   block, and none may write kHintNone there until the sweep resets it;
-// - a scribbled hint: any value but kHintChecking and kHintNone reads as 0;
-//   a kHintNone written over a free slot is the first case.
+// - an owner mid-look leaves its token: every allocator looks over the
+//   block, and none may write kHintNone there until the sweep stores 0 over
+//   it (also over a live owner's: 0 is always safe, the owner's CAS fails);
+// - a scribbled hint: any value below kHintOwned but kHintNone reads as 0; a
+//   scribbled kHintNone over a free slot is the first case; a scribbled
+//   token is a look whose owner never finishes.
 
 // After a CAS that freed `slot`: its block's hint says "look" again.
 inline void note_freed(Segment& s, std::uint32_t slot) noexcept {
-  std::atomic<std::uint8_t>& h = s.hints[slot / kHintBlock];
+  std::atomic<std::uint32_t>& h = s.hints[slot / kHintBlock];
   if (h.load(std::memory_order_seq_cst) != 0) h.store(0, std::memory_order_release);
 }
 
@@ -207,7 +216,7 @@ std::uint32_t alloc_slot_by_hints(Segment& s, std::uint32_t block, std::uint32_t
 // Takes a free slot for the calling handle. Returns kNoSlot when every slot
 // is in use. `hint` is the caller's rotating cursor (thread-local). O(1)
 // expected while the table is not nearly full; a full table is told in
-// jobs / kHintBlock byte reads.
+// jobs / kHintBlock hint reads.
 inline std::uint32_t alloc_slot(Segment& s, std::uint32_t& hint, std::uint32_t holder, std::uint64_t& ctr_out) noexcept {
   const std::uint32_t n = s.jobs;
   std::uint32_t i = hint < n ? hint : 0;

@@ -455,8 +455,8 @@ void sweep_slot(Segment& s, std::uint32_t i, std::uint64_t now, SweepStats& st) 
   // Free hints (slots.hpp): "look" again over a block whose look's owner
   // stopped or died mid-look, and over one that says none is free where one
   // is (its freer stopped or died before its store, or a scribble).
-  std::atomic<std::uint8_t>& hint = s.hints[i / kHintBlock];
-  if (i % kHintBlock == 0 && hint.load(std::memory_order_relaxed) == kHintChecking) hint.store(0, std::memory_order_release);
+  std::atomic<std::uint32_t>& hint = s.hints[i / kHintBlock];
+  if (i % kHintBlock == 0 && hint.load(std::memory_order_relaxed) >= kHintOwned) hint.store(0, std::memory_order_release);
   switch (SlotWord::state(w)) {
     case SlotState::free:
       if (hint.load(std::memory_order_relaxed) != 0) hint.store(0, std::memory_order_release);

@@ -65,8 +65,8 @@ class RawSegment {
     return reinterpret_cast<std::atomic<std::uint8_t>*>(base_ + header().tags_off)[i];
   }
   // The free hint of block b (slots b * kHintBlock on).
-  std::atomic<std::uint8_t>& hint(std::uint32_t b) {
-    return reinterpret_cast<std::atomic<std::uint8_t>*>(base_ + header().hints_off)[b];
+  std::atomic<std::uint32_t>& hint(std::uint32_t b) {
+    return reinterpret_cast<std::atomic<std::uint32_t>*>(base_ + header().hints_off)[b];
   }
   unsigned char* base() { return base_; }
   std::size_t size() const { return size_; }

@@ -19,7 +19,7 @@ namespace fairlane {
 namespace {
 
 using detail::kHintBlock;
-using detail::kHintChecking;
+using detail::kHintOwned;
 using detail::kHintNone;
 using test::expect_clean;
 using test::RawSegment;
@@ -73,6 +73,7 @@ class FreeHints : public SegmentFixture {
     test::serve_all(q());
     expect_clean(q());
   }
+  void second_owner_race(bool sweep_reset);
   std::vector<Lease> leases_;
   std::optional<RawSegment> raw_;
 };
@@ -90,7 +91,7 @@ TEST_F(FreeHints, ASlotFreedInAnyBlockOfAFullTableIsFound) {
     const std::uint32_t slot = b * kHintBlock + 5 + b;
     free(slot);
     ASSERT_FALSE(HasFailure());
-    EXPECT_EQ(raw_->hint(b).load(), 0) << "the complete left block " << b << " marked none";
+    EXPECT_EQ(raw_->hint(b).load(), 0u) << "the complete left block " << b << " marked none";
     const BrandedId id = q().mint();
     EXPECT_EQ(q().enqueue(G, id, "x"), EnqueueStatus::enqueued) << "slot " << slot << " was free";
     EXPECT_EQ(slot_of_id(id), slot);
@@ -109,7 +110,7 @@ TEST_F(FreeHints, ASlotFreedWhileAnAllocatorConcludesItsBlockHasNoneIsFound) {
   test::StoppedCall<EnqueueStatus> allocator("alloc.block_looked", [&] { return q().enqueue(G, a, "a"); });
   std::uint32_t looked = ~0U;
   for (std::uint32_t b = 0; b < kJobs / kHintBlock; ++b)
-    if (raw_->hint(b).load() == kHintChecking) looked = b;
+    if (raw_->hint(b).load() >= kHintOwned) looked = b;
   ASSERT_NE(looked, ~0U) << "no block is being looked at";
   free(looked * kHintBlock + 9);
   const EnqueueStatus first = allocator.go();
@@ -126,6 +127,47 @@ TEST_F(FreeHints, ASlotFreedWhileAnAllocatorConcludesItsBlockHasNoneIsFound) {
   finish();
 }
 
+// An owner that has found no free slot in its block and has not yet written
+// "none" (stopped at the step point) while two slots of the block are freed
+// (the first freer stores "look", the second finds it) and a second
+// allocator takes the look over (its own CAS from "look"; it is then
+// preempted before it finds them: done here by hand, with the value a look
+// of another thread writes). The first owner's "none" must not land on the
+// second's look: the block would say none over two free slots, and an
+// enqueue answer `full`. With `sweep_reset`, the sweep stores "look" over
+// the first owner's value instead of a freer. (Found in review of c7c52b9:
+// with one shared "checking" value both tests failed.)
+void FreeHints::second_owner_race(bool sweep_reset) {
+  fill();
+  ASSERT_FALSE(HasFailure());
+  test::StoppedCall<EnqueueStatus> first_owner("alloc.block_looked", [&] { return q().enqueue(G, q().mint(), "a"); });
+  std::uint32_t b = ~0U;
+  for (std::uint32_t k = 0; k < kJobs / kHintBlock; ++k)
+    if (raw_->hint(k).load() >= kHintOwned) b = k;
+  ASSERT_NE(b, ~0U) << "no block is being looked at";
+  if (sweep_reset) {
+    (void)q().tick();
+    EXPECT_EQ(raw_->hint(b).load(), 0u);
+  }
+  free(b * kHintBlock + 20);
+  free(b * kHintBlock + 40);
+  ASSERT_FALSE(HasFailure());
+  EXPECT_EQ(raw_->hint(b).load(), 0u);
+  std::uint32_t look = 0;
+  const std::uint32_t second = kHintOwned + 0x1234;
+  ASSERT_NE(raw_->hint(b).load(), second);
+  EXPECT_TRUE(raw_->hint(b).compare_exchange_strong(look, second));
+  const EnqueueStatus first = first_owner.go();
+  EXPECT_EQ(first, EnqueueStatus::full) << "it looked before the frees";
+  EXPECT_NE(raw_->hint(b).load(), kHintNone) << "block " << b << " says none over two free slots";
+  EXPECT_EQ(q().enqueue(G, q().mint(), "c"), EnqueueStatus::enqueued) << "full with two slots free";
+  raw_->hint(b).store(0);  // the second look, never finished here
+  finish();
+}
+
+TEST_F(FreeHints, AnOwnersNoneDoesNotLandOnALaterOwnersLookAfterAFreersStore) { second_owner_race(false); }
+TEST_F(FreeHints, AnOwnersNoneDoesNotLandOnALaterOwnersLookAfterTheSweepsReset) { second_owner_race(true); }
+
 // A freer stopped or killed between its CAS and its store, or a scribble,
 // can leave "none" over a free slot; so can an allocator that died owning a
 // look ("checking" for ever). The sweep (tick: a whole pass) sets both back
@@ -137,10 +179,10 @@ TEST_F(FreeHints, TheSweepSetsBackAHintThatHidesAFreeSlotOrWasLeftMidLook) {
   free(2 * kHintBlock + 3);
   ASSERT_FALSE(HasFailure());
   raw_->hint(2).store(kHintNone);      // as a freer stopped before its store leaves it
-  raw_->hint(3).store(kHintChecking);  // as an allocator that died mid-look leaves it
+  raw_->hint(3).store(kHintOwned + 77);  // as an allocator that died mid-look leaves it
   (void)q().tick();
-  EXPECT_EQ(raw_->hint(2).load(), 0);
-  EXPECT_EQ(raw_->hint(3).load(), 0);
+  EXPECT_EQ(raw_->hint(2).load(), 0u);
+  EXPECT_EQ(raw_->hint(3).load(), 0u);
   const BrandedId id = q().mint();
   EXPECT_EQ(q().enqueue(G, id, "x"), EnqueueStatus::enqueued);
   EXPECT_EQ(slot_of_id(id), 2 * kHintBlock + 3);
@@ -155,7 +197,7 @@ TEST_F(FreeHints, AScribbledHintReadsAsLook) {
   ASSERT_EQ(q().enqueue(G, q().mint(), "x"), EnqueueStatus::full);
   free(kHintBlock + 1);
   ASSERT_FALSE(HasFailure());
-  for (std::uint32_t b = 0; b < kJobs / kHintBlock; ++b) raw_->hint(b).store(0xA5);
+  for (std::uint32_t b = 0; b < kJobs / kHintBlock; ++b) raw_->hint(b).store(0xA5);  // below kHintOwned, not none
   const BrandedId id = q().mint();
   EXPECT_EQ(q().enqueue(G, id, "x"), EnqueueStatus::enqueued);
   EXPECT_EQ(slot_of_id(id), kHintBlock + 1);

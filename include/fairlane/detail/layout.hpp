@@ -8,7 +8,7 @@
 // kLayoutVersion.
 //
 //   [Header][slot words: Word128 x jobs][admission tags: u8 x jobs]
-//   [free hints: u8 x ceil(jobs / kHintBlock)]
+//   [free hints: u32 x ceil(jobs / kHintBlock)]
 //   [slots: SlotRecord+payload x jobs][lanes: LaneRecord x lanes]
 //   [directory: DirBucket x dir_buckets][ring: u64 x ring_cells]
 //   [index: IndexBucket x index_buckets][procs: ProcRecord x procs]
@@ -38,15 +38,17 @@ inline constexpr std::uint32_t kMaxProcs = 4095;               // QueueOptions::
 inline constexpr std::uint32_t kMaxPayload = 1U << 20;
 inline constexpr std::uint32_t kErrorBytes = 48;
 inline constexpr std::uint32_t kIndexWays = 7;                 // id index entries per bucket
-// Free hints: one byte per block of kHintBlock slot words, that lets an
-// allocator pass over a block with no free slot without reading its words
+// Free hints: one 32-bit word per block of kHintBlock slot words, that lets
+// an allocator pass over a block with no free slot without reading its words
 // (src/slots.hpp, alloc_slot). 0 (a fresh segment's): a free slot may be
-// there, look; kHintChecking: an allocator is looking over the block;
-// kHintNone: none was there when it last looked, and no slot was freed in
-// it since. Any other value reads as 0.
+// there, look; kHintNone: none was there when it last looked, and no slot
+// was freed in it since; kHintOwned and up: an allocator is looking over the
+// block, the value its own (its thread record and a count: no two looks
+// write the same value while one of them can still act on it). Any other
+// value reads as 0.
 inline constexpr std::uint32_t kHintBlock = 64;
-inline constexpr std::uint8_t kHintChecking = 1;
-inline constexpr std::uint8_t kHintNone = 2;
+inline constexpr std::uint32_t kHintNone = 1;
+inline constexpr std::uint32_t kHintOwned = 1U << 16;
 inline constexpr std::uint32_t kIndexEntriesPerSlot = 8;       // id index size: entries per job slot
 inline constexpr std::uint32_t kDirWays = 4;                   // lane directory entries per bucket
 inline constexpr std::uint32_t kStrayLevels = 6;               // strays skip-list levels
