@@ -1341,6 +1341,14 @@ TEST_F(Contention, AJobWhoseMoverStoppedBetweenItsDropAndItsCommitIsFoundThrough
   mover_stopped_between_drop_and_commit(q(), seg(), true);
 }
 
+// What is left to serve is j alone, once; then the queue is clean.
+void expect_only_served(Queue& q, const BrandedId& j) {
+  const std::vector<BrandedId> got = serve_all(q);
+  EXPECT_EQ(std::count(got.begin(), got.end(), j), 1);
+  EXPECT_EQ(got.size(), 1u);
+  expect_clean(q);
+}
+
 // A second reassign of a job mid-move to the group it is moving to: `moved`,
 // and the job is pending there (it finishes the first move). Before, it said
 // `not_pending`, and a caller that asked again to make sure was told the job
@@ -1401,10 +1409,7 @@ void second_reassign_mid_move(Queue& q, const char* step, const MidMoveStep& dur
   EXPECT_EQ(q.corruption().count, 0u) << q.corruption().last_structure;
   EXPECT_EQ(q.resume(g1), LaneStatus::ok);
   EXPECT_EQ(q.resume(g2), LaneStatus::ok);
-  const std::vector<BrandedId> got = serve_all(q);
-  EXPECT_EQ(std::count(got.begin(), got.end(), j), 1);
-  EXPECT_EQ(got.size(), 1u);
-  expect_clean(q);
+  expect_only_served(q, j);
 }
 
 // A second reassign of a job whose mover stopped after committing the copy
@@ -1475,10 +1480,7 @@ TEST_F(Contention, AReassignOfAJobWhoseReleaserStoppedBeforeLinkingItMovesIt) {
   EXPECT_EQ(after->group, g2);
   EXPECT_EQ(q.depth(g2), 1u);
   EXPECT_EQ(q.corruption().count, 0u) << q.corruption().last_structure;
-  const std::vector<BrandedId> got = serve_all(q);
-  EXPECT_EQ(std::count(got.begin(), got.end(), j), 1);
-  EXPECT_EQ(got.size(), 1u);
-  expect_clean(q);
+  expect_only_served(q, j);
 }
 
 // A complete under an old token of a job that is leased again, while its
