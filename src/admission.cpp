@@ -32,10 +32,10 @@ namespace detail {
 
 namespace {
 // A value for this thread's next look: its thread record's index + 1 (a
-// thread without one: 0xFFFF, and a count that starts from its tid) over a
-// 16-bit count of its looks.
+// thread without one: 0xFFFF, and a count that starts from its tid and pid)
+// over a 16-bit count of its looks.
 std::uint32_t look_token(Segment& s) noexcept {
-  thread_local std::uint32_t looks = std::uint32_t(gettid_cached()) * 2654435761U;
+  thread_local std::uint32_t looks = (std::uint32_t(gettid_cached()) ^ (std::uint32_t(getpid()) << 11)) * 2654435761U;
   const ThreadRecord* t = s.thread();
   const std::uint32_t who = t ? std::uint32_t(t - s.threads) + 1 : 0xFFFF;
   return (std::min<std::uint32_t>(who, 0xFFFF) << 16) | (++looks & 0xFFFF);
@@ -51,7 +51,10 @@ std::uint32_t look_token(Segment& s) noexcept {
     std::atomic<std::uint32_t>& h = s.hints[b];
     std::uint32_t seen = h.load(std::memory_order_seq_cst);
     if (seen == kHintNone) continue;
-    const std::uint32_t token = seen < kHintOwned ? look_token(s) : 0;
+    // A copy of a handle in a child forked without exec has its parent's
+    // thread record and count, and would write its parent's tokens: it looks
+    // without owning (found in review).
+    const std::uint32_t token = seen < kHintOwned && s.attach_pid == getpid() ? look_token(s) : 0;
     const bool owner = token != 0 && h.compare_exchange_strong(seen, token);
     const std::uint32_t lo = b * kHintBlock, hi = std::min(n, lo + kHintBlock);
     for (std::uint32_t i = lo; i < hi; ++i) {

@@ -165,7 +165,9 @@ inline bool admission_published(const Segment& s, std::uint32_t slot, const Word
 //   hint neither kHintNone nor owned turns it to a value of its own (its
 //   token, kHintOwned and up) by a CAS, and owns the look: finding no free
 //   word, it CASes its token to kHintNone; taking one, back to 0. Others
-//   look without owning and write nothing.
+//   look without owning and write nothing, and so does a copy of a handle
+//   in a child forked without exec (it has its parent's thread record and
+//   count, so its tokens would be its parent's).
 // A slot free throughout an allocation is found by it. Its block's hint
 // read kHintNone only if an owner CASed it there from its token after a
 // look that found no free word. That owner's CAS to its token came after

@@ -7,7 +7,12 @@
 
 #include <fairlane/queue.hpp>
 
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
 #include <optional>
+#include <thread>
 #include <vector>
 
 #include "../../src/failpoint.hpp"
@@ -186,6 +191,61 @@ TEST_F(FreeHints, TheSweepSetsBackAHintThatHidesAFreeSlotOrWasLeftMidLook) {
   const BrandedId id = q().mint();
   EXPECT_EQ(q().enqueue(G, id, "x"), EnqueueStatus::enqueued);
   EXPECT_EQ(slot_of_id(id), 2 * kHintBlock + 3);
+  finish();
+}
+
+// A child forked without exec that uses its copy of the handle acts for its
+// parent (design.md) and keeps the forking thread's thread record and look
+// count: its looks must still write tokens of their own. The child owns a
+// look at block 2 and stops before its "none"; the sweep sets the hint back
+// to "look"; the parent's next look at block 2 takes it over. The child's
+// CAS to none must not land on the parent's look (as in
+// AnOwnersNoneDoesNotLandOnALaterOwnersLook*, where a later owner that has
+// not yet reached two freed slots would leave them hidden until the sweep).
+TEST_F(FreeHints, AForkedCopyOfAHandleDoesNotWriteItsParentsToken) {
+  fill();
+  ASSERT_FALSE(HasFailure());
+  constexpr std::uint32_t b = 2;
+  // A look of the parent's first, so that its count is under way when the
+  // child is forked (the child then has the same count).
+  ASSERT_EQ(q().enqueue(G, q().mint(), "x"), EnqueueStatus::full);
+  for (std::uint32_t k = 0; k < kJobs / kHintBlock; ++k) raw_->hint(k).store(k == b ? 0 : kHintNone);
+  const pid_t child = ::fork();
+  ASSERT_GE(child, 0);
+  if (child == 0) {
+    detail::failpoint_call("alloc.block_looked", [](void*) {
+      static bool once = false;
+      if (!once) once = true, ::raise(SIGSTOP);  // stopped mid-look, its none not yet written
+    }, nullptr);
+    ::_exit(q().enqueue(G, q().mint(), "c") == EnqueueStatus::full ? 0 : 1);
+  }
+  int st = 0;
+  ASSERT_EQ(::waitpid(child, &st, WUNTRACED), child);
+  ASSERT_TRUE(WIFSTOPPED(st));
+  const std::uint32_t child_token = raw_->hint(b).load();
+  ASSERT_NE(child_token, kHintNone);  // its token, or 0 if a copy does not own looks
+  (void)q().tick();
+  ASSERT_EQ(raw_->hint(b).load(), 0u);
+  struct Step {
+    RawSegment* raw;
+    pid_t child;
+    std::thread::id who;
+    std::uint32_t mine = 0, after_child = 0;
+  } step{&*raw_, child, std::this_thread::get_id()};
+  detail::failpoint_call("alloc.block_looked", [](void* p) {
+    Step& s = *static_cast<Step*>(p);
+    if (std::this_thread::get_id() != s.who || s.mine != 0) return;
+    s.mine = s.raw->hint(b).load();  // this look's token
+    ::kill(s.child, SIGCONT);         // the child's CAS to none, while this look is on
+    int cst = 0;
+    ::waitpid(s.child, &cst, 0);
+    s.after_child = s.raw->hint(b).load();
+  }, &step);
+  EXPECT_EQ(q().enqueue(G, q().mint(), "p"), EnqueueStatus::full);
+  detail::failpoint_call("alloc.block_looked", nullptr, nullptr);
+  EXPECT_NE(step.mine, child_token) << "parent and child wrote one token: 0x" << std::hex << step.mine;
+  EXPECT_EQ(step.after_child, step.mine) << "the child's none landed on the parent's look: 0x" << std::hex
+                                         << step.after_child;
   finish();
 }
 

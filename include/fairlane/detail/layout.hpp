@@ -30,7 +30,7 @@
 namespace fairlane::detail {
 
 inline constexpr std::uint64_t kMagic = 0x314E4C5249414646ULL;  // "FFAIRLN1" little-endian
-inline constexpr std::uint32_t kLayoutVersion = 12;  // 10: liveness locks and real start times in ProcRecord; 11: MirrorRole; 12: free hints
+inline constexpr std::uint32_t kLayoutVersion = 13;  // 10: liveness locks and real start times in ProcRecord; 11: MirrorRole; 12: free hints (bytes); 13: free hints (words, owner tokens)
 inline constexpr std::size_t kCacheLine = 64;
 inline constexpr std::uint32_t kMaxJobs = (1U << 26) - 2;      // slot+1 fits a 26-bit field
 inline constexpr std::uint32_t kMaxLanes = (1U << 21) - 2;     // lane+1 fits 22 bits, with the default lane
