@@ -154,8 +154,8 @@ inline bool admission_published(const Segment& s, std::uint32_t slot, const Word
 // A slot is taken by a CAS of its word from free to admitting, looking from
 // the caller's rotating cursor through the cursor's block of kHintBlock
 // words; past it, block by block by their free hints (layout.hpp), so that
-// a table with no free slot is told in one byte a block, not one word a
-// slot (8,192 slots: 7 us before the hints, BM_enqueue_full_st).
+// a table with no free slot is told in one hint read a block, not one word
+// a slot (BM_enqueue_full_st: docs/perf/micro-2026-12-05.txt).
 //
 // The hint's protocol, and why a `full` answer means it:
 // - a freer: its CAS of the slot word to free, then a load of the block's
@@ -175,8 +175,10 @@ inline bool admission_published(const Segment& s, std::uint32_t slot, const Word
 // (that one, or a later owner's) or 0 written after it, and either stored
 // 0 or found 0 stored; the hint was not the owner's token after that, and a
 // token is never written twice while its owner can act (one owner's
-// tokens differ from every other's and from its own earlier ones), so the
-// CAS to kHintNone failed. (Found in review: with one shared "checking"
+// tokens differ from every other's and from its own earlier ones; threads
+// without a thread record share an owner number, look_token in
+// admission.cpp, and could in principle collide), so the CAS to kHintNone
+// failed. (Found in review: with one shared "checking"
 // value, an owner's CAS to none landed on a later owner's "checking".) So
 // the look came after the freeing CAS and saw the slot free. (On x86-64,
 // which fairlane requires (cmpxchg16b), a locked instruction orders every
