@@ -2,14 +2,11 @@
 // done (failpoint builds only: src/failpoint.hpp).
 #pragma once
 
-#include "failpoint.hpp"
-
 #include <fairlane/queue.hpp>
 
 #include <gtest/gtest.h>
 
-#include <atomic>
-#include <thread>
+#include "stopped_call.hpp"
 
 namespace fairlane::test {
 
@@ -23,39 +20,15 @@ class StoppedMover {
  public:
   StoppedMover(Queue& q, const BrandedId& j, const BrandedId& from, const BrandedId& to,
                const char* step = "reassign.dropped")
-      : q_(q), from_(from), step_(step) {
-    detail::failpoint_call(step_, &StoppedMover::at_dropped, this);
-    thread_ = std::thread([this, j, to] {
-      mover_ = this;
-      moved_ = q_.reassign(j, to);
-    });
-    while (!dropped_.load()) std::this_thread::yield();
-    EXPECT_EQ(q_.resume(from_), LaneStatus::ok);
-    EXPECT_EQ(q_.pause(from_), LaneStatus::ok);
+      : call_(step, [&q, j, to] { return q.reassign(j, to); }) {
+    EXPECT_EQ(q.resume(from), LaneStatus::ok);
+    EXPECT_EQ(q.pause(from), LaneStatus::ok);
   }
-  ~StoppedMover() { go(); }
   // Lets the mover go on and end; what its reassign answered.
-  MoveStatus go() {
-    go_.store(true);
-    if (thread_.joinable()) thread_.join();
-    detail::failpoint_call(step_, nullptr, nullptr);
-    return moved_;
-  }
+  MoveStatus go() { return call_.go(); }
 
  private:
-  static void at_dropped(void* p) {
-    StoppedMover& m = *static_cast<StoppedMover*>(p);
-    if (mover_ != &m) return;
-    m.dropped_.store(true);
-    while (!m.go_.load()) std::this_thread::yield();
-  }
-  static inline thread_local StoppedMover* mover_ = nullptr;
-  Queue& q_;
-  BrandedId from_;
-  const char* step_;
-  std::atomic<bool> dropped_{false}, go_{false};
-  MoveStatus moved_ = MoveStatus::corrupt;
-  std::thread thread_;
+  StoppedCall<MoveStatus> call_;
 };
 
 }  // namespace fairlane::test
