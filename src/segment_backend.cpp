@@ -52,6 +52,7 @@ class SegmentBackend final : public Backend {
   std::uint64_t purge_dead() override { return q_.purge_dead(); }
   std::vector<ProcessInfo> processes() override { return q_.processes(); }
   void advance_clock(std::uint64_t ms) override { q_.advance_clock(ms); }
+  Queue* segment() noexcept override { return &q_; }
 
  private:
   Queue q_;

@@ -86,6 +86,11 @@ class Backend {
 
   // Moves the queue's clock forward for every client (tests and drills).
   virtual void advance_clock(std::uint64_t ms) = 0;
+
+  // The segment's own handle, for what only a segment has (fsck, repair,
+  // mirroring, its configuration): owned by the backend, valid while it
+  // lives; nullptr on Valkey.
+  virtual Queue* segment() noexcept { return nullptr; }
 };
 
 // The segment behind the Backend interface.

@@ -909,6 +909,25 @@ TEST_P(BackendTest, ManyConsumersServeEveryJobOnce) {
   EXPECT_TRUE(s.ring.empty());
 }
 
+// segment(): the segment's own handle behind the interface (the tool's
+// fsck, repair and mirror commands reach it so), none on Valkey.
+TEST_P(BackendTest, SegmentIsTheSegmentsOwnHandleAndNoneOnValkey) {
+  Queue* seg = q().segment();
+  if (is_valkey()) {
+    EXPECT_EQ(seg, nullptr);
+    return;
+  }
+  ASSERT_NE(seg, nullptr);
+  EXPECT_EQ(seg, q().segment());
+  const BrandedId& g = A;
+  ASSERT_EQ(q().enqueue(g, q().mint(), "through the interface"), EnqueueStatus::enqueued);
+  EXPECT_EQ(seg->depth(g), 1U);
+  ASSERT_EQ(seg->enqueue(g, seg->mint(), "through the handle"), EnqueueStatus::enqueued);
+  EXPECT_EQ(q().depth(g), 2U);
+  EXPECT_EQ(seg->config().job_kind, q().job_kind());
+  EXPECT_TRUE(seg->fsck().clean());
+}
+
 INSTANTIATE_TEST_SUITE_P(Backends, BackendTest,
                          ::testing::Values(BackendKind::segment, BackendKind::valkey, BackendKind::cluster),
                          test::backend_name);
