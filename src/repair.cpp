@@ -413,7 +413,10 @@ Result<FsckReport> Queue::repair(bool force) {
   const std::vector<int> others = other_live_processes(s);
   if (!others.empty() && !force) {
     std::string pids;
-    for (std::size_t i = 0; i < others.size() && i < 8; ++i) pids += (i ? ", " : "") + std::to_string(others[i]);
+    for (std::size_t i = 0; i < others.size() && i < 8; ++i) {
+      if (i) pids += ", ";
+      pids += std::to_string(others[i]);
+    }
     if (others.size() > 8) pids += ", ...";
     const bool one = others.size() == 1;
     return Error{Errc::busy, 0,

@@ -61,6 +61,7 @@ namespace {
 class SharedBackend final : public Backend {
  public:
   explicit SharedBackend(std::shared_ptr<Backend> b) : b_(std::move(b)) {}
+  Queue* segment() noexcept override { return b_->segment(); }
   std::string describe() const override { return b_->describe(); }
   std::string job_kind() const override { return b_->job_kind(); }
   BackendCapabilities capabilities() const override { return b_->capabilities(); }

@@ -88,8 +88,9 @@ class Backend {
   virtual void advance_clock(std::uint64_t ms) = 0;
 
   // The segment's own handle, for what only a segment has (fsck, repair,
-  // mirroring, its configuration): owned by the backend, valid while it
-  // lives; nullptr on Valkey.
+  // mirroring, its configuration): owned by the backend (do not move from
+  // it), valid while the backend lives. nullptr on Valkey; a forwarder (the
+  // worker's per-thread backends) answers for the backend it forwards to.
   virtual Queue* segment() noexcept { return nullptr; }
 };
 

@@ -69,6 +69,23 @@ TEST(WorkerOptionsCheck, RefusesNonsense) {
   EXPECT_NO_THROW(make([](WorkerOptions&) {}));
 }
 
+// Every thread's backend forwards segment() to the one it shares (it said
+// nullptr, as Valkey does, until review).
+TEST_F(WorkerTest, EachThreadsBackendReachesTheSharedSegment) {
+  auto r = Queue::open(q().name());
+  ASSERT_TRUE(r.ok());
+  std::shared_ptr<Backend> one = segment_backend(std::move(r.value()));
+  Queue* seg = one->segment();
+  ASSERT_NE(seg, nullptr);
+  const BackendFactory make = shared_backend(one);
+  const std::unique_ptr<Backend> a = make(), b = make();
+  ASSERT_EQ(a->segment(), seg);
+  EXPECT_EQ(b->segment(), seg);
+  const BrandedId g = group("SEG", 1);
+  enqueue(g);
+  EXPECT_EQ(a->segment()->depth(g), 1U);
+}
+
 // ---------------------------------------------------------------- success
 
 TEST_F(WorkerTest, CompletesEveryJobAcrossThreads) {
