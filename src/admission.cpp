@@ -51,9 +51,10 @@ std::uint32_t look_token(Segment& s) noexcept {
     std::atomic<std::uint32_t>& h = s.hints[b];
     std::uint32_t seen = h.load(std::memory_order_seq_cst);
     if (seen == kHintNone) continue;
-    // A copy of a handle in a child forked without exec has its parent's
-    // thread record and count, and would write its parent's tokens: it looks
-    // without owning (found in review).
+    // A copy of a handle in a child forked without exec looks without
+    // owning: its count came across the fork, and with no thread record of
+    // its own it writes its parent's fallback owner number, so its tokens
+    // could be its parent's (found in review).
     const std::uint32_t token = seen < kHintOwned && s.attach_pid == getpid() ? look_token(s) : 0;
     const bool owner = token != 0 && h.compare_exchange_strong(seen, token);
     const std::uint32_t lo = b * kHintBlock, hi = std::min(n, lo + kHintBlock);

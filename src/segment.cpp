@@ -430,19 +430,35 @@ int open_lock_file_by_name(const Segment& s) noexcept {
   return -1;
 }
 
-// pthread_atfork handlers: the list is held across the fork so the child
-// finds it whole. The child lets go of its parent's lock descriptions (the
-// parent's liveness locks stay with the parent alone) and opens its own;
-// every handle it inherited is a copy and no record is its own, whatever
-// getpid() says (a child forked into a new PID namespace by a process that
-// is pid 1 of its own is pid 1 too). Only async-signal-safe calls, and no
-// memory freed.
-void lock_live_list() noexcept { live_handles_mu.lock(); }
-void unlock_live_list() noexcept { live_handles_mu.unlock(); }
+void forget_thread_records_in_child() noexcept;  // below, with the thread records
+
+// pthread_atfork handlers: the list, and each handle's list of the thread
+// records it took, are held across the fork so the child finds them whole.
+// The child lets go of its parent's lock descriptions (the parent's liveness
+// locks stay with the parent alone) and opens its own; every handle it
+// inherited is a copy and no record is its own, whatever getpid() says (a
+// child forked into a new PID namespace by a process that is pid 1 of its
+// own is pid 1 too). None of the parent's thread records is the child's
+// either: the forking thread's came across in its thread-local cache, and
+// the child's calls through a copy wrote their intents into the record the
+// parent's thread went on writing (a take of the child's, overwritten, was
+// never undone). The child takes records of its own. Only
+// async-signal-safe calls, and no memory freed.
+void lock_live_list() noexcept {
+  live_handles_mu.lock();
+  for (Segment* s : live_segments) s->taken_mu.lock();
+}
+void unlock_live_list() noexcept {
+  for (Segment* s : live_segments) s->taken_mu.unlock();
+  live_handles_mu.unlock();
+}
 void reopen_lock_files_in_child() noexcept {
   held_records.clear();
+  forget_thread_records_in_child();
   for (Segment* s : live_segments) {
     s->attach_pid = -1;
+    s->taken.clear();
+    s->taken_mu.unlock();
     if (s->file.fd < 0) continue;
     ::close(s->file.fd);
     s->file.fd = open_lock_file_by_name(*s);
@@ -601,6 +617,8 @@ Result<std::unique_ptr<Segment>> finish_attach(std::unique_ptr<Segment> s, bool 
 
 // This process's thread records, per handle: a thread takes one on its
 // first call and keeps it until it exits or the handle closes.
+// (Taken in this process: a child forked without exec starts with none,
+// forget_thread_records_in_child.)
 struct ThreadSlots {
   struct Entry {
     std::uint64_t handle = 0;
@@ -611,22 +629,32 @@ struct ThreadSlots {
   ~ThreadSlots();
 };
 
+// Gives back a record this process took for a thread of handle s, if it is
+// still s's: a copy's records belong to the process that attached (the
+// parent), which may have detached meanwhile and its records gone to others.
 void release_thread_record(Segment& s, ThreadRecord& r) noexcept {
-  if (s.me) fold_counters(s.me->retired, r.counters);
+  if (!s.me) return;
+  std::uint64_t owner = ThreadOwner::make(s.me_index, s.me->incarnation.load(std::memory_order_relaxed));
+  if (r.owner.load(std::memory_order_acquire) != owner) return;
+  fold_counters(s.me->retired, r.counters);
   r.intent.store(0, std::memory_order_relaxed);
   // [R13] release: the counters are folded before the record is reused.
-  r.owner.store(0, std::memory_order_release);
+  r.owner.compare_exchange_strong(owner, 0, std::memory_order_release, std::memory_order_relaxed);
 }
 
 ThreadSlots::~ThreadSlots() {
   std::lock_guard l(live_handles_mu);
   for (const Entry& e : entries)
-    if (std::find(live_handles.begin(), live_handles.end(), e.handle) != live_handles.end() &&
-        e.seg->attach_pid == ::getpid())  // not a copy a child forked without exec inherited
+    if (std::find(live_handles.begin(), live_handles.end(), e.handle) != live_handles.end())
       release_thread_record(*e.seg, *e.rec);
 }
 
 thread_local ThreadSlots tls_slots;
+
+void forget_thread_records_in_child() noexcept {
+  tls_slots.entries.clear();  // the forking thread's, the only thread of the child
+  t_thread_cache = {};
+}
 
 }  // namespace
 
@@ -710,14 +738,13 @@ Segment::~Segment() {
     });
     if (it != held_records.end()) held_records.erase(it);
   }
+  // Every thread record this handle's threads took in this process (other
+  // threads' too: a handle closes when no thread uses it any more). Still
+  // the handle's unless its thread exited (then another may hold it).
+  for (ThreadRecord* r : taken) release_thread_record(*this, *r);
   // A child forked without exec closing the copy of its parent's handle:
-  // the record, its thread records and its lock are the parent's.
+  // the record and its lock are the parent's.
   if (attach_pid != ::getpid()) return;
-  // Every thread record of this handle (other threads' too: a handle closes
-  // when no thread uses it any more).
-  const std::uint64_t owner = ThreadOwner::make(me_index, me->incarnation.load(std::memory_order_relaxed));
-  for (ThreadRecord* r : taken)  // still ours unless its thread exited (then another may hold it)
-    if (r->owner.load(std::memory_order_acquire) == owner) release_thread_record(*this, *r);
   fold_counters(h->retired, me->retired);
   me->start_time.store(0, std::memory_order_relaxed);
   // [R1] release: hands the record back; pairs with [A1].

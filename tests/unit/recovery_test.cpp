@@ -1197,6 +1197,80 @@ INSTANTIATE_TEST_SUITE_P(ThenContinuedOrKilled, StoppedClaimer, ::testing::Bool(
                            return std::string(info.param ? "continued" : "killed");
                          });
 
+// A child forked without exec that claims through its copy of the parent's
+// handle, from the thread that forked (the parent's thread used the handle
+// before): the child's take has a thread record of its own. It had the
+// forking thread's (the thread cache came across the fork), so the parent's
+// next call overwrote the stopped child's intent, and the taken job never
+// came back to its lane: no intent named it.
+TEST_F(Recovery, AChildClaimingThroughItsCopyOfTheHandleHasAnIntentOfItsOwn) {
+  make(40);
+  std::set<BrandedId> all;
+  for (const BrandedId& id : fill(A, 3)) all.insert(id);
+  for (const BrandedId& id : fill(B, 3)) all.insert(id);
+  detail::Segment& s = detail::QueueAccess::segment(q());
+  ASSERT_NE(s.thread(), nullptr);  // this thread's record, cached
+  ForkedChild child([&] {
+    detail::failpoint_arm("claim.taken", 1, detail::FailpointAction::stop);
+    Lease l;
+    if (!q().claim(l, kLongLease)) return 7;  // its take undone meanwhile
+    return q().complete(l.id, l.token) == AckStatus::ok ? 0 : 6;
+  }, 120);
+  ASSERT_TRUE(wait_stopped(child.pid())) << "the child did not stop at claim.taken: " << child.describe();
+  std::uint32_t intents = 0;
+  for (std::uint32_t i = 0; i < s.threads_used(); ++i) intents += s.threads[i].intent.load() != 0;
+  EXPECT_EQ(intents, 1U) << "the stopped child's take is not in a thread record";
+
+  // The parent claims (each claim sets and clears its own intent) and the
+  // stopped child's take must stay known: past its deadline it is undone.
+  std::map<BrandedId, int> got;
+  claim_all(got);
+  q().advance_clock(kLongLease + 1000);
+  q().tick();
+  claim_all(got);
+  for (const BrandedId& id : all) EXPECT_EQ(got[id], 1) << id.str() << ": lost with the stopped child's intent";
+
+  ASSERT_EQ(::kill(child.pid(), SIGCONT), 0);
+  ASSERT_TRUE(child.wait_for(20s)) << "the continued child did not finish";
+  EXPECT_TRUE(child.reaped() && WIFEXITED(child.status()) && WEXITSTATUS(child.status()) == 7)
+      << "the continued claim leased a job it no longer held: " << child.describe();
+  expect_clean();
+}
+
+// The thread record a child took for its copy of the handle is given back
+// when the child closes the copy, and the parent's own stays the parent's.
+TEST_F(Recovery, AChildsCopyOfTheHandleGivesBackTheThreadRecordItTookAndOnlyThat) {
+  make(40);
+  fill(A, 2);
+  detail::Segment& s = detail::QueueAccess::segment(q());
+  ASSERT_NE(s.thread(), nullptr);
+  const std::uint32_t index = std::uint32_t(s.thread() - s.threads);
+  RawSegment raw(seg());  // a mapping of its own: outlives the child's close of its copy
+  auto owned = [&raw] {
+    std::uint32_t n = 0;
+    for (std::uint32_t i = 0; i < raw.header().thread_capacity; ++i) n += raw.thread(i).owner.load() != 0;
+    return n;
+  };
+  ASSERT_EQ(owned(), 1U);
+  detail::ThreadRecord* const mine = &raw.thread(index);
+  const std::uint64_t my_owner = mine->owner.load();
+  ForkedChild child([&] {
+    Lease l;
+    if (!q().claim(l, kLongLease) || q().complete(l.id, l.token) != AckStatus::ok) return 3;
+    if (owned() != 2) return 4;  // the child's calls took a record of its own
+    { Queue copy = std::move(q()); }
+    return owned() == 1 && mine->owner.load() == my_owner ? 0 : 5;
+  }, 60);
+  ASSERT_TRUE(child.wait_for(20s));
+  EXPECT_TRUE(child.reaped() && WIFEXITED(child.status()) && WEXITSTATUS(child.status()) == 0) << child.describe();
+  EXPECT_EQ(owned(), 1U);
+  EXPECT_EQ(mine->owner.load(), my_owner);
+  Lease l;
+  ASSERT_TRUE(q().claim(l, kLongLease));
+  EXPECT_EQ(q().complete(l.id, l.token), AckStatus::ok);
+  expect_clean();
+}
+
 // With a limit of 1, a stopped claimer's take fills the lane's limit: the
 // lane waits for that take's lease deadline, no longer (as it would for a
 // stopped holder's lease), then every job of it is delivered once.
