@@ -30,6 +30,7 @@
 #include <iterator>
 #include <latch>
 #include <map>
+#include <mutex>
 #include <optional>
 #include <set>
 #include <sstream>
@@ -1268,6 +1269,98 @@ TEST_F(Recovery, AChildsCopyOfTheHandleGivesBackTheThreadRecordItTookAndOnlyThat
   Lease l;
   ASSERT_TRUE(q().claim(l, kLongLease));
   EXPECT_EQ(q().complete(l.id, l.token), AckStatus::ok);
+  expect_clean();
+}
+
+// ---- threads beyond the thread records --------------------------------------------------
+
+// Every free thread record of handle q marked as taken by it (as if other
+// threads of its process held them): the next thread without one of its own
+// writes its intents into the process record's fallback, for one call at a
+// time. How many were marked.
+std::uint32_t use_up_thread_records(Queue& q) {
+  detail::Segment& s = detail::QueueAccess::segment(q);
+  const std::uint64_t owner = detail::ThreadOwner::make(s.me_index, s.me->incarnation.load());
+  std::uint32_t n = 0;
+  for (std::uint32_t i = 0; i < s.thread_count; ++i) {
+    std::uint64_t free = 0;
+    if (s.threads[i].owner.compare_exchange_strong(free, owner)) ++n;
+  }
+  detail::raise_threads_used(*s.h, s.thread_count);
+  return n;
+}
+
+// Threads that find no thread record take turns at the process record's
+// fallback intent: each take is named there while it is in flight, and
+// everything is delivered once.
+TEST_F(Recovery, ThreadsWithoutAThreadRecordTakeTurnsAtTheProcessRecordsFallbackIntent) {
+  make(40);
+  std::set<BrandedId> all;
+  for (const BrandedId& id : fill(A, 20)) all.insert(id);
+  for (const BrandedId& id : fill(B, 20)) all.insert(id);
+  ASSERT_GT(use_up_thread_records(q()), 0U);
+  detail::Segment& s = detail::QueueAccess::segment(q());
+  struct Seen {
+    detail::Segment* s;
+    std::atomic<int> in_fallback{0}, elsewhere{0};
+  } seen{&s};
+  detail::failpoint_call("claim.taken", [](void* p) {
+    Seen& v = *static_cast<Seen*>(p);
+    const std::uint64_t in = v.s->me->intent.load();
+    const bool mine = v.s->me->intent_tid.load() == std::uint64_t(::gettid());
+    (in != 0 && mine ? v.in_fallback : v.elsewhere).fetch_add(1);
+  }, &seen);
+  std::mutex mu;
+  std::map<BrandedId, int> got;
+  std::vector<std::thread> threads;
+  for (int t = 0; t < 4; ++t)
+    threads.emplace_back([&] {
+      Lease l;
+      for (int guard = 0; guard < 1000 && q().claim(l, kLongLease); ++guard) {
+        EXPECT_EQ(q().complete(l.id, l.token), AckStatus::ok);
+        std::lock_guard g(mu);
+        ++got[l.id];
+      }
+    });
+  for (auto& t : threads) t.join();
+  detail::failpoint_call("claim.taken", nullptr, nullptr);
+  EXPECT_EQ(seen.in_fallback.load(), 40) << "a take not named in the fallback intent by its thread";
+  EXPECT_EQ(seen.elsewhere.load(), 0);
+  for (const BrandedId& id : all) EXPECT_EQ(got[id], 1) << id.str();
+  EXPECT_EQ(s.me->intent_tid.load(), 0U) << "the fallback was left taken";
+}
+
+// A process killed in the middle of a take made through the fallback
+// intent: the sweep finds the take in its process record and puts the job
+// back.
+TEST_F(Recovery, ATakeOfAThreadWithoutAThreadRecordKilledMidClaimIsUndone) {
+  make(40);
+  std::set<BrandedId> all;
+  for (const BrandedId& id : fill(A, 3)) all.insert(id);
+  const std::string name = seg();
+  ForkedChild child([&] {
+    auto r = Queue::open(name);
+    if (!r) return 3;
+    if (use_up_thread_records(*r) == 0) return 4;
+    detail::failpoint_arm("claim.taken");
+    Lease l;
+    r->claim(l, kLongLease);
+    return 5;  // not reached: killed at claim.taken
+  }, 60);
+  child.wait();
+  ASSERT_TRUE(child.signaled() && WTERMSIG(child.status()) == SIGKILL) << child.describe();
+  detail::Segment& s = detail::QueueAccess::segment(q());
+  std::uint32_t named = 0;
+  for (std::uint32_t i = 0; i < s.proc_count; ++i) named += s.procs[i].intent.load() != 0;
+  ASSERT_EQ(named, 1U) << "the take was not made through a process record's fallback intent";
+  std::map<BrandedId, int> got;
+  for (int pass = 0; pass < 5 && got.size() < all.size(); ++pass) {
+    q().advance_clock(100);
+    q().tick();
+    claim_all(got);
+  }
+  for (const BrandedId& id : all) EXPECT_EQ(got[id], 1) << id.str() << ": the dead fallback take was not undone";
+  EXPECT_GT(q().recovery().finished, 0U);
   expect_clean();
 }
 
