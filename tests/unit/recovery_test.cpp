@@ -1337,18 +1337,11 @@ TEST_F(Recovery, ATakeOfAThreadWithoutAThreadRecordKilledMidClaimIsUndone) {
   make(40);
   std::set<BrandedId> all;
   for (const BrandedId& id : fill(A, 3)) all.insert(id);
-  const std::string name = seg();
-  ForkedChild child([&] {
-    auto r = Queue::open(name);
-    if (!r) return 3;
-    if (use_up_thread_records(*r) == 0) return 4;
-    detail::failpoint_arm("claim.taken");
+  ASSERT_TRUE(killed_at("claim.taken", [](Queue& r) {
+    use_up_thread_records(r);
     Lease l;
-    r->claim(l, kLongLease);
-    return 5;  // not reached: killed at claim.taken
-  }, 60);
-  child.wait();
-  ASSERT_TRUE(child.signaled() && WTERMSIG(child.status()) == SIGKILL) << child.describe();
+    r.claim(l, kLongLease);
+  }));
   detail::Segment& s = detail::QueueAccess::segment(q());
   std::uint32_t named = 0;
   for (std::uint32_t i = 0; i < s.proc_count; ++i) named += s.procs[i].intent.load() != 0;
