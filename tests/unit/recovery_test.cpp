@@ -1402,6 +1402,20 @@ class DeadLooking : public Recovery {
     EXPECT_TRUE(r.ok());
     return std::move(r.value());
   }
+  // A second handle (a process of its own as the segment sees it) holding
+  // a lease of the oldest of `jobs` jobs in lane A, in a segment of
+  // recovery_ms 500.
+  struct Holding {
+    Queue other;
+    Lease lease;
+  };
+  Holding second_holds_a_lease(int jobs) {
+    make(500);
+    fill(A, jobs);
+    Holding h{second(), {}};
+    EXPECT_TRUE(h.other.claim(h.lease, 60000)) << "the second handle claimed nothing";
+    return h;
+  }
   // The process record (index) holding the first leased slot.
   static std::uint32_t holder_record(RawSegment& raw) {
     const std::uint32_t slot = raw.find_slot(detail::SlotState::leased);
@@ -1413,11 +1427,8 @@ class DeadLooking : public Recovery {
 };
 
 TEST_F(DeadLooking, ALiveHolderKeepsItsLease) {
-  make(500);
-  fill(A, 2);
-  Queue other = second();
-  Lease l;
-  ASSERT_TRUE(other.claim(l, 60000));
+  auto [other, l] = second_holds_a_lease(2);
+  ASSERT_FALSE(HasFailure());
   q().advance_clock(1000);
   EXPECT_EQ(q().tick(), 0U) << "a live holder's unexpired lease was taken";
   EXPECT_EQ(q().recovery().runs, 0U);
@@ -1466,11 +1477,8 @@ TEST_F(DeadLooking, LeasesOfAHolderThatLooksDeadComeBackAndItsLateAcksAreFenced)
 }
 
 TEST_F(DeadLooking, ARecordStillBeingAttachedIsNeverJudged) {
-  make(500);
-  fill(A, 1);
-  Queue other = second();
-  Lease l;
-  ASSERT_TRUE(other.claim(l, 60000));
+  auto [other, l] = second_holds_a_lease(1);
+  ASSERT_FALSE(HasFailure());
   RawSegment raw(seg());
   const std::uint32_t rec = holder_record(raw);
   const std::uint64_t owner = raw.proc(rec).owner.load();
@@ -1589,11 +1597,8 @@ TEST_F(DeadLooking, AHolderWhosePidWasTakenByAnotherProcessIsDead) {
 // AConsumerInAnotherPidNamespaceKeepsItsLeasesUntilItDies does it with a
 // real namespace.)
 TEST_F(DeadLooking, AHolderThatHoldsItsLivenessLockIsAliveWhateverItsPidSays) {
-  make(500);
-  fill(A, 2);
-  Queue other = second();
-  Lease l;
-  ASSERT_TRUE(other.claim(l, 60000));
+  auto [other, l] = second_holds_a_lease(2);
+  ASSERT_FALSE(HasFailure());
   RawSegment raw(seg());
   const std::uint32_t rec = holder_record(raw);
   const std::uint64_t owner = raw.proc(rec).owner.load();
@@ -1617,11 +1622,8 @@ TEST_F(DeadLooking, AHolderThatHoldsItsLivenessLockIsAliveWhateverItsPidSays) {
 // the right pid with another start time, is alive. Judged by the word it
 // was dead, and its leases were taken from it while it worked.
 TEST_F(DeadLooking, AHolderThatHoldsItsLivenessLockIsAliveThoughItsWordSaysItHoldsNone) {
-  make(500);
-  fill(A, 2);
-  Queue other = second();
-  Lease l;
-  ASSERT_TRUE(other.claim(l, 60000));
+  auto [other, l] = second_holds_a_lease(2);
+  ASSERT_FALSE(HasFailure());
   RawSegment raw(seg());
   const std::uint32_t rec = holder_record(raw);
   const std::uint64_t owner = raw.proc(rec).owner.load();
@@ -1642,11 +1644,8 @@ TEST_F(DeadLooking, AHolderThatHoldsItsLivenessLockIsAliveThoughItsWordSaysItHol
 // closed: it exec'd, or died and its pid lives on in another process) is
 // dead though its pid and start time still match.
 TEST_F(DeadLooking, AHolderWhoseLivenessLockIsGoneIsDeadThoughItsPidLives) {
-  make(500);
-  fill(A, 2);
-  Queue other = second();
-  Lease l;
-  ASSERT_TRUE(other.claim(l, 60000));
+  auto [other, l] = second_holds_a_lease(2);
+  ASSERT_FALSE(HasFailure());
   detail::Segment& os = detail::QueueAccess::segment(other);
   struct flock f {};
   f.l_type = F_UNLCK;
