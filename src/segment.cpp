@@ -31,6 +31,7 @@
 #include "failpoint.hpp"
 #include "hash.hpp"
 #include "retry_codec.hpp"
+#include "util.hpp"
 
 namespace fairlane::detail {
 namespace bip = boost::interprocess;
@@ -439,7 +440,7 @@ void forget_thread_records_in_child() noexcept;  // below, with the thread recor
 // inherited is a copy and no record is its own, whatever getpid() says (a
 // child forked into a new PID namespace by a process that is pid 1 of its
 // own is pid 1 too). None of the parent's thread records is the child's
-// either: the forking thread's came across in its thread-local cache, and
+// either, nor its cached thread id: the forking thread's came across in its thread-local cache, and
 // the child's calls through a copy wrote their intents into the record the
 // parent's thread went on writing (a take of the child's, overwritten, was
 // never undone). The child takes records of its own. Only
@@ -654,6 +655,7 @@ thread_local ThreadSlots tls_slots;
 void forget_thread_records_in_child() noexcept {
   tls_slots.entries.clear();  // the forking thread's, the only thread of the child
   t_thread_cache = {};
+  t_tid = 0;  // its id too (read again at the next use)
 }
 
 }  // namespace

@@ -24,9 +24,14 @@ inline void cpu_pause() noexcept {
 #endif
 }
 
+// The calling thread's id, read once (0: not read yet). A child forked
+// without exec starts with its forking thread's value: the fork handler
+// (segment.cpp) sets it back to 0.
+inline thread_local std::uint32_t t_tid = 0;
 inline std::uint32_t gettid_cached() noexcept {
-  thread_local std::uint32_t tid = std::uint32_t(syscall(SYS_gettid));
-  return tid;
+  if (t_tid == 0) [[unlikely]]
+    t_tid = std::uint32_t(syscall(SYS_gettid));
+  return t_tid;
 }
 
 // The value of a base62 digit, or -1 (a table: no branches per character).

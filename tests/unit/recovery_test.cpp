@@ -41,6 +41,7 @@
 #include "failpoint.hpp"
 #include "id_index.hpp"
 #include "segment.hpp"
+#include "util.hpp"
 
 namespace fairlane {
 namespace {
@@ -1270,6 +1271,19 @@ TEST_F(Recovery, AChildsCopyOfTheHandleGivesBackTheThreadRecordItTookAndOnlyThat
   ASSERT_TRUE(q().claim(l, kLongLease));
   EXPECT_EQ(q().complete(l.id, l.token), AckStatus::ok);
   expect_clean();
+}
+
+// The thread id a thread caches (the owner of its process record's
+// fallback intent while it uses it) is the child's own in a child forked
+// without exec, not the id of the thread that forked.
+TEST_F(Recovery, AForkedChildsCachedThreadIdIsItsOwn) {
+  make(40);
+  const std::uint32_t mine = detail::gettid_cached();
+  ASSERT_EQ(mine, std::uint32_t(::gettid()));
+  ForkedChild child([] { return detail::gettid_cached() == std::uint32_t(::gettid()) ? 0 : 1; }, 60);
+  child.wait();
+  EXPECT_TRUE(WIFEXITED(child.status()) && WEXITSTATUS(child.status()) == 0) << child.describe();
+  EXPECT_EQ(detail::gettid_cached(), mine);
 }
 
 // ---- threads beyond the thread records --------------------------------------------------
