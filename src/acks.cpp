@@ -320,6 +320,7 @@ std::size_t Queue::complete_batch(std::span<const Lease> leases, std::span<AckSt
 }
 
 FailStatus Queue::fail(const BrandedId& job, Token token, const FailOptions& options) noexcept {
+  adopt_if_copy_cold(*seg_);
   Segment& s = *seg_;
   std::uint64_t sf = 0;
   if (!ack_args(s, job, token, sf)) return FailStatus::gone;
@@ -395,6 +396,7 @@ FailStatus Queue::fail(const BrandedId& job, Token token, const FailOptions& opt
 }
 
 AckStatus Queue::release(const BrandedId& job, Token token) noexcept {
+  adopt_if_copy_cold(*seg_);
   Segment& s = *seg_;
   std::uint64_t sf = 0;
   if (!ack_args(s, job, token, sf)) return AckStatus::gone;
@@ -408,6 +410,7 @@ AckStatus Queue::release(const BrandedId& job, Token token) noexcept {
 }
 
 AckStatus Queue::extend(const BrandedId& job, Token token, std::uint32_t lease_ms) noexcept {
+  adopt_if_copy_cold(*seg_);
   Segment& s = *seg_;
   std::uint64_t sf = 0;
   if (!ack_args(s, job, token, sf)) return AckStatus::gone;
@@ -433,6 +436,7 @@ AckStatus Queue::extend(const BrandedId& job, Token token, std::uint32_t lease_m
 }
 
 std::size_t Queue::release_all() noexcept {
+  adopt_if_copy_cold(*seg_);
   Segment& s = *seg_;
   if (!s.me) return 0;
   const std::uint32_t me = my_holder(s);

@@ -52,9 +52,9 @@ std::uint32_t look_token(Segment& s) noexcept {
     std::uint32_t seen = h.load(std::memory_order_seq_cst);
     if (seen == kHintNone) continue;
     // A copy of a handle in a child forked without exec looks without
-    // owning: its count came across the fork, and with no thread record of
-    // its own it writes its parent's fallback owner number, so its tokens
-    // could be its parent's (found in review).
+    // owning while it is one (found in review: its tokens were its
+    // parent's). Since copies became their child's own attachment before
+    // their first enqueue (adopt_copy), none gets here; kept as the guard.
     const std::uint32_t token = seen < kHintOwned && s.attach_pid == getpid() ? look_token(s) : 0;
     const bool owner = token != 0 && h.compare_exchange_strong(seen, token);
     const std::uint32_t lo = b * kHintBlock, hi = std::min(n, lo + kHintBlock);
@@ -279,6 +279,7 @@ bool link_admission(Segment& s, std::uint32_t slot, std::uint64_t ctr, const Gro
 
 EnqueueStatus admit(Segment& s, const BrandedId& group, const BrandedId& job, std::string_view payload,
                     const Admission& in, std::uint64_t& wait_seq) noexcept {
+  adopt_if_copy(s);
   if (!s.me) return EnqueueStatus::read_only;
   std::uint64_t sf = 0;
   switch (job_snowflake(s, job, sf)) {

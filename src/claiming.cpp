@@ -770,6 +770,7 @@ void fill_lease(const Segment& s, std::uint32_t slot, std::uint32_t lane, std::u
 ClaimStatus claim_some(Segment& s, Lease* out, std::size_t room, std::size_t& got, std::uint32_t lease_ms,
                        std::uint64_t now_us, bool one_lane) noexcept {
   got = 0;
+  adopt_if_copy(s);
   if (!s.me || room == 0) return ClaimStatus::empty;
   const std::uint64_t now = now_us / 1000;
   maybe_sweep(s, now);
@@ -838,6 +839,7 @@ void pop_front_husks(Segment& s, std::uint32_t lane) noexcept {
 }
 
 ClaimStatus take_front(Segment& s, std::uint32_t lane, Lease& out, std::uint32_t lease_ms, std::uint64_t now_us) noexcept {
+  adopt_if_copy(s);
   if (!s.me) return ClaimStatus::empty;
   IntentGuard guard(s);
   const std::uint64_t deadline = now_us / 1000 + lease_ms;

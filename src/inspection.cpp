@@ -247,6 +247,7 @@ std::vector<JobInfo> Queue::jobs(const JobFilter& filter) const {
 }
 
 AckStatus Queue::requeue_dead(const BrandedId& id) noexcept {
+  adopt_if_copy_cold(*seg_);
   Segment& s = *seg_;
   if (!s.me) return AckStatus::gone;
   std::uint64_t sf = 0;
@@ -266,6 +267,7 @@ AckStatus Queue::requeue_dead(const BrandedId& id) noexcept {
 }
 
 std::uint64_t Queue::requeue_all_dead() noexcept {
+  adopt_if_copy_cold(*seg_);
   Segment& s = *seg_;
   if (!s.me) return 0;
   std::uint64_t n = 0;
@@ -279,6 +281,7 @@ std::uint64_t Queue::requeue_all_dead() noexcept {
 }
 
 std::uint64_t Queue::purge_dead() noexcept {
+  adopt_if_copy_cold(*seg_);
   Segment& s = *seg_;
   if (!s.me) return 0;
   std::uint64_t n = 0;

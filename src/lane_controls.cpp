@@ -90,23 +90,27 @@ std::uint32_t existing_lane(Segment& s, const BrandedId& group) noexcept {
 }  // namespace
 
 LaneStatus Queue::pause(const BrandedId& group) noexcept {
+  adopt_if_copy_cold(*seg_);
   return change_settings(*seg_, group, true, [](std::uint64_t st) {
     return Settings::make(Settings::limit(st), true, Settings::weight(st), st);
   });
 }
 
 LaneStatus Queue::resume(const BrandedId& group) noexcept {
+  adopt_if_copy_cold(*seg_);
   return change_settings(*seg_, group, false, [](std::uint64_t st) {
     return Settings::make(Settings::limit(st), false, Settings::weight(st), st);
   });
 }
 
 void Queue::pause_all() noexcept {
+  adopt_if_copy_cold(*seg_);
   if (!seg_->me) return;
   seg_->h->queue_paused.store(1, std::memory_order_seq_cst);
 }
 
 void Queue::resume_all() noexcept {
+  adopt_if_copy_cold(*seg_);
   if (!seg_->me) return;
   // [S5] seq_cst: pairs with the claim's seq_cst load; parked consumers look again.
   seg_->h->queue_paused.store(0, std::memory_order_seq_cst);
@@ -114,6 +118,7 @@ void Queue::resume_all() noexcept {
 }
 
 LaneStatus Queue::set_limit(const BrandedId& group, std::uint32_t limit) noexcept {
+  adopt_if_copy_cold(*seg_);
   if (limit == 0 || limit > kMaxLimit) return LaneStatus::invalid_argument;
   return change_settings(*seg_, group, true, [limit](std::uint64_t st) {
     return Settings::make(limit, Settings::paused(st), Settings::weight(st), st);
@@ -121,12 +126,14 @@ LaneStatus Queue::set_limit(const BrandedId& group, std::uint32_t limit) noexcep
 }
 
 LaneStatus Queue::clear_limit(const BrandedId& group) noexcept {
+  adopt_if_copy_cold(*seg_);
   return change_settings(*seg_, group, false, [](std::uint64_t st) {
     return Settings::make(0, Settings::paused(st), Settings::weight(st), st);
   });
 }
 
 LaneStatus Queue::set_weight(const BrandedId& group, std::uint32_t weight) noexcept {
+  adopt_if_copy_cold(*seg_);
   if (weight == 0 || weight > kMaxWeight) return LaneStatus::invalid_argument;
   return change_settings(*seg_, group, weight != 1, [weight](std::uint64_t st) {
     return Settings::make(Settings::limit(st), Settings::paused(st), weight, st);
@@ -139,6 +146,7 @@ std::uint64_t Queue::depth(const BrandedId& group) const noexcept {
 }
 
 std::uint64_t Queue::drain(const BrandedId& group) noexcept {
+  adopt_if_copy_cold(*seg_);
   Segment& s = *seg_;
   if (!s.me) return 0;
   const std::uint32_t lane = existing_lane(s, group);
@@ -280,6 +288,7 @@ Settled settle_for_move(Segment& s, std::uint32_t x, std::uint64_t sf, Word128& 
 }  // namespace
 
 MoveStatus Queue::reassign(const BrandedId& job, const BrandedId& group) noexcept {
+  adopt_if_copy_cold(*seg_);
   Segment& s = *seg_;
   if (!s.me) return MoveStatus::read_only;
   std::uint64_t sf = 0;

@@ -408,6 +408,7 @@ void rebuild_segment(Segment& s, FsckReport& report) { Repairer(s, report).run()
 }  // namespace detail
 
 Result<FsckReport> Queue::repair(bool force) {
+  adopt_if_copy_cold(*seg_);
   Segment& s = *seg_;
   if (!s.me) return Error{Errc::invalid_argument, 0, "segment '" + s.name + "' is open as an observer: repair needs a member"};
   const std::vector<int> others = other_live_processes(s);

@@ -440,11 +440,13 @@ void forget_thread_records_in_child() noexcept;  // below, with the thread recor
 // inherited is a copy and no record is its own, whatever getpid() says (a
 // child forked into a new PID namespace by a process that is pid 1 of its
 // own is pid 1 too). None of the parent's thread records is the child's
-// either, nor its cached thread id: the forking thread's came across in its thread-local cache, and
-// the child's calls through a copy wrote their intents into the record the
-// parent's thread went on writing (a take of the child's, overwritten, was
-// never undone). The child takes records of its own. Only
-// async-signal-safe calls, and no memory freed.
+// either, nor its cached thread id: the forking thread's came across in
+// its thread-local cache, and the child's calls through a copy wrote their
+// intents into the record the parent's thread went on writing (a take of
+// the child's, overwritten, was never undone). A copy takes a process
+// record of its own at its first call that writes (adopt_copy), and thread
+// records in its own name after that. Only async-signal-safe calls, and
+// no memory freed.
 void lock_live_list() noexcept {
   live_handles_mu.lock();
   for (Segment* s : live_segments) s->taken_mu.lock();
@@ -458,6 +460,7 @@ void reopen_lock_files_in_child() noexcept {
   forget_thread_records_in_child();
   for (Segment* s : live_segments) {
     s->attach_pid = -1;
+    if (s->me) s->copy_pending.store(true, std::memory_order_relaxed);
     s->taken.clear();
     s->taken_mu.unlock();
     if (s->file.fd < 0) continue;
@@ -616,6 +619,43 @@ Result<std::unique_ptr<Segment>> finish_attach(std::unique_ptr<Segment> s, bool 
   return s;
 }
 
+}  // namespace
+
+void adopt_if_copy_cold(Segment& s) noexcept { adopt_if_copy(s); }
+
+void adopt_copy(Segment& s) noexcept {
+
+  // The handle list's mutex: one adoption at a time in this process (other
+  // threads of the child wait for it, as for an open), and none across a
+  // fork (the fork handlers hold it).
+  std::lock_guard l(live_handles_mu);
+  if (!s.copy_pending.load(std::memory_order_relaxed)) return;  // another thread did it
+  std::uint32_t busy = 0;
+  ProcRecord* r = nullptr;
+  try {
+    r = attach(s, busy);
+  } catch (...) {
+    r = nullptr;
+  }
+  if (r) {
+    s.me = r;
+    s.me_index = std::uint32_t(r - s.procs);
+    s.attach_pid = ::getpid();
+    if (s.file_known) {
+      try {
+        held_records.push_back({s.file_dev, s.file_ino, s.me_index, s.attach_pid});
+      } catch (...) {
+      }
+    }
+  } else {
+    s.me = nullptr;  // no record free: an observer from here
+  }
+  // Release: a thread that sees the flag down sees me as set here.
+  s.copy_pending.store(false, std::memory_order_release);
+}
+
+namespace {
+
 // This process's thread records, per handle: a thread takes one on its
 // first call and keeps it until it exits or the handle closes.
 // (Taken in this process: a child forked without exec starts with none,
@@ -625,35 +665,44 @@ struct ThreadSlots {
     std::uint64_t handle = 0;
     Segment* seg = nullptr;
     ThreadRecord* rec = nullptr;
+    std::uint64_t owner = 0;  // the owner value it was taken with
   };
   std::vector<Entry> entries;
   ~ThreadSlots();
 };
 
-// Gives back a record this process took for a thread of handle s, if it is
-// still s's: a copy's records belong to the process that attached (the
-// parent), which may have detached meanwhile and its records gone to others.
-void release_thread_record(Segment& s, ThreadRecord& r) noexcept {
-  if (!s.me) return;
-  std::uint64_t owner = ThreadOwner::make(s.me_index, s.me->incarnation.load(std::memory_order_relaxed));
-  if (r.owner.load(std::memory_order_acquire) != owner) return;
-  fold_counters(s.me->retired, r.counters);
+// An owner word while its record is being given back: still the owner's
+// (proc1 and inc unchanged, so nobody takes it or judges it otherwise).
+constexpr std::uint64_t kOwnerReleasing = 1ULL << 17;
+
+// Gives back a record a thread of handle s took with owner value `owner`,
+// if the record still has that value: a thread that exited gave its record
+// back already, and another thread may hold it since. Claimed by a CAS
+// before anything of it is written.
+void release_thread_record(Segment& s, ThreadRecord& r, std::uint64_t owner) noexcept {
+  if (!r.owner.compare_exchange_strong(owner, owner | kOwnerReleasing, std::memory_order_acquire,
+                                       std::memory_order_relaxed))
+    return;
+  fold_counters(s.me ? s.me->retired : s.h->retired, r.counters);
   r.intent.store(0, std::memory_order_relaxed);
   // [R13] release: the counters are folded before the record is reused.
-  r.owner.compare_exchange_strong(owner, 0, std::memory_order_release, std::memory_order_relaxed);
+  r.owner.store(0, std::memory_order_release);
 }
 
 ThreadSlots::~ThreadSlots() {
   std::lock_guard l(live_handles_mu);
   for (const Entry& e : entries)
     if (std::find(live_handles.begin(), live_handles.end(), e.handle) != live_handles.end())
-      release_thread_record(*e.seg, *e.rec);
+      release_thread_record(*e.seg, *e.rec, e.owner);
 }
 
 thread_local ThreadSlots tls_slots;
+// Has this thread touched tls_slots (constructed it)? Trivially destructible:
+// the fork handler reads it without constructing anything.
+thread_local bool t_has_slots = false;
 
 void forget_thread_records_in_child() noexcept {
-  tls_slots.entries.clear();  // the forking thread's, the only thread of the child
+  if (t_has_slots) tls_slots.entries.clear();  // the forking thread's, the only thread of the child
   t_thread_cache = {};
   t_tid = 0;  // its id too (read again at the next use)
 }
@@ -667,7 +716,9 @@ void raise_threads_used(Header& h, std::uint32_t to) noexcept {
 }
 
 ThreadRecord* Segment::thread_slow() noexcept {
-  if (!me) return nullptr;
+  // (A copy not yet adopted takes none: it would be in its parent's name.)
+  if (!me || copy_pending.load(std::memory_order_acquire)) return nullptr;
+  t_has_slots = true;
   ThreadCache& last = t_thread_cache;
   for (const auto& e : tls_slots.entries)
     if (e.handle == handle_id) {
@@ -701,9 +752,11 @@ ThreadRecord* Segment::thread_slow() noexcept {
     if (cur != 0) fold_counters(h->retired, r.counters);
     r.intent.store(0, std::memory_order_relaxed);
     try {
-      tls_slots.entries.push_back({handle_id, this, &r});
+      tls_slots.entries.push_back({handle_id, this, &r, owner});
       std::lock_guard l(taken_mu);
-      if (std::find(taken.begin(), taken.end(), &r) == taken.end()) taken.push_back(&r);
+      const auto it = std::find_if(taken.begin(), taken.end(), [&](const Taken& t) { return t.rec == &r; });
+      if (it == taken.end()) taken.push_back({&r, owner});
+      else it->owner = owner;
     } catch (...) {
       std::erase_if(tls_slots.entries, [&](const ThreadSlots::Entry& e) { return e.rec == &r && e.handle == handle_id; });
       r.owner.store(0, std::memory_order_release);
@@ -743,7 +796,7 @@ Segment::~Segment() {
   // Every thread record this handle's threads took in this process (other
   // threads' too: a handle closes when no thread uses it any more). Still
   // the handle's unless its thread exited (then another may hold it).
-  for (ThreadRecord* r : taken) release_thread_record(*this, *r);
+  for (const Taken& t : taken) release_thread_record(*this, *t.rec, t.owner);
   // A child forked without exec closing the copy of its parent's handle:
   // the record and its lock are the parent's.
   if (attach_pid != ::getpid()) return;

@@ -71,9 +71,14 @@ struct Segment {
   ino_t file_ino = 0;
   bool file_known = false;
   // getpid() when this handle took its process record. A child forked
-  // without exec has a copy of the handle, not the record: its close
-  // leaves the record (and its thread records) to the parent.
+  // without exec has a copy of the handle, not the record (the fork
+  // handler sets -1): its close leaves the record and its lock to the
+  // parent.
   pid_t attach_pid = 0;
+  // A copy in a child forked without exec that has not yet taken a process
+  // record of its own: its next call that writes takes one first
+  // (adopt_if_copy), and no thread record is taken before.
+  std::atomic<bool> copy_pending{false};
   Header* h = nullptr;
   Word128* words = nullptr;                    // slot words
   std::atomic<std::uint8_t>* tags = nullptr;   // admission tags, one per slot
@@ -142,8 +147,14 @@ struct Segment {
   // 4,095 processes (65,520 records) a close that read the table took 21 ms
   // (BM_open_use_close; 0.24-0.32 ms now). Taken on a thread's first call
   // and at close, this process's threads only.
+  // Each with the owner value it was taken with: a record is given back
+  // only from that value.
+  struct Taken {
+    ThreadRecord* rec;
+    std::uint64_t owner;
+  };
   std::mutex taken_mu;
-  std::vector<ThreadRecord*> taken;
+  std::vector<Taken> taken;
 
   ~Segment();
 };
@@ -191,6 +202,27 @@ struct ThreadOwner {
   static constexpr std::uint32_t proc1(std::uint64_t o) noexcept { return std::uint32_t(o & 0xFFFF); }
   static constexpr std::uint32_t inc(std::uint64_t o) noexcept { return std::uint32_t((o >> 24) & 0xFF); }
 };
+
+// A copy of a handle in a child forked without exec becomes an attachment
+// of the child (a process record, liveness lock and thread records of its
+// own) before the first call through it that writes: as the parent's, a
+// child that died or stopped kept its parent's name on what it held and
+// was in the middle of, and the parent's threads waited on it for the
+// fallback intent. If no process record is free the copy becomes an
+// observer (me null): its writes are refused as an observer's are. Every
+// operation that writes calls one of these two first: the inline one in
+// admit and the claims (a load and a branch when there is nothing to do),
+// the call in the others. Not complete: one CAS that leaves nothing in
+// anyone's name, which a copy makes as its parent's. (Checked in complete
+// as well, the cycle cost 90 instructions more: GCC's link-time inliner,
+// its budget for the caller's loop spent, then left two of the enqueue's
+// callees out of line. bench/cycle/count.sh.)
+[[gnu::cold]] void adopt_copy(Segment& s) noexcept;
+inline void adopt_if_copy(Segment& s) noexcept {
+  if (s.copy_pending.load(std::memory_order_acquire)) [[unlikely]]
+    adopt_copy(s);
+}
+[[gnu::noinline]] void adopt_if_copy_cold(Segment& s) noexcept;
 
 // Raises the header's threads_used to at least `to` (never lowers it).
 void raise_threads_used(Header& h, std::uint32_t to) noexcept;

@@ -1286,6 +1286,69 @@ TEST_F(Recovery, AForkedChildsCachedThreadIdIsItsOwn) {
   EXPECT_EQ(detail::gettid_cached(), mine);
 }
 
+// A child forked without exec that claims through its copy of the parent's
+// handle and dies holding the lease: the lease comes back at once, as any
+// dead holder's, and the child was listed as a process of its own. As the
+// parent's, it came back only at its deadline (or when the parent died),
+// and anything the child was in the middle of waited as long.
+TEST_F(Recovery, AChildThatClaimedThroughItsCopyAndDiedHasItsLeaseBackAtOnce) {
+  make(40);
+  fill(A, 2);
+  SharedBlock<ChildReport> rep;
+  ForkedChild child([&] {
+    Lease l;
+    if (!q().claim(l, kLongLease)) return 3;
+    tell(*rep, l);
+    bool listed = false;
+    for (const ProcessInfo& p : q().processes()) listed = listed || (p.pid == ::getpid() && p.leases == 1);
+    rep->stage.store(listed ? 1 : 2);
+    ::raise(SIGKILL);
+    return 0;
+  }, 60);
+  child.wait();
+  ASSERT_EQ(rep->leases.load(), 1) << child.describe();
+  EXPECT_EQ(rep->stage.load(), 1) << "the child was not listed with its lease as a process of its own";
+  const BrandedId held = reported_id(*rep, 0);
+  for (const ProcessInfo& p : q().processes()) {
+    if (p.pid == ::getpid()) {
+      EXPECT_EQ(p.leases, 0U) << "the child's lease is in the parent's name";
+    }
+  }
+  q().advance_clock(1000);  // a sweep pass is due (recovery_ms 40), the lease is not (kLongLease)
+  EXPECT_EQ(q().tick(), 1U) << "the dead child's lease did not come back before its deadline";
+  std::map<BrandedId, int> got;
+  claim_all(got);
+  EXPECT_EQ(got[held], 1);
+  EXPECT_EQ(got.size(), 2U);
+  expect_clean();
+}
+
+// With no process record free, a copy cannot become the child's own: it
+// becomes an observer, whose writes are refused, and nothing of the
+// parent's is touched.
+TEST_F(Recovery, ACopyThatFindsNoProcessRecordFreeIsAnObserver) {
+  make(40, 1);
+  fill(A, 1);
+  ForkedChild child([&] {
+    Lease l;
+    if (q().claim(l, kLongLease)) return 3;
+    if (q().enqueue(A, q().mint(), "x") != EnqueueStatus::read_only) return 4;
+    if (q().pause(A) != LaneStatus::read_only) return 5;
+    if (q().depth(A) != 1) return 6;  // it still reads
+    { Queue copy = std::move(q()); }  // closed: the parent's record stays the parent's
+    return 0;
+  }, 60);
+  ASSERT_TRUE(child.wait_for(20s));
+  EXPECT_TRUE(child.exited_zero()) << child.describe();
+  const auto procs = q().processes();
+  ASSERT_EQ(procs.size(), 1U);
+  EXPECT_EQ(procs[0].pid, ::getpid());
+  Lease l;
+  ASSERT_TRUE(q().claim(l, kLongLease));
+  EXPECT_EQ(q().complete(l.id, l.token), AckStatus::ok);
+  expect_clean();
+}
+
 // ---- threads beyond the thread records --------------------------------------------------
 
 // Every free thread record of handle q marked as taken by it (as if other
@@ -1368,6 +1431,137 @@ TEST_F(Recovery, ATakeOfAThreadWithoutAThreadRecordKilledMidClaimIsUndone) {
   }
   for (const BrandedId& id : all) EXPECT_EQ(got[id], 1) << id.str() << ": the dead fallback take was not undone";
   EXPECT_GT(q().recovery().finished, 0U);
+  expect_clean();
+}
+
+// ---- copies of a handle in a child forked without exec ---------------------------------
+
+struct ForkSync {
+  std::atomic<int> child{0};
+  std::atomic<int> parent{0};
+  std::atomic<std::uint32_t> rec{0};
+};
+template <class P>
+bool wait_until(P p) {
+  for (int i = 0; i < 20000; ++i) {
+    if (p()) return true;
+    std::this_thread::sleep_for(1ms);
+  }
+  return false;
+}
+
+// A record a child's thread took through a copy and gave back when it
+// exited, then taken by a thread of the parent: the child's close of its
+// copy leaves it alone (found in review: the child's records were in the
+// parent's name, and the close gave back a live thread's record).
+TEST_F(Recovery, AChildsCloseOfItsCopyLeavesARecordItGaveBackAndTheParentTookAlone) {
+  make(40);
+  detail::Segment& s = detail::QueueAccess::segment(q());
+  ASSERT_NE(s.thread(), nullptr);
+  RawSegment raw(seg());
+  SharedBlock<ForkSync> sync;
+  ForkedChild child([&] {
+    std::thread t([&] {
+      q().tick();  // a call that writes: the copy becomes the child's attachment
+      detail::Segment& cs = detail::QueueAccess::segment(q());
+      sync->rec = std::uint32_t(cs.thread() - cs.threads);
+    });
+    t.join();  // its record given back (owner 0), still in the copy's list
+    sync->child = 1;
+    if (!wait_until([&] { return sync->parent.load() == 1; })) return 9;
+    { Queue copy = std::move(q()); }
+    sync->child = 2;
+    return 0;
+  }, 60);
+  ASSERT_TRUE(wait_until([&] { return sync->child.load() == 1; }));
+  const std::uint32_t r = sync->rec.load();
+  std::atomic<int> go{0};
+  std::uint32_t got = ~0U;
+  std::thread pt([&] {
+    got = std::uint32_t(s.thread() - s.threads);
+    go = 1;
+    while (go.load() != 2) std::this_thread::sleep_for(1ms);
+  });
+  while (go.load() != 1) std::this_thread::sleep_for(1ms);
+  ASSERT_EQ(got, r) << "the parent thread took another record";
+  const std::uint64_t owner = raw.thread(r).owner.load();
+  ASSERT_NE(owner, 0U);
+  sync->parent = 1;
+  ASSERT_TRUE(child.wait_for(20s));
+  EXPECT_EQ(raw.thread(r).owner.load(), owner) << "the child's close gave back the parent thread's live record";
+  std::uint32_t got2 = ~0U;
+  std::thread([&] { got2 = std::uint32_t(s.thread() - s.threads); }).join();
+  EXPECT_NE(got2, got) << "two live threads of the parent were handed one thread record";
+  go = 2;
+  pt.join();
+}
+
+// After the parent detached and another attachment took its process
+// record, the child's close of its copy leaves that attachment's thread
+// records alone (found in review).
+TEST_F(Recovery, AChildsCloseOfItsCopyAfterItsParentDetachedLeavesTheNextAttachmentsRecordsAlone) {
+  make(40, 2);
+  RawSegment raw(seg());
+  SharedBlock<ForkSync> sync;
+  ForkedChild child([&] {
+    q().tick();  // a call that writes: the copy becomes the child's attachment
+    detail::Segment& cs = detail::QueueAccess::segment(q());
+    sync->rec = std::uint32_t(cs.thread() - cs.threads);  // the child's own record
+    sync->child = 1;
+    if (!wait_until([&] { return sync->parent.load() == 1; })) return 9;
+    { Queue copy = std::move(q()); }
+    sync->child = 2;
+    return 0;
+  }, 60);
+  ASSERT_TRUE(wait_until([&] { return sync->child.load() == 1; }));
+  const std::uint32_t r = sync->rec.load();
+  ASSERT_LT(r, raw.header().thread_capacity);
+  ASSERT_NE(raw.thread(r).owner.load(), 0U);
+  { Queue gone = std::move(q()); }  // the parent detaches
+  auto q2 = Queue::open(seg());
+  ASSERT_TRUE(q2.ok());
+  detail::Segment& s2 = detail::QueueAccess::segment(q2.value());
+  ASSERT_TRUE(s2.me != nullptr);
+  std::atomic<int> go{0};
+  std::uint32_t got = ~0U;
+  std::thread pt([&] {
+    got = std::uint32_t(s2.thread() - s2.threads);
+    go = 1;
+    while (go.load() != 2) std::this_thread::sleep_for(1ms);
+  });
+  while (go.load() != 1) std::this_thread::sleep_for(1ms);
+  EXPECT_NE(got, r) << "the new attachment took the live child's record";
+  const std::uint64_t owner = raw.thread(got).owner.load();
+  ASSERT_NE(owner, 0U);
+  sync->parent = 1;
+  ASSERT_TRUE(child.wait_for(20s));
+  EXPECT_TRUE(child.exited_zero()) << child.describe();
+  EXPECT_EQ(raw.thread(got).owner.load(), owner) << "the child's close gave back another attachment's live record";
+  EXPECT_EQ(raw.thread(r).owner.load(), 0U) << "the child's close did not give back its own record";
+  go = 2;
+  pt.join();
+}
+
+// Children that call through their copies and end by _exit (or are
+// killed) hold no thread record once they are gone: they took theirs in
+// their own names (found in review: in the parent's, each leaked one while
+// the parent lived).
+TEST_F(Recovery, ChildrenThatCallThroughCopiesAndExitHoldNoThreadRecords) {
+  make(40, 2);  // 64 thread records
+  detail::Segment& s = detail::QueueAccess::segment(q());
+  ASSERT_NE(s.thread(), nullptr);
+  const std::uint32_t children = s.thread_count + 6;
+  for (std::uint32_t k = 0; k < children; ++k) {
+    fill(A, 1);  // (64 slots: one job a child)
+    ForkedChild child([&] {
+      Lease l;
+      if (!q().claim(l, kLongLease)) return 3;
+      if (detail::QueueAccess::segment(q()).thread() == nullptr) return 6;  // none left: leaked
+      return q().complete(l.id, l.token) == AckStatus::ok ? 0 : 4;
+    }, 60);
+    ASSERT_TRUE(child.wait_for(20s));
+    ASSERT_TRUE(child.exited_zero()) << "child " << k << " of " << children << ": " << child.describe();
+  }
   expect_clean();
 }
 
