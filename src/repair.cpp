@@ -240,7 +240,7 @@ class Repairer {
       t.intent_pred.store(0);
       const std::uint64_t owner = t.owner.load();
       const std::uint32_t p1 = ThreadOwner::proc1(owner);
-      if (owner != 0 && (p1 == 0 || p1 > s_.proc_count || (owner & ~0xFF01FFFFULL) != 0)) {
+      if (owner != 0 && (p1 == 0 || p1 > s_.proc_count || (owner & ~ThreadOwner::kBits) != 0)) {
         note("thread record " + std::to_string(i) + " named process record " + std::to_string(p1) + ": freed");
         t.owner.store(0);
       }

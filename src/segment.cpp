@@ -211,7 +211,10 @@ LockLook look_at_liveness_lock(const Segment& s, std::uint32_t i) noexcept {
 // cleared its word, or by an attacher before its CAS, and the kernel drops
 // it when its holder dies.
 bool owner_alive(const Segment& s, std::uint32_t i, std::uint64_t owner, std::uint64_t start_time) noexcept {
-  if (s.me && i == s.me_index) return true;  // our own lock does not show to our own look
+  // Our own lock does not show to our own look. (A copy's record is its
+  // parent's, whose lock does show: a copy taking a record of its own
+  // judges its dead parent's as any other.)
+  if (s.me && i == s.me_index && !s.copy_pending.load(std::memory_order_relaxed)) return true;
   if (i < s.proc_count) {
     const LockLook look = look_at_liveness_lock(s, i);
     if (look == LockLook::held) return true;
@@ -434,7 +437,10 @@ int open_lock_file_by_name(const Segment& s) noexcept {
 void forget_thread_records_in_child() noexcept;  // below, with the thread records
 
 // pthread_atfork handlers: the list, and each handle's list of the thread
-// records it took, are held across the fork so the child finds them whole.
+// records it took (under the same mutex), are held across the fork so the
+// child finds them whole. (One mutex: locking each handle's own as well,
+// a process with more than 64 handles open overflowed TSan's deadlock
+// detector at every fork.)
 // The child lets go of its parent's lock descriptions (the parent's liveness
 // locks stay with the parent alone) and opens its own; every handle it
 // inherited is a copy and no record is its own, whatever getpid() says (a
@@ -447,14 +453,8 @@ void forget_thread_records_in_child() noexcept;  // below, with the thread recor
 // record of its own at its first call that writes (adopt_copy), and thread
 // records in its own name after that. Only async-signal-safe calls, and
 // no memory freed.
-void lock_live_list() noexcept {
-  live_handles_mu.lock();
-  for (Segment* s : live_segments) s->taken_mu.lock();
-}
-void unlock_live_list() noexcept {
-  for (Segment* s : live_segments) s->taken_mu.unlock();
-  live_handles_mu.unlock();
-}
+void lock_live_list() noexcept { live_handles_mu.lock(); }
+void unlock_live_list() noexcept { live_handles_mu.unlock(); }
 void reopen_lock_files_in_child() noexcept {
   held_records.clear();
   forget_thread_records_in_child();
@@ -462,7 +462,6 @@ void reopen_lock_files_in_child() noexcept {
     s->attach_pid = -1;
     if (s->me) s->copy_pending.store(true, std::memory_order_relaxed);
     s->taken.clear();
-    s->taken_mu.unlock();
     if (s->file.fd < 0) continue;
     ::close(s->file.fd);
     s->file.fd = open_lock_file_by_name(*s);
@@ -638,9 +637,12 @@ void adopt_copy(Segment& s) noexcept {
     r = nullptr;
   }
   if (r) {
-    s.me = r;
-    s.me_index = std::uint32_t(r - s.procs);
+    // (Atomic stores: a complete, which makes no adoption, may read me
+    // meanwhile in another thread; it acts for either record.)
+    std::atomic_ref<std::uint32_t>(s.me_index).store(std::uint32_t(r - s.procs), std::memory_order_relaxed);
+    std::atomic_ref<ProcRecord*>(s.me).store(r, std::memory_order_relaxed);
     s.attach_pid = ::getpid();
+    s.copy_as_parent = false;  // (a grandchild's copy of a copy that acted as its parent)
     if (s.file_known) {
       try {
         held_records.push_back({s.file_dev, s.file_ino, s.me_index, s.attach_pid});
@@ -648,7 +650,10 @@ void adopt_copy(Segment& s) noexcept {
       }
     }
   } else {
-    s.me = nullptr;  // no record free: an observer from here
+    // No record to be had: it goes on as its parent's, as copies did
+    // before, taking no thread record (its intents go to the parent's
+    // fallback).
+    s.copy_as_parent = true;
   }
   // Release: a thread that sees the flag down sees me as set here.
   s.copy_pending.store(false, std::memory_order_release);
@@ -671,16 +676,13 @@ struct ThreadSlots {
   ~ThreadSlots();
 };
 
-// An owner word while its record is being given back: still the owner's
-// (proc1 and inc unchanged, so nobody takes it or judges it otherwise).
-constexpr std::uint64_t kOwnerReleasing = 1ULL << 17;
-
 // Gives back a record a thread of handle s took with owner value `owner`,
 // if the record still has that value: a thread that exited gave its record
 // back already, and another thread may hold it since. Claimed by a CAS
-// before anything of it is written.
+// (ThreadOwner::kReleasing: still the owner's, so nobody takes it or
+// judges it otherwise) before anything of it is written.
 void release_thread_record(Segment& s, ThreadRecord& r, std::uint64_t owner) noexcept {
-  if (!r.owner.compare_exchange_strong(owner, owner | kOwnerReleasing, std::memory_order_acquire,
+  if (!r.owner.compare_exchange_strong(owner, owner | ThreadOwner::kReleasing, std::memory_order_acquire,
                                        std::memory_order_relaxed))
     return;
   fold_counters(s.me ? s.me->retired : s.h->retired, r.counters);
@@ -716,8 +718,9 @@ void raise_threads_used(Header& h, std::uint32_t to) noexcept {
 }
 
 ThreadRecord* Segment::thread_slow() noexcept {
-  // (A copy not yet adopted takes none: it would be in its parent's name.)
-  if (!me || copy_pending.load(std::memory_order_acquire)) return nullptr;
+  // (A copy not yet adopted takes none: it would be in its parent's name.
+  // The flag first: me is written by the adoption, which clears it after.)
+  if (copy_pending.load(std::memory_order_acquire) || copy_as_parent || !me) return nullptr;
   t_has_slots = true;
   ThreadCache& last = t_thread_cache;
   for (const auto& e : tls_slots.entries)
@@ -753,7 +756,7 @@ ThreadRecord* Segment::thread_slow() noexcept {
     r.intent.store(0, std::memory_order_relaxed);
     try {
       tls_slots.entries.push_back({handle_id, this, &r, owner});
-      std::lock_guard l(taken_mu);
+      std::lock_guard l(live_handles_mu);
       const auto it = std::find_if(taken.begin(), taken.end(), [&](const Taken& t) { return t.rec == &r; });
       if (it == taken.end()) taken.push_back({&r, owner});
       else it->owner = owner;
@@ -789,7 +792,7 @@ Segment::~Segment() {
   if (file_known) {
     std::lock_guard l(live_handles_mu);
     const auto it = std::find_if(held_records.begin(), held_records.end(), [&](const HeldRecord& r) {
-      return r.dev == file_dev && r.ino == file_ino && r.index == me_index;
+      return r.dev == file_dev && r.ino == file_ino && r.index == me_index && r.pid == attach_pid;
     });
     if (it != held_records.end()) held_records.erase(it);
   }

@@ -79,6 +79,9 @@ struct Segment {
   // record of its own: its next call that writes takes one first
   // (adopt_if_copy), and no thread record is taken before.
   std::atomic<bool> copy_pending{false};
+  // A copy that found no process record free: it acts as its parent's, as
+  // copies did before 2026-12-05, and takes no thread record.
+  bool copy_as_parent = false;
   Header* h = nullptr;
   Word128* words = nullptr;                    // slot words
   std::atomic<std::uint8_t>* tags = nullptr;   // admission tags, one per slot
@@ -145,15 +148,14 @@ struct Segment {
   // The thread records this handle's threads have taken (each once), so
   // that closing it reads those and not the whole table: with room for
   // 4,095 processes (65,520 records) a close that read the table took 21 ms
-  // (BM_open_use_close; 0.24-0.32 ms now). Taken on a thread's first call
-  // and at close, this process's threads only.
-  // Each with the owner value it was taken with: a record is given back
-  // only from that value.
+  // (BM_open_use_close; 0.24-0.32 ms now). Written on a thread's first
+  // call, under the process's handle-list mutex (segment.cpp), and read at
+  // close. Each with the owner value it was taken with: a record is given
+  // back only from that value.
   struct Taken {
     ThreadRecord* rec;
     std::uint64_t owner;
   };
-  std::mutex taken_mu;
   std::vector<Taken> taken;
 
   ~Segment();
@@ -191,11 +193,14 @@ ProcessState owner_state(const Segment& s, std::uint32_t i, std::uint64_t owner,
 std::string process_name(int pid);
 
 // A thread record's owner word: its process record index + 1 (bits 0..15),
-// in use (bit 16), and that record's incarnation mod 256 (bits 24..31), so
-// that the records of a process that died are known as such even once its
+// in use (bit 16), being given back by its owner (bit 17: still the
+// owner's), and that record's incarnation mod 256 (bits 24..31), so that
+// the records of a process that died are known as such even once its
 // process record has a new owner.
 struct ThreadOwner {
   static constexpr std::uint64_t kInUse = 1ULL << 16;
+  static constexpr std::uint64_t kReleasing = 1ULL << 17;
+  static constexpr std::uint64_t kBits = 0xFF03FFFFULL;  // every bit a valid owner word may have
   static constexpr std::uint64_t make(std::uint32_t proc_index, std::uint64_t inc) noexcept {
     return std::uint64_t(proc_index + 1) | kInUse | ((inc & 0xFF) << 24);
   }
@@ -208,8 +213,9 @@ struct ThreadOwner {
 // own) before the first call through it that writes: as the parent's, a
 // child that died or stopped kept its parent's name on what it held and
 // was in the middle of, and the parent's threads waited on it for the
-// fallback intent. If no process record is free the copy becomes an
-// observer (me null): its writes are refused as an observer's are. Every
+// fallback intent. If no process record is free (none, or their locks
+// busy for a second) the copy goes on as its parent's (copy_as_parent),
+// with no thread record: its intents go to the parent's fallback. Every
 // operation that writes calls one of these two first: the inline one in
 // admit and the claims (a load and a branch when there is nothing to do),
 // the call in the others. Not complete: one CAS that leaves nothing in

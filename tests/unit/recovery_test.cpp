@@ -19,6 +19,7 @@
 
 #include <fcntl.h>
 #include <signal.h>
+#include <sys/mman.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -1324,17 +1325,27 @@ TEST_F(Recovery, AChildThatClaimedThroughItsCopyAndDiedHasItsLeaseBackAtOnce) {
 }
 
 // With no process record free, a copy cannot become the child's own: it
-// becomes an observer, whose writes are refused, and nothing of the
-// parent's is touched.
-TEST_F(Recovery, ACopyThatFindsNoProcessRecordFreeIsAnObserver) {
+// goes on as its parent's (as copies did before), takes no thread record,
+// and its close leaves the parent's record alone.
+TEST_F(Recovery, ACopyThatFindsNoProcessRecordFreeGoesOnAsItsParents) {
   make(40, 1);
-  fill(A, 1);
+  fill(A, 2);
+  RawSegment raw(seg());
+  auto owned = [&raw] {
+    std::uint32_t n = 0;
+    for (std::uint32_t i = 0; i < raw.header().thread_capacity; ++i) n += raw.thread(i).owner.load() != 0;
+    return n;
+  };
+  ASSERT_EQ(owned(), 1U);
   ForkedChild child([&] {
     Lease l;
-    if (q().claim(l, kLongLease)) return 3;
-    if (q().enqueue(A, q().mint(), "x") != EnqueueStatus::read_only) return 4;
-    if (q().pause(A) != LaneStatus::read_only) return 5;
-    if (q().depth(A) != 1) return 6;  // it still reads
+    if (!q().claim(l, kLongLease)) return 3;
+    if (q().enqueue(A, q().mint(), "x") != EnqueueStatus::enqueued) return 4;
+    if (owned() != 1) return 5;  // no thread record: none in the parent's name
+    bool mine = false;
+    for (const ProcessInfo& p : q().processes()) mine = mine || p.pid == ::getpid();
+    if (mine) return 6;  // not a process of its own
+    if (q().complete(l.id, l.token) != AckStatus::ok) return 7;
     { Queue copy = std::move(q()); }  // closed: the parent's record stays the parent's
     return 0;
   }, 60);
@@ -1343,9 +1354,9 @@ TEST_F(Recovery, ACopyThatFindsNoProcessRecordFreeIsAnObserver) {
   const auto procs = q().processes();
   ASSERT_EQ(procs.size(), 1U);
   EXPECT_EQ(procs[0].pid, ::getpid());
-  Lease l;
-  ASSERT_TRUE(q().claim(l, kLongLease));
-  EXPECT_EQ(q().complete(l.id, l.token), AckStatus::ok);
+  std::map<BrandedId, int> got;
+  claim_all(got);
+  EXPECT_EQ(got.size(), 2U);  // the second of A's and the child's
   expect_clean();
 }
 
@@ -1969,6 +1980,89 @@ TEST_F(DeadLooking, ExpiredLeasesAreCountedAndPromotionsAreNot) {
   EXPECT_EQ(r.finished, 0U);
   EXPECT_TRUE(q().fsck().clean()) << show(q().fsck());
 }
+
+
+
+struct ForkReport {
+  std::atomic<int> stage{0};
+  std::atomic<int> parent{0};
+  std::atomic<int> a{0}, b{0}, c{0}, d{0};
+};
+bool wait_for_value(const std::atomic<int>& v, int want) {
+  for (int i = 0; i < 20000; ++i) {
+    if (v.load() == want) return true;
+    std::this_thread::sleep_for(1ms);
+  }
+  return false;
+}
+
+// The parent claims, the child works the job through its copy (the
+// fork-per-job pattern), with every process record in use: the copy goes
+// on as its parent's, and its extend, fail and complete of the lease do
+// what they say (found in review of 3a53e79: the copy had become an
+// observer, and each said `gone` of a leased job).
+TEST_F(Recovery, ACopyThatFindsNoProcessRecordFreeAcksTheLeaseItsParentHandedIt) {
+  make(40, 1);
+  fill(A, 1);
+  Lease l;
+  ASSERT_TRUE(q().claim(l, kLongLease));
+  SharedBlock<ForkReport> rep;
+  ForkedChild child([&] {
+    rep->a = int(q().extend(l.id, l.token, kLongLease)) + 1;
+    rep->c = int(q().complete(l.id, l.token)) + 1;
+    return 0;
+  }, 60);
+  ASSERT_TRUE(child.wait_for(20s));
+  ASSERT_TRUE(child.exited_zero()) << child.describe();
+  EXPECT_EQ(rep->a.load(), int(AckStatus::ok) + 1) << "extend through the copy: " << to_string(AckStatus(rep->a.load() - 1));
+  EXPECT_EQ(rep->c.load(), int(AckStatus::ok) + 1) << "complete through the copy: " << to_string(AckStatus(rep->c.load() - 1));
+  EXPECT_FALSE(q().job(l.id).has_value()) << "the child's complete did not complete";
+  // A fail through a copy that goes on as its parent's.
+  fill(A, 1);
+  ASSERT_TRUE(q().claim(l, kLongLease));
+  ForkedChild failer([&] {
+    const FailStatus f = q().fail(l.id, l.token);
+    return f == FailStatus::retrying || f == FailStatus::dead ? 0 : 1;
+  }, 60);
+  ASSERT_TRUE(failer.wait_for(20s));
+  EXPECT_TRUE(failer.exited_zero()) << "fail through the copy: " << failer.describe();
+}
+
+
+// A copy's adoption may take its dead parent's record (found in review of
+// 3a53e79: it judged the record it named as its own, so alive, and found
+// none, while a handle the same child opened next took that very record).
+TEST_F(Recovery, ACopyCanTakeItsDeadParentsRecord) {
+  make(40, 2);
+  fill(A, 1);
+  SharedBlock<ForkReport> rep;
+  const std::string name = seg();
+  ForkedChild c1([&] {
+    auto r = Queue::open(name);  // the second and last record
+    Lease l;
+    if (!r || !r->claim(l, kLongLease)) return 3;
+    const pid_t g = ::fork();
+    if (g < 0) return 4;
+    if (g == 0) {
+      if (!wait_for_value(rep->parent, 1)) ::_exit(9);
+      rep->a = int(r->fail(l.id, l.token)) + 1;
+      auto fresh = Queue::open(name);
+      rep->b = fresh.ok() ? 1 : 2;
+      rep->stage = 2;
+      ::_exit(0);
+    }
+    rep->stage = 1;
+    ::raise(SIGKILL);
+    return 0;
+  }, 60);
+  c1.wait();
+  ASSERT_EQ(rep->stage.load(), 1) << c1.describe();
+  rep->parent = 1;
+  ASSERT_TRUE(wait_for_value(rep->stage, 2));
+  EXPECT_EQ(rep->b.load(), 2) << "the copy did not take its dead parent's record, the only one";
+  EXPECT_NE(rep->a.load(), int(FailStatus::gone) + 1) << "the copy's fail of its dead parent's lease said gone";
+}
+
 
 }  // namespace
 }  // namespace fairlane
