@@ -623,7 +623,6 @@ Result<std::unique_ptr<Segment>> finish_attach(std::unique_ptr<Segment> s, bool 
 void adopt_if_copy_cold(Segment& s) noexcept { adopt_if_copy(s); }
 
 void adopt_copy(Segment& s) noexcept {
-
   // The handle list's mutex: one adoption at a time in this process (other
   // threads of the child wait for it, as for an open), and none across a
   // fork (the fork handlers hold it).
