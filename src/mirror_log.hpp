@@ -90,5 +90,8 @@ inline void log_job(Segment& s, std::uint32_t slot) noexcept {
 inline void log_lane(Segment& s, std::uint32_t lane) noexcept {
   if (s.log) log_append(s, LogKind::lane, lane);
 }
+inline void log_queue(Segment& s) noexcept {  // the whole queue's pause
+  if (s.log) log_append(s, LogKind::queue, 0);
+}
 
 }  // namespace fairlane::detail

@@ -147,6 +147,18 @@ class MirrorTest : public ::testing::Test {
   }
   std::string job_key(const BrandedId& id) const { return "emq:{" + name_ + "}:job:" + id.string(); }
 
+  // Until Valkey's picture of the whole queue's pause is `paused` (a
+  // liveness wait with a generous bound).
+  bool valkey_paused(bool paused) {
+    const auto give_up = std::chrono::steady_clock::now() + 20s;
+    auto v = valkey();
+    while (std::chrono::steady_clock::now() < give_up) {
+      if (v->snapshot().paused == paused) return true;
+      std::this_thread::sleep_for(5ms);
+    }
+    return false;
+  }
+
   // The segment's lanes and totals against Valkey's.
   void expect_same(Queue& q) {
     const Snapshot seg = q.snapshot();
@@ -217,8 +229,9 @@ TEST_F(MirrorTest, EveryTransitionReachesValkeyAndValkeyConsumersCanServeIt) {
 
   // Leases and completions come through too, and the whole queue's pause.
   EXPECT_EQ(q.complete(d.id, d.token), AckStatus::ok);
-  q.pause_all();
   ASSERT_TRUE(caught_up(q));
+  q.pause_all();  // no transition after it: it reaches Valkey on its own
+  ASSERT_TRUE(valkey_paused(true)) << "the whole queue's pause never reached Valkey";
   expect_same(q);
   q.resume_all();
   EXPECT_EQ(q.drain(group(0)), 8u);
