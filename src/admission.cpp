@@ -53,8 +53,9 @@ std::uint32_t look_token(Segment& s) noexcept {
     if (seen == kHintNone) continue;
     // A copy of a handle in a child forked without exec looks without
     // owning while it is one (found in review: its tokens were its
-    // parent's). Since copies became their child's own attachment before
-    // their first enqueue (adopt_copy), none gets here; kept as the guard.
+    // parent's). A copy becomes its child's own attachment before its
+    // first enqueue (adopt_copy); only one that found no process record
+    // (copy_as_parent) still gets here as a copy.
     const std::uint32_t token = seen < kHintOwned && s.attach_pid == getpid() ? look_token(s) : 0;
     const bool owner = token != 0 && h.compare_exchange_strong(seen, token);
     const std::uint32_t lo = b * kHintBlock, hi = std::min(n, lo + kHintBlock);

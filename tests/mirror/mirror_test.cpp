@@ -150,13 +150,8 @@ class MirrorTest : public ::testing::Test {
   // Until Valkey's picture of the whole queue's pause is `paused` (a
   // liveness wait with a generous bound).
   bool valkey_paused(bool paused) {
-    const auto give_up = std::chrono::steady_clock::now() + 20s;
     auto v = valkey();
-    while (std::chrono::steady_clock::now() < give_up) {
-      if (v->snapshot().paused == paused) return true;
-      std::this_thread::sleep_for(5ms);
-    }
-    return false;
+    return test::eventually([&] { return v->snapshot().paused == paused; });
   }
 
   // The segment's lanes and totals against Valkey's.

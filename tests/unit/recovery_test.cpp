@@ -28,11 +28,13 @@
 #include <cstdlib>
 #include <cstring>
 #include <fstream>
+#include <future>
 #include <iterator>
 #include <latch>
 #include <map>
 #include <mutex>
 #include <optional>
+#include <semaphore>
 #include <set>
 #include <sstream>
 #include <string>
@@ -1452,14 +1454,40 @@ struct ForkSync {
   std::atomic<int> parent{0};
   std::atomic<std::uint32_t> rec{0};
 };
-template <class P>
-bool wait_until(P p) {
-  for (int i = 0; i < 20000; ++i) {
-    if (p()) return true;
-    std::this_thread::sleep_for(1ms);
-  }
-  return false;
+// A child's end in these tests: says it is ready (child 1), waits for the
+// parent's word (parent 1), closes its copy q, says so (child 2).
+int close_copy_when_told(Queue& q, ForkSync& sync) {
+  sync.child = 1;
+  if (!eventually([&] { return sync.parent.load() == 1; })) return 9;
+  { Queue copy = std::move(q); }
+  sync.child = 2;
+  return 0;
 }
+
+// A thread of this process that takes its thread record on handle s (its
+// index: index()) and keeps it, alive, until release() or destruction.
+class RecordHolder {
+ public:
+  explicit RecordHolder(detail::Segment& s)
+      : t_([this, &s] {
+          taken_.set_value(std::uint32_t(s.thread() - s.threads));
+          go_.acquire();
+        }),
+        index_(taken_.get_future().get()) {}
+  ~RecordHolder() { release(); }
+  std::uint32_t index() const noexcept { return index_; }
+  void release() {
+    if (!t_.joinable()) return;
+    go_.release();
+    t_.join();
+  }
+
+ private:
+  std::promise<std::uint32_t> taken_;
+  std::binary_semaphore go_{0};
+  std::thread t_;
+  std::uint32_t index_;
+};
 
 // A record a child's thread took through a copy and gave back when it
 // exited, then taken by a thread of the parent: the child's close of its
@@ -1478,22 +1506,12 @@ TEST_F(Recovery, AChildsCloseOfItsCopyLeavesARecordItGaveBackAndTheParentTookAlo
       sync->rec = std::uint32_t(cs.thread() - cs.threads);
     });
     t.join();  // its record given back (owner 0), still in the copy's list
-    sync->child = 1;
-    if (!wait_until([&] { return sync->parent.load() == 1; })) return 9;
-    { Queue copy = std::move(q()); }
-    sync->child = 2;
-    return 0;
+    return close_copy_when_told(q(), *sync);
   }, 60);
-  ASSERT_TRUE(wait_until([&] { return sync->child.load() == 1; }));
+  ASSERT_TRUE(eventually([&] { return sync->child.load() == 1; }));
   const std::uint32_t r = sync->rec.load();
-  std::atomic<int> go{0};
-  std::uint32_t got = ~0U;
-  std::thread pt([&] {
-    got = std::uint32_t(s.thread() - s.threads);
-    go = 1;
-    while (go.load() != 2) std::this_thread::sleep_for(1ms);
-  });
-  while (go.load() != 1) std::this_thread::sleep_for(1ms);
+  RecordHolder holder(s);
+  const std::uint32_t got = holder.index();
   ASSERT_EQ(got, r) << "the parent thread took another record";
   const std::uint64_t owner = raw.thread(r).owner.load();
   ASSERT_NE(owner, 0U);
@@ -1503,8 +1521,6 @@ TEST_F(Recovery, AChildsCloseOfItsCopyLeavesARecordItGaveBackAndTheParentTookAlo
   std::uint32_t got2 = ~0U;
   std::thread([&] { got2 = std::uint32_t(s.thread() - s.threads); }).join();
   EXPECT_NE(got2, got) << "two live threads of the parent were handed one thread record";
-  go = 2;
-  pt.join();
 }
 
 // After the parent detached and another attachment took its process
@@ -1518,13 +1534,9 @@ TEST_F(Recovery, AChildsCloseOfItsCopyAfterItsParentDetachedLeavesTheNextAttachm
     q().tick();  // a call that writes: the copy becomes the child's attachment
     detail::Segment& cs = detail::QueueAccess::segment(q());
     sync->rec = std::uint32_t(cs.thread() - cs.threads);  // the child's own record
-    sync->child = 1;
-    if (!wait_until([&] { return sync->parent.load() == 1; })) return 9;
-    { Queue copy = std::move(q()); }
-    sync->child = 2;
-    return 0;
+    return close_copy_when_told(q(), *sync);
   }, 60);
-  ASSERT_TRUE(wait_until([&] { return sync->child.load() == 1; }));
+  ASSERT_TRUE(eventually([&] { return sync->child.load() == 1; }));
   const std::uint32_t r = sync->rec.load();
   ASSERT_LT(r, raw.header().thread_capacity);
   ASSERT_NE(raw.thread(r).owner.load(), 0U);
@@ -1533,14 +1545,8 @@ TEST_F(Recovery, AChildsCloseOfItsCopyAfterItsParentDetachedLeavesTheNextAttachm
   ASSERT_TRUE(q2.ok());
   detail::Segment& s2 = detail::QueueAccess::segment(q2.value());
   ASSERT_TRUE(s2.me != nullptr);
-  std::atomic<int> go{0};
-  std::uint32_t got = ~0U;
-  std::thread pt([&] {
-    got = std::uint32_t(s2.thread() - s2.threads);
-    go = 1;
-    while (go.load() != 2) std::this_thread::sleep_for(1ms);
-  });
-  while (go.load() != 1) std::this_thread::sleep_for(1ms);
+  RecordHolder holder(s2);
+  const std::uint32_t got = holder.index();
   EXPECT_NE(got, r) << "the new attachment took the live child's record";
   const std::uint64_t owner = raw.thread(got).owner.load();
   ASSERT_NE(owner, 0U);
@@ -1549,8 +1555,6 @@ TEST_F(Recovery, AChildsCloseOfItsCopyAfterItsParentDetachedLeavesTheNextAttachm
   EXPECT_TRUE(child.exited_zero()) << child.describe();
   EXPECT_EQ(raw.thread(got).owner.load(), owner) << "the child's close gave back another attachment's live record";
   EXPECT_EQ(raw.thread(r).owner.load(), 0U) << "the child's close did not give back its own record";
-  go = 2;
-  pt.join();
 }
 
 // Children that call through their copies and end by _exit (or are
@@ -1988,13 +1992,6 @@ struct ForkReport {
   std::atomic<int> parent{0};
   std::atomic<int> a{0}, b{0}, c{0}, d{0};
 };
-bool wait_for_value(const std::atomic<int>& v, int want) {
-  for (int i = 0; i < 20000; ++i) {
-    if (v.load() == want) return true;
-    std::this_thread::sleep_for(1ms);
-  }
-  return false;
-}
 
 // The parent claims, the child works the job through its copy (the
 // fork-per-job pattern), with every process record in use: the copy goes
@@ -2044,7 +2041,7 @@ TEST_F(Recovery, ACopyCanTakeItsDeadParentsRecord) {
     const pid_t g = ::fork();
     if (g < 0) return 4;
     if (g == 0) {
-      if (!wait_for_value(rep->parent, 1)) ::_exit(9);
+      if (!eventually([&] { return rep->parent.load() == 1; })) ::_exit(9);
       rep->a = int(r->fail(l.id, l.token)) + 1;
       auto fresh = Queue::open(name);
       rep->b = fresh.ok() ? 1 : 2;
@@ -2058,7 +2055,7 @@ TEST_F(Recovery, ACopyCanTakeItsDeadParentsRecord) {
   c1.wait();
   ASSERT_EQ(rep->stage.load(), 1) << c1.describe();
   rep->parent = 1;
-  ASSERT_TRUE(wait_for_value(rep->stage, 2));
+  ASSERT_TRUE(eventually([&] { return rep->stage.load() == 2; }));
   EXPECT_EQ(rep->b.load(), 2) << "the copy did not take its dead parent's record, the only one";
   EXPECT_NE(rep->a.load(), int(FailStatus::gone) + 1) << "the copy's fail of its dead parent's lease said gone";
 }
