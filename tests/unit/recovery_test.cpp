@@ -1794,23 +1794,28 @@ TEST_F(DeadLooking, AHolderWhosePidWasTakenByAnotherProcessIsDead) {
   Lease held[2];
   ASSERT_TRUE(other.claim(held[0], 60000));
   ASSERT_TRUE(other.claim(held[1], 60000));
-  ForkedChild sleeper([] {
-    ::pause();
-    return 0;
-  }, 60);
   RawSegment raw(seg());
   const std::uint32_t rec = holder_record(raw);
   const std::uint64_t owner = raw.proc(rec).owner.load();
   // The pid of a process started after ours: the record's start time is not
-  // its. (Its lock free, as the kernel leaves it when its holder dies.)
+  // its. The kernel counts start times in clock ticks (10 ms), so a child
+  // forked within this process's first tick has its start time, and would
+  // rightly pass for the record's owner: fork until the kernel says another.
+  std::optional<ForkedChild> sleeper;
+  ASSERT_TRUE(test::eventually([&] {
+    sleeper.emplace([] {
+      ::pause();
+      return 0;
+    }, 60);
+    return detail::process_start_time(sleeper->pid()) != raw.proc(rec).start_time.load();
+  }));
+  // (Its lock free, as the kernel leaves it when its holder dies.)
   ASSERT_TRUE(test::set_liveness_lock(other, F_UNLCK));
-  raw.proc(rec).owner.store((owner & ~(detail::kOwnerLocked | 0xFFFFFFFFULL)) | std::uint32_t(sleeper.pid()));
+  raw.proc(rec).owner.store((owner & ~(detail::kOwnerLocked | 0xFFFFFFFFULL)) | std::uint32_t(sleeper->pid()));
   EXPECT_EQ(q().tick(), 2U);
-  EXPECT_EQ(q().recovery().last_pid, int(sleeper.pid()));
+  EXPECT_EQ(q().recovery().last_pid, int(sleeper->pid()));
   raw.proc(rec).owner.store(owner);
   EXPECT_EQ(other.complete(held[0].id, held[0].token), AckStatus::stale);
-  ::kill(sleeper.pid(), SIGKILL);
-  sleeper.wait();
 }
 
 // A holder that holds its liveness lock is alive whatever its pid says: a
