@@ -281,7 +281,7 @@ AckStatus to_ack(Take t) noexcept {
 // equal bytes give the slot's snowflake without decoding anything; else the
 // id is decoded (and refused if it is not this queue's).
 bool ack_args(Segment& s, const BrandedId& job, Token token, std::uint64_t& sf) noexcept {
-  if (!s.me) return false;
+  if (!s.me_now()) return false;
   const std::uint32_t slot = token_slot(s, token);
   if (slot < s.jobs && job.valid()) {
     const SlotRecord& r = s.slot(slot);

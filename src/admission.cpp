@@ -73,12 +73,11 @@ std::uint32_t look_token(Segment& s) noexcept {
   return kNoSlot;
 }
 
-IdCheck job_snowflake(const Segment& s, const BrandedId& id, std::uint64_t& sf) noexcept {
+IdCheck job_snowflake_decoded(const Segment& s, const BrandedId& id, std::uint64_t& sf) noexcept {
   if (!id.valid()) return IdCheck::invalid;
   const char* b = IdAccess::bytes(id);
   IdError why = IdError::ok;
-  if (same_id_bytes(b, t_mint_memo.text)) sf = t_mint_memo.sf;
-  else if (!decode_digits(b + kKindLength, sf, why)) return IdCheck::invalid;
+  if (!decode_digits(b + kKindLength, sf, why)) return IdCheck::invalid;
   if (std::memcmp(b, s.kind, kKindLength) != 0)
     return valid_kind(std::string_view(b, kKindLength)) ? IdCheck::kind_mismatch : IdCheck::invalid;
   return IdCheck::ok;

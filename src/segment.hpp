@@ -128,15 +128,19 @@ struct Segment {
   // or null if every thread record is in use (the caller then counts in the
   // process record and protects its steps with the fallback intent).
   ThreadRecord* thread() noexcept {
-    if (!me) return nullptr;
+    if (!me_now()) return nullptr;
     if (t_thread_cache.handle == handle_id) return t_thread_cache.rec;
     return thread_slow();
   }
   // The same if this thread has looked its record up already, else null
   // (without taking one).
   ThreadRecord* thread_if_known() const noexcept {
-    return me && t_thread_cache.handle == handle_id ? t_thread_cache.rec : nullptr;
+    return me_now() && t_thread_cache.handle == handle_id ? t_thread_cache.rec : nullptr;
   }
+  // me, read where another thread of this process may be writing it: an
+  // adoption (adopt_copy) sets it while a complete, which makes none, reads
+  // it on the way to either record. (The builtin, a plain load on x86.)
+  ProcRecord* me_now() const noexcept { return __atomic_load_n(&me, __ATOMIC_RELAXED); }
   ThreadRecord* thread_slow() noexcept;  // the first call of a thread on this handle, or after another handle
   // How many thread records a scan reads: every record a thread has taken
   // is below it (the header's high-water mark, bounded by the table).
@@ -219,10 +223,9 @@ struct ThreadOwner {
 // operation that writes calls one of these two first: the inline one in
 // admit and the claims (a load and a branch when there is nothing to do),
 // the call in the others. Not complete: one CAS that leaves nothing in
-// anyone's name, which a copy makes as its parent's. (Checked in complete
-// as well, the cycle cost 90 instructions more: GCC's link-time inliner,
-// its budget for the caller's loop spent, then left two of the enqueue's
-// callees out of line. bench/cycle/count.sh.)
+// anyone's name, which a copy makes as its parent's (a child forked to
+// work one job its parent claimed completes it without taking a process
+// record and its lock for that).
 [[gnu::cold]] void adopt_copy(Segment& s) noexcept;
 inline void adopt_if_copy(Segment& s) noexcept {
   if (s.copy_pending.load(std::memory_order_acquire)) [[unlikely]]

@@ -60,8 +60,8 @@ inline void report_corrupt(Segment& s, CorruptWhat what) noexcept {
   if (t) {
     std::atomic<std::uint64_t>& c = t->counters.*field;
     c.store(c.load(std::memory_order_relaxed) + n, std::memory_order_relaxed);
-  } else if (s.me) {
-    (s.me->retired.*field).fetch_add(n, std::memory_order_relaxed);
+  } else if (ProcRecord* me = s.me_now()) {
+    (me->retired.*field).fetch_add(n, std::memory_order_relaxed);
   }
 }
 [[gnu::always_inline]] inline void count(Segment& s, std::atomic<std::uint64_t> CounterBlock::*field,

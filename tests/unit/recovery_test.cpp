@@ -2030,6 +2030,39 @@ TEST_F(Recovery, ACopyThatFindsNoProcessRecordFreeAcksTheLeaseItsParentHandedIt)
   EXPECT_TRUE(failer.exited_zero()) << "fail through the copy: " << failer.describe();
 }
 
+// A child's thread completes the leases its parent handed it through its
+// copy of the handle while another of its threads adopts the copy (an
+// enqueue): complete makes no adoption and reads the handle's record as
+// the adoption writes it. Each complete acts for either record and says
+// ok. A data race under TSan before that read was atomic (the child then
+// exits with TSan's status, 66); elsewhere this checks the answers. The
+// adopter waits for the first half through a relaxed flag, which orders
+// nothing for TSan: those reads come before the adoption's write in time,
+// unordered, and are found every run; the second half runs alongside it.
+TEST_F(Recovery, ACompleteThroughACopyWhileAnotherThreadAdoptsItIsNoRace) {
+  make(40);
+  fill(A, 32);
+  std::vector<Lease> held(32);
+  for (Lease& l : held) ASSERT_TRUE(q().claim(l, kLongLease));
+  ForkedChild child([&] {
+    std::atomic<bool> half{false};
+    int not_ok = 0;
+    std::thread completer([&] {
+      for (std::size_t i = 0; i < held.size(); ++i) {
+        not_ok += q().complete(held[i].id, held[i].token) != AckStatus::ok;
+        if (i + 1 == held.size() / 2) half.store(true, std::memory_order_relaxed);
+      }
+    });
+    while (!half.load(std::memory_order_relaxed)) std::this_thread::yield();
+    const bool enqueued = q().enqueue(B, q().mint(), "adopts") == EnqueueStatus::enqueued;
+    completer.join();
+    return enqueued && not_ok == 0 ? 0 : 1;
+  }, 60);
+  ASSERT_TRUE(child.wait_for(20s));
+  EXPECT_TRUE(child.exited_zero()) << child.describe();
+  for (const Lease& l : held) EXPECT_FALSE(q().job(l.id).has_value()) << l.id.str();
+  EXPECT_TRUE(q().fsck().clean()) << show(q().fsck());
+}
 
 // A copy's adoption may take its dead parent's record (found in review of
 // 3a53e79: it judged the record it named as its own, so alive, and found
