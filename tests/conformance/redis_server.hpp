@@ -83,6 +83,19 @@ class RedisServer {
 
   int port() const noexcept { return port_; }
 
+  // HGET key field on a connection of its own; empty if absent or refused.
+  std::string hget(const std::string& key, const std::string& field) const {
+    redisContext* c = redisConnect("127.0.0.1", port_);
+    std::string out;
+    if (c && !c->err) {
+      auto* r = static_cast<redisReply*>(redisCommand(c, "HGET %s %s", key.c_str(), field.c_str()));
+      if (r && r->type == REDIS_REPLY_STRING) out.assign(r->str, r->len);
+      if (r) freeReplyObject(r);
+    }
+    if (c) redisFree(c);
+    return out;
+  }
+
   // SIGTERM and reap. Idempotent.
   void stop() {
     if (pid_ <= 0) return;
@@ -458,6 +471,11 @@ inline ValkeyTarget& valkey_target() {
     return v;
   }();
   return t;
+}
+
+// The hash of job `id` of queue `queue` in EchoMQ's keyspace.
+inline std::string echomq_job_key(const std::string& queue, const std::string& id) {
+  return "emq:{" + queue + "}:job:" + id;
 }
 
 }  // namespace fairlane::test

@@ -40,18 +40,8 @@ class MirrorMove : public ::testing::Test {
     guard_.reset();
   }
 
-  std::string hget(const std::string& key, const std::string& field) {
-    redisContext* c = redisConnect("127.0.0.1", server_->port());
-    std::string out;
-    if (c && !c->err) {
-      auto* r = static_cast<redisReply*>(redisCommand(c, "HGET %s %s", key.c_str(), field.c_str()));
-      if (r && r->type == REDIS_REPLY_STRING) out.assign(r->str, r->len);
-      if (r) freeReplyObject(r);
-    }
-    if (c) redisFree(c);
-    return out;
-  }
-  std::string job_key(const BrandedId& id) const { return "emq:{" + name_ + "}:job:" + id.string(); }
+  std::string hget(const std::string& key, const std::string& field) { return server_->hget(key, field); }
+  std::string job_key(const BrandedId& id) const { return test::echomq_job_key(name_, id.string()); }
 
   // Until Valkey says `field` of job `id` is `want` (a liveness wait with a
   // generous bound, not a speed assertion); what it said last.

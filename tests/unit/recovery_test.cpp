@@ -1874,13 +1874,7 @@ TEST_F(DeadLooking, AHolderThatHoldsItsLivenessLockIsAliveThoughItsWordSaysItHol
 TEST_F(DeadLooking, AHolderWhoseLivenessLockIsGoneIsDeadThoughItsPidLives) {
   auto [other, l] = second_holds_a_lease(2);
   ASSERT_FALSE(HasFailure());
-  detail::Segment& os = detail::QueueAccess::segment(other);
-  struct flock f {};
-  f.l_type = F_UNLCK;
-  f.l_whence = SEEK_SET;
-  f.l_start = off_t(detail::kLivenessLockBase + os.me_index);
-  f.l_len = 1;
-  ASSERT_EQ(::fcntl(os.file.fd, F_OFD_SETLK, &f), 0);
+  ASSERT_TRUE(test::set_liveness_lock(other, F_UNLCK));
   EXPECT_EQ(q().tick(), 1U);
   EXPECT_EQ(q().recovery().last_pid, int(::getpid()));
   EXPECT_EQ(other.complete(l.id, l.token), AckStatus::stale);
