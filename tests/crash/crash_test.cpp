@@ -15,12 +15,14 @@
 #include <filesystem>
 #include <fstream>
 #include <map>
+#include <sstream>
 #include <thread>
 
 #include <fairlane/detail/layout.hpp>
 #include <fcntl.h>
 #include <sched.h>
 #include <signal.h>
+#include <sys/syscall.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -422,6 +424,37 @@ TEST_F(Crash, AChildForkedWithoutExecThatClosesItsCopyOfTheHandleLeavesItsParent
 // Takes the liveness lock byte of every record whose byte is not held by
 // another open of the segment's file (fd): what a detacher stopped between
 // clearing its word and its unlock holds. How many it took.
+// The process whose parent is `parent` (in_pid_ns runs its mode in a child
+// of its own), by its pid here; 0 while there is none.
+pid_t child_of(pid_t parent) {
+  for (const auto& e : std::filesystem::directory_iterator("/proc")) {
+    const std::string n = e.path().filename().string();
+    if (n.empty() || n.find_first_not_of("0123456789") != std::string::npos) continue;
+    std::ifstream in(e.path() / "stat");
+    std::string text;
+    std::getline(in, text);
+    const auto paren = text.rfind(')');
+    if (paren == std::string::npos) continue;
+    std::istringstream rest(text.substr(paren + 2));
+    std::string state;
+    long ppid = 0;
+    if (rest >> state >> ppid && ppid == parent) return pid_t(std::stol(n));
+  }
+  return 0;
+}
+
+// Is `pid` in a sleep system call? (attach sleeps 1 ms a round while it
+// waits for a busy liveness lock, and makes no other sleep before.)
+bool asleep(pid_t pid) {
+  std::ifstream in("/proc/" + std::to_string(pid) + "/syscall");
+  long nr = -1;
+  if (!(in >> nr)) return false;  // "running", or gone
+#ifdef SYS_nanosleep
+  if (nr == SYS_nanosleep) return true;
+#endif
+  return nr == SYS_clock_nanosleep;
+}
+
 int lock_every_free_record(int fd, std::uint32_t records) {
   int taken = 0;
   for (std::uint32_t i = 0; i < records; ++i)
@@ -474,13 +507,20 @@ TEST_F(Crash, AConsumerWhoseLivenessLockWasBusyAtAttachWaitsForItAndKeepsItsLeas
   const auto out = dir_.path() / "held.txt";
   Child holder(std::vector<std::string>{"in_pid_ns", "claim_hold", seg(), out.string(), "60000", "2"});
   holder.release();
-  std::this_thread::sleep_for(std::chrono::milliseconds(300));
-  ::close(fd);  // the detacher's unlock
+  // The detacher's unlock comes once the attacher waits for the lock (it
+  // attaches before it reads the gate): then it is an attach that waited.
+  const bool waited = test::eventually([&] {
+    if (holder.poll()) return true;  // no namespace here: wait_held says so
+    const pid_t in_ns = child_of(holder.pid());
+    return in_ns > 0 && asleep(in_ns);
+  });
+  ::close(fd);
   bool skip = false;
   if (!wait_held(holder, out, &skip)) {
     if (skip) GTEST_SKIP() << "no PID namespace here (not root)";
     FAIL() << "claim_hold never claimed: " << holder.describe();
   }
+  EXPECT_TRUE(waited) << "the attacher was never seen waiting for the busy lock";
   EXPECT_EQ(moved_over_recovery_passes(q(), o.recovery_ms), 0U) << "a live consumer's leases were taken";
   for (const ProcessInfo& p : q().processes())
     if (p.leases > 0) {
