@@ -213,8 +213,12 @@ LockLook look_at_liveness_lock(const Segment& s, std::uint32_t i) noexcept {
 bool owner_alive(const Segment& s, std::uint32_t i, std::uint64_t owner, std::uint64_t start_time) noexcept {
   // Our own lock does not show to our own look. (A copy's record is its
   // parent's, whose lock does show: a copy taking a record of its own
-  // judges its dead parent's as any other.)
-  if (s.me && i == s.me_index && !s.copy_pending.load(std::memory_order_relaxed)) return true;
+  // judges its dead parent's as any other.) The flag first, acquire: a look
+  // that makes no adoption (processes(), mirror_status()) may run while
+  // another thread adopts the copy, and me and me_index are read only once
+  // the flag is down, after the adoption's release (or there was none);
+  // nothing writes them after that.
+  if (!s.copy_pending.load(std::memory_order_acquire) && s.me && i == s.me_index) return true;
   if (i < s.proc_count) {
     const LockLook look = look_at_liveness_lock(s, i);
     if (look == LockLook::held) return true;

@@ -2058,6 +2058,31 @@ TEST_F(Recovery, ACompleteThroughACopyWhileAnotherThreadAdoptsItIsNoRace) {
   EXPECT_TRUE(q().fsck().clean()) << show(q().fsck());
 }
 
+// The same with a look that makes no adoption: processes() judges each
+// record, its own by me and me_index, while another thread of the child
+// adopts the copy (found in review of ef2bd77: a data race under TSan on
+// both, read before the adoption's flag). Every look lists the records
+// attached: the parent's, and the child's once it has one.
+TEST_F(Recovery, ALookAtTheProcessesThroughACopyWhileAnotherThreadAdoptsItIsNoRace) {
+  make(40);
+  ForkedChild child([&] {
+    std::atomic<bool> started{false};
+    int empty = 0;
+    std::thread looker([&] {
+      for (int i = 0; i < 200; ++i) {
+        empty += q().processes().empty();
+        if (i == 20) started.store(true, std::memory_order_relaxed);  // orders nothing for TSan
+      }
+    });
+    while (!started.load(std::memory_order_relaxed)) std::this_thread::yield();
+    const bool enqueued = q().enqueue(B, q().mint(), "adopts") == EnqueueStatus::enqueued;
+    looker.join();
+    return enqueued && empty == 0 ? 0 : 1;
+  }, 60);
+  ASSERT_TRUE(child.wait_for(20s));
+  EXPECT_TRUE(child.exited_zero()) << child.describe();
+}
+
 // A copy's adoption may take its dead parent's record (found in review of
 // 3a53e79: it judged the record it named as its own, so alive, and found
 // none, while a handle the same child opened next took that very record).
