@@ -2024,33 +2024,44 @@ TEST_F(Recovery, ACopyThatFindsNoProcessRecordFreeAcksTheLeaseItsParentHandedIt)
   EXPECT_TRUE(failer.exited_zero()) << "fail through the copy: " << failer.describe();
 }
 
+// In a forked child: one thread makes n calls `call(i)` through the copy q
+// while this one adopts it (an enqueue) once the first `before` are made.
+// The flag between them is relaxed, which orders nothing for TSan: those
+// calls come before the adoption's writes in time, unordered, so a plain
+// read among them is a race TSan finds every run; the rest run alongside.
+// True if the enqueue was made.
+template <class F>
+bool adopt_alongside(Queue& q, std::size_t n, std::size_t before, F call) {
+  std::atomic<bool> made{false};
+  std::thread caller([&] {
+    for (std::size_t i = 0; i < n; ++i) {
+      call(i);
+      if (i + 1 == before) made.store(true, std::memory_order_relaxed);
+    }
+  });
+  while (!made.load(std::memory_order_relaxed)) std::this_thread::yield();
+  const bool enqueued = q.enqueue(B, q.mint(), "adopts") == EnqueueStatus::enqueued;
+  caller.join();
+  return enqueued;
+}
+
 // A child's thread completes the leases its parent handed it through its
 // copy of the handle while another of its threads adopts the copy (an
 // enqueue): complete makes no adoption and reads the handle's record as
 // the adoption writes it. Each complete acts for either record and says
 // ok. A data race under TSan before that read was atomic (the child then
-// exits with TSan's status, 66); elsewhere this checks the answers. The
-// adopter waits for the first half through a relaxed flag, which orders
-// nothing for TSan: those reads come before the adoption's write in time,
-// unordered, and are found every run; the second half runs alongside it.
+// exits with TSan's status, 66); elsewhere this checks the answers.
 TEST_F(Recovery, ACompleteThroughACopyWhileAnotherThreadAdoptsItIsNoRace) {
   make(40);
   fill(A, 32);
   std::vector<Lease> held(32);
   for (Lease& l : held) ASSERT_TRUE(q().claim(l, kLongLease));
   ForkedChild child([&] {
-    std::atomic<bool> half{false};
     int not_ok = 0;
-    std::thread completer([&] {
-      for (std::size_t i = 0; i < held.size(); ++i) {
-        not_ok += q().complete(held[i].id, held[i].token) != AckStatus::ok;
-        if (i + 1 == held.size() / 2) half.store(true, std::memory_order_relaxed);
-      }
+    const bool adopted = adopt_alongside(q(), held.size(), held.size() / 2, [&](std::size_t i) {
+      not_ok += q().complete(held[i].id, held[i].token) != AckStatus::ok;
     });
-    while (!half.load(std::memory_order_relaxed)) std::this_thread::yield();
-    const bool enqueued = q().enqueue(B, q().mint(), "adopts") == EnqueueStatus::enqueued;
-    completer.join();
-    return enqueued && not_ok == 0 ? 0 : 1;
+    return adopted && not_ok == 0 ? 0 : 1;
   }, 60);
   ASSERT_TRUE(child.wait_for(20s));
   EXPECT_TRUE(child.exited_zero()) << child.describe();
@@ -2066,18 +2077,9 @@ TEST_F(Recovery, ACompleteThroughACopyWhileAnotherThreadAdoptsItIsNoRace) {
 TEST_F(Recovery, ALookAtTheProcessesThroughACopyWhileAnotherThreadAdoptsItIsNoRace) {
   make(40);
   ForkedChild child([&] {
-    std::atomic<bool> started{false};
     int empty = 0;
-    std::thread looker([&] {
-      for (int i = 0; i < 200; ++i) {
-        empty += q().processes().empty();
-        if (i == 20) started.store(true, std::memory_order_relaxed);  // orders nothing for TSan
-      }
-    });
-    while (!started.load(std::memory_order_relaxed)) std::this_thread::yield();
-    const bool enqueued = q().enqueue(B, q().mint(), "adopts") == EnqueueStatus::enqueued;
-    looker.join();
-    return enqueued && empty == 0 ? 0 : 1;
+    const bool adopted = adopt_alongside(q(), 200, 20, [&](std::size_t) { empty += q().processes().empty(); });
+    return adopted && empty == 0 ? 0 : 1;
   }, 60);
   ASSERT_TRUE(child.wait_for(20s));
   EXPECT_TRUE(child.exited_zero()) << child.describe();
