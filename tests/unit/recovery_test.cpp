@@ -28,6 +28,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <fstream>
+#include <functional>
 #include <future>
 #include <iterator>
 #include <latch>
@@ -1555,6 +1556,56 @@ TEST_F(Recovery, AChildsCloseOfItsCopyAfterItsParentDetachedLeavesTheNextAttachm
   EXPECT_TRUE(child.exited_zero()) << child.describe();
   EXPECT_EQ(raw.thread(got).owner.load(), owner) << "the child's close gave back another attachment's live record";
   EXPECT_EQ(raw.thread(r).owner.load(), 0U) << "the child's close did not give back its own record";
+}
+
+// Every call that writes makes a pending copy the child's own attachment
+// first (the gate is written in each of them: a call without it would
+// write in its parent's name, as every copy did before 3a53e79). A child
+// forked afresh for each call makes that call alone through its copy, and
+// is then listed as a process of its own. (`complete` makes no adoption,
+// by design: it leaves nothing in anyone's name.)
+TEST_F(Recovery, EveryCallThatWritesMakesTheCopyTheChildsOwn) {
+  make(40);
+  fill(A, 8);
+  Lease held;
+  ASSERT_TRUE(q().claim(held, kLongLease));
+  using Call = std::function<void(Queue&)>;
+  const std::vector<std::pair<const char*, Call>> calls = {
+      {"enqueue", [](Queue& c) { (void)c.enqueue(B, c.mint(), "x"); }},
+      {"claim", [](Queue& c) { Lease l; (void)c.claim(l, kLongLease); }},
+      {"try_claim", [](Queue& c) { Lease l; (void)c.try_claim(l, kLongLease); }},
+      {"claim_wait", [](Queue& c) { Lease l; (void)c.claim_wait(l, kLongLease, 0ms); }},
+      {"claim_batch", [](Queue& c) { std::vector<Lease> l(2); (void)c.claim_batch(l, kLongLease); }},
+      {"claim_lane_batch", [](Queue& c) { std::vector<Lease> l(2); (void)c.claim_lane_batch(l, kLongLease); }},
+      {"fail", [&](Queue& c) { (void)c.fail(held.id, held.token); }},
+      {"release", [&](Queue& c) { (void)c.release(held.id, held.token); }},
+      {"extend", [&](Queue& c) { (void)c.extend(held.id, held.token, kLongLease); }},
+      {"release_all", [](Queue& c) { (void)c.release_all(); }},
+      {"requeue_dead", [&](Queue& c) { (void)c.requeue_dead(held.id); }},
+      {"requeue_all_dead", [](Queue& c) { (void)c.requeue_all_dead(); }},
+      {"purge_dead", [](Queue& c) { (void)c.purge_dead(); }},
+      {"pause", [](Queue& c) { (void)c.pause(A); }},
+      {"resume", [](Queue& c) { (void)c.resume(A); }},
+      {"pause_all", [](Queue& c) { c.pause_all(); }},
+      {"resume_all", [](Queue& c) { c.resume_all(); }},
+      {"set_limit", [](Queue& c) { (void)c.set_limit(A, 5); }},
+      {"clear_limit", [](Queue& c) { (void)c.clear_limit(A); }},
+      {"set_weight", [](Queue& c) { (void)c.set_weight(A, 2); }},
+      {"drain", [](Queue& c) { (void)c.drain(B); }},
+      {"reassign", [&](Queue& c) { (void)c.reassign(held.id, B); }},
+      {"tick", [](Queue& c) { (void)c.tick(); }},
+      {"repair", [](Queue& c) { (void)c.repair(false); }},  // refused: the parent is attached
+  };
+  for (const auto& [name, call] : calls) {
+    ForkedChild child([&] {
+      call(q());
+      for (const ProcessInfo& p : q().processes())
+        if (p.pid == ::getpid()) return 0;
+      return 2;  // still its parent's
+    }, 60);
+    ASSERT_TRUE(child.wait_for(20s)) << name;
+    EXPECT_TRUE(child.exited_zero()) << name << ": " << child.describe();
+  }
 }
 
 // Children that call through their copies and end by _exit (or are
