@@ -41,8 +41,11 @@ void IntentGuard::take_fallback(Segment& s) noexcept {
   if (!s.me) return;
   const std::uint64_t me = std::uint64_t(gettid_cached());
   std::uint64_t free = 0;
-  // Threads of one process only (those beyond the thread records): waiting
-  // here never waits on another process.
+  // Threads of one process (those beyond the thread records), and copies
+  // of the handle in forked children that found no process record free
+  // (adopt_copy): only those make waiting here wait on another process,
+  // and one killed holding it leaves it held for good (docs/design.md,
+  // "Recovery": open).
   while (!s.me->intent_tid.compare_exchange_weak(free, me, std::memory_order_acquire, std::memory_order_relaxed)) {
     free = 0;
     cpu_pause();
