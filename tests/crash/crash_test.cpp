@@ -421,9 +421,6 @@ TEST_F(Crash, AChildForkedWithoutExecThatClosesItsCopyOfTheHandleLeavesItsParent
   EXPECT_EQ(q().complete(l.id, l.token), AckStatus::ok);
 }
 
-// Takes the liveness lock byte of every record whose byte is not held by
-// another open of the segment's file (fd): what a detacher stopped between
-// clearing its word and its unlock holds. How many it took.
 // The process whose parent is `parent` (in_pid_ns runs its mode in a child
 // of its own), by its pid here; 0 while there is none.
 pid_t child_of(pid_t parent) {
@@ -455,6 +452,9 @@ bool asleep(pid_t pid) {
   return nr == SYS_clock_nanosleep;
 }
 
+// Takes the liveness lock byte of every record whose byte is not held by
+// another open of the segment's file (fd): what a detacher stopped between
+// clearing its word and its unlock holds. How many it took.
 int lock_every_free_record(int fd, std::uint32_t records) {
   int taken = 0;
   for (std::uint32_t i = 0; i < records; ++i)
