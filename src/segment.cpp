@@ -599,6 +599,18 @@ ProcRecord* attach(Segment& s, std::uint32_t& busy) {
   return nullptr;
 }
 
+// Handle s of this process has just attached (record me_index, its lock on
+// s's own open of the file): its pid, and the record in held_records.
+// Under live_handles_mu.
+void note_held_record(Segment& s) noexcept {
+  s.attach_pid = ::getpid();
+  if (!s.file_known) return;
+  try {
+    held_records.push_back({s.file_dev, s.file_ino, s.me_index, s.attach_pid});
+  } catch (...) {
+  }
+}
+
 Result<std::unique_ptr<Segment>> finish_attach(std::unique_ptr<Segment> s, bool observer) {
   s->observer = observer;
   if (observer) return s;  // a tool that only looks takes no record
@@ -614,11 +626,8 @@ Result<std::unique_ptr<Segment>> finish_attach(std::unique_ptr<Segment> s, bool 
                                         std::to_string(s->proc_count) +
                                         " processes attached; create it with a larger --processes)");
   s->me_index = std::uint32_t(s->me - s->procs);
-  s->attach_pid = ::getpid();
-  if (s->file_known) {
-    std::lock_guard l(live_handles_mu);
-    held_records.push_back({s->file_dev, s->file_ino, s->me_index, s->attach_pid});
-  }
+  std::lock_guard l(live_handles_mu);
+  note_held_record(*s);
   return s;
 }
 
@@ -644,14 +653,8 @@ void adopt_copy(Segment& s) noexcept {
     // meanwhile in another thread; it acts for either record.)
     std::atomic_ref<std::uint32_t>(s.me_index).store(std::uint32_t(r - s.procs), std::memory_order_relaxed);
     std::atomic_ref<ProcRecord*>(s.me).store(r, std::memory_order_relaxed);
-    s.attach_pid = ::getpid();
     s.copy_as_parent = false;  // (a grandchild's copy of a copy that acted as its parent)
-    if (s.file_known) {
-      try {
-        held_records.push_back({s.file_dev, s.file_ino, s.me_index, s.attach_pid});
-      } catch (...) {
-      }
-    }
+    note_held_record(s);
   } else {
     // No record to be had: it goes on as its parent's, as copies did
     // before, taking no thread record (its intents go to the parent's

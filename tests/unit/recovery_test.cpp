@@ -1464,6 +1464,13 @@ int close_copy_when_told(Queue& q, ForkSync& sync) {
   sync.child = 2;
   return 0;
 }
+// In a child: a call that writes makes the copy q the child's attachment,
+// and the calling thread's thread record (the child's own) goes in sync.rec.
+void adopt_and_tell_record(Queue& q, ForkSync& sync) {
+  q.tick();
+  detail::Segment& cs = detail::QueueAccess::segment(q);
+  sync.rec = std::uint32_t(cs.thread() - cs.threads);
+}
 
 // A thread of this process that takes its thread record on handle s (its
 // index: index()) and keeps it, alive, until release() or destruction.
@@ -1501,11 +1508,7 @@ TEST_F(Recovery, AChildsCloseOfItsCopyLeavesARecordItGaveBackAndTheParentTookAlo
   RawSegment raw(seg());
   SharedBlock<ForkSync> sync;
   ForkedChild child([&] {
-    std::thread t([&] {
-      q().tick();  // a call that writes: the copy becomes the child's attachment
-      detail::Segment& cs = detail::QueueAccess::segment(q());
-      sync->rec = std::uint32_t(cs.thread() - cs.threads);
-    });
+    std::thread t([&] { adopt_and_tell_record(q(), *sync); });
     t.join();  // its record given back (owner 0), still in the copy's list
     return close_copy_when_told(q(), *sync);
   }, 60);
@@ -1532,9 +1535,7 @@ TEST_F(Recovery, AChildsCloseOfItsCopyAfterItsParentDetachedLeavesTheNextAttachm
   RawSegment raw(seg());
   SharedBlock<ForkSync> sync;
   ForkedChild child([&] {
-    q().tick();  // a call that writes: the copy becomes the child's attachment
-    detail::Segment& cs = detail::QueueAccess::segment(q());
-    sync->rec = std::uint32_t(cs.thread() - cs.threads);  // the child's own record
+    adopt_and_tell_record(q(), *sync);
     return close_copy_when_told(q(), *sync);
   }, 60);
   ASSERT_TRUE(eventually([&] { return sync->child.load() == 1; }));
