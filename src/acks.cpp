@@ -295,6 +295,22 @@ bool ack_args(Segment& s, const BrandedId& job, Token token, std::uint64_t& sf) 
   return job_snowflake(s, job, sf) == IdCheck::ok;
 }
 
+// A job whose lease ended in a step back to its lane (release, or fail with
+// no delay) is left returning by that step, for anyone to link. Linked now
+// by this call; or, by a handle with no process record of its own (own
+// false: an unattached copy, see writer()), left for the next sweep pass,
+// made due now: taking the move would put it in its parent's name, and a
+// child that died in its middle would leave it to a live holder nobody
+// takes over. Parked consumers are woken to run that pass.
+void send_back(Segment& s, std::uint32_t slot, bool own) noexcept {
+  if (own) {
+    link_returning(s, slot);
+    return;
+  }
+  lower_next_due(s, segment_now_ms(s));
+  notify(s, INT_MAX);
+}
+
 }  // namespace
 
 AckStatus Queue::complete(const BrandedId& job, Token token) noexcept {
@@ -320,8 +336,8 @@ std::size_t Queue::complete_batch(std::span<const Lease> leases, std::span<AckSt
 }
 
 FailStatus Queue::fail(const BrandedId& job, Token token, const FailOptions& options) noexcept {
-  adopt_if_copy_cold(*seg_);
   Segment& s = *seg_;
+  const bool own = writer_cold(s);
   std::uint64_t sf = 0;
   if (!ack_args(s, job, token, sf)) return FailStatus::gone;
   const std::uint32_t slot = token_slot(s, token);
@@ -377,7 +393,7 @@ FailStatus Queue::fail(const BrandedId& job, Token token, const FailOptions& opt
   if (op == RelOp::back || now_state == SlotState::returning) {
     // Back to its lane (a park whose plan was overwritten by a stale fail()
     // of an older lease falls back to this too).
-    link_returning(s, slot);
+    send_back(s, slot, own);
     went_dead = false;
   } else {
     // Two fails of one lease racing from two threads: the winner's step
@@ -396,22 +412,22 @@ FailStatus Queue::fail(const BrandedId& job, Token token, const FailOptions& opt
 }
 
 AckStatus Queue::release(const BrandedId& job, Token token) noexcept {
-  adopt_if_copy_cold(*seg_);
   Segment& s = *seg_;
+  const bool own = writer_cold(s);
   std::uint64_t sf = 0;
   if (!ack_args(s, job, token, sf)) return AckStatus::gone;
   std::uint32_t slot = 0, lane = 0;
   const Take t = release_lease(s, sf, token, RelOp::release, slot, lane);
   if (t != Take::ok) return to_ack(t);
   FAIRLANE_FAILPOINT("release.stepped");
-  link_returning(s, slot);
+  send_back(s, slot, own);
   count(s, &CounterBlock::released);
   return AckStatus::ok;
 }
 
 AckStatus Queue::extend(const BrandedId& job, Token token, std::uint32_t lease_ms) noexcept {
-  adopt_if_copy_cold(*seg_);
   Segment& s = *seg_;
+  (void)writer_cold(s);  // (adopts a copy: an unattached one extends as its parent's, one CAS)
   std::uint64_t sf = 0;
   if (!ack_args(s, job, token, sf)) return AckStatus::gone;
   const std::uint32_t slot = token_slot(s, token);
@@ -436,9 +452,8 @@ AckStatus Queue::extend(const BrandedId& job, Token token, std::uint32_t lease_m
 }
 
 std::size_t Queue::release_all() noexcept {
-  adopt_if_copy_cold(*seg_);
   Segment& s = *seg_;
-  if (!s.me) return 0;
+  if (!writer_cold(s)) return 0;
   const std::uint32_t me = my_holder(s);
   std::size_t n = 0;
   for (std::uint32_t i = 0; i < s.jobs; ++i) {

@@ -53,9 +53,8 @@ std::uint32_t look_token(Segment& s) noexcept {
     if (seen == kHintNone) continue;
     // A copy of a handle in a child forked without exec looks without
     // owning while it is one (found in review: its tokens were its
-    // parent's). A copy becomes its child's own attachment before its
-    // first enqueue (adopt_copy); only one that found no process record
-    // (copy_as_parent) still gets here as a copy.
+    // parent's). Today no copy gets here: a copy becomes its child's own
+    // attachment before its first enqueue, or refuses it (writer()).
     const std::uint32_t token = seen < kHintOwned && s.attach_pid == getpid() ? look_token(s) : 0;
     const bool owner = token != 0 && h.compare_exchange_strong(seen, token);
     const std::uint32_t lo = b * kHintBlock, hi = std::min(n, lo + kHintBlock);
@@ -279,8 +278,7 @@ bool link_admission(Segment& s, std::uint32_t slot, std::uint64_t ctr, const Gro
 
 EnqueueStatus admit(Segment& s, const BrandedId& group, const BrandedId& job, std::string_view payload,
                     const Admission& in, std::uint64_t& wait_seq) noexcept {
-  adopt_if_copy(s);
-  if (!s.me) return EnqueueStatus::read_only;
+  if (!writer(s)) return EnqueueStatus::read_only;
   std::uint64_t sf = 0;
   switch (job_snowflake(s, job, sf)) {
     case IdCheck::ok: break;

@@ -41,11 +41,12 @@ void IntentGuard::take_fallback(Segment& s) noexcept {
   if (!s.me) return;
   const std::uint64_t me = std::uint64_t(gettid_cached());
   std::uint64_t free = 0;
-  // Threads of one process (those beyond the thread records), and copies
-  // of the handle in forked children that found no process record free
-  // (adopt_copy): only those make waiting here wait on another process,
-  // and one killed holding it leaves it held for good (docs/design.md,
-  // "Recovery": open).
+  // Threads of one process (those beyond the thread records) take turns
+  // here: waiting here waits on no other process. (A copy of the handle in
+  // a forked child never gets here: it has a record of its own, or it
+  // makes no claims and no admissions, writer(). Copies that went on as
+  // their parents' did, before 2026-12-06: one killed holding this left it
+  // held for good.)
   while (!s.me->intent_tid.compare_exchange_weak(free, me, std::memory_order_acquire, std::memory_order_relaxed)) {
     free = 0;
     cpu_pause();
@@ -773,8 +774,8 @@ void fill_lease(const Segment& s, std::uint32_t slot, std::uint32_t lane, std::u
 ClaimStatus claim_some(Segment& s, Lease* out, std::size_t room, std::size_t& got, std::uint32_t lease_ms,
                        std::uint64_t now_us, bool one_lane) noexcept {
   got = 0;
-  adopt_if_copy(s);
-  if (!s.me || room == 0) return ClaimStatus::empty;
+  if (!writer(s)) return ClaimStatus::read_only;
+  if (room == 0) return ClaimStatus::empty;
   const std::uint64_t now = now_us / 1000;
   maybe_sweep(s, now);
   // seq_cst: pairs with resume_all's seq_cst store and notify ([S5]).
@@ -842,8 +843,7 @@ void pop_front_husks(Segment& s, std::uint32_t lane) noexcept {
 }
 
 ClaimStatus take_front(Segment& s, std::uint32_t lane, Lease& out, std::uint32_t lease_ms, std::uint64_t now_us) noexcept {
-  adopt_if_copy(s);
-  if (!s.me) return ClaimStatus::empty;
+  if (!writer(s)) return ClaimStatus::read_only;
   IntentGuard guard(s);
   const std::uint64_t deadline = now_us / 1000 + lease_ms;
   Word128 w = lane_load(s, lane);

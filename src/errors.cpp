@@ -50,6 +50,7 @@ std::string_view to_string(ClaimStatus s) noexcept {
     case ClaimStatus::empty: return "empty";
     case ClaimStatus::paused: return "paused";
     case ClaimStatus::corrupt: return "corrupt";
+    case ClaimStatus::read_only: return "read_only";
   }
   return "unknown";
 }
@@ -60,6 +61,7 @@ std::string_view to_string(AckStatus s) noexcept {
     case AckStatus::stale: return "stale";
     case AckStatus::gone: return "gone";
     case AckStatus::corrupt: return "corrupt";
+    case AckStatus::read_only: return "read_only";
   }
   return "unknown";
 }

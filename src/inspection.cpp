@@ -247,9 +247,8 @@ std::vector<JobInfo> Queue::jobs(const JobFilter& filter) const {
 }
 
 AckStatus Queue::requeue_dead(const BrandedId& id) noexcept {
-  adopt_if_copy_cold(*seg_);
   Segment& s = *seg_;
-  if (!s.me) return AckStatus::gone;
+  if (!writer_cold(s)) return AckStatus::read_only;
   std::uint64_t sf = 0;
   if (job_snowflake(s, id, sf) != IdCheck::ok) return AckStatus::gone;
   const std::uint32_t slot = index_find(s, sf);
@@ -267,9 +266,8 @@ AckStatus Queue::requeue_dead(const BrandedId& id) noexcept {
 }
 
 std::uint64_t Queue::requeue_all_dead() noexcept {
-  adopt_if_copy_cold(*seg_);
   Segment& s = *seg_;
-  if (!s.me) return 0;
+  if (!writer_cold(s)) return 0;
   std::uint64_t n = 0;
   for (std::uint32_t i = 0; i < s.jobs; ++i) {
     const Word128 w = slot_load(s, i);
@@ -281,9 +279,8 @@ std::uint64_t Queue::requeue_all_dead() noexcept {
 }
 
 std::uint64_t Queue::purge_dead() noexcept {
-  adopt_if_copy_cold(*seg_);
   Segment& s = *seg_;
-  if (!s.me) return 0;
+  if (!writer_cold(s)) return 0;
   std::uint64_t n = 0;
   for (std::uint32_t i = 0; i < s.jobs; ++i) {
     Word128 w = slot_load(s, i);

@@ -37,7 +37,7 @@ std::optional<LaneStatus> lane_error(LaneFind f) noexcept {
 // made again on the group's lane of now.
 template <class F>
 LaneStatus change_settings(Segment& s, const BrandedId& group, bool create, F change) noexcept {
-  if (!s.me) return LaneStatus::read_only;
+  if (!writer_cold(s)) return LaneStatus::read_only;
   GroupKey g;
   if (!is_default_group(group) && !group_of(group, g)) return LaneStatus::invalid_group;
   SameLaneRounds rounds;  // a lane that is not g's, met again and again
@@ -90,22 +90,19 @@ std::uint32_t existing_lane(Segment& s, const BrandedId& group) noexcept {
 }  // namespace
 
 LaneStatus Queue::pause(const BrandedId& group) noexcept {
-  adopt_if_copy_cold(*seg_);
   return change_settings(*seg_, group, true, [](std::uint64_t st) {
     return Settings::make(Settings::limit(st), true, Settings::weight(st), st);
   });
 }
 
 LaneStatus Queue::resume(const BrandedId& group) noexcept {
-  adopt_if_copy_cold(*seg_);
   return change_settings(*seg_, group, false, [](std::uint64_t st) {
     return Settings::make(Settings::limit(st), false, Settings::weight(st), st);
   });
 }
 
 void Queue::pause_all() noexcept {
-  adopt_if_copy_cold(*seg_);
-  if (!seg_->me) return;
+  if (!writer_cold(*seg_)) return;
   seg_->h->queue_paused.store(1, std::memory_order_seq_cst);
   // A record of its own (docs/mirror.md): the pause travels with a batch,
   // and with no record after it none came. Dropped in the rewrite of the
@@ -115,8 +112,7 @@ void Queue::pause_all() noexcept {
 }
 
 void Queue::resume_all() noexcept {
-  adopt_if_copy_cold(*seg_);
-  if (!seg_->me) return;
+  if (!writer_cold(*seg_)) return;
   // [S5] seq_cst: pairs with the claim's seq_cst load; parked consumers look again.
   seg_->h->queue_paused.store(0, std::memory_order_seq_cst);
   notify(*seg_, INT_MAX);
@@ -124,7 +120,6 @@ void Queue::resume_all() noexcept {
 }
 
 LaneStatus Queue::set_limit(const BrandedId& group, std::uint32_t limit) noexcept {
-  adopt_if_copy_cold(*seg_);
   if (limit == 0 || limit > kMaxLimit) return LaneStatus::invalid_argument;
   return change_settings(*seg_, group, true, [limit](std::uint64_t st) {
     return Settings::make(limit, Settings::paused(st), Settings::weight(st), st);
@@ -132,14 +127,12 @@ LaneStatus Queue::set_limit(const BrandedId& group, std::uint32_t limit) noexcep
 }
 
 LaneStatus Queue::clear_limit(const BrandedId& group) noexcept {
-  adopt_if_copy_cold(*seg_);
   return change_settings(*seg_, group, false, [](std::uint64_t st) {
     return Settings::make(0, Settings::paused(st), Settings::weight(st), st);
   });
 }
 
 LaneStatus Queue::set_weight(const BrandedId& group, std::uint32_t weight) noexcept {
-  adopt_if_copy_cold(*seg_);
   if (weight == 0 || weight > kMaxWeight) return LaneStatus::invalid_argument;
   return change_settings(*seg_, group, weight != 1, [weight](std::uint64_t st) {
     return Settings::make(Settings::limit(st), Settings::paused(st), weight, st);
@@ -152,9 +145,8 @@ std::uint64_t Queue::depth(const BrandedId& group) const noexcept {
 }
 
 std::uint64_t Queue::drain(const BrandedId& group) noexcept {
-  adopt_if_copy_cold(*seg_);
   Segment& s = *seg_;
-  if (!s.me) return 0;
+  if (!writer_cold(s)) return 0;
   const std::uint32_t lane = existing_lane(s, group);
   if (lane == kNoLane) return 0;
   // Each job is taken like a claim (out of the lane, leased to us), then
@@ -294,9 +286,8 @@ Settled settle_for_move(Segment& s, std::uint32_t x, std::uint64_t sf, Word128& 
 }  // namespace
 
 MoveStatus Queue::reassign(const BrandedId& job, const BrandedId& group) noexcept {
-  adopt_if_copy_cold(*seg_);
   Segment& s = *seg_;
-  if (!s.me) return MoveStatus::read_only;
+  if (!writer_cold(s)) return MoveStatus::read_only;
   std::uint64_t sf = 0;
   if (job_snowflake(s, job, sf) != IdCheck::ok) return MoveStatus::gone;
   GroupKey g;

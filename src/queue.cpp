@@ -247,9 +247,8 @@ std::size_t Queue::claim_lane_batch(std::span<Lease> out, std::uint32_t lease_ms
 }
 
 bool Queue::claim_wait(Lease& out, std::uint32_t lease_ms, std::chrono::milliseconds timeout) noexcept {
-  adopt_if_copy_cold(*seg_);
   Segment& s = *seg_;
-  if (!s.me) return false;
+  if (!writer_cold(s)) return false;
   const std::uint64_t give_up = monotonic_us() / 1000 + std::uint64_t(std::max<std::int64_t>(0, timeout.count()));
   for (;;) {
     if (claim(out, lease_ms)) return true;

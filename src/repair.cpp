@@ -408,9 +408,13 @@ void rebuild_segment(Segment& s, FsckReport& report) { Repairer(s, report).run()
 }  // namespace detail
 
 Result<FsckReport> Queue::repair(bool force) {
-  adopt_if_copy_cold(*seg_);
   Segment& s = *seg_;
-  if (!s.me) return Error{Errc::invalid_argument, 0, "segment '" + s.name + "' is open as an observer: repair needs a member"};
+  if (!writer_cold(s)) {
+    if (!s.me) return Error{Errc::invalid_argument, 0, "segment '" + s.name + "' is open as an observer: repair needs a member"};
+    return Error{Errc::invalid_argument, 0,
+                 "segment '" + s.name + "': this handle is a copy in a child forked without exec that found no "
+                 "process record free: repair needs a member (open the segment in the child)"};
+  }
   const std::vector<int> others = other_live_processes(s);
   if (!others.empty() && !force) {
     std::string pids;

@@ -218,7 +218,7 @@ bool owner_alive(const Segment& s, std::uint32_t i, std::uint64_t owner, std::ui
   // another thread adopts the copy, and me and me_index are read only once
   // the flag is down, after the adoption's release (or there was none);
   // nothing writes them after that.
-  if (!s.copy_pending.load(std::memory_order_acquire) && s.me && i == s.me_index) return true;
+  if (s.copy_state.load(std::memory_order_acquire) == Segment::kCopyOwn && s.me && i == s.me_index) return true;
   if (i < s.proc_count) {
     const LockLook look = look_at_liveness_lock(s, i);
     if (look == LockLook::held) return true;
@@ -464,7 +464,7 @@ void reopen_lock_files_in_child() noexcept {
   forget_thread_records_in_child();
   for (Segment* s : live_segments) {
     s->attach_pid = -1;
-    if (s->me) s->copy_pending.store(true, std::memory_order_relaxed);
+    if (s->me) s->copy_state.store(Segment::kCopyPending, std::memory_order_relaxed);
     s->taken.clear();
     if (s->file.fd < 0) continue;
     ::close(s->file.fd);
@@ -633,14 +633,16 @@ Result<std::unique_ptr<Segment>> finish_attach(std::unique_ptr<Segment> s, bool 
 
 }  // namespace
 
-void adopt_if_copy_cold(Segment& s) noexcept { adopt_if_copy(s); }
+bool writer_cold(Segment& s) noexcept { return writer(s); }
 
-void adopt_copy(Segment& s) noexcept {
+bool adopt_copy(Segment& s) noexcept {
+  if (s.copy_state.load(std::memory_order_acquire) == Segment::kCopyUnattached) return false;
   // The handle list's mutex: one adoption at a time in this process (other
   // threads of the child wait for it, as for an open), and none across a
   // fork (the fork handlers hold it).
   std::lock_guard l(live_handles_mu);
-  if (!s.copy_pending.load(std::memory_order_relaxed)) return;  // another thread did it
+  const std::uint8_t state = s.copy_state.load(std::memory_order_relaxed);
+  if (state != Segment::kCopyPending) return state == Segment::kCopyOwn;  // another thread did it
   std::uint32_t busy = 0;
   ProcRecord* r = nullptr;
   try {
@@ -648,21 +650,20 @@ void adopt_copy(Segment& s) noexcept {
   } catch (...) {
     r = nullptr;
   }
-  if (r) {
-    // (Atomic stores: a complete, which makes no adoption, may read me
-    // meanwhile in another thread; it acts for either record.)
-    std::atomic_ref<std::uint32_t>(s.me_index).store(std::uint32_t(r - s.procs), std::memory_order_relaxed);
-    std::atomic_ref<ProcRecord*>(s.me).store(r, std::memory_order_relaxed);
-    s.copy_as_parent = false;  // (a grandchild's copy of a copy that acted as its parent)
-    note_held_record(s);
-  } else {
-    // No record to be had: it goes on as its parent's, as copies did
-    // before, taking no thread record (its intents go to the parent's
-    // fallback).
-    s.copy_as_parent = true;
+  if (!r) {
+    // No record to be had: it stays unattached, me its parent's (for the
+    // acks of the leases it was handed), and takes no thread record.
+    s.copy_state.store(Segment::kCopyUnattached, std::memory_order_release);
+    return false;
   }
-  // Release: a thread that sees the flag down sees me as set here.
-  s.copy_pending.store(false, std::memory_order_release);
+  // (Atomic stores: a complete, which makes no adoption, may read me
+  // meanwhile in another thread; it acts for either record.)
+  std::atomic_ref<std::uint32_t>(s.me_index).store(std::uint32_t(r - s.procs), std::memory_order_relaxed);
+  std::atomic_ref<ProcRecord*>(s.me).store(r, std::memory_order_relaxed);
+  note_held_record(s);
+  // Release: a thread that sees kCopyOwn sees me as set here.
+  s.copy_state.store(Segment::kCopyOwn, std::memory_order_release);
+  return true;
 }
 
 namespace {
@@ -726,7 +727,7 @@ void raise_threads_used(Header& h, std::uint32_t to) noexcept {
 ThreadRecord* Segment::thread_slow() noexcept {
   // (A copy not yet adopted takes none: it would be in its parent's name.
   // The flag first: me is written by the adoption, which clears it after.)
-  if (copy_pending.load(std::memory_order_acquire) || copy_as_parent || !me) return nullptr;
+  if (copy_state.load(std::memory_order_acquire) != kCopyOwn || !me) return nullptr;
   t_has_slots = true;
   ThreadCache& last = t_thread_cache;
   for (const auto& e : tls_slots.entries)

@@ -75,13 +75,14 @@ struct Segment {
   // handler sets -1): its close leaves the record and its lock to the
   // parent.
   pid_t attach_pid = 0;
-  // A copy in a child forked without exec that has not yet taken a process
-  // record of its own: its next call that writes takes one first
-  // (adopt_if_copy), and no thread record is taken before.
-  std::atomic<bool> copy_pending{false};
-  // A copy that found no process record free: it acts as its parent's, as
-  // copies did before 2026-12-05, and takes no thread record.
-  bool copy_as_parent = false;
+  // Set in a child forked without exec, on a copy of a member's handle:
+  // kCopyPending until its first call that writes makes it the child's own
+  // attachment (adopt_copy: back to kCopyOwn), or finds no process record
+  // free (kCopyUnattached: me stays its parent's record, used only to end
+  // the leases it was handed, see writer()).
+  // No thread record is taken while it is not kCopyOwn.
+  static constexpr std::uint8_t kCopyOwn = 0, kCopyPending = 1, kCopyUnattached = 2;
+  std::atomic<std::uint8_t> copy_state{kCopyOwn};
   Header* h = nullptr;
   Word128* words = nullptr;                    // slot words
   std::atomic<std::uint8_t>* tags = nullptr;   // admission tags, one per slot
@@ -217,21 +218,33 @@ struct ThreadOwner {
 // own) before the first call through it that writes: as the parent's, a
 // child that died or stopped kept its parent's name on what it held and
 // was in the middle of, and the parent's threads waited on it for the
-// fallback intent. If no process record is free (none, or their locks
-// busy for a second) the copy goes on as its parent's (copy_as_parent),
-// with no thread record: its intents go to the parent's fallback. Every
-// operation that writes calls one of these two first: the inline one in
-// admit and the claims (a load and a branch when there is nothing to do),
-// the call in the others. Not complete: one CAS that leaves nothing in
-// anyone's name, which a copy makes as its parent's (a child forked to
-// work one job its parent claimed completes it without taking a process
-// record and its lock for that).
-[[gnu::cold]] void adopt_copy(Segment& s) noexcept;
-inline void adopt_if_copy(Segment& s) noexcept {
-  if (s.copy_pending.load(std::memory_order_acquire)) [[unlikely]]
-    adopt_copy(s);
+// fallback intent. If no process record is free (none, or their locks busy
+// for a second) the copy stays unattached (kCopyUnattached) and makes no
+// step of its own: a step it made in its live parent's name would be one
+// nobody takes over if the child died in its middle (before 2026-12-06
+// such copies went on as their parents' and did: a claim killed in its take
+// left the parent record's fallback intent held for good, and a release
+// killed in its move lost the job while the parent lived).
+//
+// writer(): may this handle make steps (admissions, claims, moves, sweeps,
+// lane changes)? Adopts a copy first. False for an observer and for an
+// unattached copy: those calls refuse (read_only statuses, or do nothing).
+// What an unattached copy still does is end the leases it was handed, as
+// its parent's (a child forked to work one job its parent claimed):
+// complete and extend (one CAS, nothing left in anyone's name), and fail
+// and release, whose job it leaves returning for the next sweep pass to
+// link (send_back in acks.cpp) rather than moving it in its parent's name.
+// The inline one is in admit and the claims (a load and a branch when there
+// is nothing to do), the call in the others. Not complete: it adopts
+// nothing (a child forked to complete one job takes no process record and
+// its lock for that).
+[[gnu::cold]] bool adopt_copy(Segment& s) noexcept;
+inline bool writer(Segment& s) noexcept {
+  if (s.copy_state.load(std::memory_order_acquire) != Segment::kCopyOwn) [[unlikely]]
+    return adopt_copy(s);
+  return s.me != nullptr;
 }
-[[gnu::noinline]] void adopt_if_copy_cold(Segment& s) noexcept;
+[[gnu::noinline]] bool writer_cold(Segment& s) noexcept;
 
 // Raises the header's threads_used to at least `to` (never lowers it).
 void raise_threads_used(Header& h, std::uint32_t to) noexcept;

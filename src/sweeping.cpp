@@ -781,9 +781,8 @@ std::uint64_t sweep_all(Segment& s, std::uint64_t now) noexcept {
 }  // namespace detail
 
 std::uint64_t Queue::tick() noexcept {
-  adopt_if_copy_cold(*seg_);
   Segment& s = *seg_;
-  if (!s.me) return 0;
+  if (!writer_cold(s)) return 0;
   return sweep_all(s, segment_now_ms(s));
 }
 

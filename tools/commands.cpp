@@ -83,6 +83,7 @@ int ack_result(Target& t, AckStatus st, const BrandedId& id, Token token, bool a
     case AckStatus::ok: return kExitOk;
     case AckStatus::stale: return ack_nothing(t, id, token, false, as_json, op);
     case AckStatus::gone: return ack_nothing(t, id, token, true, as_json, op);
+    case AckStatus::read_only: fail_read_only(t);
     case AckStatus::corrupt: break;
   }
   fail(fmt::format("{}: '{}' is corrupt where job {} was looked up (run fairlane fsck)", op, t.label(), id.str()));

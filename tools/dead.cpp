@@ -103,6 +103,7 @@ int run_dead(const DeadArgs& a) {
       case AckStatus::gone:
         if (a.json) print_json({{"id", id.string()}, {"status", "gone"}});
         return nothing(fmt::format("dead requeue: no job {} in '{}'", id.str(), seg));
+      case AckStatus::read_only: fail_read_only(t);
       case AckStatus::corrupt: break;
     }
     fail(fmt::format("dead requeue: '{}' is corrupt where job {} was looked up (run fairlane fsck)", seg, id.str()));

@@ -163,7 +163,8 @@ enum class EnqueueStatus {
   mirror_unavailable, // sync durability, and no mirror process is running: nothing written
   not_durable,        // sync durability: admitted here, but Valkey did not acknowledge it in
                       // time. The job is in the segment; enqueueing it again returns duplicate.
-  read_only,          // the backend refuses writes (a mirror's keyspace seen through valkey://)
+  read_only,          // this handle makes no writes: a mirror's keyspace seen through valkey://, an
+                      // observer, or a copy in a forked child that found no process record (Queue::open)
   corrupt,            // the segment holds an impossible value where this call looked (counted; see corruption())
 };
 std::string_view to_string(EnqueueStatus s) noexcept;
@@ -212,6 +213,8 @@ enum class ClaimStatus {
   empty,    // nothing serviceable
   paused,   // the whole queue is paused
   corrupt,  // the segment holds an impossible value where this claim looked (counted; see corruption())
+  read_only,  // this handle makes no claims: an observer, or a copy in a forked child that found no
+              // process record free (Queue::open)
 };
 std::string_view to_string(ClaimStatus s) noexcept;
 
@@ -220,6 +223,8 @@ enum class AckStatus {
   stale,    // the job exists but is not leased under this token
   gone,     // no job with this id
   corrupt,  // the segment holds an impossible value where this call looked
+  read_only,  // requeue_dead only: this handle makes no moves (an observer, or a copy in a forked
+              // child that found no process record free: Queue::open)
 };
 std::string_view to_string(AckStatus s) noexcept;
 
@@ -245,7 +250,7 @@ enum class LaneStatus {
   invalid_group,     // not a valid branded id
   invalid_argument,  // limit or weight out of range
   lanes_full,        // a new group, and `lanes` groups are live at once (none idle)
-  read_only,         // the backend refuses writes (a mirror's keyspace)
+  read_only,         // this handle makes no writes (a mirror's keyspace, an observer, an unattached copy)
   corrupt,           // the segment holds an impossible value where this call looked
 };
 std::string_view to_string(LaneStatus s) noexcept;
@@ -287,7 +292,7 @@ enum class MoveStatus {
   full,           // every job slot is in use: a move needs one for the job's copy
   busy,           // the job is on its way into a lane, in the hands of a live process (stopped,
                   // perhaps): pending, but not movable until that process goes on; try again
-  read_only,
+  read_only,      // this handle makes no writes (a mirror's keyspace, an observer, an unattached copy)
   corrupt,
 };
 std::string_view to_string(MoveStatus s) noexcept;
@@ -383,6 +388,14 @@ class Queue {
   // process of the queue: processes() does not list it, it takes no process
   // record, and every call that would change the segment refuses
   // (read_only statuses, or does nothing).
+  //
+  // A Queue in a child forked without exec is a copy of its parent's: the
+  // child's first call through it that writes takes a process record of the
+  // child's own. If none is free, the copy stays unattached: it completes,
+  // extends, fails and releases the leases its parent handed it (a released
+  // job goes back to its lane at the next sweep pass), and refuses the
+  // rest as an observer does, claims with ClaimStatus::read_only. Open the
+  // segment in the child, or create it with more processes, to do more.
   enum class Attach { member, observer };
   static Result<Queue> open(std::string_view name, Attach attach = Attach::member);
   static Result<Queue> open_or_create(std::string_view name, const QueueOptions& options = {});

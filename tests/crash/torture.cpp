@@ -346,6 +346,7 @@ Queue attach_or_exit(const std::string& name) {
         case AckStatus::ok: put_line(log.fd(), "C %s %u", id.c_str(), l.attempt); break;
         case AckStatus::stale: put_line(log.fd(), "S %s %u", id.c_str(), l.attempt); break;
         case AckStatus::gone: put_line(log.fd(), "G %s %u", id.c_str(), l.attempt); break;
+        case AckStatus::read_only: log.violation("complete " + id + " -> read_only"); break;  // (only requeue_dead says it)
         case AckStatus::corrupt: log.violation("complete " + id + " attempt " + std::to_string(l.attempt) + " -> corrupt"); break;
       }
     }

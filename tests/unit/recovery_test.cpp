@@ -1327,39 +1327,82 @@ TEST_F(Recovery, AChildThatClaimedThroughItsCopyAndDiedHasItsLeaseBackAtOnce) {
   expect_clean();
 }
 
+// Thread records in use (owner word set), as a raw look sees them.
+std::uint32_t thread_records_owned(RawSegment& raw) {
+  std::uint32_t n = 0;
+  for (std::uint32_t i = 0; i < raw.header().thread_capacity; ++i) n += raw.thread(i).owner.load() != 0;
+  return n;
+}
+
 // With no process record free, a copy cannot become the child's own: it
-// goes on as its parent's (as copies did before), takes no thread record,
-// and its close leaves the parent's record alone.
-TEST_F(Recovery, ACopyThatFindsNoProcessRecordFreeGoesOnAsItsParents) {
+// stays unattached. It ends the leases its parent handed it (complete,
+// release), refuses claims and enqueues (read_only), takes no thread
+// record, is not listed as a process, and its close leaves the parent's
+// record alone. A job it released comes back to its lane with no tick.
+TEST_F(Recovery, ACopyThatFindsNoProcessRecordFreeOnlyEndsItsParentsLeases) {
   make(40, 1);
-  fill(A, 2);
+  const auto ids = fill(A, 3);
   RawSegment raw(seg());
-  auto owned = [&raw] {
-    std::uint32_t n = 0;
-    for (std::uint32_t i = 0; i < raw.header().thread_capacity; ++i) n += raw.thread(i).owner.load() != 0;
-    return n;
-  };
-  ASSERT_EQ(owned(), 1U);
+  ASSERT_EQ(thread_records_owned(raw), 1U);
+  Lease done, back;
+  ASSERT_TRUE(q().claim(done, kLongLease));
+  ASSERT_TRUE(q().claim(back, kLongLease));
   ForkedChild child([&] {
     Lease l;
-    if (!q().claim(l, kLongLease)) return 3;
-    if (q().enqueue(A, q().mint(), "x") != EnqueueStatus::enqueued) return 4;
-    if (owned() != 1) return 5;  // no thread record: none in the parent's name
-    bool mine = false;
-    for (const ProcessInfo& p : q().processes()) mine = mine || p.pid == ::getpid();
-    if (mine) return 6;  // not a process of its own
-    if (q().complete(l.id, l.token) != AckStatus::ok) return 7;
+    if (q().try_claim(l, kLongLease) != ClaimStatus::read_only) return 3;
+    if (q().enqueue(A, q().mint(), "x") != EnqueueStatus::read_only) return 4;
+    if (thread_records_owned(raw) != 1) return 5;  // no thread record: none in the parent's name
+    for (const ProcessInfo& p : q().processes())
+      if (p.pid == ::getpid()) return 6;  // not a process of its own
+    if (q().complete(done.id, done.token) != AckStatus::ok) return 7;
+    if (q().release(back.id, back.token) != AckStatus::ok) return 8;
     { Queue copy = std::move(q()); }  // closed: the parent's record stays the parent's
     return 0;
   }, 60);
   ASSERT_TRUE(child.wait_for(20s));
-  EXPECT_TRUE(child.exited_zero()) << child.describe();
+  ASSERT_TRUE(child.exited_zero()) << child.describe();
   const auto procs = q().processes();
   ASSERT_EQ(procs.size(), 1U);
   EXPECT_EQ(procs[0].pid, ::getpid());
+  // The released job: left for a sweep pass made due at once, which the
+  // parent's claims run (no tick, no clock moved).
   std::map<BrandedId, int> got;
-  claim_all(got);
-  EXPECT_EQ(got.size(), 2U);  // the second of A's and the child's
+  Lease l;
+  for (int i = 0; i < 2; ++i) {
+    ASSERT_TRUE(q().claim_wait(l, kLongLease, 5s)) << "claim " << i << ": the released job did not come back";
+    ++got[l.id];
+    ASSERT_EQ(q().complete(l.id, l.token), AckStatus::ok);
+  }
+  EXPECT_EQ(got[back.id], 1);
+  EXPECT_EQ(got[ids[2]], 1);
+  EXPECT_FALSE(q().claim(l, kLongLease));
+  expect_clean();
+}
+
+// A copy with no process record free, killed where a release would move
+// its job back into its lane in its own name (move.taken). Before such
+// copies were unattached, the move was taken as the parent's: the slot
+// stayed returning under a live holder, which nobody takes over, and the
+// job was lost while the parent lived (found in review; the child died
+// there). Now the copy never takes that move: the parent's claims link it.
+TEST_F(Recovery, AnUnattachedCopysReleaseLeavesNoMoveInItsParentsName) {
+  make(40, 1);
+  const auto ids = fill(A, 2);
+  Lease held;
+  ASSERT_TRUE(q().claim(held, kLongLease));
+  ForkedChild copy([&] {
+    detail::failpoint_arm("move.taken");  // (kills the child if it takes the move)
+    return q().release(held.id, held.token) == AckStatus::ok ? 0 : 3;
+  }, 60);
+  ASSERT_TRUE(copy.wait_for(20s));
+  ASSERT_TRUE(copy.exited_zero()) << copy.describe();
+  std::map<BrandedId, int> got;
+  Lease l;
+  while (q().claim_wait(l, kLongLease, 1s)) {
+    ++got[l.id];
+    ASSERT_EQ(q().complete(l.id, l.token), AckStatus::ok);
+  }
+  for (const auto& id : ids) EXPECT_EQ(got[id], 1) << id.str();
   expect_clean();
 }
 
@@ -1380,6 +1423,32 @@ std::uint32_t use_up_thread_records(Queue& q) {
   detail::raise_threads_used(*s.h, s.thread_count);
   return n;
 }
+
+// The hang found on 2026-12-05: a copy with no process record free claimed
+// through its parent record's fallback intent, and one killed inside its
+// take (claim.taken) left that fallback held for good, so a second copy's
+// claim never returned. Now such a copy's claim refuses before any take,
+// and the parent's threads without a thread record of their own still
+// claim through the fallback.
+TEST_F(Recovery, AnUnattachedCopyNeverHoldsItsParentsFallbackIntent) {
+  make(40, 1);
+  const auto ids = fill(A, 2);
+  for (int k = 0; k < 2; ++k) {
+    ForkedChild copy([&] {
+      detail::failpoint_arm("claim.taken", 1, detail::FailpointAction::stop);
+      Lease l;
+      return q().try_claim(l, kLongLease) == ClaimStatus::read_only ? 0 : 3;
+    }, 60);
+    ASSERT_TRUE(copy.wait_for(20s)) << "copy " << k << " stopped in a take: " << copy.describe();
+    ASSERT_TRUE(copy.exited_zero()) << copy.describe();
+  }
+  ASSERT_GT(use_up_thread_records(q()), 0U);
+  std::map<BrandedId, int> got;
+  std::thread parent_thread([&] { claim_all(got); });  // no thread record to be had: the fallback
+  parent_thread.join();
+  for (const auto& id : ids) EXPECT_EQ(got[id], 1) << id.str();
+}
+
 
 // Threads that find no thread record take turns at the process record's
 // fallback intent: each take is named there while it is in flight, and
@@ -1607,6 +1676,89 @@ TEST_F(Recovery, EveryCallThatWritesMakesTheCopyTheChildsOwn) {
     ASSERT_TRUE(child.wait_for(20s)) << name;
     EXPECT_TRUE(child.exited_zero()) << name << ": " << child.describe();
   }
+}
+
+// The same calls through a copy that finds no process record free: each
+// either ends the lease its parent handed it, as its parent's, or refuses
+// and changes nothing (read_only, 0, no effect); none takes a thread record
+// or a process record. (Found 2026-12-05: such copies went on as their
+// parents', and one killed in the middle of a step hung or lost jobs.)
+TEST_F(Recovery, EveryCallThroughAnUnattachedCopyEndsALeaseOrRefuses) {
+  make(40, 1);
+  const auto ids = fill(A, 40);
+  RawSegment raw(seg());
+  const std::uint32_t owned = thread_records_owned(raw);
+  Lease held;
+  using Call = std::function<std::string(Queue&)>;
+  auto str = [](auto st) { return std::string(to_string(st)); };
+  const std::vector<std::tuple<const char*, Call, const char*>> calls = {
+      {"enqueue", [&](Queue& c) { return str(c.enqueue(B, c.mint(), "x")); }, "read_only"},
+      {"claim", [](Queue& c) { Lease l; return std::to_string(c.claim(l, kLongLease)); }, "0"},
+      {"try_claim", [&](Queue& c) { Lease l; return str(c.try_claim(l, kLongLease)); }, "read_only"},
+      {"claim_wait", [](Queue& c) { Lease l; return std::to_string(c.claim_wait(l, kLongLease, 0ms)); }, "0"},
+      {"claim_batch", [](Queue& c) { std::vector<Lease> l(2); return std::to_string(c.claim_batch(l, kLongLease)); }, "0"},
+      {"claim_lane_batch",
+       [](Queue& c) { std::vector<Lease> l(2); return std::to_string(c.claim_lane_batch(l, kLongLease)); }, "0"},
+      {"complete", [&](Queue& c) { return str(c.complete(held.id, held.token)); }, "ok"},
+      {"fail", [&](Queue& c) { return str(c.fail(held.id, held.token, {.delay_ms = 0, .max_attempts = 9})); }, "retrying"},
+      {"release", [&](Queue& c) { return str(c.release(held.id, held.token)); }, "ok"},
+      {"extend", [&](Queue& c) { return str(c.extend(held.id, held.token, kLongLease)); }, "ok"},
+      {"release_all", [](Queue& c) { return std::to_string(c.release_all()); }, "0"},
+      {"requeue_dead", [&](Queue& c) { return str(c.requeue_dead(held.id)); }, "read_only"},
+      {"requeue_all_dead", [](Queue& c) { return std::to_string(c.requeue_all_dead()); }, "0"},
+      {"purge_dead", [](Queue& c) { return std::to_string(c.purge_dead()); }, "0"},
+      {"pause", [&](Queue& c) { return str(c.pause(A)); }, "read_only"},
+      {"resume", [&](Queue& c) { return str(c.resume(A)); }, "read_only"},
+      {"pause_all", [&](Queue& c) { c.pause_all(); Lease l; return str(c.try_claim(l, kLongLease)); }, "read_only"},
+      {"resume_all", [](Queue& c) { c.resume_all(); return std::string("-"); }, "-"},
+      {"set_limit", [&](Queue& c) { return str(c.set_limit(A, 5)); }, "read_only"},
+      {"clear_limit", [&](Queue& c) { return str(c.clear_limit(A)); }, "read_only"},
+      {"set_weight", [&](Queue& c) { return str(c.set_weight(A, 2)); }, "read_only"},
+      {"drain", [](Queue& c) { return std::to_string(c.drain(A)); }, "0"},
+      {"reassign", [&](Queue& c) { return str(c.reassign(ids.back(), B)); }, "read_only"},
+      {"tick", [](Queue& c) { return std::to_string(c.tick()); }, "0"},
+      {"repair", [](Queue& c) { auto r = c.repair(true); return std::string(r ? "repaired" : "refused"); }, "refused"},
+  };
+  SharedBlock<ChildReport> said;
+  std::map<BrandedId, int> completed;  // by the copies and by this process
+  for (const auto& [name, call, want] : calls) {
+    ASSERT_TRUE(q().claim(held, kLongLease)) << name;
+    std::memset(said->ids[0], 0, sizeof said->ids[0]);
+    ForkedChild child([&] {
+      const std::string got = call(q());
+      std::snprintf(said->ids[0], sizeof said->ids[0], "%s", got.c_str());
+      return 0;
+    }, 60);
+    ASSERT_TRUE(child.wait_for(20s)) << name;
+    ASSERT_TRUE(child.exited_zero()) << name << ": " << child.describe();
+    EXPECT_STREQ(said->ids[0], want) << name;
+    EXPECT_EQ(q().processes().size(), 1U) << name << ": the copy took a process record";
+    EXPECT_EQ(thread_records_owned(raw), owned) << name << ": the copy took a thread record";
+    const std::string_view n = name;
+    const AckStatus mine = q().complete(held.id, held.token);  // the lease is still ours unless the copy ended it
+    if (n == "complete") ++completed[held.id];
+    EXPECT_EQ(mine, n == "complete" ? AckStatus::gone : n == "fail" || n == "release" ? AckStatus::stale : AckStatus::ok)
+        << name;
+    if (mine == AckStatus::ok) ++completed[held.id];
+  }
+  // Nothing refused changed anything: no lane paused, limited, weighted or
+  // made, no job moved or added; the jobs the copies sent back come back.
+  const Snapshot snap = q().snapshot();
+  EXPECT_FALSE(snap.paused);
+  for (const LaneInfo& li : snap.lanes) {
+    EXPECT_NE(li.group, B);  // (the enqueue's, the reassign's)
+    EXPECT_FALSE(li.paused);
+    EXPECT_EQ(li.limit, 0U);
+    EXPECT_EQ(li.weight, 1U);
+  }
+  Lease l;
+  while (q().claim_wait(l, kLongLease, 1s)) {
+    ASSERT_EQ(q().complete(l.id, l.token), AckStatus::ok);
+    ++completed[l.id];
+  }
+  EXPECT_EQ(completed.size(), ids.size());
+  for (const BrandedId& id : ids) EXPECT_EQ(completed[id], 1) << id.str();
+  expect_clean();
 }
 
 // Children that call through their copies and end by _exit (or are
