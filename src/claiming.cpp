@@ -806,7 +806,7 @@ ClaimStatus claim_some(Segment& s, Lease* out, std::size_t room, std::size_t& go
 }
 
 void pop_front_husks(Segment& s, std::uint32_t lane) noexcept {
-  if (!s.me || lane >= s.lane_count) return;
+  if (!writer(s) || lane >= s.lane_count) return;
   IntentGuard guard(s);
   Word128 w = lane_load(s, lane);
   for (std::uint32_t rounds = 0; rounds < 1024; ++rounds) {

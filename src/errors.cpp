@@ -73,6 +73,7 @@ std::string_view to_string(FailStatus s) noexcept {
     case FailStatus::stale: return "stale";
     case FailStatus::gone: return "gone";
     case FailStatus::corrupt: return "corrupt";
+    case FailStatus::read_only: return "read_only";
   }
   return "unknown";
 }

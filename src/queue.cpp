@@ -248,7 +248,13 @@ std::size_t Queue::claim_lane_batch(std::span<Lease> out, std::uint32_t lease_ms
 
 bool Queue::claim_wait(Lease& out, std::uint32_t lease_ms, std::chrono::milliseconds timeout) noexcept {
   Segment& s = *seg_;
-  if (!writer_cold(s)) return false;
+  if (!writer_cold(s)) {
+    // No claim is ever serviceable to a handle that makes none (an observer,
+    // an unattached copy: try_claim says read_only): it waits out its
+    // timeout as for an empty queue, so a loop over claim_wait does not spin.
+    std::this_thread::sleep_for(std::max(timeout, std::chrono::milliseconds(0)));
+    return false;
+  }
   const std::uint64_t give_up = monotonic_us() / 1000 + std::uint64_t(std::max<std::int64_t>(0, timeout.count()));
   for (;;) {
     if (claim(out, lease_ms)) return true;

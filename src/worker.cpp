@@ -310,6 +310,7 @@ struct Worker::State {
       case FailStatus::stale:
       case FailStatus::gone:
       case FailStatus::corrupt:
+      case FailStatus::read_only:  // (a member's backend; a read-only Valkey throws)
         relaxed_inc(lost);
         e = event(JobEvent::Kind::lost, l);
         break;

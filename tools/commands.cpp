@@ -313,6 +313,7 @@ int run_fail(const AckArgs& a) {
       }
       case FailStatus::stale: return ack_nothing(t, id, token, false, a.json, "fail");
       case FailStatus::gone: return ack_nothing(t, id, token, true, a.json, "fail");
+      case FailStatus::read_only: fail_read_only(t);
       case FailStatus::corrupt: break;
     }
     fail(fmt::format("fail: '{}' is corrupt where job {} was looked up (run fairlane fsck)", t.label(), id.str()));

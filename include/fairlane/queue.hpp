@@ -223,8 +223,8 @@ enum class AckStatus {
   stale,    // the job exists but is not leased under this token
   gone,     // no job with this id
   corrupt,  // the segment holds an impossible value where this call looked
-  read_only,  // requeue_dead only: this handle makes no moves (an observer, or a copy in a forked
-              // child that found no process record free: Queue::open)
+  read_only,  // this handle makes no writes: an observer (every ack), or, for requeue_dead, a copy
+              // in a forked child that found no process record free (Queue::open)
 };
 std::string_view to_string(AckStatus s) noexcept;
 
@@ -234,6 +234,7 @@ enum class FailStatus {
   stale,     // the job exists but is not leased under this token
   gone,      // no job with this id
   corrupt,   // the segment holds an impossible value where this call looked
+  read_only, // an observer's: it makes no writes
 };
 std::string_view to_string(FailStatus s) noexcept;
 
@@ -392,10 +393,11 @@ class Queue {
   // A Queue in a child forked without exec is a copy of its parent's: the
   // child's first call through it that writes takes a process record of the
   // child's own. If none is free, the copy stays unattached: it completes,
-  // extends, fails and releases the leases its parent handed it (a released
-  // job goes back to its lane at the next sweep pass), and refuses the
-  // rest as an observer does, claims with ClaimStatus::read_only. Open the
-  // segment in the child, or create it with more processes, to do more.
+  // extends, fails and releases the leases its parent handed it (a job it
+  // releases or fails back stays leased until the next sweep pass, made
+  // due at once, ends the lease as asked), and refuses the rest as an
+  // observer does, claims with ClaimStatus::read_only. Open the segment in
+  // the child, or create it with more processes, to do more.
   enum class Attach { member, observer };
   static Result<Queue> open(std::string_view name, Attach attach = Attach::member);
   static Result<Queue> open_or_create(std::string_view name, const QueueOptions& options = {});
@@ -451,7 +453,8 @@ class Queue {
 
   // As claim, but parks on the segment's futex until a job is serviceable or
   // the timeout passes. No busy polling. Blocking by design (only when
-  // nothing is serviceable); lock-free otherwise.
+  // nothing is serviceable); lock-free otherwise. A handle that makes no
+  // claims (try_claim says read_only) waits out the timeout and says false.
   bool claim_wait(Lease& out, std::uint32_t lease_ms, std::chrono::milliseconds timeout) noexcept;
 
   // Up to out.size() jobs in one call: each ring step takes

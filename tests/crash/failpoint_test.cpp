@@ -69,11 +69,14 @@ enum class Scenario {
   recover,         // a sweep finishing after a claimer that died holding a taken job
   recover_link,    // a sweep finishing after an appender that died having linked its job onto lane A
   resume,          // resume lane A (paused before): nothing else writes lane A afterwards
+  release_copy,    // a child forked with no process record free (an unattached copy of this
+                   // process's handle) releases the lease this process claimed and handed it
+  fail_copy,       // ... fails it for an immediate retry
 };
 const char* const kScenarioNames[] = {"enqueue_new", "enqueue", "enqueue_old", "enqueue_later", "claim", "claim_last",
                                       "claim_retry", "complete", "fail_retry", "fail_later", "fail_dead", "release",
                                       "sweep", "drain", "pause_new", "reassign", "reassign_husk", "purge", "reclaim",
-                                      "recover", "recover_link", "resume"};
+                                      "recover", "recover_link", "resume", "release_copy", "fail_copy"};
 
 struct Case {
   const char* failpoint;
@@ -120,6 +123,8 @@ const Case kCases[] = {
     {"fail.stepped", Scenario::fail_later},
     {"fail.stepped", Scenario::fail_dead},
     {"release.stepped", Scenario::release},
+    {"ack.asked", Scenario::release_copy},
+    {"ack.asked", Scenario::fail_copy},
     {"move.claimed", Scenario::enqueue_old},
     {"move.claimed", Scenario::enqueue_later},
     {"move.taken", Scenario::fail_retry},
@@ -176,19 +181,29 @@ bool leases_first(Scenario sc) {
     case Scenario::fail_later:
     case Scenario::fail_dead:
     case Scenario::release:
-    case Scenario::sweep: return true;
+    case Scenario::sweep:
+    case Scenario::release_copy:
+    case Scenario::fail_copy: return true;
     default: return false;
   }
 }
 
+// Is the case's child an unattached copy of this process's handle (no
+// process record free: the segment has one, this process's)?
+bool as_copy(Scenario sc) { return sc == Scenario::release_copy || sc == Scenario::fail_copy; }
+
 // The child: runs its scenario with the failpoint armed. Exits 0 if the
 // failpoint was never reached (or it was continued and finished), 3 if
 // something went wrong before it. Writes the id of each job it leased to `fd`.
-[[noreturn]] void child_main(const std::string& seg, const Case& c, int fd, const std::string& arg) {
+// `copy`: the parent's handle, for the cases whose child is an unattached
+// copy (as_copy), which acts on `handed`, the lease the parent claimed.
+[[noreturn]] void child_main(const std::string& seg, const Case& c, int fd, const std::string& arg, Queue& copy,
+                             const Lease& handed) {
   ::alarm(60);  // watchdog: never outlive the test
-  auto r = Queue::open(seg);
-  if (!r) ::_exit(3);
-  Queue& q = r.value();
+  std::optional<Result<Queue>> r;
+  if (!as_copy(c.scenario)) r.emplace(Queue::open(seg));
+  if (r && !*r) ::_exit(3);
+  Queue& q = r ? r->value() : copy;
   auto tell = [&](const BrandedId& id) {
     const std::string line = id.string() + "\n";
     if (::write(fd, line.data(), line.size()) != ssize_t(line.size())) ::_exit(3);
@@ -201,7 +216,9 @@ bool leases_first(Scenario sc) {
   };
   const detail::FailpointAction act = c.stop ? detail::FailpointAction::stop : detail::FailpointAction::kill;
   if (leases_first(c.scenario)) {
-    const Lease l = claim_one(c.scenario == Scenario::sweep ? 1 : 60000);
+    Lease l = handed;
+    if (as_copy(c.scenario)) tell(l.id);
+    else l = claim_one(c.scenario == Scenario::sweep ? 1 : 60000);
     detail::failpoint_arm(c.failpoint, 1, act);
     switch (c.scenario) {
       case Scenario::complete: q.complete(l.id, l.token); break;
@@ -209,6 +226,8 @@ bool leases_first(Scenario sc) {
       case Scenario::fail_later: q.fail(l.id, l.token, FailOptions{.delay_ms = 50, .max_attempts = 10, .error = "later"}); break;
       case Scenario::fail_dead: q.fail(l.id, l.token, FailOptions{.delay_ms = 0, .max_attempts = 1, .error = "hopeless"}); break;
       case Scenario::release: q.release(l.id, l.token); break;
+      case Scenario::release_copy: q.release(l.id, l.token); break;
+      case Scenario::fail_copy: q.fail(l.id, l.token, FailOptions{.delay_ms = 0, .max_attempts = 10, .error = "copy"}); break;
       case Scenario::sweep:
         q.advance_clock(10);  // the 1 ms lease runs out (the segment's clock, not a sleep)
         q.tick();
@@ -304,6 +323,7 @@ TEST_P(Failpoint, SurvivorsGoOnAndNothingIsLost) {
   o.lanes = 8;
   o.payload_bytes = 32;
   o.recovery_ms = 40;  // the survivors notice the dead quickly
+  if (as_copy(c.scenario)) o.processes = 1;  // this process's record: the child finds none free
   create(o);
   const bool limited = leases_first(c.scenario) && c.scenario != Scenario::sweep;
   if (limited) {
@@ -374,6 +394,10 @@ TEST_P(Failpoint, SurvivorsGoOnAndNothingIsLost) {
   if (c.scenario == Scenario::claim_last) paused = {kLaneA, kLaneB};
   if (c.scenario == Scenario::claim_retry) paused = {kLaneB, kLaneD};
   for (const BrandedId& g : paused) ASSERT_EQ(q().pause(g), LaneStatus::ok);
+  Lease handed;  // claimed here, acked by the child (as_copy)
+  if (as_copy(c.scenario)) {
+    ASSERT_TRUE(q().claim(handed, 2000));  // (killed before its asked step, the copy leaves it to its deadline)
+  }
 
   int fds[2];
   ASSERT_EQ(::pipe(fds), 0);
@@ -381,7 +405,7 @@ TEST_P(Failpoint, SurvivorsGoOnAndNothingIsLost) {
   ASSERT_GE(pid, 0);
   if (pid == 0) {
     ::close(fds[0]);
-    child_main(seg(), c, fds[1], arg);
+    child_main(seg(), c, fds[1], arg, q(), handed);
   }
   ::close(fds[1]);
   int status = 0;

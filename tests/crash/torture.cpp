@@ -337,6 +337,7 @@ Queue attach_or_exit(const std::string& name) {
           log.violation("fail " + id + " attempt " + std::to_string(l.attempt) + " dead-lettered below max_attempts " +
                         std::to_string(kMaxAttempts));
           break;
+        case FailStatus::read_only: log.violation("fail " + id + " -> read_only"); break;  // (a member's)
         case FailStatus::corrupt:  // nobody scribbles here: the queue broke its own structures
           log.violation("fail " + id + " attempt " + std::to_string(l.attempt) + " -> corrupt");
           break;

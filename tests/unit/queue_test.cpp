@@ -185,6 +185,34 @@ TEST_F(QueueTest, EmptyQueueClaimsNothing) {
   EXPECT_EQ(q().claim_batch(batch, 1000), 0U);
 }
 
+// An observer is a tool that only looks: every call that would change the
+// segment refuses and says so (read_only), changing nothing. Its acks of a
+// member's live lease said `gone` (no such job) before 2026-12-06.
+TEST_F(QueueTest, AnObserverRefusesEveryWriteAsReadOnly) {
+  ASSERT_EQ(q().enqueue(A, q().mint(), "a"), EnqueueStatus::enqueued);
+  ASSERT_EQ(q().enqueue(A, q().mint(), "b"), EnqueueStatus::enqueued);
+  Lease held;
+  ASSERT_TRUE(q().claim(held, 60000));
+  auto obs = Queue::open(q().name(), Queue::Attach::observer);
+  ASSERT_TRUE(obs.ok());
+  Lease l;
+  EXPECT_EQ(obs->enqueue(A, q().mint(), "x"), EnqueueStatus::read_only);
+  EXPECT_EQ(obs->try_claim(l, 1000), ClaimStatus::read_only);
+  EXPECT_EQ(obs->complete(held.id, held.token), AckStatus::read_only);
+  EXPECT_EQ(obs->release(held.id, held.token), AckStatus::read_only);
+  EXPECT_EQ(obs->extend(held.id, held.token, 1000), AckStatus::read_only);
+  EXPECT_EQ(obs->fail(held.id, held.token), FailStatus::read_only);
+  EXPECT_EQ(obs->requeue_dead(held.id), AckStatus::read_only);
+  EXPECT_EQ(obs->pause(A), LaneStatus::read_only);
+  EXPECT_EQ(obs->reassign(held.id, B), MoveStatus::read_only);
+  // Nothing changed: the lease is still the member's, the other job pending.
+  const Snapshot snap = q().snapshot();
+  EXPECT_EQ(snap.leased, 1U);
+  EXPECT_EQ(snap.pending, 1U);
+  EXPECT_FALSE(snap.lanes.empty() || snap.lanes[0].paused);
+  EXPECT_EQ(q().complete(held.id, held.token), AckStatus::ok);
+}
+
 TEST_F(QueueTest, LaneLeavesRingWhenEmptyAndReturnsOnEnqueue) {
   fill(A, 1);
   fill(B, 2);

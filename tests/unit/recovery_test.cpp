@@ -1406,6 +1406,166 @@ TEST_F(Recovery, AnUnattachedCopysReleaseLeavesNoMoveInItsParentsName) {
   expect_clean();
 }
 
+// One lane, one group's job leased and released through an unattached
+// copy: the job keeps its lane until the sweep links it back, as a member's
+// release does at once. (Found in review: when the copy made the step and
+// left the link to the sweep, the job was in no lane meanwhile, its lane
+// idle, and a new group's enqueue took the lane: the released job then
+// waited behind that group for a lane, for good while it had work.)
+TEST_F(Recovery, AJobAnUnattachedCopyReleasedKeepsItsLane) {
+  QueueOptions o;
+  o.jobs = 64;
+  o.lanes = 1;
+  o.payload_bytes = 32;
+  o.recovery_ms = 200;
+  o.processes = 1;
+  create(o);
+  fill(A, 1);
+  Lease held;
+  ASSERT_TRUE(q().claim(held, kLongLease));
+  ForkedChild copy([&] { return q().release(held.id, held.token) == AckStatus::ok ? 0 : 3; }, 60);
+  ASSERT_TRUE(copy.wait_for(20s));
+  ASSERT_TRUE(copy.exited_zero()) << copy.describe();
+  EXPECT_EQ(q().enqueue(B, q().mint(), "b"), EnqueueStatus::lanes_full) << "B took the lane of A's released job";
+  // And with B's work arriving once A's lane is free, A's job comes first.
+  Lease l;
+  ASSERT_TRUE(q().claim_wait(l, kLongLease, 2s));
+  EXPECT_EQ(l.id, held.id);
+  ASSERT_EQ(q().complete(l.id, l.token), AckStatus::ok);
+  bool b_in = false;
+  for (int i = 0; i < 100 && !b_in; ++i) {  // (A's lane goes idle, and is reclaimed for B by a sweep or the enqueue)
+    b_in = q().enqueue(B, q().mint(), "b") == EnqueueStatus::enqueued;
+    if (!b_in) q().tick();
+  }
+  EXPECT_TRUE(b_in);
+}
+
+// A consumer parked in claim_wait, nothing else calling, a long recovery
+// bound: the copy's release makes a sweep pass due and wakes it, and the
+// job is delivered at once, not at the next pass (recovery_ms / 2).
+TEST_F(Recovery, AParkedConsumerGetsAnUnattachedCopysReleaseAtOnce) {
+  make(20000, 1);
+  fill(A, 1);
+  Lease held;
+  ASSERT_TRUE(q().claim(held, kLongLease));
+  Lease got;
+  std::atomic<bool> parked{false};
+  Clock::time_point woke{};
+  std::thread consumer([&] {
+    parked = true;
+    if (q().claim_wait(got, kLongLease, 15s)) woke = Clock::now();
+  });
+  while (!parked) std::this_thread::sleep_for(1ms);
+  std::this_thread::sleep_for(200ms);  // (paces the test only: parked or not, the release must reach it)
+  const auto t0 = Clock::now();
+  ForkedChild copy([&] { return q().release(held.id, held.token) == AckStatus::ok ? 0 : 3; }, 60);
+  ASSERT_TRUE(copy.wait_for(20s));
+  consumer.join();
+  ASSERT_TRUE(copy.exited_zero()) << copy.describe();
+  ASSERT_EQ(got.id, held.id);
+  EXPECT_LT(woke - t0, 5s) << "the release waited for a pass of the recovery bound";
+  EXPECT_EQ(got.attempt, held.attempt) << "a release does not count the delivery";
+}
+
+// Two threads of a child acking through one unattached copy at once, next
+// to refused claims (for TSan; and every job is delivered once after).
+TEST_F(Recovery, ThreadsOfAnUnattachedCopyAckTogether) {
+  make(40, 1);
+  fill(A, 8);
+  std::vector<Lease> held(8);
+  for (auto& l : held) ASSERT_TRUE(q().claim(l, kLongLease));
+  ForkedChild child([&] {
+    std::atomic<int> bad{0};
+    std::thread t1([&] {
+      for (int i = 0; i < 4; ++i) {
+        if (q().extend(held[i].id, held[i].token, kLongLease) != AckStatus::ok) ++bad;
+        if (q().release(held[i].id, held[i].token) != AckStatus::ok) ++bad;
+      }
+    });
+    std::thread t2([&] {
+      for (int i = 4; i < 8; ++i) {
+        Lease l;
+        if (q().try_claim(l, kLongLease) != ClaimStatus::read_only) ++bad;
+        if (q().fail(held[i].id, held[i].token, {.delay_ms = 0, .max_attempts = 9}) != FailStatus::retrying) ++bad;
+      }
+    });
+    t1.join();
+    t2.join();
+    return bad.load() == 0 ? 0 : 3;
+  }, 60);
+  ASSERT_TRUE(child.wait_for(30s));
+  ASSERT_TRUE(child.exited_zero()) << child.describe();
+  std::map<BrandedId, int> got;
+  Lease l;
+  while (q().claim_wait(l, kLongLease, 1s)) {
+    ++got[l.id];
+    ASSERT_EQ(q().complete(l.id, l.token), AckStatus::ok);
+  }
+  EXPECT_EQ(got.size(), 8U);
+  for (const auto& [id, n] : got) EXPECT_EQ(n, 1) << id.str();
+  expect_clean();
+}
+
+// claim_wait through a handle that makes no claims waits out its timeout
+// and says false, as when nothing is serviceable; try_claim says why
+// (read_only). It said false at once, and a loop over it (the worker's
+// claimer is one) spun on the CPU (found in review: 8 million calls in
+// 300 ms).
+TEST_F(Recovery, ClaimWaitThroughAnUnattachedCopyWaitsOutItsTimeout) {
+  make(40, 1);
+  SharedBlock<ChildReport> said;
+  ForkedChild copy([&] {
+    Lease l;
+    const auto t0 = Clock::now();
+    int calls = 0;
+    while (Clock::now() - t0 < 300ms) {
+      if (q().claim_wait(l, kLongLease, 100ms)) return 3;
+      ++calls;
+    }
+    said->leases.store(calls);
+    return 0;
+  }, 60);
+  ASSERT_TRUE(copy.wait_for(20s));
+  ASSERT_TRUE(copy.exited_zero()) << copy.describe();
+  EXPECT_LE(said->leases.load(), 4) << "claim_wait(100ms) calls made in 300 ms";
+}
+
+// A fork of an unattached copy: the grandchild's copy is pending again,
+// finds no record either, and stays unattached: it acks the lease its
+// grandparent handed down, refuses claims, and takes no record.
+TEST_F(Recovery, AGrandchildOfAnUnattachedCopyStaysUnattached) {
+  make(40, 1);
+  fill(A, 2);
+  RawSegment raw(seg());
+  const std::uint32_t owned = thread_records_owned(raw);
+  Lease held;
+  ASSERT_TRUE(q().claim(held, kLongLease));
+  ForkedChild child([&] {
+    Lease l;
+    if (q().try_claim(l, kLongLease) != ClaimStatus::read_only) return 3;
+    ForkedChild grandchild([&] {
+      Lease g;
+      if (q().try_claim(g, kLongLease) != ClaimStatus::read_only) return 3;
+      if (q().release(held.id, held.token) != AckStatus::ok) return 4;
+      if (thread_records_owned(raw) != owned) return 5;
+      return 0;
+    }, 60);
+    if (!grandchild.wait_for(20s)) return 6;
+    return grandchild.exited_zero() ? 0 : 7;
+  }, 60);
+  ASSERT_TRUE(child.wait_for(30s));
+  ASSERT_TRUE(child.exited_zero()) << child.describe();
+  EXPECT_EQ(q().processes().size(), 1U);
+  std::map<BrandedId, int> got;
+  Lease l;
+  while (q().claim_wait(l, kLongLease, 500ms)) {
+    ++got[l.id];
+    ASSERT_EQ(q().complete(l.id, l.token), AckStatus::ok);
+  }
+  EXPECT_EQ(got.size(), 2U);
+  expect_clean();
+}
+
 // ---- threads beyond the thread records --------------------------------------------------
 
 // Every free thread record of handle q marked as taken by it (as if other
@@ -1735,11 +1895,13 @@ TEST_F(Recovery, EveryCallThroughAnUnattachedCopyEndsALeaseOrRefuses) {
     EXPECT_EQ(q().processes().size(), 1U) << name << ": the copy took a process record";
     EXPECT_EQ(thread_records_owned(raw), owned) << name << ": the copy took a thread record";
     const std::string_view n = name;
-    const AckStatus mine = q().complete(held.id, held.token);  // the lease is still ours unless the copy ended it
-    if (n == "complete") ++completed[held.id];
-    EXPECT_EQ(mine, n == "complete" ? AckStatus::gone : n == "fail" || n == "release" ? AckStatus::stale : AckStatus::ok)
-        << name;
-    if (mine == AckStatus::ok) ++completed[held.id];
+    if (n == "complete") {
+      ++completed[held.id];
+      EXPECT_EQ(q().complete(held.id, held.token), AckStatus::gone);
+    } else if (n != "fail" && n != "release") {  // (those two are the sweep's to end, as asked)
+      EXPECT_EQ(q().complete(held.id, held.token), AckStatus::ok) << name << ": the lease is still ours";
+      ++completed[held.id];
+    }
   }
   // Nothing refused changed anything: no lane paused, limited, weighted or
   // made, no job moved or added; the jobs the copies sent back come back.
