@@ -297,47 +297,6 @@ bool ack_args(Segment& s, const BrandedId& job, Token token, std::uint64_t& sf) 
   return job_snowflake(s, job, sf) == IdCheck::ok;
 }
 
-// A sweep pass due now, and the parked consumers woken to run it.
-void sweep_soon(Segment& s) noexcept {
-  lower_next_due(s, segment_now_ms(s));
-  notify(s, INT_MAX);
-}
-
-// An unattached copy's release, or fail straight back to the lane (see
-// writer()). A member makes that step and then links the job; the link is a
-// move in the mover's name, and the copy's name is its live parent's: a
-// copy that died in the middle of it would leave the job to a holder nobody
-// takes over. So the copy makes no step: it leaves the step it asks for in
-// run_seq (asked_plan, for this lease's ctr, as a fail leaves its park
-// plan) and makes the lease due now (one CAS of the slot word: deadline
-// now, all else kept). The next sweep pass, which a member's claim runs,
-// expires it and makes the asked step and the link as its own (expire, in
-// sweeping.cpp). Until then the job is leased: its lane keeps its active
-// count and is not idle. Killed after the plan, before the CAS: the lease
-// ends at its own deadline, as asked. Any other exit of the lease (the
-// parent's complete, a fail) overwrites the plan with its own mark.
-[[gnu::cold, gnu::noinline]] Take end_at_sweep(Segment& s, std::uint64_t sf, Token token, AskedStep step) noexcept {
-  const std::uint32_t slot = token_slot(s, token);
-  if (slot >= s.jobs) return stale_or_gone(s, sf);
-  SlotRecord& r = s.slot(slot);
-  for (;;) {
-    Word128 w = slot_load(s, slot);
-    std::uint64_t rs = r.run_seq.load(std::memory_order_acquire);
-    if (r.sf.load(std::memory_order_acquire) != sf || SlotWord::state(w) != SlotState::leased ||
-        !token_matches(s, token, SlotWord::ctr(w)))
-      return stale_or_gone(s, sf);
-    const std::uint64_t plan = asked_plan(step, SlotWord::ctr(w));
-    if (rs != plan && !r.run_seq.compare_exchange_strong(rs, plan, std::memory_order_acq_rel)) continue;
-    FAIRLANE_FAILPOINT("ack.asked");
-    const std::uint64_t now = segment_now_ms(s);
-    const Word128 due = SlotWord::make(SlotState::leased, SlotWord::attempt(w), std::min(SlotWord::when(w), now),
-                                       SlotWord::ctr(w), SlotWord::holder(w));
-    if (slot_cas(s, slot, w, due)) break;  // (else an extend, or an exit: look again)
-  }
-  sweep_soon(s);
-  return Take::ok;
-}
-
 }  // namespace
 
 AckStatus Queue::complete(const BrandedId& job, Token token) noexcept {
@@ -396,7 +355,12 @@ FailStatus Queue::fail(const BrandedId& job, Token token, const FailOptions& opt
     if (!r.run_seq.compare_exchange_strong(rs, park_plan(SlotState::dead, SlotWord::ctr(seen), now), std::memory_order_acq_rel))
       return refused();
     op = RelOp::park;
-  } else if (plan.delay_ms > 0) {
+  } else if (plan.delay_ms > 0 || !own) {
+    // An unattached copy (see writer()) parks even a retry due now: sending
+    // a job back is a step and then a move into its lane, the move in the
+    // mover's name, and the copy's is its live parent's (a copy that died
+    // between them left the job to a holder nobody takes over). A park is
+    // the step alone, and the sweep's promotion, a member's, makes the move.
     if (!r.run_seq.compare_exchange_strong(rs, park_plan(SlotState::scheduled, SlotWord::ctr(seen), now + plan.delay_ms),
                                            std::memory_order_acq_rel))
       return refused();
@@ -408,8 +372,7 @@ FailStatus Queue::fail(const BrandedId& job, Token token, const FailOptions& opt
   if (n) std::memcpy(r.error, options.error.data(), n);
   r.error_len.store(std::uint8_t(n), std::memory_order_relaxed);
   std::uint32_t got = 0, lane = 0;
-  const Take t = own || op == RelOp::park ? release_lease(s, sf, token, op, got, lane)
-                                          : end_at_sweep(s, sf, token, AskedStep::back);
+  const Take t = release_lease(s, sf, token, op, got, lane);
   switch (t) {
     case Take::ok: break;
     case Take::stale: return FailStatus::stale;
@@ -421,10 +384,14 @@ FailStatus Queue::fail(const BrandedId& job, Token token, const FailOptions& opt
   const SlotState now_state = SlotWord::state(slot_load(s, slot));
   if (op == RelOp::back || now_state == SlotState::returning) {
     // Back to its lane (a park whose plan was overwritten by a stale fail()
-    // of an older lease falls back to this too). An unattached copy's: the
-    // sweep's (end_at_sweep; or, that fallback, holder 0, anyone's to link).
-    if (own) link_returning(s, slot);
-    else sweep_soon(s);
+    // of an older lease falls back to this too). An unattached copy leaves
+    // it returning under holder 0, anyone's to link, for the next pass.
+    if (own) {
+      link_returning(s, slot);
+    } else {
+      lower_next_due(s, now);
+      notify(s, INT_MAX);
+    }
     went_dead = false;
   } else {
     // Two fails of one lease racing from two threads: the winner's step
@@ -444,15 +411,12 @@ FailStatus Queue::fail(const BrandedId& job, Token token, const FailOptions& opt
 
 AckStatus Queue::release(const BrandedId& job, Token token) noexcept {
   Segment& s = *seg_;
-  const bool own = writer_cold(s);
-  if (!s.me) return AckStatus::read_only;  // an observer
+  // A release hands the job back at once and uncounted: a step and a move
+  // into its lane, which an unattached copy cannot make in its own name
+  // (fail parks the job instead, see fail()).
+  if (!writer_cold(s)) return AckStatus::read_only;
   std::uint64_t sf = 0;
   if (!ack_args(s, job, token, sf)) return AckStatus::gone;
-  if (!own) [[unlikely]] {  // an unattached copy: the sweep makes the step
-    const Take t = end_at_sweep(s, sf, token, AskedStep::release);
-    if (t == Take::ok) count(s, &CounterBlock::released);
-    return to_ack(t);
-  }
   std::uint32_t slot = 0, lane = 0;
   const Take t = release_lease(s, sf, token, RelOp::release, slot, lane);
   if (t != Take::ok) return to_ack(t);

@@ -189,14 +189,6 @@ inline std::uint64_t park_plan(SlotState st, std::uint64_t ctr, std::uint64_t wh
 // return of a taken job leave in run_seq before their lane CAS: the step is
 // applied only to the lease (or take) it was made for (lane_base).
 inline std::uint64_t exit_mark(std::uint64_t ctr) noexcept { return park_plan(SlotState::free, ctr, 0); }
-// The step an unattached copy asks of the sweep for the lease of ctr `ctr`
-// (end_at_sweep in acks.cpp): `release` or `back`, made by the sweep's
-// expiry of the lease, which the copy made due now. In run_seq, as a park
-// plan is; state returning, which no plan or mark has otherwise.
-enum class AskedStep : std::uint64_t { release = 1, back = 2 };
-inline std::uint64_t asked_plan(AskedStep step, std::uint64_t ctr) noexcept {
-  return park_plan(SlotState::returning, ctr, std::uint64_t(step));
-}
 
 // Frees an aborted slot that is no longer linked anywhere; a reassign's
 // origin (its word names the slot the job moved to) has that move decided

@@ -43,7 +43,6 @@ const char* const kFailpoints[] = {
     "claim.leased",           // the job leased, the claim not finished
     // acknowledgements (acks.cpp)
     "ack.stepped",            // the lease's lane step made, not applied to its slot
-    "ack.asked",              // an unattached copy's release or fail: its asked step planned, the lease not yet due
     "complete.done",          // completed, the call not finished
     "fail.planned",           // a fail's lease checked and its plan chosen, nothing written
     "fail.stepped",           // a fail's step made and applied, the retry not yet linked

@@ -234,9 +234,7 @@ Word128 lane_base_step(Segment& s, std::uint32_t lane, const Word128& w) noexcep
             // Another exit of the same lease (an expiry racing the fail)
             // marked the slot after the plan: back to its lane, for anyone
             // to link, rather than a plan half overwritten.
-            // (Or an unattached copy asked the sweep for a step after the
-            // plan: asked_plan, state returning.)
-            if (ts != SlotState::free && ts != SlotState::returning) report_corrupt(s, CorruptWhat::slot_record);
+            if (ts != SlotState::free) report_corrupt(s, CorruptWhat::slot_record);
             to = SlotWord::make(SlotState::returning, a, 0, ctr + 1, 0);
           }
         } else {

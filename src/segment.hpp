@@ -230,10 +230,11 @@ struct ThreadOwner {
 // lane changes)? Adopts a copy first. False for an observer and for an
 // unattached copy: those calls refuse (read_only statuses, or do nothing).
 // What an unattached copy still does is end the leases it was handed, as
-// its parent's (a child forked to work one job its parent claimed):
-// complete and extend (one CAS, nothing left in anyone's name), and fail
-// and release, whose job it leaves returning for the next sweep pass to
-// link (send_back in acks.cpp) rather than moving it in its parent's name.
+// its parent's (a child forked to work one job its parent claimed), by
+// exits that leave nothing in anyone's name: complete, extend, and fail,
+// which parks the job even for a retry due now (the sweep's promotion, a
+// member's, moves it back). release, whose move back into the lane would
+// be in the copy's name, refuses (read_only).
 // The inline one is in admit and the claims (a load and a branch when there
 // is nothing to do), the call in the others. Not complete: it adopts
 // nothing (a child forked to complete one job takes no process record and

@@ -55,23 +55,14 @@ struct SweepStats {
   int finished_pid = 0;
 };
 
-// A lease whose deadline passed or whose holder is dead goes back to its
-// lane. Or one that an unattached copy ended (end_at_sweep in acks.cpp): it
-// made the lease due now and left the step it asked for in run_seq, made
-// here as its own (a release does not count the delivery); `asked` says so.
-bool expire(Segment& s, std::uint32_t slot, const Word128& w, bool& asked) noexcept {
-  const SlotRecord& r = s.slot(slot);
-  const std::uint64_t sf = r.sf.load(std::memory_order_acquire);
-  const std::uint64_t plan = r.run_seq.load(std::memory_order_acquire);
-  const bool release = plan == asked_plan(AskedStep::release, SlotWord::ctr(w));
-  asked = release || plan == asked_plan(AskedStep::back, SlotWord::ctr(w));
+// A lease whose deadline passed or whose holder is dead goes back to its lane.
+bool expire(Segment& s, std::uint32_t slot, const Word128& w) noexcept {
+  const std::uint64_t sf = s.slot(slot).sf.load(std::memory_order_acquire);
   std::uint32_t got = 0, lane = 0;
-  if (release_lease(s, sf, make_token(s, slot, SlotWord::ctr(w)), release ? RelOp::release : RelOp::back, got, lane) !=
-      Take::ok)
-    return false;
+  if (release_lease(s, sf, make_token(s, slot, SlotWord::ctr(w)), RelOp::back, got, lane) != Take::ok) return false;
   FAIRLANE_FAILPOINT("sweep.expired");
   link_returning(s, slot);
-  if (!asked) count(s, &CounterBlock::expired);  // (the copy counted its release or fail)
+  count(s, &CounterBlock::expired);
   return true;
 }
 
@@ -497,8 +488,7 @@ void sweep_slot(Segment& s, std::uint32_t i, std::uint64_t now, SweepStats& st) 
         st.earliest = std::min(st.earliest, SlotWord::when(w));
         return;
       }
-      bool asked = false;
-      if (expire(s, i, w, asked) && !asked) {  // (an asked step is no recovery)
+      if (expire(s, i, w)) {
         ++st.moved;
         ++st.leases;
         st.whose = (st.whose == -1 || st.whose == dead) ? dead : 0;

@@ -69,14 +69,14 @@ enum class Scenario {
   recover,         // a sweep finishing after a claimer that died holding a taken job
   recover_link,    // a sweep finishing after an appender that died having linked its job onto lane A
   resume,          // resume lane A (paused before): nothing else writes lane A afterwards
-  release_copy,    // a child forked with no process record free (an unattached copy of this
-                   // process's handle) releases the lease this process claimed and handed it
-  fail_copy,       // ... fails it for an immediate retry
+  fail_copy,       // a child forked with no process record free (an unattached copy of this
+                   // process's handle) fails, for an immediate retry, the lease this process
+                   // claimed and handed it (parked, due now: the sweep's promotion moves it)
 };
 const char* const kScenarioNames[] = {"enqueue_new", "enqueue", "enqueue_old", "enqueue_later", "claim", "claim_last",
                                       "claim_retry", "complete", "fail_retry", "fail_later", "fail_dead", "release",
                                       "sweep", "drain", "pause_new", "reassign", "reassign_husk", "purge", "reclaim",
-                                      "recover", "recover_link", "resume", "release_copy", "fail_copy"};
+                                      "recover", "recover_link", "resume", "fail_copy"};
 
 struct Case {
   const char* failpoint;
@@ -123,8 +123,8 @@ const Case kCases[] = {
     {"fail.stepped", Scenario::fail_later},
     {"fail.stepped", Scenario::fail_dead},
     {"release.stepped", Scenario::release},
-    {"ack.asked", Scenario::release_copy},
-    {"ack.asked", Scenario::fail_copy},
+    {"ack.stepped", Scenario::fail_copy},
+    {"fail.stepped", Scenario::fail_copy},
     {"move.claimed", Scenario::enqueue_old},
     {"move.claimed", Scenario::enqueue_later},
     {"move.taken", Scenario::fail_retry},
@@ -182,7 +182,6 @@ bool leases_first(Scenario sc) {
     case Scenario::fail_dead:
     case Scenario::release:
     case Scenario::sweep:
-    case Scenario::release_copy:
     case Scenario::fail_copy: return true;
     default: return false;
   }
@@ -190,7 +189,7 @@ bool leases_first(Scenario sc) {
 
 // Is the case's child an unattached copy of this process's handle (no
 // process record free: the segment has one, this process's)?
-bool as_copy(Scenario sc) { return sc == Scenario::release_copy || sc == Scenario::fail_copy; }
+bool as_copy(Scenario sc) { return sc == Scenario::fail_copy; }
 
 // The child: runs its scenario with the failpoint armed. Exits 0 if the
 // failpoint was never reached (or it was continued and finished), 3 if
@@ -226,7 +225,6 @@ bool as_copy(Scenario sc) { return sc == Scenario::release_copy || sc == Scenari
       case Scenario::fail_later: q.fail(l.id, l.token, FailOptions{.delay_ms = 50, .max_attempts = 10, .error = "later"}); break;
       case Scenario::fail_dead: q.fail(l.id, l.token, FailOptions{.delay_ms = 0, .max_attempts = 1, .error = "hopeless"}); break;
       case Scenario::release: q.release(l.id, l.token); break;
-      case Scenario::release_copy: q.release(l.id, l.token); break;
       case Scenario::fail_copy: q.fail(l.id, l.token, FailOptions{.delay_ms = 0, .max_attempts = 10, .error = "copy"}); break;
       case Scenario::sweep:
         q.advance_clock(10);  // the 1 ms lease runs out (the segment's clock, not a sleep)
@@ -396,7 +394,7 @@ TEST_P(Failpoint, SurvivorsGoOnAndNothingIsLost) {
   for (const BrandedId& g : paused) ASSERT_EQ(q().pause(g), LaneStatus::ok);
   Lease handed;  // claimed here, acked by the child (as_copy)
   if (as_copy(c.scenario)) {
-    ASSERT_TRUE(q().claim(handed, 2000));  // (killed before its asked step, the copy leaves it to its deadline)
+    ASSERT_TRUE(q().claim(handed, 2000));  // (killed before its step, the copy leaves it to its deadline)
   }
 
   int fds[2];

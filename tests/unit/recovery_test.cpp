@@ -1336,17 +1336,19 @@ std::uint32_t thread_records_owned(RawSegment& raw) {
 
 // With no process record free, a copy cannot become the child's own: it
 // stays unattached. It ends the leases its parent handed it (complete,
-// release), refuses claims and enqueues (read_only), takes no thread
-// record, is not listed as a process, and its close leaves the parent's
-// record alone. A job it released comes back to its lane with no tick.
+// fail), refuses claims, enqueues and releases (read_only), takes no
+// thread record, is not listed as a process, and its close leaves the
+// parent's record alone. A job it failed comes back with no tick, its
+// delivery counted; the lease it could not release is still the parent's.
 TEST_F(Recovery, ACopyThatFindsNoProcessRecordFreeOnlyEndsItsParentsLeases) {
   make(40, 1);
   const auto ids = fill(A, 3);
   RawSegment raw(seg());
   ASSERT_EQ(thread_records_owned(raw), 1U);
-  Lease done, back;
+  Lease done, back, kept;
   ASSERT_TRUE(q().claim(done, kLongLease));
   ASSERT_TRUE(q().claim(back, kLongLease));
+  ASSERT_TRUE(q().claim(kept, kLongLease));
   ForkedChild child([&] {
     Lease l;
     if (q().try_claim(l, kLongLease) != ClaimStatus::read_only) return 3;
@@ -1355,7 +1357,9 @@ TEST_F(Recovery, ACopyThatFindsNoProcessRecordFreeOnlyEndsItsParentsLeases) {
     for (const ProcessInfo& p : q().processes())
       if (p.pid == ::getpid()) return 6;  // not a process of its own
     if (q().complete(done.id, done.token) != AckStatus::ok) return 7;
-    if (q().release(back.id, back.token) != AckStatus::ok) return 8;
+    if (q().fail(back.id, back.token, {.delay_ms = 0, .max_attempts = 9}) != FailStatus::retrying) return 8;
+    if (q().fail(back.id, back.token, {.delay_ms = 0, .max_attempts = 9}) != FailStatus::stale) return 10;  // ended
+    if (q().release(kept.id, kept.token) != AckStatus::read_only) return 9;
     { Queue copy = std::move(q()); }  // closed: the parent's record stays the parent's
     return 0;
   }, 60);
@@ -1364,35 +1368,35 @@ TEST_F(Recovery, ACopyThatFindsNoProcessRecordFreeOnlyEndsItsParentsLeases) {
   const auto procs = q().processes();
   ASSERT_EQ(procs.size(), 1U);
   EXPECT_EQ(procs[0].pid, ::getpid());
-  // The released job: left for a sweep pass made due at once, which the
+  EXPECT_EQ(q().complete(done.id, done.token), AckStatus::gone);  // the child's complete stands
+  EXPECT_EQ(q().complete(back.id, back.token), AckStatus::stale);  // the child's fail ended the lease
+  EXPECT_EQ(q().complete(kept.id, kept.token), AckStatus::ok);     // the refused release left it the parent's
+  // The failed job: parked due now, promoted by a sweep pass that the
   // parent's claims run (no tick, no clock moved).
-  std::map<BrandedId, int> got;
   Lease l;
-  for (int i = 0; i < 2; ++i) {
-    ASSERT_TRUE(q().claim_wait(l, kLongLease, 5s)) << "claim " << i << ": the released job did not come back";
-    ++got[l.id];
-    ASSERT_EQ(q().complete(l.id, l.token), AckStatus::ok);
-  }
-  EXPECT_EQ(got[back.id], 1);
-  EXPECT_EQ(got[ids[2]], 1);
+  ASSERT_TRUE(q().claim_wait(l, kLongLease, 5s)) << "the failed job did not come back";
+  EXPECT_EQ(l.id, back.id);
+  EXPECT_EQ(l.attempt, back.attempt + 1);
+  ASSERT_EQ(q().complete(l.id, l.token), AckStatus::ok);
   EXPECT_FALSE(q().claim(l, kLongLease));
   expect_clean();
 }
 
-// A copy with no process record free, killed where a release would move
-// its job back into its lane in its own name (move.taken). Before such
-// copies were unattached, the move was taken as the parent's: the slot
-// stayed returning under a live holder, which nobody takes over, and the
-// job was lost while the parent lived (found in review; the child died
-// there). Now the copy never takes that move: the parent's claims link it.
-TEST_F(Recovery, AnUnattachedCopysReleaseLeavesNoMoveInItsParentsName) {
+// A copy with no process record free, killed where a fail (or a release)
+// would move its job back into its lane in its own name (move.taken).
+// Before such copies were unattached, the move was taken as the parent's:
+// the slot stayed returning under a live holder, which nobody takes over,
+// and the job was lost while the parent lived (found in review, with a
+// release; the child died there). Now the copy never makes that move: its
+// fail parks the job, and the parent's claims promote it.
+TEST_F(Recovery, AnUnattachedCopysFailLeavesNoMoveInItsParentsName) {
   make(40, 1);
   const auto ids = fill(A, 2);
   Lease held;
   ASSERT_TRUE(q().claim(held, kLongLease));
   ForkedChild copy([&] {
     detail::failpoint_arm("move.taken");  // (kills the child if it takes the move)
-    return q().release(held.id, held.token) == AckStatus::ok ? 0 : 3;
+    return q().fail(held.id, held.token, {.delay_ms = 0, .max_attempts = 9}) == FailStatus::retrying ? 0 : 3;
   }, 60);
   ASSERT_TRUE(copy.wait_for(20s));
   ASSERT_TRUE(copy.exited_zero()) << copy.describe();
@@ -1406,44 +1410,11 @@ TEST_F(Recovery, AnUnattachedCopysReleaseLeavesNoMoveInItsParentsName) {
   expect_clean();
 }
 
-// One lane, one group's job leased and released through an unattached
-// copy: the job keeps its lane until the sweep links it back, as a member's
-// release does at once. (Found in review: when the copy made the step and
-// left the link to the sweep, the job was in no lane meanwhile, its lane
-// idle, and a new group's enqueue took the lane: the released job then
-// waited behind that group for a lane, for good while it had work.)
-TEST_F(Recovery, AJobAnUnattachedCopyReleasedKeepsItsLane) {
-  QueueOptions o;
-  o.jobs = 64;
-  o.lanes = 1;
-  o.payload_bytes = 32;
-  o.recovery_ms = 200;
-  o.processes = 1;
-  create(o);
-  fill(A, 1);
-  Lease held;
-  ASSERT_TRUE(q().claim(held, kLongLease));
-  ForkedChild copy([&] { return q().release(held.id, held.token) == AckStatus::ok ? 0 : 3; }, 60);
-  ASSERT_TRUE(copy.wait_for(20s));
-  ASSERT_TRUE(copy.exited_zero()) << copy.describe();
-  EXPECT_EQ(q().enqueue(B, q().mint(), "b"), EnqueueStatus::lanes_full) << "B took the lane of A's released job";
-  // And with B's work arriving once A's lane is free, A's job comes first.
-  Lease l;
-  ASSERT_TRUE(q().claim_wait(l, kLongLease, 2s));
-  EXPECT_EQ(l.id, held.id);
-  ASSERT_EQ(q().complete(l.id, l.token), AckStatus::ok);
-  bool b_in = false;
-  for (int i = 0; i < 100 && !b_in; ++i) {  // (A's lane goes idle, and is reclaimed for B by a sweep or the enqueue)
-    b_in = q().enqueue(B, q().mint(), "b") == EnqueueStatus::enqueued;
-    if (!b_in) q().tick();
-  }
-  EXPECT_TRUE(b_in);
-}
-
 // A consumer parked in claim_wait, nothing else calling, a long recovery
-// bound: the copy's release makes a sweep pass due and wakes it, and the
-// job is delivered at once, not at the next pass (recovery_ms / 2).
-TEST_F(Recovery, AParkedConsumerGetsAnUnattachedCopysReleaseAtOnce) {
+// bound: the copy's fail (parked, due now) makes a sweep pass due and wakes
+// it, and the job is delivered at once, not at the next pass
+// (recovery_ms / 2).
+TEST_F(Recovery, AParkedConsumerGetsAnUnattachedCopysFailAtOnce) {
   make(20000, 1);
   fill(A, 1);
   Lease held;
@@ -1458,13 +1429,14 @@ TEST_F(Recovery, AParkedConsumerGetsAnUnattachedCopysReleaseAtOnce) {
   while (!parked) std::this_thread::sleep_for(1ms);
   std::this_thread::sleep_for(200ms);  // (paces the test only: parked or not, the release must reach it)
   const auto t0 = Clock::now();
-  ForkedChild copy([&] { return q().release(held.id, held.token) == AckStatus::ok ? 0 : 3; }, 60);
+  ForkedChild copy([&] {
+    return q().fail(held.id, held.token, {.delay_ms = 0, .max_attempts = 9}) == FailStatus::retrying ? 0 : 3;
+  }, 60);
   ASSERT_TRUE(copy.wait_for(20s));
   consumer.join();
   ASSERT_TRUE(copy.exited_zero()) << copy.describe();
   ASSERT_EQ(got.id, held.id);
-  EXPECT_LT(woke - t0, 5s) << "the release waited for a pass of the recovery bound";
-  EXPECT_EQ(got.attempt, held.attempt) << "a release does not count the delivery";
+  EXPECT_LT(woke - t0, 5s) << "the fail waited for a pass of the recovery bound";
 }
 
 // Two threads of a child acking through one unattached copy at once, next
@@ -1479,7 +1451,7 @@ TEST_F(Recovery, ThreadsOfAnUnattachedCopyAckTogether) {
     std::thread t1([&] {
       for (int i = 0; i < 4; ++i) {
         if (q().extend(held[i].id, held[i].token, kLongLease) != AckStatus::ok) ++bad;
-        if (q().release(held[i].id, held[i].token) != AckStatus::ok) ++bad;
+        if (q().complete(held[i].id, held[i].token) != AckStatus::ok) ++bad;
       }
     });
     std::thread t2([&] {
@@ -1501,8 +1473,8 @@ TEST_F(Recovery, ThreadsOfAnUnattachedCopyAckTogether) {
     ++got[l.id];
     ASSERT_EQ(q().complete(l.id, l.token), AckStatus::ok);
   }
-  EXPECT_EQ(got.size(), 8U);
-  for (const auto& [id, n] : got) EXPECT_EQ(n, 1) << id.str();
+  EXPECT_EQ(got.size(), 4U);  // the failed ones
+  for (int i = 4; i < 8; ++i) EXPECT_EQ(got[held[i].id], 1) << held[i].id.str();
   expect_clean();
 }
 
@@ -1546,7 +1518,8 @@ TEST_F(Recovery, AGrandchildOfAnUnattachedCopyStaysUnattached) {
     ForkedChild grandchild([&] {
       Lease g;
       if (q().try_claim(g, kLongLease) != ClaimStatus::read_only) return 3;
-      if (q().release(held.id, held.token) != AckStatus::ok) return 4;
+      if (q().release(held.id, held.token) != AckStatus::read_only) return 4;
+      if (q().fail(held.id, held.token, {.delay_ms = 0, .max_attempts = 9}) != FailStatus::retrying) return 8;
       if (thread_records_owned(raw) != owned) return 5;
       return 0;
     }, 60);
@@ -1861,7 +1834,7 @@ TEST_F(Recovery, EveryCallThroughAnUnattachedCopyEndsALeaseOrRefuses) {
        [](Queue& c) { std::vector<Lease> l(2); return std::to_string(c.claim_lane_batch(l, kLongLease)); }, "0"},
       {"complete", [&](Queue& c) { return str(c.complete(held.id, held.token)); }, "ok"},
       {"fail", [&](Queue& c) { return str(c.fail(held.id, held.token, {.delay_ms = 0, .max_attempts = 9})); }, "retrying"},
-      {"release", [&](Queue& c) { return str(c.release(held.id, held.token)); }, "ok"},
+      {"release", [&](Queue& c) { return str(c.release(held.id, held.token)); }, "read_only"},
       {"extend", [&](Queue& c) { return str(c.extend(held.id, held.token, kLongLease)); }, "ok"},
       {"release_all", [](Queue& c) { return std::to_string(c.release_all()); }, "0"},
       {"requeue_dead", [&](Queue& c) { return str(c.requeue_dead(held.id)); }, "read_only"},
@@ -1895,13 +1868,10 @@ TEST_F(Recovery, EveryCallThroughAnUnattachedCopyEndsALeaseOrRefuses) {
     EXPECT_EQ(q().processes().size(), 1U) << name << ": the copy took a process record";
     EXPECT_EQ(thread_records_owned(raw), owned) << name << ": the copy took a thread record";
     const std::string_view n = name;
-    if (n == "complete") {
-      ++completed[held.id];
-      EXPECT_EQ(q().complete(held.id, held.token), AckStatus::gone);
-    } else if (n != "fail" && n != "release") {  // (those two are the sweep's to end, as asked)
-      EXPECT_EQ(q().complete(held.id, held.token), AckStatus::ok) << name << ": the lease is still ours";
-      ++completed[held.id];
-    }
+    // The lease is still ours unless the copy ended it.
+    const AckStatus mine = q().complete(held.id, held.token);
+    EXPECT_EQ(mine, n == "complete" ? AckStatus::gone : n == "fail" ? AckStatus::stale : AckStatus::ok) << name;
+    if (mine == AckStatus::ok || n == "complete") ++completed[held.id];
   }
   // Nothing refused changed anything: no lane paused, limited, weighted or
   // made, no job moved or added; the jobs the copies sent back come back.
