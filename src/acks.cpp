@@ -346,7 +346,11 @@ FailStatus Queue::fail(const BrandedId& job, Token token, const FailOptions& opt
   const double u = std::uniform_real_distribution<double>(0.0, 1.0)(rng);
   const FailPlan plan = plan_fail(options, job_policy, queue_default_retry(s), attempt, u);
   const std::uint64_t now = segment_now_ms(s);
-  const bool dead = attempt >= std::max<std::uint32_t>(plan.max_attempts, 1);
+  // (At the count's ceiling, delivered as often as it can say, the job is
+  // dead-lettered whatever the plan: as release_lease does for a `back`,
+  // and here for the parks too, which it does not see, and so that the
+  // answer says so.)
+  const bool dead = attempt >= std::max<std::uint32_t>(plan.max_attempts, 1) || attempt >= SlotWord::kMaxAttempt;
   FAIRLANE_FAILPOINT("fail.planned");
   RelOp op = RelOp::back;
   // A fail() that checked its lease long ago finds the field moved on (a
@@ -436,6 +440,13 @@ AckStatus Queue::extend(const BrandedId& job, Token token, std::uint32_t lease_m
   if (slot >= s.jobs) return to_ack(stale_or_gone(s, sf));
   const SlotRecord& r = s.slot(slot);
   const std::uint64_t now = segment_now_ms(s);
+  // An exit of this lease may have landed in its lane word and not yet be
+  // applied to the slot (its author stopped in between): applied first, so
+  // that the look below finds the lease over. (Every exit is a step of the
+  // lane word; an extend is not, so one landing after this look still
+  // meets an extended lease, the same lease, and ends it.)
+  const std::uint32_t lane = r.lane.load(std::memory_order_relaxed);
+  if (lane < s.lane_count) (void)lane_base(s, lane, lane_load(s, lane));
   Word128 w = slot_load(s, slot);
   for (;;) {
     if (r.sf.load(std::memory_order_acquire) != sf || SlotWord::state(w) != SlotState::leased ||

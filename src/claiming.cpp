@@ -45,7 +45,7 @@ void IntentGuard::take_fallback(Segment& s) noexcept {
   // here: waiting here waits on no other process. (A copy of the handle in
   // a forked child never gets here: it has a record of its own, or it
   // makes no claims and no admissions, writer(). Copies that went on as
-  // their parents' did, before 2026-12-06: one killed holding this left it
+  // their parents' did, before 2026-12-05: one killed holding this left it
   // held for good.)
   while (!s.me->intent_tid.compare_exchange_weak(free, me, std::memory_order_acquire, std::memory_order_relaxed)) {
     free = 0;

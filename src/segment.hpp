@@ -221,7 +221,7 @@ struct ThreadOwner {
 // fallback intent. If no process record is free (none, or their locks busy
 // for a second) the copy stays unattached (kCopyUnattached) and makes no
 // step of its own: a step it made in its live parent's name would be one
-// nobody takes over if the child died in its middle (before 2026-12-06
+// nobody takes over if the child died in its middle (before 2026-12-05
 // such copies went on as their parents' and did: a claim killed in its take
 // left the parent record's fallback intent held for good, and a release
 // killed in its move lost the job while the parent lived).

@@ -223,8 +223,8 @@ enum class AckStatus {
   stale,    // the job exists but is not leased under this token
   gone,     // no job with this id
   corrupt,  // the segment holds an impossible value where this call looked
-  read_only,  // this handle makes no writes: an observer (every ack), or, for requeue_dead, a copy
-              // in a forked child that found no process record free (Queue::open)
+  read_only,  // this handle makes no writes: an observer (every ack), or, for release and
+              // requeue_dead, a copy in a forked child that found no process record free (Queue::open)
 };
 std::string_view to_string(AckStatus s) noexcept;
 

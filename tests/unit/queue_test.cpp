@@ -187,7 +187,7 @@ TEST_F(QueueTest, EmptyQueueClaimsNothing) {
 
 // An observer is a tool that only looks: every call that would change the
 // segment refuses and says so (read_only), changing nothing. Its acks of a
-// member's live lease said `gone` (no such job) before 2026-12-06.
+// member's live lease said `gone` (no such job) before 2026-12-05.
 TEST_F(QueueTest, AnObserverRefusesEveryWriteAsReadOnly) {
   ASSERT_EQ(q().enqueue(A, q().mint(), "a"), EnqueueStatus::enqueued);
   ASSERT_EQ(q().enqueue(A, q().mint(), "b"), EnqueueStatus::enqueued);

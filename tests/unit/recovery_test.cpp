@@ -1410,6 +1410,85 @@ TEST_F(Recovery, AnUnattachedCopysFailLeavesNoMoveInItsParentsName) {
   expect_clean();
 }
 
+// A job delivered as often as its attempt count can say (0xFFFF) is
+// dead-lettered by a fail that would retry it, whatever its max_attempts,
+// and the fail says dead: through a member, with a delay or without, and
+// through an unattached copy (whose fail parks). Found in review: the
+// member's fail with no delay said retrying of a job it had dead-lettered,
+// and every other path retried it for good at the capped count.
+TEST_F(Recovery, AFailAtTheAttemptCeilingDeadLettersAndSaysSo) {
+  make(40, 1);
+  struct Way {
+    const char* name;
+    std::uint64_t delay;
+    bool copy;
+  };
+  for (const Way& way : {Way{"member, no delay", 0, false}, Way{"member, delay", 5, false},
+                         Way{"copy, no delay", 0, true}}) {
+    JobInfo j;
+    j.id = q().mint();
+    j.group = A;
+    j.state = JobState::pending;
+    j.attempt = detail::SlotWord::kMaxAttempt;
+    ASSERT_EQ(q().import_job(j, "x"), EnqueueStatus::enqueued) << way.name;
+    Lease held;
+    ASSERT_TRUE(q().claim(held, kLongLease)) << way.name;
+    ASSERT_EQ(held.attempt, detail::SlotWord::kMaxAttempt) << way.name;
+    const FailOptions fo{.delay_ms = way.delay, .max_attempts = 1'000'000};
+    FailStatus st = FailStatus::corrupt;
+    if (!way.copy) {
+      st = q().fail(held.id, held.token, fo);
+    } else {
+      SharedBlock<ChildReport> said;
+      ForkedChild child([&] {
+        said->stage.store(int(q().fail(held.id, held.token, fo)));
+        return 0;
+      }, 60);
+      ASSERT_TRUE(child.wait_for(20s)) << way.name;
+      ASSERT_TRUE(child.exited_zero()) << way.name << ": " << child.describe();
+      st = FailStatus(said->stage.load());
+    }
+    EXPECT_EQ(st, FailStatus::dead) << way.name;
+    q().advance_clock(100);
+    q().tick();
+    const auto info = q().job(held.id);
+    ASSERT_TRUE(info.has_value()) << way.name;
+    EXPECT_EQ(info->state, JobState::dead) << way.name;
+    EXPECT_EQ(q().purge_dead(), 1U) << way.name;
+  }
+  expect_clean();
+}
+
+// An extend of a lease whose exit has landed in its lane word but is not
+// yet applied to its slot (the completer stopped at ack.stepped) says the
+// lease is over: gone, as the complete has taken the job. It said ok
+// (found in review, with a fail: the next ack then said stale).
+TEST_F(Recovery, AnExtendOfALeaseWhoseExitLandedSaysItIsOver) {
+  make(40, 2);
+  fill(A, 1);
+  const std::string name = seg();
+  SharedBlock<ChildReport> rep;
+  ForkedChild completer([&] {
+    auto r = Queue::open(name);  // a member of its own
+    Lease l;
+    if (!r || !r->claim(l, kLongLease)) return 3;
+    tell(*rep, l);
+    detail::failpoint_arm("ack.stepped", 1, detail::FailpointAction::stop);
+    return r->complete(l.id, l.token) == AckStatus::ok ? 0 : 4;
+  }, 60);
+  ASSERT_TRUE(wait_stopped(completer.pid())) << completer.describe();
+  ASSERT_EQ(rep->leases.load(), 1);
+  const BrandedId id = reported_id(*rep, 0);
+  const Token token{rep->tokens[0]};
+  const AckStatus st = q().extend(id, token, kLongLease);
+  ::kill(completer.pid(), SIGCONT);
+  ASSERT_TRUE(completer.wait_for(20s));
+  EXPECT_TRUE(completer.exited_zero()) << completer.describe();
+  EXPECT_EQ(st, AckStatus::gone) << "an extend of a lease whose complete had landed";
+  EXPECT_FALSE(q().job(id).has_value());
+  expect_clean();
+}
+
 // A consumer parked in claim_wait, nothing else calling, a long recovery
 // bound: the copy's fail (parked, due now) makes a sweep pass due and wakes
 // it, and the job is delivered at once, not at the next pass
