@@ -385,17 +385,14 @@ FailStatus Queue::fail(const BrandedId& job, Token token, const FailOptions& opt
   }
   FAIRLANE_FAILPOINT("fail.stepped");
   bool went_dead = dead;
+  std::uint64_t due = kNever;  // a sweep pass's work for this job: then, parked consumers woken for it
   const SlotState now_state = SlotWord::state(slot_load(s, slot));
   if (op == RelOp::back || now_state == SlotState::returning) {
     // Back to its lane (a park whose plan was overwritten by a stale fail()
     // of an older lease falls back to this too). An unattached copy leaves
     // it returning under holder 0, anyone's to link, for the next pass.
-    if (own) {
-      link_returning(s, slot);
-    } else {
-      lower_next_due(s, now);
-      notify(s, INT_MAX);
-    }
+    if (own) link_returning(s, slot);
+    else due = now;
     went_dead = false;
   } else {
     // Two fails of one lease racing from two threads: the winner's step
@@ -403,10 +400,11 @@ FailStatus Queue::fail(const BrandedId& job, Token token, const FailOptions& opt
     // happened, not what was asked.
     if (now_state == SlotState::dead) went_dead = true;
     else if (now_state == SlotState::scheduled) went_dead = false;
-    if (!went_dead) {
-      lower_next_due(s, now + plan.delay_ms);
-      notify(s, INT_MAX);  // parked consumers shorten their sleep to the new due time
-    }
+    if (!went_dead) due = now + plan.delay_ms;  // its promotion
+  }
+  if (due != kNever) {
+    lower_next_due(s, due);
+    notify(s, INT_MAX);  // parked consumers shorten their sleep to the new due time
   }
   log_job(s, slot);
   count(s, went_dead ? &CounterBlock::dead : &CounterBlock::retried);

@@ -119,6 +119,16 @@ class Recovery : public test::SegmentFixture {
       EXPECT_EQ(q().complete(l.id, l.token), AckStatus::ok) << l.id.str();
     }
   }
+  // As claim_all, but each claim waits up to `idle` for a job (one that a
+  // sweep pass brings back, a parked one promoted): ends at the first wait
+  // that finds none.
+  void claim_all_waiting(std::map<BrandedId, int>& got, std::chrono::milliseconds idle = std::chrono::seconds(1)) {
+    Lease l;
+    for (int guard = 0; guard < 1000 && q().claim_wait(l, kLongLease, idle); ++guard) {
+      ++got[l.id];
+      EXPECT_EQ(q().complete(l.id, l.token), AckStatus::ok) << l.id.str();
+    }
+  }
   // A child process opens the segment, claims one job and is killed
   // holding its lease. Its pid (0 if it did not get that far: a failure).
   pid_t lease_then_die() {
@@ -1401,11 +1411,7 @@ TEST_F(Recovery, AnUnattachedCopysFailLeavesNoMoveInItsParentsName) {
   ASSERT_TRUE(copy.wait_for(20s));
   ASSERT_TRUE(copy.exited_zero()) << copy.describe();
   std::map<BrandedId, int> got;
-  Lease l;
-  while (q().claim_wait(l, kLongLease, 1s)) {
-    ++got[l.id];
-    ASSERT_EQ(q().complete(l.id, l.token), AckStatus::ok);
-  }
+  claim_all_waiting(got);
   for (const auto& id : ids) EXPECT_EQ(got[id], 1) << id.str();
   expect_clean();
 }
@@ -1491,31 +1497,29 @@ TEST_F(Recovery, AnExtendOfALeaseWhoseExitLandedSaysItIsOver) {
 
 // A consumer parked in claim_wait, nothing else calling, a long recovery
 // bound: the copy's fail (parked, due now) makes a sweep pass due and wakes
-// it, and the job is delivered at once, not at the next pass
-// (recovery_ms / 2).
+// it, and the job is delivered well before the next pass of the recovery
+// bound would come (recovery_ms / 2 = 10 s; the test waits for it 5 s).
 TEST_F(Recovery, AParkedConsumerGetsAnUnattachedCopysFailAtOnce) {
   make(20000, 1);
   fill(A, 1);
   Lease held;
   ASSERT_TRUE(q().claim(held, kLongLease));
   Lease got;
-  std::atomic<bool> parked{false};
-  Clock::time_point woke{};
-  std::thread consumer([&] {
-    parked = true;
-    if (q().claim_wait(got, kLongLease, 15s)) woke = Clock::now();
-  });
-  while (!parked) std::this_thread::sleep_for(1ms);
-  std::this_thread::sleep_for(200ms);  // (paces the test only: parked or not, the release must reach it)
-  const auto t0 = Clock::now();
+  std::atomic<bool> claimed{false};
+  std::thread consumer([&] { claimed = q().claim_wait(got, kLongLease, 30s); });
+  // Parked, or about to park: either way the fail's notify must reach it.
+  const auto& waiters = detail::QueueAccess::segment(q()).h->waiters;
+  const bool parked = eventually([&] { return waiters.load() > 0; });
   ForkedChild copy([&] {
     return q().fail(held.id, held.token, {.delay_ms = 0, .max_attempts = 9}) == FailStatus::retrying ? 0 : 3;
   }, 60);
+  const bool woken = eventually([&] { return claimed.load(); }, 5s);
+  consumer.join();  // (not woken, it claims at the recovery pass, 10 s on)
+  ASSERT_TRUE(parked) << "the consumer never parked";
   ASSERT_TRUE(copy.wait_for(20s));
-  consumer.join();
   ASSERT_TRUE(copy.exited_zero()) << copy.describe();
-  ASSERT_EQ(got.id, held.id);
-  EXPECT_LT(woke - t0, 5s) << "the fail waited for a pass of the recovery bound";
+  ASSERT_TRUE(woken) << "the parked consumer was not woken: it waited for a pass of the recovery bound";
+  EXPECT_EQ(got.id, held.id);
 }
 
 // Two threads of a child acking through one unattached copy at once, next
@@ -1547,11 +1551,7 @@ TEST_F(Recovery, ThreadsOfAnUnattachedCopyAckTogether) {
   ASSERT_TRUE(child.wait_for(30s));
   ASSERT_TRUE(child.exited_zero()) << child.describe();
   std::map<BrandedId, int> got;
-  Lease l;
-  while (q().claim_wait(l, kLongLease, 1s)) {
-    ++got[l.id];
-    ASSERT_EQ(q().complete(l.id, l.token), AckStatus::ok);
-  }
+  claim_all_waiting(got);
   EXPECT_EQ(got.size(), 4U);  // the failed ones
   for (int i = 4; i < 8; ++i) EXPECT_EQ(got[held[i].id], 1) << held[i].id.str();
   expect_clean();
@@ -1609,11 +1609,7 @@ TEST_F(Recovery, AGrandchildOfAnUnattachedCopyStaysUnattached) {
   ASSERT_TRUE(child.exited_zero()) << child.describe();
   EXPECT_EQ(q().processes().size(), 1U);
   std::map<BrandedId, int> got;
-  Lease l;
-  while (q().claim_wait(l, kLongLease, 500ms)) {
-    ++got[l.id];
-    ASSERT_EQ(q().complete(l.id, l.token), AckStatus::ok);
-  }
+  claim_all_waiting(got, 500ms);
   EXPECT_EQ(got.size(), 2U);
   expect_clean();
 }
@@ -1962,11 +1958,7 @@ TEST_F(Recovery, EveryCallThroughAnUnattachedCopyEndsALeaseOrRefuses) {
     EXPECT_EQ(li.limit, 0U);
     EXPECT_EQ(li.weight, 1U);
   }
-  Lease l;
-  while (q().claim_wait(l, kLongLease, 1s)) {
-    ASSERT_EQ(q().complete(l.id, l.token), AckStatus::ok);
-    ++completed[l.id];
-  }
+  claim_all_waiting(completed);
   EXPECT_EQ(completed.size(), ids.size());
   for (const BrandedId& id : ids) EXPECT_EQ(completed[id], 1) << id.str();
   expect_clean();
