@@ -101,22 +101,24 @@ LaneStatus Queue::resume(const BrandedId& group) noexcept {
   });
 }
 
-void Queue::pause_all() noexcept {
-  if (!writer_cold(*seg_)) return;
+LaneStatus Queue::pause_all() noexcept {
+  if (!writer_cold(*seg_)) return LaneStatus::read_only;
   seg_->h->queue_paused.store(1, std::memory_order_seq_cst);
   // A record of its own (docs/mirror.md): the pause travels with a batch,
   // and with no record after it none came. Dropped in the rewrite of the
   // core (95fe2b0), so Valkey showed the queue running until the next
   // transition; the test waited on the lag, which said 0 at once.
   log_queue(*seg_);
+  return LaneStatus::ok;
 }
 
-void Queue::resume_all() noexcept {
-  if (!writer_cold(*seg_)) return;
+LaneStatus Queue::resume_all() noexcept {
+  if (!writer_cold(*seg_)) return LaneStatus::read_only;
   // [S5] seq_cst: pairs with the claim's seq_cst load; parked consumers look again.
   seg_->h->queue_paused.store(0, std::memory_order_seq_cst);
   notify(*seg_, INT_MAX);
   log_queue(*seg_);
+  return LaneStatus::ok;
 }
 
 LaneStatus Queue::set_limit(const BrandedId& group, std::uint32_t limit) noexcept {

@@ -232,6 +232,8 @@ ClaimStatus Queue::try_claim(Lease& out, std::uint32_t lease_ms) noexcept {
   return claim_some(*seg_, &out, 1, got, lease_ms, segment_now_us(*seg_), false);
 }
 
+bool Queue::writable() noexcept { return writer_cold(*seg_); }
+
 bool Queue::claim(Lease& out, std::uint32_t lease_ms) noexcept { return try_claim(out, lease_ms) == ClaimStatus::claimed; }
 
 std::size_t Queue::claim_batch(std::span<Lease> out, std::uint32_t lease_ms) noexcept {

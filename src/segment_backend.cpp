@@ -35,8 +35,8 @@ class SegmentBackend final : public Backend {
   AckStatus release(const BrandedId& j, Token t) override { return q_.release(j, t); }
   LaneStatus pause(const BrandedId& g) override { return q_.pause(g); }
   LaneStatus resume(const BrandedId& g) override { return q_.resume(g); }
-  void pause_all() override { q_.pause_all(); }
-  void resume_all() override { q_.resume_all(); }
+  LaneStatus pause_all() override { return q_.pause_all(); }
+  LaneStatus resume_all() override { return q_.resume_all(); }
   LaneStatus set_limit(const BrandedId& g, std::uint32_t n) override { return q_.set_limit(g, n); }
   LaneStatus clear_limit(const BrandedId& g) override { return q_.clear_limit(g); }
   LaneStatus set_weight(const BrandedId& g, std::uint32_t w) override { return q_.set_weight(g, w); }

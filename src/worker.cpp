@@ -86,8 +86,8 @@ class SharedBackend final : public Backend {
   AckStatus release(const BrandedId& j, Token t) override { return b_->release(j, t); }
   LaneStatus pause(const BrandedId& g) override { return b_->pause(g); }
   LaneStatus resume(const BrandedId& g) override { return b_->resume(g); }
-  void pause_all() override { b_->pause_all(); }
-  void resume_all() override { b_->resume_all(); }
+  LaneStatus pause_all() override { return b_->pause_all(); }
+  LaneStatus resume_all() override { return b_->resume_all(); }
   LaneStatus set_limit(const BrandedId& g, std::uint32_t n) override { return b_->set_limit(g, n); }
   LaneStatus clear_limit(const BrandedId& g) override { return b_->clear_limit(g); }
   LaneStatus set_weight(const BrandedId& g, std::uint32_t w) override { return b_->set_weight(g, w); }
@@ -732,6 +732,12 @@ void Worker::start() {
   for (std::uint32_t i = 0; i < s.o.threads + 2; ++i) {
     made.push_back(s.factory());
     if (!made.back()) throw std::invalid_argument("fairlane::Worker: the backend factory returned null");
+    // A handle that makes no claims would leave the worker idle for good,
+    // saying nothing: refused here, by name.
+    if (Queue* q = made.back()->segment(); q && !q->writable())
+      throw BackendError("fairlane::Worker: " + made.back()->describe() +
+                         " is opened through a handle that makes no claims (an observer, or a copy in a forked "
+                         "child that found no process record free): open the segment as a member in this process");
   }
   {
     std::lock_guard tl(s.tick_mu);

@@ -341,7 +341,7 @@ int run_pause(const LaneArgs& a, bool pause) {
   if (a.group.empty()) {
     return guarded([&] {
       Target t = open_target(target, Access::write);
-      pause ? t->pause_all() : t->resume_all();
+      if ((pause ? t->pause_all() : t->resume_all()) == LaneStatus::read_only) fail_read_only(t);
       emit(a.json, fmt::format("{} queue {}", verb, target), {{"segment", target}, {"status", verb}});
       return kExitOk;
     });

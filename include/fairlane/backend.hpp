@@ -64,8 +64,8 @@ class Backend {
 
   virtual LaneStatus pause(const BrandedId& group) = 0;
   virtual LaneStatus resume(const BrandedId& group) = 0;
-  virtual void pause_all() = 0;
-  virtual void resume_all() = 0;
+  virtual LaneStatus pause_all() = 0;
+  virtual LaneStatus resume_all() = 0;
   virtual LaneStatus set_limit(const BrandedId& group, std::uint32_t limit) = 0;  // 1..kMaxLimit
   virtual LaneStatus clear_limit(const BrandedId& group) = 0;
   virtual LaneStatus set_weight(const BrandedId& group, std::uint32_t weight) = 0;

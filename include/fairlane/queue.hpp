@@ -414,6 +414,10 @@ class Queue {
 
   const std::string& name() const noexcept;
   QueueConfig config() const;
+  // Whether calls through this handle may change the segment: false for an
+  // observer, and for a copy in a forked child that found no process record
+  // free. Asking is a copy's first write: it attaches here if it can.
+  bool writable() noexcept;
 
   // The segment clock: CLOCK_MONOTONIC in ms plus the segment's test offset.
   std::uint64_t now_ms() const noexcept;
@@ -486,8 +490,9 @@ class Queue {
   // keeps it while the setting is in force). Lock-free.
   LaneStatus pause(const BrandedId& group) noexcept;
   LaneStatus resume(const BrandedId& group) noexcept;
-  void pause_all() noexcept;
-  void resume_all() noexcept;
+  // The whole queue: ok, or read_only through a handle that makes no writes.
+  LaneStatus pause_all() noexcept;
+  LaneStatus resume_all() noexcept;
   // limit 1..kMaxLimit (0 is invalid_argument, as in EchoMQ: clearing is
   // clear_limit). Setting it at or below the active count de-rings the lane.
   LaneStatus set_limit(const BrandedId& group, std::uint32_t limit) noexcept;

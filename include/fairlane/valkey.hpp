@@ -187,8 +187,8 @@ class ValkeyBackend final : public Backend {
 
   LaneStatus pause(const BrandedId& group) override;
   LaneStatus resume(const BrandedId& group) override;
-  void pause_all() override;
-  void resume_all() override;
+  LaneStatus pause_all() override;
+  LaneStatus resume_all() override;
   LaneStatus set_limit(const BrandedId& group, std::uint32_t limit) override;
   LaneStatus clear_limit(const BrandedId& group) override;
   LaneStatus set_weight(const BrandedId& group, std::uint32_t weight) override;

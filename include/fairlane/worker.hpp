@@ -199,10 +199,11 @@ class Worker {
   ~Worker();
 
   // Makes the backends (on this thread) and starts the threads. Call once.
-  // Throws what the factory throws, std::system_error when a thread or pipe
-  // cannot be made, std::logic_error when called twice or when another live
-  // Worker of this process already holds the signal hook. On a throw nothing
-  // keeps running.
+  // Throws what the factory throws; BackendError when a segment handle the
+  // factory made makes no claims (Queue::writable() is false);
+  // std::system_error when a thread or pipe cannot be made;
+  // std::logic_error when called twice or when another live Worker of this
+  // process already holds the signal hook. On a throw nothing keeps running.
   void start();
 
   // Stop claiming; leases not yet started are handed back at once; running

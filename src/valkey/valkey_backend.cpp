@@ -552,13 +552,27 @@ AckStatus ack_status(std::int64_t v) noexcept {
     default: return AckStatus::gone;
   }
 }
+
+// A write refused on a mirror's keyspace (ReadOnlyError) answers read_only
+// where the call's status can say it, as the segment's handles that make no
+// writes do; calls that return counts or nothing still throw.
+template <class Status, class F>
+Status or_read_only(F&& f) {
+  try {
+    return f();
+  } catch (const ReadOnlyError&) {
+    return Status::read_only;
+  }
+}
 }  // namespace
 
 AckStatus ValkeyBackend::complete(const BrandedId& job, Token token) {
   if (!job.well_formed() || job.kind() != impl_->kind) return AckStatus::gone;
   const Num t(token.value);
-  Reply r = impl_->eval(Sid::complete, {impl_->job(job)}, {job.str(), t.sv()});
-  return ack_status(impl_->integer(r.get(), Sid::complete));
+  return or_read_only<AckStatus>([&] {
+    Reply r = impl_->eval(Sid::complete, {impl_->job(job)}, {job.str(), t.sv()});
+    return ack_status(impl_->integer(r.get(), Sid::complete));
+  });
 }
 
 std::size_t ValkeyBackend::complete_batch(std::span<const Lease> leases, std::span<AckStatus> statuses) {
@@ -592,11 +606,15 @@ std::size_t ValkeyBackend::complete_batch(std::span<const Lease> leases, std::sp
       owned.push_back(std::to_string(leases[i].token.value));
       argv.push_back(owned.back());
     }
-    Reply r = m.eval_any(Sid::complete_batch, keys, argv);
-    if (r->type != REDIS_REPLY_ARRAY || r->elements != sent.size()) m.error("complete_batch", "unexpected reply shape");
-    for (std::size_t k = 0; k < sent.size(); ++k) {
-      statuses[sent[k]] = ack_status(m.integer(r->element[k], Sid::complete_batch));
-      done += statuses[sent[k]] == AckStatus::ok;
+    try {
+      Reply r = m.eval_any(Sid::complete_batch, keys, argv);
+      if (r->type != REDIS_REPLY_ARRAY || r->elements != sent.size()) m.error("complete_batch", "unexpected reply shape");
+      for (std::size_t k = 0; k < sent.size(); ++k) {
+        statuses[sent[k]] = ack_status(m.integer(r->element[k], Sid::complete_batch));
+        done += statuses[sent[k]] == AckStatus::ok;
+      }
+    } catch (const ReadOnlyError&) {
+      for (std::size_t i : sent) statuses[i] = AckStatus::read_only;
     }
   }
   return done;
@@ -610,27 +628,33 @@ FailStatus ValkeyBackend::fail(const BrandedId& job, Token token, const FailOpti
   char u[32];
   std::snprintf(u, sizeof u, "%.17g", std::uniform_real_distribution<double>(0.0, 1.0)(impl_->rng));
   const std::string_view err = options.error.substr(0, kMaxErrorBytes);
-  Reply r = impl_->eval(Sid::fail, {impl_->job(job)}, {job.str(), t.sv(), delay, max, err, u});
-  switch (impl_->integer(r.get(), Sid::fail)) {
-    case 0: return FailStatus::retrying;
-    case 1: return FailStatus::dead;
-    case 2: return FailStatus::stale;
-    default: return FailStatus::gone;
-  }
+  return or_read_only<FailStatus>([&] {
+    Reply r = impl_->eval(Sid::fail, {impl_->job(job)}, {job.str(), t.sv(), delay, max, err, u});
+    switch (impl_->integer(r.get(), Sid::fail)) {
+      case 0: return FailStatus::retrying;
+      case 1: return FailStatus::dead;
+      case 2: return FailStatus::stale;
+      default: return FailStatus::gone;
+    }
+  });
 }
 
 AckStatus ValkeyBackend::extend(const BrandedId& job, Token token, std::uint32_t lease_ms) {
   if (!job.well_formed() || job.kind() != impl_->kind) return AckStatus::gone;
   const Num t(token.value), ms(lease_ms);
-  Reply r = impl_->eval(Sid::extend, {impl_->job(job)}, {job.str(), t.sv(), ms.sv()});
-  return ack_status(impl_->integer(r.get(), Sid::extend));
+  return or_read_only<AckStatus>([&] {
+    Reply r = impl_->eval(Sid::extend, {impl_->job(job)}, {job.str(), t.sv(), ms.sv()});
+    return ack_status(impl_->integer(r.get(), Sid::extend));
+  });
 }
 
 AckStatus ValkeyBackend::release(const BrandedId& job, Token token) {
   if (!job.well_formed() || job.kind() != impl_->kind) return AckStatus::gone;
   const Num t(token.value);
-  Reply r = impl_->eval(Sid::release, {impl_->job(job)}, {job.str(), t.sv()});
-  return ack_status(impl_->integer(r.get(), Sid::release));
+  return or_read_only<AckStatus>([&] {
+    Reply r = impl_->eval(Sid::release, {impl_->job(job)}, {job.str(), t.sv()});
+    return ack_status(impl_->integer(r.get(), Sid::release));
+  });
 }
 
 MoveStatus ValkeyBackend::reassign(const BrandedId& job, const BrandedId& group) {
@@ -683,8 +707,10 @@ std::vector<JobInfo> ValkeyBackend::jobs(const JobFilter& filter) {
 
 AckStatus ValkeyBackend::requeue_dead(const BrandedId& id) {
   if (!id.well_formed() || id.kind() != impl_->kind) return AckStatus::gone;
-  Reply r = impl_->eval(Sid::requeue_dead, {impl_->job(id)}, {id.str()});
-  return ack_status(impl_->integer(r.get(), Sid::requeue_dead));
+  return or_read_only<AckStatus>([&] {
+    Reply r = impl_->eval(Sid::requeue_dead, {impl_->job(id)}, {id.str()});
+    return ack_status(impl_->integer(r.get(), Sid::requeue_dead));
+  });
 }
 
 std::uint64_t ValkeyBackend::requeue_all_dead() {
@@ -734,8 +760,12 @@ LaneStatus ValkeyBackend::resume(const BrandedId& group) {
   return lane_call([&] { impl_->eval(Sid::resume, {impl_->lane(g)}, {g}); });
 }
 
-void ValkeyBackend::pause_all() { impl_->eval(Sid::pause_all, {}, {}); }
-void ValkeyBackend::resume_all() { impl_->eval(Sid::resume_all, {}, {}); }
+LaneStatus ValkeyBackend::pause_all() {
+  return lane_call([&] { impl_->eval(Sid::pause_all, {}, {}); });
+}
+LaneStatus ValkeyBackend::resume_all() {
+  return lane_call([&] { impl_->eval(Sid::resume_all, {}, {}); });
+}
 
 LaneStatus ValkeyBackend::set_limit(const BrandedId& group, std::uint32_t limit) {
   if (limit < 1 || limit > kMaxLimit) return LaneStatus::invalid_argument;  // 0: EchoMQ refuses it; clear_limit clears

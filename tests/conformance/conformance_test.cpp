@@ -326,7 +326,7 @@ TEST_P(BackendTest, CompleteOnPausedLaneDoesNotRering) {
 TEST_P(BackendTest, WholeQueuePause) {
   fill(A, 2);
   fill(B, 2);
-  q().pause_all();
+  EXPECT_EQ(q().pause_all(), LaneStatus::ok);
   EXPECT_TRUE(q().snapshot().paused);
   Lease l;
   EXPECT_FALSE(q().claim(l, 1000));
@@ -336,7 +336,7 @@ TEST_P(BackendTest, WholeQueuePause) {
   EXPECT_FALSE(another().claim(l, 1000));  // for every client
   EXPECT_EQ(q().snapshot().pending, 5U);
   EXPECT_EQ(q().snapshot().counters.claimed, 0U);
-  q().resume_all();
+  EXPECT_EQ(q().resume_all(), LaneStatus::ok);
   EXPECT_FALSE(q().snapshot().paused);
   EXPECT_EQ(seq_string(claim_groups(5)), "AAA BBB CCC AAA BBB");
 }

@@ -19,11 +19,13 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <array>
 #include <chrono>
 #include <fstream>
 #include <map>
 #include <optional>
 #include <set>
+#include <span>
 #include <string>
 #include <thread>
 #include <vector>
@@ -249,6 +251,23 @@ TEST_F(MirrorTest, EveryTransitionReachesValkeyAndValkeyConsumersCanServeIt) {
   EXPECT_EQ(seg_view->state, JobState::pending);
   EXPECT_EQ(got.group, seg_view->group);
   EXPECT_EQ(got.payload.rfind("payload ", 0), 0u);
+
+  // Acks and the whole-queue controls through the read-only handle say
+  // read_only, as a segment's observer does (they threw ReadOnlyError), and
+  // leave the forced client's lease as it was.
+  EXPECT_EQ(ro->complete(got.id, got.token), AckStatus::read_only);
+  EXPECT_EQ(ro->extend(got.id, got.token, 1000), AckStatus::read_only);
+  EXPECT_EQ(ro->release(got.id, got.token), AckStatus::read_only);
+  EXPECT_EQ(ro->fail(got.id, got.token), FailStatus::read_only);
+  std::array<AckStatus, 1> batch{};
+  EXPECT_EQ(ro->complete_batch(std::span<const Lease>(&got, 1), batch), 0u);
+  EXPECT_EQ(batch[0], AckStatus::read_only);
+  EXPECT_EQ(ro->requeue_dead(got.id), AckStatus::read_only);
+  EXPECT_EQ(ro->pause_all(), LaneStatus::read_only);
+  EXPECT_EQ(ro->resume_all(), LaneStatus::read_only);
+  EXPECT_FALSE(ro->snapshot().paused);
+  EXPECT_EQ(v->extend(got.id, got.token, 30000), AckStatus::ok);  // still the forced client's lease
+  EXPECT_EQ(v->complete(got.id, got.token), AckStatus::ok);
 }
 
 TEST_F(MirrorTest, SyncEnqueueReturnsOnlyOnceValkeyHasTheJob) {

@@ -1153,12 +1153,12 @@ class SeedRun {
   }
   void op_pause_all() {
     desc_ = "pause_all";
-    q_.pause_all();
+    expect_eq(q_.pause_all(), LaneStatus::ok, "pause_all status");
     m_.queue_paused = true;
   }
   void op_resume_all() {
     desc_ = "resume_all";
-    q_.resume_all();
+    expect_eq(q_.resume_all(), LaneStatus::ok, "resume_all status");
     m_.queue_paused = false;
   }
   void op_set_limit() {

@@ -213,6 +213,26 @@ TEST_F(QueueTest, AnObserverRefusesEveryWriteAsReadOnly) {
   EXPECT_EQ(q().complete(held.id, held.token), AckStatus::ok);
 }
 
+// pause_all and resume_all said nothing (void) and did nothing through an
+// observer: a caller could not tell its pause had not happened.
+TEST_F(QueueTest, AnObserversPauseAllSaysReadOnlyAndPausesNothing) {
+  fill(A, 2);
+  auto obs = Queue::open(q().name(), Queue::Attach::observer);
+  ASSERT_TRUE(obs.ok());
+  EXPECT_TRUE(q().writable());
+  EXPECT_FALSE(obs->writable());
+  EXPECT_EQ(obs->pause_all(), LaneStatus::read_only);
+  EXPECT_FALSE(q().snapshot().paused);
+  Lease l;
+  EXPECT_EQ(q().try_claim(l, 1000), ClaimStatus::claimed);
+  EXPECT_EQ(q().pause_all(), LaneStatus::ok);
+  EXPECT_EQ(obs->resume_all(), LaneStatus::read_only);
+  EXPECT_TRUE(q().snapshot().paused);
+  EXPECT_EQ(q().try_claim(l, 1000), ClaimStatus::paused);
+  EXPECT_EQ(q().resume_all(), LaneStatus::ok);
+  EXPECT_EQ(q().try_claim(l, 1000), ClaimStatus::claimed);
+}
+
 TEST_F(QueueTest, LaneLeavesRingWhenEmptyAndReturnsOnEnqueue) {
   fill(A, 1);
   fill(B, 2);
@@ -475,7 +495,7 @@ TEST_F(QueueTest, CompleteOnPausedLaneDoesNotRering) {
 TEST_F(QueueTest, PauseAllStopsEveryClaim) {
   fill(A, 2);
   fill(B, 2);
-  q().pause_all();
+  EXPECT_EQ(q().pause_all(), LaneStatus::ok);
   EXPECT_TRUE(q().snapshot().paused);
   Lease l;
   EXPECT_FALSE(q().claim(l, 1000));

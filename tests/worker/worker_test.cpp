@@ -86,6 +86,28 @@ TEST_F(WorkerTest, EachThreadsBackendReachesTheSharedSegment) {
   EXPECT_EQ(a->segment()->depth(g), 1U);
 }
 
+// A worker over an observer's handle claimed nothing, for good, and said
+// nothing (its claims were empty); start() now refuses it by name, and
+// nothing runs.
+TEST_F(WorkerTest, StartRefusesAHandleThatMakesNoClaims) {
+  enqueue(group("OBS", 1));
+  BackendFactory observers = [&]() -> std::unique_ptr<Backend> {
+    auto r = Queue::open(q().name(), Queue::Attach::observer);
+    if (!r.ok()) return nullptr;
+    return segment_backend(std::move(r.value()));
+  };
+  Worker w(observers, manual(1), [](Job&) { return Outcome::ok(); });
+  try {
+    w.start();
+    ADD_FAILURE() << "start() accepted an observer's handle";
+  } catch (const BackendError& e) {
+    EXPECT_NE(std::string(e.what()).find("makes no claims"), std::string::npos) << e.what();
+  }
+  EXPECT_TRUE(w.wait_for(kHang));
+  EXPECT_EQ(w.stats().claimed, 0u);
+  EXPECT_EQ(q().snapshot().pending, 1u);
+}
+
 // ---------------------------------------------------------------- success
 
 TEST_F(WorkerTest, CompletesEveryJobAcrossThreads) {
