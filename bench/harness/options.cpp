@@ -100,6 +100,11 @@ backlogged lanes, and peak memory.
   --bare-jobs N        bare flow: jobs each producer sends, default 2000000
                        (--quick 200000); the consumers claim and complete them
                        all, lanes in turn, no per-operation timing
+  --bare-rounds N      bare flow: runs of each bare peer, 1..50, default 5
+                       (--quick 1), taken in turn (fairlane, boost-mq,
+                       fairlane, ...): the target is judged on the median of
+                       the rounds' ratios, so that a host that changes pace
+                       between two runs does not decide it
   --batch N            batch mode: jobs per batch call, default 32
   --capacity N         jobs the queue holds (bare flow: the same for every
                        peer, default the backlog rounded up to a power of 2)
@@ -176,7 +181,7 @@ std::vector<std::string> split(std::string_view s) {
 
 std::optional<Options> parse_options(int argc, char** argv, std::string& error) {
   Options o;
-  bool peers_set = false, bare_jobs_set = false, duration_set = false, warmup_set = false, rounds_set = false,
+  bool peers_set = false, bare_jobs_set = false, bare_rounds_set = false, duration_set = false, warmup_set = false, rounds_set = false,
        trace_set = false, vk_set = false, drain_set = false, fill_set = false, rounds_d_set = false;
   auto& p = o.params;
   for (int i = 1; i < argc; ++i) {
@@ -200,6 +205,7 @@ std::optional<Options> parse_options(int argc, char** argv, std::string& error) 
     else if (a == "--peers") { if (!need()) return {}; o.peers = split(v); peers_set = true; }
     else if (a == "--bare") { o.peers = bare_peers(); peers_set = true; }
     else if (a == "--bare-jobs") { if (!num(p.bare_jobs)) return {}; bare_jobs_set = true; }
+    else if (a == "--bare-rounds") { if (!num(o.bare_rounds)) return {}; bare_rounds_set = true; }
     else if (a == "--batch") { if (!num(p.batch)) return {}; }
     else if (a == "--capacity") { if (!num(p.capacity)) return {}; }
     else if (a == "--cycle-json") { if (!need()) return {}; o.cycle_json = std::string(v); }
@@ -257,7 +263,9 @@ std::optional<Options> parse_options(int argc, char** argv, std::string& error) 
     if (!fill_set) o.fill_s = 0.3;
     if (!rounds_d_set) p.drain_rounds = 1;
     if (!bare_jobs_set) p.bare_jobs = 200'000;
+    if (!bare_rounds_set) o.bare_rounds = 1;
   }
+  if (o.bare_rounds == 0 || o.bare_rounds > 50) { error = "--bare-rounds must be 1..50"; return {}; }
   if (p.bare_jobs == 0) { error = "--bare-jobs must be >= 1"; return {}; }
   if (p.batch == 0 || p.batch > 4096) { error = "--batch must be 1..4096"; return {}; }
   for (auto& spec : o.peers) {

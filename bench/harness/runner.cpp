@@ -309,6 +309,7 @@ void run_bare(const Options& o, Control& ctl, Children& kids, const std::string&
   b.producer_per_s = pt1 > t0 ? double(sent) / (double(pt1 - t0) / 1e9) : 0;
   b.consumer_cpu_ns = got ? double(ccpu) / double(got) : 0;
   b.producer_cpu_ns = sent ? double(pcpu) / double(sent) : 0;
+  b.rounds = {b.per_s};
   r.ok = true;
 }
 

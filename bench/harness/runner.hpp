@@ -73,6 +73,9 @@ struct RunResult {
     double consumer_cpu_ns = 0;      // consumers' CPU per job
     double producer_cpu_ns = 0;      // producers' CPU per job
     std::uint64_t capacity = 0;      // jobs the queue held
+    // per_s of every round (--bare-rounds), in the order run; the fields
+    // above are the first round's.
+    std::vector<double> rounds;
   } bare;
   // Mode::batch: per-job rates, single calls (round 1) and batch calls (round 2).
   struct Batch {
