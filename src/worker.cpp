@@ -285,6 +285,12 @@ struct Worker::State {
     if (stopping.load(std::memory_order_acquire)) sup_cv.notify_all();
   }
 
+  // A read_only answer to an acknowledgement is a
+  // backend error, as the ReadOnlyError the Valkey backend threw before
+  // 2026-12-05 was: the keyspace became a segment's mirror while this
+  // worker held the lease (the mirror writes its owner with every batch),
+  // and nothing says the job was lost. The lease is left as it is.
+
   // fail() the lease and report what became of it.
   void fail_lease(Backend& b, const Lease& l, std::uint64_t delay_ms, std::uint32_t max_attempts,
                   std::string_view error, bool timed_out_flag) noexcept {
@@ -293,6 +299,10 @@ struct Worker::State {
       st = b.fail(l.id, l.token, FailOptions{delay_ms, max_attempts, error});
     } catch (const std::exception&) {
       relaxed_inc(backend_errors);  // the lease expires and the job is redelivered
+      return;
+    }
+    if (st == FailStatus::read_only) {
+      relaxed_inc(backend_errors);  // read_only: a backend error, not a lost lease
       return;
     }
     JobEvent e = event(JobEvent::Kind::retrying, l);
@@ -310,7 +320,7 @@ struct Worker::State {
       case FailStatus::stale:
       case FailStatus::gone:
       case FailStatus::corrupt:
-      case FailStatus::read_only:  // (a member's backend; a read-only Valkey throws)
+      case FailStatus::read_only:  // (answered before the switch)
         relaxed_inc(lost);
         e = event(JobEvent::Kind::lost, l);
         break;
@@ -327,6 +337,10 @@ struct Worker::State {
       st = b.release(l.id, l.token);
     } catch (const std::exception&) {
       relaxed_inc(backend_errors);
+      return;
+    }
+    if (st == AckStatus::read_only) {
+      relaxed_inc(backend_errors);  // read_only: a backend error
       return;
     }
     if (st == AckStatus::ok) {
@@ -464,6 +478,10 @@ struct Worker::State {
           relaxed_inc(backend_errors);
           return;
         }
+        if (st == AckStatus::read_only) {
+          relaxed_inc(backend_errors);  // read_only: a backend error
+          return;
+        }
         if (st == AckStatus::ok) {
           relaxed_inc(completed);
           emit(event(JobEvent::Kind::completed, l));
@@ -585,6 +603,10 @@ struct Worker::State {
           st = b.extend(a.id, a.token, o.lease_ms);
         } catch (const std::exception&) {
           relaxed_inc(backend_errors);
+          continue;
+        }
+        if (st == AckStatus::read_only) {
+          relaxed_inc(backend_errors);  // read_only: the handler runs on
           continue;
         }
         if (st == AckStatus::ok) {

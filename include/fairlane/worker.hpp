@@ -183,7 +183,8 @@ struct WorkerStats {
   std::uint64_t handed_back = 0, lost = 0;
   std::uint64_t extended = 0;            // successful heartbeats
   std::uint64_t handler_exceptions = 0;  // handlers that threw (included in retried/dead)
-  std::uint64_t backend_errors = 0;      // BackendError thrown by a backend call, caught
+  std::uint64_t backend_errors = 0;      // BackendError thrown by a backend call, caught, and read_only
+                                         // answers to acknowledgements (a keyspace that became a mirror's)
   std::uint32_t in_flight = 0;           // leases held right now (queued + running)
   std::uint32_t busy_threads = 0;        // handler threads inside the handler right now (given-up ones included)
 };

@@ -8,6 +8,7 @@
 #include "redis_server.hpp"
 
 #include <fairlane/valkey.hpp>
+#include <hiredis/hiredis.h>
 
 namespace fairlane {
 namespace {
@@ -24,7 +25,8 @@ class WorkerOnValkey : public ::testing::Test {
     auto& t = test::valkey_target();
     if (!t.available) FAIRLANE_SKIP_OR_FAIL(t.skip_reason);
     static int run = 0;  // --gtest_repeat reuses the server: a fresh queue each time
-    url_ = t.url(test::unique_segment_name(std::to_string(++run)));
+    queue_ = test::unique_segment_name(std::to_string(++run));
+    url_ = t.url(queue_);
     q_ = connect();
   }
   std::unique_ptr<Backend> connect() {
@@ -39,6 +41,19 @@ class WorkerOnValkey : public ::testing::Test {
       return std::move(r).value();
     };
   }
+  // One command on the queue's meta hash, through a connection of its own.
+  void meta(const char* verb, const char* field, const char* value = nullptr) {
+    auto& t = test::valkey_target();
+    redisContext* c = redisConnect(t.host.c_str(), t.port);
+    ASSERT_TRUE(c && !c->err);
+    const std::string key = "emq:{" + queue_ + "}:meta";
+    redisReply* r = value ? static_cast<redisReply*>(redisCommand(c, "%s %s %s %s", verb, key.c_str(), field, value))
+                          : static_cast<redisReply*>(redisCommand(c, "%s %s %s", verb, key.c_str(), field));
+    EXPECT_TRUE(r && r->type == REDIS_REPLY_INTEGER) << verb;
+    if (r) freeReplyObject(r);
+    redisFree(c);
+  }
+  std::string queue_;
   std::string url_;
   std::unique_ptr<Backend> q_;
   test::EventLog log_;
@@ -98,6 +113,42 @@ TEST_F(WorkerOnValkey, CompletesRetriesDeadLettersAndHandsBackOnShutdown) {
   EXPECT_EQ(s.pending + s.leased + s.scheduled, 0u);
   EXPECT_EQ(s.dead, 1u);
   EXPECT_EQ(w.stats().backend_errors, 0u);
+}
+
+// A lease held while its keyspace becomes a segment's mirror (the mirror
+// writes meta `owner` with every batch): the complete answers read_only,
+// and the worker counts it as the backend error it is, as it counted the
+// ReadOnlyError thrown there before 2026-12-05; not as a lost job.
+TEST_F(WorkerOnValkey, AnAckRefusedAsReadOnlyIsABackendErrorNotALostJob) {
+  WorkerOptions o;
+  o.threads = 1;
+  o.supervisor_thread = false;
+  o.clock = clock_;
+  o.idle_poll = 20ms;
+  o.lease_ms = 60000;
+  o.on_event = log_.sink();
+  Gate gate;
+  const BrandedId id = q_->mint();
+  ASSERT_EQ(q_->enqueue(group("TEN", 1), id, "held"), EnqueueStatus::enqueued);
+  Worker w(factory(), o, [&](Job& job) {
+    gate.pass(job);
+    return Outcome::ok();
+  });
+  w.start();
+  ASSERT_TRUE(gate.wait_started(1));
+  meta("HSET", "owner", "elsewhere:seg");
+  gate.open(id);
+  ASSERT_TRUE(test::eventually([&] { return w.stats().backend_errors >= 1; }, kHang));
+  const WorkerStats st = w.stats();
+  EXPECT_EQ(st.completed, 0u);
+  EXPECT_EQ(st.lost, 0u);
+  EXPECT_TRUE(log_.of(Kind::lost).empty());
+  meta("HDEL", "owner");
+  const auto job = q_->job(id);
+  ASSERT_TRUE(job.has_value());
+  EXPECT_EQ(job->state, JobState::leased);  // the lease is as it was
+  w.request_stop();
+  ASSERT_TRUE(w.wait_for(kHang));
 }
 
 }  // namespace
