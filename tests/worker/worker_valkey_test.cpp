@@ -138,6 +138,9 @@ TEST_F(WorkerOnValkey, AnAckRefusedAsReadOnlyIsABackendErrorNotALostJob) {
   ASSERT_TRUE(gate.wait_started(1));
   meta("HSET", "owner", "elsewhere:seg");
   gate.open(id);
+  // One lease in flight at most: the claimer's next claim (refused, a
+  // backend error too) waits for the slot the acknowledgement frees, so a
+  // first error means the acknowledgement has been answered.
   ASSERT_TRUE(test::eventually([&] { return w.stats().backend_errors >= 1; }, kHang));
   const WorkerStats st = w.stats();
   EXPECT_EQ(st.completed, 0u);
