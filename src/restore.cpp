@@ -310,7 +310,7 @@ Result<RestoreReport> restore_from_valkey(std::string_view segment, std::string_
       case JobState::dead: ++rep.dead; break;
     }
   }
-  if (rep.paused) q->pause_all();
+  if (rep.paused && q->pause_all() != LaneStatus::ok) return undo("cannot pause the restored queue");
   // The restored segment takes the keyspace over: if it mirrors into this
   // queue, meta names it as the owner from now on (its mirror will too).
   if (auto mu = ValkeyUrl::parse(options.mirror); mu && mu->queue == url->queue) {

@@ -344,8 +344,10 @@ void print_table(const Options& o, const std::vector<RunResult>& rs, const std::
                  dur(std::uint64_t(r->bare.producer_cpu_ns + 0.5)), dur(std::uint64_t(r->bare.consumer_cpu_ns + 0.5)),
                  r->full_retries, r->empty_polls);
     }
-    for (auto* r : bare)
+    for (auto* r : bare) {
       if (r->ok && r->bare.rounds.size() > 1) fmt::print("{:<24} jobs/s by round: {}\n", r->label, rates(r->bare.rounds));
+      if (r->ok && !r->bare.rounds_note.empty()) fmt::print("{:<24} {}\n", r->label, r->bare.rounds_note);
+    }
     const RunResult* a = find(rs, "fairlane", Topology::processes, Mode::bare);
     const RunResult* b = find(rs, "boost-mq", Topology::processes, Mode::bare);
     if (a && b && b->bare.per_s > 0) {
@@ -448,6 +450,7 @@ nlohmann::json to_json(const Options& o, const std::vector<RunResult>& rs, const
                    {"consumer_cpu_ns_per_job", r.bare.consumer_cpu_ns},
                    {"capacity", r.bare.capacity},
                    {"per_s_by_round", r.bare.rounds},
+                   {"rounds_note", r.bare.rounds_note},
                    {"full_retries", r.full_retries},
                    {"empty_polls", r.empty_polls}};
     } else if (r.ok && r.mode == Mode::batch) {

@@ -76,6 +76,7 @@ struct RunResult {
     // per_s of every round (--bare-rounds), in the order run; the fields
     // above are the first round's.
     std::vector<double> rounds;
+    std::string rounds_note;         // why the rounds stopped short, or empty
   } bare;
   // Mode::batch: per-job rates, single calls (round 1) and batch calls (round 2).
   struct Batch {

@@ -223,8 +223,9 @@ enum class AckStatus {
   stale,    // the job exists but is not leased under this token
   gone,     // no job with this id
   corrupt,  // the segment holds an impossible value where this call looked
-  read_only,  // this handle makes no writes: an observer (every ack), or, for release and
-              // requeue_dead, a copy in a forked child that found no process record free (Queue::open)
+  read_only,  // this handle makes no writes: an observer (every ack), a mirror's keyspace seen
+              // through valkey://, or, for release and requeue_dead, a copy in a forked child that
+              // found no process record free (Queue::open)
 };
 std::string_view to_string(AckStatus s) noexcept;
 
@@ -234,7 +235,7 @@ enum class FailStatus {
   stale,     // the job exists but is not leased under this token
   gone,      // no job with this id
   corrupt,   // the segment holds an impossible value where this call looked
-  read_only, // an observer's: it makes no writes
+  read_only, // an observer's, or a mirror's keyspace seen through valkey://: it makes no writes
 };
 std::string_view to_string(FailStatus s) noexcept;
 
@@ -414,9 +415,11 @@ class Queue {
 
   const std::string& name() const noexcept;
   QueueConfig config() const;
-  // Whether calls through this handle may change the segment: false for an
-  // observer, and for a copy in a forked child that found no process record
-  // free. Asking is a copy's first write: it attaches here if it can.
+  // Whether this handle claims and writes as a process of the queue: false
+  // for an observer, and for a copy in a forked child that found no process
+  // record free (which still ends the leases its parent handed it: see
+  // open). Asking is a copy's first write: it attaches here if it can, and
+  // may wait up to a second for a record's lock, as that write would.
   bool writable() noexcept;
 
   // The segment clock: CLOCK_MONOTONIC in ms plus the segment's test offset.

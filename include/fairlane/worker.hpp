@@ -201,7 +201,9 @@ class Worker {
 
   // Makes the backends (on this thread) and starts the threads. Call once.
   // Throws what the factory throws; BackendError when a segment handle the
-  // factory made makes no claims (Queue::writable() is false);
+  // factory made makes no claims (Queue::writable() is false; a Valkey
+  // keyspace that is a mirror's is not looked at here: its claims throw
+  // ReadOnlyError, counted in backend_errors);
   // std::system_error when a thread or pipe cannot be made;
   // std::logic_error when called twice or when another live Worker of this
   // process already holds the signal hook. On a throw nothing keeps running.
