@@ -53,6 +53,7 @@ class SegmentBackend final : public Backend {
   std::vector<ProcessInfo> processes() override { return q_.processes(); }
   void advance_clock(std::uint64_t ms) override { q_.advance_clock(ms); }
   Queue* segment() noexcept override { return &q_; }
+  bool writable() override { return q_.writable(); }
 
  private:
   Queue q_;

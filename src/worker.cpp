@@ -62,6 +62,7 @@ class SharedBackend final : public Backend {
  public:
   explicit SharedBackend(std::shared_ptr<Backend> b) : b_(std::move(b)) {}
   Queue* segment() noexcept override { return b_->segment(); }
+  bool writable() override { return b_->writable(); }
   std::string describe() const override { return b_->describe(); }
   std::string job_kind() const override { return b_->job_kind(); }
   BackendCapabilities capabilities() const override { return b_->capabilities(); }
@@ -754,12 +755,16 @@ void Worker::start() {
   for (std::uint32_t i = 0; i < s.o.threads + 2; ++i) {
     made.push_back(s.factory());
     if (!made.back()) throw std::invalid_argument("fairlane::Worker: the backend factory returned null");
-    // A handle that makes no claims would leave the worker idle for good,
-    // saying nothing: refused here, by name.
-    if (Queue* q = made.back()->segment(); q && !q->writable())
+    // A handle that makes no claims would leave the worker idle for good
+    // (silently on a segment; on Valkey, every claim a backend error):
+    // refused here, by name.
+    if (!made.back()->writable())
       throw BackendError("fairlane::Worker: " + made.back()->describe() +
-                         " is opened through a handle that makes no claims (an observer, or a copy in a forked "
-                         "child that found no process record free): open the segment as a member in this process");
+                         " makes no claims through this handle: " +
+                         (made.back()->segment() ? "an observer, or a copy in a forked child that found no process "
+                                                   "record free (open the segment as a member in this process)"
+                                                 : "the keyspace is a segment's mirror (claim through that "
+                                                   "segment, or open with ValkeyOptions::force)"));
   }
   {
     std::lock_guard tl(s.tick_mu);

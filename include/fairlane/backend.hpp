@@ -92,6 +92,13 @@ class Backend {
   // it), valid while the backend lives. nullptr on Valkey; a forwarder (the
   // worker's per-thread backends) answers for the backend it forwards to.
   virtual Queue* segment() noexcept { return nullptr; }
+
+  // Whether claims and writes through this backend are taken (a backend
+  // that cannot tell says true): false for a segment handle that makes no
+  // claims (Queue::writable) and for a mirror's Valkey keyspace opened
+  // without ValkeyOptions::force (one round trip; the keyspace may become a
+  // mirror's later). Worker::start asks it of every backend it makes.
+  virtual bool writable() { return true; }
 };
 
 // The segment behind the Backend interface.

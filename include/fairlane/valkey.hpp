@@ -184,6 +184,8 @@ class ValkeyBackend final : public Backend {
   std::uint64_t purge_dead() override;
   std::vector<ProcessInfo> processes() override;
   BackendCapabilities capabilities() const override;
+  // ValkeyOptions::force, or no owner (one round trip).
+  bool writable() override;
 
   LaneStatus pause(const BrandedId& group) override;
   LaneStatus resume(const BrandedId& group) override;

@@ -200,10 +200,10 @@ class Worker {
   ~Worker();
 
   // Makes the backends (on this thread) and starts the threads. Call once.
-  // Throws what the factory throws; BackendError when a segment handle the
-  // factory made makes no claims (Queue::writable() is false; a Valkey
-  // keyspace that is a mirror's is not looked at here: its claims throw
-  // ReadOnlyError, counted in backend_errors);
+  // Throws what the factory throws; BackendError when a backend the factory
+  // made takes no claims (Backend::writable() is false: an observer's or an
+  // unattached copy's segment handle, a mirror's Valkey keyspace; one that
+  // becomes a mirror's later makes its claims backend errors);
   // std::system_error when a thread or pipe cannot be made;
   // std::logic_error when called twice or when another live Worker of this
   // process already holds the signal hook. On a throw nothing keeps running.

@@ -405,6 +405,8 @@ std::optional<std::string> ValkeyBackend::owner() {
   return std::nullopt;
 }
 
+bool ValkeyBackend::writable() { return impl_->options.force || !owner().has_value(); }
+
 std::uint64_t ValkeyBackend::now_ms() {
   Reply r = impl_->eval(Sid::now, {}, {});
   return std::uint64_t(impl_->integer(r.get(), Sid::now));

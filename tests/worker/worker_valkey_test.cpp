@@ -115,6 +115,34 @@ TEST_F(WorkerOnValkey, CompletesRetriesDeadLettersAndHandsBackOnShutdown) {
   EXPECT_EQ(w.stats().backend_errors, 0u);
 }
 
+// A worker on a mirror's keyspace claimed nothing for good, each claim a
+// backend error; start() now refuses it by name. Forced, it is writable.
+TEST_F(WorkerOnValkey, StartRefusesAMirrorsKeyspace) {
+  ASSERT_EQ(q_->enqueue(group("TEN", 1), q_->mint(), "x"), EnqueueStatus::enqueued);
+  EXPECT_TRUE(q_->writable());
+  meta("HSET", "owner", "elsewhere:seg");
+  EXPECT_FALSE(q_->writable());
+  WorkerOptions o;
+  o.threads = 1;
+  o.supervisor_thread = false;
+  o.clock = clock_;
+  Worker w(factory(), o, [](Job&) { return Outcome::ok(); });
+  try {
+    w.start();
+    ADD_FAILURE() << "start() accepted a mirror's keyspace";
+  } catch (const BackendError& e) {
+    EXPECT_NE(std::string(e.what()).find("mirror"), std::string::npos) << e.what();
+  }
+  EXPECT_TRUE(w.wait_for(kHang));
+  ValkeyOptions forced;
+  forced.force = true;
+  auto f = open_valkey(url_, forced);
+  ASSERT_TRUE(f.ok()) << f.error().message;
+  EXPECT_TRUE(f.value()->writable());
+  meta("HDEL", "owner");
+  EXPECT_TRUE(q_->writable());
+}
+
 // A lease held while its keyspace becomes a segment's mirror (the mirror
 // writes meta `owner` with every batch): the complete answers read_only,
 // and the worker counts it as the backend error it is, as it counted the
