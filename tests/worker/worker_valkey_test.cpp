@@ -53,6 +53,17 @@ class WorkerOnValkey : public ::testing::Test {
     if (r) freeReplyObject(r);
     redisFree(c);
   }
+  // Manual supervision on the fixture's clock, events into log_.
+  WorkerOptions options(std::uint32_t threads) {
+    WorkerOptions o;
+    o.threads = threads;
+    o.supervisor_thread = false;
+    o.clock = clock_;
+    o.idle_poll = 20ms;
+    o.lease_ms = 60000;
+    o.on_event = log_.sink();
+    return o;
+  }
   std::string queue_;
   std::string url_;
   std::unique_ptr<Backend> q_;
@@ -61,15 +72,9 @@ class WorkerOnValkey : public ::testing::Test {
 };
 
 TEST_F(WorkerOnValkey, CompletesRetriesDeadLettersAndHandsBackOnShutdown) {
-  WorkerOptions o;
-  o.threads = 3;
-  o.supervisor_thread = false;
-  o.clock = clock_;
-  o.idle_poll = 20ms;
-  o.lease_ms = 60000;
+  WorkerOptions o = options(3);
   o.max_attempts = 5;
   o.shutdown_grace = 5s;
-  o.on_event = log_.sink();
   Gate gate;
   auto add = [&](std::uint64_t tenant, std::string_view payload) {
     const BrandedId id = q_->mint();
@@ -122,11 +127,7 @@ TEST_F(WorkerOnValkey, StartRefusesAMirrorsKeyspace) {
   EXPECT_TRUE(q_->writable());
   meta("HSET", "owner", "elsewhere:seg");
   EXPECT_FALSE(q_->writable());
-  WorkerOptions o;
-  o.threads = 1;
-  o.supervisor_thread = false;
-  o.clock = clock_;
-  Worker w(factory(), o, [](Job&) { return Outcome::ok(); });
+  Worker w(factory(), options(1), [](Job&) { return Outcome::ok(); });
   try {
     w.start();
     ADD_FAILURE() << "start() accepted a mirror's keyspace";
@@ -148,17 +149,10 @@ TEST_F(WorkerOnValkey, StartRefusesAMirrorsKeyspace) {
 // and the worker counts it as the backend error it is, as it counted the
 // ReadOnlyError thrown there before 2026-12-05; not as a lost job.
 TEST_F(WorkerOnValkey, AnAckRefusedAsReadOnlyIsABackendErrorNotALostJob) {
-  WorkerOptions o;
-  o.threads = 1;
-  o.supervisor_thread = false;
-  o.clock = clock_;
-  o.idle_poll = 20ms;
-  o.lease_ms = 60000;
-  o.on_event = log_.sink();
   Gate gate;
   const BrandedId id = q_->mint();
   ASSERT_EQ(q_->enqueue(group("TEN", 1), id, "held"), EnqueueStatus::enqueued);
-  Worker w(factory(), o, [&](Job& job) {
+  Worker w(factory(), options(1), [&](Job& job) {
     gate.pass(job);
     return Outcome::ok();
   });
