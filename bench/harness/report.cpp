@@ -9,6 +9,7 @@
 
 #include <fmt/core.h>
 
+#include "bare_ratio.hpp"
 #include "proc.hpp"
 
 #ifndef FAIRLANE_BENCH_GNUPLOT
@@ -87,27 +88,6 @@ const RunResult* find(const std::vector<RunResult>& rs, const std::string& peer,
         (!pxc || (r.params.producers == p && r.params.consumers == c)))
       return &r;
   return nullptr;
-}
-
-// fairlane's bare flow over Boost's, round by round (--bare-rounds): the
-// ratio of each round both ran, and their median, which judges the target.
-struct BareRatio {
-  std::vector<double> each;  // in the order run
-  double median = 0, lo = 0, hi = 0;
-};
-BareRatio bare_ratio(const RunResult& a, const RunResult& b) {
-  BareRatio r;
-  const std::size_t n = std::min(a.bare.rounds.size(), b.bare.rounds.size());
-  for (std::size_t k = 0; k < n; ++k)
-    if (b.bare.rounds[k] > 0) r.each.push_back(a.bare.rounds[k] / b.bare.rounds[k]);
-  if (r.each.empty()) return r;
-  std::vector<double> s = r.each;
-  std::sort(s.begin(), s.end());
-  const std::size_t m = s.size() / 2;
-  r.median = s.size() % 2 ? s[m] : (s[m - 1] + s[m]) / 2;
-  r.lo = s.front();
-  r.hi = s.back();
-  return r;
 }
 
 std::string rates(const std::vector<double>& v) {
@@ -201,7 +181,7 @@ std::vector<TargetCheck> check_targets(const std::vector<RunResult>& rs, const s
     t.name = "bare flow >= Boost message_queue's (1 producer + 1 consumer process, no per-operation timing)";
     t.missing = "needs bare:fairlane and bare:boost-mq in this run";
     if (bfl && bmq && bmq->bare.per_s > 0) {
-      const BareRatio br = bare_ratio(*bfl, *bmq);
+      const BareRatio br = bare_ratio(bfl->bare.rounds, bmq->bare.rounds);
       const double x = br.median;
       t.known = !br.each.empty();
       t.ratio = x;
@@ -351,7 +331,7 @@ void print_table(const Options& o, const std::vector<RunResult>& rs, const std::
     const RunResult* a = find(rs, "fairlane", Topology::processes, Mode::bare);
     const RunResult* b = find(rs, "boost-mq", Topology::processes, Mode::bare);
     if (a && b && b->bare.per_s > 0) {
-      const BareRatio br = bare_ratio(*a, *b);
+      const BareRatio br = bare_ratio(a->bare.rounds, b->bare.rounds);
       std::string each;
       for (double x : br.each) each += fmt::format("{}{:.2f}", each.empty() ? "" : " ", x);
       if (br.each.size() > 1)
