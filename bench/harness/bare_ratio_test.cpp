@@ -4,19 +4,12 @@
 #include <cstdio>
 
 #include "bare_ratio.hpp"
+#include "check.hpp"
 
 using fairlane::bench::bare_ratio;
+using fairlane::bench::check_failures;
 
 namespace {
-
-int failures = 0;
-#define CHECK(cond)                                                                 \
-  do {                                                                              \
-    if (!(cond)) {                                                                  \
-      std::fprintf(stderr, "%s:%d: check failed: %s\n", __FILE__, __LINE__, #cond); \
-      ++failures;                                                                   \
-    }                                                                               \
-  } while (0)
 
 bool near(double x, double y) { return std::fabs(x - y) < 1e-12; }
 
@@ -39,6 +32,6 @@ int main() {
   CHECK(r.each.size() == 1 && near(r.median, 0.5));
   r = bare_ratio({1.0}, {});
   CHECK(r.each.empty() && r.median == 0);
-  if (failures) std::fprintf(stderr, "%d check(s) failed\n", failures);
-  return failures ? 1 : 0;
+  if (check_failures) std::fprintf(stderr, "%d check(s) failed\n", check_failures);
+  return check_failures ? 1 : 0;
 }

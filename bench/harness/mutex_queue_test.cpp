@@ -11,25 +11,14 @@
 #include <string>
 #include <vector>
 
+#include "check.hpp"
 #include "mutex_queue.hpp"
 
 using fairlane::AckStatus;
 using fairlane::BrandedId;
 using fairlane::EnqueueStatus;
 using fairlane::bench::MutexQueue;
-
-namespace {
-
-int failures = 0;
-#define CHECK(cond)                                                         \
-  do {                                                                      \
-    if (!(cond)) {                                                          \
-      std::fprintf(stderr, "%s:%d: check failed: %s\n", __FILE__, __LINE__, #cond); \
-      ++failures;                                                           \
-    }                                                                       \
-  } while (0)
-
-}  // namespace
+using fairlane::bench::check_failures;
 
 int main() {
   const std::string name = "/fairlane-mutexq-test-" + std::to_string(getpid());
@@ -130,8 +119,8 @@ int main() {
   CHECK(q.enqueue(b, j7, "dup?") == EnqueueStatus::enqueued);  // j7 or j8 completed; both ids are free again
   CHECK(q.enqueue(b, j8, "dup?") == EnqueueStatus::enqueued);
 
-  if (failures) {
-    std::fprintf(stderr, "fairlane_mutex_queue_test: %d check(s) failed\n", failures);
+  if (check_failures) {
+    std::fprintf(stderr, "fairlane_mutex_queue_test: %d check(s) failed\n", check_failures);
     return 1;
   }
   std::printf("fairlane_mutex_queue_test: every check held\n");
