@@ -291,6 +291,11 @@ struct Worker::State {
   // 2026-12-05 was: the keyspace became a segment's mirror while this
   // worker held the lease (the mirror writes its owner with every batch),
   // and nothing says the job was lost. The lease is left as it is.
+  // Counts it; true when the answer was read_only.
+  bool refused_as_read_only(bool read_only) noexcept {
+    if (read_only) relaxed_inc(backend_errors);
+    return read_only;
+  }
 
   // fail() the lease and report what became of it.
   void fail_lease(Backend& b, const Lease& l, std::uint64_t delay_ms, std::uint32_t max_attempts,
@@ -302,10 +307,7 @@ struct Worker::State {
       relaxed_inc(backend_errors);  // the lease expires and the job is redelivered
       return;
     }
-    if (st == FailStatus::read_only) {
-      relaxed_inc(backend_errors);  // read_only: a backend error, not a lost lease
-      return;
-    }
+    if (refused_as_read_only(st == FailStatus::read_only)) return;
     JobEvent e = event(JobEvent::Kind::retrying, l);
     e.timed_out = timed_out_flag;
     e.error = error;
@@ -340,10 +342,7 @@ struct Worker::State {
       relaxed_inc(backend_errors);
       return;
     }
-    if (st == AckStatus::read_only) {
-      relaxed_inc(backend_errors);  // read_only: a backend error
-      return;
-    }
+    if (refused_as_read_only(st == AckStatus::read_only)) return;
     if (st == AckStatus::ok) {
       relaxed_inc(handed_back);
       emit(event(JobEvent::Kind::handed_back, l));
@@ -479,10 +478,7 @@ struct Worker::State {
           relaxed_inc(backend_errors);
           return;
         }
-        if (st == AckStatus::read_only) {
-          relaxed_inc(backend_errors);  // read_only: a backend error
-          return;
-        }
+        if (refused_as_read_only(st == AckStatus::read_only)) return;
         if (st == AckStatus::ok) {
           relaxed_inc(completed);
           emit(event(JobEvent::Kind::completed, l));
@@ -606,10 +602,7 @@ struct Worker::State {
           relaxed_inc(backend_errors);
           continue;
         }
-        if (st == AckStatus::read_only) {
-          relaxed_inc(backend_errors);  // read_only: the handler runs on
-          continue;
-        }
+        if (refused_as_read_only(st == AckStatus::read_only)) continue;  // the handler runs on
         if (st == AckStatus::ok) {
           std::lock_guard lk(mu);
           if (slots[a.idx].gen == a.gen) slots[a.idx].extended_ms = now;

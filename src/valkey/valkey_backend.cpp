@@ -429,6 +429,18 @@ std::string_view group_name(const BrandedId& g) noexcept {
   if (!g.well_formed()) return {};
   return g.str();
 }
+
+// A write refused on a mirror's keyspace (ReadOnlyError) answers read_only
+// where the call's status can say it, as the segment's handles that make no
+// writes do; calls that return counts, bools or nothing still throw.
+template <class Status, class F>
+Status or_read_only(F&& f) {
+  try {
+    return f();
+  } catch (const ReadOnlyError&) {
+    return Status::read_only;
+  }
+}
 }  // namespace
 
 EnqueueStatus ValkeyBackend::enqueue(const BrandedId& group, const BrandedId& job, std::string_view payload,
@@ -443,12 +455,10 @@ EnqueueStatus ValkeyBackend::enqueue(const BrandedId& group, const BrandedId& jo
   const std::string pol = encode_policy(options.retry);
   const std::string& jk = impl_->job(job);
   const std::string& lk = impl_->lane(g);
-  try {
+  return or_read_only<EnqueueStatus>([&] {
     Reply r = impl_->eval(Sid::enqueue, {jk, lk}, {job.str(), g, payload, delay.sv(), pol});
     return impl_->integer(r.get(), Sid::enqueue) == 1 ? EnqueueStatus::enqueued : EnqueueStatus::duplicate;
-  } catch (const ReadOnlyError&) {
-    return EnqueueStatus::read_only;
-  }
+  });
 }
 
 std::size_t ValkeyBackend::enqueue_batch(std::span<const EnqueueItem> items, std::span<EnqueueStatus> statuses) {
@@ -554,18 +564,6 @@ AckStatus ack_status(std::int64_t v) noexcept {
     default: return AckStatus::gone;
   }
 }
-
-// A write refused on a mirror's keyspace (ReadOnlyError) answers read_only
-// where the call's status can say it, as the segment's handles that make no
-// writes do; calls that return counts or nothing still throw.
-template <class Status, class F>
-Status or_read_only(F&& f) {
-  try {
-    return f();
-  } catch (const ReadOnlyError&) {
-    return Status::read_only;
-  }
-}
 }  // namespace
 
 AckStatus ValkeyBackend::complete(const BrandedId& job, Token token) {
@@ -663,7 +661,7 @@ MoveStatus ValkeyBackend::reassign(const BrandedId& job, const BrandedId& group)
   if (!job.well_formed() || job.kind() != impl_->kind) return MoveStatus::gone;
   const std::string_view g = group_name(group);
   if (g.empty()) return MoveStatus::invalid_group;
-  try {
+  return or_read_only<MoveStatus>([&] {
     const std::string jk = impl_->job_key_of(job.str());
     Reply r = impl_->eval(Sid::reassign, {jk, impl_->lane(g)}, {job.str(), g});
     switch (impl_->integer(r.get(), Sid::reassign)) {
@@ -671,9 +669,7 @@ MoveStatus ValkeyBackend::reassign(const BrandedId& job, const BrandedId& group)
       case 1: return MoveStatus::gone;
       default: return MoveStatus::not_pending;
     }
-  } catch (const ReadOnlyError&) {
-    return MoveStatus::read_only;
-  }
+  });
 }
 
 std::optional<JobInfo> ValkeyBackend::job(const BrandedId& id, bool with_payload) {
@@ -739,14 +735,13 @@ BackendCapabilities ValkeyBackend::capabilities() const {
 // ---- lanes -------------------------------------------------------------------------
 
 namespace {
+// A lane control's script: ok, or read_only on a mirror's keyspace.
 template <class F>
 LaneStatus lane_call(F&& f) {
-  try {
+  return or_read_only<LaneStatus>([&] {
     f();
     return LaneStatus::ok;
-  } catch (const ReadOnlyError&) {
-    return LaneStatus::read_only;
-  }
+  });
 }
 }  // namespace
 
