@@ -6,9 +6,10 @@ PKGS=(
   cmake ninja-build g++ pkg-config
   libboost1.81-dev libgtest-dev libgmock-dev libbenchmark-dev
   libconcurrentqueue-dev libhiredis-dev libcli11-dev libfmt-dev nlohmann-json3-dev
-  redis-server gnuplot-nox procps prometheus valgrind binutils clang libclang-rt-14-dev
+  redis-server gnuplot-nox procps prometheus valgrind binutils llvm clang libclang-rt-14-dev
   # clang and libclang-rt-14-dev (libFuzzer's runtime, which clang only
-  # recommends) are for ./run.sh fuzz
+  # recommends) are for ./run.sh fuzz; llvm (llvm-symbolizer) is for the
+  # cycle counter's breakdown by inlined function (bench/cycle/count.sh)
 )
 missing=()
 for p in "${PKGS[@]}"; do

@@ -4,7 +4,7 @@
 # callgrind. A count, not a time: the same on a busy machine as on a quiet one.
 #
 #   bench/cycle/count.sh [--bin DIR] [--cycles N] [--quick] [--json FILE] [--top K]
-#                        [--keep DIR] [--probe]
+#                        [--keep DIR] [--probe] [--inlined K]
 #
 #   --bin DIR    where fairlane_cycle, fairlane_cycle_report (and _probe) are
 #                (default: build/release/bench next to this script's repository)
@@ -14,6 +14,9 @@
 #   --keep DIR   keep the callgrind dumps there (callgrind_annotate can read them)
 #   --probe      count the probe instead (known RMWs per iteration) and check
 #                the counter against them: exit 1 on any difference
+#   --inlined K  each operation's K costliest functions, counting the ones
+#                inlined into others (needs a build with -g, the prof preset:
+#                --bin build/prof/bench; and llvm-symbolizer, Debian's llvm)
 #
 # Exit status: 0; 1 when a step failed (or --probe found a wrong count); 77
 # when valgrind or objdump is missing (ctest's SKIP_RETURN_CODE).
@@ -26,6 +29,7 @@ json=""
 top=12
 keep=""
 probe=0
+inlined=""
 while [ $# -gt 0 ]; do
   case "$1" in
     --bin) bin="$2"; shift 2 ;;
@@ -35,7 +39,8 @@ while [ $# -gt 0 ]; do
     --top) top="$2"; shift 2 ;;
     --keep) keep="$2"; shift 2 ;;
     --probe) probe=1; shift ;;
-    -h|--help) sed -n '2,19p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    --inlined) inlined="$2"; shift 2 ;;
+    -h|--help) sed -n '2,/^set -euo/p' "$0" | sed '$d' | sed 's/^# \{0,1\}//'; exit 0 ;;
     *) echo "count.sh: unknown argument $1 (try --help)" >&2; exit 2 ;;
   esac
 done
@@ -56,6 +61,7 @@ vg=(valgrind --tool=callgrind --dump-instr=yes --collect-atstart=no --instr-atst
     --callgrind-out-file="$work/callgrind.out.%p")
 report=("$bin/fairlane_cycle_report" --top "$top")
 [ -n "$json" ] && report+=(--json "$json")
+[ -n "$inlined" ] && report+=(--inlined "$inlined")
 
 if [ "$probe" = 1 ]; then
   "${vg[@]}" "$bin/fairlane_cycle_probe" --n "$cycles" >"$work/run.log" 2>&1 ||

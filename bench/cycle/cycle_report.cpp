@@ -1,7 +1,7 @@
 // fairlane_cycle_report: instructions and locked read-modify-writes per
 // unit of work, from callgrind dumps taken with --dump-instr=yes.
 //
-//   fairlane_cycle_report [--top K] [--json FILE] [--budget INSTR,RMW] [--check] DUMP...
+//   fairlane_cycle_report [--top K] [--json FILE] [--budget INSTR,RMW] [--check] [--inlined K] DUMP...
 //
 // Each dump is one region of a program that names it in the dump's trigger
 // (CALLGRIND_DUMP_STATS_AT("cycle n=20000")): the region's name, then
@@ -9,7 +9,8 @@
 // iterations); "bracketed" marks a region collected only between pairs of
 // toggles, which has the per-pair cost of the region named "toggle" taken
 // off; rmw=X (and instr=Y) are expectations that --check verifies exactly
-// (the probe's known counts).
+// (the probe's known counts), and so is inl=NAME:X (X instructions per unit
+// inside the function NAME, inlined or not).
 //
 // How the count is made. callgrind gives every executed instruction's
 // address (relative to its object: the ELF virtual address objdump prints)
@@ -20,6 +21,17 @@
 // xchg with a memory operand (implicitly locked) and every mfence (a store
 // plus a full fence costs what an RMW does). Instructions per unit is the
 // region's Ir total over n.
+//
+// --inlined K: the instructions of each operation by function, counting the
+// functions the compiler inlined. With link-time inlining the whole
+// operation is one or two symbols, so the self cost per symbol says little;
+// llvm-symbolizer --inlining gives each instruction's chain of inlined
+// functions from the debug information, and each function of the chain is
+// charged the instruction (inclusive), the innermost one also as its own
+// (self). (Not GNU addr2line -i: binutils 2.40 prints the outer symbol's
+// name in place of the innermost inlined function's.) Needs a build with -g
+// (the `prof` preset) and llvm-symbolizer (Debian's llvm); objects without
+// debug information are named and counted under their symbols.
 //
 // Exit status: 0; 1 when --check finds a count that differs from its
 // expectation, or a dump cannot be read; 2 on a usage error.
@@ -38,6 +50,8 @@
 #include <unordered_map>
 #include <unordered_set>
 #include <vector>
+
+#include <unistd.h>
 
 #include <fmt/core.h>
 #include <nlohmann/json.hpp>
@@ -283,6 +297,81 @@ bool disassemble(const std::string& objdump, const std::string& object, const st
   return true;
 }
 
+// ---- inlined functions -----------------------------------------------------------
+
+// A function name as llvm-symbolizer --demangle prints it, without its parameter list
+// or clone suffixes ("ns::f(int, char) const [clone .cold]" -> "ns::f"), so
+// that its inlined copies, which the symbolizer names without parameters,
+// and its out-of-line body count as one.
+std::string function_key(std::string_view name) {
+  std::string_view n = name;
+  // GCC's clones ("f(int) [clone .constprop.0] [clone .cold]") are f.
+  while (n.size() > 1 && n.back() == ']') {
+    const auto open = n.rfind(" [clone ");
+    if (open == std::string_view::npos) break;
+    n = n.substr(0, open);
+  }
+  if (n.size() >= 6 && n.substr(n.size() - 6) == " const") n.remove_suffix(6);
+  if (n.empty() || n.back() != ')') return std::string(n);
+  int depth = 0;
+  for (std::size_t i = n.size(); i-- > 0;) {
+    if (n[i] == ')') ++depth;
+    else if (n[i] == '(' && --depth == 0) {
+      // "(anonymous namespace)" is part of a name, not a parameter list.
+      if (n.substr(i).rfind("(anonymous namespace)", 0) == 0) return std::string(n);
+      return std::string(n.substr(0, i));
+    }
+  }
+  return std::string(n);
+}
+
+// Each address's chain of functions, innermost first (llvm-symbolizer
+// --inlining, GNU output); an address without debug information gets an
+// empty chain. False when the symbolizer cannot run or no address of the
+// object has a function name.
+bool inline_chains(const std::string& symbolizer, const std::string& object, const std::unordered_set<std::uint64_t>& addrs,
+                   std::unordered_map<std::uint64_t, std::vector<std::string>>& out, std::string& error) {
+  char tmpl[] = "/tmp/fairlane-cycle-addrs.XXXXXX";
+  const int fd = mkstemp(tmpl);
+  if (fd < 0) { error = "cannot make a temporary file"; return false; }
+  {
+    std::string text;
+    for (auto a : addrs) text += fmt::format("0x{:x}\n", a);
+    const bool ok = write(fd, text.data(), text.size()) == ssize_t(text.size());
+    close(fd);
+    if (!ok) { unlink(tmpl); error = "cannot write " + std::string(tmpl); return false; }
+  }
+  const std::string cmd = symbolizer + " --obj='" + object + "' --inlining --demangle --output-style=GNU -a -f < " +
+                          tmpl + " 2>/dev/null";
+  FILE* p = popen(cmd.c_str(), "r");
+  if (!p) { unlink(tmpl); error = "cannot run " + cmd; return false; }
+  char buf[8192];
+  std::uint64_t cur = 0;
+  bool have = false, named = false;
+  int field = 0;  // 0: a function line next, 1: its file:line
+  while (std::fgets(buf, sizeof buf, p)) {
+    std::string_view l = buf;
+    while (!l.empty() && (l.back() == '\n' || l.back() == '\r')) l.remove_suffix(1);
+    if (l.empty()) continue;
+    if (l.rfind("0x", 0) == 0 && l.find(' ') == std::string_view::npos && field == 0) {
+      have = parse_number(l, cur);
+      if (have) out[cur];
+      continue;
+    }
+    if (!have) continue;
+    if (field == 0 && l != "??") {
+      out[cur].push_back(function_key(l));
+      named = true;
+    }
+    field ^= 1;
+  }
+  const int rc = pclose(p);
+  unlink(tmpl);
+  if (rc != 0 && out.empty()) { error = symbolizer + " failed on " + object; return false; }
+  if (!named) { error = "no debug information (build with -g: the prof preset)"; return false; }
+  return true;
+}
+
 // ---- the analysis --------------------------------------------------------------
 
 struct Region {
@@ -303,7 +392,13 @@ struct Region {
     std::uint64_t line = 0, count = 0, addr = 0;
   };
   std::vector<Site> sites;
+  struct Inlined {
+    std::string name;
+    std::uint64_t incl = 0, self = 0;
+  };
+  std::vector<Inlined> inlined;  // --inlined: by function, inlined ones included
   std::optional<double> expect_rmw, expect_instr;
+  std::map<std::string, double> expect_inl;  // inl=NAME:X
 
   double ir_per_unit() const { return units ? double(ir) / double(units) - overhead_per_unit : 0; }
   double rmw_per_unit() const { return units ? double(rmw) / double(units) : 0; }
@@ -329,6 +424,13 @@ void parse_trigger(Region& r, const std::string& trigger) {
       if (words[i] == "bracketed") r.bracketed = true;
       continue;
     }
+    if (words[i].substr(0, eq) == "inl") {
+      const std::string_view v = words[i].substr(eq + 1);
+      const auto colon = v.rfind(':');
+      if (colon != std::string_view::npos && colon > 0)
+        r.expect_inl[std::string(v.substr(0, colon))] = std::strtod(std::string(v.substr(colon + 1)).c_str(), nullptr);
+      continue;
+    }
     r.kv[std::string(words[i].substr(0, eq))] = std::string(words[i].substr(eq + 1));
   }
   if (auto it = r.kv.find("n"); it != r.kv.end()) r.units = std::strtoull(it->second.c_str(), nullptr, 10);
@@ -339,10 +441,12 @@ void parse_trigger(Region& r, const std::string& trigger) {
 [[noreturn]] void usage() {
   std::fprintf(stderr,
                "usage: fairlane_cycle_report [--top K] [--json FILE] [--budget INSTR,RMW] [--check] [--objdump PATH] "
-               "DUMP...\n"
+               "[--inlined K] [--symbolizer PATH] DUMP...\n"
                "  DUMP: callgrind.out files written with --dump-instr=yes, one region each\n"
-               "  --budget  judge the region 'cycle' against a budget (instructions, locked RMWs per unit)\n"
-               "  --check   exit 1 if a region's rmw=/instr= expectation is not met exactly\n");
+               "  --budget   judge the region 'cycle' against a budget (instructions, locked RMWs per unit)\n"
+               "  --check    exit 1 if a region's rmw=/instr=/inl= expectation is not met exactly\n"
+               "  --inlined  each operation's K costliest functions, inlined ones included (needs -g and\n"
+               "             llvm-symbolizer)\n");
   std::exit(2);
 }
 
@@ -350,7 +454,8 @@ void parse_trigger(Region& r, const std::string& trigger) {
 
 int main(int argc, char** argv) {
   std::size_t top = 12;
-  std::string json_path, objdump = "objdump";
+  std::string json_path, objdump = "objdump", symbolizer;
+  std::size_t inlined_top = 0;
   std::optional<std::pair<double, double>> budget;
   bool check = false;
   std::vector<std::string> files;
@@ -363,6 +468,8 @@ int main(int argc, char** argv) {
     if (a == "--top") top = std::strtoul(val().c_str(), nullptr, 10);
     else if (a == "--json") json_path = val();
     else if (a == "--objdump") objdump = val();
+    else if (a == "--symbolizer") symbolizer = val();
+    else if (a == "--inlined") inlined_top = std::strtoul(val().c_str(), nullptr, 10);
     else if (a == "--check") check = true;
     else if (a == "--budget") {
       const std::string v = val();
@@ -403,6 +510,29 @@ int main(int argc, char** argv) {
     if (obj.empty() || obj[0] != '/' || !disassemble(objdump, obj, addrs, m, e))
       unreadable[obj] = e.empty() ? "not a file" : e;
   }
+  // Inline chains, where the breakdown or an inl= expectation wants them.
+  bool want_chains = inlined_top > 0;
+  for (auto& d : dumps) want_chains |= d.trigger.find(" inl=") != std::string::npos;
+  std::map<std::string, std::unordered_map<std::uint64_t, std::vector<std::string>>> chains;
+  std::map<std::string, std::string> no_chains;  // object -> why
+  if (want_chains && symbolizer.empty()) {
+    for (const char* name : {"llvm-symbolizer", "llvm-symbolizer-14", "llvm-symbolizer-15", "llvm-symbolizer-16"})
+      if (std::system(fmt::format("command -v {} >/dev/null 2>&1", name).c_str()) == 0) {
+        symbolizer = name;
+        break;
+      }
+    if (symbolizer.empty())
+      std::fprintf(stderr, "fairlane_cycle_report: no llvm-symbolizer (apt-get install llvm): functions are "
+                           "counted under their symbols, not by the functions inlined into them\n");
+  }
+  if (want_chains && !symbolizer.empty())
+    for (auto& [obj, addrs] : wanted) {
+      std::string e;
+      if (obj.empty() || obj[0] != '/' || !inline_chains(symbolizer, obj, addrs, chains[obj], e)) {
+        chains.erase(obj);
+        no_chains[obj] = e.empty() ? "not a file" : e;
+      }
+    }
 
   std::vector<Region> regions;
   for (auto& d : dumps) {
@@ -410,10 +540,28 @@ int main(int argc, char** argv) {
     parse_trigger(r, d.trigger);
     std::map<std::pair<std::string, std::string>, Region::Fn> fns;
     std::map<std::pair<std::string, std::uint64_t>, Region::Site> sites;  // (object, address)
+    std::unordered_map<std::string, Region::Inlined> inl;
     for (auto& [key, cost] : d.instr) {
       const std::string& obj = d.obs[key.first];
       const std::string& fn = d.fns[cost.fn];
       r.ir += cost.ir;
+      if (want_chains) {
+        // Each function of the instruction's chain once (a function inlined
+        // into itself, through recursion or a template, is charged once);
+        // without debug information, the symbol callgrind names.
+        std::vector<std::string> chain;
+        if (auto oc = chains.find(obj); oc != chains.end())
+          if (auto it = oc->second.find(key.second); it != oc->second.end()) chain = it->second;
+        if (chain.empty()) chain.push_back(function_key(fn));
+        for (std::size_t k = 0; k < chain.size(); ++k) {
+          if (std::find(chain.begin(), chain.begin() + std::ptrdiff_t(k), chain[k]) != chain.begin() + std::ptrdiff_t(k))
+            continue;
+          auto& e = inl[chain[k]];
+          e.name = chain[k];
+          e.incl += cost.ir;
+          if (k == 0) e.self += cost.ir;
+        }
+      }
       auto& f = fns[{obj, fn}];
       f.name = fn;
       f.object = obj;
@@ -432,6 +580,9 @@ int main(int argc, char** argv) {
     }
     for (auto& [k, f] : fns) r.fns.push_back(f);
     for (auto& [k, site] : sites) r.sites.push_back(site);
+    for (auto& [k, e] : inl) r.inlined.push_back(e);
+    std::sort(r.inlined.begin(), r.inlined.end(),
+              [](auto& a, auto& b) { return a.incl != b.incl ? a.incl > b.incl : a.name < b.name; });
     std::sort(r.sites.begin(), r.sites.end(), [](auto& a, auto& b) { return a.count > b.count; });
     if (d.summary != 0 && d.summary != r.ir)
       std::fprintf(stderr, "fairlane_cycle_report: %s: instructions summed %llu, callgrind's summary %llu\n",
@@ -508,6 +659,19 @@ int main(int argc, char** argv) {
       fmt::print("  {:<10} {:>6.2f}  {:<34} {}  {}\n", r.name, per, shorten(s.insn, 34), shorten(s.fn, 60), where);
     }
   }
+  if (inlined_top > 0) {
+    fmt::print("\ninstructions by function, inlined ones included (per unit: inclusive, self){}:\n",
+               any_split ? ", by operation" : "");
+    for (auto& r : regions) {
+      if (r.name == "toggle" || (any_split && !r.bracketed) || r.units == 0) continue;
+      fmt::print("  {}: {:.1f} a unit\n", r.name, r.ir_per_unit());
+      for (std::size_t i = 0; i < r.inlined.size() && i < inlined_top; ++i)
+        fmt::print("    {:>8.1f} {:>8.1f}  {}\n", double(r.inlined[i].incl) / double(r.units),
+                   double(r.inlined[i].self) / double(r.units), shorten(r.inlined[i].name, 96));
+    }
+    for (auto& [obj, why] : no_chains)
+      fmt::print("  no inlined functions for {}: {}; its instructions are under their symbols\n", basename_of(obj), why);
+  }
   // The clock is the one thing valgrind changes: it has no vDSO, so
   // clock_gettime is a system call whose kernel side is not counted.
   for (auto& f : main_region->fns)
@@ -536,10 +700,30 @@ int main(int argc, char** argv) {
                    r.ir_per_unit(), *r.expect_instr);
       ++bad;
     }
+    if (!r.expect_inl.empty() && symbolizer.empty()) {
+      // Only where every program is required does a missing one fail the check.
+      const char* req = std::getenv("FAIRLANE_REQUIRE_SERVERS");
+      const bool required = req && *req && std::strcmp(req, "0") != 0;
+      std::fprintf(stderr, "check: region %s: inl= expectations %s: no llvm-symbolizer\n", r.name.c_str(),
+                   required ? "failed" : "not checked");
+      bad += required;
+      continue;
+    }
+    for (auto& [name, want] : r.expect_inl) {
+      double got = 0;
+      for (auto& e : r.inlined)
+        if (e.name == name) got = r.units ? double(e.incl) / double(r.units) : 0;
+      if (std::abs(got - want) > 1e-9) {
+        std::fprintf(stderr, "check: region %s: %.4f instructions per unit in %s, expected %.4f\n", r.name.c_str(), got,
+                     name.c_str(), want);
+        ++bad;
+      }
+    }
   }
   if (check) {
     int expectations = 0;
-    for (auto& r : regions) expectations += r.expect_rmw.has_value() + r.expect_instr.has_value();
+    for (auto& r : regions)
+      expectations += r.expect_rmw.has_value() + r.expect_instr.has_value() + (symbolizer.empty() ? 0 : int(r.expect_inl.size()));
     if (expectations == 0) { std::fprintf(stderr, "check: no region carries an expectation\n"); ++bad; }
     else if (bad == 0) std::printf("\ncheck: %d expectation(s) met exactly\n", expectations);
   }
@@ -578,6 +762,14 @@ int main(int argc, char** argv) {
                       {"address", fmt::format("0x{:x}", s.addr)},
                       {"per_unit", double(s.count) / double(std::max<std::uint64_t>(r.units, 1))}});
       e["rmw_sites"] = sj;
+      if (!r.inlined.empty()) {
+        json ij = json::array();
+        for (std::size_t i = 0; i < r.inlined.size() && i < 60; ++i)
+          ij.push_back({{"function", r.inlined[i].name},
+                        {"inclusive_per_unit", double(r.inlined[i].incl) / double(std::max<std::uint64_t>(r.units, 1))},
+                        {"self_per_unit", double(r.inlined[i].self) / double(std::max<std::uint64_t>(r.units, 1))}});
+        e["inlined"] = ij;
+      }
       rs[r.name] = e;
     }
     j["regions"] = rs;

@@ -17,6 +17,11 @@
 //            x86-64 lock is one lock decl, its unlock a plain store; checks
 //            that RMWs in a shared object (its own addresses) are found. 1.
 //   none     the same shape of loop with only plain memory operations. 0.
+//   inlined  no RMWs; checks the report's --inlined attribution instead:
+//            probe_outer, always inlined, runs one instruction of its own
+//            and probe_inner (two) twice: 5 instructions in probe_outer,
+//            4 in probe_inner, per iteration (inl= expectations; this file
+//            is built with -g for it).
 #include <pthread.h>
 
 #include <atomic>
@@ -99,13 +104,23 @@ __attribute__((noinline)) void none_iteration() {
   asm volatile("" ::: "memory");
 }
 
+// Inline assembly, so that the count is the compiler's choice of nothing.
+[[gnu::always_inline]] inline void probe_inner() { asm volatile("nop\n\tnop" ::: "memory"); }
+[[gnu::always_inline]] inline void probe_outer() {
+  probe_inner();
+  asm volatile("nop" ::: "memory");
+  probe_inner();
+}
+
+__attribute__((noinline)) void inlined_iteration() { probe_outer(); }
+
 template <class F>
-void region(const char* name, unsigned rmw, std::uint64_t n, F f) {
+void region(const char* name, unsigned rmw, std::uint64_t n, F f, const char* extra = "") {
   CALLGRIND_TOGGLE_COLLECT;
   for (std::uint64_t i = 0; i < n; ++i) f();
   CALLGRIND_TOGGLE_COLLECT;
-  char text[96];
-  std::snprintf(text, sizeof text, "%s n=%llu rmw=%u", name, static_cast<unsigned long long>(n), rmw);
+  char text[160];
+  std::snprintf(text, sizeof text, "%s n=%llu rmw=%u%s", name, static_cast<unsigned long long>(n), rmw, extra);
   CALLGRIND_DUMP_STATS_AT(text);
 }
 
@@ -120,6 +135,7 @@ int main(int argc, char** argv) {
   region("atomics", 5, n, atomics_iteration);
   region("libc", 1, n, libc_iteration);
   region("none", 0, n, none_iteration);
+  region("inlined", 0, n, inlined_iteration, " inl=probe_outer:5 inl=probe_inner:4");
   CALLGRIND_STOP_INSTRUMENTATION;
   std::printf("fairlane_cycle_probe: %llu iterations per region\n", static_cast<unsigned long long>(n));
   return 0;
