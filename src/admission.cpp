@@ -501,14 +501,19 @@ BrandedId Queue::mint_checked(const char* kind) noexcept {
 
 // ---- enqueue ------------------------------------------------------------------------------
 
-EnqueueStatus Queue::enqueue(const BrandedId& group, const BrandedId& job, std::string_view payload,
-                             EnqueueOptions options) noexcept {
+// Options by pointer: a call without any builds none (an EnqueueOptions is
+// 64 bytes, zeroed and copied at every call that passes one by value: about
+// 50 instructions of a cycle of 2,000 went to a default argument).
+EnqueueStatus Queue::enqueue_with(const BrandedId& group, const BrandedId& job, std::string_view payload,
+                                  const EnqueueOptions* options) noexcept {
   Admission a;
-  if (options.delay_ms > 0) {
-    a.state = SlotState::scheduled;
-    a.when_ms = segment_now_ms(*seg_) + options.delay_ms;
+  if (options) {
+    if (options->delay_ms > 0) {
+      a.state = SlotState::scheduled;
+      a.when_ms = segment_now_ms(*seg_) + options->delay_ms;
+    }
+    a.retry = &options->retry;
   }
-  a.retry = &options.retry;
   std::uint64_t wait_seq = kNoWait;
   const EnqueueStatus st = admit(*seg_, group, job, payload, a, wait_seq);
   return wait_seq == kNoWait ? st : mirror_wait_acked(*seg_, wait_seq);

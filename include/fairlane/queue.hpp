@@ -445,8 +445,15 @@ class Queue {
   // such a duplicate is refused after its slot was written and linked: it
   // leaves a husk in its lane for a claim to pop, and in a full queue it may
   // be answered full or lanes_full rather than duplicate. Lock-free.
+  // Without options: no delay, no retry policy of its own (the same as
+  // EnqueueOptions{}, without building and passing one).
+  EnqueueStatus enqueue(const BrandedId& group, const BrandedId& job, std::string_view payload) noexcept {
+    return enqueue_with(group, job, payload, nullptr);
+  }
   EnqueueStatus enqueue(const BrandedId& group, const BrandedId& job, std::string_view payload,
-                        EnqueueOptions options = {}) noexcept;
+                        const EnqueueOptions& options) noexcept {
+    return enqueue_with(group, job, payload, &options);
+  }
   // One status per item, in order (a batch is not all-or-nothing). Returns
   // how many were enqueued. statuses.size() must be >= items.size(); extra
   // statuses are left alone. Lock-free.
@@ -583,6 +590,8 @@ class Queue {
   friend struct detail::QueueAccess;  // the mirror reads the segment's tables
   explicit Queue(std::unique_ptr<detail::Segment> seg) noexcept;
   BrandedId mint_checked(const char* kind) noexcept;  // kind: three letters, checked
+  EnqueueStatus enqueue_with(const BrandedId& group, const BrandedId& job, std::string_view payload,
+                             const EnqueueOptions* options) noexcept;  // null: no options
   std::unique_ptr<detail::Segment> seg_;
 };
 

@@ -102,6 +102,39 @@ TEST_F(QueueTest, ClaimReturnsPayloadAndGroup) {
   EXPECT_EQ(l.payload, "");
 }
 
+// enqueue(group, job, payload) is enqueue with EnqueueOptions{}: pending at
+// once, no retry policy of its own; the overload with options still applies
+// them (a delay, a policy), and a lease reused from such a job forgets it.
+TEST_F(QueueTest, AnEnqueueWithoutOptionsIsOneWithDefaultOptions) {
+  EnqueueOptions with;
+  with.delay_ms = 60'000;
+  with.retry.max_attempts = 3;
+  const BrandedId delayed = q().mint();
+  ASSERT_EQ(q().enqueue(C, delayed, "later", with), EnqueueStatus::enqueued);
+  const BrandedId plain = q().mint(), defaulted = q().mint();
+  ASSERT_EQ(q().enqueue(A, plain, "plain"), EnqueueStatus::enqueued);
+  ASSERT_EQ(q().enqueue(B, defaulted, "defaulted", EnqueueOptions{}), EnqueueStatus::enqueued);
+  Lease l = claim_one();
+  EXPECT_EQ(l.id, plain);
+  EXPECT_TRUE(l.retry.empty());
+  ASSERT_EQ(q().complete(l.id, l.token), AckStatus::ok);
+  ASSERT_TRUE(q().claim(l, 1000));
+  EXPECT_EQ(l.id, defaulted);
+  EXPECT_TRUE(l.retry.empty());
+  ASSERT_EQ(q().complete(l.id, l.token), AckStatus::ok);
+  EXPECT_FALSE(q().claim(l, 1000)) << "the delayed job is not due";
+  q().advance_clock(60'001);
+  ASSERT_TRUE(q().claim(l, 1000));
+  EXPECT_EQ(l.id, delayed);
+  EXPECT_EQ(l.retry.max_attempts, 3U);
+  // The same lease, reused for a job enqueued without options: no policy.
+  const BrandedId after = q().mint();
+  ASSERT_EQ(q().enqueue(A, after, "after"), EnqueueStatus::enqueued);
+  ASSERT_TRUE(q().claim(l, 1000));
+  EXPECT_EQ(l.id, after);
+  EXPECT_TRUE(l.retry.empty());
+}
+
 TEST_F(QueueTest, EmptyGroupRidesTheDefaultLane) {
   const BrandedId id = q().mint();
   ASSERT_EQ(q().enqueue(BrandedId{}, id, "d"), EnqueueStatus::enqueued);
