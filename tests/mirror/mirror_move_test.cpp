@@ -46,12 +46,8 @@ class MirrorMove : public ::testing::Test {
   // Until Valkey says `field` of job `id` is `want` (a liveness wait with a
   // generous bound, not a speed assertion); what it said last.
   std::string wait_for(const BrandedId& id, const std::string& field, const std::string& want) {
-    const auto give_up = std::chrono::steady_clock::now() + 20s;
-    std::string got = hget(job_key(id), field);
-    while (got != want && std::chrono::steady_clock::now() < give_up) {
-      std::this_thread::sleep_for(5ms);
-      got = hget(job_key(id), field);
-    }
+    std::string got;
+    test::eventually([&] { return (got = hget(job_key(id), field)) == want; }, 20s);
     return got;
   }
 
@@ -134,9 +130,8 @@ TEST_F(MirrorMove, AJobMovedBetweenTheMirrorsReadOfItsRecordAndOfItsSlotReachesV
   detail::failpoint_call("mirror.records_read", &ReaderHold::at, &reader);
   const BrandedId j = q.mint();
   ASSERT_EQ(q.enqueue(g1, j, "j"), EnqueueStatus::enqueued);
-  const auto give_up = std::chrono::steady_clock::now() + 20s;
-  while (!reader.reached.load() && std::chrono::steady_clock::now() < give_up) std::this_thread::sleep_for(1ms);
-  ASSERT_TRUE(reader.reached.load()) << "the mirror never read the enqueue's record";
+  ASSERT_TRUE(test::eventually([&] { return reader.reached.load(); }, 20s))
+      << "the mirror never read the enqueue's record";
   ASSERT_EQ(q.pause(g1), LaneStatus::ok);
   {
     test::StoppedMover mover(q, j, g1, g2);
