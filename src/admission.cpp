@@ -236,8 +236,10 @@ bool link_admission(Segment& s, std::uint32_t slot, std::uint64_t ctr, const Gro
   SameLaneRounds rounds;  // a lane that is not g's, met again and again
   for (;;) {
     std::uint32_t lane = kDefaultLane;
+    Word128 w;
+    bool checked = false;  // w read, and the lane found g's after it (lane_find_cached)
     if (g) {
-      const LaneFind f = lane_find_cached(s, key, lane);
+      const LaneFind f = lane_find_cached(s, key, lane, w, checked);
       if (f != LaneFind::found) {
         refused = true;
         st = f == LaneFind::corrupt ? EnqueueStatus::corrupt : EnqueueStatus::lanes_full;
@@ -249,8 +251,10 @@ bool link_admission(Segment& s, std::uint32_t slot, std::uint64_t ctr, const Gro
     // pred first: a survivor that reads the intent reads this pred or a later one.
     if (guard.pred()) guard.pred()->store(0, std::memory_order_relaxed);
     guard.set(Intent::link, slot, ctr, lane);
-    Word128 w = lane_load(s, lane);
-    switch (run_append(s, lane, key, slot, node_tag(ctr), w, guard.pred())) {
+    // A word read before the intent is set is as good as one read after: no
+    // one else reads our reading, and every CAS from it comes after the intent.
+    if (!checked) w = lane_load(s, lane);
+    switch (run_append(s, lane, key, slot, node_tag(ctr), w, guard.pred(), checked)) {
       case OrderResult::ok:
         linked = true;
         return true;

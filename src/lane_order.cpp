@@ -30,7 +30,7 @@ unsigned random_level() noexcept {
 }  // namespace
 
 OrderResult run_append(Segment& s, std::uint32_t lane, GroupKey g, std::uint32_t slot, std::uint64_t tag, Word128& w,
-                       std::atomic<std::uint64_t>* pred_intent) noexcept {
+                       std::atomic<std::uint64_t>* pred_intent, bool w_checked) noexcept {
   SlotRecord& n = s.slot(slot);
   const std::uint32_t node1 = slot + 1;
   const std::uint64_t key = n.sf.load(std::memory_order_relaxed);
@@ -52,7 +52,9 @@ OrderResult run_append(Segment& s, std::uint32_t lane, GroupKey g, std::uint32_t
     if (own > s.jobs + 16) break;
     const Word128 base = lane_base(s, lane, w);
     // Read after w: if the CAS below (from w) succeeds, this is g's lane.
-    if (!lane_is(s, lane, w, g)) return OrderResult::lane_changed;
+    // (The caller's w_checked reading is that check, made for this w.)
+    if (!w_checked && !lane_is(s, lane, w, g)) return OrderResult::lane_changed;
+    w_checked = false;
     const std::uint32_t t1 = LaneWord::tail(base);
     if (t1 == 0) {
       if (LaneWord::head(base) != 0) {

@@ -61,7 +61,9 @@ inline constexpr unsigned kTailLag = 8;
 // lane `lane`: as its first node if the run is empty (one CAS of the lane
 // word), else after its last node (one link CAS; the lane word's tail is
 // moved up only once it lags by kTailLag links).
-// `w` is a reading of the lane word, refreshed here. Before each link
+// `w` is a reading of the lane word, refreshed here; w_checked: the caller
+// read g's key in the record after w, with w live (lane_find_cached), so
+// the first round need not read it again. Before each link
 // attempt it stores what it links after in *pred_intent (0: as the first
 // node), for recovery. Returns
 //   out_of_order  its id is not above the last node's: it must go to the strays
@@ -70,7 +72,7 @@ inline constexpr unsigned kTailLag = 8;
 //   lane_changed  the lane is not g's any more (reclaimed): look it up again
 // and in all three the node is not linked.
 OrderResult run_append(Segment& s, std::uint32_t lane, GroupKey g, std::uint32_t slot, std::uint64_t tag, Word128& w,
-                       std::atomic<std::uint64_t>* pred_intent) noexcept;
+                       std::atomic<std::uint64_t>* pred_intent, bool w_checked = false) noexcept;
 
 // ---- strays ------------------------------------------------------------------------------
 

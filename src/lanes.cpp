@@ -410,21 +410,27 @@ LaneFind lane_find(Segment& s, GroupKey g, bool create, std::uint32_t& lane_out)
   return LaneFind::corrupt;
 }
 
-LaneFind lane_find_cached(Segment& s, GroupKey g, std::uint32_t& lane_out) noexcept {
+LaneFind lane_find_cached(Segment& s, GroupKey g, std::uint32_t& lane_out, Word128& w, bool& checked) noexcept {
   // The lanes this thread found lately, first (direct-mapped on the group):
   // a hit is checked against the record (its key and incarnation, and that it
-  // is live); the caller's CAS checks it again against the lane word.
+  // is live); the caller's CAS from the word read here checks it again.
+  // The word first, the key after: so a hit is lane_is(w) as a CAS from w
+  // needs it (lane_order.cpp, run_append).
   struct Entry {
     std::uint64_t handle = 0, sf = 0, key_kind = 0;
     std::uint32_t lane = 0;
   };
   thread_local Entry cache[256];
   Entry& e = cache[((g.sf + g.kind) * 0x9E3779B97F4A7C15ULL) >> 56];
+  checked = false;
   if (e.handle == s.handle_id && e.sf == g.sf && (e.key_kind & 0x7FFF) == g.kind && e.lane < s.lane_count) {
     const LaneRecord& r = s.lanes[e.lane];
-    if (r.key_kind.load(std::memory_order_acquire) == e.key_kind && r.key_sf.load(std::memory_order_acquire) == g.sf &&
-        LaneWord::state(lane_load(s, e.lane)) == LaneState::live) {
+    const Word128 seen = lane_load(s, e.lane);
+    if (LaneWord::state(seen) == LaneState::live && r.key_kind.load(std::memory_order_acquire) == e.key_kind &&
+        r.key_sf.load(std::memory_order_acquire) == g.sf) {
       lane_out = e.lane;
+      w = seen;
+      checked = true;
       return LaneFind::found;
     }
   }

@@ -252,7 +252,12 @@ LaneFind lane_find(Segment& s, GroupKey g, bool create, std::uint32_t& lane_out)
 // lane_find(create), with the lanes this thread found lately tried first.
 // The lane it answers was g's when it looked; callers check it again in the
 // CAS that uses it (lane_is), as they do for lane_find's answer.
-LaneFind lane_find_cached(Segment& s, GroupKey g, std::uint32_t& lane_out) noexcept;
+// `checked`: true when the answer came from this thread's cache; then `w` is
+// the lane word it read before it found the record's key to be g's (of the
+// incarnation it cached) and the word live, which is lane_is(w) with its
+// reads after the word: a CAS from w needs no lane_is of its own (run_append,
+// w_checked). False: w is not read.
+LaneFind lane_find_cached(Segment& s, GroupKey g, std::uint32_t& lane_out, Word128& w, bool& checked) noexcept;
 
 // The group of a live lane (the default lane's is DEF00000000000).
 BrandedId lane_group(const Segment& s, std::uint32_t lane) noexcept;
