@@ -413,9 +413,9 @@ LaneFind lane_find(Segment& s, GroupKey g, bool create, std::uint32_t& lane_out)
 LaneFind lane_find_cached(Segment& s, GroupKey g, std::uint32_t& lane_out, Word128& w, bool& checked) noexcept {
   // The lanes this thread found lately, first (direct-mapped on the group):
   // a hit is checked against the record (its key and incarnation, and that it
-  // is live); the caller's CAS from the word read here checks it again.
-  // The word first, the key after: so a hit is lane_is(w) as a CAS from w
-  // needs it (lane_order.cpp, run_append).
+  // is live). The word first, the key after: so a hit is lane_is(w) as a
+  // CAS from w needs it (lane_order.cpp, run_append), and such a CAS holds
+  // only if the word has not moved since (the key changes only with it).
   struct Entry {
     std::uint64_t handle = 0, sf = 0, key_kind = 0;
     std::uint32_t lane = 0;

@@ -250,8 +250,9 @@ enum class LaneFind { found, absent, lanes_full, buckets_full, corrupt };
 LaneFind lane_find(Segment& s, GroupKey g, bool create, std::uint32_t& lane_out) noexcept;
 
 // lane_find(create), with the lanes this thread found lately tried first.
-// The lane it answers was g's when it looked; callers check it again in the
-// CAS that uses it (lane_is), as they do for lane_find's answer.
+// The lane it answers was g's when it looked. Callers check it again before
+// a CAS that uses it (lane_is), as they do for lane_find's answer, except
+// where `checked` says this look was that check.
 // `checked`: true when the answer came from this thread's cache; then `w` is
 // the lane word it read before it found the record's key to be g's (of the
 // incarnation it cached) and the word live, which is lane_is(w) with its

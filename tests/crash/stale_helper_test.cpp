@@ -1361,5 +1361,59 @@ TEST_F(StaleHelper, ALaneBatchsLaterRoundSettlesOnlyAnAdmissionLinkedInItsLane) 
   expect_clean(q);
 }
 
+// An enqueue that found its group's lane in its thread's lane cache carries
+// the lane word the cache's check read (lane_find_cached), and its append's
+// first round makes no check of its own from it. Held between that find
+// and its append, while the lane was given back and its record taken by
+// another group (one group lane in all, so the record is the same), then
+// given back again: the append's CAS from the old word fails, the next round
+// finds the record not G's, and the job goes into a lane of G's made anew.
+TEST_F(StaleHelper, AnEnqueueHeldWithALaneFromItsCacheWhileTheLaneWentToAnotherGroupLinksIntoGsOwn) {
+  QueueOptions o;
+  o.jobs = 8;
+  o.lanes = 1;  // one lane for a group (the default lane is apart)
+  o.payload_bytes = 16;
+  create(o);
+  ASSERT_FALSE(HasFailure());
+  Queue& q = this->q();
+  const BrandedId G2 = BrandedId::make("GRP", 8);
+  const BrandedId a = q.mint(), b = q.mint(), c = q.mint();
+  Hold adm;
+  std::atomic<bool> warmed{false}, armed{false};
+  EnqueueStatus a_st = EnqueueStatus::corrupt, b_st = EnqueueStatus::corrupt;
+  std::thread t([&] {
+    Hold::mine = &adm;
+    a_st = q.enqueue(G, a, "a");  // G's lane, into this thread's cache
+    warmed.store(true);
+    while (!armed.load()) std::this_thread::yield();
+    b_st = q.enqueue(G, b, "b");  // found in the cache, then held
+  });
+  while (!warmed.load()) std::this_thread::yield();
+  detail::failpoint_call("enqueue.lane_found", &Hold::at, &adm);
+  armed.store(true);
+  adm.wait_there();
+  ASSERT_EQ(a_st, EnqueueStatus::enqueued);
+  Lease l;
+  ASSERT_TRUE(q.claim(l, 60000));
+  ASSERT_EQ(l.id, a);
+  ASSERT_EQ(q.complete(l.id, l.token), AckStatus::ok);  // G's lane has nothing left
+  // The only group lane: G2 has it only if G's was given back.
+  ASSERT_EQ(q.enqueue(G2, c, "c"), EnqueueStatus::enqueued);
+  ASSERT_TRUE(q.claim(l, 60000));
+  ASSERT_EQ(l.id, c);
+  ASSERT_EQ(l.group, G2);
+  ASSERT_EQ(q.complete(l.id, l.token), AckStatus::ok);
+  adm.go.store(true);
+  t.join();
+  detail::failpoint_call("enqueue.lane_found", nullptr, nullptr);
+  EXPECT_EQ(b_st, EnqueueStatus::enqueued);
+  ASSERT_TRUE(q.claim(l, 60000)) << "b, enqueued, is in no lane";
+  EXPECT_EQ(l.id, b);
+  EXPECT_EQ(l.group, G);
+  EXPECT_EQ(q.complete(l.id, l.token), AckStatus::ok);
+  EXPECT_FALSE(q.claim(l, 60000));
+  expect_clean(q);
+}
+
 }  // namespace
 }  // namespace fairlane
