@@ -14,7 +14,8 @@ class SegmentBackend final : public Backend {
   BackendCapabilities capabilities() const override { return {true, true, true, true}; }
   std::uint64_t now_ms() override { return q_.now_ms(); }
   BrandedId mint() override { return q_.mint(); }
-  EnqueueStatus enqueue(const BrandedId& g, const BrandedId& j, std::string_view p, EnqueueOptions o) override {
+  using Backend::enqueue;
+  EnqueueStatus enqueue(const BrandedId& g, const BrandedId& j, std::string_view p, const EnqueueOptions& o) override {
     return q_.enqueue(g, j, p, o);
   }
   std::size_t enqueue_batch(std::span<const EnqueueItem> items, std::span<EnqueueStatus> st) override {

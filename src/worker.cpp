@@ -68,7 +68,8 @@ class SharedBackend final : public Backend {
   BackendCapabilities capabilities() const override { return b_->capabilities(); }
   std::uint64_t now_ms() override { return b_->now_ms(); }
   BrandedId mint() override { return b_->mint(); }
-  EnqueueStatus enqueue(const BrandedId& g, const BrandedId& j, std::string_view p, EnqueueOptions o) override {
+  using Backend::enqueue;
+  EnqueueStatus enqueue(const BrandedId& g, const BrandedId& j, std::string_view p, const EnqueueOptions& o) override {
     return b_->enqueue(g, j, p, o);
   }
   std::size_t enqueue_batch(std::span<const EnqueueItem> i, std::span<EnqueueStatus> st) override {

@@ -48,8 +48,15 @@ class Backend {
   virtual std::uint64_t now_ms() = 0;
   virtual BrandedId mint() = 0;
 
+  // Without options: as EnqueueOptions{} (no delay, no policy of its own),
+  // without building one at each call. Derived classes that override the
+  // virtual one name this one too (using Backend::enqueue).
+  EnqueueStatus enqueue(const BrandedId& group, const BrandedId& job, std::string_view payload) {
+    static const EnqueueOptions none{};
+    return enqueue(group, job, payload, none);
+  }
   virtual EnqueueStatus enqueue(const BrandedId& group, const BrandedId& job, std::string_view payload,
-                                EnqueueOptions options = {}) = 0;
+                                const EnqueueOptions& options) = 0;
   // One status per item; on Valkey one script per batch.
   virtual std::size_t enqueue_batch(std::span<const EnqueueItem> items, std::span<EnqueueStatus> statuses) = 0;
   virtual bool claim(Lease& out, std::uint32_t lease_ms) = 0;

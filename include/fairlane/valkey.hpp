@@ -162,8 +162,9 @@ class ValkeyBackend final : public Backend {
   std::uint64_t now_ms() override;                  // server TIME (Unix ms) + the queue's clock offset
   BrandedId mint() override;                        // strictly increasing per queue, minted on the server
 
+  using Backend::enqueue;
   EnqueueStatus enqueue(const BrandedId& group, const BrandedId& job, std::string_view payload,
-                        EnqueueOptions options = {}) override;
+                        const EnqueueOptions& options) override;
   bool claim(Lease& out, std::uint32_t lease_ms) override;
   // claim, then BLPOP on the wake list (cut to the next due time, at most a
   // second), then claim again, until the timeout. No busy polling.

@@ -444,7 +444,7 @@ Status or_read_only(F&& f) {
 }  // namespace
 
 EnqueueStatus ValkeyBackend::enqueue(const BrandedId& group, const BrandedId& job, std::string_view payload,
-                                     EnqueueOptions options) {
+                                     const EnqueueOptions& options) {
   if (!job.well_formed()) return EnqueueStatus::invalid_id;
   if (group.valid() && !group.well_formed()) return EnqueueStatus::invalid_group;
   if (job.kind() != impl_->kind) return EnqueueStatus::kind_mismatch;
