@@ -535,15 +535,14 @@ void register_live(Segment& s) {
 // Without OFD locks (an unsupported file) it attaches unlocked, judged by
 // pid and start time. `busy` counts the free records it gave up on because
 // their lock stayed busy.
-ProcRecord* attach(Segment& s, std::uint32_t& busy) {
-  constexpr std::uint64_t kLockWaitMs = 1000;
+ProcRecord* attach(Segment& s, std::uint32_t& busy, std::uint64_t lock_wait_ms = 1000) {
   const int pid = getpid();
   const std::uint64_t owner = kOwnerAttached | std::uint32_t(pid);
   const std::uint64_t start = own_start_time();
   const std::uint32_t n = s.proc_count;
   const std::uint32_t from = std::uint32_t(s.h->recovery.finished.load(std::memory_order_relaxed) +
                                            std::uint64_t(unix_ms()) + std::uint64_t(pid)) % n;
-  const std::uint64_t wait_until = monotonic_us() / 1000 + kLockWaitMs;
+  const std::uint64_t wait_until = monotonic_us() / 1000 + lock_wait_ms;
   busy = 0;
   for (int pass = 0; pass < 2; ++pass) {
     for (std::uint32_t k = 0; k < n; ++k) {
@@ -636,23 +635,30 @@ Result<std::unique_ptr<Segment>> finish_attach(std::unique_ptr<Segment> s, bool 
 bool writer_cold(Segment& s) noexcept { return writer(s); }
 
 bool adopt_copy(Segment& s) noexcept {
-  if (s.copy_state.load(std::memory_order_acquire) == Segment::kCopyUnattached) return false;
+  // An unattached copy looks again once its retry time has passed, no sooner
+  // (one clock read: each look scans every process record).
+  const auto too_soon = [&s] { return monotonic_us() / 1000 < s.copy_retry_ms.load(std::memory_order_relaxed); };
+  if (s.copy_state.load(std::memory_order_acquire) == Segment::kCopyUnattached && too_soon()) return false;
   // The handle list's mutex: one adoption at a time in this process (other
   // threads of the child wait for it, as for an open), and none across a
   // fork (the fork handlers hold it).
   std::lock_guard l(live_handles_mu);
   const std::uint8_t state = s.copy_state.load(std::memory_order_relaxed);
-  if (state != Segment::kCopyPending) return state == Segment::kCopyOwn;  // another thread did it
+  if (state == Segment::kCopyOwn) return true;  // another thread did it
+  if (state == Segment::kCopyUnattached && too_soon()) return false;  // another thread looked just now
   std::uint32_t busy = 0;
   ProcRecord* r = nullptr;
   try {
-    r = attach(s, busy);
+    // A look again does not wait on busy locks: it is inside a call that
+    // writes, and the next look is a second away.
+    r = attach(s, busy, state == Segment::kCopyPending ? 1000 : 0);
   } catch (...) {
     r = nullptr;
   }
   if (!r) {
     // No record to be had: it stays unattached, me its parent's (for the
     // acks of the leases it was handed), and takes no thread record.
+    s.copy_retry_ms.store(monotonic_us() / 1000 + Segment::kCopyRetryMs, std::memory_order_relaxed);
     s.copy_state.store(Segment::kCopyUnattached, std::memory_order_release);
     return false;
   }

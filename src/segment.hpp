@@ -79,10 +79,14 @@ struct Segment {
   // kCopyPending until its first call that writes makes it the child's own
   // attachment (adopt_copy: back to kCopyOwn), or finds no process record
   // free (kCopyUnattached: me stays its parent's record, used only to end
-  // the leases it was handed, see writer()).
+  // the leases it was handed, see writer()). An unattached copy tries again
+  // at a call that writes once copy_retry_ms (monotonic) has passed: at most
+  // once every kCopyRetryMs.
   // No thread record is taken while it is not kCopyOwn.
   static constexpr std::uint8_t kCopyOwn = 0, kCopyPending = 1, kCopyUnattached = 2;
+  static constexpr std::uint64_t kCopyRetryMs = 1000;
   std::atomic<std::uint8_t> copy_state{kCopyOwn};
+  std::atomic<std::uint64_t> copy_retry_ms{0};
   Header* h = nullptr;
   Word128* words = nullptr;                    // slot words
   std::atomic<std::uint8_t>* tags = nullptr;   // admission tags, one per slot
@@ -220,7 +224,10 @@ struct ThreadOwner {
 // was in the middle of, and the parent's threads waited on it for the
 // fallback intent. If no process record is free (none, or their locks busy
 // for a second) the copy stays unattached (kCopyUnattached) and makes no
-// step of its own: a step it made in its live parent's name would be one
+// step of its own, until a call that writes, at least kCopyRetryMs after
+// the last look, finds one free (without waiting on busy locks: a write
+// call does not sleep for a record); then it is the child's own attachment
+// from that call on. A step it made in its live parent's name would be one
 // nobody takes over if the child died in its middle (before 2026-12-05
 // such copies went on as their parents' and did: a claim killed in its take
 // left the parent record's fallback intent held for good, and a release

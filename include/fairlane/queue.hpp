@@ -419,7 +419,9 @@ class Queue {
   // for an observer, and for a copy in a forked child that found no process
   // record free (which still ends the leases its parent handed it: see
   // open). Asking is a copy's first write: it attaches here if it can, and
-  // may wait up to a second for a record's lock, as that write would.
+  // may wait up to a second for a record's lock, as that write would. Such
+  // a copy looks again at a write or here, at most once a second and
+  // without waiting, and is the child's own once a record is free.
   bool writable() noexcept;
 
   // The segment clock: CLOCK_MONOTONIC in ms plus the segment's test offset.

@@ -1966,6 +1966,54 @@ TEST_F(Recovery, EveryCallThroughAnUnattachedCopyEndsALeaseOrRefuses) {
   expect_clean();
 }
 
+// A copy that found no process record free looks again at a call that
+// writes, at most once a second, and becomes the child's own attachment
+// once a record is free. (Until 2026-12-05 it stayed unattached for its
+// life: writable() false and every write refused, with records free.)
+TEST_F(Recovery, AnUnattachedCopyBecomesTheChildsOwnOnceARecordIsFree) {
+  make(40, 2);
+  std::optional<Queue> other;
+  {
+    auto r = Queue::open(seg());  // the second record: the table is full
+    ASSERT_TRUE(r) << r.error().message;
+    other.emplace(std::move(r.value()));
+  }
+  struct Steps {
+    std::atomic<int> refused{0};  // the child: its copy found no record
+    std::atomic<int> freed{0};    // the parent: a record is free
+    std::atomic<int> early{0};    // the child: refused again before its retry time
+  };
+  SharedBlock<Steps> steps;
+  ForkedChild child([&] {
+    if (q().enqueue(B, q().mint(), "x") != EnqueueStatus::read_only) return 2;
+    if (q().writable()) return 3;
+    steps->refused.store(1);
+    while (steps->freed.load() == 0) std::this_thread::sleep_for(1ms);
+    // Right after the failed look the copy does not look again.
+    steps->early.store(q().enqueue(B, q().mint(), "y") == EnqueueStatus::read_only ? 1 : 2);
+    if (!test::eventually([&] { return q().writable(); }, 10s)) return 4;
+    if (q().enqueue(B, q().mint(), "z") != EnqueueStatus::enqueued) return 5;
+    for (const ProcessInfo& p : q().processes())
+      if (p.pid == ::getpid()) return 0;
+    return 6;  // still its parent's
+  }, 60);
+  ASSERT_TRUE(test::eventually([&] { return steps->refused.load() != 0 || child.poll(); }, 20s));
+  ASSERT_EQ(steps->refused.load(), 1) << child.describe();
+  other.reset();  // detaches: one record free
+  steps->freed.store(1);
+  ASSERT_TRUE(child.wait_for(20s));
+  EXPECT_TRUE(child.exited_zero()) << child.describe();
+  EXPECT_EQ(steps->early.load(), 1) << "looked again at once";
+  // Its job, enqueued as the child's own, is there; the refused ones are not.
+  Lease l;
+  ASSERT_TRUE(q().claim(l, kLongLease));
+  EXPECT_EQ(l.group, B);
+  EXPECT_EQ(l.payload, "z");
+  EXPECT_EQ(q().complete(l.id, l.token), AckStatus::ok);
+  EXPECT_FALSE(q().claim(l, kLongLease));
+  expect_clean();
+}
+
 // Children that call through their copies and end by _exit (or are
 // killed) hold no thread record once they are gone: they took theirs in
 // their own names (found in review: in the parent's, each leaked one while
