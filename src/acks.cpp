@@ -324,7 +324,8 @@ std::size_t Queue::complete_batch(std::span<const Lease> leases, std::span<AckSt
 FailStatus Queue::fail(const BrandedId& job, Token token, const FailOptions& options) noexcept {
   Segment& s = *seg_;
   const bool own = writer_cold(s);
-  if (!s.me) return FailStatus::read_only;  // an observer
+  // me_now: another thread's adoption of an unattached copy may store me now.
+  if (!s.me_now()) return FailStatus::read_only;  // an observer
   std::uint64_t sf = 0;
   if (!ack_args(s, job, token, sf)) return FailStatus::gone;
   const std::uint32_t slot = token_slot(s, token);
@@ -431,7 +432,7 @@ AckStatus Queue::release(const BrandedId& job, Token token) noexcept {
 AckStatus Queue::extend(const BrandedId& job, Token token, std::uint32_t lease_ms) noexcept {
   Segment& s = *seg_;
   // (Adopts a copy: an unattached one extends as its parent's, one CAS.)
-  if (!writer_cold(s) && !s.me) return AckStatus::read_only;  // an observer
+  if (!writer_cold(s) && !s.me_now()) return AckStatus::read_only;  // an observer
   std::uint64_t sf = 0;
   if (!ack_args(s, job, token, sf)) return AckStatus::gone;
   const std::uint32_t slot = token_slot(s, token);

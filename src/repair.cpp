@@ -410,10 +410,11 @@ void rebuild_segment(Segment& s, FsckReport& report) { Repairer(s, report).run()
 Result<FsckReport> Queue::repair(bool force) {
   Segment& s = *seg_;
   if (!writer_cold(s)) {
-    if (!s.me) return Error{Errc::invalid_argument, 0, "segment '" + s.name + "' is open as an observer: repair needs a member"};
+    if (!s.me_now()) return Error{Errc::invalid_argument, 0, "segment '" + s.name + "' is open as an observer: repair needs a member"};
     return Error{Errc::invalid_argument, 0,
                  "segment '" + s.name + "': this handle is a copy in a child forked without exec that found no "
-                 "process record free: repair needs a member (open the segment in the child)"};
+                 "process record free: repair needs a member (open the segment in the child, or try again once a "
+                 "process record is free)"};
   }
   const std::vector<int> others = other_live_processes(s);
   if (!others.empty() && !force) {

@@ -636,7 +636,8 @@ bool writer_cold(Segment& s) noexcept { return writer(s); }
 
 bool adopt_copy(Segment& s) noexcept {
   // An unattached copy looks again once its retry time has passed, no sooner
-  // (one clock read: each look scans every process record).
+  // (a clock read a call while it is unattached: each look scans every
+  // process record, asking each one's liveness lock).
   const auto too_soon = [&s] { return monotonic_us() / 1000 < s.copy_retry_ms.load(std::memory_order_relaxed); };
   if (s.copy_state.load(std::memory_order_acquire) == Segment::kCopyUnattached && too_soon()) return false;
   // The handle list's mutex: one adoption at a time in this process (other

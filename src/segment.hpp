@@ -223,7 +223,8 @@ struct ThreadOwner {
 // child that died or stopped kept its parent's name on what it held and
 // was in the middle of, and the parent's threads waited on it for the
 // fallback intent. If no process record is free (none, or their locks busy
-// for a second) the copy stays unattached (kCopyUnattached) and makes no
+// for a second at the first look; busy at all at a later one) the copy
+// stays unattached (kCopyUnattached) and makes no
 // step of its own, until a call that writes, at least kCopyRetryMs after
 // the last look, finds one free (without waiting on busy locks: a write
 // call does not sleep for a record); then it is the child's own attachment

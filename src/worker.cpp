@@ -749,14 +749,14 @@ void Worker::start() {
   for (std::uint32_t i = 0; i < s.o.threads + 2; ++i) {
     made.push_back(s.factory());
     if (!made.back()) throw std::invalid_argument("fairlane::Worker: the backend factory returned null");
-    // A handle that makes no claims would leave the worker idle for good
-    // (silently on a segment; on Valkey, every claim a backend error):
-    // refused here, by name.
+    // A handle that makes no claims would leave the worker idle, for good
+    // or until a process record comes free for a copy (silently on a
+    // segment; on Valkey, every claim a backend error): refused here, by name.
     if (!made.back()->writable())
       throw BackendError("fairlane::Worker: " + made.back()->describe() +
                          " makes no claims through this handle: " +
                          (made.back()->segment() ? "an observer, or a copy in a forked child that found no process "
-                                                   "record free (open the segment as a member in this process)"
+                                                   "record free (open the segment as a member in this process, or start once a record is free)"
                                                  : "the keyspace is a segment's mirror (claim through that "
                                                    "segment, or open with ValkeyOptions::force)"));
   }

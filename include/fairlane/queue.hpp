@@ -393,12 +393,14 @@ class Queue {
   //
   // A Queue in a child forked without exec is a copy of its parent's: the
   // child's first call through it that writes takes a process record of the
-  // child's own. If none is free, the copy stays unattached: it completes,
+  // child's own. If none is free, the copy is unattached: it completes,
   // extends and fails the leases its parent handed it (a job it fails for
   // a retry is parked, due after its delay or at once, and moved back by
   // the next sweep pass), and refuses the rest as an observer does (release
-  // included, read_only; claims with ClaimStatus::read_only). Open the
-  // segment in the child, or create it with more processes, to do more.
+  // included, read_only; claims with ClaimStatus::read_only), until a call
+  // that writes, at most once a second and without waiting, finds a record
+  // free. Open the segment in the child, or create it with more processes,
+  // not to depend on that.
   enum class Attach { member, observer };
   static Result<Queue> open(std::string_view name, Attach attach = Attach::member);
   static Result<Queue> open_or_create(std::string_view name, const QueueOptions& options = {});

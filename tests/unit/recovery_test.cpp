@@ -1981,16 +1981,22 @@ TEST_F(Recovery, AnUnattachedCopyBecomesTheChildsOwnOnceARecordIsFree) {
   struct Steps {
     std::atomic<int> refused{0};  // the child: its copy found no record
     std::atomic<int> freed{0};    // the parent: a record is free
-    std::atomic<int> early{0};    // the child: refused again before its retry time
+    // The child's write right after: 1 refused within the second after the
+    // failed look (as it must be), 2 not refused within it, 3 made later
+    // than that (a slow machine: nothing to judge), 4 that one enqueued.
+    std::atomic<int> early{0};
   };
   SharedBlock<Steps> steps;
   ForkedChild child([&] {
     if (q().enqueue(B, q().mint(), "x") != EnqueueStatus::read_only) return 2;
+    const auto looked = std::chrono::steady_clock::now();
     if (q().writable()) return 3;
     steps->refused.store(1);
     while (steps->freed.load() == 0) std::this_thread::sleep_for(1ms);
-    // Right after the failed look the copy does not look again.
-    steps->early.store(q().enqueue(B, q().mint(), "y") == EnqueueStatus::read_only ? 1 : 2);
+    const EnqueueStatus y = q().enqueue(B, q().mint(), "y");
+    const bool within = std::chrono::steady_clock::now() - looked < 900ms;
+    steps->early.store(within ? (y == EnqueueStatus::read_only ? 1 : 2)
+                              : (y == EnqueueStatus::enqueued ? 4 : 3));
     if (!test::eventually([&] { return q().writable(); }, 10s)) return 4;
     if (q().enqueue(B, q().mint(), "z") != EnqueueStatus::enqueued) return 5;
     for (const ProcessInfo& p : q().processes())
@@ -2003,14 +2009,73 @@ TEST_F(Recovery, AnUnattachedCopyBecomesTheChildsOwnOnceARecordIsFree) {
   steps->freed.store(1);
   ASSERT_TRUE(child.wait_for(20s));
   EXPECT_TRUE(child.exited_zero()) << child.describe();
-  EXPECT_EQ(steps->early.load(), 1) << "looked again at once";
-  // Its job, enqueued as the child's own, is there; the refused ones are not.
-  Lease l;
-  ASSERT_TRUE(q().claim(l, kLongLease));
-  EXPECT_EQ(l.group, B);
-  EXPECT_EQ(l.payload, "z");
-  EXPECT_EQ(q().complete(l.id, l.token), AckStatus::ok);
-  EXPECT_FALSE(q().claim(l, kLongLease));
+  const int early = steps->early.load();
+  EXPECT_NE(early, 2) << "looked again within a second of its last look";
+  // Its jobs enqueued as the child's own are there; the refused ones are not.
+  std::vector<std::string> want = {"z"};
+  if (early == 4) want.insert(want.begin(), "y");
+  for (const std::string& payload : want) {
+    Lease l;
+    ASSERT_TRUE(q().claim(l, kLongLease)) << payload;
+    EXPECT_EQ(l.group, B);
+    EXPECT_EQ(l.payload, payload);
+    EXPECT_EQ(q().complete(l.id, l.token), AckStatus::ok);
+  }
+  Lease none;
+  EXPECT_FALSE(q().claim(none, kLongLease));
+  expect_clean();
+}
+
+// While the child's copy is attached by a look again, a thread of the
+// child goes on extending the lease its parent handed it (either thread's
+// call may be the one that attaches): every extend is answered ok, before
+// the adoption and after, and the lease is still the parent's to complete.
+// (A check of the record that extend, fail and repair make after a refused
+// look reads it atomically, me_now: an adoption in another thread stores it.
+// This test does not force that interleaving; review found it.)
+TEST_F(Recovery, AnUnattachedCopyExtendsItsParentsLeaseWhileAnotherThreadAttachesIt) {
+  make(40, 2);
+  fill(A, 2);
+  Lease held;
+  ASSERT_TRUE(q().claim(held, kLongLease));
+  std::optional<Queue> other;
+  {
+    auto r = Queue::open(seg());
+    ASSERT_TRUE(r) << r.error().message;
+    other.emplace(std::move(r.value()));
+  }
+  struct Steps {
+    std::atomic<int> refused{0}, freed{0};
+  };
+  SharedBlock<Steps> steps;
+  ForkedChild child([&] {
+    if (q().writable()) return 2;  // the table is full: unattached
+    std::atomic<bool> stop{false};
+    std::atomic<int> extends{0}, not_ok{0};
+    std::thread extender([&] {
+      while (!stop.load()) {
+        if (q().extend(held.id, held.token, kLongLease) != AckStatus::ok) not_ok.fetch_add(1);
+        extends.fetch_add(1);
+      }
+    });
+    steps->refused.store(1);
+    while (steps->freed.load() == 0) std::this_thread::sleep_for(1ms);
+    const bool attached = test::eventually([&] { return q().writable(); }, 10s);
+    const int at = extends.load();
+    test::eventually([&] { return extends.load() > at + 10; }, 10s);  // some after the adoption
+    stop.store(true);
+    extender.join();
+    if (!attached) return 3;
+    if (not_ok.load() != 0) return 4;
+    return 0;
+  }, 60);
+  ASSERT_TRUE(test::eventually([&] { return steps->refused.load() != 0 || child.poll(); }, 20s));
+  ASSERT_EQ(steps->refused.load(), 1) << child.describe();
+  other.reset();
+  steps->freed.store(1);
+  ASSERT_TRUE(child.wait_for(30s));
+  EXPECT_TRUE(child.exited_zero()) << child.describe();
+  EXPECT_EQ(q().complete(held.id, held.token), AckStatus::ok);
   expect_clean();
 }
 
