@@ -18,10 +18,10 @@
 //            that RMWs in a shared object (its own addresses) are found. 1.
 //   none     the same shape of loop with only plain memory operations. 0.
 //   inlined  no RMWs; checks the report's --inlined attribution instead:
-//            probe_outer, always inlined, runs one instruction of its own
-//            and probe_inner (two) twice: 5 instructions in probe_outer,
-//            4 in probe_inner, per iteration (inl= expectations; this file
-//            is built with -g for it).
+//            cycleprobe::probe_outer, always inlined, runs one instruction
+//            of its own and probe_inner (two) twice: 5 instructions in
+//            probe_outer, 4 in probe_inner, per iteration (inl=
+//            expectations; this file is built with -g for it).
 #include <pthread.h>
 
 #include <atomic>
@@ -104,15 +104,7 @@ __attribute__((noinline)) void none_iteration() {
   asm volatile("" ::: "memory");
 }
 
-// Inline assembly, so that the count is the compiler's choice of nothing.
-[[gnu::always_inline]] inline void probe_inner() { asm volatile("nop\n\tnop" ::: "memory"); }
-[[gnu::always_inline]] inline void probe_outer() {
-  probe_inner();
-  asm volatile("nop" ::: "memory");
-  probe_inner();
-}
-
-__attribute__((noinline)) void inlined_iteration() { probe_outer(); }
+__attribute__((noinline)) void inlined_iteration();
 
 template <class F>
 void region(const char* name, unsigned rmw, std::uint64_t n, F f, const char* extra = "") {
@@ -126,6 +118,22 @@ void region(const char* name, unsigned rmw, std::uint64_t n, F f, const char* ex
 
 }  // namespace
 
+// In a named namespace: the debug information names them with it, whatever
+// the compiler does with the names of an anonymous namespace's functions.
+namespace cycleprobe {
+// Inline assembly, so that the count is the compiler's choice of nothing.
+[[gnu::always_inline]] inline void probe_inner() { asm volatile("nop\n\tnop" ::: "memory"); }
+[[gnu::always_inline]] inline void probe_outer() {
+  probe_inner();
+  asm volatile("nop" ::: "memory");
+  probe_inner();
+}
+}  // namespace cycleprobe
+
+namespace {
+__attribute__((noinline)) void inlined_iteration() { cycleprobe::probe_outer(); }
+}  // namespace
+
 int main(int argc, char** argv) {
   std::uint64_t n = 1000;
   if (argc == 3 && std::strcmp(argv[1], "--n") == 0) n = std::strtoull(argv[2], nullptr, 10);
@@ -135,7 +143,7 @@ int main(int argc, char** argv) {
   region("atomics", 5, n, atomics_iteration);
   region("libc", 1, n, libc_iteration);
   region("none", 0, n, none_iteration);
-  region("inlined", 0, n, inlined_iteration, " inl=probe_outer:5 inl=probe_inner:4");
+  region("inlined", 0, n, inlined_iteration, " inl=cycleprobe::probe_outer:5 inl=cycleprobe::probe_inner:4");
   CALLGRIND_STOP_INSTRUMENTATION;
   std::printf("fairlane_cycle_probe: %llu iterations per region\n", static_cast<unsigned long long>(n));
   return 0;

@@ -398,8 +398,8 @@ class Queue {
   // a retry is parked, due after its delay or at once, and moved back by
   // the next sweep pass), and refuses the rest as an observer does (release
   // included, read_only; claims with ClaimStatus::read_only), until a call
-  // that writes, at most once a second and without waiting, finds a record
-  // free. Open the segment in the child, or create it with more processes,
+  // that writes, at most once a second and without waiting on a busy
+  // liveness lock, finds a record free. Open the segment in the child, or create it with more processes,
   // not to depend on that.
   enum class Attach { member, observer };
   static Result<Queue> open(std::string_view name, Attach attach = Attach::member);
@@ -423,7 +423,8 @@ class Queue {
   // open). Asking is a copy's first write: it attaches here if it can, and
   // may wait up to a second for a record's lock, as that write would. Such
   // a copy looks again at a write or here, at most once a second and
-  // without waiting, and is the child's own once a record is free.
+  // without waiting on busy locks, and is the child's own once a record is
+  // free.
   bool writable() noexcept;
 
   // The segment clock: CLOCK_MONOTONIC in ms plus the segment's test offset.

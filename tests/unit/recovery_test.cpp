@@ -1982,22 +1982,25 @@ TEST_F(Recovery, AnUnattachedCopyBecomesTheChildsOwnOnceARecordIsFree) {
     std::atomic<int> refused{0};  // the child: its copy found no record
     std::atomic<int> freed{0};    // the parent: a record is free
     // The child's write right after: 1 refused within the second after the
-    // failed look (as it must be), 2 not refused within it, 3 made later
-    // than that (a slow machine: nothing to judge), 4 that one enqueued.
+    // failed look began (as it must be), 2 not refused within it, 3 made
+    // later than that and refused, 4 made later and enqueued (a slow
+    // machine: nothing to judge).
     std::atomic<int> early{0};
   };
   SharedBlock<Steps> steps;
   ForkedChild child([&] {
-    if (q().enqueue(B, q().mint(), "x") != EnqueueStatus::read_only) return 2;
+    // Before the look: its retry time is set after it, so a write within
+    // 990 ms of this (the time is whole ms) is before the retry time.
     const auto looked = std::chrono::steady_clock::now();
+    if (q().enqueue(B, q().mint(), "x") != EnqueueStatus::read_only) return 2;
     if (q().writable()) return 3;
     steps->refused.store(1);
     while (steps->freed.load() == 0) std::this_thread::sleep_for(1ms);
     const EnqueueStatus y = q().enqueue(B, q().mint(), "y");
-    const bool within = std::chrono::steady_clock::now() - looked < 900ms;
+    const bool within = std::chrono::steady_clock::now() - looked < 990ms;
     steps->early.store(within ? (y == EnqueueStatus::read_only ? 1 : 2)
                               : (y == EnqueueStatus::enqueued ? 4 : 3));
-    if (!test::eventually([&] { return q().writable(); }, 10s)) return 4;
+    if (!test::eventually([&] { return q().writable(); }, 10s)) return 7;
     if (q().enqueue(B, q().mint(), "z") != EnqueueStatus::enqueued) return 5;
     for (const ProcessInfo& p : q().processes())
       if (p.pid == ::getpid()) return 0;
