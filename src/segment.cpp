@@ -637,8 +637,9 @@ bool writer_cold(Segment& s) noexcept { return writer(s); }
 bool adopt_copy(Segment& s) noexcept {
   // An unattached copy looks again once its retry time has passed, no sooner
   // (a clock read a call while it is unattached: each look scans every
-  // process record, asking each one's liveness lock).
-  const auto too_soon = [&s] { return monotonic_us() / 1000 < s.copy_retry_ms.load(std::memory_order_relaxed); };
+  // process record, asking each one's liveness lock). On the segment clock,
+  // so that a test moves it on with advance_clock rather than waiting.
+  const auto too_soon = [&s] { return segment_now_ms(s) < s.copy_retry_ms.load(std::memory_order_relaxed); };
   if (s.copy_state.load(std::memory_order_acquire) == Segment::kCopyUnattached && too_soon()) return false;
   // The handle list's mutex: one adoption at a time in this process (other
   // threads of the child wait for it, as for an open), and none across a
@@ -659,7 +660,7 @@ bool adopt_copy(Segment& s) noexcept {
   if (!r) {
     // No record to be had: it stays unattached, me its parent's (for the
     // acks of the leases it was handed), and takes no thread record.
-    s.copy_retry_ms.store(monotonic_us() / 1000 + Segment::kCopyRetryMs, std::memory_order_relaxed);
+    s.copy_retry_ms.store(segment_now_ms(s) + Segment::kCopyRetryMs, std::memory_order_relaxed);
     s.copy_state.store(Segment::kCopyUnattached, std::memory_order_release);
     return false;
   }

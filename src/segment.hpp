@@ -80,8 +80,8 @@ struct Segment {
   // attachment (adopt_copy: back to kCopyOwn), or finds no process record
   // free (kCopyUnattached: me stays its parent's record, used only to end
   // the leases it was handed, see writer()). An unattached copy tries again
-  // at a call that writes once copy_retry_ms (monotonic) has passed: at most
-  // once every kCopyRetryMs.
+  // at a call that writes once copy_retry_ms (the segment clock) has passed:
+  // at most once every kCopyRetryMs.
   // No thread record is taken while it is not kCopyOwn.
   static constexpr std::uint8_t kCopyOwn = 0, kCopyPending = 1, kCopyUnattached = 2;
   static constexpr std::uint64_t kCopyRetryMs = 1000;

@@ -1995,7 +1995,7 @@ TEST_F(Recovery, AnUnattachedCopyBecomesTheChildsOwnOnceARecordIsFree) {
     if (q().enqueue(B, q().mint(), "x") != EnqueueStatus::read_only) return 2;
     if (q().writable()) return 3;
     steps->refused.store(1);
-    while (steps->freed.load() == 0) std::this_thread::sleep_for(1ms);
+    if (!test::eventually([&] { return steps->freed.load() != 0; }, 20s)) return 8;
     const EnqueueStatus y = q().enqueue(B, q().mint(), "y");
     const bool within = std::chrono::steady_clock::now() - looked < 990ms;
     steps->early.store(within ? (y == EnqueueStatus::read_only ? 1 : 2)
@@ -2010,6 +2010,10 @@ TEST_F(Recovery, AnUnattachedCopyBecomesTheChildsOwnOnceARecordIsFree) {
   ASSERT_EQ(steps->refused.load(), 1) << child.describe();
   other.reset();  // detaches: one record free
   steps->freed.store(1);
+  // Once the child has made its early write, its retry time is passed on
+  // the segment clock rather than waited out.
+  ASSERT_TRUE(test::eventually([&] { return steps->early.load() != 0 || child.poll(); }, 20s));
+  q().advance_clock(detail::Segment::kCopyRetryMs);
   ASSERT_TRUE(child.wait_for(20s));
   EXPECT_TRUE(child.exited_zero()) << child.describe();
   const int early = steps->early.load();
@@ -2062,7 +2066,7 @@ TEST_F(Recovery, AnUnattachedCopyExtendsItsParentsLeaseWhileAnotherThreadAttache
       }
     });
     steps->refused.store(1);
-    while (steps->freed.load() == 0) std::this_thread::sleep_for(1ms);
+    if (!test::eventually([&] { return steps->freed.load() != 0; }, 20s)) return 8;
     const bool attached = test::eventually([&] { return q().writable(); }, 10s);
     const int at = extends.load();
     test::eventually([&] { return extends.load() > at + 10; }, 10s);  // some after the adoption
@@ -2076,6 +2080,7 @@ TEST_F(Recovery, AnUnattachedCopyExtendsItsParentsLeaseWhileAnotherThreadAttache
   ASSERT_EQ(steps->refused.load(), 1) << child.describe();
   other.reset();
   steps->freed.store(1);
+  q().advance_clock(detail::Segment::kCopyRetryMs);  // the child's retry time, passed
   ASSERT_TRUE(child.wait_for(30s));
   EXPECT_TRUE(child.exited_zero()) << child.describe();
   EXPECT_EQ(q().complete(held.id, held.token), AckStatus::ok);
