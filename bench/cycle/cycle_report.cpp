@@ -55,6 +55,8 @@
 
 #include <unistd.h>
 
+#include "require_servers.hpp"  // tests/common
+
 #include <fmt/core.h>
 #include <nlohmann/json.hpp>
 
@@ -747,8 +749,7 @@ int main(int argc, char** argv) {
     }
     if (!r.expect_inl.empty() && symbolizer.empty()) {
       // Only where every program is required does a missing one fail the check.
-      const char* req = std::getenv("FAIRLANE_REQUIRE_SERVERS");
-      const bool required = req && *req && std::strcmp(req, "0") != 0;
+      const bool required = fairlane::test::servers_required();
       std::fprintf(stderr, "check: region %s: inl= expectations %s: no llvm-symbolizer\n", r.name.c_str(),
                    required ? "failed" : "not checked");
       bad += required;

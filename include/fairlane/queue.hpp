@@ -399,8 +399,8 @@ class Queue {
   // the next sweep pass), and refuses the rest as an observer does (release
   // included, read_only; claims with ClaimStatus::read_only), until a call
   // that writes, at most once a second and without waiting on a busy
-  // liveness lock, finds a record free. Open the segment in the child, or create it with more processes,
-  // not to depend on that.
+  // liveness lock, finds a record free. Open the segment in the child, or
+  // create it with more processes, not to depend on that.
   enum class Attach { member, observer };
   static Result<Queue> open(std::string_view name, Attach attach = Attach::member);
   static Result<Queue> open_or_create(std::string_view name, const QueueOptions& options = {});
