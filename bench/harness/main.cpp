@@ -71,6 +71,7 @@ int main(int argc, char** argv) {
         continue;
       }
       first.bare.rounds.push_back(again.bare.per_s);
+      first.bare.handoffs.push_back(again.bare.handoff_ns);
     }
   }
 

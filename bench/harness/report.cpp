@@ -96,6 +96,25 @@ std::string rates(const std::vector<double>& v) {
   return out;
 }
 
+// Handoff figures by round ("-" where one was not measured), and the range
+// of those measured ("70-210 ns"; empty when none was).
+std::string handoffs(const std::vector<double>& v) {
+  std::string out;
+  for (double x : v) fmt::format_to(std::back_inserter(out), "{}{}", out.empty() ? "" : " ",
+                                    x > 0 ? fmt::format("{:.0f}", x) : "-");
+  return out;
+}
+std::string handoff_range(const std::vector<double>& v) {
+  double lo = 0, hi = 0;
+  for (double x : v) {
+    if (x <= 0) continue;
+    lo = lo == 0 ? x : std::min(lo, x);
+    hi = std::max(hi, x);
+  }
+  if (hi == 0) return {};
+  return fmt::format("{:.0f}-{:.0f} ns", lo, hi);
+}
+
 nlohmann::json hist_json(const Histogram& h) {
   return {{"count", h.count()},          {"min_ns", h.min()},
           {"p50_ns", h.percentile(0.5)}, {"p99_ns", h.percentile(0.99)},
@@ -194,6 +213,10 @@ std::vector<TargetCheck> check_targets(const std::vector<RunResult>& rs, const s
                               "{:.0f} ns (producer + consumer)",
                               si(bfl->bare.per_s), si(bmq->bare.per_s), bfl->bare.producer_cpu_ns,
                               bfl->bare.consumer_cpu_ns, bmq->bare.producer_cpu_ns, bmq->bare.consumer_cpu_ns);
+      std::vector<double> all = bfl->bare.handoffs;
+      all.insert(all.end(), bmq->bare.handoffs.begin(), bmq->bare.handoffs.end());
+      if (const std::string range = handoff_range(all); !range.empty())
+        t.detail += "; a cache line's move between the two CPUs " + range + " over the rounds";
     }
     out.push_back(t);
   }
@@ -326,6 +349,9 @@ void print_table(const Options& o, const std::vector<RunResult>& rs, const std::
     }
     for (auto* r : bare) {
       if (r->ok && r->bare.rounds.size() > 1) fmt::print("{:<24} jobs/s by round: {}\n", r->label, rates(r->bare.rounds));
+      if (r->ok && !handoff_range(r->bare.handoffs).empty())
+        fmt::print("{:<24} a cache line's move between its two CPUs, by round (ns): {}\n", r->label,
+                   handoffs(r->bare.handoffs));
       if (r->ok && !r->bare.rounds_note.empty()) fmt::print("{:<24} {}\n", r->label, r->bare.rounds_note);
     }
     const RunResult* a = find(rs, "fairlane", Topology::processes, Mode::bare);
@@ -430,6 +456,7 @@ nlohmann::json to_json(const Options& o, const std::vector<RunResult>& rs, const
                    {"consumer_cpu_ns_per_job", r.bare.consumer_cpu_ns},
                    {"capacity", r.bare.capacity},
                    {"per_s_by_round", r.bare.rounds},
+                   {"line_handoff_ns_by_round", r.bare.handoffs},
                    {"rounds_note", r.bare.rounds_note},
                    {"full_retries", r.full_retries},
                    {"empty_polls", r.empty_polls}};

@@ -13,6 +13,7 @@
 #include <thread>
 
 #include "control.hpp"
+#include "handoff.hpp"
 #include "proc.hpp"
 
 namespace fairlane::bench {
@@ -310,6 +311,7 @@ void run_bare(const Options& o, Control& ctl, Children& kids, const std::string&
   b.consumer_cpu_ns = got ? double(ccpu) / double(got) : 0;
   b.producer_cpu_ns = sent ? double(pcpu) / double(sent) : 0;
   b.rounds = {b.per_s};
+  b.handoffs = {b.handoff_ns};
   r.ok = true;
 }
 
@@ -404,6 +406,15 @@ RunResult run_once(const Options& o, Peer& peer, const Params& params, std::uint
   r.shared_bytes = peer.shared_bytes();
   if (info.size() >= sizeof h.info) { r.error = "peer info too long"; return r; }
   std::memcpy(h.info, info.c_str(), info.size() + 1);
+
+  if (p.mode == Mode::bare) {
+    // The host's pace for this run, between the CPUs the flow will use
+    // (before the workers exist: nothing else runs on them meanwhile).
+    const std::vector<int> cpus = allowed_cpus();
+    std::string why;
+    r.bare.handoff_ns = line_handoff_ns(placement_cpu(p, Role::producer, 0, cpus),
+                                        placement_cpu(p, Role::consumer, 0, cpus), 20000, 5, why);
+  }
 
   Children kids;
   const std::string exe = self_exe();

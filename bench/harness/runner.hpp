@@ -77,6 +77,11 @@ struct RunResult {
     // above are the first round's.
     std::vector<double> rounds;
     std::string rounds_note;         // why the rounds stopped short, or empty
+    // One cache line's move between the first producer's CPU and the first
+    // consumer's, ns (handoff.hpp), measured just before this run's workers
+    // start (0: not measured); and by round, as `rounds`.
+    double handoff_ns = 0;
+    std::vector<double> handoffs;
   } bare;
   // Mode::batch: per-job rates, single calls (round 1) and batch calls (round 2).
   struct Batch {
