@@ -46,12 +46,17 @@ double line_handoff_ns(int cpu_a, int cpu_b, std::uint32_t handoffs, std::uint32
   if (cpu_a == cpu_b) { error = "one CPU: nothing to hand over"; return 0; }
   if (handoffs < 2 || trials == 0) { error = "nothing to measure"; return 0; }
   const std::uint64_t rounds = handoffs / 2;  // a round: one move each way
+  // The caller's own CPU set, given back at the end. Without it, no probe:
+  // a harness left pinned to one CPU would start its workers there (they
+  // inherit it, and place themselves by the CPUs they are allowed).
+  cpu_set_t saved;
+  if (sched_getaffinity(0, sizeof saved, &saved) != 0) {
+    error = std::string("cannot read this thread's CPUs: ") + std::strerror(errno);
+    return 0;
+  }
   void* m = mmap(nullptr, sizeof(Shared), PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
   if (m == MAP_FAILED) { error = std::string("mmap: ") + std::strerror(errno); return 0; }
   auto* sh = new (m) Shared{};
-  // The caller's own CPU set, given back at the end.
-  cpu_set_t saved;
-  const bool have_saved = sched_getaffinity(0, sizeof saved, &saved) == 0;
   std::vector<double> each;
   const pid_t pid = fork();
   if (pid < 0) {
@@ -90,7 +95,10 @@ double line_handoff_ns(int cpu_a, int cpu_b, std::uint32_t handoffs, std::uint32
     error = "the other side ended with " + describe_status(status);
     ok = false;
   }
-  if (have_saved) sched_setaffinity(0, sizeof saved, &saved);
+  if (sched_setaffinity(0, sizeof saved, &saved) != 0 && ok) {
+    error = std::string("cannot give this thread its CPUs back: ") + std::strerror(errno);
+    ok = false;
+  }
   munmap(m, sizeof(Shared));
   if (!ok || each.empty()) return 0;
   std::sort(each.begin(), each.end());
