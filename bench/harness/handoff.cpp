@@ -8,7 +8,9 @@
 
 #include <algorithm>
 #include <atomic>
+#include <cerrno>
 #include <cstring>
+#include <new>
 #include <vector>
 
 #include "proc.hpp"
@@ -22,7 +24,7 @@ namespace {
 struct alignas(64) Shared {
   std::atomic<std::uint64_t> turn;  // even: the parent's turn to write, odd: the child's
   char pad[64 - sizeof(std::atomic<std::uint64_t>)];
-  std::atomic<std::uint32_t> stop;
+  std::atomic<std::uint32_t> stop;  // 1: the parent gave up; 2: the child could not pin itself
 };
 
 // Waits until `turn` reads `want`; false once a second passes with no change.
@@ -66,7 +68,10 @@ double line_handoff_ns(int cpu_a, int cpu_b, std::uint32_t handoffs, std::uint32
   }
   if (pid == 0) {
     std::string e;
-    if (!pin_thread(cpu_b, e)) _exit(2);
+    if (!pin_thread(cpu_b, e)) {
+      sh->stop.store(2, std::memory_order_relaxed);  // the parent stops waiting at once
+      _exit(2);
+    }
     for (std::uint64_t t = 0; t < trials * rounds; ++t) {
       if (!await(sh->turn, 2 * t + 1, sh->stop)) _exit(1);
       sh->turn.store(2 * t + 2, std::memory_order_release);
@@ -79,7 +84,9 @@ double line_handoff_ns(int cpu_a, int cpu_b, std::uint32_t handoffs, std::uint32
     for (std::uint64_t i = 0; i < rounds; ++i) {
       const std::uint64_t t = std::uint64_t(k) * rounds + i;
       if (!await(sh->turn, 2 * t, sh->stop)) {
-        error = "the other CPU made no progress for a second";
+        error = sh->stop.load(std::memory_order_relaxed) == 2
+                    ? "cannot pin the other side to CPU " + std::to_string(cpu_b)
+                    : "the other CPU made no progress for a second";
         ok = false;
         break;
       }
@@ -90,7 +97,8 @@ double line_handoff_ns(int cpu_a, int cpu_b, std::uint32_t handoffs, std::uint32
   sh->stop.store(1, std::memory_order_relaxed);
   if (!ok) kill(pid, SIGKILL);
   int status = 0;
-  waitpid(pid, &status, 0);
+  while (waitpid(pid, &status, 0) < 0 && errno == EINTR) {
+  }
   if (ok && !(WIFEXITED(status) && WEXITSTATUS(status) == 0)) {
     error = "the other side ended with " + describe_status(status);
     ok = false;

@@ -411,9 +411,17 @@ RunResult run_once(const Options& o, Peer& peer, const Params& params, std::uint
     // The host's pace for this run, between the CPUs the flow will use
     // (before the workers exist: nothing else runs on them meanwhile).
     const std::vector<int> cpus = allowed_cpus();
+    const int a = placement_cpu(p, Role::producer, 0, cpus), b = placement_cpu(p, Role::consumer, 0, cpus);
     std::string why;
-    r.bare.handoff_ns = line_handoff_ns(placement_cpu(p, Role::producer, 0, cpus),
-                                        placement_cpu(p, Role::consumer, 0, cpus), 20000, 5, why);
+    r.bare.handoff_ns = line_handoff_ns(a, b, 20000, 5, why);
+    // The workers inherit this thread's CPUs and place themselves by them:
+    // a probe that left it pinned would put the whole flow on one CPU.
+    if (allowed_cpus() != cpus) {
+      r.error = "the line handoff probe left the harness on other CPUs than it had: " + why;
+      return r;
+    }
+    if (r.bare.handoff_ns == 0 && a >= 0 && b >= 0 && a != b)
+      std::fprintf(stderr, "fairlane-bench: [%s] line handoff not measured: %s\n", label.c_str(), why.c_str());
   }
 
   Children kids;
