@@ -227,6 +227,12 @@ CorruptionInfo Queue::corruption() const {
 
 // ---- claims -------------------------------------------------------------------------------
 
+namespace {
+// How often a claim_wait through a handle that makes no claims looks again
+// whether it does now (an unattached copy attached since).
+constexpr std::uint64_t kReadOnlyLookMs = 50;
+}  // namespace
+
 ClaimStatus Queue::try_claim(Lease& out, std::uint32_t lease_ms) noexcept {
   std::size_t got = 0;
   return claim_some(*seg_, &out, 1, got, lease_ms, segment_now_us(*seg_), false);
@@ -250,14 +256,19 @@ std::size_t Queue::claim_lane_batch(std::span<Lease> out, std::uint32_t lease_ms
 
 bool Queue::claim_wait(Lease& out, std::uint32_t lease_ms, std::chrono::milliseconds timeout) noexcept {
   Segment& s = *seg_;
-  if (!writer_cold(s)) {
-    // No claim is ever serviceable to a handle that makes none (an observer,
-    // an unattached copy: try_claim says read_only): it waits out its
-    // timeout as for an empty queue, so a loop over claim_wait does not spin.
-    std::this_thread::sleep_for(std::max(timeout, std::chrono::milliseconds(0)));
-    return false;
-  }
   const std::uint64_t give_up = monotonic_us() / 1000 + std::uint64_t(std::max<std::int64_t>(0, timeout.count()));
+  // No claim is serviceable to a handle that makes none (an observer, an
+  // unattached copy: try_claim says read_only): it waits as for an empty
+  // queue, so that a loop over claim_wait does not spin. It looks again
+  // every kReadOnlyLookMs: a copy that another thread of its process
+  // attaches meanwhile, or that attaches itself on a later look
+  // (Segment::kCopyRetryMs), claims from then on rather than after its
+  // whole timeout.
+  while (!writer_cold(s)) {
+    const std::uint64_t now = monotonic_us() / 1000;
+    if (now >= give_up) return false;
+    std::this_thread::sleep_for(std::chrono::milliseconds(std::min<std::uint64_t>(give_up - now, kReadOnlyLookMs)));
+  }
   for (;;) {
     if (claim(out, lease_ms)) return true;
     const std::uint64_t real_now = monotonic_us() / 1000;

@@ -473,7 +473,9 @@ class Queue {
   // As claim, but parks on the segment's futex until a job is serviceable or
   // the timeout passes. No busy polling. Blocking by design (only when
   // nothing is serviceable); lock-free otherwise. A handle that makes no
-  // claims (try_claim says read_only) waits out the timeout and says false.
+  // claims (try_claim says read_only) waits out the timeout and says false;
+  // an unattached copy that is attached meanwhile (by another thread's call,
+  // or its own later look) claims from then on, within 50 ms.
   bool claim_wait(Lease& out, std::uint32_t lease_ms, std::chrono::milliseconds timeout) noexcept;
 
   // Up to out.size() jobs in one call: each ring step takes

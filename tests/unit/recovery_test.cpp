@@ -2087,6 +2087,49 @@ TEST_F(Recovery, AnUnattachedCopyExtendsItsParentsLeaseWhileAnotherThreadAttache
   expect_clean();
 }
 
+// A claim_wait through a copy that is unattached when it starts (every
+// process record taken) claims once another thread of the child attaches
+// the copy, rather than waiting out its timeout and saying false (as it did
+// until 2026-12-06: the copy was judged once, at the call's start).
+TEST_F(Recovery, AClaimWaitThroughAnUnattachedCopyClaimsOnceTheCopyIsAttached) {
+  make(40, 2);
+  const auto jobs = fill(A, 1);
+  std::optional<Queue> other;
+  {
+    auto r = Queue::open(seg());
+    ASSERT_TRUE(r) << r.error().message;
+    other.emplace(std::move(r.value()));
+  }
+  struct Steps {
+    std::atomic<int> waiting{0}, freed{0};
+  };
+  SharedBlock<Steps> steps;
+  ForkedChild child([&] {
+    if (q().writable()) return 2;  // the table is full: unattached
+    Lease l;
+    std::atomic<bool> got{false};
+    std::thread waiter([&] { got.store(q().claim_wait(l, kLongLease, 30s)); });
+    steps->waiting.store(1);
+    if (!test::eventually([&] { return steps->freed.load() != 0; }, 20s)) return 8;
+    // This thread's look attaches the copy (a record is free, the retry time passed).
+    if (!test::eventually([&] { return q().writable(); }, 10s)) return 3;
+    waiter.join();
+    if (!got.load()) return 4;  // waited its whole timeout, or refused
+    if (l.id != jobs[0]) return 5;
+    return q().complete(l.id, l.token) == AckStatus::ok ? 0 : 6;
+  }, 90);
+  ASSERT_TRUE(test::eventually([&] { return steps->waiting.load() != 0 || child.poll(); }, 20s));
+  ASSERT_EQ(steps->waiting.load(), 1) << child.describe();
+  other.reset();
+  steps->freed.store(1);
+  q().advance_clock(detail::Segment::kCopyRetryMs);  // the child's retry time, passed
+  ASSERT_TRUE(child.wait_for(60s));
+  EXPECT_TRUE(child.exited_zero()) << child.describe();
+  Lease l;
+  EXPECT_FALSE(q().claim(l, kLongLease)) << "the job was left for the parent: " << l.id.str();
+  expect_clean();
+}
+
 // Children that call through their copies and end by _exit (or are
 // killed) hold no thread record once they are gone: they took theirs in
 // their own names (found in review: in the parent's, each leaked one while
