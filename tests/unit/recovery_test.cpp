@@ -102,6 +102,31 @@ class Recovery : public test::SegmentFixture {
     if (processes) o.processes = processes;
     create(o);
   }
+  // With make(_, 2): the second process record taken by another handle of
+  // this process, so that a child forked now finds none free (its copy of
+  // q() is unattached). Reset it to free the record.
+  std::optional<Queue> take_the_last_record() {
+    auto r = Queue::open(seg());
+    EXPECT_TRUE(r) << r.error().message;
+    if (!r) return std::nullopt;
+    return std::optional<Queue>(std::move(r.value()));
+  }
+  // A child with an unattached copy says `ready` once it has set up what it
+  // tests; the parent then frees a record (`other`), says `freed` and passes
+  // the child's retry time on the segment clock. False if the child never
+  // said ready (it ended first).
+  struct CopySteps {
+    std::atomic<int> ready{0}, freed{0};
+  };
+  bool free_a_record_when_ready(test::ForkedChild& child, CopySteps& steps, std::optional<Queue>& other) {
+    if (!test::eventually([&] { return steps.ready.load() != 0 || child.poll(); }, std::chrono::seconds(20)) ||
+        steps.ready.load() != 1)
+      return false;
+    other.reset();
+    steps.freed.store(1);
+    q().advance_clock(detail::Segment::kCopyRetryMs);  // the child's retry time, passed
+    return true;
+  }
   std::vector<BrandedId> fill(const BrandedId& g, int n) {
     std::vector<BrandedId> ids;
     for (int i = 0; i < n; ++i) {
@@ -1972,12 +1997,8 @@ TEST_F(Recovery, EveryCallThroughAnUnattachedCopyEndsALeaseOrRefuses) {
 // life: writable() false and every write refused, with records free.)
 TEST_F(Recovery, AnUnattachedCopyBecomesTheChildsOwnOnceARecordIsFree) {
   make(40, 2);
-  std::optional<Queue> other;
-  {
-    auto r = Queue::open(seg());  // the second record: the table is full
-    ASSERT_TRUE(r) << r.error().message;
-    other.emplace(std::move(r.value()));
-  }
+  std::optional<Queue> other = take_the_last_record();  // the table is full
+  ASSERT_TRUE(other);
   struct Steps {
     std::atomic<int> refused{0};  // the child: its copy found no record
     std::atomic<int> freed{0};    // the parent: a record is free
@@ -2045,16 +2066,9 @@ TEST_F(Recovery, AnUnattachedCopyExtendsItsParentsLeaseWhileAnotherThreadAttache
   fill(A, 2);
   Lease held;
   ASSERT_TRUE(q().claim(held, kLongLease));
-  std::optional<Queue> other;
-  {
-    auto r = Queue::open(seg());
-    ASSERT_TRUE(r) << r.error().message;
-    other.emplace(std::move(r.value()));
-  }
-  struct Steps {
-    std::atomic<int> refused{0}, freed{0};
-  };
-  SharedBlock<Steps> steps;
+  std::optional<Queue> other = take_the_last_record();
+  ASSERT_TRUE(other);
+  SharedBlock<CopySteps> steps;
   ForkedChild child([&] {
     if (q().writable()) return 2;  // the table is full: unattached
     std::atomic<bool> stop{false};
@@ -2065,7 +2079,7 @@ TEST_F(Recovery, AnUnattachedCopyExtendsItsParentsLeaseWhileAnotherThreadAttache
         extends.fetch_add(1);
       }
     });
-    steps->refused.store(1);
+    steps->ready.store(1);
     if (!test::eventually([&] { return steps->freed.load() != 0; }, 20s)) return 8;
     const bool attached = test::eventually([&] { return q().writable(); }, 10s);
     const int at = extends.load();
@@ -2076,11 +2090,7 @@ TEST_F(Recovery, AnUnattachedCopyExtendsItsParentsLeaseWhileAnotherThreadAttache
     if (not_ok.load() != 0) return 4;
     return 0;
   }, 60);
-  ASSERT_TRUE(test::eventually([&] { return steps->refused.load() != 0 || child.poll(); }, 20s));
-  ASSERT_EQ(steps->refused.load(), 1) << child.describe();
-  other.reset();
-  steps->freed.store(1);
-  q().advance_clock(detail::Segment::kCopyRetryMs);  // the child's retry time, passed
+  ASSERT_TRUE(free_a_record_when_ready(child, *steps, other)) << child.describe();
   ASSERT_TRUE(child.wait_for(30s));
   EXPECT_TRUE(child.exited_zero()) << child.describe();
   EXPECT_EQ(q().complete(held.id, held.token), AckStatus::ok);
@@ -2094,22 +2104,15 @@ TEST_F(Recovery, AnUnattachedCopyExtendsItsParentsLeaseWhileAnotherThreadAttache
 TEST_F(Recovery, AClaimWaitThroughAnUnattachedCopyClaimsOnceTheCopyIsAttached) {
   make(40, 2);
   const auto jobs = fill(A, 1);
-  std::optional<Queue> other;
-  {
-    auto r = Queue::open(seg());
-    ASSERT_TRUE(r) << r.error().message;
-    other.emplace(std::move(r.value()));
-  }
-  struct Steps {
-    std::atomic<int> waiting{0}, freed{0};
-  };
-  SharedBlock<Steps> steps;
+  std::optional<Queue> other = take_the_last_record();
+  ASSERT_TRUE(other);
+  SharedBlock<CopySteps> steps;
   ForkedChild child([&] {
     if (q().writable()) return 2;  // the table is full: unattached
     Lease l;
     std::atomic<bool> got{false};
     std::thread waiter([&] { got.store(q().claim_wait(l, kLongLease, 30s)); });
-    steps->waiting.store(1);
+    steps->ready.store(1);  // its wait begun (or about to)
     if (!test::eventually([&] { return steps->freed.load() != 0; }, 20s)) return 8;
     // This thread's look attaches the copy (a record is free, the retry time passed).
     if (!test::eventually([&] { return q().writable(); }, 10s)) return 3;
@@ -2118,11 +2121,7 @@ TEST_F(Recovery, AClaimWaitThroughAnUnattachedCopyClaimsOnceTheCopyIsAttached) {
     if (l.id != jobs[0]) return 5;
     return q().complete(l.id, l.token) == AckStatus::ok ? 0 : 6;
   }, 90);
-  ASSERT_TRUE(test::eventually([&] { return steps->waiting.load() != 0 || child.poll(); }, 20s));
-  ASSERT_EQ(steps->waiting.load(), 1) << child.describe();
-  other.reset();
-  steps->freed.store(1);
-  q().advance_clock(detail::Segment::kCopyRetryMs);  // the child's retry time, passed
+  ASSERT_TRUE(free_a_record_when_ready(child, *steps, other)) << child.describe();
   ASSERT_TRUE(child.wait_for(60s));
   EXPECT_TRUE(child.exited_zero()) << child.describe();
   Lease l;
