@@ -47,15 +47,20 @@ std::uint32_t look_token(Segment& s) noexcept {
   const std::uint32_t n = s.jobs;
   const std::uint32_t blocks = (n + kHintBlock - 1) / kHintBlock;
   std::uint32_t b = block < blocks ? block : 0;
+  // A copy of a handle in a child forked without exec looks without owning
+  // while it is one (found in review: its tokens were its parent's). Today
+  // no copy gets here: a copy becomes its child's own attachment before its
+  // first enqueue, or refuses it (writer()). Told by the handle's copy
+  // state, as writer() tells it, not by getpid(): that is a system call,
+  // and it was made for every block looked at, so a producer that keeps a
+  // table near full paid one at almost every enqueue (2.4-2.8% of the bare
+  // flow's samples, docs/perf/bare-rounds-2026-12-06b.txt).
+  const bool may_own = s.copy_state.load(std::memory_order_relaxed) == Segment::kCopyOwn;
   for (std::uint32_t k = 0; k < blocks; ++k, b = b + 1 == blocks ? 0 : b + 1) {
     std::atomic<std::uint32_t>& h = s.hints[b];
     std::uint32_t seen = h.load(std::memory_order_seq_cst);
     if (seen == kHintNone) continue;
-    // A copy of a handle in a child forked without exec looks without
-    // owning while it is one (found in review: its tokens were its
-    // parent's). Today no copy gets here: a copy becomes its child's own
-    // attachment before its first enqueue, or refuses it (writer()).
-    const std::uint32_t token = seen < kHintOwned && s.attach_pid == getpid() ? look_token(s) : 0;
+    const std::uint32_t token = seen < kHintOwned && may_own ? look_token(s) : 0;
     const bool owner = token != 0 && h.compare_exchange_strong(seen, token);
     const std::uint32_t lo = b * kHintBlock, hi = std::min(n, lo + kHintBlock);
     for (std::uint32_t i = lo; i < hi; ++i) {

@@ -192,6 +192,40 @@ void cycle(benchmark::State& state, std::uint32_t payload_bytes) {
 void BM_cycle_st(benchmark::State& state) { cycle(state, 64); }
 BENCHMARK(BM_cycle_st);
 
+// The same cycle in a table with no free slot when it starts (8,192 slots;
+// lane 0 holds every other job, the other 63 lanes the rest): claim +
+// complete free one slot, and mint + enqueue into the same lane must find
+// it. Claims go round the lanes while the slots were taken in turn, so the
+// slots freed are spread over the table, mostly outside the producer's
+// cursor's block: what a producer that keeps up with its consumers at a full
+// queue pays, the slot found through the free hints.
+void BM_cycle_full_st(benchmark::State& state) {
+  constexpr std::uint32_t kJobs = 8192;
+  bool fresh = false;
+  auto& q = Pool::acquire({kJobs, kLanes + 1, 64, "cycle-full"}, fresh);
+  const auto groups = make_groups(kLanes);
+  if (fresh) {
+    for (std::uint32_t k = 0;; ++k) {
+      const auto st = q.enqueue(groups[k % 2 ? 1 + (k / 2) % (kLanes - 1) : 0], q.mint(), kPayload64);
+      if (st == EnqueueStatus::full) break;
+      if (st != EnqueueStatus::enqueued) { state.SkipWithError("fill failed"); return; }
+    }
+  }
+  Pool::ready();
+  Lease lease;
+  lease.payload.reserve(64);
+  for (auto _ : state) {
+    if (!q.claim(lease, kLeaseMs)) { state.SkipWithError("claim found nothing"); break; }
+    if (q.complete(lease.id, lease.token) != AckStatus::ok) { state.SkipWithError("complete refused"); break; }
+    if (q.enqueue(lease.group, q.mint(), kPayload64) != EnqueueStatus::enqueued) {
+      state.SkipWithError("enqueue refused");
+      break;
+    }
+  }
+  state.counters["cycles/s"] = benchmark::Counter(double(state.iterations()), benchmark::Counter::kIsRate);
+}
+BENCHMARK(BM_cycle_full_st);
+
 // Each thread runs whole cycles on the one segment: contention on the ring,
 // the mint word and the lanes.
 void BM_cycle_mt(benchmark::State& state) { cycle(state, 64); }
