@@ -53,7 +53,7 @@ std::uint32_t look_token(Segment& s) noexcept {
   // first enqueue, or refuses it (writer()). Told by the handle's copy
   // state, as writer() tells it, not by getpid(): that is a system call,
   // and it was made for every block looked at, so a producer that keeps a
-  // table near full paid one at almost every enqueue (2.4-2.8% of the bare
+  // table near full paid one at almost every enqueue (2.1-2.8% of the bare
   // flow's samples, docs/perf/bare-rounds-2026-12-06b.txt).
   const bool may_own = s.copy_state.load(std::memory_order_relaxed) == Segment::kCopyOwn;
   for (std::uint32_t k = 0; k < blocks; ++k, b = b + 1 == blocks ? 0 : b + 1) {
