@@ -44,8 +44,10 @@ bool await(const std::atomic<std::uint64_t>& turn, std::uint64_t want, const std
 }  // namespace
 
 double line_handoff_ns(int cpu_a, int cpu_b, std::uint32_t handoffs, std::uint32_t trials, std::string& error) {
-  if (cpu_a < 0 || cpu_b < 0) { error = "not pinned"; return 0; }
-  if (cpu_a == cpu_b) { error = "one CPU: nothing to hand over"; return 0; }
+  if (!handoff_applies(cpu_a, cpu_b)) {
+    error = cpu_a < 0 || cpu_b < 0 ? "not pinned" : "one CPU: nothing to hand over";
+    return 0;
+  }
   if (handoffs < 2 || trials == 0) { error = "nothing to measure"; return 0; }
   const std::uint64_t rounds = handoffs / 2;  // a round: one move each way
   // The caller's own CPU set, given back at the end. Without it, no probe:

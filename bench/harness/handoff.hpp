@@ -13,6 +13,10 @@
 
 namespace fairlane::bench {
 
+// Does the probe apply to these CPUs: two different ones, both known (a
+// worker that is not pinned has -1)? line_handoff_ns declines otherwise.
+inline bool handoff_applies(int cpu_a, int cpu_b) noexcept { return cpu_a >= 0 && cpu_b >= 0 && cpu_a != cpu_b; }
+
 // Nanoseconds per handoff (one move of the line, one way), the median of
 // `trials` runs of `handoffs` each; 0 with `error` set when it cannot be
 // measured (the same CPU twice, a CPU not allowed, fork failed, or the

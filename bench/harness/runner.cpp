@@ -420,7 +420,7 @@ RunResult run_once(const Options& o, Peer& peer, const Params& params, std::uint
       r.error = "the line handoff probe left the harness on other CPUs than it had: " + why;
       return r;
     }
-    if (r.bare.handoff_ns == 0 && a >= 0 && b >= 0 && a != b)
+    if (r.bare.handoff_ns == 0 && handoff_applies(a, b))
       std::fprintf(stderr, "fairlane-bench: [%s] line handoff not measured: %s\n", label.c_str(), why.c_str());
   }
 

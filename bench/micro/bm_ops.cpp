@@ -90,13 +90,7 @@ void BM_enqueue_full_st(benchmark::State& state) {
   bool fresh = false;
   auto& q = Pool::acquire({jobs, kLanes + 1, 64, "full"}, fresh);
   const auto groups = make_groups(kLanes);
-  if (fresh) {
-    for (std::uint32_t k = 0;; ++k) {
-      const auto st = q.enqueue(groups[k % kLanes], q.mint(), kPayload64);
-      if (st == EnqueueStatus::full) break;
-      if (st != EnqueueStatus::enqueued) { state.SkipWithError("fill failed"); return; }
-    }
-  }
+  if (fresh && !fill_to_full(q, [&](std::uint64_t k) { return groups[k % kLanes]; }, kPayload64, state)) return;
   Pool::ready();
   const BrandedId id = q.mint();
   for (auto _ : state) {
@@ -204,13 +198,8 @@ void BM_cycle_full_st(benchmark::State& state) {
   bool fresh = false;
   auto& q = Pool::acquire({kJobs, kLanes + 1, 64, "cycle-full"}, fresh);
   const auto groups = make_groups(kLanes);
-  if (fresh) {
-    for (std::uint32_t k = 0;; ++k) {
-      const auto st = q.enqueue(groups[k % 2 ? 1 + (k / 2) % (kLanes - 1) : 0], q.mint(), kPayload64);
-      if (st == EnqueueStatus::full) break;
-      if (st != EnqueueStatus::enqueued) { state.SkipWithError("fill failed"); return; }
-    }
-  }
+  auto lane_of = [&](std::uint64_t k) { return groups[k % 2 ? 1 + (k / 2) % (kLanes - 1) : 0]; };
+  if (fresh && !fill_to_full(q, lane_of, kPayload64, state)) return;
   Pool::ready();
   Lease lease;
   lease.payload.reserve(64);

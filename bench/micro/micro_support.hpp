@@ -136,6 +136,21 @@ inline void fill(fairlane::Queue& q, const std::vector<fairlane::BrandedId>& gro
     }
 }
 
+// Enqueue into the group `group_of(k)` for k = 0, 1, ... until the queue
+// answers `full`: every slot holds a job. False (and the benchmark skipped)
+// on any other refusal.
+template <class GroupOf>
+bool fill_to_full(fairlane::Queue& q, GroupOf&& group_of, std::string_view payload, benchmark::State& state) {
+  for (std::uint64_t k = 0;; ++k) {
+    const auto st = q.enqueue(group_of(k), q.mint(), payload);
+    if (st == fairlane::EnqueueStatus::full) return true;
+    if (st != fairlane::EnqueueStatus::enqueued) {
+      state.SkipWithError(("fill: enqueue " + std::string(fairlane::to_string(st))).c_str());
+      return false;
+    }
+  }
+}
+
 // A claimed job, kept for its completion.
 struct Held {
   fairlane::BrandedId id;
