@@ -233,11 +233,6 @@ namespace {
 constexpr std::uint64_t kReadOnlyLookMs = 50;
 }  // namespace
 
-ClaimStatus Queue::try_claim(Lease& out, std::uint32_t lease_ms) noexcept {
-  std::size_t got = 0;
-  return claim_some(*seg_, &out, 1, got, lease_ms, segment_now_us(*seg_), false);
-}
-
 bool Queue::writable() noexcept { return writer_cold(*seg_); }
 
 bool Queue::claim(Lease& out, std::uint32_t lease_ms) noexcept { return try_claim(out, lease_ms) == ClaimStatus::claimed; }
