@@ -264,8 +264,14 @@ bool Queue::claim_wait(Lease& out, std::uint32_t lease_ms, std::chrono::millisec
     if (now >= give_up) return false;
     std::this_thread::sleep_for(std::chrono::milliseconds(std::min<std::uint64_t>(give_up - now, kReadOnlyLookMs)));
   }
+  // Its looks look hard (claim_some): an empty answer puts it to sleep, so
+  // it must not be one a gap in the ring gave.
+  const auto look = [&] {
+    std::size_t got = 0;
+    return claim_some(s, &out, 1, got, lease_ms, segment_now_us(s), false, true) == ClaimStatus::claimed;
+  };
   for (;;) {
-    if (claim(out, lease_ms)) return true;
+    if (look()) return true;
     const std::uint64_t real_now = monotonic_us() / 1000;
     if (real_now >= give_up) return false;
     // A pass under way (its chunks are taken one a claim): take the next
@@ -276,7 +282,7 @@ bool Queue::claim_wait(Lease& out, std::uint32_t lease_ms, std::chrono::millisec
     const std::uint32_t seq = s.h->wake_seq.load(std::memory_order_acquire);
     // [S5] seq_cst: announce before the last look; pairs with notify().
     s.h->waiters.fetch_add(1, std::memory_order_seq_cst);
-    if (claim(out, lease_ms)) {
+    if (look()) {
       s.h->waiters.fetch_sub(1, std::memory_order_relaxed);
       return true;
     }

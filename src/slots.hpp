@@ -217,6 +217,17 @@ inline void note_freed(Segment& s, std::uint32_t slot) noexcept {
 // The blocks from `block` on, around the table, by their hints (above).
 std::uint32_t alloc_slot_by_hints(Segment& s, std::uint32_t block, std::uint32_t holder, std::uint64_t& ctr_out) noexcept;
 
+// Slot words an allocation reads from its cursor before it goes by the
+// hints: a line's worth. A table kept full (a producer faster than its
+// consumers) has its free slot wherever the last completion left it, not
+// at the cursor; reading the rest of the cursor's block there, up to 63
+// words, read 16 lines the consumers were writing, at every enqueue and
+// every retry of a `full` one, and took them from the consumers: the bare
+// flow fell from about 2.2 M jobs/s to 1.3 M once the queue ran full
+// (docs/perf/bare-flow-2026-12-06c.txt). The rest of the block is still
+// looked at, by its hint, last.
+inline constexpr std::uint32_t kCursorLook = 4;
+
 // Takes a free slot for the calling handle. Returns kNoSlot when every slot
 // is in use. `hint` is the caller's rotating cursor (thread-local). O(1)
 // expected while the table is not nearly full; a full table is told in
@@ -225,7 +236,7 @@ inline std::uint32_t alloc_slot(Segment& s, std::uint32_t& hint, std::uint32_t h
   const std::uint32_t n = s.jobs;
   std::uint32_t i = hint < n ? hint : 0;
   const std::uint32_t block_end = std::min(n, (i / kHintBlock + 1) * kHintBlock);
-  for (; i < block_end; ++i) {
+  for (const std::uint32_t look_end = std::min(block_end, i + kCursorLook); i < look_end; ++i) {
     if (take_free_slot(s, i, holder, ctr_out)) {
       hint = i + 1 == n ? 0 : i + 1;
       return i;

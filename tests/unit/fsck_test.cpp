@@ -401,7 +401,8 @@ TEST_F(FsckTest, ATailHintScribbledAheadStillLetsLanesRing) {
 // nothing reported. A claim that finds the head cell written for an earlier
 // lap while the hint says pushes went past it fills the cell (naming no lane, so that a
 // pusher still about to write it goes on to the next), reports it, and
-// passes it.
+// passes it. claim_wait asks the hint at every look (its empty answer puts
+// it to sleep): its first look finds the gap.
 TEST_F(FsckTest, ATailHintScribbledWithinALapLeavesNoGapTheHeadWaitsAt) {
   const BrandedId g = BrandedId::make("TEN", 3);
   const BrandedId x = q().mint();
@@ -410,7 +411,31 @@ TEST_F(FsckTest, ATailHintScribbledWithinALapLeavesNoGapTheHeadWaitsAt) {
   const std::uint64_t before = q().corruption().count;
   ASSERT_EQ(q().enqueue(g, x, "x"), EnqueueStatus::enqueued);
   Lease l;
-  ASSERT_TRUE(q().claim(l, 60'000)) << "the head waits at a cell nobody will write";
+  ASSERT_TRUE(q().claim_wait(l, 60'000, std::chrono::milliseconds(0))) << "the head waits at a cell nobody will write";
+  EXPECT_EQ(l.id, x);
+  EXPECT_EQ(q().complete(l.id, l.token), AckStatus::ok);
+  EXPECT_EQ(q().corruption().count, before + 5);  // each cell of the gap, once
+  const FsckReport r = q().fsck();
+  EXPECT_TRUE(r.clean()) << (r.issues.empty() ? "" : r.issues[0].invariant + ": " + r.issues[0].detail);
+}
+
+// try_claim asks the tail hint at one empty look in 64 of its thread, not
+// at each (the hint's line is written by every push: a consumer polling an
+// empty queue took it from the producer at every look). So a gap may answer
+// "empty" to a try_claim, but for at most 63 looks in a row.
+TEST_F(FsckTest, TryClaimsFindAGapWithinSixtyFourLooks) {
+  const BrandedId g = BrandedId::make("TEN", 4);
+  const BrandedId x = q().mint();
+  RawSegment raw(seg());
+  raw.header().ring_tail.store(raw.header().ring_head.load() + 5);
+  const std::uint64_t before = q().corruption().count;
+  ASSERT_EQ(q().enqueue(g, x, "x"), EnqueueStatus::enqueued);
+  Lease l;
+  int empty = 0;
+  ClaimStatus st = ClaimStatus::empty;
+  while ((st = q().try_claim(l, 60'000)) == ClaimStatus::empty && empty < 64) ++empty;
+  ASSERT_EQ(st, ClaimStatus::claimed) << "64 looks in a row answered empty over a gap";
+  EXPECT_LT(empty, 64);
   EXPECT_EQ(l.id, x);
   EXPECT_EQ(q().complete(l.id, l.token), AckStatus::ok);
   EXPECT_EQ(q().corruption().count, before + 5);  // each cell of the gap, once
