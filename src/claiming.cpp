@@ -658,9 +658,31 @@ Step serve(Segment& s, ThreadRecord* rec, std::uint32_t lane, std::uint64_t h, W
 
 // How often an empty look of a claim that does not look hard reads the
 // ring's tail hint to tell a gap (below) from an empty ring: one empty look
-// in this many, per thread.
+// in this many of a thread at one handle, and the first. Counted per thread
+// and handle: with one count per thread, a thread polling two queues in
+// turn put all of one queue's looks between the asking ones, and that
+// queue's gap was never filled; a fresh process's single try_claim (the
+// CLI's `claim`) never asked (found in review:
+// `FsckTest.TwoQueuesPolledInTurnEachFindTheirGap`,
+// `FsckCli.AClaimWithoutWaitFindsAGap`). A thread that turns from one
+// handle to another asks at its first empty look at each.
 constexpr std::uint32_t kTailLookEvery = 64;
-thread_local std::uint32_t t_empty_looks = 0;
+struct EmptyLooks {
+  std::uint64_t handle = 0;  // Segment::handle_id (never 0)
+  std::uint32_t count = 0;
+};
+thread_local EmptyLooks t_empty_looks;
+
+// Does this empty look read the tail hint?
+bool ask_tail(const Segment& s) noexcept {
+  EmptyLooks& e = t_empty_looks;
+  if (e.handle != s.handle_id) {
+    e.handle = s.handle_id;
+    e.count = 0;
+    return true;
+  }
+  return ++e.count % kTailLookEvery == 0;
+}
 
 // One ring step: serves the lane at the head, or passes a stale cell.
 // `look_hard`: an empty ring is told from a gap at every empty look (see
@@ -684,13 +706,13 @@ Step ring_step(Segment& s, ThreadRecord* rec, Lease* out, std::size_t want_max, 
     // hint's line is written by every push, and a consumer polling an empty
     // queue that read it at every look took it from the producer each time
     // (the bare flow ran 15-35% slower, docs/perf). One look in
-    // kTailLookEvery asks, and every look of claim_wait (look_hard), whose
-    // empty answer puts it to sleep.
-    if (!look_hard && ++t_empty_looks % kTailLookEvery != 0) return Step::empty;
+    // kTailLookEvery of a thread at a handle asks (and its first), and every
+    // look of claim_wait (look_hard), whose empty answer puts it to sleep.
+    if (!look_hard && !ask_tail(s)) return Step::empty;
     if (s.h->ring_tail.load(std::memory_order_acquire) <= h + 1) return Step::empty;
     // A gap is as many cells as the hint was moved ahead: the next empty
-    // look of this thread (this claim's next step) asks again.
-    t_empty_looks = kTailLookEvery - 1;
+    // look of this thread at this handle (this claim's next step) asks again.
+    t_empty_looks = EmptyLooks{s.handle_id, kTailLookEvery - 1};
     return fill_gap(s, h, c);
   }
   const std::uint32_t lane1 = RingCell::lane1(c);

@@ -151,16 +151,18 @@ inline bool admission_published(const Segment& s, std::uint32_t slot, const Word
 
 // ---- allocation ---------------------------------------------------------------------
 //
-// A slot is taken by a CAS of its word from free to admitting, looking from
-// the caller's rotating cursor through the cursor's block of kHintBlock
-// words; past it, block by block by their free hints (layout.hpp), so that
-// a table with no free slot is told in one hint read a block, not one word
-// a slot (BM_enqueue_full_st: docs/perf/micro-2026-12-05.txt).
+// A slot is taken by a CAS of its word from free to admitting, looking at
+// up to kCursorLook words from the caller's rotating cursor (within the
+// cursor's block of kHintBlock words); then block by block by their free
+// hints (layout.hpp), from the next block round to the cursor's own, so
+// that a table with no free slot is told in one hint read a block, not one
+// word a slot (BM_enqueue_full_st: docs/perf/micro-2026-12-05.txt).
 //
 // The hint's protocol, and why a `full` answer means it:
 // - a freer: its CAS of the slot word to free, then a load of the block's
 //   hint, and a store of 0 ("look") unless it read 0. No locked instruction.
-// - an allocator past its cursor's block: passes a block whose hint is
+// - an allocator going by the hints (every block, its cursor's too, once
+//   the words at its cursor held no free one): passes a block whose hint is
 //   kHintNone. Otherwise it looks at every word of it. One that finds the
 //   hint neither kHintNone nor owned turns it to a value of its own (its
 //   token, kHintOwned and up) by a CAS, and owns the look: finding no free

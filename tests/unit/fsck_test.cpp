@@ -443,6 +443,89 @@ TEST_F(FsckTest, TryClaimsFindAGapWithinSixtyFourLooks) {
   EXPECT_TRUE(r.clean()) << (r.issues.empty() ? "" : r.issues[0].invariant + ": " + r.issues[0].detail);
 }
 
+// The count of empty looks is per thread and handle. With one count per
+// thread, shared by every queue, a thread that polled two queues in turn
+// (try_claim A, try_claim B, ...) put all of A's empty looks on one parity:
+// once the count stood at 63 (any gap found sets it there), B's looks got
+// the even counts (64, 66, ...) and A's the odd ones, so A's looks never
+// read its tail hint, and A's gap was never filled (found in review).
+TEST_F(FsckTest, TwoQueuesPolledInTurnEachFindTheirGap) {
+  SegmentGuard gb(unique_segment_name("b")), gc(unique_segment_name("c"));
+  auto rb = Queue::create(gb.name(), small_options());
+  auto rc = Queue::create(gc.name(), small_options());
+  ASSERT_TRUE(rb.ok() && rc.ok());
+  Queue& B = rb.value();
+  Queue& C = rc.value();
+  // C: a gap and a job, to put the counter at a known value (63).
+  {
+    RawSegment raw(gc.name());
+    raw.header().ring_tail.store(raw.header().ring_head.load() + 5);
+    ASSERT_EQ(C.enqueue(BrandedId::make("TEN", 5), C.mint(), "c"), EnqueueStatus::enqueued);
+    Lease l;
+    int n = 0;
+    while (C.try_claim(l, 60'000) != ClaimStatus::claimed) ASSERT_LT(++n, 64);
+  }
+  const BrandedId x = q().mint();
+  RawSegment raw(seg());
+  raw.header().ring_tail.store(raw.header().ring_head.load() + 5);
+  ASSERT_EQ(q().enqueue(BrandedId::make("TEN", 4), x, "x"), EnqueueStatus::enqueued);
+  Lease l, lb;
+  int rounds = 0;
+  bool got = false;
+  for (; rounds < 1000 && !got; ++rounds) {
+    ASSERT_NE(B.try_claim(lb, 60'000), ClaimStatus::claimed);
+    got = q().try_claim(l, 60'000) == ClaimStatus::claimed;
+  }
+  ASSERT_TRUE(got) << "1000 looks at A, each answered empty over a gap";
+  EXPECT_EQ(l.id, x);
+  EXPECT_EQ(rounds, 1) << "a thread turning from handle to handle asks at each turn";
+}
+
+// One thread, no stopped freer: `full` exactly when every slot is held,
+// for tables of awkward sizes (one block, part of a block, a block and a
+// bit), with completions in random places, so that the allocation's
+// cursor look and its walk by the hints (src/slots.hpp) meet every case:
+// the cursor at a block's end, in the last block, in a one-block table.
+TEST(Allocation, FullIsExactForEveryTableSize) {
+  for (std::uint32_t jobs : {1u, 2u, 3u, 4u, 5u, 7u, 63u, 64u, 65u, 67u, 68u, 69u, 100u, 127u, 128u, 129u, 130u, 191u, 200u, 256u, 257u}) {
+    SegmentGuard g(unique_segment_name(std::to_string(jobs)));
+    QueueOptions o;
+    o.jobs = jobs;
+    o.lanes = 8;
+    o.payload_bytes = 16;
+    auto r = Queue::create(g.name(), o);
+    ASSERT_TRUE(r.ok()) << jobs;
+    Queue& q = r.value();
+    std::mt19937 rng(jobs);
+    std::vector<Lease> held;
+    std::uint32_t pending = 0, fulls = 0;
+    for (int op = 0; op < 20000; ++op) {
+      const std::uint32_t live = pending + std::uint32_t(held.size());
+      const int what = int(rng() % 5) < 2 ? 0 : int(rng() % 2) + 1;
+      if (what == 0 || live == 0) {
+        const EnqueueStatus st = q.enqueue({}, q.mint(), "x");
+        if (live < jobs) {
+          ASSERT_EQ(st, EnqueueStatus::enqueued) << "jobs " << jobs << " live " << live << " op " << op;
+          ++pending;
+        } else {
+          ASSERT_EQ(st, EnqueueStatus::full) << "jobs " << jobs << " op " << op;
+          ++fulls;
+        }
+      } else if (what == 1 && pending > 0) {
+        Lease l;
+        ASSERT_TRUE(q.claim(l, 600000));
+        held.push_back(l);
+        --pending;
+      } else if (!held.empty()) {
+        const std::size_t k = rng() % held.size();
+        ASSERT_EQ(q.complete(held[k].id, held[k].token), AckStatus::ok);
+        held.erase(held.begin() + std::ptrdiff_t(k));
+      }
+    }
+    EXPECT_GT(fulls, 0u) << "jobs " << jobs << ": the table was never full";
+  }
+}
+
 // A lane ringed with no token cell (its token scribbled into a filled gap):
 // claims serve the other lanes and pass the skip cell, and nothing would
 // ever serve it again (no claim reaches a cell of it, and no enqueue rings a
