@@ -684,37 +684,44 @@ bool ask_tail(const Segment& s) noexcept {
   return ++e.count % kTailLookEvery == 0;
 }
 
+// The head cell `c`, at position h, is not written for h: a later lap's,
+// an empty ring, or a gap. Out of line: inline, its counting of empty looks
+// tipped GCC into calling take_cas rather than inlining it (the claim's
+// count 799 -> 867).
+[[gnu::noinline]] Step unwritten_head(Segment& s, std::uint64_t h, std::uint64_t c, bool look_hard) noexcept {
+  // Written for a later lap: the head moved on (a lap of it) since we
+  // read it. Read it again; that cell may be a lane's token.
+  if (std::int32_t(RingCell::pos(c) - std::uint32_t(h)) > 0) return Step::again;
+  // Empty, unless a push went past h: a pusher writes the first position
+  // not yet written from the hint on, and moves the hint past it only
+  // after, so positions below a hint are written (or were, and passed).
+  // A hint scribbled ahead leaves a gap nobody writes.
+  //
+  // Only a scribble makes a gap, so most empty looks do not ask: the
+  // hint's line is written by every push, and a consumer polling an empty
+  // queue that read it at every look took it from the producer each time
+  // (with cheap line moves the bare flow ran 15-38% slower:
+  // docs/perf/bare-flow-2026-12-06c.txt). One look in
+  // kTailLookEvery of a thread at a handle asks (and its first), and every
+  // look of claim_wait (look_hard), whose empty answer puts it to sleep.
+  if (!look_hard && !ask_tail(s)) return Step::empty;
+  if (s.h->ring_tail.load(std::memory_order_acquire) <= h + 1) return Step::empty;
+  // A gap is as many cells as the hint was moved ahead: the next empty
+  // look of this thread at this handle (this claim's next step) asks again.
+  t_empty_looks = EmptyLooks{s.handle_id, kTailLookEvery - 1};
+  return fill_gap(s, h, c);
+}
+
 // One ring step: serves the lane at the head, or passes a stale cell.
-// `look_hard`: an empty ring is told from a gap at every empty look (see
-// below), not at one in kTailLookEvery.
+// `look_hard`: an empty ring is told from a gap at every empty look
+// (unwritten_head), not at one in kTailLookEvery.
 Step ring_step(Segment& s, ThreadRecord* rec, Lease* out, std::size_t want_max, std::size_t& got, std::uint64_t deadline,
                std::uint64_t now_us, bool one_lane, bool look_hard) noexcept {
   const std::uint64_t h = s.h->ring_head.load(std::memory_order_acquire);
   FAIRLANE_FAILPOINT("ring.head_read");
   // [S2] seq_cst: pairs with the push [S1] and a waiter's registration [S5].
   const std::uint64_t c = s.ring[h & s.ring_mask].load(std::memory_order_seq_cst);
-  if (!cell_written_for(c, h)) {
-    // Written for a later lap: the head moved on (a lap of it) since we
-    // read it. Read it again; that cell may be a lane's token.
-    if (std::int32_t(RingCell::pos(c) - std::uint32_t(h)) > 0) return Step::again;
-    // Empty, unless a push went past h: a pusher writes the first position
-    // not yet written from the hint on, and moves the hint past it only
-    // after, so positions below a hint are written (or were, and passed).
-    // A hint scribbled ahead leaves a gap nobody writes.
-    //
-    // Only a scribble makes a gap, so most empty looks do not ask: the
-    // hint's line is written by every push, and a consumer polling an empty
-    // queue that read it at every look took it from the producer each time
-    // (the bare flow ran 15-35% slower, docs/perf). One look in
-    // kTailLookEvery of a thread at a handle asks (and its first), and every
-    // look of claim_wait (look_hard), whose empty answer puts it to sleep.
-    if (!look_hard && !ask_tail(s)) return Step::empty;
-    if (s.h->ring_tail.load(std::memory_order_acquire) <= h + 1) return Step::empty;
-    // A gap is as many cells as the hint was moved ahead: the next empty
-    // look of this thread at this handle (this claim's next step) asks again.
-    t_empty_looks = EmptyLooks{s.handle_id, kTailLookEvery - 1};
-    return fill_gap(s, h, c);
-  }
+  if (!cell_written_for(c, h)) return unwritten_head(s, h, c, look_hard);
   const std::uint32_t lane1 = RingCell::lane1(c);
   if (lane1 == 0 || lane1 > s.lane_count) {
     if (lane1 != RingCell::kSkip) report_corrupt(s, CorruptWhat::ring_cell);  // a filled gap was reported when filled
