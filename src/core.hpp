@@ -236,8 +236,8 @@ EnqueueStatus mirror_wait_acked(Segment& s, std::uint64_t seq) noexcept;
 
 // Claims up to `room` jobs (one lane's only, if `one_lane`). An empty
 // answer reads the ring's tail hint (to tell a scribbled gap from an empty
-// ring) at one look in 64 of this thread, or always if `look_hard`
-// (claiming.cpp, ring_step).
+// ring) at the first empty look of this thread at this handle and then at
+// one in 64, or always if `look_hard` (claiming.cpp, unwritten_head).
 ClaimStatus claim_some(Segment& s, Lease* out, std::size_t room, std::size_t& got, std::uint32_t lease_ms,
                        std::uint64_t now_us, bool one_lane, bool look_hard = false) noexcept;
 

@@ -224,10 +224,10 @@ std::uint32_t alloc_slot_by_hints(Segment& s, std::uint32_t block, std::uint32_t
 // consumers) has its free slot wherever the last completion left it, not
 // at the cursor; reading the rest of the cursor's block there, up to 63
 // words, read 16 lines the consumers were writing, at every enqueue and
-// every retry of a `full` one, and took them from the consumers: the bare
-// flow fell from about 2.2 M jobs/s to 1.3 M once the queue ran full
-// (docs/perf/bare-flow-2026-12-06c.txt). The rest of the block is still
-// looked at, by its hint, last.
+// every retry of a `full` one. A bare flow whose queue ran full ran at
+// 1.2-1.5 M jobs/s against 1.9-2.4 M near empty, its producer 19% of the
+// time in that search (docs/perf/bare-flow-2026-12-06c.txt). The rest of
+// the block is still looked at, by its hint, last.
 inline constexpr std::uint32_t kCursorLook = 4;
 
 // Takes a free slot for the calling handle. Returns kNoSlot when every slot
