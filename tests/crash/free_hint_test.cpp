@@ -12,6 +12,8 @@
 #include <unistd.h>
 
 #include <optional>
+#include <random>
+#include <string>
 #include <thread>
 #include <vector>
 
@@ -264,6 +266,51 @@ TEST_F(FreeHints, AScribbledHintReadsAsLook) {
   EXPECT_EQ(q().enqueue(G, q().mint(), "y"), EnqueueStatus::full);
   EXPECT_EQ(q().corruption().count, 0u);
   finish();
+}
+
+// One thread, no stopped freer: `full` exactly when every slot is held,
+// for tables of awkward sizes (one block, part of a block, a block and a
+// bit), with completions in random places, so that the allocation's
+// cursor look and its walk by the hints (src/slots.hpp) meet every case:
+// the cursor at a block's end, in the last block, in a one-block table.
+TEST(Allocation, FullIsExactForEveryTableSize) {
+  for (std::uint32_t jobs : {1u, 2u, 3u, 4u, 5u, 7u, 63u, 64u, 65u, 67u, 68u, 69u, 100u, 127u, 128u, 129u, 130u, 191u, 200u, 256u, 257u}) {
+    test::SegmentGuard g(test::unique_segment_name(std::to_string(jobs)));
+    QueueOptions o;
+    o.jobs = jobs;
+    o.lanes = 8;
+    o.payload_bytes = 16;
+    auto r = Queue::create(g.name(), o);
+    ASSERT_TRUE(r.ok()) << jobs;
+    Queue& q = r.value();
+    std::mt19937 rng(jobs);
+    std::vector<Lease> held;
+    std::uint32_t pending = 0, fulls = 0;
+    for (int op = 0; op < 20000; ++op) {
+      const std::uint32_t live = pending + std::uint32_t(held.size());
+      const int what = int(rng() % 5) < 2 ? 0 : int(rng() % 2) + 1;
+      if (what == 0 || live == 0) {
+        const EnqueueStatus st = q.enqueue({}, q.mint(), "x");
+        if (live < jobs) {
+          ASSERT_EQ(st, EnqueueStatus::enqueued) << "jobs " << jobs << " live " << live << " op " << op;
+          ++pending;
+        } else {
+          ASSERT_EQ(st, EnqueueStatus::full) << "jobs " << jobs << " op " << op;
+          ++fulls;
+        }
+      } else if (what == 1 && pending > 0) {
+        Lease l;
+        ASSERT_TRUE(q.claim(l, 600000));
+        held.push_back(l);
+        --pending;
+      } else if (!held.empty()) {
+        const std::size_t k = rng() % held.size();
+        ASSERT_EQ(q.complete(held[k].id, held[k].token), AckStatus::ok);
+        held.erase(held.begin() + std::ptrdiff_t(k));
+      }
+    }
+    EXPECT_GT(fulls, 0u) << "jobs " << jobs << ": the table was never full";
+  }
 }
 
 }  // namespace

@@ -24,12 +24,17 @@ class FsckTest : public QueueTest {
     const FsckReport r = q().fsck();
     EXPECT_TRUE(r.clean()) << when << ":\n" << show(r);
   }
-  // The ring's tail hint scribbled five cells ahead of the head, then a job
-  // of group g enqueued (its lane's cell lands past the five): returns it.
+  // Segment `name`'s ring tail hint scribbled five cells ahead of its head:
+  // the next push leaves five cells nobody writes.
+  static void scribble_a_gap(const std::string& name) {
+    RawSegment raw(name);
+    raw.header().ring_tail.store(raw.header().ring_head.load() + 5);
+  }
+  // A gap in this test's queue, then a job of group g enqueued (its lane's
+  // cell lands past the five): returns it.
   BrandedId enqueue_over_a_gap(const BrandedId& g) {
     const BrandedId x = q().mint();
-    RawSegment raw(seg());
-    raw.header().ring_tail.store(raw.header().ring_head.load() + 5);
+    scribble_a_gap(seg());
     gap_corruption_before_ = q().corruption().count;
     EXPECT_EQ(q().enqueue(g, x, "x"), EnqueueStatus::enqueued);
     return x;
@@ -462,8 +467,7 @@ TEST_F(FsckTest, TwoQueuesPolledInTurnEachFindTheirGap) {
   Queue& C = rc.value();
   // C: a gap and a job, to put the counter at a known value (63).
   {
-    RawSegment raw(gc.name());
-    raw.header().ring_tail.store(raw.header().ring_head.load() + 5);
+    scribble_a_gap(gc.name());
     ASSERT_EQ(C.enqueue(BrandedId::make("TEN", 5), C.mint(), "c"), EnqueueStatus::enqueued);
     Lease l;
     int n = 0;
@@ -480,51 +484,6 @@ TEST_F(FsckTest, TwoQueuesPolledInTurnEachFindTheirGap) {
   ASSERT_TRUE(got) << "1000 looks at A, each answered empty over a gap";
   EXPECT_EQ(rounds, 1) << "a thread turning from handle to handle asks at each turn";
   expect_gap_mended(l, x);
-}
-
-// One thread, no stopped freer: `full` exactly when every slot is held,
-// for tables of awkward sizes (one block, part of a block, a block and a
-// bit), with completions in random places, so that the allocation's
-// cursor look and its walk by the hints (src/slots.hpp) meet every case:
-// the cursor at a block's end, in the last block, in a one-block table.
-TEST(Allocation, FullIsExactForEveryTableSize) {
-  for (std::uint32_t jobs : {1u, 2u, 3u, 4u, 5u, 7u, 63u, 64u, 65u, 67u, 68u, 69u, 100u, 127u, 128u, 129u, 130u, 191u, 200u, 256u, 257u}) {
-    SegmentGuard g(unique_segment_name(std::to_string(jobs)));
-    QueueOptions o;
-    o.jobs = jobs;
-    o.lanes = 8;
-    o.payload_bytes = 16;
-    auto r = Queue::create(g.name(), o);
-    ASSERT_TRUE(r.ok()) << jobs;
-    Queue& q = r.value();
-    std::mt19937 rng(jobs);
-    std::vector<Lease> held;
-    std::uint32_t pending = 0, fulls = 0;
-    for (int op = 0; op < 20000; ++op) {
-      const std::uint32_t live = pending + std::uint32_t(held.size());
-      const int what = int(rng() % 5) < 2 ? 0 : int(rng() % 2) + 1;
-      if (what == 0 || live == 0) {
-        const EnqueueStatus st = q.enqueue({}, q.mint(), "x");
-        if (live < jobs) {
-          ASSERT_EQ(st, EnqueueStatus::enqueued) << "jobs " << jobs << " live " << live << " op " << op;
-          ++pending;
-        } else {
-          ASSERT_EQ(st, EnqueueStatus::full) << "jobs " << jobs << " op " << op;
-          ++fulls;
-        }
-      } else if (what == 1 && pending > 0) {
-        Lease l;
-        ASSERT_TRUE(q.claim(l, 600000));
-        held.push_back(l);
-        --pending;
-      } else if (!held.empty()) {
-        const std::size_t k = rng() % held.size();
-        ASSERT_EQ(q.complete(held[k].id, held[k].token), AckStatus::ok);
-        held.erase(held.begin() + std::ptrdiff_t(k));
-      }
-    }
-    EXPECT_GT(fulls, 0u) << "jobs " << jobs << ": the table was never full";
-  }
 }
 
 // A lane ringed with no token cell (its token scribbled into a filled gap):
