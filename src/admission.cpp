@@ -40,13 +40,61 @@ std::uint32_t look_token(Segment& s) noexcept {
   const std::uint32_t who = t ? std::uint32_t(t - s.threads) + 1 : 0xFFFF;
   return (std::min<std::uint32_t>(who, 0xFFFF) << 16) | (++looks & 0xFFFF);
 }
+
+// One look over a hint (a block's or a group's): passed if it says none;
+// else owned by a CAS to a token of this thread's, or looked at without
+// owning (slots.hpp).
+struct HintLook {
+  std::atomic<std::uint32_t>* h = nullptr;
+  std::uint32_t token = 0;
+  bool owner = false;
+  bool none = false;  // the hint said kHintNone: pass
+
+  void begin(Segment& s, std::atomic<std::uint32_t>& hint, bool may_own) noexcept {
+    h = &hint;
+    std::uint32_t seen = hint.load(std::memory_order_seq_cst);
+    none = seen == kHintNone;
+    token = !none && seen < kHintOwned && may_own ? look_token(s) : 0;
+    owner = token != 0 && hint.compare_exchange_strong(seen, token);
+  }
+  // Ends an owned look: kHintNone if it found none free, else 0 ("look
+  // again next time"). The CAS fails if a slot was freed meanwhile (then 0
+  // is there). True if this look put kHintNone there.
+  bool end(bool found_none) noexcept {
+    if (!owner) return false;
+    owner = false;
+    std::uint32_t mine = token;
+    return h->compare_exchange_strong(mine, found_none ? kHintNone : 0) && found_none;
+  }
+};
+
+// Looks over block b for a free slot. `said_none`: the block's hint said
+// none, or this look owned it and turned it to none (what a group's look
+// may count as none).
+std::uint32_t look_block(Segment& s, std::uint32_t b, bool may_own, std::uint32_t holder, std::uint64_t& ctr_out,
+                         bool& said_none) noexcept {
+  HintLook look;
+  look.begin(s, s.hints[b], may_own);
+  said_none = look.none;
+  if (look.none) return kNoSlot;
+  const std::uint32_t lo = b * kHintBlock, hi = std::min(s.jobs, lo + kHintBlock);
+  for (std::uint32_t i = lo; i < hi; ++i) {
+    if (take_free_slot(s, i, holder, ctr_out)) {
+      look.end(false);  // more may be free: look again next time
+      return i;
+    }
+  }
+  FAIRLANE_FAILPOINT("alloc.block_looked");
+  said_none = look.end(true);
+  return kNoSlot;
+}
+
 }  // namespace
 
 [[gnu::noinline, gnu::cold]] std::uint32_t alloc_slot_by_hints(Segment& s, std::uint32_t block, std::uint32_t holder,
                                                               std::uint64_t& ctr_out) noexcept {
-  const std::uint32_t n = s.jobs;
-  const std::uint32_t blocks = (n + kHintBlock - 1) / kHintBlock;
-  std::uint32_t b = block < blocks ? block : 0;
+  const std::uint32_t blocks = hint_blocks(s.jobs), groups = hint_groups(s.jobs);
+  const std::uint32_t b0 = block < blocks ? block : 0, g0 = b0 / kHintGroup;
   // A copy of a handle in a child forked without exec looks without owning
   // while it is one (found in review: its tokens were its parent's). Today
   // no copy gets here: a copy becomes its child's own attachment before its
@@ -56,25 +104,47 @@ std::uint32_t look_token(Segment& s) noexcept {
   // table near full paid one at almost every enqueue (2.1-2.8% of the bare
   // flow's samples, docs/perf/bare-rounds-2026-12-06b.txt).
   const bool may_own = s.copy_state.load(std::memory_order_relaxed) == Segment::kCopyOwn;
-  for (std::uint32_t k = 0; k < blocks; ++k, b = b + 1 == blocks ? 0 : b + 1) {
-    std::atomic<std::uint32_t>& h = s.hints[b];
-    std::uint32_t seen = h.load(std::memory_order_seq_cst);
-    if (seen == kHintNone) continue;
-    const std::uint32_t token = seen < kHintOwned && may_own ? look_token(s) : 0;
-    const bool owner = token != 0 && h.compare_exchange_strong(seen, token);
-    const std::uint32_t lo = b * kHintBlock, hi = std::min(n, lo + kHintBlock);
-    for (std::uint32_t i = lo; i < hi; ++i) {
-      if (take_free_slot(s, i, holder, ctr_out)) {
-        std::uint32_t mine = token;
-        if (owner) h.compare_exchange_strong(mine, 0);  // more may be free: look again next time
-        return i;
-      }
+  auto look_blocks = [&](std::uint32_t lo, std::uint32_t hi, bool& all_none) -> std::uint32_t {
+    for (std::uint32_t b = lo; b < hi; ++b) {
+      bool said_none = false;
+      if (const std::uint32_t got = look_block(s, b, may_own, holder, ctr_out, said_none); got != kNoSlot) return got;
+      all_none = all_none && said_none;
     }
-    FAIRLANE_FAILPOINT("alloc.block_looked");
-    std::uint32_t mine = token;
-    if (owner) h.compare_exchange_strong(mine, kHintNone);  // fails if a slot was freed since: then 0
+    return kNoSlot;
+  };
+  // b0's group is looked at in two pieces under one look: its blocks from
+  // b0 on first, those before b0 last (the cursor's own block among them,
+  // or in the group before, the last of the others).
+  const std::uint32_t g0_lo = g0 * kHintGroup, g0_hi = std::min(blocks, g0_lo + kHintGroup);
+  HintLook first;
+  first.begin(s, s.group_hints[g0], may_own);
+  bool first_none = true;
+  if (!first.none) {
+    if (const std::uint32_t got = look_blocks(b0, g0_hi, first_none); got != kNoSlot) {
+      first.end(false);
+      return got;
+    }
   }
-  return kNoSlot;
+  for (std::uint32_t k = 1; k < groups; ++k) {
+    const std::uint32_t g = (g0 + k) % groups;
+    HintLook look;
+    look.begin(s, s.group_hints[g], may_own);
+    if (look.none) continue;
+    bool all_none = true;
+    const std::uint32_t got = look_blocks(g * kHintGroup, std::min(blocks, g * kHintGroup + kHintGroup), all_none);
+    if (got != kNoSlot) {
+      look.end(false);
+      first.end(false);
+      return got;
+    }
+    if (look.owner) FAIRLANE_FAILPOINT("alloc.group_looked");
+    look.end(all_none);
+  }
+  if (first.none) return kNoSlot;
+  const std::uint32_t got = look_blocks(g0_lo, b0, first_none);
+  if (got == kNoSlot && first.owner) FAIRLANE_FAILPOINT("alloc.group_looked");
+  first.end(got == kNoSlot && first_none);
+  return got;
 }
 
 IdCheck job_snowflake_decoded(const Segment& s, const BrandedId& id, std::uint64_t& sf) noexcept {

@@ -195,9 +195,9 @@ class Repairer {
   }
 
   void clear_derived() {
-    // Every free hint "look" (the slots were settled above; a hint is only
+    // Every free hint, block and group, "look" (the slots were settled above; a hint is only
     // ever a way to pass a block by).
-    for (std::uint32_t b = 0; b < (s_.jobs + kHintBlock - 1) / kHintBlock; ++b) s_.hints[b].store(0);
+    for (std::uint32_t b = 0; b < hint_blocks(s_.jobs) + hint_groups(s_.jobs); ++b) s_.hints[b].store(0);
     // Lane records: all free, the default lane live; the directory, the
     // ring and the id index empty; no intents (every half-done step was
     // settled above).

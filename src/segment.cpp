@@ -332,7 +332,7 @@ Geometry geometry_for(std::uint32_t jobs, std::uint32_t lanes, std::uint32_t pay
   g.tags_off = off;
   off = round_up(off + jobs, kCacheLine);
   g.hints_off = off;
-  off = round_up(off + (std::uint64_t(jobs) + kHintBlock - 1) / kHintBlock * 4, kCacheLine);
+  off = round_up(off + (std::uint64_t(hint_blocks(jobs)) + hint_groups(jobs)) * 4, kCacheLine);
   g.slots_off = off;
   off = round_up(off + std::uint64_t(jobs) * g.slot_bytes, kCacheLine);
   g.lanes_off = off;
@@ -376,6 +376,7 @@ void bind_tables(Segment& s, const Geometry& g, std::uint64_t seed, std::uint32_
   s.words = reinterpret_cast<Word128*>(base + g.words_off);
   s.tags = reinterpret_cast<std::atomic<std::uint8_t>*>(base + g.tags_off);
   s.hints = reinterpret_cast<std::atomic<std::uint32_t>*>(base + g.hints_off);
+  s.group_hints = s.hints + hint_blocks(g.jobs);
   s.slots = base + g.slots_off;
   s.lanes = reinterpret_cast<LaneRecord*>(base + g.lanes_off);
   s.dir = reinterpret_cast<DirBucket*>(base + g.dir_off);

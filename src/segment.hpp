@@ -91,6 +91,7 @@ struct Segment {
   Word128* words = nullptr;                    // slot words
   std::atomic<std::uint8_t>* tags = nullptr;   // admission tags, one per slot
   std::atomic<std::uint32_t>* hints = nullptr;  // free hints, one per kHintBlock slots
+  std::atomic<std::uint32_t>* group_hints = nullptr;  // one per kHintGroup blocks, after them
   unsigned char* slots = nullptr;
   LaneRecord* lanes = nullptr;
   DirBucket* dir = nullptr;

@@ -5,8 +5,9 @@
 // by a plain store on whatever a list hands out), looking from a rotating
 // per-thread cursor: there is no free list to scribble or to lose a slot in.
 // A free slot is found in O(1 / (1 - occupancy)) expected probes of
-// contiguous slot words; a full table is detected without a full scan by a
-// count of free slots that only moves on the slow path (see alloc_slot).
+// contiguous slot words; a full table is told without a full scan by the
+// free hints, one a block of slots and one a group of blocks (see
+// alloc_slot).
 #pragma once
 
 #include <algorithm>
@@ -153,14 +154,17 @@ inline bool admission_published(const Segment& s, std::uint32_t slot, const Word
 //
 // A slot is taken by a CAS of its word from free to admitting, looking at
 // up to kCursorLook words from the caller's rotating cursor (within the
-// cursor's block of kHintBlock words); then block by block by their free
-// hints (layout.hpp), from the next block round to the cursor's own, so
-// that a table with no free slot is told in one hint read a block, not one
-// word a slot (BM_enqueue_full_st: docs/perf/micro-2026-12-05.txt).
+// cursor's block of kHintBlock words); then group by group and block by
+// block by their free hints (layout.hpp), from the next block round to the
+// cursor's own, so that a table with no free slot is told in one hint read
+// a group of kHintGroupSlots slots, not one word a slot
+// (BM_enqueue_full_st: docs/perf/micro-2026-12-06.txt).
 //
-// The hint's protocol, and why a `full` answer means it:
+// The block hint's protocol, and why a `full` answer means it:
 // - a freer: its CAS of the slot word to free, then a load of the block's
-//   hint, and a store of 0 ("look") unless it read 0. No locked instruction.
+//   hint, and unless it read 0 an exchange to 0 (a locked instruction, and
+//   the only one: see the group hint below for why it is not a plain
+//   store).
 // - an allocator going by the hints (every block, its cursor's too, once
 //   the words at its cursor held no free one): passes a block whose hint is
 //   kHintNone. Otherwise it looks at every word of it. One that finds the
@@ -185,22 +189,59 @@ inline bool admission_published(const Segment& s, std::uint32_t slot, const Word
 // the look came after the freeing CAS and saw the slot free. (On x86-64,
 // which fairlane requires (cmpxchg16b), a locked instruction orders every
 // load after it.)
+//
+// The group hint, the same protocol one level up:
+// - a freer, after its block hint's step: a load of the group's hint, and
+//   a store of 0 unless it read 0. Always, also when the block hint read 0
+//   (below).
+// - an allocator passes a group whose hint is kHintNone. Otherwise it
+//   looks over the group's blocks as above, owning the group's look as it
+//   would a block's (a token by a CAS). Its own look ends with a CAS of its
+//   token to kHintNone if every block of the group read kHintNone after its
+//   CAS to the token, or was turned to kHintNone by its own look; else to 0.
+//   The group of its cursor's block is looked at in two pieces, first and
+//   last, under one ownership.
+// A group hint read kHintNone only if an owner O CASed it there after
+// reading every block hint of the group kHintNone after its CAS to its
+// token. Take a slot free throughout an allocation, and its freer F (done
+// before the allocation began):
+// - F read its block hint 0: O's read of that hint as kHintNone came before
+//   F's load (a hint read 0 turns to kHintNone later only through a look
+//   begun after it, which would find the slot), so O's CAS to its token did
+//   too, and F's load of the group hint, after its load of the block hint,
+//   read O's token or a later value;
+// - F read the block hint non-zero and exchanged it to 0: O's read of it as
+//   kHintNone came before the exchange (a locked instruction: no store of F
+//   is still in its store buffer past it, which a plain store could be while
+//   F's load of the group hint went ahead of it), so again F's load of the
+//   group hint came after O's CAS to its token.
+// Either way F read that token or a later value, and stored 0 unless it
+// read 0: O's CAS to kHintNone failed, or landed before F's store and was
+// overwritten by it. (F must look at the group hint when its block's hint
+// read 0: another freer of that block may have turned it to 0 and stopped
+// before its step on the group hint.)
 // Stopped or killed:
-// - a freer between its CAS and its store leaves kHintNone over a free slot;
-//   an allocator then passes the block, and may answer `full` while that
-//   slot is free, until the sweep, which stores 0 over the hint of every
-//   block where it sees a free slot (within recovery_ms);
+// - a freer between its CAS and its stores leaves kHintNone (block or
+//   group) over a free slot; an allocator then passes the block or group,
+//   and may answer `full` while that slot is free, until the sweep, which
+//   makes both hints of every slot it sees free say "look" again (within
+//   recovery_ms);
 // - an owner mid-look leaves its token: every allocator looks over the
-//   block, and none may write kHintNone there until the sweep stores 0 over
-//   it (also over a live owner's: 0 is always safe, the owner's CAS fails);
+//   block or group, and none may write kHintNone there until the sweep
+//   stores 0 over it (also over a live owner's: 0 is always safe, the
+//   owner's CAS fails);
 // - a scribbled hint: any value below kHintOwned but kHintNone reads as 0; a
 //   scribbled kHintNone over a free slot is the first case; a scribbled
 //   token is a look whose owner never finishes.
 
-// After a CAS that freed `slot`: its block's hint says "look" again.
+// After a CAS that freed `slot`: its block's hint and its group's hint say
+// "look" again. A table that is not near full keeps its block hints at 0
+// (allocations find slots at their cursors), and this is two loads.
 inline void note_freed(Segment& s, std::uint32_t slot) noexcept {
   std::atomic<std::uint32_t>& h = s.hints[slot / kHintBlock];
-  if (h.load(std::memory_order_seq_cst) != 0) h.store(0, std::memory_order_release);
+  if (h.load(std::memory_order_seq_cst) != 0) h.exchange(0, std::memory_order_seq_cst);
+  std::atomic<std::uint32_t>& g = s.group_hints[slot / kHintGroupSlots];
+  if (g.load(std::memory_order_seq_cst) != 0) g.store(0, std::memory_order_release);
 }
 
 // Takes slot i if it is free: CAS free -> admitting(holder), with a new ctr.

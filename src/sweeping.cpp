@@ -452,14 +452,21 @@ namespace {
 
 void sweep_slot(Segment& s, std::uint32_t i, std::uint64_t now, SweepStats& st) noexcept {
   Word128 w = slot_load(s, i);
-  // Free hints (slots.hpp): "look" again over a block whose look's owner
-  // stopped or died mid-look, and over one that says none is free where one
-  // is (its freer stopped or died before its store, or a scribble).
-  std::atomic<std::uint32_t>& hint = s.hints[i / kHintBlock];
-  if (i % kHintBlock == 0 && hint.load(std::memory_order_relaxed) >= kHintOwned) hint.store(0, std::memory_order_release);
+  // Free hints (slots.hpp): "look" again over a block or group whose look's
+  // owner stopped or died mid-look, and over one that says none is free
+  // where one is (its freer stopped or died before its stores, or a
+  // scribble): the freer's own step, note_freed.
+  if (i % kHintBlock == 0) {
+    std::atomic<std::uint32_t>& hint = s.hints[i / kHintBlock];
+    if (hint.load(std::memory_order_relaxed) >= kHintOwned) hint.store(0, std::memory_order_release);
+  }
+  if (i % kHintGroupSlots == 0) {
+    std::atomic<std::uint32_t>& hint = s.group_hints[i / kHintGroupSlots];
+    if (hint.load(std::memory_order_relaxed) >= kHintOwned) hint.store(0, std::memory_order_release);
+  }
   switch (SlotWord::state(w)) {
     case SlotState::free:
-      if (hint.load(std::memory_order_relaxed) != 0) hint.store(0, std::memory_order_release);
+      note_freed(s, i);
       return;
     case SlotState::pending: {
       // A holder in a pending word: a take revoked by a settler

@@ -68,6 +68,10 @@ class RawSegment {
   std::atomic<std::uint32_t>& hint(std::uint32_t b) {
     return reinterpret_cast<std::atomic<std::uint32_t>*>(base_ + header().hints_off)[b];
   }
+  // The group hint of group g (blocks g * kHintGroup on), after the blocks'.
+  std::atomic<std::uint32_t>& group_hint(std::uint32_t g) {
+    return hint(detail::hint_blocks(header().job_capacity) + g);
+  }
   unsigned char* base() { return base_; }
   std::size_t size() const { return size_; }
 

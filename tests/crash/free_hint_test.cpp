@@ -35,43 +35,49 @@ using test::SegmentFixture;
 const BrandedId G = BrandedId::make("GRP", 7);
 constexpr std::uint32_t kJobs = 4 * kHintBlock;
 
-// Every slot of a kJobs-slot queue held by a lease; free(slot) completes the
-// one on that slot.
+// Every slot of a `jobs`-slot queue held by a lease; free(slot) completes
+// the one on that slot.
 class FreeHints : public SegmentFixture {
  protected:
-  void fill() {
+  void fill(std::uint32_t jobs = kJobs) {
+    jobs_ = jobs;
     QueueOptions o;
-    o.jobs = kJobs;
+    o.jobs = jobs;
     o.lanes = 8;
     o.payload_bytes = 16;
     create(o);
     ASSERT_FALSE(HasFailure());
-    for (std::uint32_t i = 0; i < kJobs; ++i) ASSERT_EQ(q().enqueue(G, q().mint(), "t"), EnqueueStatus::enqueued);
-    leases_.resize(kJobs);
+    for (std::uint32_t i = 0; i < jobs; ++i) ASSERT_EQ(q().enqueue(G, q().mint(), "t"), EnqueueStatus::enqueued);
+    leases_.resize(jobs);
     for (Lease& l : leases_) ASSERT_TRUE(q().claim(l, 600000));
     raw_.emplace(seg());
-  }
-  std::uint32_t slot_of(const Lease& l) {
-    for (std::uint32_t i = 0; i < kJobs; ++i)
-      if (raw_->slot(i).sf.load() == l.id.snowflake() &&
-          detail::SlotWord::state(raw_->slot_word_value(i)) == detail::SlotState::leased)
-        return i;
-    return ~0U;
+    // The lease on each slot, by its token's slot (checked against the
+    // slot's own words below, once).
+    on_slot_.assign(jobs, ~0U);
+    const std::uint64_t mask = (1ULL << raw_->header().slot_bits) - 1;
+    for (std::uint32_t k = 0; k < jobs; ++k) {
+      const auto slot = std::uint32_t(leases_[k].token.value & mask);
+      ASSERT_LT(slot, jobs);
+      ASSERT_EQ(raw_->slot(slot).sf.load(), leases_[k].id.snowflake());
+      ASSERT_EQ(detail::SlotWord::state(raw_->slot_word_value(slot)), detail::SlotState::leased);
+      on_slot_[slot] = k;
+    }
   }
   void free(std::uint32_t slot) {
-    for (Lease& l : leases_)
-      if (l.id.valid() && slot_of(l) == slot) {
-        ASSERT_EQ(q().complete(l.id, l.token), AckStatus::ok);
-        l.id = {};
-        return;
-      }
-    FAIL() << "no lease on slot " << slot;
+    ASSERT_LT(slot, jobs_);
+    ASSERT_NE(on_slot_[slot], ~0U) << "no lease on slot " << slot;
+    Lease& l = leases_[on_slot_[slot]];
+    ASSERT_EQ(q().complete(l.id, l.token), AckStatus::ok);
+    l.id = {};
+    on_slot_[slot] = ~0U;
   }
   std::uint32_t slot_of_id(const BrandedId& id) {
-    for (std::uint32_t i = 0; i < kJobs; ++i)
+    for (std::uint32_t i = 0; i < jobs_; ++i)
       if (raw_->slot(i).sf.load() == id.snowflake()) return i;
     return ~0U;
   }
+  std::uint32_t blocks() const { return detail::hint_blocks(jobs_); }
+  std::uint32_t groups() const { return detail::hint_groups(jobs_); }
   void finish() {
     for (Lease& l : leases_)
       if (l.id.valid()) {
@@ -81,7 +87,9 @@ class FreeHints : public SegmentFixture {
     expect_clean(q());
   }
   void second_owner_race(bool sweep_reset);
+  std::uint32_t jobs_ = 0;
   std::vector<Lease> leases_;
+  std::vector<std::uint32_t> on_slot_;  // index in leases_ of the lease on each slot, ~0U once freed
   std::optional<RawSegment> raw_;
 };
 
@@ -212,6 +220,7 @@ TEST_F(FreeHints, AForkedCopyOfAHandleDoesNotWriteItsParentsToken) {
   // child is forked (the child then has the same count).
   ASSERT_EQ(q().enqueue(G, q().mint(), "x"), EnqueueStatus::full);
   for (std::uint32_t k = 0; k < kJobs / kHintBlock; ++k) raw_->hint(k).store(k == b ? 0 : kHintNone);
+  raw_->group_hint(0).store(0);  // the full answer above left the group none
   const pid_t child = ::fork();
   ASSERT_GE(child, 0);
   if (child == 0) {
@@ -251,6 +260,109 @@ TEST_F(FreeHints, AForkedCopyOfAHandleDoesNotWriteItsParentsToken) {
   finish();
 }
 
+// ---- group hints: the block hints' protocol one level up -----------------
+
+// A table of three groups, the last one a part of a group whose last block
+// is a part of a block.
+constexpr std::uint32_t kGroupJobs = 2 * detail::kHintGroupSlots + 3 * kHintBlock + 5;
+
+// A full table says so and marks every group none, so the next full answer
+// reads one hint a group. A slot freed in any group, in the last block
+// too, is found by the next enqueue (its complete said "look" again over
+// the group), and the table is full again after that, every group none.
+TEST_F(FreeHints, ASlotFreedInAnyGroupOfAFullTableIsFound) {
+  fill(kGroupJobs);
+  ASSERT_FALSE(HasFailure());
+  ASSERT_EQ(groups(), 3u);
+  ASSERT_EQ(q().enqueue(G, q().mint(), "x"), EnqueueStatus::full);
+  for (std::uint32_t g = 0; g < groups(); ++g) EXPECT_EQ(raw_->group_hint(g).load(), kHintNone) << "group " << g;
+  for (const std::uint32_t slot : {7u, detail::kHintGroupSlots + 2 * kHintBlock + 1, 2 * detail::kHintGroupSlots + 1,
+                                   kGroupJobs - 1, detail::kHintGroupSlots - 1}) {
+    free(slot);
+    ASSERT_FALSE(HasFailure());
+    EXPECT_EQ(raw_->group_hint(slot / detail::kHintGroupSlots).load(), 0u)
+        << "the complete left the group of slot " << slot << " none";
+    const BrandedId id = q().mint();
+    EXPECT_EQ(q().enqueue(G, id, "x"), EnqueueStatus::enqueued) << "slot " << slot << " was free";
+    EXPECT_EQ(slot_of_id(id), slot);
+    EXPECT_EQ(q().enqueue(G, q().mint(), "y"), EnqueueStatus::full);
+    for (std::uint32_t g = 0; g < groups(); ++g) EXPECT_EQ(raw_->group_hint(g).load(), kHintNone) << "group " << g;
+  }
+  finish();
+}
+
+// A freer stopped between its step on its block's hint and its step on its
+// group's leaves the block saying "look" and, if an owner of the group's
+// look read the block before that, the group saying none. A slot freed
+// after it in the same block must not stay hidden behind the group: its
+// freer reads the block's hint 0 and still says "look" over the group.
+TEST_F(FreeHints, AFreerWhoseBlockSaysLookStillOpensItsGroup) {
+  fill(kGroupJobs);
+  ASSERT_FALSE(HasFailure());
+  ASSERT_EQ(q().enqueue(G, q().mint(), "x"), EnqueueStatus::full);
+  const std::uint32_t b = detail::kHintGroup + 3;  // a block of group 1
+  free(b * kHintBlock + 10);                      // the stopped freer's slot
+  ASSERT_FALSE(HasFailure());
+  ASSERT_EQ(raw_->hint(b).load(), 0u);
+  raw_->group_hint(1).store(kHintNone);  // its step on the group not made; the owner's none landed
+  free(b * kHintBlock + 20);
+  ASSERT_FALSE(HasFailure());
+  EXPECT_EQ(raw_->group_hint(1).load(), 0u) << "a free whose block said look left its group none";
+  const BrandedId id = q().mint();
+  EXPECT_EQ(q().enqueue(G, id, "x"), EnqueueStatus::enqueued) << "full with two slots free";
+  const std::uint32_t got = slot_of_id(id);
+  EXPECT_TRUE(got == b * kHintBlock + 10 || got == b * kHintBlock + 20) << got;
+  finish();
+}
+
+// The race the group level must survive: an allocator that owns a group's
+// look has read every block of it none and has not yet written the group's
+// none when a slot of one of those blocks is freed (the freer's exchange on
+// the block's hint, then its load of the group's, which finds the owner's
+// token). The owner's none must fail, and the slot stay findable.
+TEST_F(FreeHints, ASlotFreedWhileAnAllocatorConcludesItsGroupHasNoneIsFound) {
+  fill(kGroupJobs);
+  ASSERT_FALSE(HasFailure());
+  ASSERT_EQ(q().enqueue(G, q().mint(), "x"), EnqueueStatus::full);
+  raw_->group_hint(1).store(0);  // group 1 to be looked over again: every block of it says none
+  const BrandedId a = q().mint();
+  test::StoppedCall<EnqueueStatus> allocator("alloc.group_looked", [&] { return q().enqueue(G, a, "a"); });
+  ASSERT_GE(raw_->group_hint(1).load(), kHintOwned) << "group 1's look is not owned";
+  const std::uint32_t slot = detail::kHintGroupSlots + 5 * kHintBlock + 7;
+  EXPECT_EQ(raw_->hint(slot / kHintBlock).load(), kHintNone);
+  free(slot);
+  ASSERT_FALSE(HasFailure());
+  EXPECT_EQ(allocator.go(), EnqueueStatus::full) << "it looked before the free";
+  EXPECT_NE(raw_->group_hint(1).load(), kHintNone) << "a free slot's group says none";
+  const BrandedId id = q().mint();
+  EXPECT_EQ(q().enqueue(G, id, "b"), EnqueueStatus::enqueued) << "full with a slot free";
+  EXPECT_EQ(slot_of_id(id), slot);
+  finish();
+}
+
+// The sweep says "look" over a group that says none over a free slot (its
+// freer stopped or killed before its store, or a scribble), and over a
+// group whose look's owner died mid-look.
+TEST_F(FreeHints, TheSweepSetsBackAGroupHintThatHidesAFreeSlotOrWasLeftMidLook) {
+  fill(kGroupJobs);
+  ASSERT_FALSE(HasFailure());
+  ASSERT_EQ(q().enqueue(G, q().mint(), "x"), EnqueueStatus::full);
+  const std::uint32_t slot = 2 * detail::kHintGroupSlots + kHintBlock + 2;
+  free(slot);
+  ASSERT_FALSE(HasFailure());
+  raw_->hint(slot / kHintBlock).store(kHintNone);  // as a freer stopped before its stores leaves them
+  raw_->group_hint(2).store(kHintNone);
+  raw_->group_hint(0).store(kHintOwned + 99);  // as an allocator that died mid-look leaves it
+  EXPECT_EQ(q().enqueue(G, q().mint(), "x"), EnqueueStatus::full) << "hidden until the sweep";
+  (void)q().tick();
+  EXPECT_EQ(raw_->group_hint(2).load(), 0u);
+  EXPECT_EQ(raw_->group_hint(0).load(), 0u);
+  const BrandedId id = q().mint();
+  EXPECT_EQ(q().enqueue(G, id, "x"), EnqueueStatus::enqueued);
+  EXPECT_EQ(slot_of_id(id), slot);
+  finish();
+}
+
 // Any byte but "checking" and "none" reads as "look": a scribbled hint
 // costs a look, never a slot.
 TEST_F(FreeHints, AScribbledHintReadsAsLook) {
@@ -270,11 +382,15 @@ TEST_F(FreeHints, AScribbledHintReadsAsLook) {
 
 // One thread, no stopped freer: `full` exactly when every slot is held,
 // for tables of awkward sizes (one block, part of a block, a block and a
-// bit), with completions in random places, so that the allocation's
-// cursor look and its walk by the hints (src/slots.hpp) meet every case:
-// the cursor at a block's end, in the last block, in a one-block table.
+// bit; one group and a bit, two groups and a block and a bit), with
+// completions in random places, so that the allocation's cursor look and
+// its walk by the hints (src/slots.hpp) meet every case: the cursor at a
+// block's end, in the last block, in a one-block table, in the last group,
+// in a group's first block. The tables of more than one group start 40
+// jobs short of full, so that 20,000 random steps reach full.
 TEST(Allocation, FullIsExactForEveryTableSize) {
-  for (std::uint32_t jobs : {1u, 2u, 3u, 4u, 5u, 7u, 63u, 64u, 65u, 67u, 68u, 69u, 100u, 127u, 128u, 129u, 130u, 191u, 200u, 256u, 257u}) {
+  for (std::uint32_t jobs : {1u, 2u, 3u, 4u, 5u, 7u, 63u, 64u, 65u, 67u, 68u, 69u, 100u, 127u, 128u, 129u, 130u, 191u, 200u,
+                             256u, 257u, detail::kHintGroupSlots + 1, 2 * detail::kHintGroupSlots + kHintBlock + 3}) {
     test::SegmentGuard g(test::unique_segment_name(std::to_string(jobs)));
     QueueOptions o;
     o.jobs = jobs;
@@ -286,6 +402,8 @@ TEST(Allocation, FullIsExactForEveryTableSize) {
     std::mt19937 rng(jobs);
     std::vector<Lease> held;
     std::uint32_t pending = 0, fulls = 0;
+    if (jobs > detail::kHintGroupSlots)
+      for (; pending + 40 < jobs; ++pending) ASSERT_EQ(q.enqueue({}, q.mint(), "x"), EnqueueStatus::enqueued) << jobs;
     for (int op = 0; op < 20000; ++op) {
       const std::uint32_t live = pending + std::uint32_t(held.size());
       const int what = int(rng() % 5) < 2 ? 0 : int(rng() % 2) + 1;

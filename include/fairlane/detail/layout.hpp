@@ -8,7 +8,7 @@
 // kLayoutVersion.
 //
 //   [Header][slot words: Word128 x jobs][admission tags: u8 x jobs]
-//   [free hints: u32 x ceil(jobs / kHintBlock)]
+//   [free hints: u32 x ceil(jobs / kHintBlock), then u32 x ceil(that / kHintGroup)]
 //   [slots: SlotRecord+payload x jobs][lanes: LaneRecord x lanes]
 //   [directory: DirBucket x dir_buckets][ring: u64 x ring_cells]
 //   [index: IndexBucket x index_buckets][procs: ProcRecord x procs]
@@ -30,7 +30,7 @@
 namespace fairlane::detail {
 
 inline constexpr std::uint64_t kMagic = 0x314E4C5249414646ULL;  // "FFAIRLN1" little-endian
-inline constexpr std::uint32_t kLayoutVersion = 13;  // 10: liveness locks and real start times in ProcRecord; 11: MirrorRole; 12: free hints (bytes); 13: free hints (words, owner tokens)
+inline constexpr std::uint32_t kLayoutVersion = 14;  // 10: liveness locks and real start times in ProcRecord; 11: MirrorRole; 12: free hints (bytes); 13: free hints (words, owner tokens); 14: group hints
 inline constexpr std::size_t kCacheLine = 64;
 inline constexpr std::uint32_t kMaxJobs = (1U << 26) - 2;      // slot+1 fits a 26-bit field
 inline constexpr std::uint32_t kMaxLanes = (1U << 21) - 2;     // lane+1 fits 22 bits, with the default lane
@@ -46,9 +46,21 @@ inline constexpr std::uint32_t kIndexWays = 7;                 // id index entri
 // block, the value its own (its thread record and a count: no two looks
 // write the same value while one of them can still act on it). Any other
 // value reads as 0.
+// After the block hints, one group hint per kHintGroup blocks, with the same
+// values one level up: kHintNone says every block of the group said none
+// when its owner looked, and no slot of the group was freed since; so a full
+// table of a million slots is told in 256 group hints, not 16,384 block
+// hints.
 inline constexpr std::uint32_t kHintBlock = 64;
+inline constexpr std::uint32_t kHintGroup = 64;
+inline constexpr std::uint32_t kHintGroupSlots = kHintBlock * kHintGroup;
 inline constexpr std::uint32_t kHintNone = 1;
 inline constexpr std::uint32_t kHintOwned = 1U << 16;
+// Block hints and group hints of a table of `jobs` slots.
+constexpr std::uint32_t hint_blocks(std::uint32_t jobs) noexcept { return (jobs + kHintBlock - 1) / kHintBlock; }
+constexpr std::uint32_t hint_groups(std::uint32_t jobs) noexcept {
+  return (hint_blocks(jobs) + kHintGroup - 1) / kHintGroup;
+}
 inline constexpr std::uint32_t kIndexEntriesPerSlot = 8;       // id index size: entries per job slot
 inline constexpr std::uint32_t kDirWays = 4;                   // lane directory entries per bucket
 inline constexpr std::uint32_t kStrayLevels = 6;               // strays skip-list levels
