@@ -31,19 +31,27 @@ using namespace detail;
 namespace detail {
 
 namespace {
-// A value for this thread's next look: its thread record's index + 1 (a
-// thread without one: 0xFFFF, and a count that starts from its tid and pid)
-// over a 16-bit count of its looks.
+// A value for this thread's next look: its thread record's index + 1 over
+// a 16-bit count of its looks; 0 (no look of its own) for a thread without
+// a thread record. Tokens go to one hint at a time: a walk begins at most
+// one look at each hint, so a count that wraps within one walk (a table of
+// over 4,194,304 slots) never puts one token on one hint twice while its
+// look is on. (Threads without a record used to share one owner number,
+// and two of them could in principle write one token: they look without
+// owning now.)
 std::uint32_t look_token(Segment& s) noexcept {
-  thread_local std::uint32_t looks = (std::uint32_t(gettid_cached()) ^ (std::uint32_t(getpid()) << 11)) * 2654435761U;
+  thread_local std::uint32_t looks = 0;
   const ThreadRecord* t = s.thread();
-  const std::uint32_t who = t ? std::uint32_t(t - s.threads) + 1 : 0xFFFF;
-  return (std::min<std::uint32_t>(who, 0xFFFF) << 16) | (++looks & 0xFFFF);
+  if (!t) return 0;
+  // Thread records number at most 16 a process record, 65,520: who fits
+  // 16 bits, and a token is kHintOwned or more.
+  const std::uint32_t who = std::min<std::uint32_t>(std::uint32_t(t - s.threads) + 1, 0xFFFF);
+  return (who << 16) | (++looks & 0xFFFF);
 }
 
 // One look over a hint (a block's or a group's): passed if it says none;
-// else owned by a CAS to a token of this thread's, or looked at without
-// owning (slots.hpp).
+// else owned by a CAS to a token of this thread's, or made without owning
+// (slots.hpp).
 struct HintLook {
   std::atomic<std::uint32_t>* h = nullptr;
   std::uint32_t token = 0;
@@ -69,8 +77,7 @@ struct HintLook {
 };
 
 // Looks over block b for a free slot. `said_none`: the block's hint said
-// none, or this look owned it and turned it to none (what a group's look
-// may count as none).
+// none, or this look owned it and turned it to none.
 std::uint32_t look_block(Segment& s, std::uint32_t b, bool may_own, std::uint32_t holder, std::uint64_t& ctr_out,
                          bool& said_none) noexcept {
   HintLook look;
@@ -87,6 +94,24 @@ std::uint32_t look_block(Segment& s, std::uint32_t b, bool may_own, std::uint32_
   FAIRLANE_FAILPOINT("alloc.block_looked");
   said_none = look.end(true);
   return kNoSlot;
+}
+
+// After a walk over group g in which every block said none: owns the
+// group's look and reads its block hints again, all after its CAS; if all
+// still say none, the group says none (slots.hpp). A walk that finds a
+// slot writes nothing over its group: the group's look is owned only when
+// there is a none to write, so an allocation through the hints in a table
+// kept full makes the two locked instructions of its block's look, not
+// four.
+void conclude_group(Segment& s, std::uint32_t g, bool may_own) noexcept {
+  HintLook look;
+  look.begin(s, s.group_hints[g], may_own);
+  if (!look.owner) return;
+  const std::uint32_t lo = g * kHintGroup, hi = std::min(hint_blocks(s.jobs), lo + kHintGroup);
+  bool none = true;
+  for (std::uint32_t b = lo; b < hi && none; ++b) none = s.hints[b].load(std::memory_order_seq_cst) == kHintNone;
+  if (none) FAIRLANE_FAILPOINT("alloc.group_looked");
+  look.end(none);
 }
 
 }  // namespace
@@ -112,39 +137,29 @@ std::uint32_t look_block(Segment& s, std::uint32_t b, bool may_own, std::uint32_
     }
     return kNoSlot;
   };
-  // b0's group is looked at in two pieces under one look: its blocks from
-  // b0 on first, those before b0 last (the cursor's own block among them,
-  // or in the group before, the last of the others).
+  auto group_none = [&](std::uint32_t g) {
+    return s.group_hints[g].load(std::memory_order_seq_cst) == kHintNone;
+  };
+  // b0's group in two pieces: its blocks from b0 on first, those before b0
+  // last (the cursor's own block among them, or in the group before b0's,
+  // the last of the others).
   const std::uint32_t g0_lo = g0 * kHintGroup, g0_hi = std::min(blocks, g0_lo + kHintGroup);
-  HintLook first;
-  first.begin(s, s.group_hints[g0], may_own);
-  bool first_none = true;
-  if (!first.none) {
-    if (const std::uint32_t got = look_blocks(b0, g0_hi, first_none); got != kNoSlot) {
-      first.end(false);
-      return got;
-    }
-  }
+  const bool g0_open = !group_none(g0);
+  bool g0_none = true;
+  if (g0_open)
+    if (const std::uint32_t got = look_blocks(b0, g0_hi, g0_none); got != kNoSlot) return got;
   for (std::uint32_t k = 1; k < groups; ++k) {
     const std::uint32_t g = (g0 + k) % groups;
-    HintLook look;
-    look.begin(s, s.group_hints[g], may_own);
-    if (look.none) continue;
+    if (group_none(g)) continue;
     bool all_none = true;
-    const std::uint32_t got = look_blocks(g * kHintGroup, std::min(blocks, g * kHintGroup + kHintGroup), all_none);
-    if (got != kNoSlot) {
-      look.end(false);
-      first.end(false);
-      return got;
-    }
-    if (look.owner) FAIRLANE_FAILPOINT("alloc.group_looked");
-    look.end(all_none);
+    const std::uint32_t lo = g * kHintGroup;
+    if (const std::uint32_t got = look_blocks(lo, std::min(blocks, lo + kHintGroup), all_none); got != kNoSlot) return got;
+    if (all_none) conclude_group(s, g, may_own);
   }
-  if (first.none) return kNoSlot;
-  const std::uint32_t got = look_blocks(g0_lo, b0, first_none);
-  if (got == kNoSlot && first.owner) FAIRLANE_FAILPOINT("alloc.group_looked");
-  first.end(got == kNoSlot && first_none);
-  return got;
+  if (!g0_open) return kNoSlot;
+  if (const std::uint32_t got = look_blocks(g0_lo, b0, g0_none); got != kNoSlot) return got;
+  if (g0_none) conclude_group(s, g0, may_own);
+  return kNoSlot;
 }
 
 IdCheck job_snowflake_decoded(const Segment& s, const BrandedId& id, std::uint64_t& sf) noexcept {

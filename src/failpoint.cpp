@@ -86,8 +86,8 @@ const char* const kStepPoints[] = {
     "decide.moved",       // a move's target about to be decided, as its caller found it (reads only since)
     "reassign.found",     // a reassign's job found by its id, its slot word not yet read (reads only)
     "reassign.tagged",    // the copy's slot taken and its admission tag moved, not published (as enqueue.slot_taken)
-    "alloc.block_looked", // an allocator found no free slot in a block it owns the look of, its hint not yet written
-    "alloc.group_looked", // an allocator looked over every block of a group it owns the look of and took none, its hint not yet written
+    "alloc.block_looked", // an allocator found no free slot in a block it looked over (owning the look or not), its hint not yet written
+    "alloc.group_looked", // an allocator owns a group's look and read every block of it none, the group's none not yet written
     "liveness.judged",    // a process record's owner judged, the verdict not yet stored (a cache only)
     "mirror.records_read",  // the mirror read a batch of log records (cells given back), the slots they name not yet read
     "mirror.resync_slot",   // a resync's scan about to read its next slot (reads only)

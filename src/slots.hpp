@@ -171,19 +171,20 @@ inline bool admission_published(const Segment& s, std::uint32_t slot, const Word
 //   hint neither kHintNone nor owned turns it to a value of its own (its
 //   token, kHintOwned and up) by a CAS, and owns the look: finding no free
 //   word, it CASes its token to kHintNone; taking one, back to 0. Others
-//   look without owning and write nothing, and so does a copy of a handle
-//   in a child forked without exec (it has its parent's thread record and
-//   count, so its tokens would be its parent's).
+//   look without owning and write nothing, and so do a thread without a
+//   thread record and a copy of a handle in a child forked without exec
+//   (it has its parent's thread record and count, so its tokens would be
+//   its parent's).
 // A slot free throughout an allocation is found by it. Its block's hint
 // read kHintNone only if an owner CASed it there from its token after a
 // look that found no free word. That owner's CAS to its token came after
 // the freer's load of the hint: had it come before, the freer read a token
 // (that one, or a later owner's) or 0 written after it, and either stored
 // 0 or found 0 stored; the hint was not the owner's token after that, and a
-// token is never written twice while its owner can act (one owner's
-// tokens differ from every other's and from its own earlier ones; threads
-// without a thread record share an owner number, look_token in
-// admission.cpp, and could in principle collide), so the CAS to kHintNone
+// token is never written twice on one hint while its owner can act (one
+// owner's tokens differ from every other's, and a walk begins at most one
+// look at each hint, so its 16-bit count wraps only after 65,536 looks at
+// other hints: look_token in admission.cpp), so the CAS to kHintNone
 // failed. (Found in review: with one shared "checking"
 // value, an owner's CAS to none landed on a later owner's "checking".) So
 // the look came after the freeing CAS and saw the slot free. (On x86-64,
@@ -195,12 +196,15 @@ inline bool admission_published(const Segment& s, std::uint32_t slot, const Word
 //   a store of 0 unless it read 0. Always, also when the block hint read 0
 //   (below).
 // - an allocator passes a group whose hint is kHintNone. Otherwise it
-//   looks over the group's blocks as above, owning the group's look as it
-//   would a block's (a token by a CAS). Its own look ends with a CAS of its
-//   token to kHintNone if every block of the group read kHintNone after its
-//   CAS to the token, or was turned to kHintNone by its own look; else to 0.
-//   The group of its cursor's block is looked at in two pieces, first and
-//   last, under one ownership.
+//   looks over the group's blocks as above, writing nothing over the group
+//   (the group of the block it starts at in two pieces, first and last).
+//   If every block said none, or was turned to none by its own look, it
+//   then owns the group's look (a token by a CAS, as for a block), reads
+//   every block hint of the group again, and CASes its token to kHintNone
+//   if all read kHintNone, else to 0 (conclude_group in admission.cpp).
+//   (Owning the group for the whole walk instead costs an allocation that
+//   finds a slot two more locked instructions; in a table kept full that
+//   is every enqueue.)
 // A group hint read kHintNone only if an owner O CASed it there after
 // reading every block hint of the group kHintNone after its CAS to its
 // token. Take a slot free throughout an allocation, and its freer F (done

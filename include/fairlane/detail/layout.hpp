@@ -44,7 +44,8 @@ inline constexpr std::uint32_t kIndexWays = 7;                 // id index entri
 // there, look; kHintNone: none was there when it last looked, and no slot
 // was freed in it since; kHintOwned and up: an allocator is looking over the
 // block, the value its own (its thread record and a count: no two looks
-// write the same value while one of them can still act on it). Any other
+// write the same value on one hint while one of them can still act on
+// it). Any other
 // value reads as 0.
 // After the block hints, one group hint per kHintGroup blocks, with the same
 // values one level up: kHintNone says every block of the group said none
