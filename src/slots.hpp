@@ -158,7 +158,7 @@ inline bool admission_published(const Segment& s, std::uint32_t slot, const Word
 // block by their free hints (layout.hpp), from the next block round to the
 // cursor's own, so that a table with no free slot is told in one hint read
 // a group of kHintGroupSlots slots, not one word a slot
-// (BM_enqueue_full_st: docs/perf/micro-2026-12-06.txt).
+// (BM_enqueue_full_st: docs/perf/group-hints-2026-12-06.txt).
 //
 // The block hint's protocol, and why a `full` answer means it:
 // - a freer: its CAS of the slot word to free, then a load of the block's
