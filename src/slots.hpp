@@ -153,8 +153,8 @@ inline bool admission_published(const Segment& s, std::uint32_t slot, const Word
 // ---- allocation ---------------------------------------------------------------------
 //
 // A slot is taken by a CAS of its word from free to admitting, looking at
-// up to kCursorLook words from the caller's rotating cursor (within the
-// cursor's block of kHintBlock words); then group by group and block by
+// the words from the caller's rotating cursor to the end of its cache line
+// (at most kCursorLook); then group by group and block by
 // block by their free hints (layout.hpp), from the next block round to the
 // cursor's own, so that a table with no free slot is told in one hint read
 // a group of kHintGroupSlots slots, not one word a slot
@@ -265,7 +265,8 @@ inline void note_freed(Segment& s, std::uint32_t slot) noexcept {
 std::uint32_t alloc_slot_by_hints(Segment& s, std::uint32_t block, std::uint32_t holder, std::uint64_t& ctr_out) noexcept;
 
 // Slot words an allocation reads from its cursor before it goes by the
-// hints: a line's worth. A table kept full (a producer faster than its
+// hints: the rest of the cursor's line (slot words are 16 bytes, their
+// table line-aligned). A table kept full (a producer faster than its
 // consumers) has its free slot wherever the last completion left it, not
 // at the cursor; reading the rest of the cursor's block there, up to 63
 // words, read 16 lines the consumers were writing, at every enqueue and
@@ -274,6 +275,7 @@ std::uint32_t alloc_slot_by_hints(Segment& s, std::uint32_t block, std::uint32_t
 // time in that search (docs/perf/bare-flow-2026-12-06c.txt). The rest of
 // the block is still looked at, by its hint, last.
 inline constexpr std::uint32_t kCursorLook = 4;
+static_assert(kCursorLook * sizeof(Word128) == kCacheLine);
 
 // Takes a free slot for the calling handle. Returns kNoSlot when every slot
 // is in use. `hint` is the caller's rotating cursor (thread-local). O(1)
@@ -282,14 +284,14 @@ inline constexpr std::uint32_t kCursorLook = 4;
 inline std::uint32_t alloc_slot(Segment& s, std::uint32_t& hint, std::uint32_t holder, std::uint64_t& ctr_out) noexcept {
   const std::uint32_t n = s.jobs;
   std::uint32_t i = hint < n ? hint : 0;
-  const std::uint32_t block_end = std::min(n, (i / kHintBlock + 1) * kHintBlock);
-  for (const std::uint32_t look_end = std::min(block_end, i + kCursorLook); i < look_end; ++i) {
+  const std::uint32_t next_block = i / kHintBlock + 1;
+  for (const std::uint32_t look_end = std::min(n, (i | (kCursorLook - 1)) + 1); i < look_end; ++i) {
     if (take_free_slot(s, i, holder, ctr_out)) {
       hint = i + 1 == n ? 0 : i + 1;
       return i;
     }
   }
-  const std::uint32_t got = alloc_slot_by_hints(s, block_end == n ? 0 : block_end / kHintBlock, holder, ctr_out);
+  const std::uint32_t got = alloc_slot_by_hints(s, next_block * kHintBlock >= n ? 0 : next_block, holder, ctr_out);
   if (got != kNoSlot) hint = got + 1 == n ? 0 : got + 1;
   return got;
 }
