@@ -19,6 +19,7 @@
 #include <vector>
 
 #include "../../src/failpoint.hpp"
+#include "segment.hpp"
 #include "raw_segment.hpp"
 #include "stopped_call.hpp"
 #include "test_support.hpp"
@@ -258,6 +259,38 @@ TEST_F(FreeHints, AForkedCopyOfAHandleDoesNotWriteItsParentsToken) {
   EXPECT_NE(step.mine, child_token) << "parent and child wrote one token: 0x" << std::hex << step.mine;
   EXPECT_EQ(step.after_child, step.mine) << "the child's none landed on the parent's look: 0x" << std::hex
                                          << step.after_child;
+  finish();
+}
+
+// A thread that finds no thread record free looks without owning: it
+// writes neither a token nor a none. (Until 2026-12-06 such threads shared
+// one owner number, and two of them could in principle write one token;
+// holding a group's look for a whole walk widened that window. Found in
+// the group hints' review.) A thread with a record, after it, marks every
+// block none.
+TEST_F(FreeHints, AThreadWithoutAThreadRecordLooksWithoutOwning) {
+  fill();
+  ASSERT_FALSE(HasFailure());
+  for (std::uint32_t k = 0; k < blocks() + groups(); ++k) raw_->hint(k).store(0);
+  detail::Segment& s = detail::QueueAccess::segment(q());
+  const std::uint64_t owner = detail::ThreadOwner::make(s.me_index, s.me->incarnation.load());
+  std::vector<std::uint32_t> taken;  // every record free until now, held in this process's name
+  for (std::uint32_t i = 0; i < s.thread_count; ++i) {
+    std::uint64_t free = 0;
+    if (s.threads[i].owner.compare_exchange_strong(free, owner)) taken.push_back(i);
+  }
+  detail::raise_threads_used(*s.h, s.thread_count);
+  ASSERT_FALSE(taken.empty());
+  EnqueueStatus st{};
+  std::thread([&] { st = q().enqueue(G, q().mint(), "x"); }).join();
+  EXPECT_EQ(st, EnqueueStatus::full);
+  for (std::uint32_t k = 0; k < blocks() + groups(); ++k)
+    EXPECT_EQ(raw_->hint(k).load(), 0u) << "hint " << k << " written by a thread without a record";
+  for (const std::uint32_t i : taken) s.threads[i].owner.store(0);
+  std::thread([&] { st = q().enqueue(G, q().mint(), "y"); }).join();
+  EXPECT_EQ(st, EnqueueStatus::full);
+  for (std::uint32_t b = 0; b < blocks(); ++b) EXPECT_EQ(raw_->hint(b).load(), kHintNone) << "block " << b;
+  EXPECT_EQ(raw_->group_hint(0).load(), kHintNone);
   finish();
 }
 
