@@ -100,6 +100,11 @@ backlogged lanes, and peak memory.
   --bare-jobs N        bare flow: jobs each producer sends, default 2000000
                        (--quick 200000); the consumers claim and complete them
                        all, lanes in turn, no per-operation timing
+  --bare-work-ns N     bare flow: nanoseconds a consumer spends on each job,
+                       between its claim and its complete (a spin on the
+                       clock), default 0. Consumers slower than the producers
+                       keep the queue full: the producers' `full` path. The
+                       bare flow target is not judged with work (info)
   --bare-rounds N      bare flow: runs of each bare peer, 1..50, default 5
                        (--quick 1), taken in turn (fairlane, boost-mq,
                        fairlane, ...): the target is judged on the median of
@@ -205,6 +210,7 @@ std::optional<Options> parse_options(int argc, char** argv, std::string& error) 
     else if (a == "--peers") { if (!need()) return {}; o.peers = split(v); peers_set = true; }
     else if (a == "--bare") { o.peers = bare_peers(); peers_set = true; }
     else if (a == "--bare-jobs") { if (!num(p.bare_jobs)) return {}; bare_jobs_set = true; }
+    else if (a == "--bare-work-ns") { if (!num(p.bare_work_ns)) return {}; }
     else if (a == "--bare-rounds") { if (!num(o.bare_rounds)) return {}; bare_rounds_set = true; }
     else if (a == "--batch") { if (!num(p.batch)) return {}; }
     else if (a == "--capacity") { if (!num(p.capacity)) return {}; }
@@ -267,6 +273,7 @@ std::optional<Options> parse_options(int argc, char** argv, std::string& error) 
   }
   if (o.bare_rounds == 0 || o.bare_rounds > 50) { error = "--bare-rounds must be 1..50"; return {}; }
   if (p.bare_jobs == 0) { error = "--bare-jobs must be >= 1"; return {}; }
+  if (p.bare_work_ns > 1'000'000'000) { error = "--bare-work-ns must be at most 1000000000 (1 s)"; return {}; }
   if (p.batch == 0 || p.batch > 4096) { error = "--batch must be 1..4096"; return {}; }
   for (auto& spec : o.peers) {
     PeerSpec ps;

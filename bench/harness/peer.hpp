@@ -422,8 +422,14 @@ void WorkerCtx::consume_bare(Claim&& claim, Complete&& complete) {
   bool producers_done = false;
   int empties = 0;
   const std::uint64_t c0 = thread_cpu_ns(), t0 = now_ns();
+  const std::uint64_t work_ns = p_.bare_work_ns;
   for (;;) {
     if (claim()) {
+      if (work_ns != 0) {
+        const std::uint64_t until = now_ns() + work_ns;
+        while (now_ns() < until) {
+        }
+      }
       complete();
       ++n;
       spins = 0;
