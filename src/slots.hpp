@@ -162,9 +162,7 @@ inline bool admission_published(const Segment& s, std::uint32_t slot, const Word
 //
 // The block hint's protocol, and why a `full` answer means it:
 // - a freer: its CAS of the slot word to free, then a load of the block's
-//   hint, and unless it read 0 an exchange to 0 (a locked instruction, and
-//   the only one: see the group hint below for why it is not a plain
-//   store).
+//   hint, and a store of 0 unless it read 0. No locked instruction.
 // - an allocator going by the hints (every block, its cursor's too, once
 //   the words at its cursor held no free one): passes a block whose hint is
 //   kHintNone. Otherwise it looks at every word of it. One that finds the
@@ -192,9 +190,9 @@ inline bool admission_published(const Segment& s, std::uint32_t slot, const Word
 // load after it.)
 //
 // The group hint, the same protocol one level up:
-// - a freer, after its block hint's step: a load of the group's hint, and
-//   a store of 0 unless it read 0. Always, also when the block hint read 0
-//   (below).
+// - a freer that stored 0 over its block's hint then stores 0 over its
+//   group's hint, whatever it holds; one that read its block's hint 0
+//   loads the group's hint and stores 0 unless it read 0.
 // - an allocator passes a group whose hint is kHintNone. Otherwise it
 //   looks over the group's blocks as above, writing nothing over the group
 //   (the group of the block it starts at in two pieces, first and last).
@@ -213,23 +211,37 @@ inline bool admission_published(const Segment& s, std::uint32_t slot, const Word
 //   F's load (a hint read 0 turns to kHintNone later only through a look
 //   begun after it, which would find the slot), so O's CAS to its token did
 //   too, and F's load of the group hint, after its load of the block hint,
-//   read O's token or a later value;
-// - F read the block hint non-zero and exchanged it to 0: O's read of it as
-//   kHintNone came before the exchange (a locked instruction: no store of F
-//   is still in its store buffer past it, which a plain store could be while
-//   F's load of the group hint went ahead of it), so again F's load of the
-//   group hint came after O's CAS to its token.
-// Either way F read that token or a later value, and stored 0 unless it
-// read 0: O's CAS to kHintNone failed, or landed before F's store and was
-// overwritten by it. (F must look at the group hint when its block's hint
-// read 0: another freer of that block may have turned it to 0 and stopped
-// before its step on the group hint.)
+//   read O's token or a later value, and F stored 0 unless it read 0;
+// - F read the block hint non-zero and stored 0 over it, then 0 over the
+//   group hint: O's read of the block hint as kHintNone did not see F's
+//   first store, so O's CAS to its token, before that read, came before
+//   F's second store too, which lands after it. This is an argument of
+//   x86-64's TSO, like the loads after a locked instruction above: a
+//   thread's stores reach memory in program order (the second is a release
+//   store, so the compiler keeps them so), a locked CAS is one point in the
+//   global order, and the loads after it read memory. (In C++'s model alone
+//   it does not hold: a plain store by a third thread between F's and O's
+//   CAS ends the release sequence, and proving it there would take seq_cst
+//   stores, an xchg each.)
+// Either way O's CAS to kHintNone fails, or lands before F's store of 0 and
+// is overwritten by it. ("Done before the allocation began" means F's
+// stores are visible, not only that F returned: a store can wait in F's
+// store buffer past its return, as a freer stopped there.) (F must look at the group hint when its block's
+// hint read 0: another freer of that block may have turned it to 0 and
+// stopped before its store to the group hint. And it must store 0 over the
+// group hint whatever it holds when it stored 0 over the block's: a load of
+// the group hint there could be answered before its store to the block's
+// hint is seen, and read a 0 that O then overwrites. An exchange on the
+// block's hint closed that instead until 2026-12-06, a locked instruction
+// at every free in a table kept full.)
 // Stopped or killed:
 // - a freer between its CAS and its stores leaves kHintNone (block or
 //   group) over a free slot; an allocator then passes the block or group,
 //   and may answer `full` while that slot is free, until the sweep, which
 //   makes both hints of every slot it sees free say "look" again (within
-//   recovery_ms);
+//   recovery_ms; a pass whose own store of 0 over a block's token is still
+//   in its store buffer when it reaches such a slot may leave the group
+//   saying none, and the next pass mends it: found in review);
 // - an owner mid-look leaves its token: every allocator looks over the
 //   block or group, and none may write kHintNone there until the sweep
 //   stores 0 over it (also over a live owner's: 0 is always safe, the
@@ -243,9 +255,13 @@ inline bool admission_published(const Segment& s, std::uint32_t slot, const Word
 // (allocations find slots at their cursors), and this is two loads.
 inline void note_freed(Segment& s, std::uint32_t slot) noexcept {
   std::atomic<std::uint32_t>& h = s.hints[slot / kHintBlock];
-  if (h.load(std::memory_order_seq_cst) != 0) h.exchange(0, std::memory_order_seq_cst);
   std::atomic<std::uint32_t>& g = s.group_hints[slot / kHintGroupSlots];
-  if (g.load(std::memory_order_seq_cst) != 0) g.store(0, std::memory_order_release);
+  if (h.load(std::memory_order_seq_cst) != 0) {
+    h.store(0, std::memory_order_release);
+    g.store(0, std::memory_order_release);  // after h's store: a CAS on g after this one sees h's 0
+  } else if (g.load(std::memory_order_seq_cst) != 0) {
+    g.store(0, std::memory_order_release);
+  }
 }
 
 // Takes slot i if it is free: CAS free -> admitting(holder), with a new ctr.

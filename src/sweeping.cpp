@@ -456,13 +456,13 @@ void sweep_slot(Segment& s, std::uint32_t i, std::uint64_t now, SweepStats& st) 
   // owner stopped or died mid-look, and over one that says none is free
   // where one is (its freer stopped or died before its stores, or a
   // scribble): the freer's own step, note_freed.
-  if (i % kHintBlock == 0) {
+  if (i % kHintBlock == 0) [[unlikely]] {
     std::atomic<std::uint32_t>& hint = s.hints[i / kHintBlock];
     if (hint.load(std::memory_order_relaxed) >= kHintOwned) hint.store(0, std::memory_order_release);
-  }
-  if (i % kHintGroupSlots == 0) {
-    std::atomic<std::uint32_t>& hint = s.group_hints[i / kHintGroupSlots];
-    if (hint.load(std::memory_order_relaxed) >= kHintOwned) hint.store(0, std::memory_order_release);
+    if (i % kHintGroupSlots == 0) {
+      std::atomic<std::uint32_t>& group = s.group_hints[i / kHintGroupSlots];
+      if (group.load(std::memory_order_relaxed) >= kHintOwned) group.store(0, std::memory_order_release);
+    }
   }
   switch (SlotWord::state(w)) {
     case SlotState::free:
