@@ -226,14 +226,15 @@ inline bool admission_published(const Segment& s, std::uint32_t slot, const Word
 // Either way O's CAS to kHintNone fails, or lands before F's store of 0 and
 // is overwritten by it. ("Done before the allocation began" means F's
 // stores are visible, not only that F returned: a store can wait in F's
-// store buffer past its return, as a freer stopped there.) (F must look at the group hint when its block's
-// hint read 0: another freer of that block may have turned it to 0 and
-// stopped before its store to the group hint. And it must store 0 over the
-// group hint whatever it holds when it stored 0 over the block's: a load of
-// the group hint there could be answered before its store to the block's
-// hint is seen, and read a 0 that O then overwrites. An exchange on the
-// block's hint closed that instead until 2026-12-06, a locked instruction
-// at every free in a table kept full.)
+// store buffer past its return, as a freer stopped there.)
+// F must look at the group hint when its block's hint read 0: another
+// freer of that block may have turned it to 0 and stopped before its store
+// to the group hint. And it must store 0 over the group hint whatever it
+// holds when it stored 0 over the block's: a load of the group hint there
+// could be answered before its store to the block's hint is seen, and read
+// a 0 that O then overwrites. An exchange on the block's hint closed that
+// instead until 2026-12-06, a locked instruction at every free in a table
+// kept full.
 // Stopped or killed:
 // - a freer between its CAS and its stores leaves kHintNone (block or
 //   group) over a free slot; an allocator then passes the block or group,
