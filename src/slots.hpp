@@ -251,6 +251,13 @@ inline bool admission_published(const Segment& s, std::uint32_t slot, const Word
 //   scribbled kHintNone over a free slot is the first case; a scribbled
 //   token is a look whose owner never finishes.
 
+// The sweep's mend of a block or group hint left with a token (its look's
+// owner stopped or died mid-look, or a scribble): "look" again. 0 is always
+// safe over a live owner's token too: that owner's CAS from it fails.
+inline void drop_token(std::atomic<std::uint32_t>& hint) noexcept {
+  if (hint.load(std::memory_order_relaxed) >= kHintOwned) hint.store(0, std::memory_order_release);
+}
+
 // After a CAS that freed `slot`: its block's hint and its group's hint say
 // "look" again. A table that is not near full keeps its block hints at 0
 // (allocations find slots at their cursors), and this is two loads.

@@ -457,12 +457,8 @@ void sweep_slot(Segment& s, std::uint32_t i, std::uint64_t now, SweepStats& st) 
   // where one is (its freer stopped or died before its stores, or a
   // scribble): the freer's own step, note_freed.
   if (i % kHintBlock == 0) [[unlikely]] {
-    std::atomic<std::uint32_t>& hint = s.hints[i / kHintBlock];
-    if (hint.load(std::memory_order_relaxed) >= kHintOwned) hint.store(0, std::memory_order_release);
-    if (i % kHintGroupSlots == 0) {
-      std::atomic<std::uint32_t>& group = s.group_hints[i / kHintGroupSlots];
-      if (group.load(std::memory_order_relaxed) >= kHintOwned) group.store(0, std::memory_order_release);
-    }
+    drop_token(s.hints[i / kHintBlock]);
+    if (i % kHintGroupSlots == 0) drop_token(s.group_hints[i / kHintGroupSlots]);
   }
   switch (SlotWord::state(w)) {
     case SlotState::free:

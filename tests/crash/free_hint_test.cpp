@@ -65,6 +65,13 @@ class FreeHints : public SegmentFixture {
       on_slot_[slot] = k;
     }
   }
+  // fill(jobs), then one enqueue that answers `full`: every hint of the
+  // table says none.
+  void fill_full(std::uint32_t jobs = kJobs) {
+    fill(jobs);
+    ASSERT_FALSE(HasFailure());
+    ASSERT_EQ(q().enqueue(G, q().mint(), "x"), EnqueueStatus::full);
+  }
   void free(std::uint32_t slot) {
     ASSERT_LT(slot, jobs_);
     ASSERT_NE(on_slot_[slot], ~0U) << "no lease on slot " << slot;
@@ -100,9 +107,8 @@ class FreeHints : public SegmentFixture {
 // not the cursor's block (the complete said "look" again). Before the
 // hints, a full answer read all 256 slot words.
 TEST_F(FreeHints, ASlotFreedInAnyBlockOfAFullTableIsFound) {
-  fill();
+  fill_full();
   ASSERT_FALSE(HasFailure());
-  ASSERT_EQ(q().enqueue(G, q().mint(), "x"), EnqueueStatus::full);
   for (std::uint32_t b = 0; b < kJobs / kHintBlock; ++b) EXPECT_EQ(raw_->hint(b).load(), kHintNone) << "block " << b;
   for (std::uint32_t b = 0; b < kJobs / kHintBlock; ++b) {
     const std::uint32_t slot = b * kHintBlock + 5 + b;
@@ -190,9 +196,8 @@ TEST_F(FreeHints, AnOwnersNoneDoesNotLandOnALaterOwnersLookAfterTheSweepsReset) 
 // look ("checking" for ever). The sweep (tick: a whole pass) sets both back
 // to "look", and the slot is found.
 TEST_F(FreeHints, TheSweepSetsBackAHintThatHidesAFreeSlotOrWasLeftMidLook) {
-  fill();
+  fill_full();
   ASSERT_FALSE(HasFailure());
-  ASSERT_EQ(q().enqueue(G, q().mint(), "x"), EnqueueStatus::full);
   free(2 * kHintBlock + 3);
   ASSERT_FALSE(HasFailure());
   raw_->hint(2).store(kHintNone);      // as a freer stopped before its store leaves it
@@ -305,10 +310,9 @@ constexpr std::uint32_t kGroupJobs = 2 * detail::kHintGroupSlots + 3 * kHintBloc
 // too, is found by the next enqueue (its complete said "look" again over
 // the group), and the table is full again after that, every group none.
 TEST_F(FreeHints, ASlotFreedInAnyGroupOfAFullTableIsFound) {
-  fill(kGroupJobs);
+  fill_full(kGroupJobs);
   ASSERT_FALSE(HasFailure());
   ASSERT_EQ(groups(), 3u);
-  ASSERT_EQ(q().enqueue(G, q().mint(), "x"), EnqueueStatus::full);
   for (std::uint32_t g = 0; g < groups(); ++g) EXPECT_EQ(raw_->group_hint(g).load(), kHintNone) << "group " << g;
   for (const std::uint32_t slot : {7u, detail::kHintGroupSlots + 2 * kHintBlock + 1, 2 * detail::kHintGroupSlots + 1,
                                    kGroupJobs - 1, detail::kHintGroupSlots - 1}) {
@@ -331,9 +335,8 @@ TEST_F(FreeHints, ASlotFreedInAnyGroupOfAFullTableIsFound) {
 // after it in the same block must not stay hidden behind the group: its
 // freer reads the block's hint 0 and still says "look" over the group.
 TEST_F(FreeHints, AFreerWhoseBlockSaysLookStillOpensItsGroup) {
-  fill(kGroupJobs);
+  fill_full(kGroupJobs);
   ASSERT_FALSE(HasFailure());
-  ASSERT_EQ(q().enqueue(G, q().mint(), "x"), EnqueueStatus::full);
   const std::uint32_t b = detail::kHintGroup + 3;  // a block of group 1
   free(b * kHintBlock + 10);                      // the stopped freer's slot
   ASSERT_FALSE(HasFailure());
@@ -355,9 +358,8 @@ TEST_F(FreeHints, AFreerWhoseBlockSaysLookStillOpensItsGroup) {
 // the block's hint, then its load of the group's, which finds the owner's
 // token). The owner's none must fail, and the slot stay findable.
 TEST_F(FreeHints, ASlotFreedWhileAnAllocatorConcludesItsGroupHasNoneIsFound) {
-  fill(kGroupJobs);
+  fill_full(kGroupJobs);
   ASSERT_FALSE(HasFailure());
-  ASSERT_EQ(q().enqueue(G, q().mint(), "x"), EnqueueStatus::full);
   raw_->group_hint(1).store(0);  // group 1 to be looked over again: every block of it says none
   const BrandedId a = q().mint();
   test::StoppedCall<EnqueueStatus> allocator("alloc.group_looked", [&] { return q().enqueue(G, a, "a"); });
@@ -488,9 +490,8 @@ TEST_F(FreeHints, BetweenStepsNoHintHidesAFreeSlot) {
 // freer stopped or killed before its store, or a scribble), and over a
 // group whose look's owner died mid-look.
 TEST_F(FreeHints, TheSweepSetsBackAGroupHintThatHidesAFreeSlotOrWasLeftMidLook) {
-  fill(kGroupJobs);
+  fill_full(kGroupJobs);
   ASSERT_FALSE(HasFailure());
-  ASSERT_EQ(q().enqueue(G, q().mint(), "x"), EnqueueStatus::full);
   const std::uint32_t slot = 2 * detail::kHintGroupSlots + kHintBlock + 2;
   free(slot);
   ASSERT_FALSE(HasFailure());
@@ -510,9 +511,8 @@ TEST_F(FreeHints, TheSweepSetsBackAGroupHintThatHidesAFreeSlotOrWasLeftMidLook) 
 // Any byte but "checking" and "none" reads as "look": a scribbled hint
 // costs a look, never a slot.
 TEST_F(FreeHints, AScribbledHintReadsAsLook) {
-  fill();
+  fill_full();
   ASSERT_FALSE(HasFailure());
-  ASSERT_EQ(q().enqueue(G, q().mint(), "x"), EnqueueStatus::full);
   free(kHintBlock + 1);
   ASSERT_FALSE(HasFailure());
   for (std::uint32_t b = 0; b < kJobs / kHintBlock; ++b) raw_->hint(b).store(0xA5);  // below kHintOwned, not none
