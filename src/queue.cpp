@@ -281,9 +281,18 @@ bool Queue::claim_wait(Lease& out, std::uint32_t lease_ms, std::chrono::millisec
     if (sweep_under_way(s)) continue;
     const std::uint32_t seq = s.h->wake_seq.load(std::memory_order_acquire);
     // [S5] seq_cst: announce before the last look; pairs with notify().
+    // Counted in our process record too, after waiters and taken out before
+    // it, so that a sweep that finds us dead takes out no more than we put
+    // in (drop_parked).
     s.h->waiters.fetch_add(1, std::memory_order_seq_cst);
-    if (look()) {
+    ProcRecord& me = *s.me;
+    me.parked.fetch_add(1, std::memory_order_relaxed);
+    const auto unpark = [&] {
+      me.parked.fetch_sub(1, std::memory_order_relaxed);
       s.h->waiters.fetch_sub(1, std::memory_order_relaxed);
+    };
+    if (look()) {
+      unpark();
       return true;
     }
     // Sleep until woken, the timeout, or the next due time (so parked
@@ -297,7 +306,7 @@ bool Queue::claim_wait(Lease& out, std::uint32_t lease_ms, std::chrono::millisec
       sleep_ms = std::min(sleep_ms, due > seg_now ? due - seg_now : 1);
     }
     futex_wait(&s.h->wake_seq, seq, std::max<std::uint64_t>(sleep_ms, 1));
-    s.h->waiters.fetch_sub(1, std::memory_order_relaxed);
+    unpark();
   }
 }
 

@@ -354,9 +354,11 @@ std::uint64_t settle_dead_threads(Segment& s, std::uint64_t now, int& pid) noexc
   for (std::uint32_t i = 0; i < s.proc_count; ++i) {
     const std::uint64_t owner = s.procs[i].owner.load(std::memory_order_acquire);
     if (!(owner & kOwnerAttached)) continue;
-    if (const int p = holder_dead(s, Holder::make(i, s.procs[i].incarnation.load(std::memory_order_relaxed)), now)) {
+    const std::uint64_t inc = s.procs[i].incarnation.load(std::memory_order_relaxed);
+    if (const int p = holder_dead(s, Holder::make(i, inc), now)) {
       dead[i] = 1;
       pid = p;
+      drop_parked(s, s.procs[i], inc);
     }
   }
   std::uint64_t n = 0;

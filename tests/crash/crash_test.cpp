@@ -3,6 +3,7 @@
 // consumer killed while it is inside a claim (found by stopping it and
 // looking at the ring). failpoint_test.cpp kills at each step exactly, and
 // torture.cpp at random.
+#include "forked_child.hpp"
 #include "liveness_lock.hpp"
 #include "raw_segment.hpp"
 #include "spawn.hpp"
@@ -779,6 +780,68 @@ TEST_F(Crash, RepairInAPid1ChildOfAPid1ParentRefusesWhileTheParentIsAttached) {
   ASSERT_TRUE(WIFEXITED(st)) << st;
   if (WEXITSTATUS(st) == 5) GTEST_SKIP() << "no PID namespace here (not root)";
   EXPECT_EQ(WEXITSTATUS(st), 0) << "a pid-1 child's repair ran while its pid-1 parent (holding a lease) was attached";
+}
+
+// A consumer SIGKILLed while parked in claim_wait never takes itself out of
+// `waiters`, the count that tells a notifier to wake (design.md, "Blocking
+// claims"). Until 2026-12-06 the count stayed up for good: every later
+// notify (each enqueue that rings a lane) made a futex wake system call
+// for nobody. The sweep that finds the consumer dead takes its parked
+// count out; a consumer parked in this process meanwhile stays counted and
+// is woken by the next enqueue.
+TEST_F(Crash, AConsumerKilledWhileParkedIsNoLongerCountedAWaiter) {
+  QueueOptions o;
+  o.jobs = 64;
+  o.lanes = 8;
+  o.payload_bytes = 64;
+  o.recovery_ms = 200;
+  create(o);
+  RawSegment raw(seg());
+  const auto& waiters = raw.header().waiters;
+  const std::string name = seg();
+  test::ForkedChild parked([&] {
+    auto r = Queue::open(name);
+    Lease l;
+    if (!r) return 3;
+    r->claim_wait(l, 60000, std::chrono::seconds(60));
+    return 0;
+  }, 120);
+  ASSERT_TRUE(test::eventually([&] { return waiters.load() == 1; })) << "the child never parked";
+  parked.kill_now();
+  parked.wait();
+  ASSERT_TRUE(parked.signaled()) << parked.describe();
+  EXPECT_EQ(waiters.load(), 1u) << "killed parked: nothing has judged it yet";
+
+  // One of ours parks too, and stays parked through the passes below.
+  Lease got;
+  std::atomic<bool> claimed{false};
+  std::thread consumer([&] { claimed = q().claim_wait(got, 60000, std::chrono::seconds(30)); });
+  ASSERT_TRUE(test::eventually([&] { return waiters.load() == 2; })) << "our consumer never parked";
+  // Passes on the segment's clock until the dead one is judged (each pass
+  // judges holders at most once per recovery_ms / 2).
+  const bool dropped = test::eventually([&] {
+    q().advance_clock(o.recovery_ms);
+    q().tick();
+    return waiters.load() <= 1;
+  }, std::chrono::seconds(10));
+  EXPECT_TRUE(dropped) << "the killed consumer is still counted parked: " << waiters.load();
+  // Ours wakes every recovery_ms / 2 of real time and parks again, so the
+  // count can read 1 for a moment with the dead one still in it: watched for
+  // a while, it must read 1 (ours, whose wake-up would be lost without it)
+  // and never 2.
+  std::uint32_t most = 0;
+  for (int i = 0; i < 400; ++i) {
+    most = std::max(most, waiters.load());
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+  EXPECT_EQ(most, 1u) << "2: the killed consumer is still counted; 0: ours was taken out";
+  EXPECT_FALSE(claimed.load());
+  const BrandedId id = q().mint();
+  ASSERT_EQ(q().enqueue(BrandedId::make("GRP", 1), id, "wake"), EnqueueStatus::enqueued);
+  consumer.join();
+  EXPECT_TRUE(claimed.load());
+  EXPECT_EQ(got.id, id);
+  EXPECT_EQ(waiters.load(), 0u);
 }
 
 }  // namespace

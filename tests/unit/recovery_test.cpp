@@ -1547,6 +1547,62 @@ TEST_F(Recovery, AParkedConsumerGetsAnUnattachedCopysFailAtOnce) {
   EXPECT_EQ(got.id, held.id);
 }
 
+// A consumer killed while parked in claim_wait, and no sweep yet: the next
+// process to attach takes its record (the only one: two records, ours and
+// its), and with it the count of the dead one's parked threads out of
+// `waiters` (its attach, not a sweep: nothing here claims or ticks).
+TEST_F(Recovery, AnAttachThatTakesAKilledParkedConsumersRecordUncountsIt) {
+  make(200, 2);
+  const std::string name = seg();
+  const auto& waiters = detail::QueueAccess::segment(q()).h->waiters;
+  ForkedChild parked([&] {
+    auto r = Queue::open(name);
+    Lease l;
+    if (!r) return 3;
+    r->claim_wait(l, kLongLease, 60s);
+    return 0;
+  }, 120);
+  ASSERT_TRUE(eventually([&] { return waiters.load() == 1; })) << "the child never parked";
+  parked.kill_now();
+  parked.wait();
+  ASSERT_TRUE(parked.signaled()) << parked.describe();
+  ASSERT_EQ(waiters.load(), 1u);
+  ForkedChild next([&] {
+    auto r = Queue::open(name);  // takes the dead child's record: no other is free
+    return r ? 0 : 3;
+  }, 60);
+  ASSERT_TRUE(next.wait_for(20s));
+  ASSERT_TRUE(next.exited_zero()) << next.describe();
+  EXPECT_EQ(waiters.load(), 0u) << "the dead consumer is still counted parked";
+}
+
+// drop_parked takes out only the count of the incarnation judged dead: a
+// sweep that judged an owner dead and reaches the record after another
+// process took it over (and parked there) leaves the new owner's count,
+// which that owner's attach started afresh; and it never takes waiters
+// below 0 (a scribbled count).
+TEST_F(Recovery, DropParkedTakesOutOnlyTheCountOfTheIncarnationJudgedDead) {
+  make(200);
+  detail::Segment& s = detail::QueueAccess::segment(q());
+  detail::ProcRecord& p = s.procs[s.proc_count - 1];  // a record nobody holds
+  const std::uint32_t kept = s.h->waiters.load();
+  s.h->waiters.fetch_add(5);
+  p.parked.store((std::uint64_t(8) << 32) | 2);  // incarnation 8's owner parked two threads
+  detail::drop_parked(s, p, 7);                   // judged dead as incarnation 7: not this owner's
+  EXPECT_EQ(s.h->waiters.load(), kept + 5);
+  EXPECT_EQ(p.parked.load(), (std::uint64_t(8) << 32) | 2);
+  detail::drop_parked(s, p, 8);
+  EXPECT_EQ(s.h->waiters.load(), kept + 3);
+  EXPECT_EQ(p.parked.load(), std::uint64_t(8) << 32);
+  detail::drop_parked(s, p, 8);  // once only
+  EXPECT_EQ(s.h->waiters.load(), kept + 3);
+  p.parked.store((std::uint64_t(9) << 32) | 1000);
+  detail::drop_parked(s, p, 9);
+  EXPECT_EQ(s.h->waiters.load(), 0u) << "a scribbled count takes waiters to 0, no further";
+  s.h->waiters.store(kept);
+  p.parked.store(0);
+}
+
 // Two threads of a child acking through one unattached copy at once, next
 // to refused claims (for TSan; and every job is delivered once after).
 TEST_F(Recovery, ThreadsOfAnUnattachedCopyAckTogether) {

@@ -30,7 +30,7 @@
 namespace fairlane::detail {
 
 inline constexpr std::uint64_t kMagic = 0x314E4C5249414646ULL;  // "FFAIRLN1" little-endian
-inline constexpr std::uint32_t kLayoutVersion = 14;  // 10: liveness locks and real start times in ProcRecord; 11: MirrorRole; 12: free hints (bytes); 13: free hints (words, owner tokens); 14: group hints
+inline constexpr std::uint32_t kLayoutVersion = 15;  // 10: liveness locks and real start times in ProcRecord; 11: MirrorRole; 12: free hints (bytes); 13: free hints (words, owner tokens); 14: group hints; 15: ProcRecord::parked
 inline constexpr std::size_t kCacheLine = 64;
 inline constexpr std::uint32_t kMaxJobs = (1U << 26) - 2;      // slot+1 fits a 26-bit field
 inline constexpr std::uint32_t kMaxLanes = (1U << 21) - 2;     // lane+1 fits 22 bits, with the default lane
@@ -553,7 +553,17 @@ struct alignas(kCacheLine) ProcRecord {
   std::atomic<std::uint64_t> intent_lane;
   CounterBlock retired;                      // counts of its released thread records
   std::atomic<std::uint64_t> intent_pred;
-  std::uint64_t reserved[7];
+  // Its threads parked in claim_wait (low 32 bits), under the low 32 bits
+  // of the owner's incarnation (high 32, written at attach). Each is
+  // counted in Header::waiters too, raised there first and lowered here
+  // first, so this never counts one that waiters does not. The sweep that
+  // finds the owner dead, and an attach that takes the record over, take
+  // the count out of waiters (drop_parked, segment.cpp), once: the sweep by
+  // a CAS under the incarnation it judged, the attach by an exchange. A
+  // consumer killed while parked was counted for good before 2026-12-06,
+  // and every notify then made a futex wake system call for nobody.
+  std::atomic<std::uint64_t> parked;
+  std::uint64_t reserved[6];
 };
 static_assert(sizeof(ProcRecord) == 256);
 
