@@ -112,6 +112,7 @@ Snapshot Queue::snapshot() const {
   snap.lanes_capacity = s.lane_count - 1;
   snap.lanes_reclaimed = s.h->lanes_reclaimed.load(std::memory_order_relaxed);
   snap.processes_capacity = s.proc_count;
+  snap.consumers_parked = s.h->waiters.load(std::memory_order_relaxed);
   snap.corruptions = s.h->corruption.count.load(std::memory_order_relaxed);
 
   // The rota: the valid tokens from the head to the tail, in order.

@@ -358,6 +358,10 @@ struct Snapshot {
   std::uint64_t lanes_live = 0, lanes_capacity = 0;   // groups live at once / --lanes
   std::uint64_t lanes_reclaimed = 0;   // lanes given back by idle groups, ever
   std::uint64_t processes_attached = 0, processes_capacity = 0;
+  // Consumer threads parked in claim_wait now (a segment's; 0 over Valkey).
+  // One stopped while parked is counted; one killed while parked until a
+  // sweep finds it dead (within about recovery_ms).
+  std::uint64_t consumers_parked = 0;
   std::uint64_t corruptions = 0;       // see CorruptionInfo
   std::uint64_t now_ms = 0;
 };

@@ -807,6 +807,7 @@ TEST_F(Crash, AConsumerKilledWhileParkedIsNoLongerCountedAWaiter) {
     return 0;
   }, 120);
   ASSERT_TRUE(test::eventually([&] { return waiters.load() == 1; })) << "the child never parked";
+  EXPECT_EQ(q().snapshot().consumers_parked, 1u);
   parked.kill_now();
   parked.wait();
   ASSERT_TRUE(parked.signaled()) << parked.describe();
@@ -835,6 +836,7 @@ TEST_F(Crash, AConsumerKilledWhileParkedIsNoLongerCountedAWaiter) {
     std::this_thread::sleep_for(std::chrono::milliseconds(1));
   }
   EXPECT_EQ(most, 1u) << "2: the killed consumer is still counted; 0: ours was taken out";
+  EXPECT_LE(q().snapshot().consumers_parked, 1u);
   EXPECT_FALSE(claimed.load());
   const BrandedId id = q().mint();
   ASSERT_EQ(q().enqueue(BrandedId::make("GRP", 1), id, "wake"), EnqueueStatus::enqueued);

@@ -688,6 +688,7 @@ class Supervisor {
     check_accounting();
     check_samples();
     check_fsck();
+    check_nobody_parked();
     summary(seconds_since(started));
     return violations_ == 0 ? 0 : 1;
   }
@@ -1129,6 +1130,24 @@ class Supervisor {
   void check_samples() {
     if (limit_violations_ > kShowAtMost)
       note("... " + std::to_string(limit_violations_ - kShowAtMost) + " more samples above a limit");
+  }
+
+  // Every child is gone and nothing of ours waits: no consumer may be left
+  // counted parked in claim_wait. Killed while parked, a consumer is taken
+  // out by the sweep that finds it dead, or by the attach that takes its
+  // record (before 2026-12-06 it stayed counted for good, and every
+  // notify made a futex wake for nobody). Sweeps run here until every dead
+  // child has been judged (at most once per recovery_ms / 2). A kill
+  // between a consumer's two increments, an instruction apart, would leave
+  // one (design.md, "Blocking claims").
+  void check_nobody_parked() {
+    const auto until = Clock::now() + std::chrono::seconds(5);
+    while (q_.snapshot().consumers_parked != 0 && Clock::now() < until) {
+      std::this_thread::sleep_for(milliseconds(50));
+      (void)q_.tick();
+    }
+    if (const std::uint64_t n = q_.snapshot().consumers_parked; n != 0)
+      violation(std::to_string(n) + " consumers still counted parked in claim_wait with every child gone");
   }
 
   void check_fsck() {

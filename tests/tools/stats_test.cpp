@@ -3,11 +3,14 @@
 // and its values checked against what the test did; --json likewise.
 #include "tool_runner.hpp"
 
+#include <atomic>
+#include <chrono>
 #include <cmath>
 #include <map>
 #include <nlohmann/json.hpp>
 #include <regex>
 #include <set>
+#include <thread>
 
 namespace fairlane {
 namespace {
@@ -290,6 +293,30 @@ TEST_F(StatsTest, HistogramsAreBoundedAndTheQueueWideOneIsAlwaysThere) {
     const auto r = run_tool({"stats", seg(), "--prometheus", "--histograms", bad});
     EXPECT_EQ(r.exit_code, 2) << show(r);
   }
+}
+
+// A consumer parked in claim_wait (the queue paused: nothing to claim) is
+// the gauge's 1, in the exposition and in the JSON; resumed, it claims and
+// the gauge is 0 again.
+TEST_F(StatsTest, AConsumerParkedInClaimWaitIsCounted) {
+  ASSERT_EQ(q_->pause_all(), LaneStatus::ok);
+  Lease got;
+  std::atomic<bool> claimed{false};
+  std::thread consumer([&] { claimed = q_->claim_wait(got, 60000, std::chrono::seconds(20)); });
+  const bool parked = test::eventually([&] { return q_->snapshot().consumers_parked == 1; });
+  const auto prom = run_tool({"stats", seg(), "--prometheus"});
+  const auto json = run_tool({"stats", seg(), "--json"});
+  ASSERT_EQ(q_->resume_all(), LaneStatus::ok);
+  consumer.join();
+  ASSERT_TRUE(parked) << "the consumer never parked";
+  ASSERT_EQ(prom.exit_code, 0) << show(prom);
+  const Exposition e = parse(prom.out);
+  EXPECT_TRUE(e.errors.empty());
+  EXPECT_EQ(e.value("fairlane_consumers_parked"), 1);
+  ASSERT_EQ(json.exit_code, 0) << show(json);
+  EXPECT_EQ(nlohmann::json::parse(json.out)["consumers_parked"], 1);
+  EXPECT_TRUE(claimed.load()) << "resume_all did not wake it";
+  EXPECT_EQ(q_->snapshot().consumers_parked, 0u);
 }
 
 TEST_F(StatsTest, JsonMatchesTheSnapshot) {
