@@ -228,6 +228,21 @@ CorruptionInfo Queue::corruption() const {
 // ---- claims -------------------------------------------------------------------------------
 
 namespace {
+// The margin of Header::park_until over the end of a parked consumer's sleep
+// (a futex timeout ends a little late: timer slack).
+constexpr std::uint64_t kParkSlackMs = 5;
+
+// Raises Header::park_until to `end` ([S5] seq_cst: before the last look).
+// A value further ahead than any sleep can end is a scribble, and is
+// replaced.
+void raise_park_until(Segment& s, std::uint64_t end, std::uint64_t now) noexcept {
+  std::atomic<std::uint64_t>& p = s.h->park_until;
+  const std::uint64_t sane = now + s.recovery_ms + 1000;
+  std::uint64_t u = p.load(std::memory_order_seq_cst);
+  while ((u < end || u > sane) && !p.compare_exchange_weak(u, end, std::memory_order_seq_cst)) {
+  }
+}
+
 // How often a claim_wait through a handle that makes no claims looks again
 // whether it does now (an unattached copy attached since).
 constexpr std::uint64_t kReadOnlyLookMs = 50;
@@ -287,9 +302,21 @@ bool Queue::claim_wait(Lease& out, std::uint32_t lease_ms, std::chrono::millisec
     s.h->waiters.fetch_add(1, std::memory_order_seq_cst);
     ProcRecord& me = *s.me;
     me.parked.fetch_add(1, std::memory_order_relaxed);
+    // The latest this sleep may end (it is cut to it below): notifiers
+    // wake until then, and no longer for this count.
+    const std::uint64_t sleep_end =
+        real_now + std::min<std::uint64_t>(give_up - real_now, std::max<std::uint32_t>(s.recovery_ms / 2, 1));
+    raise_park_until(s, sleep_end + kParkSlackMs, real_now);
+    // Neither count is taken below 0, nor does ours borrow from its
+    // incarnation half: one taken out under us (a misjudged death, a
+    // scribble) is then counted again at our next park, not owed for good.
     const auto unpark = [&] {
-      me.parked.fetch_sub(1, std::memory_order_relaxed);
-      s.h->waiters.fetch_sub(1, std::memory_order_relaxed);
+      std::uint64_t v = me.parked.load(std::memory_order_relaxed);
+      while ((v & 0xFFFFFFFF) != 0 && !me.parked.compare_exchange_weak(v, v - 1, std::memory_order_relaxed)) {
+      }
+      std::uint32_t w = s.h->waiters.load(std::memory_order_relaxed);
+      while (w != 0 && !s.h->waiters.compare_exchange_weak(w, w - 1, std::memory_order_relaxed)) {
+      }
     };
     if (look()) {
       unpark();
@@ -298,14 +325,17 @@ bool Queue::claim_wait(Lease& out, std::uint32_t lease_ms, std::chrono::millisec
     // Sleep until woken, the timeout, or the next due time (so parked
     // consumers drive lease expiry and promotion: no daemon needed), and at
     // most half the recovery bound (so they notice the dead in time).
-    std::uint64_t sleep_ms = std::min<std::uint64_t>(give_up - real_now, std::max<std::uint32_t>(s.recovery_ms / 2, 1));
+    // It ends by sleep_end, counted from before the look (which may have
+    // taken a while): park_until says so.
+    const std::uint64_t now_ms = monotonic_us() / 1000;
+    std::uint64_t sleep_ms = sleep_end > now_ms ? sleep_end - now_ms : 0;
     // seq_cst: pairs with a delayed enqueue's lower_next_due + notify ([S5]).
     const std::uint64_t due = s.h->sweep.next_due.load(std::memory_order_seq_cst);
     if (due != kNever) {
       const std::uint64_t seg_now = segment_now_ms(s);
       sleep_ms = std::min(sleep_ms, due > seg_now ? due - seg_now : 1);
     }
-    futex_wait(&s.h->wake_seq, seq, std::max<std::uint64_t>(sleep_ms, 1));
+    if (sleep_ms > 0) futex_wait(&s.h->wake_seq, seq, sleep_ms);
     unpark();
   }
 }

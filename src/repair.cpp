@@ -252,11 +252,7 @@ class Repairer {
     for (std::uint32_t i = 0; i < s_.proc_count; ++i) {
       s_.procs[i].intent.store(0);
       s_.procs[i].intent_tid.store(0);
-      // Nobody else is attached, so nobody is parked: the counts of the
-      // dead (and any scribble) go.
-      s_.procs[i].parked.store(s_.procs[i].parked.load() & ~0xFFFFFFFFULL);
     }
-    s_.h->waiters.store(0);
   }
 
   std::uint32_t make_lane(const GroupKey& g, std::uint32_t& next_lane) {

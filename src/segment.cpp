@@ -861,8 +861,8 @@ bool verdict_stale(const Segment& s, std::uint32_t i, std::uint64_t now_ms) noex
   if (i >= s.proc_count || (s.me && i == s.me_index)) return false;
   const ProcRecord& p = s.procs[i];
   if (!(p.owner.load(std::memory_order_relaxed) & kOwnerAttached)) return false;
-  return !Verdict::fresh(p.seen.load(std::memory_order_relaxed),
-                         std::uint32_t(p.incarnation.load(std::memory_order_relaxed)), now_ms, s.recovery_ms / 2);
+  return !Verdict::fresh(p.seen.load(std::memory_order_relaxed), p.incarnation.load(std::memory_order_relaxed), now_ms,
+                         s.recovery_ms / 2);
 }
 
 void uncount_waiters(Segment& s, std::uint64_t n) noexcept {
@@ -891,19 +891,21 @@ int holder_dead(Segment& s, std::uint32_t holder, std::uint64_t now_ms) noexcept
   const std::uint64_t owner = p.owner.load(std::memory_order_acquire);
   // Detached cleanly, or the record now belongs to another incarnation: the
   // lease keeps its deadline (a process that exits normally keeps its leases).
-  if (!(owner & kOwnerAttached) || (p.incarnation.load(std::memory_order_relaxed) & 0xFF) != Holder::inc(holder))
-    return 0;
+  const std::uint64_t inc = p.incarnation.load(std::memory_order_relaxed);
+  if (!(owner & kOwnerAttached) || (inc & 0xFF) != Holder::inc(holder)) return 0;
   const std::uint64_t seen = p.seen.load(std::memory_order_relaxed);
-  if (Verdict::fresh(seen, Holder::inc(holder), now_ms, s.recovery_ms / 2))
-    return Verdict::dead(seen) ? int(owner & 0xFFFFFFFF) : 0;
+  if (Verdict::fresh(seen, inc, now_ms, s.recovery_ms / 2)) return Verdict::dead(seen) ? int(owner & 0xFFFFFFFF) : 0;
   if (t_judge_budget == 0) return 0;  // no judging left: alive until judged
   if (t_judge_budget > 0) --t_judge_budget;
   const int dead = dead_owner_pid(s, i1 - 1);
   FAIRLANE_FAILPOINT("liveness.judged");
+  // Judged another owner than `inc`'s (the record changed hands since it was
+  // read): no verdict about either.
+  if (p.incarnation.load(std::memory_order_acquire) != inc) return 0;
   // Relaxed: a cache of a judgement anyone may repeat; a lost race costs one
   // more system call. About the incarnation judged (the record may have
-  // another owner by now).
-  p.seen.store(Verdict::make(now_ms, Holder::inc(holder), dead != 0), std::memory_order_relaxed);
+  // another owner by the time it is read: fresh() compares 20 bits of it).
+  p.seen.store(Verdict::make(now_ms, inc, dead != 0), std::memory_order_relaxed);
   return dead;
 }
 

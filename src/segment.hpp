@@ -307,13 +307,26 @@ void uncount_waiters(Segment& s, std::uint64_t n) noexcept;
 // verdict that the new owner's holders do not take for theirs. (Until
 // 2026-12-04 it did not: the new, live owner was taken for dead for
 // recovery_ms / 2, its leases expired and its intents settled.)
+//
+// The incarnation is named by its low 20 bits, the time by 42 (ms on the
+// segment clock: until the year 2109). Until 2026-12-06 it was 8 bits: a
+// judge stopped between its look at a dead owner and the store of its
+// verdict, while the record went through 256 attachments within
+// recovery_ms / 2, stored "dead" for a live owner of the same 8 bits,
+// whose leases a sweep then took back and whose parked consumers it took
+// out of waiters (found in review: `AStaleVerdictOf256IncarnationsAgo*`).
+// 2^20 attachments within recovery_ms / 2 (at most 30 s) would take
+// 1,048,576 attaches, each a system call or more, in that time.
 struct Verdict {
-  static constexpr std::uint64_t make(std::uint64_t ms, std::uint32_t inc, bool dead) noexcept {
-    return (ms << 10) | (std::uint64_t(inc & 0xFF) << 2) | (dead ? 2U : 1U);
+  static constexpr unsigned kIncBits = 20;
+  static constexpr std::uint64_t kIncMask = (1ULL << kIncBits) - 1;
+  static constexpr std::uint64_t make(std::uint64_t ms, std::uint64_t inc, bool dead) noexcept {
+    return (ms << (kIncBits + 2)) | ((inc & kIncMask) << 2) | (dead ? 2U : 1U);
   }
   // Made for incarnation `inc` less than `half` ms before now.
-  static constexpr bool fresh(std::uint64_t v, std::uint32_t inc, std::uint64_t now_ms, std::uint64_t half) noexcept {
-    return (v & 3) != 0 && ((v >> 2) & 0xFF) == (inc & 0xFF) && (v >> 10) <= now_ms && now_ms < (v >> 10) + half;
+  static constexpr bool fresh(std::uint64_t v, std::uint64_t inc, std::uint64_t now_ms, std::uint64_t half) noexcept {
+    const std::uint64_t ms = v >> (kIncBits + 2);
+    return (v & 3) != 0 && ((v >> 2) & kIncMask) == (inc & kIncMask) && ms <= now_ms && now_ms < ms + half;
   }
   static constexpr bool dead(std::uint64_t v) noexcept { return (v & 3) == 2; }
 };

@@ -358,9 +358,11 @@ struct Snapshot {
   std::uint64_t lanes_live = 0, lanes_capacity = 0;   // groups live at once / --lanes
   std::uint64_t lanes_reclaimed = 0;   // lanes given back by idle groups, ever
   std::uint64_t processes_attached = 0, processes_capacity = 0;
-  // Consumer threads parked in claim_wait now (a segment's; 0 over Valkey).
-  // One stopped while parked is counted; one killed while parked until a
-  // sweep finds it dead (within about recovery_ms).
+  // Consumer threads parked in claim_wait now, or making the last look
+  // before they sleep (a segment's; 0 over Valkey). One stopped while
+  // parked is counted. One killed while parked is counted only while some
+  // other consumer's sleep may still be under way, until a sweep finds it
+  // dead (design.md, "Blocking claims").
   std::uint64_t consumers_parked = 0;
   std::uint64_t corruptions = 0;       // see CorruptionInfo
   std::uint64_t now_ms = 0;

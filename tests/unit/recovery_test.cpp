@@ -1603,6 +1603,124 @@ TEST_F(Recovery, DropParkedTakesOutOnlyTheCountOfTheIncarnationJudgedDead) {
   p.parked.store(0);
 }
 
+// repair with a consumer of this process parked (its own threads are let
+// through: no force needed). The first version zeroed waiters and the
+// record's count under it: woken by the repair, the consumer took both below
+// 0 and parked again, and waiters read one less than the consumers parked
+// from then on, so an enqueue woke nobody (found in review). repair leaves
+// the counts alone now.
+TEST_F(Recovery, ARepairUnderAParkedConsumerOfItsOwnProcessLeavesItCounted) {
+  make(20000);  // a sleep slice of 10 s
+  detail::Segment& s = detail::QueueAccess::segment(q());
+  const auto& waiters = s.h->waiters;
+  Lease got;
+  std::atomic<bool> claimed{false};
+  std::thread consumer([&] { claimed = q().claim_wait(got, kLongLease, 30s); });
+  ASSERT_TRUE(eventually([&] { return waiters.load() == 1; })) << "never parked";
+  auto r = q().repair();
+  ASSERT_TRUE(r) << r.error().message;
+  // Woken by the repair, it parks again.
+  ASSERT_TRUE(eventually([&] { return waiters.load() == 1 && (s.me->parked.load() & 0xFFFFFFFF) == 1; }, 5s))
+      << "waiters " << waiters.load() << ", parked " << std::hex << s.me->parked.load();
+  const BrandedId id = q().mint();
+  ASSERT_EQ(q().enqueue(A, id, "wake"), EnqueueStatus::enqueued);
+  EXPECT_TRUE(eventually([&] { return claimed.load(); }, 5s)) << "the enqueue woke nobody: it sleeps out its slice";
+  consumer.join();
+  EXPECT_EQ(got.id, id);
+  EXPECT_EQ(waiters.load(), 0u);
+}
+
+// A judge stopped after its look at a record's dead owner and before it
+// stores the verdict, while the record goes through 256 attachments and the
+// 256th owner, alive, holds a lease and parks in claim_wait. With verdicts
+// named by 8 bits of the incarnation, the judge's "dead" was fresh for that
+// owner: the same pass took its lease back and its count out of waiters
+// (found in review). The pass must leave both.
+struct Cycled {
+  std::string name;
+  detail::Segment* s = nullptr;
+  std::uint32_t rec = 0;
+  std::uint64_t inc_a = 0;
+  std::optional<ForkedChild> b;
+  bool done = false;
+};
+void cycle_while_judged(void* arg) {
+  auto& c = *static_cast<Cycled*>(arg);
+  if (c.done) return;
+  c.done = true;
+  // Attach and detach until the next attach's incarnation has A's low 8 bits.
+  while (((c.s->procs[c.rec].incarnation.load() + 1) & 0xFF) != (c.inc_a & 0xFF)) {
+    if (!Queue::open(c.name)) return;
+  }
+  const std::string name = c.name;
+  c.b.emplace([name] {
+    auto q = Queue::open(name);
+    if (!q) return 3;
+    Lease held, l;
+    if (!q->claim(held, kLongLease)) return 4;
+    q->claim_wait(l, kLongLease, 60s);
+    return 0;
+  }, 120);
+  (void)eventually([&] { return c.s->h->waiters.load() == 1 || c.b->poll(); });
+}
+
+TEST_F(Recovery, AStaleVerdictOf256IncarnationsAgoNeitherTakesALiveOwnersLeaseNorItsParkedCount) {
+  make(10000, 2);
+  detail::Segment& s = detail::QueueAccess::segment(q());
+  const std::string name = seg();
+  ForkedChild a([&] {
+    auto r = Queue::open(name);
+    if (!r) return 3;
+    ::raise(SIGKILL);
+    return 0;
+  }, 60);
+  a.wait();
+  ASSERT_TRUE(a.signaled()) << a.describe();
+  Cycled c;
+  c.name = name;
+  c.s = &s;
+  c.rec = s.me_index == 0 ? 1 : 0;
+  c.inc_a = s.procs[c.rec].incarnation.load();
+  fill(B, 1);  // for B's lease
+  q().advance_clock(10000);
+  detail::failpoint_call("liveness.judged", cycle_while_judged, &c);
+  Lease l;
+  const bool got = q().claim(l, kLongLease);
+  detail::failpoint_call("liveness.judged", nullptr, nullptr);
+  ASSERT_TRUE(c.b.has_value()) << "the pass never judged A";
+  ASSERT_FALSE(c.b->poll()) << c.b->describe();
+  EXPECT_EQ((s.procs[c.rec].incarnation.load() - c.inc_a) % 256, 0u);
+  EXPECT_FALSE(got) << "the live owner's lease was taken back";
+  EXPECT_EQ(s.h->waiters.load(), 1u) << "the live, parked owner was taken out of waiters";
+  const BrandedId id = q().mint();
+  ASSERT_EQ(q().enqueue(A, id, "wake"), EnqueueStatus::enqueued);
+  EXPECT_TRUE(eventually([&] { return q().job(id)->state == JobState::leased; }, 5s))
+      << "the enqueue woke nobody: the parked owner sleeps out its slice";
+  c.b->kill_now();
+  c.b->wait();
+}
+
+// A count left in waiters with every sleep over (a consumer killed between
+// its two increments, which no sweep can see) costs nothing: past
+// park_until, notify makes no wake. Before it, every enqueue that rang a
+// lane moved wake_seq on and made a futex wake for nobody.
+TEST_F(Recovery, ACountLeftInWaitersPastEverySleepMakesNoWake) {
+  make(200);
+  detail::Segment& s = detail::QueueAccess::segment(q());
+  s.h->waiters.store(1);                  // left by nobody we can find
+  s.h->park_until.store(0);               // every sleep is over
+  EXPECT_EQ(q().snapshot().consumers_parked, 0u);
+  const std::uint32_t seq = s.h->wake_seq.load();
+  ASSERT_EQ(q().enqueue(A, q().mint(), "x"), EnqueueStatus::enqueued);  // rings A's lane
+  EXPECT_EQ(s.h->wake_seq.load(), seq) << "a wake for nobody";
+  // A sleep that may not be over yet: a wake.
+  s.h->park_until.store(detail::monotonic_us() / 1000 + 60000);
+  EXPECT_EQ(q().snapshot().consumers_parked, 1u);
+  ASSERT_EQ(q().enqueue(B, q().mint(), "y"), EnqueueStatus::enqueued);  // rings B's lane
+  EXPECT_NE(s.h->wake_seq.load(), seq);
+  s.h->waiters.store(0);
+}
+
 // Two threads of a child acking through one unattached copy at once, next
 // to refused claims (for TSan; and every job is delivered once after).
 TEST_F(Recovery, ThreadsOfAnUnattachedCopyAckTogether) {

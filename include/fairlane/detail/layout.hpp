@@ -792,6 +792,12 @@ struct alignas(kCacheLine) Header {
   alignas(kCacheLine) std::atomic<std::uint64_t> ring_tail;    // hint: at or before the first unwritten position
   alignas(kCacheLine) std::atomic<std::uint32_t> wake_seq;     // futex word
   std::atomic<std::uint32_t> waiters;                          // consumers parked or about to park
+  // CLOCK_MONOTONIC ms: no consumer parked in claim_wait sleeps past it (each
+  // raises it before its last look, to past the end of the sleep it is
+  // about to take). Once it has passed, a count left in waiters is of
+  // consumers killed while parked, and notify wakes nobody (design.md,
+  // "Blocking claims").
+  std::atomic<std::uint64_t> park_until;
   alignas(kCacheLine) std::atomic<std::uint32_t> queue_paused;
   // Thread records in use are all below this (it only rises): what a scan
   // of the records reads. Raised before a record is taken; the sweep heals
