@@ -1133,13 +1133,13 @@ class Supervisor {
   }
 
   // Every child is gone and nothing of ours waits: no consumer may be left
-  // counted parked in claim_wait. Killed while parked, a consumer is taken
-  // out by the sweep that finds it dead, or by the attach that takes its
-  // record (before 2026-12-06 it stayed counted for good, and every
-  // notify made a futex wake for nobody). Sweeps run here until every dead
-  // child has been judged (at most once per recovery_ms / 2). A kill
-  // between a consumer's two increments, an instruction apart, would leave
-  // one (design.md, "Blocking claims").
+  // counted parked in claim_wait, so that no notify makes a futex wake for
+  // nobody. Before 2026-12-06 a consumer killed while parked stayed counted
+  // for good (a run of 300 kills left 90). Now the count of one killed
+  // while parked stops counting once its sleep would have ended
+  // (park_until), and the sweep that finds it dead, or the attach that
+  // takes its record, takes it out (design.md, "Blocking claims"). Sweeps
+  // run here until every sleep is over and every dead child judged.
   void check_nobody_parked() {
     const auto until = Clock::now() + std::chrono::seconds(5);
     while (q_.snapshot().consumers_parked != 0 && Clock::now() < until) {
