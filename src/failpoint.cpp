@@ -92,6 +92,7 @@ const char* const kStepPoints[] = {
     "mirror.records_read",  // the mirror read a batch of log records (cells given back), the slots they name not yet read
     "mirror.resync_slot",   // a resync's scan about to read its next slot (reads only)
     "attach.lock_busy",     // an attacher found a free record's liveness lock busy, about to wait and look again (holds no word)
+    "park.sleep",           // a parked consumer worked out when its sleep ends, its futex wait not yet made (counted in waiters)
 };
 
 namespace {

@@ -14,6 +14,7 @@
 
 #include "clock.hpp"
 #include "core.hpp"
+#include "failpoint.hpp"
 #include "futex.hpp"
 #include "retry_codec.hpp"
 
@@ -233,13 +234,16 @@ namespace {
 constexpr std::uint64_t kParkSlackMs = 5;
 
 // Raises Header::park_until to `end` ([S5] seq_cst: before the last look).
-// A value further ahead than any sleep can end is a scribble, and is
-// replaced.
-void raise_park_until(Segment& s, std::uint64_t end, std::uint64_t now) noexcept {
+// Never lowers it: a consumer that lowered a value it took for a scribble
+// (further ahead than its own sleep could end) lowered another live
+// consumer's end whenever its clock reading was stale (stopped before its
+// raise) or its recovery bound differed, and that one slept through the
+// notifies (found in review). A scribbled far future costs what a leaked
+// count cost before park_until: a wake per notify while waiters is not 0.
+void raise_park_until(Segment& s, std::uint64_t end) noexcept {
   std::atomic<std::uint64_t>& p = s.h->park_until;
-  const std::uint64_t sane = now + s.recovery_ms + 1000;
   std::uint64_t u = p.load(std::memory_order_seq_cst);
-  while ((u < end || u > sane) && !p.compare_exchange_weak(u, end, std::memory_order_seq_cst)) {
+  while (u < end && !p.compare_exchange_weak(u, end, std::memory_order_seq_cst)) {
   }
 }
 
@@ -306,7 +310,7 @@ bool Queue::claim_wait(Lease& out, std::uint32_t lease_ms, std::chrono::millisec
     // wake until then, and no longer for this count.
     const std::uint64_t sleep_end =
         real_now + std::min<std::uint64_t>(give_up - real_now, std::max<std::uint32_t>(s.recovery_ms / 2, 1));
-    raise_park_until(s, sleep_end + kParkSlackMs, real_now);
+    raise_park_until(s, sleep_end + kParkSlackMs);
     // Neither count is taken below 0, nor does ours borrow from its
     // incarnation half: one taken out under us (a misjudged death, a
     // scribble) is then counted again at our next park, not owed for good.
@@ -325,17 +329,20 @@ bool Queue::claim_wait(Lease& out, std::uint32_t lease_ms, std::chrono::millisec
     // Sleep until woken, the timeout, or the next due time (so parked
     // consumers drive lease expiry and promotion: no daemon needed), and at
     // most half the recovery bound (so they notice the dead in time).
-    // It ends by sleep_end, counted from before the look (which may have
-    // taken a while): park_until says so.
-    const std::uint64_t now_ms = monotonic_us() / 1000;
-    std::uint64_t sleep_ms = sleep_end > now_ms ? sleep_end - now_ms : 0;
+    // It ends by sleep_end (park_until says so to notifiers), an absolute
+    // time: a stall before the futex call (a SIGSTOP, a preemption) does not
+    // carry the sleep past it. (With a relative timeout worked out before
+    // such a stall, the sleep outlasted park_until, and a notify made after
+    // park_until had passed woke nobody: found in review.)
+    std::uint64_t until = sleep_end;
     // seq_cst: pairs with a delayed enqueue's lower_next_due + notify ([S5]).
     const std::uint64_t due = s.h->sweep.next_due.load(std::memory_order_seq_cst);
     if (due != kNever) {
       const std::uint64_t seg_now = segment_now_ms(s);
-      sleep_ms = std::min(sleep_ms, due > seg_now ? due - seg_now : 1);
+      until = std::min(until, monotonic_us() / 1000 + (due > seg_now ? due - seg_now : 1));
     }
-    if (sleep_ms > 0) futex_wait(&s.h->wake_seq, seq, sleep_ms);
+    FAIRLANE_FAILPOINT("park.sleep");
+    futex_wait_until(&s.h->wake_seq, seq, until);
     unpark();
   }
 }

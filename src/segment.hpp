@@ -309,7 +309,9 @@ void uncount_waiters(Segment& s, std::uint64_t n) noexcept;
 // recovery_ms / 2, its leases expired and its intents settled.)
 //
 // The incarnation is named by its low 20 bits, the time by 42 (ms on the
-// segment clock: until the year 2109). Until 2026-12-06 it was 8 bits: a
+// segment clock, CLOCK_MONOTONIC plus advance_clock's offset: 139 years of
+// uptime; an offset past that, which only a test could give, makes every
+// verdict stale, and each is judged again). Until 2026-12-06 it was 8 bits: a
 // judge stopped between its look at a dead owner and the store of its
 // verdict, while the record went through 256 attachments within
 // recovery_ms / 2, stored "dead" for a live owner of the same 8 bits,

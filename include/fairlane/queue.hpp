@@ -359,10 +359,11 @@ struct Snapshot {
   std::uint64_t lanes_reclaimed = 0;   // lanes given back by idle groups, ever
   std::uint64_t processes_attached = 0, processes_capacity = 0;
   // Consumer threads parked in claim_wait now, or making the last look
-  // before they sleep (a segment's; 0 over Valkey). One stopped while
-  // parked is counted. One killed while parked is counted only while some
-  // other consumer's sleep may still be under way, until a sweep finds it
-  // dead (design.md, "Blocking claims").
+  // before they sleep (a segment's; 0 over Valkey), read as 0 once every
+  // sleep begun has ended (Header::park_until): a consumer stopped while
+  // parked is counted until its sleep would have ended. One killed while
+  // parked is counted until then, or while another consumer has parked
+  // since, and until a sweep finds it dead (design.md, "Blocking claims").
   std::uint64_t consumers_parked = 0;
   std::uint64_t corruptions = 0;       // see CorruptionInfo
   std::uint64_t now_ms = 0;

@@ -1721,6 +1721,74 @@ TEST_F(Recovery, ACountLeftInWaitersPastEverySleepMakesNoWake) {
   s.h->waiters.store(0);
 }
 
+// A consumer held between working out the end of its sleep and its futex
+// call (a SIGSTOP, a preemption) until that end and park_until have passed;
+// an enqueue then (its notify wakes nobody: every sleep is over, says
+// park_until). Released, the consumer must not sleep on: with a timeout
+// relative to a clock read before the stall, it slept a whole slice more
+// with the job queued (found in review). Its sleep ends at an absolute time
+// now. Slices of 2 s; the claim must come well within one.
+struct HeldAtSleep {
+  std::atomic<bool> held{false}, go{false};
+};
+thread_local bool t_hold_at_sleep = false;
+void hold_at_sleep(void* arg) {
+  auto& h = *static_cast<HeldAtSleep*>(arg);
+  if (!t_hold_at_sleep || h.held.exchange(true)) return;  // the first time only
+  while (!h.go.load()) std::this_thread::sleep_for(1ms);
+}
+
+TEST_F(Recovery, AConsumerHeldBeforeItsSleepPastParkUntilDoesNotSleepOn) {
+  make(4000);
+  detail::Segment& s = detail::QueueAccess::segment(q());
+  HeldAtSleep h;
+  detail::failpoint_call("park.sleep", hold_at_sleep, &h);
+  std::atomic<bool> claimed{false};
+  std::thread consumer([&] {
+    t_hold_at_sleep = true;
+    Lease l;
+    claimed = q().claim_wait(l, kLongLease, 30s);
+  });
+  ASSERT_TRUE(eventually([&] { return h.held.load(); }, 5s)) << "never got to its sleep";
+  ASSERT_TRUE(eventually([&] { return detail::monotonic_us() / 1000 > s.h->park_until.load(); }, 10s));
+  ASSERT_EQ(q().enqueue(A, q().mint(), "x"), EnqueueStatus::enqueued);
+  h.go = true;
+  const bool soon = eventually([&] { return claimed.load(); }, 1s);
+  consumer.join();
+  detail::failpoint_call("park.sleep", nullptr, nullptr);
+  EXPECT_TRUE(soon) << "released, it slept out its 2 s slice with the job queued";
+  EXPECT_TRUE(claimed.load());
+}
+
+// Two handles whose recovery bounds differ (the header's, scribbled between
+// their opens: each keeps what it read). The one with the short bound parks
+// after the other: the first version took the other's park_until, further
+// ahead than its own sleep could end, for a scribble and lowered it, and
+// the other slept through the next notify, a 10 s slice (found in review).
+// park_until is never lowered now.
+TEST_F(Recovery, AShorterRecoveryBoundDoesNotLowerALongerOnesParkUntil) {
+  make(20000, 2);  // q(): slices of 10 s
+  detail::Segment& s = detail::QueueAccess::segment(q());
+  s.h->recovery_ms = 20;  // read by the next open alone
+  auto other = take_the_last_record();
+  s.h->recovery_ms = 20000;
+  ASSERT_TRUE(other);
+  std::atomic<bool> claimed{false};
+  std::thread consumer([&] {
+    Lease l;
+    claimed = q().claim_wait(l, kLongLease, 30s);
+  });
+  ASSERT_TRUE(eventually([&] { return s.h->waiters.load() == 1; }, 5s));
+  const std::uint64_t until = s.h->park_until.load();
+  Lease l;
+  EXPECT_FALSE(other->claim_wait(l, kLongLease, 30ms));  // parks with slices of 10 ms
+  EXPECT_GE(s.h->park_until.load(), until) << "lowered";
+  ASSERT_EQ(q().enqueue(A, q().mint(), "x"), EnqueueStatus::enqueued);
+  const bool soon = eventually([&] { return claimed.load(); }, 5s);
+  consumer.join();
+  EXPECT_TRUE(soon) << "q()'s consumer slept through its 10 s slice";
+}
+
 // Two threads of a child acking through one unattached copy at once, next
 // to refused claims (for TSan; and every job is delivered once after).
 TEST_F(Recovery, ThreadsOfAnUnattachedCopyAckTogether) {

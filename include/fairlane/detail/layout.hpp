@@ -535,8 +535,8 @@ struct CounterBlock {
 //          (never judged dead before) | 1<<34 observer (a tool that only
 //          looks) | 1<<35 liveness lock held (kOwnerLocked) | incarnation's
 //          low 28 bits << 36 (kOwnerIncShift); 0 = free record
-//   seen:  the last liveness verdict: segment ms (bits 10..63) | the low byte
-//          of the incarnation it was about (bits 2..9) | verdict (bits 0..1:
+//   seen:  the last liveness verdict: segment ms (bits 22..63) | the low 20
+//          bits of the incarnation it was about (bits 2..21) | verdict (bits 0..1:
 //          0 unknown, 1 alive, 2 dead), shared so that one judgement per
 //          recovery_ms / 2 serves every sweeper (Verdict, segment.hpp)
 //   intent: the fallback intent of threads that found no thread record free
