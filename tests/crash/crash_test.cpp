@@ -38,6 +38,15 @@ using test::TempDir;
 using test::unique_segment_name;
 namespace proto = test::proto;
 
+// The queue most of these tests make: 64 jobs, 8 lanes, 64-byte payloads.
+QueueOptions small() {
+  QueueOptions o;
+  o.jobs = 64;
+  o.lanes = 8;
+  o.payload_bytes = 64;
+  return o;
+}
+
 class Crash : public test::SegmentFixture {
  protected:
   TempDir dir_;
@@ -47,10 +56,7 @@ TEST_F(Crash, LeaseOfDeadConsumerIsRedeliveredAndFreesTheLimit) {
   // The BullMQ 3929 shape: a consumer dies holding a lease on a lane with
   // limit 1. The lane must not stay stuck: once the lease runs out, the job
   // is delivered again (attempt 2) and the lane's active count is released.
-  QueueOptions o;
-  o.jobs = 64;
-  o.lanes = 8;
-  o.payload_bytes = 64;
+  QueueOptions o = small();
   create(o);
   const BrandedId lane = proto::lane_group(0);
   ASSERT_EQ(q().set_limit(lane, 1), LaneStatus::ok);
@@ -96,10 +102,7 @@ TEST_F(Crash, LeasesOfAKilledConsumerAreRedeliveredLongBeforeTheirDeadline) {
   // leases must not wait for their deadline: a survivor parked in
   // claim_wait gets them again (attempt 2) once a sweep finds their holder
   // dead (pid + start time), and recovery() says whose they were.
-  QueueOptions o;
-  o.jobs = 64;
-  o.lanes = 8;
-  o.payload_bytes = 64;
+  QueueOptions o = small();
   create(o);
   constexpr std::uint64_t kHeld = 3;
   std::map<std::string, int> pending;
@@ -196,10 +199,7 @@ std::uint64_t moved_over_recovery_passes(Queue& q, std::uint32_t recovery_ms) {
 // and loses them soon after it is killed. Skipped where no namespace can be
 // made (not root).
 TEST_F(Crash, AConsumerInAnotherPidNamespaceKeepsItsLeasesUntilItDies) {
-  QueueOptions o;
-  o.jobs = 64;
-  o.lanes = 8;
-  o.payload_bytes = 64;
+  QueueOptions o = small();
   o.recovery_ms = 200;
   create(o);
   constexpr std::uint64_t kHeld = 2;
@@ -280,10 +280,7 @@ bool wait_held(Child& child, const std::filesystem::path& out, bool* skip) {
 // as pid 1 of one container skipped a consumer that is pid 1 of another,
 // and rebuilt the segment under it (found in review of e826e69).
 TEST_F(Crash, RepairInAnotherPidNamespaceRefusesWhileAConsumerWithTheSamePidLives) {
-  QueueOptions o;
-  o.jobs = 64;
-  o.lanes = 8;
-  o.payload_bytes = 64;
+  QueueOptions o = small();
   SegmentGuard guard(unique_segment_name("repair"));
   const std::string name = guard.name();
   {
@@ -314,10 +311,7 @@ TEST_F(Crash, RepairInAnotherPidNamespaceRefusesWhileAConsumerWithTheSamePidLive
 // the records: it must not skip its parent's (a live member holding a
 // lease) and rebuild the segment under it (found in review of 4e618c4).
 TEST_F(Crash, RepairInAForkedChildRefusesWhileItsParentIsAttached) {
-  QueueOptions o;
-  o.jobs = 64;
-  o.lanes = 8;
-  o.payload_bytes = 64;
+  QueueOptions o = small();
   create(o);
   ASSERT_EQ(q().enqueue(proto::lane_group(0), q().mint(), "held"), EnqueueStatus::enqueued);
   Lease l;
@@ -344,10 +338,7 @@ TEST_F(Crash, RepairInAForkedChildRefusesWhileItsParentIsAttached) {
 // and its leases waited for their deadlines while the child lived. The
 // fork handler gives the child descriptions of its own.
 TEST_F(Crash, AConsumerThatDiesWhileItsChildForkedWithoutExecLivesIsDead) {
-  QueueOptions o;
-  o.jobs = 64;
-  o.lanes = 8;
-  o.payload_bytes = 64;
+  QueueOptions o = small();
   o.recovery_ms = 200;
   create(o);
   for (std::uint32_t i = 0; i < 2; ++i)
@@ -395,10 +386,7 @@ TEST_F(Crash, AConsumerThatDiesWhileItsChildForkedWithoutExecLivesIsDead) {
 // record was free while the parent worked, and the next process to attach
 // took it.
 TEST_F(Crash, AChildForkedWithoutExecThatClosesItsCopyOfTheHandleLeavesItsParentAttached) {
-  QueueOptions o;
-  o.jobs = 64;
-  o.lanes = 8;
-  o.payload_bytes = 64;
+  QueueOptions o = small();
   create(o);
   RawSegment raw(seg());
   std::uint32_t mine = ~0U;  // the record of q(), the only handle attached
@@ -467,10 +455,7 @@ int lock_every_free_record(int fd, std::uint32_t records) {
 // so: it used to say the segment had no free record, "N processes attached;
 // create it with a larger --processes", with one record free.
 TEST_F(Crash, AnAttachThatGivesUpOnABusyLivenessLockSaysSo) {
-  QueueOptions o;
-  o.jobs = 64;
-  o.lanes = 8;
-  o.payload_bytes = 64;
+  QueueOptions o = small();
   o.recovery_ms = 200;
   o.processes = 2;
   create(o);
@@ -492,10 +477,7 @@ TEST_F(Crash, AnAttachThatGivesUpOnABusyLivenessLockSaysSo) {
 // than attach without it: judged by pid, a consumer in another PID
 // namespace lost its leases while it worked (found in review of e826e69).
 TEST_F(Crash, AConsumerWhoseLivenessLockWasBusyAtAttachWaitsForItAndKeepsItsLeases) {
-  QueueOptions o;
-  o.jobs = 64;
-  o.lanes = 8;
-  o.payload_bytes = 64;
+  QueueOptions o = small();
   o.recovery_ms = 200;
   o.processes = 8;
   create(o);
@@ -610,10 +592,7 @@ TEST_F(Crash, ConsumerKilledInsideAClaimDoesNotWedgeItsLane) {
 // pid 1 too: the child's close of its copy detached the parent's record
 // (found in review of ebd209c; skipped where no namespace can be made).
 TEST_F(Crash, AChildThatIsAlsoPid1ClosingItsCopyLeavesItsParentAttached) {
-  QueueOptions o;
-  o.jobs = 64;
-  o.lanes = 8;
-  o.payload_bytes = 64;
+  QueueOptions o = small();
   create(o);
   const pid_t x = ::fork();
   ASSERT_GE(x, 0);
@@ -660,10 +639,7 @@ TEST_F(Crash, AChildThatIsAlsoPid1ClosingItsCopyLeavesItsParentAttached) {
 // the window: the opener waited for the whole fork with its descriptor
 // open). Found in review of ebd209c; it failed 4 runs in 5.
 TEST_F(Crash, AForkWhileAnotherThreadOpensAHandleLeavesTheChildNoCopyOfItsLock) {
-  QueueOptions o;
-  o.jobs = 64;
-  o.lanes = 8;
-  o.payload_bytes = 64;
+  QueueOptions o = small();
   o.processes = 200;
   create(o);
   constexpr int kOpens = 190;
@@ -741,10 +717,7 @@ TEST_F(Crash, AForkWhileAnotherThreadOpensAHandleLeavesTheChildNoCopyOfItsLock) 
 // namespace, fork without exec) takes its parent's record for its own, and
 // its repair ran while the parent held a lease (found in review of ebd209c).
 TEST_F(Crash, RepairInAPid1ChildOfAPid1ParentRefusesWhileTheParentIsAttached) {
-  QueueOptions o;
-  o.jobs = 64;
-  o.lanes = 8;
-  o.payload_bytes = 64;
+  QueueOptions o = small();
   create(o);
   ASSERT_EQ(q().enqueue(proto::lane_group(0), q().mint(), "held"), EnqueueStatus::enqueued);
   { Queue gone = std::move(q()); }  // the test holds no record
@@ -790,10 +763,7 @@ TEST_F(Crash, RepairInAPid1ChildOfAPid1ParentRefusesWhileTheParentIsAttached) {
 // count out; a consumer parked in this process meanwhile stays counted and
 // is woken by the next enqueue.
 TEST_F(Crash, AConsumerKilledWhileParkedIsNoLongerCountedAWaiter) {
-  QueueOptions o;
-  o.jobs = 64;
-  o.lanes = 8;
-  o.payload_bytes = 64;
+  QueueOptions o = small();
   o.recovery_ms = 200;
   create(o);
   RawSegment raw(seg());

@@ -105,6 +105,19 @@ class Recovery : public test::SegmentFixture {
   // With make(_, 2): the second process record taken by another handle of
   // this process, so that a child forked now finds none free (its copy of
   // q() is unattached). Reset it to free the record.
+  // A child that attaches and is killed at once: it leaves its process
+  // record to a dead owner.
+  void attach_and_die() {
+    const std::string name = seg();
+    ForkedChild a([name] {
+      auto r = Queue::open(name);
+      if (!r) return 3;
+      ::raise(SIGKILL);
+      return 0;
+    }, 60);
+    a.wait();
+    ASSERT_TRUE(a.signaled()) << a.describe();
+  }
   std::optional<Queue> take_the_last_record() {
     auto r = Queue::open(seg());
     EXPECT_TRUE(r) << r.error().message;
@@ -493,14 +506,8 @@ TEST_F(Recovery, AVerdictAboutARecordsDeadOwnerIsNotTakenForItsNewOwner) {
   make(1000, 2);  // this handle's record and one more: the dead A's, then B's
   const auto ids = fill(A, 1);
   const std::string name = seg();
-  ForkedChild a([&] {
-    auto r = Queue::open(name);
-    if (!r) return 3;
-    ::raise(SIGKILL);
-    return 0;
-  }, 60);
-  a.wait();
-  ASSERT_TRUE(a.signaled()) << a.describe();
+  attach_and_die();
+  ASSERT_FALSE(HasFailure());
   SharedBlock<ChildReport> rep;
   Retaken plan;
   plan.name = name;
@@ -1668,14 +1675,8 @@ TEST_F(Recovery, AStaleVerdictOf256IncarnationsAgoNeitherTakesALiveOwnersLeaseNo
   make(10000, 2);
   detail::Segment& s = detail::QueueAccess::segment(q());
   const std::string name = seg();
-  ForkedChild a([&] {
-    auto r = Queue::open(name);
-    if (!r) return 3;
-    ::raise(SIGKILL);
-    return 0;
-  }, 60);
-  a.wait();
-  ASSERT_TRUE(a.signaled()) << a.describe();
+  attach_and_die();
+  ASSERT_FALSE(HasFailure());
   Cycled c;
   c.name = name;
   c.s = &s;
