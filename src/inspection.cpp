@@ -112,11 +112,7 @@ Snapshot Queue::snapshot() const {
   snap.lanes_capacity = s.lane_count - 1;
   snap.lanes_reclaimed = s.h->lanes_reclaimed.load(std::memory_order_relaxed);
   snap.processes_capacity = s.proc_count;
-  // Past park_until no consumer sleeps: a count left then is of consumers
-  // killed while parked (notify wakes nobody for it).
-  snap.consumers_parked = monotonic_us() / 1000 <= s.h->park_until.load(std::memory_order_relaxed)
-                              ? s.h->waiters.load(std::memory_order_relaxed)
-                              : 0;
+  snap.consumers_parked = sleep_may_be_under_way(s) ? s.h->waiters.load(std::memory_order_relaxed) : 0;
   snap.corruptions = s.h->corruption.count.load(std::memory_order_relaxed);
 
   // The rota: the valid tokens from the head to the tail, in order.

@@ -167,13 +167,15 @@ bool reclaim_idle_in_buckets(Segment& s, const DirProbe& p, GroupKey g) noexcept
 
 }  // namespace
 
+bool sleep_may_be_under_way(const Segment& s) noexcept {
+  // [S5] seq_cst: pairs with a parking consumer's raise before its last look.
+  return monotonic_us() / 1000 <= s.h->park_until.load(std::memory_order_seq_cst);
+}
+
 void notify(Segment& s, int count) noexcept {
   if (s.h->waiters.load(std::memory_order_seq_cst) == 0) return;
-  // Every parked consumer's sleep ends by park_until ([S5] seq_cst: pairs
-  // with its raise before its last look): past it, the count is of
-  // consumers killed while parked, and a wake would be a system call for
-  // nobody.
-  if (monotonic_us() / 1000 > s.h->park_until.load(std::memory_order_seq_cst)) return;
+  // Past every sleep's end a wake would be a system call for nobody.
+  if (!sleep_may_be_under_way(s)) return;
   s.h->wake_seq.fetch_add(1, std::memory_order_release);
   futex_wake(&s.h->wake_seq, count);
 }

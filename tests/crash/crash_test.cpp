@@ -6,6 +6,7 @@
 #include "forked_child.hpp"
 #include "liveness_lock.hpp"
 #include "raw_segment.hpp"
+#include "segment.hpp"
 #include "spawn.hpp"
 #include "test_support.hpp"
 #include "worker_protocol.hpp"
@@ -778,6 +779,14 @@ TEST_F(Crash, AConsumerKilledWhileParkedIsNoLongerCountedAWaiter) {
   }, 120);
   ASSERT_TRUE(test::eventually([&] { return waiters.load() == 1; })) << "the child never parked";
   EXPECT_EQ(q().snapshot().consumers_parked, 1u);
+  // The child's process record (the one its pid owns), and ours.
+  std::uint32_t child_rec = ~0U;
+  for (std::uint32_t i = 0; i < raw.header().proc_capacity; ++i)
+    if ((raw.proc(i).owner.load() & 0xFFFFFFFF) == std::uint64_t(parked.pid())) child_rec = i;
+  ASSERT_NE(child_rec, ~0U);
+  const std::uint32_t our_rec = detail::QueueAccess::segment(q()).me_index;
+  const auto counted = [&](std::uint32_t rec) { return raw.proc(rec).parked.load() & 0xFFFFFFFF; };
+  EXPECT_EQ(counted(child_rec), 1u);
   parked.kill_now();
   parked.wait();
   ASSERT_TRUE(parked.signaled()) << parked.describe();
@@ -793,19 +802,20 @@ TEST_F(Crash, AConsumerKilledWhileParkedIsNoLongerCountedAWaiter) {
   const bool dropped = test::eventually([&] {
     q().advance_clock(o.recovery_ms);
     q().tick();
-    return waiters.load() <= 1;
+    return counted(child_rec) == 0;
   }, std::chrono::seconds(10));
-  EXPECT_TRUE(dropped) << "the killed consumer is still counted parked: " << waiters.load();
+  EXPECT_TRUE(dropped) << "the dead child's record still counts it";
   // Ours wakes every recovery_ms / 2 of real time and parks again, so the
-  // count can read 1 for a moment with the dead one still in it: watched for
-  // a while, it must read 1 (ours, whose wake-up would be lost without it)
-  // and never 2.
-  std::uint32_t most = 0;
-  for (int i = 0; i < 400; ++i) {
-    most = std::max(most, waiters.load());
-    std::this_thread::sleep_for(std::chrono::milliseconds(1));
-  }
-  EXPECT_EQ(most, 1u) << "2: the killed consumer is still counted; 0: ours was taken out";
+  // total can read 1 for a moment with the dead one still in it. Ours
+  // raises waiters before its record and lowers its record first, so
+  // "waiters 1 while our record counts 1" (read record, total, record) is
+  // only ever seen with the dead one taken out; and our own count was not
+  // taken (its wake-up would be lost).
+  EXPECT_TRUE(test::eventually([&] {
+    const auto a = counted(our_rec);
+    const auto w = waiters.load();
+    return a == 1 && w == 1 && counted(our_rec) == 1;
+  })) << "2: the killed consumer is still counted; 0: ours was taken out (waiters " << waiters.load() << ")";
   EXPECT_LE(q().snapshot().consumers_parked, 1u);
   EXPECT_FALSE(claimed.load());
   const BrandedId id = q().mint();

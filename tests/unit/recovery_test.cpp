@@ -1736,7 +1736,7 @@ thread_local bool t_hold_at_sleep = false;
 void hold_at_sleep(void* arg) {
   auto& h = *static_cast<HeldAtSleep*>(arg);
   if (!t_hold_at_sleep || h.held.exchange(true)) return;  // the first time only
-  while (!h.go.load()) std::this_thread::sleep_for(1ms);
+  h.go.wait(false);
 }
 
 TEST_F(Recovery, AConsumerHeldBeforeItsSleepPastParkUntilDoesNotSleepOn) {
@@ -1754,6 +1754,7 @@ TEST_F(Recovery, AConsumerHeldBeforeItsSleepPastParkUntilDoesNotSleepOn) {
   ASSERT_TRUE(eventually([&] { return detail::monotonic_us() / 1000 > s.h->park_until.load(); }, 10s));
   ASSERT_EQ(q().enqueue(A, q().mint(), "x"), EnqueueStatus::enqueued);
   h.go = true;
+  h.go.notify_all();
   const bool soon = eventually([&] { return claimed.load(); }, 1s);
   consumer.join();
   detail::failpoint_call("park.sleep", nullptr, nullptr);
