@@ -318,9 +318,7 @@ bool Queue::claim_wait(Lease& out, std::uint32_t lease_ms, std::chrono::millisec
       std::uint64_t v = me.parked.load(std::memory_order_relaxed);
       while ((v & 0xFFFFFFFF) != 0 && !me.parked.compare_exchange_weak(v, v - 1, std::memory_order_relaxed)) {
       }
-      std::uint32_t w = s.h->waiters.load(std::memory_order_relaxed);
-      while (w != 0 && !s.h->waiters.compare_exchange_weak(w, w - 1, std::memory_order_relaxed)) {
-      }
+      uncount_waiters(s, 1);
     };
     if (look()) {
       unpark();
