@@ -113,6 +113,8 @@ Snapshot Queue::snapshot() const {
   snap.lanes_reclaimed = s.h->lanes_reclaimed.load(std::memory_order_relaxed);
   snap.processes_capacity = s.proc_count;
   snap.consumers_parked = sleep_may_be_under_way(s) ? s.h->waiters.load(std::memory_order_relaxed) : 0;
+  snap.producers_parked =
+      sleep_may_be_under_way(s.h->room_park_until) ? s.h->room_waiters.load(std::memory_order_relaxed) : 0;
   snap.corruptions = s.h->corruption.count.load(std::memory_order_relaxed);
 
   // The rota: the valid tokens from the head to the tail, in order.

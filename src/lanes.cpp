@@ -3,6 +3,7 @@
 #include "lanes.hpp"
 
 #include "lane_order.hpp"
+#include "slots.hpp"
 
 #include <climits>
 
@@ -167,9 +168,19 @@ bool reclaim_idle_in_buckets(Segment& s, const DirProbe& p, GroupKey g) noexcept
 
 }  // namespace
 
-bool sleep_may_be_under_way(const Segment& s) noexcept {
-  // [S5] seq_cst: pairs with a parking consumer's raise before its last look.
-  return monotonic_us() / 1000 <= s.h->park_until.load(std::memory_order_seq_cst);
+bool sleep_may_be_under_way(const std::atomic<std::uint64_t>& until) noexcept {
+  // [S5] seq_cst: pairs with a parking thread's raise before its last look.
+  return monotonic_us() / 1000 <= until.load(std::memory_order_seq_cst);
+}
+
+void wake_room(Segment& s) noexcept {
+  // Past every producer's sleep a wake would be a system call for nobody.
+  if (!sleep_may_be_under_way(s.h->room_park_until)) return;
+  s.h->room_seq.fetch_add(1, std::memory_order_release);
+  // One: a slot freed lets one producer in. Whoever it wakes looks again
+  // before it heeds its own timeout (enqueue_wait), so the wake is not lost
+  // on one that gives up.
+  futex_wake(&s.h->room_seq, 1);
 }
 
 void notify(Segment& s, int count) noexcept {

@@ -139,10 +139,12 @@ inline void husk_count(Segment& s, std::uint32_t lane, std::uint64_t inc) noexce
 // either it sees the lane we just made serviceable or we see it waiting.
 void notify(Segment& s, int count = 1) noexcept;
 
-// Whether a consumer parked in claim_wait may still be asleep: the clock has
-// not passed Header::park_until. Past it, a count left in waiters is of
-// consumers killed while parked (design.md, "Blocking claims").
-bool sleep_may_be_under_way(const Segment& s) noexcept;
+// Whether a thread parked on a spot whose end is `until` (Header::park_until
+// for claim_wait, Header::room_park_until for enqueue_wait) may still be
+// asleep: the clock has not passed it. Past it, a count left in the spot's
+// waiters is of threads killed while parked (design.md, "Blocking claims").
+bool sleep_may_be_under_way(const std::atomic<std::uint64_t>& until) noexcept;
+inline bool sleep_may_be_under_way(const Segment& s) noexcept { return sleep_may_be_under_way(s.h->park_until); }
 
 // CAS of lane `lane`'s word from `w` (a reading) to `nw` with the version
 // moved on; if `nw` is serviceable and not ringed, rings it: pushes a cell

@@ -233,18 +233,67 @@ namespace {
 // (a futex timeout ends a little late: timer slack).
 constexpr std::uint64_t kParkSlackMs = 5;
 
-// Raises Header::park_until to `end` ([S5] seq_cst: before the last look).
-// Never lowers it: a consumer that lowered a value it took for a scribble
-// (further ahead than its own sleep could end) lowered another live
-// consumer's end whenever its clock reading was stale (stopped before its
-// raise) or its recovery bound differed, and that one slept through the
-// notifies (found in review). A scribbled far future costs what a leaked
-// count cost before park_until: a wake per notify while waiters is not 0.
-void raise_park_until(Segment& s, std::uint64_t end) noexcept {
-  std::atomic<std::uint64_t>& p = s.h->park_until;
-  std::uint64_t u = p.load(std::memory_order_seq_cst);
-  while (u < end && !p.compare_exchange_weak(u, end, std::memory_order_seq_cst)) {
+// Raises a spot's end (Header::park_until, Header::room_park_until) to
+// `end` ([S5] seq_cst: before the last look). Never lowers it: a consumer
+// that lowered a value it took for a scribble (further ahead than its own
+// sleep could end) lowered another live consumer's end whenever its clock
+// reading was stale (stopped before its raise) or its recovery bound
+// differed, and that one slept through the notifies (found in review). A
+// scribbled far future costs what a leaked count cost before park_until: a
+// wake per notify while the spot's waiters is not 0.
+void raise_park_until(std::atomic<std::uint64_t>& until, std::uint64_t end) noexcept {
+  std::uint64_t u = until.load(std::memory_order_seq_cst);
+  while (u < end && !until.compare_exchange_weak(u, end, std::memory_order_seq_cst)) {
   }
+}
+
+// A thread parked on one of the header's two spots (claim_wait's: waiters,
+// park_until; enqueue_wait's: room_waiters, room_park_until), from before
+// its last look to after its sleep. Counted in the spot's waiters ([S5]
+// seq_cst: before the last look; pairs with the waker's load), then in its
+// process record (ProcRecord::parked or room_parked), after the spot's
+// count and taken out before it, so that a sweep that finds the process
+// dead takes out no more than it put in (drop_parked). Then the spot's end
+// is raised past the sleep's (`sleep_end`): wakers skip the wake once it
+// has passed. Neither count is taken below 0, nor does the record's borrow
+// from its incarnation half: one taken out under us (a misjudged death, a
+// scribble) is then counted again at our next park, not owed for good.
+class Parked {
+ public:
+  Parked(std::atomic<std::uint32_t>& waiters, std::atomic<std::uint64_t>& record, std::atomic<std::uint64_t>& until,
+         std::uint64_t sleep_end) noexcept
+      : waiters_(waiters), record_(record) {
+    waiters_.fetch_add(1, std::memory_order_seq_cst);
+    record_.fetch_add(1, std::memory_order_relaxed);
+    raise_park_until(until, sleep_end + kParkSlackMs);
+  }
+  ~Parked() {
+    std::uint64_t v = record_.load(std::memory_order_relaxed);
+    while ((v & 0xFFFFFFFF) != 0 && !record_.compare_exchange_weak(v, v - 1, std::memory_order_relaxed)) {
+    }
+    uncount_parked(waiters_, 1);
+  }
+  Parked(const Parked&) = delete;
+  Parked& operator=(const Parked&) = delete;
+
+ private:
+  std::atomic<std::uint32_t>& waiters_;
+  std::atomic<std::uint64_t>& record_;
+};
+
+// When a wait of `timeout` from now gives up (CLOCK_MONOTONIC ms): now
+// rounded up, so that it never gives up before its whole timeout has passed
+// (rounded down, a 100 ms wait gave up after 99.9 ms).
+std::uint64_t give_up_of(std::chrono::milliseconds timeout) noexcept {
+  return (monotonic_us() + 999) / 1000 + std::uint64_t(std::max<std::int64_t>(0, timeout.count()));
+}
+
+// The end of a sleep that begins at `now` (CLOCK_MONOTONIC ms): by the
+// caller's `give_up`, and at most half the recovery bound (so a parked
+// thread notices the dead in time, and a wake lost to a waker killed
+// between its free and its wake costs at most that).
+std::uint64_t sleep_end_of(const Segment& s, std::uint64_t now, std::uint64_t give_up) noexcept {
+  return now + std::min<std::uint64_t>(give_up - now, std::max<std::uint32_t>(s.recovery_ms / 2, 1));
 }
 
 // How often a claim_wait through a handle that makes no claims looks again
@@ -270,7 +319,7 @@ std::size_t Queue::claim_lane_batch(std::span<Lease> out, std::uint32_t lease_ms
 
 bool Queue::claim_wait(Lease& out, std::uint32_t lease_ms, std::chrono::milliseconds timeout) noexcept {
   Segment& s = *seg_;
-  const std::uint64_t give_up = monotonic_us() / 1000 + std::uint64_t(std::max<std::int64_t>(0, timeout.count()));
+  const std::uint64_t give_up = give_up_of(timeout);
   // No claim is serviceable to a handle that makes none (an observer, an
   // unattached copy: try_claim says read_only): it waits as for an empty
   // queue, so that a loop over claim_wait does not spin. It looks again
@@ -299,31 +348,11 @@ bool Queue::claim_wait(Lease& out, std::uint32_t lease_ms, std::chrono::millisec
     // the slots) within the recovery bound.
     if (sweep_under_way(s)) continue;
     const std::uint32_t seq = s.h->wake_seq.load(std::memory_order_acquire);
-    // [S5] seq_cst: announce before the last look; pairs with notify().
-    // Counted in our process record too, after waiters and taken out before
-    // it, so that a sweep that finds us dead takes out no more than we put
-    // in (drop_parked).
-    s.h->waiters.fetch_add(1, std::memory_order_seq_cst);
-    ProcRecord& me = *s.me;
-    me.parked.fetch_add(1, std::memory_order_relaxed);
     // The latest this sleep may end (it is cut to it below): notifiers
     // wake until then, and no longer for this count.
-    const std::uint64_t sleep_end =
-        real_now + std::min<std::uint64_t>(give_up - real_now, std::max<std::uint32_t>(s.recovery_ms / 2, 1));
-    raise_park_until(s, sleep_end + kParkSlackMs);
-    // Neither count is taken below 0, nor does ours borrow from its
-    // incarnation half: one taken out under us (a misjudged death, a
-    // scribble) is then counted again at our next park, not owed for good.
-    const auto unpark = [&] {
-      std::uint64_t v = me.parked.load(std::memory_order_relaxed);
-      while ((v & 0xFFFFFFFF) != 0 && !me.parked.compare_exchange_weak(v, v - 1, std::memory_order_relaxed)) {
-      }
-      uncount_waiters(s, 1);
-    };
-    if (look()) {
-      unpark();
-      return true;
-    }
+    const std::uint64_t sleep_end = sleep_end_of(s, real_now, give_up);
+    const Parked parked(s.h->waiters, s.me->parked, s.h->park_until, sleep_end);
+    if (look()) return true;
     // Sleep until woken, the timeout, or the next due time (so parked
     // consumers drive lease expiry and promotion: no daemon needed), and at
     // most half the recovery bound (so they notice the dead in time).
@@ -341,7 +370,32 @@ bool Queue::claim_wait(Lease& out, std::uint32_t lease_ms, std::chrono::millisec
     }
     FAIRLANE_FAILPOINT("park.sleep");
     futex_wait_until(&s.h->wake_seq, seq, until);
-    unpark();
+  }
+}
+
+EnqueueStatus Queue::enqueue_wait_with(const BrandedId& group, const BrandedId& job, std::string_view payload,
+                                       const EnqueueOptions* options, std::chrono::milliseconds timeout) noexcept {
+  Segment& s = *seg_;
+  const std::uint64_t give_up = give_up_of(timeout);
+  for (;;) {
+    // Each round looks before it heeds the timeout: a producer woken by a
+    // free (one wake a free) that gave up without looking would leave that
+    // slot to producers still asleep.
+    EnqueueStatus st = enqueue_with(group, job, payload, options);
+    if (st != EnqueueStatus::full) return st;
+    const std::uint64_t now = monotonic_us() / 1000;
+    if (now >= give_up || !s.me) return st;  // (a `full` answer comes from an attached handle)
+    // Read before the count: a free after it moves the word, and the
+    // futex wait below then returns at once.
+    const std::uint32_t seq = s.h->room_seq.load(std::memory_order_acquire);
+    const std::uint64_t sleep_end = sleep_end_of(s, now, give_up);
+    const Parked parked(s.h->room_waiters, s.me->room_parked, s.h->room_park_until, sleep_end);
+    // The last look: a slot freed before a freer could see us counted is
+    // found by it (note_freed).
+    st = enqueue_with(group, job, payload, options);
+    if (st != EnqueueStatus::full) return st;
+    FAIRLANE_FAILPOINT("room.sleep");
+    futex_wait_until(&s.h->room_seq, seq, sleep_end);
   }
 }
 

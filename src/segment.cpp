@@ -584,10 +584,10 @@ ProcRecord* attach(Segment& s, std::uint32_t& busy, std::uint64_t lock_wait_ms =
         continue;
       }
       const std::uint64_t inc = p.incarnation.fetch_add(1, std::memory_order_relaxed) + 1;
-      // A dead owner's threads parked in claim_wait are not waiting any
-      // more (unless a sweep took them out of waiters already: then the
-      // count here is 0); the count is ours from here.
-      uncount_waiters(s, p.parked.exchange((inc & 0xFFFFFFFF) << 32, std::memory_order_relaxed) & 0xFFFFFFFF);
+      // A dead owner's threads parked in claim_wait or enqueue_wait are not
+      // waiting any more (unless a sweep took them out already: then the
+      // counts here are 0); the counts are ours from here.
+      take_parked(s, p, inc);
       p.start_time.store(start, std::memory_order_relaxed);
       p.attached_unix_ms.store(unix_ms(), std::memory_order_relaxed);
       p.seen.store(0, std::memory_order_relaxed);
@@ -865,22 +865,42 @@ bool verdict_stale(const Segment& s, std::uint32_t i, std::uint64_t now_ms) noex
                          s.recovery_ms / 2);
 }
 
-void uncount_waiters(Segment& s, std::uint64_t n) noexcept {
+void uncount_parked(std::atomic<std::uint32_t>& count, std::uint64_t n) noexcept {
   if (n == 0) return;
-  std::uint32_t w = s.h->waiters.load(std::memory_order_relaxed);
-  while (w != 0 && !s.h->waiters.compare_exchange_weak(w, std::uint32_t(w - std::min<std::uint64_t>(n, w)),
-                                                       std::memory_order_relaxed)) {
+  std::uint32_t w = count.load(std::memory_order_relaxed);
+  while (w != 0 && !count.compare_exchange_weak(w, std::uint32_t(w - std::min<std::uint64_t>(n, w)),
+                                                std::memory_order_relaxed)) {
   }
 }
 
+namespace {
+// One record count of parked threads (low 32 bits, under the owner's
+// incarnation in the high 32) and the header count it is part of.
+struct ParkedCount {
+  std::atomic<std::uint64_t> ProcRecord::*record;
+  std::atomic<std::uint32_t> Header::*header;
+};
+constexpr ParkedCount kParkedCounts[] = {{&ProcRecord::parked, &Header::waiters},
+                                         {&ProcRecord::room_parked, &Header::room_waiters}};
+}  // namespace
+
 void drop_parked(Segment& s, ProcRecord& p, std::uint64_t inc) noexcept {
-  std::uint64_t v = p.parked.load(std::memory_order_relaxed);
-  while ((v & 0xFFFFFFFF) != 0 && (v >> 32) == (inc & 0xFFFFFFFF)) {
-    if (p.parked.compare_exchange_weak(v, v & ~0xFFFFFFFFULL, std::memory_order_relaxed)) {
-      uncount_waiters(s, v & 0xFFFFFFFF);
-      return;
+  for (const ParkedCount& c : kParkedCounts) {
+    std::atomic<std::uint64_t>& rec = p.*c.record;
+    std::uint64_t v = rec.load(std::memory_order_relaxed);
+    while ((v & 0xFFFFFFFF) != 0 && (v >> 32) == (inc & 0xFFFFFFFF)) {
+      if (rec.compare_exchange_weak(v, v & ~0xFFFFFFFFULL, std::memory_order_relaxed)) {
+        uncount_parked(s.h->*c.header, v & 0xFFFFFFFF);
+        break;
+      }
     }
   }
+}
+
+void take_parked(Segment& s, ProcRecord& p, std::uint64_t inc) noexcept {
+  for (const ParkedCount& c : kParkedCounts)
+    uncount_parked(s.h->*c.header,
+                   (p.*c.record).exchange((inc & 0xFFFFFFFF) << 32, std::memory_order_relaxed) & 0xFFFFFFFF);
 }
 
 int holder_dead(Segment& s, std::uint32_t holder, std::uint64_t now_ms) noexcept {

@@ -291,15 +291,22 @@ bool held_by_this_process(const Segment& s, std::uint32_t i) noexcept;
 int holder_dead(Segment& s, std::uint32_t holder1, std::uint64_t now_ms) noexcept;
 
 // The threads of process record p's owner parked in claim_wait
-// (ProcRecord::parked), taken out of Header::waiters, for an owner judged
-// dead as incarnation `inc` (the record's incarnation read before the
-// verdict). Nothing if the record has had another owner since: that
-// owner's attach took them out.
+// (ProcRecord::parked) and in enqueue_wait (ProcRecord::room_parked), taken
+// out of Header::waiters and Header::room_waiters, for an owner judged dead
+// as incarnation `inc` (the record's incarnation read before the verdict).
+// Nothing if the record has had another owner since: that owner's attach
+// took them out (take_parked).
 void drop_parked(Segment& s, ProcRecord& p, std::uint64_t inc) noexcept;
 
-// Takes n parked threads out of Header::waiters, never below 0 (a
-// scribbled count takes no more than there is).
-void uncount_waiters(Segment& s, std::uint64_t n) noexcept;
+// At an attach that took record p as incarnation `inc`: whatever its last
+// owner left parked is taken out of the header's counts, and the record's
+// counts start again at 0 under `inc`.
+void take_parked(Segment& s, ProcRecord& p, std::uint64_t inc) noexcept;
+
+// Takes n parked threads out of a header count (Header::waiters,
+// Header::room_waiters), never below 0 (a scribbled count takes no more
+// than there is).
+void uncount_parked(std::atomic<std::uint32_t>& count, std::uint64_t n) noexcept;
 
 // ProcRecord::seen. A verdict names the incarnation it judged: a judge that
 // read the record's owner, then found it dead while another process took

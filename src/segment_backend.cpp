@@ -18,6 +18,10 @@ class SegmentBackend final : public Backend {
   EnqueueStatus enqueue(const BrandedId& g, const BrandedId& j, std::string_view p, const EnqueueOptions& o) override {
     return q_.enqueue(g, j, p, o);
   }
+  EnqueueStatus enqueue_wait(const BrandedId& g, const BrandedId& j, std::string_view p, const EnqueueOptions& o,
+                             std::chrono::milliseconds timeout) override {
+    return q_.enqueue_wait(g, j, p, o, timeout);
+  }
   std::size_t enqueue_batch(std::span<const EnqueueItem> items, std::span<EnqueueStatus> st) override {
     return q_.enqueue_batch(items, st);
   }

@@ -258,19 +258,51 @@ inline void drop_token(std::atomic<std::uint32_t>& hint) noexcept {
   if (hint.load(std::memory_order_relaxed) >= kHintOwned) hint.store(0, std::memory_order_release);
 }
 
+// Wakes a producer parked in enqueue_wait (Header::room_seq), unless every
+// producer's sleep has ended (Header::room_park_until). Called by a freer
+// that found room_waiters not 0 (lanes.cpp).
+[[gnu::cold]] void wake_room(Segment& s) noexcept;
+
 // After a CAS that freed `slot`: its block's hint and its group's hint say
 // "look" again. A table that is not near full keeps its block hints at 0
-// (allocations find slots at their cursors), and this is two loads.
-inline void note_freed(Segment& s, std::uint32_t slot) noexcept {
+// (allocations find slots at their cursors), and this is two loads. Returns
+// whether it stored (the hints said otherwise).
+inline bool hints_look_again(Segment& s, std::uint32_t slot) noexcept {
   std::atomic<std::uint32_t>& h = s.hints[slot / kHintBlock];
   std::atomic<std::uint32_t>& g = s.group_hints[slot / kHintGroupSlots];
   if (h.load(std::memory_order_seq_cst) != 0) {
     h.store(0, std::memory_order_release);
     g.store(0, std::memory_order_release);  // after h's store: a CAS on g after this one sees h's 0
-  } else if (g.load(std::memory_order_seq_cst) != 0) {
-    g.store(0, std::memory_order_release);
+    return true;
   }
+  if (g.load(std::memory_order_seq_cst) != 0) {
+    g.store(0, std::memory_order_release);
+    return true;
+  }
+  return false;
 }
+
+// Wakes a producer parked in enqueue_wait (Header::room_seq), unless every
+// producer's sleep has ended (Header::room_park_until). Called by a freer
+// that found room_waiters not 0 (lanes.cpp).
+[[gnu::cold]] void wake_room(Segment& s) noexcept;
+
+// After a CAS that freed `slot`: the hints say "look" again
+// (hints_look_again), and a producer parked in enqueue_wait for a free slot
+// is woken. A table that is not near full pays three loads.
+//
+// No lost wake-up (design.md, "Blocking enqueues"): a parking producer
+// raises room_waiters (seq_cst) before its last look, and this load of it
+// (seq_cst) comes after the freeing CAS and the hints' stores. Loads only:
+// the freeing CAS and the hint loads (all seq_cst) come before it in the
+// single order. With stores, a fence keeps them before it (a release store
+// may pass a later load); only a table near full pays it.
+inline void wake_room_after_free(Segment& s, bool hints_stored) noexcept {
+  if (hints_stored) std::atomic_thread_fence(std::memory_order_seq_cst);
+  if (s.h->room_waiters.load(std::memory_order_seq_cst) != 0) [[unlikely]]
+    wake_room(s);
+}
+inline void note_freed(Segment& s, std::uint32_t slot) noexcept { wake_room_after_free(s, hints_look_again(s, slot)); }
 
 // Takes slot i if it is free: CAS free -> admitting(holder), with a new ctr.
 [[gnu::always_inline]] inline bool take_free_slot(Segment& s, std::uint32_t i, std::uint32_t holder,

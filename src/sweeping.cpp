@@ -464,7 +464,11 @@ void sweep_slot(Segment& s, std::uint32_t i, std::uint64_t now, SweepStats& st) 
   }
   switch (SlotWord::state(w)) {
     case SlotState::free:
-      note_freed(s, i);
+      // A hint that said otherwise was a freer's left undone: it may have
+      // kept a producer parked, so that freer's wake is made too. Not for
+      // every free slot of the chunk: a parked producer would be woken
+      // thousands of times a chunk, each a system call.
+      if (hints_look_again(s, i)) wake_room_after_free(s, true);
       return;
     case SlotState::pending: {
       // A holder in a pending word: a take revoked by a settler

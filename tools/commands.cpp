@@ -191,6 +191,7 @@ int run_enqueue(const EnqueueArgs& a) {
   if (!a.mint) job = parse_id(a.job, "job id");
   EnqueueOptions eo;
   eo.delay_ms = parse_u64(a.delay_ms, "--delay");
+  const std::uint64_t wait_ms = parse_u64(a.wait_ms, "--wait", 0, 24ULL * 3600 * 1000);
   if (!a.max_attempts.empty()) eo.retry.max_attempts = parse_u32(a.max_attempts, "--max-attempts", 1, 65535);
   if (!a.backoff.empty()) eo.retry.backoff = parse_backoff(a.backoff);
   if (a.payload_set && !a.payload_file.empty()) fail("enqueue: give either --payload or --payload-file, not both");
@@ -204,7 +205,10 @@ int run_enqueue(const EnqueueArgs& a) {
                        kind));
     if (a.mint) job = t->mint();
 
-    EnqueueStatus st = t->enqueue(g.is_default ? BrandedId{} : g.id, job, payload, eo);
+    const BrandedId group = g.is_default ? BrandedId{} : g.id;
+    EnqueueStatus st = wait_ms == 0 ? t->enqueue(group, job, payload, eo)
+                                    : t->enqueue_wait(group, job, payload, eo,
+                                                      std::chrono::milliseconds(static_cast<std::int64_t>(wait_ms)));
     switch (st) {
       case EnqueueStatus::enqueued:
       case EnqueueStatus::duplicate: {
@@ -221,7 +225,8 @@ int run_enqueue(const EnqueueArgs& a) {
         fail(fmt::format("payload of {} bytes is larger than the {} bytes '{}' allows", payload.size(),
                          t.config().payload_bytes, target));
       case EnqueueStatus::full:
-        fail(fmt::format("queue '{}' is full: all {} job slots are in use", target, grouped(t.config().jobs)));
+        fail(fmt::format("queue '{}' is full: all {} job slots are in use{}", target, grouped(t.config().jobs),
+                         wait_ms ? fmt::format(" (waited {} ms)", wait_ms) : std::string()));
       case EnqueueStatus::lanes_full: fail_lanes_full(t, g);
       case EnqueueStatus::mirror_behind:
         fail(fmt::format("'{}' refuses new jobs: its mirror's transition log is full (Valkey is away or behind; "

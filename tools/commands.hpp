@@ -29,6 +29,7 @@ struct MintArgs {
 };
 struct EnqueueArgs {
   std::string segment, group, job, payload, delay_ms;
+  std::string wait_ms;                  // a full queue is waited out this long
   std::string payload_file;             // a file's bytes, "-" for stdin
   std::string max_attempts, backoff;    // the job's retry policy (empty: none)
   bool payload_set = false;             // --payload was given

@@ -210,6 +210,7 @@ nlohmann::json snapshot_json(std::string_view label, const Snapshot& s, const Qu
     j["processes"] = nullptr;
     j["process_records"] = nullptr;
     j["consumers_parked"] = nullptr;
+    j["producers_parked"] = nullptr;
     j["recovery"] = nullptr;
     j["mirror"] = nullptr;
     j["corruption"] = nullptr;
@@ -220,6 +221,7 @@ nlohmann::json snapshot_json(std::string_view label, const Snapshot& s, const Qu
   j["processes"] = std::move(procs);
   j["process_records"] = {{"used", processes_used(s, *view)}, {"capacity", processes_capacity(s, c)}};
   j["consumers_parked"] = s.consumers_parked;
+  j["producers_parked"] = s.producers_parked;
   j["recovery"] = recovery_json(view->recovery);
   j["mirror"] = mirror_json(view->mirror);
   const CorruptionInfo& k = view->corruption;
@@ -292,7 +294,9 @@ void process_lines(const Snapshot& s, const QueueConfig& c, const SegmentView& v
   }
   out += fmt::format("processes ({} attached, {} alive{}; {})\n", v.processes.size(), alive,
                      stopped ? fmt::format(", {} stopped", stopped) : std::string(), records);
-  out += fmt::format("  {} in claim_wait\n", plural(s.consumers_parked, "consumer parked", "consumers parked"));
+  out += fmt::format("  {} in claim_wait, {} in enqueue_wait\n",
+                     plural(s.consumers_parked, "consumer parked", "consumers parked"),
+                     plural(s.producers_parked, "producer parked", "producers parked"));
   for (const ProcessInfo& p : v.processes)
     out += fmt::format("  pid {:<8} {:<15} {:<7}  attached {:>9}  {}\n", p.pid,
                        p.name.empty() ? std::string("?") : one_line(p.name, 15), to_string(p.state),

@@ -196,6 +196,10 @@ class Parser {
     s->add_option("--payload-file", enqueue_.payload_file, "payload: the bytes of FILE ('-': stdin), binary-safe")
         ->type_name("FILE");
     s->add_option("--delay", enqueue_.delay_ms, "not claimable for MS milliseconds")->capture_default_str()->type_name("MS");
+    enqueue_.wait_ms = "0";
+    s->add_option("--wait", enqueue_.wait_ms, "a full queue: wait up to MS for a free slot")
+        ->capture_default_str()
+        ->type_name("MS");
     s->add_option("--max-attempts", enqueue_.max_attempts, "deliveries before the job is dead-lettered (1..65535)")
         ->type_name("N");
     s->add_option("--backoff", enqueue_.backoff,

@@ -246,6 +246,8 @@ void prometheus(std::string& out, const std::string& seg, const Snapshot& s, con
     e.sample("fairlane_process_records_capacity", processes_capacity(s, c));
     e.family("fairlane_consumers_parked", "gauge", "Consumer threads parked in claim_wait, waiting for work.");
     e.sample("fairlane_consumers_parked", s.consumers_parked);
+    e.family("fairlane_producers_parked", "gauge", "Producer threads parked in enqueue_wait, waiting for a free slot.");
+    e.sample("fairlane_producers_parked", s.producers_parked);
   }
 
   struct LaneGauge {
@@ -317,10 +319,11 @@ nlohmann::json stats_json(const std::string& seg, const Snapshot& s, const Queue
   if (caps.fixed_capacity) capacity = s.jobs_capacity;
   nlohmann::json lane_cap = nullptr;
   if (caps.fixed_capacity) lane_cap = lanes_capacity(s, c);
-  nlohmann::json corruptions = nullptr, parked = nullptr;
+  nlohmann::json corruptions = nullptr, parked = nullptr, producers_parked = nullptr;
   if (caps.process_records) {
     corruptions = s.corruptions;
     parked = s.consumers_parked;
+    producers_parked = s.producers_parked;
   }
   return {{"segment", seg},
           {"now_ms", s.now_ms},
@@ -347,6 +350,7 @@ nlohmann::json stats_json(const std::string& seg, const Snapshot& s, const Queue
           {"lanes_reclaimed", s.lanes_reclaimed},
           {"corruptions", std::move(corruptions)},
           {"consumers_parked", std::move(parked)},
+          {"producers_parked", std::move(producers_parked)},
           {"ring", std::move(ring)},
           {"lanes", std::move(lanes)},
           {"processes", std::move(ps)}};
@@ -367,8 +371,9 @@ std::string stats_text(const std::string& seg, const Snapshot& s, const QueueCon
   if (caps.process_records) {
     std::size_t alive = 0;
     for (const auto& p : procs) alive += p.state == ProcessState::alive ? 1 : 0;
-    out += fmt::format("  processes {} attached, {} alive, {} parked  corruptions {}", procs.size(), alive,
-                       grouped(s.consumers_parked), grouped(s.corruptions));
+    out += fmt::format("  processes {} attached, {} alive, {} consumers parked, {} producers parked  corruptions {}",
+                       procs.size(), alive, grouped(s.consumers_parked), grouped(s.producers_parked),
+                       grouped(s.corruptions));
   }
   out += '\n';
   out += fmt::format("\n{:<14}  {:>10}  {:>10}  {:>9}  {:>9}  {:>9}\n", "GROUP", "SERVED", "WAITS", "WAIT p50",

@@ -57,6 +57,14 @@ class Backend {
   }
   virtual EnqueueStatus enqueue(const BrandedId& group, const BrandedId& job, std::string_view payload,
                                 const EnqueueOptions& options) = 0;
+  // enqueue, waiting up to `timeout` while the queue is full
+  // (Queue::enqueue_wait). A backend with no fixed number of job slots never
+  // answers full, and this is enqueue.
+  virtual EnqueueStatus enqueue_wait(const BrandedId& group, const BrandedId& job, std::string_view payload,
+                                     const EnqueueOptions& options, std::chrono::milliseconds timeout) {
+    (void)timeout;
+    return enqueue(group, job, payload, options);
+  }
   // One status per item; on Valkey one script per batch.
   virtual std::size_t enqueue_batch(std::span<const EnqueueItem> items, std::span<EnqueueStatus> statuses) = 0;
   virtual bool claim(Lease& out, std::uint32_t lease_ms) = 0;

@@ -365,6 +365,9 @@ struct Snapshot {
   // parked is counted until then, or while another consumer has parked
   // since, and until a sweep finds it dead (design.md, "Blocking claims").
   std::uint64_t consumers_parked = 0;
+  // Producer threads parked in enqueue_wait for a free slot, counted the
+  // same way (Header::room_park_until; design.md, "Blocking enqueues").
+  std::uint64_t producers_parked = 0;
   std::uint64_t corruptions = 0;       // see CorruptionInfo
   std::uint64_t now_ms = 0;
 };
@@ -465,6 +468,27 @@ class Queue {
   EnqueueStatus enqueue(const BrandedId& group, const BrandedId& job, std::string_view payload,
                         const EnqueueOptions& options) noexcept {
     return enqueue_with(group, job, payload, &options);
+  }
+  // enqueue, but a full queue (every job slot in use) is waited out: the
+  // calling thread parks on the segment's futex until a slot is freed
+  // (a complete, a fail to dead letter or removal, a drain, an expiry that
+  // drops a job) or `timeout` has passed, and tries again. Returns what
+  // enqueue returns; `full` only once the timeout has passed (a timeout of
+  // 0 is one try). Every other answer, lanes_full included, comes back at
+  // once: a lane is freed by its group going idle, which nothing here waits
+  // for. One producer is woken a freed slot; a thread that gives up or is
+  // woken for nothing takes no slot from another. A producer killed while
+  // parked is taken out of the count by the recovery of its process (the
+  // sweep, or the next attach of its record), as claim_wait's consumers
+  // are. Blocking (not lock-free): it waits for a consumer to free a slot,
+  // as a blocking queue's producer does.
+  EnqueueStatus enqueue_wait(const BrandedId& group, const BrandedId& job, std::string_view payload,
+                             std::chrono::milliseconds timeout) noexcept {
+    return enqueue_wait_with(group, job, payload, nullptr, timeout);
+  }
+  EnqueueStatus enqueue_wait(const BrandedId& group, const BrandedId& job, std::string_view payload,
+                             const EnqueueOptions& options, std::chrono::milliseconds timeout) noexcept {
+    return enqueue_wait_with(group, job, payload, &options, timeout);
   }
   // One status per item, in order (a batch is not all-or-nothing). Returns
   // how many were enqueued. statuses.size() must be >= items.size(); extra
@@ -606,6 +630,8 @@ class Queue {
   BrandedId mint_checked(const char* kind) noexcept;  // kind: three letters, checked
   EnqueueStatus enqueue_with(const BrandedId& group, const BrandedId& job, std::string_view payload,
                              const EnqueueOptions* options) noexcept;  // null: no options
+  EnqueueStatus enqueue_wait_with(const BrandedId& group, const BrandedId& job, std::string_view payload,
+                                  const EnqueueOptions* options, std::chrono::milliseconds timeout) noexcept;
   std::unique_ptr<detail::Segment> seg_;
 };
 

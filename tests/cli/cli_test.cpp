@@ -15,6 +15,8 @@
 #include <map>
 #include <nlohmann/json.hpp>
 #include <sstream>
+#include <thread>
+#include <atomic>
 
 extern char** environ;
 
@@ -110,6 +112,36 @@ TEST_F(Cli, OversizePayloadIsAnError) {
   auto q = Queue::open(seg());
   ASSERT_TRUE(q.ok()) << describe(q.error());
   EXPECT_EQ(q->snapshot().pending, 1U);
+}
+
+// A full queue: `enqueue` says so at once; with --wait it says so after
+// waiting (and names the wait), or, when a consumer frees a slot while it
+// waits, admits the job.
+TEST_F(Cli, EnqueueWaitsOutAFullQueueWithWait) {
+  create();
+  auto q = Queue::open(seg());
+  ASSERT_TRUE(q.ok()) << describe(q.error());
+  const BrandedId g = BrandedId::make("TEN", 1);
+  std::uint32_t n = 0;
+  while (n < 65 && q->enqueue(g, q->mint(), "x") == EnqueueStatus::enqueued) ++n;
+  ASSERT_EQ(n, 64u);
+  expect_error(run_cli({"enqueue", seg(), "TEN00000000001", "--mint", "--payload", "y"}), "full");
+  const CliRun late = run_cli({"enqueue", seg(), "TEN00000000001", "--mint", "--payload", "y", "--wait", "50"});
+  expect_error(late, "waited 50 ms");
+  EXPECT_EQ(q->snapshot().pending, 64u);
+
+  std::atomic<bool> freed{false};
+  std::thread consumer([&] {
+    if (!test::eventually([&] { return q->snapshot().producers_parked == 1; })) return;
+    Lease l;
+    if (q->claim(l, 60000) && q->complete(l.id, l.token) == AckStatus::ok) freed = true;
+  });
+  const CliRun ok = run_cli({"enqueue", seg(), "TEN00000000001", "--mint", "--payload", "y", "--wait", "60000"});
+  consumer.join();
+  EXPECT_TRUE(freed.load()) << "the CLI's producer never parked";
+  EXPECT_EQ(ok.exit_code, 0) << show(ok);
+  EXPECT_EQ(ok.out.rfind("enqueued ", 0), 0u) << ok.out;
+  EXPECT_EQ(q->snapshot().pending, 64u);
 }
 
 TEST_F(Cli, MissingSegmentIsAnError) {

@@ -179,7 +179,7 @@ TEST_F(FsckCli, InspectShowsAttachedProcessesAndTheirLeases) {
 
   const CliRun t = run_cli({"inspect", seg()});
   ASSERT_EQ(t.exit_code, 0) << show(t);
-  EXPECT_TRUE(contains(t.out, "processes (1 attached, 1 alive; 1 of 256 records)\n  0 consumers parked in claim_wait\n")) << t.out;
+  EXPECT_TRUE(contains(t.out, "processes (1 attached, 1 alive; 1 of 256 records)\n  0 consumers parked in claim_wait, 0 producers parked in enqueue_wait\n")) << t.out;
   EXPECT_TRUE(contains(t.out, "pid " + me)) << t.out;
   EXPECT_TRUE(contains(t.out, "1 lease\n")) << t.out;
   EXPECT_TRUE(contains(t.out, "recovery no lease has come back")) << t.out;

@@ -291,8 +291,14 @@ Queue attach_or_exit(const std::string& name) {
     const auto lane = static_cast<std::uint32_t>(rng() % kTortureLanes);
     const BrandedId id = timed(CallKind::op, [&] { return q.mint(); });
     const std::string payload = make_payload(id, lane);
-    for (;;) {
-      const EnqueueStatus st = timed(CallKind::op, [&] { return q.enqueue(lane_group(lane), id, payload); });
+    // Producers of odd seed wait out a full queue parked in enqueue_wait
+    // (so that kills land on parked producers too); the others back off.
+    const bool parks = (spec.seed & 1) != 0;
+    for (bool retry = false;; retry = true) {
+      const EnqueueStatus st =
+          parks && retry ? timed(CallKind::wait,
+                                 [&] { return q.enqueue_wait(lane_group(lane), id, payload, kClaimTimeout); })
+                         : timed(CallKind::op, [&] { return q.enqueue(lane_group(lane), id, payload); });
       if (st == EnqueueStatus::enqueued) {
         put_line(log.fd(), "A %s", id.string().c_str());
         break;
@@ -300,7 +306,7 @@ Queue attach_or_exit(const std::string& name) {
       if (st == EnqueueStatus::full) {
         // The consumers will make room; a short back-off keeps a full queue
         // from being a busy loop on two cores.
-        std::this_thread::sleep_for(std::chrono::microseconds(200 + rng() % 200));
+        if (!parks) std::this_thread::sleep_for(std::chrono::microseconds(200 + rng() % 200));
         continue;
       }
       // Nothing was written (enqueue's contract); the id is abandoned.
@@ -1140,14 +1146,24 @@ class Supervisor {
   // (park_until), and the sweep that finds it dead, or the attach that
   // takes its record, takes it out (design.md, "Blocking claims"). Sweeps
   // run here until every sleep is over and every dead child judged.
+  // The same for producers parked in enqueue_wait (room_park_until,
+  // ProcRecord::room_parked), whose count a free reads.
   void check_nobody_parked() {
     const auto until = Clock::now() + std::chrono::seconds(5);
-    while (q_.snapshot().consumers_parked != 0 && Clock::now() < until) {
+    const auto anyone = [&] {
+      const Snapshot s = q_.snapshot();
+      return s.consumers_parked != 0 || s.producers_parked != 0;
+    };
+    while (anyone() && Clock::now() < until) {
       std::this_thread::sleep_for(milliseconds(50));
       (void)q_.tick();
     }
-    if (const std::uint64_t n = q_.snapshot().consumers_parked; n != 0)
-      violation(std::to_string(n) + " consumers still counted parked in claim_wait with every child gone");
+    const Snapshot s = q_.snapshot();
+    if (s.consumers_parked != 0)
+      violation(std::to_string(s.consumers_parked) + " consumers still counted parked in claim_wait with every child gone");
+    if (s.producers_parked != 0)
+      violation(std::to_string(s.producers_parked) +
+                " producers still counted parked in enqueue_wait with every child gone");
   }
 
   void check_fsck() {

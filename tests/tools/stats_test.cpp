@@ -319,6 +319,37 @@ TEST_F(StatsTest, AConsumerParkedInClaimWaitIsCounted) {
   EXPECT_EQ(q_->snapshot().consumers_parked, 0u);
 }
 
+// A producer parked in enqueue_wait (every slot in use) is the producers'
+// gauge's 1, in the exposition, the JSON and the text; a complete frees a
+// slot, it is admitted, and the gauge is 0 again.
+TEST_F(StatsTest, AProducerParkedInEnqueueWaitIsCounted) {
+  int filled = 0;
+  while (filled < 64 && q_->enqueue(group("TEN", 3), q_->mint(), "f") == EnqueueStatus::enqueued) ++filled;
+  ASSERT_EQ(q_->enqueue(group("TEN", 3), q_->mint(), "f"), EnqueueStatus::full);
+  std::atomic<int> st{-1};
+  std::thread producer([&] { st = int(q_->enqueue_wait(group("TEN", 3), q_->mint(), "w", std::chrono::seconds(20))); });
+  const bool parked = test::eventually([&] { return q_->snapshot().producers_parked == 1; });
+  const auto prom = run_tool({"stats", seg(), "--prometheus"});
+  const auto json = run_tool({"stats", seg(), "--json"});
+  const auto text = run_tool({"stats", seg()});
+  Lease l;
+  const bool freed = q_->claim(l, 60000) && q_->complete(l.id, l.token) == AckStatus::ok;
+  producer.join();
+  ASSERT_TRUE(parked) << "the producer never parked";
+  ASSERT_TRUE(freed);
+  EXPECT_EQ(EnqueueStatus(st.load()), EnqueueStatus::enqueued);
+  ASSERT_EQ(prom.exit_code, 0) << show(prom);
+  const Exposition e = parse(prom.out);
+  EXPECT_TRUE(e.errors.empty());
+  EXPECT_EQ(e.value("fairlane_producers_parked"), 1);
+  EXPECT_EQ(e.value("fairlane_consumers_parked"), 0);
+  ASSERT_EQ(json.exit_code, 0) << show(json);
+  EXPECT_EQ(nlohmann::json::parse(json.out)["producers_parked"], 1);
+  ASSERT_EQ(text.exit_code, 0) << show(text);
+  EXPECT_NE(text.out.find("0 consumers parked, 1 producers parked"), std::string::npos) << text.out;
+  EXPECT_EQ(q_->snapshot().producers_parked, 0u);
+}
+
 TEST_F(StatsTest, JsonMatchesTheSnapshot) {
   const auto r = run_tool({"stats", seg(), "--json"});
   ASSERT_EQ(r.exit_code, 0) << show(r);

@@ -30,7 +30,7 @@
 namespace fairlane::detail {
 
 inline constexpr std::uint64_t kMagic = 0x314E4C5249414646ULL;  // "FFAIRLN1" little-endian
-inline constexpr std::uint32_t kLayoutVersion = 15;  // 10: liveness locks and real start times in ProcRecord; 11: MirrorRole; 12: free hints (bytes); 13: free hints (words, owner tokens); 14: group hints; 15: ProcRecord::parked
+inline constexpr std::uint32_t kLayoutVersion = 16;  // 10: liveness locks and real start times in ProcRecord; 11: MirrorRole; 12: free hints (bytes); 13: free hints (words, owner tokens); 14: group hints; 15: ProcRecord::parked; 16: producers parked for room (Header::room_*, ProcRecord::room_parked)
 inline constexpr std::size_t kCacheLine = 64;
 inline constexpr std::uint32_t kMaxJobs = (1U << 26) - 2;      // slot+1 fits a 26-bit field
 inline constexpr std::uint32_t kMaxLanes = (1U << 21) - 2;     // lane+1 fits 22 bits, with the default lane
@@ -563,7 +563,10 @@ struct alignas(kCacheLine) ProcRecord {
   // consumer killed while parked was counted for good before 2026-12-06,
   // and every notify then made a futex wake system call for nobody.
   std::atomic<std::uint64_t> parked;
-  std::uint64_t reserved[6];
+  // Its threads parked in enqueue_wait for a free slot, the same way, under
+  // the same incarnation half, counted in Header::room_waiters.
+  std::atomic<std::uint64_t> room_parked;
+  std::uint64_t reserved[5];
 };
 static_assert(sizeof(ProcRecord) == 256);
 
@@ -798,6 +801,12 @@ struct alignas(kCacheLine) Header {
   // consumers killed while parked, and notify wakes nobody (design.md,
   // "Blocking claims").
   std::atomic<std::uint64_t> park_until;
+  // The same three words for producers parked in enqueue_wait until a slot
+  // is freed (design.md, "Blocking enqueues"). On a line of their own: every
+  // free reads room_waiters, and only a producer that parks writes it.
+  alignas(kCacheLine) std::atomic<std::uint32_t> room_seq;     // futex word
+  std::atomic<std::uint32_t> room_waiters;                     // producers parked or about to park
+  std::atomic<std::uint64_t> room_park_until;                  // no producer sleeps past it (CLOCK_MONOTONIC ms)
   alignas(kCacheLine) std::atomic<std::uint32_t> queue_paused;
   // Thread records in use are all below this (it only rises): what a scan
   // of the records reads. Raised before a record is taken; the sweep heals

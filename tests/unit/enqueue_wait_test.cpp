@@ -1,0 +1,349 @@
+// enqueue_wait: a producer at a full queue parks on the segment's futex
+// until a slot is freed (design.md, "Blocking enqueues"), rather than
+// retrying `full` in a loop.
+//
+// Most queues here have a recovery bound of 60 s: a parked producer then
+// sleeps up to 30 s a slice, so a lost wake-up shows as a wait of that
+// order, and the checks below ("woken well within a slice") cannot be met
+// by a producer that slept its slice out.
+#include "forked_child.hpp"
+#include "raw_segment.hpp"
+#include "test_support.hpp"
+
+#include <signal.h>
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <thread>
+#include <vector>
+
+#include "core.hpp"
+#include "failpoint.hpp"
+#include "segment.hpp"
+
+namespace fairlane {
+namespace {
+
+using namespace std::chrono_literals;
+using test::eventually;
+using test::ForkedChild;
+using test::RawSegment;
+
+const BrandedId A = BrandedId::make("AAA", 1);
+const BrandedId B = BrandedId::make("BBB", 1);
+constexpr std::uint32_t kLease = 60000;
+
+class EnqueueWait : public test::SegmentFixture {
+ protected:
+  void make(std::uint32_t jobs = 8, std::uint32_t recovery_ms = 60000, std::uint32_t processes = 0) {
+    QueueOptions o;
+    o.jobs = jobs;
+    o.lanes = 8;
+    o.payload_bytes = 32;
+    o.recovery_ms = recovery_ms;
+    if (processes) o.processes = processes;
+    create(o);
+    jobs_ = jobs;
+  }
+  detail::Segment& s() { return detail::QueueAccess::segment(q()); }
+  // Every slot in use: jobs of A's lane in every slot still free.
+  void fill() {
+    std::uint32_t n = 0;
+    while (n <= jobs_ && q().enqueue(A, q().mint(), "x") == EnqueueStatus::enqueued) ++n;
+    ASSERT_LE(n, jobs_);
+    ASSERT_EQ(q().enqueue(A, q().mint(), "x"), EnqueueStatus::full);
+  }
+  void free_one() {
+    Lease l;
+    ASSERT_TRUE(q().claim(l, kLease));
+    ASSERT_EQ(q().complete(l.id, l.token), AckStatus::ok);
+  }
+  std::uint64_t record_count(std::uint32_t rec) { return s().procs[rec].room_parked.load() & 0xFFFFFFFF; }
+
+  std::uint32_t jobs_ = 0;
+};
+
+// A producer parked on a full queue is woken by the complete that frees a
+// slot, and its job is admitted; nothing stays counted.
+TEST_F(EnqueueWait, AProducerParkedOnAFullQueueIsWokenByTheCompleteThatFreesASlot) {
+  make();
+  fill();
+  const BrandedId id = q().mint();
+  std::atomic<int> st{-1};
+  std::thread producer([&] { st = int(q().enqueue_wait(B, id, "waited", 50s)); });
+  ASSERT_TRUE(eventually([&] { return q().snapshot().producers_parked == 1; })) << "the producer never parked";
+  EXPECT_EQ(record_count(s().me_index), 1u);
+  EXPECT_EQ(st.load(), -1) << "it returned with every slot in use";
+  const std::uint32_t seq = s().h->room_seq.load();
+  free_one();
+  EXPECT_NE(s().h->room_seq.load(), seq) << "the complete made no wake";
+  const bool woken = eventually([&] { return st.load() != -1; }, 10s);
+  producer.join();
+  ASSERT_TRUE(woken) << "not woken: it slept its slice out";
+  EXPECT_EQ(EnqueueStatus(st.load()), EnqueueStatus::enqueued);
+  ASSERT_TRUE(q().job(id).has_value());
+  EXPECT_EQ(q().job(id)->group, B);
+  EXPECT_EQ(s().h->room_waiters.load(), 0u);
+  EXPECT_EQ(record_count(s().me_index), 0u);
+  EXPECT_EQ(q().snapshot().producers_parked, 0u);
+}
+
+// Past its timeout it says full, has written nothing, and is counted
+// nowhere; the id is still its own to enqueue once there is room.
+TEST_F(EnqueueWait, PastItsTimeoutItSaysFullAndLeavesNothing) {
+  make();
+  fill();
+  const Snapshot before = q().snapshot();
+  const BrandedId id = q().mint();
+  const auto t0 = std::chrono::steady_clock::now();
+  EXPECT_EQ(q().enqueue_wait(B, id, "late", 100ms), EnqueueStatus::full);
+  EXPECT_GE(std::chrono::steady_clock::now() - t0, 100ms) << "it gave up before its timeout";
+  EXPECT_FALSE(q().job(id).has_value());
+  EXPECT_EQ(q().depth(B), 0u);
+  EXPECT_EQ(q().snapshot().counters.enqueued, before.counters.enqueued);
+  EXPECT_EQ(s().h->room_waiters.load(), 0u);
+  EXPECT_EQ(record_count(s().me_index), 0u);
+  // A timeout of 0 is one try.
+  EXPECT_EQ(q().enqueue_wait(B, id, "late", 0ms), EnqueueStatus::full);
+  free_one();
+  EXPECT_EQ(q().enqueue_wait(B, id, "late", 0ms), EnqueueStatus::enqueued);
+}
+
+// Every answer but full comes back at once, the queue full or not: a bad
+// id or group, a duplicate, a payload too large, and lanes_full (a lane is
+// freed by its group going idle, which enqueue_wait does not wait for).
+// Each of these would otherwise park for the whole 60 s timeout.
+TEST_F(EnqueueWait, EveryOtherAnswerComesBackAtOnce) {
+  make();
+  const BrandedId dup = q().mint();
+  ASSERT_EQ(q().enqueue(A, dup, "x"), EnqueueStatus::enqueued);
+  fill();
+  const auto t0 = std::chrono::steady_clock::now();
+  EXPECT_EQ(q().enqueue_wait(A, dup, "x", 60s), EnqueueStatus::duplicate);
+  EXPECT_EQ(q().enqueue_wait(A, BrandedId{}, "x", 60s), EnqueueStatus::invalid_id);
+  EXPECT_EQ(q().enqueue_wait(A, BrandedId::make("OTH", 1), "x", 60s), EnqueueStatus::kind_mismatch);
+  EXPECT_EQ(q().enqueue_wait(A, q().mint(), std::string(33, 'p'), 60s), EnqueueStatus::payload_too_large);
+  EXPECT_LT(std::chrono::steady_clock::now() - t0, 30s) << "one of them waited";
+  EXPECT_EQ(s().h->room_waiters.load(), 0u);
+}
+
+TEST_F(EnqueueWait, LanesFullComesBackAtOnce) {
+  QueueOptions o;
+  o.jobs = 64;
+  o.lanes = 1;
+  o.payload_bytes = 32;
+  o.recovery_ms = 60000;
+  create(o);
+  ASSERT_EQ(q().enqueue(A, q().mint(), "x"), EnqueueStatus::enqueued);  // A holds the one lane
+  const auto t0 = std::chrono::steady_clock::now();
+  EXPECT_EQ(q().enqueue_wait(B, q().mint(), "x", 60s), EnqueueStatus::lanes_full);
+  EXPECT_LT(std::chrono::steady_clock::now() - t0, 30s);
+}
+
+// Producers and a consumer through a queue of 4 slots: every enqueue_wait
+// admits its job, and none sleeps a slice out (a free that found nobody
+// counted while a producer was about to sleep, a wake lost to another
+// producer that gave up: each would leave a producer asleep up to 30 s
+// with room in the queue).
+TEST_F(EnqueueWait, ProducersThroughASmallQueueAreEachWokenByAFree) {
+  make(4);
+  constexpr int kProducers = 3, kEach = 300;
+  std::atomic<int> bad{0}, admitted{0};
+  std::atomic<std::int64_t> longest_us{0};
+  std::vector<std::thread> producers;
+  for (int p = 0; p < kProducers; ++p) {
+    producers.emplace_back([&, p] {
+      const BrandedId g = BrandedId::make("GRP", std::uint64_t(p + 1));
+      for (int i = 0; i < kEach; ++i) {
+        const auto t0 = std::chrono::steady_clock::now();
+        const EnqueueStatus st = q().enqueue_wait(g, q().mint(), "j", 60s);
+        const std::int64_t us =
+            std::chrono::duration_cast<std::chrono::microseconds>(std::chrono::steady_clock::now() - t0).count();
+        std::int64_t l = longest_us.load();
+        while (us > l && !longest_us.compare_exchange_weak(l, us)) {
+        }
+        if (st == EnqueueStatus::enqueued)
+          ++admitted;
+        else
+          ++bad;
+      }
+    });
+  }
+  int done = 0;
+  Lease l;
+  while (done < kProducers * kEach) {
+    if (!q().claim_wait(l, kLease, 20s)) break;
+    ASSERT_EQ(q().complete(l.id, l.token), AckStatus::ok);
+    ++done;
+  }
+  for (auto& t : producers) t.join();
+  EXPECT_EQ(done, kProducers * kEach);
+  EXPECT_EQ(admitted.load(), kProducers * kEach);
+  EXPECT_EQ(bad.load(), 0);
+  EXPECT_LT(longest_us.load(), 10'000'000) << "a producer slept through the frees";
+  EXPECT_EQ(s().h->room_waiters.load(), 0u);
+}
+
+// A count left in room_waiters with every producer's sleep over (a producer
+// killed between its two increments, which no sweep can see) costs a free
+// nothing: past room_park_until no wake is made. Before it, one is.
+TEST_F(EnqueueWait, ACountLeftPastEveryProducersSleepMakesNoWake) {
+  make(64);
+  for (int i = 0; i < 4; ++i) ASSERT_EQ(q().enqueue(A, q().mint(), "x"), EnqueueStatus::enqueued);
+  const std::uint32_t seq0 = s().h->room_seq.load();
+  free_one();
+  EXPECT_EQ(s().h->room_seq.load(), seq0) << "a wake with nobody counted";
+  s().h->room_waiters.store(1);  // left by nobody we can find
+  s().h->room_park_until.store(0);
+  EXPECT_EQ(q().snapshot().producers_parked, 0u);
+  free_one();
+  EXPECT_EQ(s().h->room_seq.load(), seq0) << "a wake for nobody";
+  s().h->room_park_until.store(detail::monotonic_us() / 1000 + 60000);  // a sleep that may not be over
+  EXPECT_EQ(q().snapshot().producers_parked, 1u);
+  free_one();
+  EXPECT_NE(s().h->room_seq.load(), seq0);
+  s().h->room_waiters.store(0);
+}
+
+// A producer held between its last look (full) and its futex call while a
+// consumer frees a slot: the free moved room_seq on, so its futex wait
+// returns at once and it takes the slot, rather than sleeping a 30 s slice
+// with room in the queue.
+struct Held {
+  std::atomic<bool> held{false}, go{false};
+};
+thread_local bool t_hold = false;
+void hold_at_sleep(void* arg) {
+  auto& h = *static_cast<Held*>(arg);
+  if (!t_hold || h.held.exchange(true)) return;  // the first time only
+  h.go.wait(false);
+}
+
+TEST_F(EnqueueWait, AFreeWhileAProducerIsAboutToSleepIsNotLost) {
+  make();
+  fill();
+  Held h;
+  detail::failpoint_call("room.sleep", hold_at_sleep, &h);
+  std::atomic<int> st{-1};
+  std::thread producer([&] {
+    t_hold = true;
+    st = int(q().enqueue_wait(B, q().mint(), "x", 50s));
+  });
+  ASSERT_TRUE(eventually([&] { return h.held.load(); }, 10s)) << "never got to its sleep";
+  EXPECT_EQ(s().h->room_waiters.load(), 1u);
+  free_one();
+  h.go = true;
+  h.go.notify_all();
+  const bool soon = eventually([&] { return st.load() != -1; }, 10s);
+  producer.join();
+  detail::failpoint_call("room.sleep", nullptr, nullptr);
+  EXPECT_TRUE(soon) << "it slept out its slice with a slot free";
+  EXPECT_EQ(EnqueueStatus(st.load()), EnqueueStatus::enqueued);
+}
+
+// A producer SIGKILLed while parked: the sweep that finds it dead takes its
+// count out of room_waiters (else every free would make a futex wake while
+// other producers park), and leaves the count of a producer of ours parked
+// meanwhile, which the next free wakes.
+TEST_F(EnqueueWait, AProducerKilledWhileParkedIsTakenOutByTheSweep) {
+  make(8, 200);
+  fill();
+  RawSegment raw(seg());
+  const auto& waiters = raw.header().room_waiters;
+  const std::string name = seg();
+  ForkedChild parked([&] {
+    auto r = Queue::open(name);
+    if (!r) return 3;
+    r->enqueue_wait(B, r->mint(), "child", 60s);
+    return 0;
+  }, 120);
+  ASSERT_TRUE(eventually([&] { return waiters.load() == 1; })) << "the child never parked";
+  std::uint32_t child_rec = ~0U;
+  for (std::uint32_t i = 0; i < raw.header().proc_capacity; ++i)
+    if ((raw.proc(i).owner.load() & 0xFFFFFFFF) == std::uint64_t(parked.pid())) child_rec = i;
+  ASSERT_NE(child_rec, ~0U);
+  EXPECT_EQ(record_count(child_rec), 1u);
+  parked.kill_now();
+  parked.wait();
+  ASSERT_TRUE(parked.signaled()) << parked.describe();
+  EXPECT_EQ(waiters.load(), 1u) << "killed parked: nothing has judged it yet";
+
+  const BrandedId id = q().mint();
+  std::atomic<int> st{-1};
+  std::thread producer([&] { st = int(q().enqueue_wait(B, id, "ours", 30s)); });
+  ASSERT_TRUE(eventually([&] { return waiters.load() == 2; })) << "our producer never parked";
+  const bool dropped = eventually([&] {
+    q().advance_clock(200);
+    q().tick();
+    return record_count(child_rec) == 0;
+  }, 10s);
+  EXPECT_TRUE(dropped) << "the dead child's record still counts it";
+  // Ours wakes every 100 ms of real time and parks again; counted before
+  // its record and taken out of its record first, "room_waiters 1 while our
+  // record counts 1" is seen only with the dead one out, and ours in.
+  const std::uint32_t our_rec = s().me_index;
+  EXPECT_TRUE(eventually([&] {
+    const auto a = record_count(our_rec);
+    const auto w = waiters.load();
+    return a == 1 && w == 1 && record_count(our_rec) == 1;
+  })) << "room_waiters " << waiters.load();
+  EXPECT_EQ(st.load(), -1);
+  free_one();
+  producer.join();
+  EXPECT_EQ(EnqueueStatus(st.load()), EnqueueStatus::enqueued);
+  EXPECT_TRUE(q().job(id).has_value());
+  EXPECT_EQ(waiters.load(), 0u);
+}
+
+// A producer killed while parked, and no sweep yet: the next process to
+// attach takes its record (the only one free) and its count with it.
+TEST_F(EnqueueWait, AnAttachThatTakesAKilledParkedProducersRecordUncountsIt) {
+  make(8, 60000, 2);
+  fill();
+  const std::string name = seg();
+  const auto& waiters = s().h->room_waiters;
+  ForkedChild parked([&] {
+    auto r = Queue::open(name);
+    if (!r) return 3;
+    r->enqueue_wait(B, r->mint(), "child", 60s);
+    return 0;
+  }, 120);
+  ASSERT_TRUE(eventually([&] { return waiters.load() == 1; })) << "the child never parked";
+  parked.kill_now();
+  parked.wait();
+  ASSERT_TRUE(parked.signaled()) << parked.describe();
+  ASSERT_EQ(waiters.load(), 1u);
+  ForkedChild next([&] {
+    auto r = Queue::open(name);  // takes the dead child's record: no other is free
+    return r ? 0 : 3;
+  }, 60);
+  ASSERT_TRUE(next.wait_for(20s));
+  ASSERT_TRUE(next.exited_zero()) << next.describe();
+  EXPECT_EQ(waiters.load(), 0u) << "the dead producer is still counted parked";
+}
+
+// drop_parked takes a judged owner's producers out as it does its
+// consumers: only under the incarnation judged, once, never below 0.
+TEST_F(EnqueueWait, DropParkedTakesOutTheProducersOfTheIncarnationJudgedDead) {
+  make();
+  detail::ProcRecord& p = s().procs[s().proc_count - 1];  // a record nobody holds
+  s().h->room_waiters.store(5);
+  s().h->waiters.store(1);
+  p.room_parked.store((std::uint64_t(8) << 32) | 2);  // incarnation 8's owner parked two producers
+  p.parked.store((std::uint64_t(8) << 32) | 1);       // and one consumer
+  detail::drop_parked(s(), p, 7);
+  EXPECT_EQ(s().h->room_waiters.load(), 5u);
+  detail::drop_parked(s(), p, 8);
+  EXPECT_EQ(s().h->room_waiters.load(), 3u);
+  EXPECT_EQ(s().h->waiters.load(), 0u);
+  EXPECT_EQ(p.room_parked.load(), std::uint64_t(8) << 32);
+  detail::drop_parked(s(), p, 8);
+  EXPECT_EQ(s().h->room_waiters.load(), 3u);
+  p.room_parked.store((std::uint64_t(9) << 32) | 1000);  // scribbled
+  detail::drop_parked(s(), p, 9);
+  EXPECT_EQ(s().h->room_waiters.load(), 0u);
+}
+
+}  // namespace
+}  // namespace fairlane
