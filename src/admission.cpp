@@ -472,7 +472,11 @@ EnqueueStatus admit(Segment& s, const BrandedId& group, const BrandedId& job, st
           give_back(s, slot, ctr);
         }
         guard.clear();
-        return ad == Admit::full ? EnqueueStatus::full : EnqueueStatus::corrupt;
+        if (ad == Admit::full) {
+          t_index_full = true;
+          return EnqueueStatus::full;
+        }
+        return EnqueueStatus::corrupt;
       }
       drop_lost(s, slot, ctr, linked);
       guard.clear();

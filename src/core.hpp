@@ -213,6 +213,14 @@ inline bool husk_popped(const Word128& w) noexcept {
   return SlotWord::state(w) == SlotState::aborted && SlotWord::attempt(w) != 0;
 }
 
+// ---- admission (admission.cpp) ------------------------------------------------------------
+
+// Set by an admission of this thread that answered `full` because the id
+// index's two buckets for the id were full (not for want of a slot), for
+// enqueue_wait, which clears it before each look and does not wait on such
+// an answer. Only that (cold) path writes it.
+inline thread_local bool t_index_full = false;
+
 // ---- the mirror's side of admissions (queue.cpp) ------------------------------------------
 
 // The running mirror's process record, if its owner is attached; alive?

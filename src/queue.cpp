@@ -281,19 +281,34 @@ class Parked {
   std::atomic<std::uint64_t>& record_;
 };
 
-// When a wait of `timeout` from now gives up (CLOCK_MONOTONIC ms): now
-// rounded up, so that it never gives up before its whole timeout has passed
-// (rounded down, a 100 ms wait gave up after 99.9 ms).
+// How long enqueue_wait looks again at a full queue before it parks, and
+// the pauses between two looks (each look reads the free hints, lines the
+// freers write: looks back to back take them from the consumers). Parking
+// costs the next freer a futex wake (a system call) and the producer a
+// wake-up of tens of microseconds; a producer at a queue kept full by a
+// consumer that spends 1 us a job parked at almost every job and cost
+// that consumer 15-17% of its rate, and looking again for up to 10 us
+// before parking gained 10-12% over retrying `full` back to back
+// (docs/perf/full-queue-2026-12-06.txt). A consumer slower than that
+// is waited for asleep.
+constexpr std::uint64_t kRoomSpinUs = 10;
+constexpr int kRoomSpinPauses = 16;
+
+// When a wait of `timeout` from now gives up (CLOCK_MONOTONIC us). Kept in
+// microseconds: in milliseconds, rounded down, a 100 ms wait gave up after
+// 99.9 ms; rounded up, a wait of 0 (one try) parked and slept up to 1 ms
+// (found in review).
 std::uint64_t give_up_of(std::chrono::milliseconds timeout) noexcept {
-  return (monotonic_us() + 999) / 1000 + std::uint64_t(std::max<std::int64_t>(0, timeout.count()));
+  return monotonic_us() + std::uint64_t(std::max<std::int64_t>(0, timeout.count())) * 1000;
 }
 
-// The end of a sleep that begins at `now` (CLOCK_MONOTONIC ms): by the
-// caller's `give_up`, and at most half the recovery bound (so a parked
-// thread notices the dead in time, and a wake lost to a waker killed
-// between its free and its wake costs at most that).
-std::uint64_t sleep_end_of(const Segment& s, std::uint64_t now, std::uint64_t give_up) noexcept {
-  return now + std::min<std::uint64_t>(give_up - now, std::max<std::uint32_t>(s.recovery_ms / 2, 1));
+// The end of a sleep that begins at `now_us` (CLOCK_MONOTONIC ms, rounded
+// up): by the caller's `give_up_us`, and at most half the recovery bound
+// (so a parked thread notices the dead in time, and a wake lost to a waker
+// killed between its free and its wake costs at most that).
+std::uint64_t sleep_end_of(const Segment& s, std::uint64_t now_us, std::uint64_t give_up_us) noexcept {
+  const std::uint64_t cap_us = std::uint64_t(std::max<std::uint32_t>(s.recovery_ms / 2, 1)) * 1000;
+  return (now_us + std::min<std::uint64_t>(give_up_us - now_us, cap_us) + 999) / 1000;
 }
 
 // How often a claim_wait through a handle that makes no claims looks again
@@ -328,9 +343,9 @@ bool Queue::claim_wait(Lease& out, std::uint32_t lease_ms, std::chrono::millisec
   // (Segment::kCopyRetryMs), claims from then on rather than after its
   // whole timeout.
   while (!writer_cold(s)) {
-    const std::uint64_t now = monotonic_us() / 1000;
-    if (now >= give_up) return false;
-    std::this_thread::sleep_for(std::chrono::milliseconds(std::min<std::uint64_t>(give_up - now, kReadOnlyLookMs)));
+    const std::uint64_t now_us = monotonic_us();
+    if (now_us >= give_up) return false;
+    std::this_thread::sleep_for(std::chrono::microseconds(std::min<std::uint64_t>(give_up - now_us, kReadOnlyLookMs * 1000)));
   }
   // Its looks look hard (claim_some): an empty answer puts it to sleep, so
   // it must not be one a gap in the ring gave.
@@ -340,7 +355,7 @@ bool Queue::claim_wait(Lease& out, std::uint32_t lease_ms, std::chrono::millisec
   };
   for (;;) {
     if (look()) return true;
-    const std::uint64_t real_now = monotonic_us() / 1000;
+    const std::uint64_t real_now = monotonic_us();
     if (real_now >= give_up) return false;
     // A pass under way (its chunks are taken one a claim): take the next
     // one now rather than after a sleep, so that a queue whose only
@@ -377,25 +392,61 @@ EnqueueStatus Queue::enqueue_wait_with(const BrandedId& group, const BrandedId& 
                                        const EnqueueOptions* options, std::chrono::milliseconds timeout) noexcept {
   Segment& s = *seg_;
   const std::uint64_t give_up = give_up_of(timeout);
+  bool slept = false;
+  // `full` is waited out only when it means every slot is in use: the id
+  // index's two buckets full of this id's neighbours (a refusal that gives
+  // its slot back, or leaves a husk) do not empty because a slot is freed,
+  // and a producer that waited on them took and gave back a slot (waking
+  // itself, delayed jobs) every round until its timeout (found in review).
+  const auto look = [&] {
+    t_index_full = false;
+    return enqueue_with(group, job, payload, options);
+  };
+  const auto wait_on = [](EnqueueStatus st) { return st == EnqueueStatus::full && !t_index_full; };
+  // A producer that slept may have been woken by a free (one wake a free),
+  // and leaves here without that slot on any answer but an admission or
+  // `full` (whose last look found the slot taken): a duplicate, a mirror's
+  // refusal, corrupt. The wake is passed on, or another producer would
+  // sleep out its slice with the slot free (found in review).
+  const auto leave = [&](EnqueueStatus st) {
+    if (slept && st != EnqueueStatus::enqueued && st != EnqueueStatus::not_durable && !wait_on(st))
+      wake_room_after_free(s, true);
+    return st;
+  };
   for (;;) {
     // Each round looks before it heeds the timeout: a producer woken by a
-    // free (one wake a free) that gave up without looking would leave that
-    // slot to producers still asleep.
-    EnqueueStatus st = enqueue_with(group, job, payload, options);
-    if (st != EnqueueStatus::full) return st;
-    const std::uint64_t now = monotonic_us() / 1000;
-    if (now >= give_up || !s.me) return st;  // (a `full` answer comes from an attached handle)
+    // free that gave up without looking would leave that slot to producers
+    // still asleep.
+    EnqueueStatus st = look();
+    if (!wait_on(st)) return leave(st);
+    // Looks again for a while before it parks (kRoomSpinUs): a consumer
+    // that frees a slot every few microseconds then pays no futex wake a
+    // job, and this thread no sleep and wake-up.
+    for (const std::uint64_t until = std::min(monotonic_us() + kRoomSpinUs, give_up);
+         wait_on(st) && monotonic_us() < until;) {
+      for (int k = 0; k < kRoomSpinPauses; ++k) cpu_pause();
+      st = look();
+    }
+    if (!wait_on(st)) return leave(st);
+    const std::uint64_t now = monotonic_us();
+    if (now >= give_up || !s.me) return leave(st);  // (a `full` answer comes from an attached handle)
     // Read before the count: a free after it moves the word, and the
     // futex wait below then returns at once.
     const std::uint32_t seq = s.h->room_seq.load(std::memory_order_acquire);
     const std::uint64_t sleep_end = sleep_end_of(s, now, give_up);
-    const Parked parked(s.h->room_waiters, s.me->room_parked, s.h->room_park_until, sleep_end);
-    // The last look: a slot freed before a freer could see us counted is
-    // found by it (note_freed).
-    st = enqueue_with(group, job, payload, options);
-    if (st != EnqueueStatus::full) return st;
-    FAIRLANE_FAILPOINT("room.sleep");
-    futex_wait_until(&s.h->room_seq, seq, sleep_end);
+    {
+      const Parked parked(s.h->room_waiters, s.me->room_parked, s.h->room_park_until, sleep_end);
+      // The last look: a slot freed before a freer could see us counted is
+      // found by it (note_freed).
+      st = look();
+      if (wait_on(st)) {
+        FAIRLANE_FAILPOINT("room.sleep");
+        futex_wait_until(&s.h->room_seq, seq, sleep_end);
+        slept = true;
+        continue;
+      }
+    }
+    return leave(st);  // (out of the count first: a wake passed on must not be for us)
   }
 }
 

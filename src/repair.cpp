@@ -71,10 +71,14 @@ class Repairer {
     rebuild_sweep();
     mark_mirror();
     // Publish, then wake every parked consumer: what it waited for may be
-    // serviceable now.
+    // serviceable now; and every parked producer: slots may be free now
+    // (husks and unreadable slots freed, every hint reset). Producers were
+    // left asleep until 2026-12-06 (found in review).
     std::atomic_thread_fence(std::memory_order_seq_cst);
     s_.h->wake_seq.fetch_add(1, std::memory_order_release);
     futex_wake(&s_.h->wake_seq, INT_MAX);
+    s_.h->room_seq.fetch_add(1, std::memory_order_release);
+    futex_wake(&s_.h->room_seq, INT_MAX);
   }
 
  private:

@@ -258,11 +258,6 @@ inline void drop_token(std::atomic<std::uint32_t>& hint) noexcept {
   if (hint.load(std::memory_order_relaxed) >= kHintOwned) hint.store(0, std::memory_order_release);
 }
 
-// Wakes a producer parked in enqueue_wait (Header::room_seq), unless every
-// producer's sleep has ended (Header::room_park_until). Called by a freer
-// that found room_waiters not 0 (lanes.cpp).
-[[gnu::cold]] void wake_room(Segment& s) noexcept;
-
 // After a CAS that freed `slot`: its block's hint and its group's hint say
 // "look" again. A table that is not near full keeps its block hints at 0
 // (allocations find slots at their cursors), and this is two loads. Returns

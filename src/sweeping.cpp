@@ -53,6 +53,7 @@ struct SweepStats {
   int whose = -1;  // the one dead pid every returned lease belonged to; 0: none or several
   std::uint64_t earliest = kNever;
   int finished_pid = 0;
+  bool saw_free = false;  // a free slot in the chunk
 };
 
 // A lease whose deadline passed or whose holder is dead goes back to its lane.
@@ -464,11 +465,13 @@ void sweep_slot(Segment& s, std::uint32_t i, std::uint64_t now, SweepStats& st) 
   }
   switch (SlotWord::state(w)) {
     case SlotState::free:
-      // A hint that said otherwise was a freer's left undone: it may have
-      // kept a producer parked, so that freer's wake is made too. Not for
-      // every free slot of the chunk: a parked producer would be woken
-      // thousands of times a chunk, each a system call.
-      if (hints_look_again(s, i)) wake_room_after_free(s, true);
+      // A hint that said otherwise was a freer's left undone. The freer's
+      // wake may be undone too (stopped or killed between its CAS and its
+      // look at room_waiters): sweep_chunk makes one for the chunk, not one
+      // per free slot (a parked producer would be woken thousands of times
+      // a chunk, each a system call).
+      hints_look_again(s, i);
+      st.saw_free = true;
       return;
     case SlotState::pending: {
       // A holder in a pending word: a take revoked by a settler
@@ -675,6 +678,9 @@ void sweep_lanes(Segment& s, std::uint32_t from, std::uint32_t to, std::uint64_t
 // Does the chunk [from, to) of the slot table, and its share of the lanes.
 void sweep_chunk(Segment& s, std::uint32_t from, std::uint32_t to, std::uint64_t now, SweepStats& st) noexcept {
   for (std::uint32_t i = from; i < to; ++i) sweep_slot(s, i, now, st);
+  // One wake for a parked producer if the chunk saw a free slot, made as a
+  // freer makes it (after the hints' stores: the fence).
+  if (st.saw_free) wake_room_after_free(s, true);
   const std::uint64_t lanes = s.lane_count;
   const std::uint64_t jobs = std::max<std::uint32_t>(s.jobs, 1);
   const std::uint32_t lf = std::uint32_t(lanes * from / jobs);

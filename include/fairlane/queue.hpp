@@ -470,18 +470,19 @@ class Queue {
     return enqueue_with(group, job, payload, &options);
   }
   // enqueue, but a full queue (every job slot in use) is waited out: the
-  // calling thread parks on the segment's futex until a slot is freed
-  // (a complete, a fail to dead letter or removal, a drain, an expiry that
-  // drops a job) or `timeout` has passed, and tries again. Returns what
+  // calling thread looks again for up to 10 us, then parks on a futex in
+  // the segment until a slot is freed (a complete, a purge of dead jobs, a
+  // drain, a repair) or `timeout` has passed, and tries again. Returns what
   // enqueue returns; `full` only once the timeout has passed (a timeout of
-  // 0 is one try). Every other answer, lanes_full included, comes back at
-  // once: a lane is freed by its group going idle, which nothing here waits
-  // for. One producer is woken a freed slot; a thread that gives up or is
-  // woken for nothing takes no slot from another. A producer killed while
-  // parked is taken out of the count by the recovery of its process (the
-  // sweep, or the next attach of its record), as claim_wait's consumers
-  // are. Blocking (not lock-free): it waits for a consumer to free a slot,
-  // as a blocking queue's producer does.
+  // 0 is one try, and never parks). Every other answer comes back at once:
+  // lanes_full (a lane is freed by its group going idle, which nothing here
+  // waits for), and `full` from the id index (the id's two index buckets
+  // full: a free does not change it). One producer is woken a freed slot;
+  // one woken that leaves without it passes the wake on. A producer killed
+  // while parked is taken out of the count by the recovery of its process
+  // (the sweep, or the next attach of its record), as claim_wait's
+  // consumers are. Blocking (not lock-free): it waits for a consumer to
+  // free a slot, as a blocking queue's producer does.
   EnqueueStatus enqueue_wait(const BrandedId& group, const BrandedId& job, std::string_view payload,
                              std::chrono::milliseconds timeout) noexcept {
     return enqueue_wait_with(group, job, payload, nullptr, timeout);

@@ -20,7 +20,9 @@
 
 #include "core.hpp"
 #include "failpoint.hpp"
+#include "id_index.hpp"
 #include "segment.hpp"
+#include "slots.hpp"
 
 namespace fairlane {
 namespace {
@@ -342,6 +344,120 @@ TEST_F(EnqueueWait, DropParkedTakesOutTheProducersOfTheIncarnationJudgedDead) {
   EXPECT_EQ(s().h->room_waiters.load(), 3u);
   p.room_parked.store((std::uint64_t(9) << 32) | 1000);  // scribbled
   detail::drop_parked(s(), p, 9);
+  EXPECT_EQ(s().h->room_waiters.load(), 0u);
+}
+
+// A wake is one a free, and the producer it wakes may leave without the
+// slot on an answer other than enqueued or full: here `duplicate` (two
+// producers offer one idempotent id; a mirror's refusals are the same).
+// It passes the wake on; before, the third producer slept out its 30 s
+// slice with the slot free (found in review). The 200 ms pauses put the
+// three in the futex's queue in this order, which made the fault show.
+TEST_F(EnqueueWait, AWokenProducerThatLeavesWithoutTheSlotPassesTheWakeOn) {
+  make();
+  fill();
+  const BrandedId same = q().mint(), other = q().mint();
+  const auto& waiters = s().h->room_waiters;
+  std::atomic<int> st1{-1}, st2{-1}, st3{-1};
+  const auto park = [&](std::atomic<int>& st, BrandedId g, BrandedId id, std::uint32_t n) {
+    std::thread t([&st, g, id, this] { st = int(q().enqueue_wait(g, id, "x", 50s)); });
+    EXPECT_TRUE(eventually([&] { return waiters.load() == n; }));
+    std::this_thread::sleep_for(200ms);
+    return t;
+  };
+  std::thread p1 = park(st1, B, same, 1);
+  std::thread p3 = park(st3, BrandedId::make("CCC", 1), same, 2);
+  std::thread p2 = park(st2, BrandedId::make("DDD", 1), other, 3);
+  std::vector<Lease> held;  // leases on `same`, kept so that it stays live
+  const auto free_other = [&] {
+    for (;;) {
+      Lease l;
+      ASSERT_TRUE(q().claim(l, kLease));
+      if (l.id == same) {
+        held.push_back(l);
+        continue;
+      }
+      ASSERT_EQ(q().complete(l.id, l.token), AckStatus::ok);
+      return;
+    }
+  };
+  free_other();
+  ASSERT_TRUE(eventually([&] { return st1.load() != -1 || st3.load() != -1 || st2.load() != -1; }, 10s));
+  free_other();
+  const bool all = eventually([&] { return st1.load() != -1 && st2.load() != -1 && st3.load() != -1; }, 10s);
+  p1.join();
+  p3.join();
+  p2.join();
+  EXPECT_TRUE(all) << "a slot is free and a producer sleeps its slice out";
+  // `same` admitted once and refused once as a duplicate; `other` admitted.
+  EXPECT_EQ(int(st1.load() == int(EnqueueStatus::enqueued)) + int(st3.load() == int(EnqueueStatus::enqueued)), 1);
+  EXPECT_EQ(int(st1.load() == int(EnqueueStatus::duplicate)) + int(st3.load() == int(EnqueueStatus::duplicate)), 1);
+  EXPECT_EQ(EnqueueStatus(st2.load()), EnqueueStatus::enqueued);
+}
+
+// "A timeout of 0 is one try": it never parks. With the give-up time
+// rounded up to the millisecond and the clock read after the try rounded
+// down, it counted itself parked and slept up to 1 ms (found in review).
+int g_sleeps = 0;
+void count_sleep(void*) { ++g_sleeps; }
+TEST_F(EnqueueWait, ATimeoutOf0IsOneTryAndNeverParks) {
+  make();
+  fill();
+  detail::failpoint_call("room.sleep", count_sleep, nullptr);
+  g_sleeps = 0;
+  const std::uint64_t until_before = s().h->room_park_until.load();
+  for (int i = 0; i < 20; ++i) EXPECT_EQ(q().enqueue_wait(B, q().mint(), "x", 0ms), EnqueueStatus::full);
+  detail::failpoint_call("room.sleep", nullptr, nullptr);
+  EXPECT_EQ(g_sleeps, 0) << "a 0 ms enqueue_wait parked and slept";
+  EXPECT_EQ(s().h->room_park_until.load(), until_before) << "it counted itself parked";
+}
+
+// A repair that frees slots (a husk here) wakes parked producers as it
+// does parked consumers; it woke only consumers, and a producer slept its
+// 30 s slice out with a slot free (found in review).
+TEST_F(EnqueueWait, ARepairThatFreesASlotWakesAParkedProducer) {
+  make();
+  fill();
+  const detail::Word128 w = detail::slot_load(s(), 0);
+  std::atomic<int> st{-1};
+  std::thread producer([&] { st = int(q().enqueue_wait(B, q().mint(), "x", 50s)); });
+  ASSERT_TRUE(eventually([&] { return s().h->room_waiters.load() == 1; }));
+  detail::store128_init(s().words[0], detail::SlotWord::make(detail::SlotState::aborted, 0, 0, detail::SlotWord::ctr(w), 0));
+  auto r = q().repair(true);
+  ASSERT_TRUE(r) << r.error().message;
+  const bool done = eventually([&] { return st.load() != -1; }, 10s);
+  producer.join();
+  EXPECT_TRUE(done) << "the repair freed a slot and woke no producer";
+  EXPECT_EQ(EnqueueStatus(st.load()), EnqueueStatus::enqueued);
+}
+
+// `full` from the id index (the id's two buckets hold seven live entries
+// each: about one insert in 10^9, or a scribble) is no want of slots, and
+// a free does not change it: enqueue_wait answers it at once. It waited it
+// out, taking a slot and leaving a husk every round until its timeout.
+TEST_F(EnqueueWait, AFullIdIndexIsNotWaitedOut) {
+  make(64);
+  const std::string kind(s().kind, 3);
+  const BrandedId target = BrandedId::make(kind, 1000000);
+  std::uint64_t sf_target = 0;
+  ASSERT_EQ(detail::job_snowflake(s(), target, sf_target), detail::IdCheck::ok);
+  const detail::IndexProbe pt = detail::index_probe(s(), sf_target);
+  const std::uint64_t x = pt.b1, y = pt.b2(s());
+  // Seven ids whose first bucket is x, seven whose first bucket is y.
+  int in_x = 0, in_y = 0;
+  for (std::uint64_t sf = 1; sf < 2000000 && (in_x < 7 || in_y < 7); ++sf) {
+    const std::uint64_t b = detail::index_probe(s(), sf).b1;
+    int* n = b == x ? &in_x : b == y ? &in_y : nullptr;
+    if (n == nullptr || *n == 7) continue;
+    ASSERT_EQ(q().enqueue(A, BrandedId::make(kind, sf), "x"), EnqueueStatus::enqueued);
+    ++*n;
+  }
+  ASSERT_EQ(in_x + in_y, 14);
+  ASSERT_EQ(q().enqueue(A, target, "x"), EnqueueStatus::full) << "the index was not full for the target";
+  EXPECT_LT(q().snapshot().pending, 64u) << "slots are free";
+  const auto t0 = std::chrono::steady_clock::now();
+  EXPECT_EQ(q().enqueue_wait(A, target, "x", 30s), EnqueueStatus::full);
+  EXPECT_LT(std::chrono::steady_clock::now() - t0, 10s) << "it waited on a full index";
   EXPECT_EQ(s().h->room_waiters.load(), 0u);
 }
 
