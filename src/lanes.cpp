@@ -176,11 +176,18 @@ bool sleep_may_be_under_way(const std::atomic<std::uint64_t>& until) noexcept {
 void wake_room(Segment& s) noexcept {
   // Past every producer's sleep a wake would be a system call for nobody.
   if (!sleep_may_be_under_way(s.h->room_park_until)) return;
-  s.h->room_seq.fetch_add(1, std::memory_order_release);
-  // One: a slot freed lets one producer in. Whoever it wakes looks again
-  // before it heeds its own timeout (enqueue_wait), so the wake is not lost
-  // on one that gives up.
-  futex_wake(&s.h->room_seq, 1);
+  // Every free counts (a producer between its look and its sleep then
+  // finds the word moved and looks again); a wake is made once the count
+  // reaches room_want, which a parking producer sets room_batch frees
+  // past the word it read. Each wake moves room_want on by as many: one
+  // system call per room_batch frees, not one per free, while producers
+  // keep parking (docs/design.md, "Blocking enqueues").
+  const std::uint32_t seq = s.h->room_seq.fetch_add(1, std::memory_order_acq_rel) + 1;
+  if (std::int32_t(seq - s.h->room_want.load(std::memory_order_relaxed)) < 0) return;
+  s.h->room_want.store(seq + room_batch(s), std::memory_order_relaxed);
+  // Every producer: each looks again before it heeds its own timeout, and
+  // those that find no slot park again.
+  futex_wake(&s.h->room_seq, INT_MAX);
 }
 
 void notify(Segment& s, int count) noexcept {

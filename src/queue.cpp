@@ -293,6 +293,13 @@ class Parked {
 // is waited for asleep.
 constexpr std::uint64_t kRoomSpinUs = 10;
 constexpr int kRoomSpinPauses = 16;
+// The longest a producer sleeps before it looks again when wakes come in
+// batches (room_batch > 1, slots.hpp: a table of 64 slots or more): it is
+// woken after room_batch frees, and if the frees stop short of that, the
+// slots they freed wait at most this long for it. Also what a wake lost to
+// a freer killed between its free and its wake costs there. (A smaller
+// table wakes at every free, and sleeps are capped by the recovery bound.)
+constexpr std::uint64_t kRoomSleepMs = 20;
 
 // When a wait of `timeout` from now gives up (CLOCK_MONOTONIC us). Kept in
 // microseconds: in milliseconds, rounded down, a 100 ms wait gave up after
@@ -433,9 +440,16 @@ EnqueueStatus Queue::enqueue_wait_with(const BrandedId& group, const BrandedId& 
     // Read before the count: a free after it moves the word, and the
     // futex wait below then returns at once.
     const std::uint32_t seq = s.h->room_seq.load(std::memory_order_acquire);
-    const std::uint64_t sleep_end = sleep_end_of(s, now, give_up);
+    // With wakes in batches, at most kRoomSleepMs: frees that stop short of
+    // a batch leave slots free.
+    std::uint64_t sleep_end = sleep_end_of(s, now, give_up);
+    if (room_batch(s) > 1) sleep_end = std::min(sleep_end, (now + 999) / 1000 + kRoomSleepMs);
     {
       const Parked parked(s.h->room_waiters, s.me->room_parked, s.h->room_park_until, sleep_end);
+      // Woken room_batch frees from here (the latest producer to park sets
+      // it for all: an earlier one waits a little longer, and is woken
+      // with it).
+      s.h->room_want.store(seq + room_batch(s), std::memory_order_relaxed);
       // The last look: a slot freed before a freer could see us counted is
       // found by it (note_freed).
       st = look();

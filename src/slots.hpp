@@ -277,10 +277,18 @@ inline bool hints_look_again(Segment& s, std::uint32_t slot) noexcept {
   return false;
 }
 
-// Wakes a producer parked in enqueue_wait (Header::room_seq), unless every
+// Wakes the producers parked in enqueue_wait (Header::room_seq) once
+// room_batch frees have been counted since one parked, unless every
 // producer's sleep has ended (Header::room_park_until). Called by a freer
 // that found room_waiters not 0 (lanes.cpp).
 [[gnu::cold]] void wake_room(Segment& s) noexcept;
+
+// Frees a parked producer waits for before it is woken: a 32nd of the
+// table, 1 to 32. With one wake a free, a producer kept at a full queue by a
+// consumer slower than its look-again parked at every job, and the
+// consumer paid a futex wake a job (2.2-3.1 us more of its CPU a job at 20 us of
+// work, on the development machine; docs/perf/full-queue-2026-12-06.txt).
+inline std::uint32_t room_batch(const Segment& s) noexcept { return std::clamp<std::uint32_t>(s.jobs / 32, 1, 32); }
 
 // After a CAS that freed `slot`: the hints say "look" again
 // (hints_look_again), and a producer parked in enqueue_wait for a free slot

@@ -138,7 +138,7 @@ bool run(bool parks, std::uint64_t work_ns) {
     return false;
   }
   const double secs = double(sh->cons_t1 - sh->cons_t0) / 1e9;
-  std::printf("  %-13s work %4llu ns: %5.2f M jobs/s; CPU a job: producer %5.0f ns, consumer %5.0f ns; full answers %llu\n",
+  std::printf("  %-13s work %5llu ns: %6.3f M jobs/s; CPU a job: producer %5.0f ns, consumer %5.0f ns; full answers %llu\n",
               parks ? "enqueue_wait" : "retry full", static_cast<unsigned long long>(work_ns), double(kJobs) / secs / 1e6,
               double(sh->prod_cpu_ns) / double(kJobs), double(sh->cons_cpu_ns) / double(kJobs),
               static_cast<unsigned long long>(sh->full_answers.load()));

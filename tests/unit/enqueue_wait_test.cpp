@@ -461,5 +461,28 @@ TEST_F(EnqueueWait, AFullIdIndexIsNotWaitedOut) {
   EXPECT_EQ(s().h->room_waiters.load(), 0u);
 }
 
+// In a table of 64 slots or more, wakes come in batches: a parked producer
+// asks to be woken room_batch frees on (32 here, in 4,096 slots), and the
+// frees before that count without a system call. Before, each free woke a
+// producer, which at a queue kept full parked again at the next job: a
+// futex wake a job for the consumer. Frees that stop short of a batch are
+// found at the producer's next look, 20 ms on at most.
+TEST_F(EnqueueWait, InALargeTableAParkedProducerIsWokenOnceABatchOfFrees) {
+  make(4096);
+  fill();
+  std::atomic<int> st{-1};
+  std::thread producer([&] { st = int(q().enqueue_wait(B, q().mint(), "x", 50s)); });
+  ASSERT_TRUE(eventually([&] { return s().h->room_waiters.load() == 1; }));
+  const std::uint32_t want = s().h->room_want.load();
+  EXPECT_EQ(want, s().h->room_seq.load() + 32) << "no batch asked for";
+  for (int i = 0; i < 31; ++i) free_one();
+  EXPECT_EQ(s().h->room_want.load(), want) << "a wake before the batch was counted";
+  EXPECT_LE(std::uint32_t(s().h->room_seq.load() - (want - 32)), 31u);
+  const bool done = eventually([&] { return st.load() != -1; }, 10s);
+  producer.join();
+  EXPECT_TRUE(done);
+  EXPECT_EQ(EnqueueStatus(st.load()), EnqueueStatus::enqueued);
+}
+
 }  // namespace
 }  // namespace fairlane

@@ -804,9 +804,10 @@ struct alignas(kCacheLine) Header {
   // The same three words for producers parked in enqueue_wait until a slot
   // is freed (design.md, "Blocking enqueues"). On a line of their own: every
   // free reads room_waiters, and only a producer that parks writes it.
-  alignas(kCacheLine) std::atomic<std::uint32_t> room_seq;     // futex word
+  alignas(kCacheLine) std::atomic<std::uint32_t> room_seq;     // futex word: +1 a free while room_waiters is not 0
   std::atomic<std::uint32_t> room_waiters;                     // producers parked or about to park
   std::atomic<std::uint64_t> room_park_until;                  // no producer sleeps past it (CLOCK_MONOTONIC ms)
+  std::atomic<std::uint32_t> room_want;                        // the room_seq at which the next wake is made
   alignas(kCacheLine) std::atomic<std::uint32_t> queue_paused;
   // Thread records in use are all below this (it only rises): what a scan
   // of the records reads. Raised before a record is taken; the sweep heals
