@@ -293,12 +293,11 @@ class Parked {
 // is waited for asleep.
 constexpr std::uint64_t kRoomSpinUs = 10;
 constexpr int kRoomSpinPauses = 16;
-// The longest a producer sleeps before it looks again when wakes come in
-// batches (room_batch > 1, slots.hpp: a table of 64 slots or more): it is
-// woken after room_batch frees, and if the frees stop short of that, the
-// slots they freed wait at most this long for it. Also what a wake lost to
-// a freer killed between its free and its wake costs there. (A smaller
-// table wakes at every free, and sleeps are capped by the recovery bound.)
+// The step of a producer's sleep when wakes come in batches (room_batch >
+// 1, slots.hpp: a table of 64 slots or more): it is woken after room_batch
+// frees, and if the frees stop short of that, the slots they freed wait at
+// most this long for it (it looks after a step in which a free was
+// counted). (A smaller table wakes at every free, and sleeps in one step.)
 constexpr std::uint64_t kRoomSleepMs = 20;
 
 // When a wait of `timeout` from now gives up (CLOCK_MONOTONIC us). Kept in
@@ -410,14 +409,16 @@ EnqueueStatus Queue::enqueue_wait_with(const BrandedId& group, const BrandedId& 
     return enqueue_with(group, job, payload, options);
   };
   const auto wait_on = [](EnqueueStatus st) { return st == EnqueueStatus::full && !t_index_full; };
-  // A producer that slept may have been woken by a free (one wake a free),
-  // and leaves here without that slot on any answer but an admission or
-  // `full` (whose last look found the slot taken): a duplicate, a mirror's
-  // refusal, corrupt. The wake is passed on, or another producer would
-  // sleep out its slice with the slot free (found in review).
+  // A producer that slept may have been woken for a freed slot (a wake is
+  // of as many producers as slots were freed), and leaves here without
+  // that slot on any answer but an admission or `full` (whose last look
+  // found the slot taken): a duplicate, a mirror's refusal, corrupt. The
+  // wake is passed on (at once, not counted toward a batch), or another
+  // producer would sleep out its slice with the slot free (found in
+  // review).
   const auto leave = [&](EnqueueStatus st) {
     if (slept && st != EnqueueStatus::enqueued && st != EnqueueStatus::not_durable && !wait_on(st))
-      wake_room_after_free(s, true);
+      wake_room_after_free(s, true, true);
     return st;
   };
   for (;;) {
@@ -437,25 +438,37 @@ EnqueueStatus Queue::enqueue_wait_with(const BrandedId& group, const BrandedId& 
     if (!wait_on(st)) return leave(st);
     const std::uint64_t now = monotonic_us();
     if (now >= give_up || !s.me) return leave(st);  // (a `full` answer comes from an attached handle)
-    // Read before the count: a free after it moves the word, and the
-    // futex wait below then returns at once.
+    // Read before the count: a free counted after it moves the word, and
+    // the futex wait below then returns at once.
     const std::uint32_t seq = s.h->room_seq.load(std::memory_order_acquire);
-    // With wakes in batches, at most kRoomSleepMs: frees that stop short of
-    // a batch leave slots free.
-    std::uint64_t sleep_end = sleep_end_of(s, now, give_up);
-    if (room_batch(s) > 1) sleep_end = std::min(sleep_end, (now + 999) / 1000 + kRoomSleepMs);
+    const std::uint32_t batch = room_batch(s);
+    // The sleep ends by sleep_end (room_park_until covers it all); with
+    // wakes in batches it is taken in steps of kRoomSleepMs, and after a
+    // step in which a free was counted (the word moved) this producer
+    // looks: frees that stop short of a batch leave slots free. A step in
+    // which none was is slept on without a look (a producer at a queue
+    // whose consumers stopped looked 50 times a second: found in review).
+    const std::uint64_t sleep_end = sleep_end_of(s, now, give_up);
     {
       const Parked parked(s.h->room_waiters, s.me->room_parked, s.h->room_park_until, sleep_end);
-      // Woken room_batch frees from here (the latest producer to park sets
-      // it for all: an earlier one waits a little longer, and is woken
-      // with it).
-      s.h->room_want.store(seq + room_batch(s), std::memory_order_relaxed);
+      // Woken `batch` frees from the word read, unless a wake is asked for
+      // already within that (an earlier producer's: kept, or producers
+      // parking less than a batch apart would put the wake off for good).
+      if (std::uint32_t(s.h->room_want.load(std::memory_order_relaxed) - seq) - 1 >= batch)
+        s.h->room_want.store(seq + batch, std::memory_order_relaxed);
       // The last look: a slot freed before a freer could see us counted is
       // found by it (note_freed).
       st = look();
       if (wait_on(st)) {
         FAIRLANE_FAILPOINT("room.sleep");
-        futex_wait_until(&s.h->room_seq, seq, sleep_end);
+        for (std::uint64_t step_end = batch > 1 ? (now + 999) / 1000 + kRoomSleepMs : sleep_end;;) {
+          step_end = std::min(step_end, sleep_end);
+          futex_wait_until(&s.h->room_seq, seq, step_end);
+          if (step_end >= sleep_end || s.h->room_seq.load(std::memory_order_acquire) != seq ||
+              monotonic_us() / 1000 < step_end)
+            break;  // the whole sleep, a counted free, or woken (a wake moves the word too): look
+          step_end += kRoomSleepMs;
+        }
         slept = true;
         continue;
       }

@@ -277,11 +277,12 @@ inline bool hints_look_again(Segment& s, std::uint32_t slot) noexcept {
   return false;
 }
 
-// Wakes the producers parked in enqueue_wait (Header::room_seq) once
-// room_batch frees have been counted since one parked, unless every
-// producer's sleep has ended (Header::room_park_until). Called by a freer
-// that found room_waiters not 0 (lanes.cpp).
-[[gnu::cold]] void wake_room(Segment& s) noexcept;
+// Counts a free for the producers parked in enqueue_wait (Header::room_seq)
+// and wakes room_batch of them once room_batch frees have been counted
+// since one parked (at once if `force`: a wake that must not wait for a
+// batch), unless every producer's sleep has ended (Header::room_park_until).
+// Called by a freer that found room_waiters not 0 (lanes.cpp).
+[[gnu::cold]] void wake_room(Segment& s, bool force) noexcept;
 
 // Frees a parked producer waits for before it is woken: a 32nd of the
 // table, 1 to 32. With one wake a free, a producer kept at a full queue by a
@@ -300,10 +301,10 @@ inline std::uint32_t room_batch(const Segment& s) noexcept { return std::clamp<s
 // the freeing CAS and the hint loads (all seq_cst) come before it in the
 // single order. With stores, a fence keeps them before it (a release store
 // may pass a later load); only a table near full pays it.
-inline void wake_room_after_free(Segment& s, bool hints_stored) noexcept {
+inline void wake_room_after_free(Segment& s, bool hints_stored, bool force = false) noexcept {
   if (hints_stored) std::atomic_thread_fence(std::memory_order_seq_cst);
   if (s.h->room_waiters.load(std::memory_order_seq_cst) != 0) [[unlikely]]
-    wake_room(s);
+    wake_room(s, force);
 }
 inline void note_freed(Segment& s, std::uint32_t slot) noexcept { wake_room_after_free(s, hints_look_again(s, slot)); }
 

@@ -678,9 +678,11 @@ void sweep_lanes(Segment& s, std::uint32_t from, std::uint32_t to, std::uint64_t
 // Does the chunk [from, to) of the slot table, and its share of the lanes.
 void sweep_chunk(Segment& s, std::uint32_t from, std::uint32_t to, std::uint64_t now, SweepStats& st) noexcept {
   for (std::uint32_t i = from; i < to; ++i) sweep_slot(s, i, now, st);
-  // One wake for a parked producer if the chunk saw a free slot, made as a
-  // freer makes it (after the hints' stores: the fence).
-  if (st.saw_free) wake_room_after_free(s, true);
+  // One wake for parked producers if the chunk saw a free slot, made as a
+  // freer makes it (after the hints' stores: the fence), and at once, not
+  // counted toward a batch (it stands for a freer's wake that was lost: in
+  // a large table, counted, it was no wake, found in review).
+  if (st.saw_free) wake_room_after_free(s, true, true);
   const std::uint64_t lanes = s.lane_count;
   const std::uint64_t jobs = std::max<std::uint32_t>(s.jobs, 1);
   const std::uint32_t lf = std::uint32_t(lanes * from / jobs);

@@ -477,9 +477,10 @@ class Queue {
   // 0 is one try, and never parks). Every other answer comes back at once:
   // lanes_full (a lane is freed by its group going idle, which nothing here
   // waits for), and `full` from the id index (the id's two index buckets
-  // full: a free does not change it). Parked producers are woken once a
-  // batch of slots has been freed (a 32nd of the table, 1 to 32), and
-  // sleep at most 20 ms in a table of 64 slots or more. A producer killed
+  // full: a free does not change it). Parked producers are woken a batch
+  // at a time once a batch of slots has been freed (a 32nd of the table, 1
+  // to 32), and in a table of 64 slots or more look within 20 ms of a free
+  // that fell short of a batch. A producer killed
   // while parked is taken out of the count by the recovery of its process
   // (the sweep, or the next attach of its record), as claim_wait's
   // consumers are. Blocking (not lock-free): it waits for a consumer to

@@ -13,6 +13,7 @@
 // single-process cases make a second handle look dead through a raw mapping
 // (its start time rewritten: same pid, another process).
 #include "forked_child.hpp"
+#include "parked_child.hpp"
 #include "liveness_lock.hpp"
 #include "raw_segment.hpp"
 #include "test_support.hpp"
@@ -1560,26 +1561,18 @@ TEST_F(Recovery, AParkedConsumerGetsAnUnattachedCopysFailAtOnce) {
 // `waiters` (its attach, not a sweep: nothing here claims or ticks).
 TEST_F(Recovery, AnAttachThatTakesAKilledParkedConsumersRecordUncountsIt) {
   make(200, 2);
-  const std::string name = seg();
   const auto& waiters = detail::QueueAccess::segment(q()).h->waiters;
-  ForkedChild parked([&] {
-    auto r = Queue::open(name);
-    Lease l;
-    if (!r) return 3;
-    r->claim_wait(l, kLongLease, 60s);
-    return 0;
-  }, 120);
-  ASSERT_TRUE(eventually([&] { return waiters.load() == 1; })) << "the child never parked";
-  parked.kill_now();
-  parked.wait();
-  ASSERT_TRUE(parked.signaled()) << parked.describe();
+  test::kill_a_parked_child(
+      seg(),
+      [](Queue& r) {
+        Lease l;
+        r.claim_wait(l, kLongLease, 60s);
+      },
+      [&] { return waiters.load() == 1; });
+  ASSERT_FALSE(HasFatalFailure());
   ASSERT_EQ(waiters.load(), 1u);
-  ForkedChild next([&] {
-    auto r = Queue::open(name);  // takes the dead child's record: no other is free
-    return r ? 0 : 3;
-  }, 60);
-  ASSERT_TRUE(next.wait_for(20s));
-  ASSERT_TRUE(next.exited_zero()) << next.describe();
+  test::attach_a_child(seg());  // takes the dead child's record: no other is free
+  ASSERT_FALSE(HasFatalFailure());
   EXPECT_EQ(waiters.load(), 0u) << "the dead consumer is still counted parked";
 }
 
