@@ -105,6 +105,11 @@ backlogged lanes, and peak memory.
                        clock), default 0. Consumers slower than the producers
                        keep the queue full: the producers' `full` path. The
                        bare flow target is not judged with work (info)
+  --bare-blocking      bare flow: full and empty are waited out in the peers'
+                       blocking calls (fairlane enqueue_wait and claim_wait,
+                       Boost timed_send and timed_receive; other peers still
+                       retry) rather than retried with a backoff. The target
+                       is not judged (info)
   --bare-rounds N      bare flow: runs of each bare peer, 1..50, default 5
                        (--quick 1), taken in turn (fairlane, boost-mq,
                        fairlane, ...): the target is judged on the median of
@@ -211,6 +216,7 @@ std::optional<Options> parse_options(int argc, char** argv, std::string& error) 
     else if (a == "--bare") { o.peers = bare_peers(); peers_set = true; }
     else if (a == "--bare-jobs") { if (!num(p.bare_jobs)) return {}; bare_jobs_set = true; }
     else if (a == "--bare-work-ns") { if (!num(p.bare_work_ns)) return {}; }
+    else if (a == "--bare-blocking") { p.bare_blocking = 1; }
     else if (a == "--bare-rounds") { if (!num(o.bare_rounds)) return {}; bare_rounds_set = true; }
     else if (a == "--batch") { if (!num(p.batch)) return {}; }
     else if (a == "--capacity") { if (!num(p.capacity)) return {}; }

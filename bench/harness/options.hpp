@@ -64,6 +64,8 @@ struct Params {
   Mode mode = Mode::flow;
   std::uint64_t bare_jobs = 2'000'000;  // bare: jobs each producer sends (lanes in turn)
   std::uint64_t bare_work_ns = 0;     // bare: time a consumer spends on each job between its claim and its complete
+  std::uint32_t bare_blocking = 0;    // bare: 1 = the peers' blocking calls at full and empty (fairlane enqueue_wait,
+                                      // claim_wait; Boost timed_send, timed_receive), not retries
   std::uint32_t batch = 32;           // batch: jobs per batch call
   std::uint64_t capacity = 0;         // jobs the queue holds; 0: the peer sizes it from backlog and drain_jobs
   Placement placement = Placement::split;

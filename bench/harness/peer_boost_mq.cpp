@@ -6,7 +6,8 @@
 // The capacity is the harness backlog (in the bare flow: the capacity every
 // peer gets), so both sides see the same bound. In the bare flow the sender
 // uses try_send and the receiver try_receive, spinning on full and empty as
-// the other peers do (the blocking calls would park on the condvars).
+// the other peers do (the blocking calls would park on the condvars); with
+// --bare-blocking both sides use the blocking calls.
 #include <boost/date_time/posix_time/posix_time_types.hpp>
 #include <boost/interprocess/ipc/message_queue.hpp>
 #include <unistd.h>
@@ -55,8 +56,13 @@ class BoostMqPeer final : public Peer {
 
   void producer_loop(WorkerCtx& ctx) override {
     auto& q = *q_;
+    // --bare-blocking: a full queue is waited out in timed_send (a second at
+    // a time), as fairlane's producer waits in enqueue_wait.
+    const bool blocking = ctx.params().mode == Mode::bare && ctx.params().bare_blocking;
     ctx.produce([&](std::uint32_t, const char* data, std::uint32_t len) {
-      return q.try_send(data, len, 0);
+      if (!blocking) return q.try_send(data, len, 0);
+      return q.timed_send(data, len, 0,
+                          boost::posix_time::microsec_clock::universal_time() + boost::posix_time::seconds(1));
     }, [] {});
   }
 
@@ -65,8 +71,15 @@ class BoostMqPeer final : public Peer {
     std::vector<char> buf(ctx.params().payload);
     bip::message_queue::size_type got = 0;
     unsigned prio = 0;
+    // --bare-blocking: an empty queue is waited out in timed_receive (10 ms
+    // at a time), as fairlane's consumer waits in claim_wait.
+    const bool blocking = ctx.params().mode == Mode::bare && ctx.params().bare_blocking;
     ctx.consume(
-        [&]() -> const char* { return q.try_receive(buf.data(), buf.size(), got, prio) ? buf.data() : nullptr; },
+        [&]() -> const char* {
+          if (!blocking) return q.try_receive(buf.data(), buf.size(), got, prio) ? buf.data() : nullptr;
+          const auto until = boost::posix_time::microsec_clock::universal_time() + boost::posix_time::milliseconds(10);
+          return q.timed_receive(buf.data(), buf.size(), got, prio, until) ? buf.data() : nullptr;
+        },
         [] {},
         [&](int timeout_ms) -> const char* {
           auto until = boost::posix_time::microsec_clock::universal_time() +

@@ -70,9 +70,13 @@ class FairlanePeer final : public Peer {
   void producer_loop(WorkerCtx& ctx) override {
     auto& q = *q_;
     fairlane::BrandedId id;
+    // --bare-blocking: a full queue is waited out in enqueue_wait (a second
+    // at a time: the harness's abort word is looked at between).
+    const bool blocking = ctx.params().mode == Mode::bare && ctx.params().bare_blocking;
     auto enq = [&](std::uint32_t lane, const char* data, std::uint32_t len) {
       if (!id.valid()) id = q.mint();  // a refused job is offered again under the same id
-      const auto st = q.enqueue(groups_[lane], id, std::string_view(data, len));
+      const auto st = blocking ? q.enqueue_wait(groups_[lane], id, std::string_view(data, len), std::chrono::seconds(1))
+                               : q.enqueue(groups_[lane], id, std::string_view(data, len));
       if (st == fairlane::EnqueueStatus::enqueued) {
         id = {};
         return true;
@@ -118,7 +122,13 @@ class FairlanePeer final : public Peer {
     const std::uint32_t lease_ms = ctx.params().lease_ms;
     fairlane::Lease lease;
     lease.payload.reserve(ctx.params().payload);
-    auto claim = [&]() -> const char* { return q.claim(lease, lease_ms) ? lease.payload.data() : nullptr; };
+    // --bare-blocking: an empty queue is waited out in claim_wait (10 ms at
+    // a time: the consumer's end-of-run looks go between).
+    const bool blocking = ctx.params().mode == Mode::bare && ctx.params().bare_blocking;
+    auto claim = [&]() -> const char* {
+      const bool got = blocking ? q.claim_wait(lease, lease_ms, std::chrono::milliseconds(10)) : q.claim(lease, lease_ms);
+      return got ? lease.payload.data() : nullptr;
+    };
     auto complete = [&] {
       const auto st = q.complete(lease.id, lease.token);
       if (st != fairlane::AckStatus::ok) ctx.fail("fairlane complete: " + std::string(fairlane::to_string(st)));

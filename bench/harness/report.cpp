@@ -222,6 +222,11 @@ std::vector<TargetCheck> check_targets(const std::vector<RunResult>& rs, const s
         t.info = true;
         t.detail += fmt::format("; consumers spending {} ns a job (--bare-work-ns)", bfl->params.bare_work_ns);
       }
+      if (bfl->params.bare_blocking != 0) {
+        // Not the flow the target is about either: both sides block rather than retry.
+        t.info = true;
+        t.detail += "; full and empty waited out in blocking calls (--bare-blocking)";
+      }
     }
     out.push_back(t);
   }
@@ -340,10 +345,13 @@ void print_table(const Options& o, const std::vector<RunResult>& rs, const std::
                "complete every one. No per-operation timing, no stamps; full and empty are retried with the same "
                "backoff for every peer; the queue holds the same number of jobs for every peer.{}\n",
                p.bare_jobs, p.payload, p.lanes,
-               p.bare_work_ns ? fmt::format(" Each consumer spends {} ns on each job between its claim and its "
-                                            "complete (--bare-work-ns): the target is not judged.",
-                                            p.bare_work_ns)
-                              : std::string());
+               (p.bare_work_ns ? fmt::format(" Each consumer spends {} ns on each job between its claim and its "
+                                             "complete (--bare-work-ns): the target is not judged.",
+                                             p.bare_work_ns)
+                               : std::string()) +
+                   (p.bare_blocking ? std::string(" Full and empty are waited out in each peer's blocking calls "
+                                                  "(--bare-blocking), not retried: the target is not judged.")
+                                    : std::string()));
     fmt::print("{:<24} {:>5} {:>9} {:>8} {:>10} {:>12} {:>13} {:>13} {:>10} {:>10}\n", "peer", "procs", "jobs",
                "capacity", "jobs/s", "producer/s", "CPU/job prod", "CPU/job cons", "full", "empty");
     for (auto* r : bare) {
@@ -442,6 +450,7 @@ nlohmann::json to_json(const Options& o, const std::vector<RunResult>& rs, const
                  {"bare_jobs", p.bare_jobs},
                  {"bare_rounds", o.bare_rounds},
                  {"bare_work_ns", p.bare_work_ns},
+                 {"bare_blocking", p.bare_blocking != 0},
                  {"batch", p.batch},
                  {"placement", to_string(p.placement)},
                  {"cpus", allowed_cpus()}};
