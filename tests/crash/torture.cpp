@@ -1170,45 +1170,30 @@ class Supervisor {
       note("... " + std::to_string(limit_violations_ - kShowAtMost) + " more samples above a limit");
   }
 
-  // Every child is gone and nothing of ours waits: no consumer may be left
-  // counted parked in claim_wait, so that no notify makes a futex wake for
-  // nobody. Before 2026-12-06 a consumer killed while parked stayed counted
-  // for good (a run of 300 kills left 90). Now the count of one killed
-  // while parked stops counting once its sleep would have ended
-  // (park_until), and the sweep that finds it dead, or the attach that
-  // takes its record, takes it out (design.md, "Blocking claims"). Sweeps
-  // run here until every sleep is over and every dead child judged.
-  // The same for producers parked in enqueue_wait (room_park_until,
-  // ProcRecord::room_parked), whose count a free reads.
+  // Every child is gone and nothing of ours waits: no process record may
+  // still count a thread parked in claim_wait (ProcRecord::parked) or in
+  // enqueue_wait (room_parked). The sweep that judges a dead child, or the
+  // attach that takes its record, takes its parked threads out of the
+  // record and of the header's count (drop_parked, take_parked; design.md,
+  // "Blocking claims and enqueues"). Before 2026-12-06 a consumer killed
+  // while parked stayed counted for good (a run of 300 kills left 90), and
+  // every notify then made a futex wake for nobody.
   //
-  //
-  // The snapshot reads 0 once every sleep's end has passed, whatever the
-  // raw counts hold, so the process records' counts are read too (a raw
-  // mapping): with every child gone, the sweep that judged each dead, or
-  // the attach that took its record, must have taken its parked threads
-  // out of its record (drop_parked, take_parked). With the producers' drop
-  // disabled, runs in which 61-65 producer processes parked showed no
-  // violation in the snapshot's counts alone. (The header's counts may
-  // still hold a kill in the one-instruction window between the two
-  // increments or decrements, which no record sees: not checked.)
+  // The records are read through a raw mapping: the snapshot's counts read
+  // 0 once every sleep's end has passed (park_until, room_park_until),
+  // whatever is left, and a check of them alone showed nothing with the
+  // producers' drop disabled. Sweeps are driven on the segment's clock
+  // (advance_clock, then tick: each pass judges every record whose verdict
+  // is older than recovery_ms / 2), not by waiting. (The header's counts
+  // may still hold a kill in the one-instruction window between the two
+  // increments or the two decrements, which no record sees: not checked.)
   void check_nobody_parked() {
-    const auto until = Clock::now() + std::chrono::seconds(5);
-    const auto anyone = [&] {
-      const Snapshot s = q_.snapshot();
-      const RecordCounts r = record_counts(q_.name());
-      return s.consumers_parked != 0 || s.producers_parked != 0 || r.consumers != 0 || r.producers != 0;
-    };
-    while (anyone() && Clock::now() < until) {
-      std::this_thread::sleep_for(milliseconds(50));
+    RecordCounts r = record_counts(q_.name());
+    for (int pass = 0; pass < 64 && r.read && (r.consumers != 0 || r.producers != 0); ++pass) {
+      q_.advance_clock(q_.config().recovery_ms);
       (void)q_.tick();
+      r = record_counts(q_.name());
     }
-    const Snapshot s = q_.snapshot();
-    if (s.consumers_parked != 0)
-      violation(std::to_string(s.consumers_parked) + " consumers still counted parked in claim_wait with every child gone");
-    if (s.producers_parked != 0)
-      violation(std::to_string(s.producers_parked) +
-                " producers still counted parked in enqueue_wait with every child gone");
-    const RecordCounts r = record_counts(q_.name());
     if (!r.read) violation("the process records could not be read through a raw mapping of " + q_.name());
     if (r.consumers != 0 || r.producers != 0)
       violation("process records still count " + std::to_string(r.consumers) + " consumers and " +

@@ -12,10 +12,14 @@
 #include "test_support.hpp"
 
 #include <signal.h>
+#include <sys/syscall.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <atomic>
 #include <chrono>
+#include <fstream>
+#include <string>
 #include <thread>
 #include <vector>
 
@@ -36,6 +40,15 @@ using test::RawSegment;
 const BrandedId A = BrandedId::make("AAA", 1);
 const BrandedId B = BrandedId::make("BBB", 1);
 constexpr std::uint32_t kLease = 60000;
+
+// Is thread `tid` of this process blocked in the futex system call now?
+// (/proc/self/task/TID/syscall names the system call a blocked thread is
+// in.) A real condition to wait on where a test needs a thread asleep.
+bool in_futex_wait(pid_t tid) {
+  std::ifstream f("/proc/self/task/" + std::to_string(tid) + "/syscall");
+  long nr = -1;
+  return (f >> nr) && nr == SYS_futex;
+}
 
 class EnqueueWait : public test::SegmentFixture {
  protected:
@@ -352,8 +365,10 @@ TEST_F(EnqueueWait, DropParkedTakesOutTheProducersOfTheIncarnationJudgedDead) {
 // slot on an answer other than enqueued or full: here `duplicate` (two
 // producers offer one idempotent id; a mirror's refusals are the same).
 // It passes the wake on; before, the third producer slept out its 30 s
-// slice with the slot free (found in review). The 200 ms pauses put the
-// three in the futex's queue in this order, which made the fault show.
+// slice with the slot free (found in review). Each producer is started
+// once the one before it sleeps in the futex system call, so that the
+// futex's queue (first in, first woken) holds them in this order, which
+// made the fault show.
 TEST_F(EnqueueWait, AWokenProducerThatLeavesWithoutTheSlotPassesTheWakeOn) {
   make();
   fill();
@@ -361,9 +376,13 @@ TEST_F(EnqueueWait, AWokenProducerThatLeavesWithoutTheSlotPassesTheWakeOn) {
   const auto& waiters = s().h->room_waiters;
   std::atomic<int> st1{-1}, st2{-1}, st3{-1};
   const auto park = [&](std::atomic<int>& st, BrandedId g, BrandedId id, std::uint32_t n) {
-    std::thread t([&st, g, id, this] { st = int(q().enqueue_wait(g, id, "x", 50s)); });
-    EXPECT_TRUE(eventually([&] { return waiters.load() == n; }));
-    std::this_thread::sleep_for(200ms);
+    std::atomic<pid_t> tid{0};
+    std::thread t([&st, &tid, g, id, this] {
+      tid = pid_t(::syscall(SYS_gettid));
+      st = int(q().enqueue_wait(g, id, "x", 50s));
+    });
+    EXPECT_TRUE(eventually([&] { return waiters.load() == n && tid.load() != 0 && in_futex_wait(tid.load()); }))
+        << "producer " << n << " never slept in the futex";
     return t;
   };
   std::thread p1 = park(st1, B, same, 1);
