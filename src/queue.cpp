@@ -417,8 +417,10 @@ EnqueueStatus Queue::enqueue_wait_with(const BrandedId& group, const BrandedId& 
   // producer would sleep out its slice with the slot free (found in
   // review).
   const auto leave = [&](EnqueueStatus st) {
+    // (No fence: this thread stored no hint. A producer counted after the
+    // load of room_waiters makes its last look after it, and finds the slot.)
     if (slept && st != EnqueueStatus::enqueued && st != EnqueueStatus::not_durable && !wait_on(st))
-      wake_room_after_free(s, true, true);
+      wake_room_after_free(s, false, true);
     return st;
   };
   for (;;) {
