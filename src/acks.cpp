@@ -109,7 +109,7 @@ namespace {
       // lane_base looks at it afresh.
       Word128 from = sw;
       if (step == RelOp::complete && slot_cas(s, slot, from, SlotWord::make(SlotState::free, 0, 0, SlotWord::ctr(sw), 0))) {
-        note_freed(s, slot);
+        note_freed(s, slot, lane);
         FAIRLANE_FAILPOINT("lane.step_applied");
       } else {
         apply_step(s, lane, w);
@@ -250,9 +250,12 @@ bool free_aborted(Segment& s, std::uint32_t slot, std::uint64_t ctr) noexcept {
       const Word128 tw = slot_load(s, to1 - 1);
       if ((SlotWord::ctr(tw) & 0x3FFFF) == Successor::ctr18(SlotWord::when(w))) index_resolve(s, to1 - 1, tw);
     }
+    // The lane whose run held the husk (popped from it before this free):
+    // read before the free, after which the slot may be another job's.
+    const std::uint32_t lane = s.slot(slot).lane.load(std::memory_order_relaxed);
     // [R3] release: the next owner of the slot sees it done with.
     if (slot_cas(s, slot, w, SlotWord::make(SlotState::free, 0, 0, SlotWord::ctr(w), 0))) {
-      note_freed(s, slot);
+      note_freed(s, slot, lane);
       FAIRLANE_FAILPOINT("slot.freed");
       return true;
     }

@@ -231,8 +231,6 @@ struct Admission {
   bool restoring = false;  // import_job: no mirror checks, no waiting on Valkey
 };
 
-// No wait for Valkey's acknowledgement (see mirror_admitted).
-constexpr std::uint64_t kNoWait = ~0ULL;
 
 // Where this thread's allocations look first (its thread record's hint).
 std::uint32_t& alloc_cursor(Segment& s) noexcept {
@@ -371,7 +369,7 @@ bool link_admission(Segment& s, std::uint32_t slot, std::uint64_t ctr, const Gro
 }
 
 EnqueueStatus admit(Segment& s, const BrandedId& group, const BrandedId& job, std::string_view payload,
-                    const Admission& in, std::uint64_t& wait_seq) noexcept {
+                    const Admission& in, AdmitOut& out) noexcept {
   if (!writer(s)) return EnqueueStatus::read_only;
   std::uint64_t sf = 0;
   switch (job_snowflake(s, job, sf)) {
@@ -473,7 +471,7 @@ EnqueueStatus admit(Segment& s, const BrandedId& group, const BrandedId& job, st
         }
         guard.clear();
         if (ad == Admit::full) {
-          t_index_full = true;
+          out.index_full = true;
           return EnqueueStatus::full;
         }
         return EnqueueStatus::corrupt;
@@ -508,7 +506,7 @@ EnqueueStatus admit(Segment& s, const BrandedId& group, const BrandedId& job, st
       log_job(s, slot);
       return EnqueueStatus::enqueued;
     }
-    if (s.log) return mirror_admitted(s, slot, wait_seq);
+    if (s.log) return mirror_admitted(s, slot, out.wait_seq);
     return EnqueueStatus::enqueued;
   }
 }
@@ -602,19 +600,38 @@ BrandedId Queue::mint_checked(const char* kind) noexcept {
 // Options by pointer: a call without any builds none (an EnqueueOptions is
 // 64 bytes, zeroed and copied at every call that passes one by value: about
 // 50 instructions of a cycle of 2,000 went to a default argument).
-EnqueueStatus Queue::enqueue_with(const BrandedId& group, const BrandedId& job, std::string_view payload,
-                                  const EnqueueOptions* options) noexcept {
+namespace detail {
+
+// Inlined into Queue::enqueue_with (where index_full is a local nobody
+// reads, and costs nothing); enqueue_wait calls it out of line.
+[[gnu::always_inline]] inline EnqueueStatus enqueue_in(Segment& s, const BrandedId& group, const BrandedId& job,
+                                                       std::string_view payload, const EnqueueOptions* options,
+                                                       bool& index_full) noexcept {
   Admission a;
   if (options) {
     if (options->delay_ms > 0) {
       a.state = SlotState::scheduled;
-      a.when_ms = segment_now_ms(*seg_) + options->delay_ms;
+      a.when_ms = segment_now_ms(s) + options->delay_ms;
     }
     a.retry = &options->retry;
   }
-  std::uint64_t wait_seq = kNoWait;
-  const EnqueueStatus st = admit(*seg_, group, job, payload, a, wait_seq);
-  return wait_seq == kNoWait ? st : mirror_wait_acked(*seg_, wait_seq);
+  AdmitOut out;
+  const EnqueueStatus st = admit(s, group, job, payload, a, out);
+  index_full = out.index_full;
+  return out.wait_seq == kNoWait ? st : mirror_wait_acked(s, out.wait_seq);
+}
+
+EnqueueStatus enqueue_one(Segment& s, const BrandedId& group, const BrandedId& job, std::string_view payload,
+                          const EnqueueOptions* options, bool& index_full) noexcept {
+  return enqueue_in(s, group, job, payload, options, index_full);
+}
+
+}  // namespace detail
+
+EnqueueStatus Queue::enqueue_with(const BrandedId& group, const BrandedId& job, std::string_view payload,
+                                  const EnqueueOptions* options) noexcept {
+  bool index_full = false;
+  return enqueue_in(*seg_, group, job, payload, options, index_full);
 }
 
 std::size_t Queue::enqueue_batch(std::span<const EnqueueItem> items, std::span<EnqueueStatus> statuses) noexcept {
@@ -638,8 +655,8 @@ EnqueueStatus Queue::import_job(const JobInfo& job, std::string_view payload) no
     case JobState::scheduled: a.state = SlotState::scheduled; a.when_ms = job.when_ms; break;
     case JobState::dead: a.state = SlotState::dead; a.when_ms = job.when_ms; break;
   }
-  std::uint64_t no_wait = kNoWait;  // restoring: never waits
-  return admit(*seg_, job.group, job.id, payload, a, no_wait);
+  AdmitOut out;  // restoring: never waits
+  return admit(*seg_, job.group, job.id, payload, a, out);
 }
 
 }  // namespace fairlane

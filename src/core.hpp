@@ -215,11 +215,23 @@ inline bool husk_popped(const Word128& w) noexcept {
 
 // ---- admission (admission.cpp) ------------------------------------------------------------
 
-// Set by an admission of this thread that answered `full` because the id
-// index's two buckets for the id were full (not for want of a slot), for
-// enqueue_wait, which clears it before each look and does not wait on such
-// an answer. Only that (cold) path writes it.
-inline thread_local bool t_index_full = false;
+// No wait for Valkey's acknowledgement (see mirror_admitted).
+inline constexpr std::uint64_t kNoWait = ~0ULL;
+
+// What an admission says beside its status.
+struct AdmitOut {
+  // The mirror's sequence to wait for (mirror_admitted), or kNoWait.
+  std::uint64_t wait_seq = kNoWait;
+  // `full` because the id index's two buckets for the id were full, not for
+  // want of a slot: enqueue_wait does not wait on it (a freed slot does not
+  // change it).
+  bool index_full = false;
+};
+
+// Queue::enqueue's work (group, job, payload, options as there); index_full
+// as AdmitOut's. For enqueue_wait.
+EnqueueStatus enqueue_one(Segment& s, const BrandedId& group, const BrandedId& job, std::string_view payload,
+                          const EnqueueOptions* options, bool& index_full) noexcept;
 
 // ---- the mirror's side of admissions (queue.cpp) ------------------------------------------
 

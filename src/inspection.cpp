@@ -113,8 +113,12 @@ Snapshot Queue::snapshot() const {
   snap.lanes_reclaimed = s.h->lanes_reclaimed.load(std::memory_order_relaxed);
   snap.processes_capacity = s.proc_count;
   snap.consumers_parked = sleep_may_be_under_way(s) ? s.h->waiters.load(std::memory_order_relaxed) : 0;
+  // room_waiters counts every parked producer, for a slot (room_park_until)
+  // or a lane (lane_park_until).
   snap.producers_parked =
-      sleep_may_be_under_way(s.h->room_park_until) ? s.h->room_waiters.load(std::memory_order_relaxed) : 0;
+      sleep_may_be_under_way(s.h->room_park_until) || sleep_may_be_under_way(s.h->lane_park_until)
+          ? s.h->room_waiters.load(std::memory_order_relaxed)
+          : 0;
   snap.corruptions = s.h->corruption.count.load(std::memory_order_relaxed);
 
   // The rota: the valid tokens from the head to the tail, in order.

@@ -173,7 +173,27 @@ bool sleep_may_be_under_way(const std::atomic<std::uint64_t>& until) noexcept {
   return monotonic_us() / 1000 <= until.load(std::memory_order_seq_cst);
 }
 
-void wake_room(Segment& s, bool force) noexcept {
+void wake_lanes(Segment& s, std::uint32_t lane) noexcept {
+  if (s.h->lane_waiters.load(std::memory_order_seq_cst) == 0) return;
+  if (!sleep_may_be_under_way(s.h->lane_park_until)) return;
+  if (lane != kNoLane) {
+    // What a reclaim will ask (lane_idle), of the word as the freeing or
+    // parking CAS left it: its step (a complete, a park) may not be applied
+    // yet, and that step adds no work. Anything else is no lane to give.
+    if (lane == kDefaultLane || lane >= s.lane_count) return;
+    const Word128 w = lane_load(s, lane);
+    const bool stepped = LaneWord::rel(w) == 0 || LaneWord::relop(w) == RelOp::complete || LaneWord::relop(w) == RelOp::park;
+    if (!stepped || !lane_idle(s, lane, LaneWord::with_rel(w, 0, RelOp::complete))) return;
+  }
+  s.h->lane_seq.fetch_add(1, std::memory_order_acq_rel);
+  // One: a lane given back is room for one group. A woken producer that
+  // leaves without having taken it (it found its group's lane made by
+  // another, or no slot) passes the wake on (enqueue_wait).
+  futex_wake(&s.h->lane_seq, 1);
+}
+
+void wake_room(Segment& s, bool force, std::uint32_t lane) noexcept {
+  if (lane != kNoLane) wake_lanes(s, lane);
   // Past every producer's sleep a wake would be a system call for nobody.
   if (!sleep_may_be_under_way(s.h->room_park_until)) return;
   // Every free counts (a producer between its look and its sleep then
@@ -309,7 +329,11 @@ Word128 lane_base_step(Segment& s, std::uint32_t lane, const Word128& w) noexcep
     // [R7] release (cas128): what the step's author wrote beside the slot
     // word (fail_to, the error) is visible with the slot's new state.
     if (slot_cas(s, slot, sw, to)) {
-      if (SlotWord::state(to) == SlotState::free) note_freed(s, slot);
+      if (SlotWord::state(to) == SlotState::free) {
+        note_freed(s, slot, lane);
+      } else if (op == RelOp::park && s.h->lane_waiters.load(std::memory_order_seq_cst) != 0) [[unlikely]] {
+        wake_lanes(s, lane);  // the job left its lane for a delay or the dead letters: it may be empty now
+      }
       FAIRLANE_FAILPOINT("lane.step_applied");
       return base;
     }

@@ -140,11 +140,21 @@ inline void husk_count(Segment& s, std::uint32_t lane, std::uint64_t inc) noexce
 void notify(Segment& s, int count = 1) noexcept;
 
 // Whether a thread parked on a spot whose end is `until` (Header::park_until
-// for claim_wait, Header::room_park_until for enqueue_wait) may still be
+// for claim_wait, room_park_until and lane_park_until for enqueue_wait) may still be
 // asleep: the clock has not passed it. Past it, a count left in the spot's
 // waiters is of threads killed while parked (design.md, "Blocking claims").
 bool sleep_may_be_under_way(const std::atomic<std::uint64_t>& until) noexcept;
 inline bool sleep_may_be_under_way(const Segment& s) noexcept { return sleep_may_be_under_way(s.h->park_until); }
+
+// Wakes one producer parked in enqueue_wait for a lane (lanes_full), if one
+// may be asleep (Header::lane_waiters, lane_park_until), when a lane record
+// or directory room may have come free: lane `lane` may now be given back
+// (empty, nothing held, default settings: a look reclaims it), or with
+// kNoLane, a record was given back. Made after the write that did it (a
+// free, a park step, a reclaim): seq_cst, it pairs with the parking
+// producer's count before its last look ([S5]). A hint, not a promise:
+// the woken producer looks, and parks again if another took the lane.
+[[gnu::cold]] void wake_lanes(Segment& s, std::uint32_t lane) noexcept;
 
 // CAS of lane `lane`'s word from `w` (a reading) to `nw` with the version
 // moved on; if `nw` is serviceable and not ringed, rings it: pushes a cell

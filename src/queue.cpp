@@ -299,6 +299,9 @@ constexpr int kRoomSpinPauses = 16;
 // most this long for it (it looks after a step in which a free was
 // counted). (A smaller table wakes at every free, and sleeps in one step.)
 constexpr std::uint64_t kRoomSleepMs = 20;
+// The least time between two looks of a producer parked for a lane that
+// found none (see enqueue_wait).
+constexpr std::uint64_t kLaneLookGapMs = 1;
 
 // When a wait of `timeout` from now gives up (CLOCK_MONOTONIC us). Kept in
 // microseconds: in milliseconds, rounded down, a 100 ms wait gave up after
@@ -398,60 +401,77 @@ EnqueueStatus Queue::enqueue_wait_with(const BrandedId& group, const BrandedId& 
                                        const EnqueueOptions* options, std::chrono::milliseconds timeout) noexcept {
   Segment& s = *seg_;
   const std::uint64_t give_up = give_up_of(timeout);
-  bool slept = false;
-  // `full` is waited out only when it means every slot is in use: the id
-  // index's two buckets full of this id's neighbours (a refusal that gives
-  // its slot back, or leaves a husk) do not empty because a slot is freed,
-  // and a producer that waited on them took and gave back a slot (waking
-  // itself, delayed jobs) every round until its timeout (found in review).
-  const auto look = [&] {
-    t_index_full = false;
-    return enqueue_with(group, job, payload, options);
+  bool index_full = false;
+  const auto look = [&] { return enqueue_one(s, group, job, payload, options, index_full); };
+  // What an answer waits for. `full` is waited out only when it means every
+  // slot is in use: the id index's two buckets full of this id's neighbours
+  // (a refusal that gives its slot back, or leaves a husk) do not empty
+  // because a slot is freed, and a producer that waited on them took and
+  // gave back a slot (waking itself, delayed jobs) every round until its
+  // timeout (found in review). `lanes_full` is waited out until a lane may
+  // be given back.
+  enum class Wait { none, room, lane };
+  const auto wait_of = [&](EnqueueStatus st) {
+    if (st == EnqueueStatus::full && !index_full) return Wait::room;
+    if (st == EnqueueStatus::lanes_full) return Wait::lane;
+    return Wait::none;
   };
-  const auto wait_on = [](EnqueueStatus st) { return st == EnqueueStatus::full && !t_index_full; };
   // A producer that slept may have been woken for a freed slot (a wake is
-  // of as many producers as slots were freed), and leaves here without
-  // that slot on any answer but an admission or `full` (whose last look
-  // found the slot taken): a duplicate, a mirror's refusal, corrupt. The
-  // wake is passed on (at once, not counted toward a batch), or another
-  // producer would sleep out its slice with the slot free (found in
-  // review).
-  const auto leave = [&](EnqueueStatus st) {
-    // (No fence: this thread stored no hint. A producer counted after the
-    // load of room_waiters makes its last look after it, and finds the slot.)
-    if (slept && st != EnqueueStatus::enqueued && st != EnqueueStatus::not_durable && !wait_on(st))
-      wake_room_after_free(s, false, true);
-    return st;
-  };
-  for (;;) {
-    // Each round looks before it heeds the timeout: a producer woken by a
-    // free that gave up without looking would leave that slot to producers
-    // still asleep.
-    EnqueueStatus st = look();
-    if (!wait_on(st)) return leave(st);
-    // Looks again for a while before it parks (kRoomSpinUs): a consumer
-    // that frees a slot every few microseconds then pays no futex wake a
-    // job, and this thread no sleep and wake-up.
-    for (const std::uint64_t until = std::min(monotonic_us() + kRoomSpinUs, give_up);
-         wait_on(st) && monotonic_us() < until;) {
-      for (int k = 0; k < kRoomSpinPauses; ++k) cpu_pause();
-      st = look();
+  // of as many producers as slots were freed) or for a lane (one a wake).
+  // One whose answer no longer waits for that (it leaves, or waits for the
+  // other) and did not take it passes the wake on, at once: or another
+  // producer would sleep out its slice with the slot or the lane free
+  // (found in review). A slot is taken by an admission, or found taken by
+  // the last look of a `full`; a lane cannot be told taken (an admission
+  // may have found its group's lane made meanwhile), so its wake is always
+  // passed on. Made out of the counts: a wake passed on must not be for us.
+  bool slept_room = false, slept_lane = false;
+  const auto pass_on = [&](EnqueueStatus st, Wait w) {
+    if (slept_room && w != Wait::room) {
+      // (No fence: this thread stored no hint. A producer counted after the
+      // load of room_waiters makes its last look after it, and finds the slot.)
+      if (st != EnqueueStatus::enqueued && st != EnqueueStatus::not_durable) wake_room_after_free(s, false, true);
+      slept_room = false;
     }
-    if (!wait_on(st)) return leave(st);
+    if (slept_lane && w != Wait::lane) {
+      wake_lanes(s, kNoLane);
+      slept_lane = false;
+    }
+  };
+  // Each round looks before it heeds the timeout: a producer woken by a
+  // free that gave up without looking would leave that slot to producers
+  // still asleep.
+  EnqueueStatus st = look();
+  for (;;) {
+    Wait w = wait_of(st);
+    if (w == Wait::room) {
+      // Looks again for a while before it parks (kRoomSpinUs): a consumer
+      // that frees a slot every few microseconds then pays no futex wake a
+      // job, and this thread no sleep and wake-up.
+      for (const std::uint64_t until = std::min(monotonic_us() + kRoomSpinUs, give_up);
+           wait_of(st) == Wait::room && monotonic_us() < until;) {
+        for (int k = 0; k < kRoomSpinPauses; ++k) cpu_pause();
+        st = look();
+      }
+      w = wait_of(st);
+    }
+    pass_on(st, w);
+    if (w == Wait::none) return st;
     const std::uint64_t now = monotonic_us();
-    if (now >= give_up || !s.me) return leave(st);  // (a `full` answer comes from an attached handle)
-    // Read before the count: a free counted after it moves the word, and
-    // the futex wait below then returns at once.
-    const std::uint32_t seq = s.h->room_seq.load(std::memory_order_acquire);
-    const std::uint32_t batch = room_batch(s);
-    // The sleep ends by sleep_end (room_park_until covers it all); with
-    // wakes in batches it is taken in steps of kRoomSleepMs, and after a
-    // step in which a free was counted (the word moved) this producer
-    // looks: frees that stop short of a batch leave slots free. A step in
-    // which none was is slept on without a look (a producer at a queue
-    // whose consumers stopped looked 50 times a second: found in review).
+    if (now >= give_up || !s.me) return st;  // (a `full` or `lanes_full` answer comes from an attached handle)
     const std::uint64_t sleep_end = sleep_end_of(s, now, give_up);
-    {
+    bool slept = false;
+    if (w == Wait::room) {
+      // Read before the count: a free counted after it moves the word, and
+      // the futex wait below then returns at once.
+      const std::uint32_t seq = s.h->room_seq.load(std::memory_order_acquire);
+      const std::uint32_t batch = room_batch(s);
+      // The sleep ends by sleep_end (room_park_until covers it all); with
+      // wakes in batches it is taken in steps of kRoomSleepMs, and after a
+      // step in which a free was counted (the word moved) this producer
+      // looks: frees that stop short of a batch leave slots free. A step in
+      // which none was is slept on without a look (a producer at a queue
+      // whose consumers stopped looked 50 times a second: found in review).
       const Parked parked(s.h->room_waiters, s.me->room_parked, s.h->room_park_until, sleep_end);
       // Woken `batch` frees from the word read, unless a wake is asked for
       // already within that (an earlier producer's: kept, or producers
@@ -461,7 +481,7 @@ EnqueueStatus Queue::enqueue_wait_with(const BrandedId& group, const BrandedId& 
       // The last look: a slot freed before a freer could see us counted is
       // found by it (note_freed).
       st = look();
-      if (wait_on(st)) {
+      if (wait_of(st) == Wait::room) {
         FAIRLANE_FAILPOINT("room.sleep");
         for (std::uint64_t step_end = batch > 1 ? (now + 999) / 1000 + kRoomSleepMs : sleep_end;;) {
           step_end = std::min(step_end, sleep_end);
@@ -471,11 +491,37 @@ EnqueueStatus Queue::enqueue_wait_with(const BrandedId& group, const BrandedId& 
             break;  // the whole sleep, a counted free, or woken (a wake moves the word too): look
           step_end += kRoomSleepMs;
         }
-        slept = true;
-        continue;
+        slept = slept_room = true;
+      }
+    } else {
+      // A lane: a look walks the lane records for an idle one to give back,
+      // so a producer that a wake sent to look in vain (another took the
+      // lane) waits kLaneLookGapMs before it parks again: at most a
+      // thousand walks a second, however fast lanes come and go.
+      if (slept_lane) {
+        std::this_thread::sleep_for(std::chrono::microseconds(std::min<std::uint64_t>(give_up - now, kLaneLookGapMs * 1000)));
+        if (monotonic_us() >= give_up) {
+          st = look();
+          continue;  // the timeout passed in the gap: one last look, and the answer
+        }
+      }
+      const std::uint32_t seq = s.h->lane_seq.load(std::memory_order_acquire);
+      // Counted in room_waiters too (the one word every free loads), under
+      // lane_park_until only: a free then counts no slot and wakes no
+      // producer parked for one while only producers parked for a lane
+      // are asleep.
+      const Parked counted(s.h->room_waiters, s.me->room_parked, s.h->lane_park_until, sleep_end);
+      const Parked parked(s.h->lane_waiters, s.me->lane_parked, s.h->lane_park_until, sleep_end);
+      // The last look: a lane left idle before its waker could see us
+      // counted is found by it (wake_lanes).
+      st = look();
+      if (wait_of(st) == Wait::lane) {
+        FAIRLANE_FAILPOINT("lane.sleep");
+        futex_wait_until(&s.h->lane_seq, seq, sleep_end);
+        slept = slept_lane = true;
       }
     }
-    return leave(st);  // (out of the count first: a wake passed on must not be for us)
+    if (slept) st = look();  // out of the counts
   }
 }
 

@@ -881,7 +881,8 @@ struct ParkedCount {
   std::atomic<std::uint32_t> Header::*header;
 };
 constexpr ParkedCount kParkedCounts[] = {{&ProcRecord::parked, &Header::waiters},
-                                         {&ProcRecord::room_parked, &Header::room_waiters}};
+                                         {&ProcRecord::room_parked, &Header::room_waiters},
+                                         {&ProcRecord::lane_parked, &Header::lane_waiters}};
 }  // namespace
 
 void drop_parked(Segment& s, ProcRecord& p, std::uint64_t inc) noexcept {

@@ -291,8 +291,9 @@ bool held_by_this_process(const Segment& s, std::uint32_t i) noexcept;
 int holder_dead(Segment& s, std::uint32_t holder1, std::uint64_t now_ms) noexcept;
 
 // The threads of process record p's owner parked in claim_wait
-// (ProcRecord::parked) and in enqueue_wait (ProcRecord::room_parked), taken
-// out of Header::waiters and Header::room_waiters, for an owner judged dead
+// (ProcRecord::parked) and in enqueue_wait (ProcRecord::room_parked, and
+// lane_parked for those parked for a lane), taken out of Header::waiters,
+// room_waiters and lane_waiters, for an owner judged dead
 // as incarnation `inc` (the record's incarnation read before the verdict).
 // Nothing if the record has had another owner since: that owner's attach
 // took them out (take_parked).
@@ -304,7 +305,7 @@ void drop_parked(Segment& s, ProcRecord& p, std::uint64_t inc) noexcept;
 void take_parked(Segment& s, ProcRecord& p, std::uint64_t inc) noexcept;
 
 // Takes n parked threads out of a header count (Header::waiters,
-// Header::room_waiters), never below 0 (a scribbled count takes no more
+// room_waiters, lane_waiters), never below 0 (a scribbled count takes no more
 // than there is).
 void uncount_parked(std::atomic<std::uint32_t>& count, std::uint64_t n) noexcept;
 

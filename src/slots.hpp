@@ -281,8 +281,11 @@ inline bool hints_look_again(Segment& s, std::uint32_t slot) noexcept {
 // and wakes room_batch of them once room_batch frees have been counted
 // since one parked (at once if `force`: a wake that must not wait for a
 // batch), unless every producer's sleep has ended (Header::room_park_until).
-// Called by a freer that found room_waiters not 0 (lanes.cpp).
-[[gnu::cold]] void wake_room(Segment& s, bool force) noexcept;
+// If the freed slot's job left lane `lane` (kNoLane: none, or not known)
+// and that lane may now be given back, a producer parked for a lane is
+// woken too (wake_lanes, lanes.hpp). Called by a freer that found
+// room_waiters not 0 (lanes.cpp).
+[[gnu::cold]] void wake_room(Segment& s, bool force, std::uint32_t lane) noexcept;
 
 // Frees a parked producer waits for before it is woken: a 32nd of the
 // table, 1 to 32. With one wake a free, a producer kept at a full queue by a
@@ -301,12 +304,19 @@ inline std::uint32_t room_batch(const Segment& s) noexcept { return std::clamp<s
 // the freeing CAS and the hint loads (all seq_cst) come before it in the
 // single order. With stores, a fence keeps them before it (a release store
 // may pass a later load); only a table near full pays it.
-inline void wake_room_after_free(Segment& s, bool hints_stored, bool force = false) noexcept {
+//
+// `lane`: the lane the freed job left by the CAS that freed it (a complete,
+// a drop), or kNoLane. Producers parked for a lane are counted in
+// room_waiters too, so this one load is all a free pays for them as well.
+inline void wake_room_after_free(Segment& s, bool hints_stored, bool force = false,
+                                 std::uint32_t lane = kNoLane) noexcept {
   if (hints_stored) std::atomic_thread_fence(std::memory_order_seq_cst);
   if (s.h->room_waiters.load(std::memory_order_seq_cst) != 0) [[unlikely]]
-    wake_room(s, force);
+    wake_room(s, force, lane);
 }
-inline void note_freed(Segment& s, std::uint32_t slot) noexcept { wake_room_after_free(s, hints_look_again(s, slot)); }
+inline void note_freed(Segment& s, std::uint32_t slot, std::uint32_t lane = kNoLane) noexcept {
+  wake_room_after_free(s, hints_look_again(s, slot), false, lane);
+}
 
 // Takes slot i if it is free: CAS free -> admitting(holder), with a new ctr.
 [[gnu::always_inline]] inline bool take_free_slot(Segment& s, std::uint32_t i, std::uint32_t holder,

@@ -658,13 +658,19 @@ void sweep_lanes(Segment& s, std::uint32_t from, std::uint32_t to, std::uint64_t
     if (LaneWord::state(w) == LaneState::creating) {
       if (holder_gone(s, LaneWord::tail(w), now)) {  // the creator, as the creating CAS named it
         Word128 cur = w;
-        cas128(l.word, cur, LaneWord::bumped(Word128{}, w));
+        if (cas128(l.word, cur, LaneWord::bumped(Word128{}, w))) wake_lanes(s, kNoLane);  // a record free again
       }
       continue;
     }
     if (LaneWord::state(w) != LaneState::live) continue;
     const Word128 base = lane_base(s, lane, w);
     if (!lane_idle(s, lane, base)) continue;
+    // An idle lane is one a producer parked for a lane can have (its look
+    // reclaims it): whatever left it idle may have woken nobody (a husk's
+    // pop, settings put back, a waker killed before its wake), and this
+    // pass is the bound on that (design.md, "Blocking enqueues").
+    if (s.h->lane_waiters.load(std::memory_order_seq_cst) != 0) [[unlikely]]
+      wake_lanes(s, kNoLane);
     const std::uint64_t seen = l.idle_seen.load(std::memory_order_relaxed);
     const std::uint64_t ver = (LaneWord::version(w) & LaneWord::kVersionMask) | 512;
     if ((seen & 1023) == ver && (seen >> 10) + s.recovery_ms / 2 <= now) {

@@ -246,7 +246,7 @@ void prometheus(std::string& out, const std::string& seg, const Snapshot& s, con
     e.sample("fairlane_process_records_capacity", processes_capacity(s, c));
     e.family("fairlane_consumers_parked", "gauge", "Consumer threads parked in claim_wait, waiting for work.");
     e.sample("fairlane_consumers_parked", s.consumers_parked);
-    e.family("fairlane_producers_parked", "gauge", "Producer threads parked in enqueue_wait, waiting for a free slot.");
+    e.family("fairlane_producers_parked", "gauge", "Producer threads parked in enqueue_wait, waiting for a free slot or lane.");
     e.sample("fairlane_producers_parked", s.producers_parked);
   }
 

@@ -365,8 +365,9 @@ struct Snapshot {
   // parked is counted until then, or while another consumer has parked
   // since, and until a sweep finds it dead (design.md, "Blocking claims").
   std::uint64_t consumers_parked = 0;
-  // Producer threads parked in enqueue_wait for a free slot, counted the
-  // same way (Header::room_park_until; design.md, "Blocking enqueues").
+  // Producer threads parked in enqueue_wait for a free slot or a lane,
+  // counted the same way (Header::room_park_until, lane_park_until;
+  // design.md, "Blocking enqueues").
   std::uint64_t producers_parked = 0;
   std::uint64_t corruptions = 0;       // see CorruptionInfo
   std::uint64_t now_ms = 0;
@@ -469,18 +470,23 @@ class Queue {
                         const EnqueueOptions& options) noexcept {
     return enqueue_with(group, job, payload, &options);
   }
-  // enqueue, but a full queue (every job slot in use) is waited out: the
-  // calling thread looks again for up to 10 us, then parks on a futex in
-  // the segment until a slot is freed (a complete, a purge of dead jobs, a
-  // drain, a repair) or `timeout` has passed, and tries again. Returns what
-  // enqueue returns; `full` only once the timeout has passed (a timeout of
-  // 0 is one try, and never parks). Every other answer comes back at once:
-  // lanes_full (a lane is freed by its group going idle, which nothing here
-  // waits for), and `full` from the id index (the id's two index buckets
-  // full: a free does not change it). Parked producers are woken a batch
-  // at a time once a batch of slots has been freed (a 32nd of the table, 1
-  // to 32), and in a table of 64 slots or more look within 20 ms of a free
-  // that fell short of a batch. A producer killed
+  // enqueue, but a full queue (every job slot in use) and lanes_full (a
+  // new group, and every lane record held by a group with work) are waited
+  // out. At `full` the calling thread looks again for up to 10 us, then
+  // parks on a futex in the segment until a slot is freed (a complete, a
+  // purge of dead jobs, a drain, a repair); at lanes_full it parks at once
+  // until a lane may be given back (its group's last job completed or sent
+  // to the dead letters or a delay, or found idle by a sweep pass); either
+  // until `timeout` has passed, and tries again. Returns what enqueue
+  // returns; `full` or `lanes_full` only once the timeout has passed (a
+  // timeout of 0 is one try, and never parks). Every other answer comes
+  // back at once, `full` from the id index among them (the id's two index
+  // buckets full: a free does not change it). Producers parked for slots
+  // are woken a batch at a time once a batch of slots has been freed (a
+  // 32nd of the table, 1 to 32), and in a table of 64 slots or more look
+  // within 20 ms of a free that fell short of a batch; those parked for a
+  // lane one at a time, each wake a look at the lane records, at most one
+  // a millisecond a producer. A producer killed
   // while parked is taken out of the count by the recovery of its process
   // (the sweep, or the next attach of its record), as claim_wait's
   // consumers are. Blocking (not lock-free): it waits for a consumer to

@@ -274,7 +274,8 @@ class ChildLog {
 };
 
 // The parked threads the process records still count (ProcRecord::parked:
-// claim_wait; room_parked: enqueue_wait), read through a read-only mapping
+// claim_wait; room_parked and lane_parked: enqueue_wait, for a slot or a
+// lane; one parked for a lane is in both), read through a read-only mapping
 // of the segment of its own. The snapshot's counts read 0 once every
 // sleep's end has passed, whatever the records hold; these do not.
 struct RecordCounts {
@@ -297,6 +298,7 @@ RecordCounts record_counts(const std::string& name) {
     for (std::uint32_t i = 0; i < h->proc_capacity; ++i) {
       c.consumers += procs[i].parked.load(std::memory_order_relaxed) & 0xFFFFFFFF;
       c.producers += procs[i].room_parked.load(std::memory_order_relaxed) & 0xFFFFFFFF;
+      c.producers += procs[i].lane_parked.load(std::memory_order_relaxed) & 0xFFFFFFFF;
     }
     c.read = true;
   }

@@ -138,10 +138,9 @@ TEST_F(EnqueueWait, PastItsTimeoutItSaysFullAndLeavesNothing) {
   EXPECT_EQ(q().enqueue_wait(B, id, "late", 0ms), EnqueueStatus::enqueued);
 }
 
-// Every answer but full comes back at once, the queue full or not: a bad
-// id or group, a duplicate, a payload too large, and lanes_full (a lane is
-// freed by its group going idle, which enqueue_wait does not wait for).
-// Each of these would otherwise park for the whole 60 s timeout.
+// Every answer but full and lanes_full comes back at once, the queue full
+// or not: a bad id or group, a duplicate, a payload too large. Each of
+// these would otherwise park for the whole 60 s timeout.
 TEST_F(EnqueueWait, EveryOtherAnswerComesBackAtOnce) {
   make();
   const BrandedId dup = q().mint();
@@ -156,17 +155,185 @@ TEST_F(EnqueueWait, EveryOtherAnswerComesBackAtOnce) {
   EXPECT_EQ(s().h->room_waiters.load(), 0u);
 }
 
-TEST_F(EnqueueWait, LanesFullComesBackAtOnce) {
-  QueueOptions o;
-  o.jobs = 64;
-  o.lanes = 1;
-  o.payload_bytes = 32;
-  o.recovery_ms = 60000;
-  create(o);
-  ASSERT_EQ(q().enqueue(A, q().mint(), "x"), EnqueueStatus::enqueued);  // A holds the one lane
+// ---- lanes_full: a producer of a new group parks until a lane may be given back ----
+
+class EnqueueWaitLane : public EnqueueWait {
+ protected:
+  // One group lane (A takes it), 64 slots.
+  void make_one_lane() {
+    QueueOptions o;
+    o.jobs = 64;
+    o.lanes = 1;
+    o.payload_bytes = 32;
+    o.recovery_ms = 60000;
+    create(o);
+    a_job_ = q().mint();
+    ASSERT_EQ(q().enqueue(A, a_job_, "x"), EnqueueStatus::enqueued);  // A holds the one lane
+    ASSERT_EQ(q().enqueue(B, q().mint(), "x"), EnqueueStatus::lanes_full);
+  }
+  // Starts a producer of group `g` whose enqueue_wait of `id` parks for a
+  // lane, and waits until it is asleep in its futex wait. Its answer lands
+  // in `st` (-1 until then).
+  std::thread park_for_a_lane(std::atomic<int>& st, const BrandedId& g, const BrandedId& id,
+                              std::chrono::milliseconds timeout = 50s) {
+    std::atomic<pid_t> tid{0};
+    const std::uint32_t before = s().h->lane_waiters.load();
+    std::thread t([&st, &tid, g, id, timeout, this] {
+      tid = pid_t(syscall(SYS_gettid));
+      st = int(q().enqueue_wait(g, id, "waited", timeout));
+    });
+    const bool parked = eventually([&] {
+      return s().h->lane_waiters.load() == before + 1 && tid.load() != 0 && in_futex_wait(tid.load());
+    });
+    EXPECT_TRUE(parked) << "the producer never parked for a lane";
+    return t;
+  }
+  // A's job claimed and completed: A's lane is empty, for a look to give back.
+  void empty_a() {
+    Lease l;
+    ASSERT_TRUE(q().claim(l, kLease));
+    ASSERT_EQ(l.id, a_job_);
+    ASSERT_EQ(q().complete(l.id, l.token), AckStatus::ok);
+  }
+  void expect_nothing_counted() {
+    EXPECT_EQ(s().h->lane_waiters.load(), 0u);
+    EXPECT_EQ(s().h->room_waiters.load(), 0u);
+    EXPECT_EQ(s().procs[s().me_index].lane_parked.load() & 0xFFFFFFFF, 0u);
+    EXPECT_EQ(s().procs[s().me_index].room_parked.load() & 0xFFFFFFFF, 0u);
+  }
+  BrandedId a_job_;
+};
+
+// The complete that leaves the only lane empty wakes the producer of a new
+// group, whose look gives that lane back and takes it: admitted long
+// before its 30 s slice (a lost wake would sleep it out).
+TEST_F(EnqueueWaitLane, TheCompleteThatEmptiesALaneWakesAProducerParkedForOne) {
+  make_one_lane();
+  std::atomic<int> st{-1};
+  std::thread producer = park_for_a_lane(st, B, q().mint());
+  EXPECT_EQ(q().snapshot().producers_parked, 1u) << "a producer parked for a lane is a producer parked";
+  const std::uint32_t seq = s().h->lane_seq.load();
+  empty_a();
+  EXPECT_NE(s().h->lane_seq.load(), seq) << "the complete made no wake";
+  const bool done = eventually([&] { return st.load() != -1; }, 10s);
+  producer.join();
+  ASSERT_TRUE(done) << "the lane was empty and the producer asleep";
+  EXPECT_EQ(EnqueueStatus(st.load()), EnqueueStatus::enqueued);
+  expect_nothing_counted();
+  Lease l;
+  ASSERT_TRUE(q().claim(l, kLease));
+  EXPECT_EQ(l.group, B);
+}
+
+// A complete that leaves its lane with work (or a free that is no
+// complete of the last job) makes no lane wake: a wake is a look at every
+// lane record, and a producer woken at every free would spend a CPU.
+TEST_F(EnqueueWaitLane, ACompleteThatLeavesItsLaneWithWorkMakesNoLaneWake) {
+  make_one_lane();
+  ASSERT_EQ(q().enqueue(A, q().mint(), "x"), EnqueueStatus::enqueued);
+  std::atomic<int> st{-1};
+  std::thread producer = park_for_a_lane(st, B, q().mint(), 3s);
+  const std::uint32_t seq = s().h->lane_seq.load();
+  empty_a();  // one of A's two
+  EXPECT_EQ(s().h->lane_seq.load(), seq) << "a lane with work left woke a producer parked for one";
+  producer.join();
+  EXPECT_EQ(EnqueueStatus(st.load()), EnqueueStatus::lanes_full) << "past its timeout";
+  expect_nothing_counted();
+}
+
+// A fail that sends the lane's last job to the dead letters (a park step,
+// no free) wakes the producer too.
+TEST_F(EnqueueWaitLane, AFailThatDeadLettersTheLanesLastJobWakesAProducerParkedForOne) {
+  make_one_lane();
+  std::atomic<int> st{-1};
+  std::thread producer = park_for_a_lane(st, B, q().mint());
+  const std::uint32_t seq = s().h->lane_seq.load();
+  Lease l;
+  ASSERT_TRUE(q().claim(l, kLease));
+  FailOptions f;
+  f.max_attempts = 1;
+  ASSERT_EQ(q().fail(l.id, l.token, f), FailStatus::dead);
+  EXPECT_NE(s().h->lane_seq.load(), seq) << "the dead-lettering made no wake";
+  const bool done = eventually([&] { return st.load() != -1; }, 10s);
+  producer.join();
+  ASSERT_TRUE(done);
+  EXPECT_EQ(EnqueueStatus(st.load()), EnqueueStatus::enqueued);
+  expect_nothing_counted();
+}
+
+// A lane left empty by a waker that made no wake (here: its load of
+// room_waiters made to read 0; in life, a waker killed before its wake, a
+// husk's pop, settings put back) is found by the next sweep pass, which
+// wakes the producer for each idle lane it sees.
+TEST_F(EnqueueWaitLane, TheSweepWakesAProducerParkedForALaneWhenItSeesOneIdle) {
+  make_one_lane();
+  std::atomic<int> st{-1};
+  std::thread producer = park_for_a_lane(st, B, q().mint());
+  const std::uint32_t seq = s().h->lane_seq.load();
+  s().h->room_waiters.store(0);  // the completer does not see the producer
+  empty_a();
+  s().h->room_waiters.store(1);
+  EXPECT_EQ(s().h->lane_seq.load(), seq) << "(the test's premise: no wake from the complete)";
+  q().tick();  // a sweep pass
+  EXPECT_NE(s().h->lane_seq.load(), seq) << "the sweep saw the idle lane and made no wake";
+  const bool done = eventually([&] { return st.load() != -1; }, 10s);
+  producer.join();
+  ASSERT_TRUE(done);
+  EXPECT_EQ(EnqueueStatus(st.load()), EnqueueStatus::enqueued);
+  expect_nothing_counted();
+}
+
+// A wake is of one producer. One woken that leaves without the lane (its
+// id was enqueued meanwhile in the default group, so it answers duplicate)
+// passes the wake on: the producer parked after it takes the lane long
+// before its 30 s slice.
+TEST_F(EnqueueWaitLane, AWokenProducerThatLeavesWithoutTheLanePassesTheWakeOn) {
+  make_one_lane();
+  const BrandedId first_id = q().mint();
+  const BrandedId C = BrandedId::make("CCC", 1);
+  std::atomic<int> first{-1}, second{-1};
+  std::thread t1 = park_for_a_lane(first, B, first_id);  // parked first: woken first (futex order)
+  std::thread t2 = park_for_a_lane(second, C, q().mint());
+  ASSERT_EQ(q().enqueue(*BrandedId::parse(kDefaultGroup), first_id, "x"), EnqueueStatus::enqueued);  // no lane taken
+  empty_a();
+  const bool done = eventually([&] { return first.load() != -1 && second.load() != -1; }, 10s);
+  t1.join();
+  t2.join();
+  ASSERT_TRUE(done) << "the lane was empty and a producer asleep";
+  EXPECT_EQ(EnqueueStatus(first.load()), EnqueueStatus::duplicate);
+  EXPECT_EQ(EnqueueStatus(second.load()), EnqueueStatus::enqueued);
+  expect_nothing_counted();
+}
+
+// Past its timeout it says lanes_full and leaves nothing counted; a
+// timeout of 0 is one try.
+TEST_F(EnqueueWaitLane, PastItsTimeoutItSaysLanesFullAndLeavesNothing) {
+  make_one_lane();
   const auto t0 = std::chrono::steady_clock::now();
-  EXPECT_EQ(q().enqueue_wait(B, q().mint(), "x", 60s), EnqueueStatus::lanes_full);
-  EXPECT_LT(std::chrono::steady_clock::now() - t0, 30s);
+  EXPECT_EQ(q().enqueue_wait(B, q().mint(), "x", 200ms), EnqueueStatus::lanes_full);
+  EXPECT_GE(std::chrono::steady_clock::now() - t0, 200ms);
+  EXPECT_EQ(q().enqueue_wait(B, q().mint(), "x", 0ms), EnqueueStatus::lanes_full);
+  EXPECT_NE(s().h->lane_park_until.load(), 0u) << "the 200 ms wait never parked";
+  expect_nothing_counted();
+}
+
+// A producer killed while parked for a lane is taken out of both counts
+// (lane_waiters, room_waiters) by drop_parked, by its incarnation.
+TEST_F(EnqueueWaitLane, DropParkedTakesOutTheProducersParkedForALane) {
+  make_one_lane();
+  detail::ProcRecord& p = s().procs[s().proc_count - 1];  // a record nobody holds
+  s().h->lane_waiters.store(4);
+  s().h->room_waiters.store(6);
+  p.room_parked.store((std::uint64_t(8) << 32) | 3);  // incarnation 8: three producers, two of them for a lane
+  p.lane_parked.store((std::uint64_t(8) << 32) | 2);
+  detail::drop_parked(s(), p, 7);  // another incarnation's verdict: nothing
+  EXPECT_EQ(s().h->lane_waiters.load(), 4u);
+  detail::drop_parked(s(), p, 8);
+  EXPECT_EQ(s().h->lane_waiters.load(), 2u);
+  EXPECT_EQ(s().h->room_waiters.load(), 3u);
+  EXPECT_EQ(p.lane_parked.load(), std::uint64_t(8) << 32);
+  s().h->lane_waiters.store(0);
+  s().h->room_waiters.store(0);
 }
 
 // Producers and a consumer through a queue of 4 slots: every enqueue_wait

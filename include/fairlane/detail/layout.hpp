@@ -30,7 +30,7 @@
 namespace fairlane::detail {
 
 inline constexpr std::uint64_t kMagic = 0x314E4C5249414646ULL;  // "FFAIRLN1" little-endian
-inline constexpr std::uint32_t kLayoutVersion = 16;  // 10: liveness locks and real start times in ProcRecord; 11: MirrorRole; 12: free hints (bytes); 13: free hints (words, owner tokens); 14: group hints; 15: ProcRecord::parked; 16: producers parked for room (Header::room_*, ProcRecord::room_parked)
+inline constexpr std::uint32_t kLayoutVersion = 17;  // 10: liveness locks and real start times in ProcRecord; 11: MirrorRole; 12: free hints (bytes); 13: free hints (words, owner tokens); 14: group hints; 15: ProcRecord::parked; 16: producers parked for room (Header::room_*, ProcRecord::room_parked); 17: producers parked for a lane (Header::lane_*, ProcRecord::lane_parked)
 inline constexpr std::size_t kCacheLine = 64;
 inline constexpr std::uint32_t kMaxJobs = (1U << 26) - 2;      // slot+1 fits a 26-bit field
 inline constexpr std::uint32_t kMaxLanes = (1U << 21) - 2;     // lane+1 fits 22 bits, with the default lane
@@ -566,7 +566,11 @@ struct alignas(kCacheLine) ProcRecord {
   // Its threads parked in enqueue_wait for a free slot, the same way, under
   // the same incarnation half, counted in Header::room_waiters.
   std::atomic<std::uint64_t> room_parked;
-  std::uint64_t reserved[5];
+  // Its threads parked in enqueue_wait for a lane (lanes_full), the same
+  // way, counted in Header::lane_waiters (and in room_parked, as in
+  // room_waiters: every parked producer is counted there).
+  std::atomic<std::uint64_t> lane_parked;
+  std::uint64_t reserved[4];
 };
 static_assert(sizeof(ProcRecord) == 256);
 
@@ -808,6 +812,14 @@ struct alignas(kCacheLine) Header {
   std::atomic<std::uint32_t> room_waiters;                     // producers parked or about to park
   std::atomic<std::uint64_t> room_park_until;                  // no producer sleeps past it (CLOCK_MONOTONIC ms)
   std::atomic<std::uint32_t> room_want;                        // the room_seq at which the next wake is made
+  // Producers parked for a lane (lanes_full), counted in room_waiters too
+  // (so that a free's one load of room_waiters stays the only cost to the
+  // frees while nobody is parked), and here. Woken one at a time when a
+  // lane may have become idle (a free or a park step that left it empty)
+  // or a lane record was given back (design.md, "Blocking enqueues").
+  std::atomic<std::uint32_t> lane_seq;                         // futex word: +1 a wake
+  std::atomic<std::uint32_t> lane_waiters;                     // producers parked for a lane or about to park
+  std::atomic<std::uint64_t> lane_park_until;                  // no producer parked for a lane sleeps past it
   alignas(kCacheLine) std::atomic<std::uint32_t> queue_paused;
   // Thread records in use are all below this (it only rises): what a scan
   // of the records reads. Raised before a record is taken; the sweep heals
