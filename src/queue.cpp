@@ -90,6 +90,62 @@ void Queue::advance_clock(std::uint64_t ms) noexcept {
   notify(*seg_, INT_MAX);  // parked consumers re-check what fell due
 }
 
+// ---- parking --------------------------------------------------------------------------------
+
+namespace {
+// The margin of Header::park_until over the end of a parked consumer's sleep
+// (a futex timeout ends a little late: timer slack).
+constexpr std::uint64_t kParkSlackMs = 5;
+
+// Raises a spot's end (Header::park_until, Header::room_park_until) to
+// `end` ([S5] seq_cst: before the last look). Never lowers it: a consumer
+// that lowered a value it took for a scribble (further ahead than its own
+// sleep could end) lowered another live consumer's end whenever its clock
+// reading was stale (stopped before its raise) or its recovery bound
+// differed, and that one slept through the notifies (found in review). A
+// scribbled far future costs what a leaked count cost before park_until: a
+// wake per notify while the spot's waiters is not 0.
+void raise_park_until(std::atomic<std::uint64_t>& until, std::uint64_t end) noexcept {
+  std::uint64_t u = until.load(std::memory_order_seq_cst);
+  while (u < end && !until.compare_exchange_weak(u, end, std::memory_order_seq_cst)) {
+  }
+}
+
+// A thread parked on one of the header's two spots (claim_wait's: waiters,
+// park_until; enqueue_wait's: room_waiters, room_park_until), from before
+// its last look to after its sleep. Counted in the spot's waiters ([S5]
+// seq_cst: before the last look; pairs with the waker's load), then in its
+// process record (ProcRecord::parked or room_parked), after the spot's
+// count and taken out before it, so that a sweep that finds the process
+// dead takes out no more than it put in (drop_parked). Then the spot's end
+// is raised past the sleep's (`sleep_end`): wakers skip the wake once it
+// has passed. Neither count is taken below 0, nor does the record's borrow
+// from its incarnation half: one taken out under us (a misjudged death, a
+// scribble) is then counted again at our next park, not owed for good.
+class Parked {
+ public:
+  Parked(std::atomic<std::uint32_t>& waiters, std::atomic<std::uint64_t>& record, std::atomic<std::uint64_t>& until,
+         std::uint64_t sleep_end) noexcept
+      : waiters_(waiters), record_(record) {
+    waiters_.fetch_add(1, std::memory_order_seq_cst);
+    record_.fetch_add(1, std::memory_order_relaxed);
+    raise_park_until(until, sleep_end + kParkSlackMs);
+  }
+  ~Parked() {
+    std::uint64_t v = record_.load(std::memory_order_relaxed);
+    while ((v & 0xFFFFFFFF) != 0 && !record_.compare_exchange_weak(v, v - 1, std::memory_order_relaxed)) {
+    }
+    uncount_parked(waiters_, 1);
+  }
+  Parked(const Parked&) = delete;
+  Parked& operator=(const Parked&) = delete;
+
+ private:
+  std::atomic<std::uint32_t>& waiters_;
+  std::atomic<std::uint64_t>& record_;
+};
+}  // namespace
+
 // ---- the mirror's side of admissions --------------------------------------------------------
 
 namespace detail {
@@ -145,11 +201,17 @@ EnqueueStatus mirror_wait_acked(Segment& s, std::uint64_t seq) noexcept {
     }
     const std::uint32_t bell = m.ack_bell.load(std::memory_order_acquire);
     // [S10] seq_cst: announce, then look again; pairs with the mirror's
-    // seq_cst store of `acked` and its load of ack_waiters.
-    m.ack_waiters.fetch_add(1, std::memory_order_seq_cst);
-    if (m.acked.load(std::memory_order_seq_cst) <= seq)
-      futex_wait(&m.ack_bell, bell, std::min<std::uint64_t>(give_up - now, 50));
-    m.ack_waiters.fetch_sub(1, std::memory_order_relaxed);
+    // seq_cst store of `acked` and its load of ack_waiters. Counted in its
+    // process record too (ProcRecord::ack_parked), so that a sync enqueuer
+    // killed here is taken out of ack_waiters by the recovery of its
+    // process, and under ack_park_until, so that a count nobody can find
+    // makes the mirror no wake once every such sleep has ended (a count
+    // left here made a futex wake for nobody at every acknowledgement,
+    // for good, before 2026-12-06).
+    const std::uint64_t sleep_end = now + std::min<std::uint64_t>(give_up - now, 50);
+    std::atomic<std::uint64_t> no_record{0};  // (a sync enqueue comes from an attached handle)
+    const Parked parked(m.ack_waiters, s.me ? s.me->ack_parked : no_record, m.ack_park_until, sleep_end);
+    if (m.acked.load(std::memory_order_seq_cst) <= seq) futex_wait_until(&m.ack_bell, bell, sleep_end);
   }
 }
 
@@ -229,58 +291,6 @@ CorruptionInfo Queue::corruption() const {
 // ---- claims -------------------------------------------------------------------------------
 
 namespace {
-// The margin of Header::park_until over the end of a parked consumer's sleep
-// (a futex timeout ends a little late: timer slack).
-constexpr std::uint64_t kParkSlackMs = 5;
-
-// Raises a spot's end (Header::park_until, Header::room_park_until) to
-// `end` ([S5] seq_cst: before the last look). Never lowers it: a consumer
-// that lowered a value it took for a scribble (further ahead than its own
-// sleep could end) lowered another live consumer's end whenever its clock
-// reading was stale (stopped before its raise) or its recovery bound
-// differed, and that one slept through the notifies (found in review). A
-// scribbled far future costs what a leaked count cost before park_until: a
-// wake per notify while the spot's waiters is not 0.
-void raise_park_until(std::atomic<std::uint64_t>& until, std::uint64_t end) noexcept {
-  std::uint64_t u = until.load(std::memory_order_seq_cst);
-  while (u < end && !until.compare_exchange_weak(u, end, std::memory_order_seq_cst)) {
-  }
-}
-
-// A thread parked on one of the header's two spots (claim_wait's: waiters,
-// park_until; enqueue_wait's: room_waiters, room_park_until), from before
-// its last look to after its sleep. Counted in the spot's waiters ([S5]
-// seq_cst: before the last look; pairs with the waker's load), then in its
-// process record (ProcRecord::parked or room_parked), after the spot's
-// count and taken out before it, so that a sweep that finds the process
-// dead takes out no more than it put in (drop_parked). Then the spot's end
-// is raised past the sleep's (`sleep_end`): wakers skip the wake once it
-// has passed. Neither count is taken below 0, nor does the record's borrow
-// from its incarnation half: one taken out under us (a misjudged death, a
-// scribble) is then counted again at our next park, not owed for good.
-class Parked {
- public:
-  Parked(std::atomic<std::uint32_t>& waiters, std::atomic<std::uint64_t>& record, std::atomic<std::uint64_t>& until,
-         std::uint64_t sleep_end) noexcept
-      : waiters_(waiters), record_(record) {
-    waiters_.fetch_add(1, std::memory_order_seq_cst);
-    record_.fetch_add(1, std::memory_order_relaxed);
-    raise_park_until(until, sleep_end + kParkSlackMs);
-  }
-  ~Parked() {
-    std::uint64_t v = record_.load(std::memory_order_relaxed);
-    while ((v & 0xFFFFFFFF) != 0 && !record_.compare_exchange_weak(v, v - 1, std::memory_order_relaxed)) {
-    }
-    uncount_parked(waiters_, 1);
-  }
-  Parked(const Parked&) = delete;
-  Parked& operator=(const Parked&) = delete;
-
- private:
-  std::atomic<std::uint32_t>& waiters_;
-  std::atomic<std::uint64_t>& record_;
-};
-
 // How long enqueue_wait looks again at a full queue before it parks, and
 // the pauses between two looks (each look reads the free hints, lines the
 // freers write: looks back to back take them from the consumers). Parking

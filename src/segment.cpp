@@ -878,11 +878,13 @@ namespace {
 // incarnation in the high 32) and the header count it is part of.
 struct ParkedCount {
   std::atomic<std::uint64_t> ProcRecord::*record;
-  std::atomic<std::uint32_t> Header::*header;
+  std::atomic<std::uint32_t>& (*header)(Header&);
 };
-constexpr ParkedCount kParkedCounts[] = {{&ProcRecord::parked, &Header::waiters},
-                                         {&ProcRecord::room_parked, &Header::room_waiters},
-                                         {&ProcRecord::lane_parked, &Header::lane_waiters}};
+constexpr ParkedCount kParkedCounts[] = {
+    {&ProcRecord::parked, [](Header& h) -> std::atomic<std::uint32_t>& { return h.waiters; }},
+    {&ProcRecord::room_parked, [](Header& h) -> std::atomic<std::uint32_t>& { return h.room_waiters; }},
+    {&ProcRecord::lane_parked, [](Header& h) -> std::atomic<std::uint32_t>& { return h.lane_waiters; }},
+    {&ProcRecord::ack_parked, [](Header& h) -> std::atomic<std::uint32_t>& { return h.mirror.ack_waiters; }}};
 }  // namespace
 
 void drop_parked(Segment& s, ProcRecord& p, std::uint64_t inc) noexcept {
@@ -891,7 +893,7 @@ void drop_parked(Segment& s, ProcRecord& p, std::uint64_t inc) noexcept {
     std::uint64_t v = rec.load(std::memory_order_relaxed);
     while ((v & 0xFFFFFFFF) != 0 && (v >> 32) == (inc & 0xFFFFFFFF)) {
       if (rec.compare_exchange_weak(v, v & ~0xFFFFFFFFULL, std::memory_order_relaxed)) {
-        uncount_parked(s.h->*c.header, v & 0xFFFFFFFF);
+        uncount_parked(c.header(*s.h), v & 0xFFFFFFFF);
         break;
       }
     }
@@ -900,7 +902,7 @@ void drop_parked(Segment& s, ProcRecord& p, std::uint64_t inc) noexcept {
 
 void take_parked(Segment& s, ProcRecord& p, std::uint64_t inc) noexcept {
   for (const ParkedCount& c : kParkedCounts)
-    uncount_parked(s.h->*c.header,
+    uncount_parked(c.header(*s.h),
                    (p.*c.record).exchange((inc & 0xFFFFFFFF) << 32, std::memory_order_relaxed) & 0xFFFFFFFF);
 }
 

@@ -292,8 +292,10 @@ int holder_dead(Segment& s, std::uint32_t holder1, std::uint64_t now_ms) noexcep
 
 // The threads of process record p's owner parked in claim_wait
 // (ProcRecord::parked) and in enqueue_wait (ProcRecord::room_parked, and
-// lane_parked for those parked for a lane), taken out of Header::waiters,
-// room_waiters and lane_waiters, for an owner judged dead
+// lane_parked for those parked for a lane), and for the mirror's
+// acknowledgement of a sync enqueue (ack_parked), taken out of
+// Header::waiters, room_waiters, lane_waiters and mirror.ack_waiters, for
+// an owner judged dead
 // as incarnation `inc` (the record's incarnation read before the verdict).
 // Nothing if the record has had another owner since: that owner's attach
 // took them out (take_parked).

@@ -96,6 +96,15 @@ class RedisServer {
     return out;
   }
 
+  // SIGSTOP / SIGCONT: a server that holds every connection and answers
+  // nothing until resumed (a stalled host, a paused container).
+  void pause() const {
+    if (pid_ > 0) ::kill(pid_, SIGSTOP);
+  }
+  void resume() const {
+    if (pid_ > 0) ::kill(pid_, SIGCONT);
+  }
+
   // SIGTERM and reap. Idempotent.
   void stop() {
     if (pid_ <= 0) return;

@@ -30,6 +30,8 @@
 #include <thread>
 #include <vector>
 
+#include "parked_child.hpp"
+#include "raw_segment.hpp"
 #include "redis_server.hpp"
 #include "test_support.hpp"
 
@@ -414,6 +416,72 @@ TEST_F(MirrorTest, AWriterThatDiedMidAppendLeavesAHoleTheMirrorGetsPast) {
   expect_same(q);
   EXPECT_EQ(valkey()->snapshot().pending, 21u);
   EXPECT_GE(q.mirror_status().lost, 1u);
+}
+
+// A sync enqueuer killed while it waits for the mirror's acknowledgement
+// (Valkey stalled: the mirror cannot ship) is taken out of ack_waiters by
+// the recovery of its process, as a consumer killed in claim_wait is out
+// of waiters. Before 2026-12-06 its count stayed for good, and the mirror
+// made a futex wake for nobody at every acknowledgement from then on.
+TEST_F(MirrorTest, ASyncEnqueuerKilledWhileWaitingForTheAckIsTakenOutOfTheCount) {
+  Queue q = create(Durability::sync);
+  start_mirror();
+  ASSERT_EQ(q.enqueue(group(1), q.mint(), "x"), EnqueueStatus::enqueued);
+  test::RawSegment raw(name_);
+  const auto& waiters = raw.header().mirror.ack_waiters;
+  const auto records = [&] {
+    std::uint64_t n = 0;
+    for (std::uint32_t i = 0; i < raw.header().proc_capacity; ++i) n += raw.proc(i).ack_parked.load() & 0xFFFFFFFF;
+    return n;
+  };
+  // Killed while counted (its count is dropped and taken again each 50 ms
+  // step: a kill between two steps leaves nothing, and is tried again).
+  bool counted = false;
+  for (int attempt = 0; attempt < 5 && !counted; ++attempt) {
+    server_->pause();
+    test::kill_a_parked_child(
+        name_, [](Queue& c) { (void)c.enqueue(group(2), c.mint(), "stalled"); },
+        [&] { return waiters.load() == 1 && records() == 1; });
+    server_->resume();
+    ASSERT_FALSE(HasFatalFailure());
+    counted = records() == 1;
+  }
+  ASSERT_TRUE(counted) << "no kill landed while the child was counted";
+  EXPECT_EQ(waiters.load(), 1u);
+  // The sweeps that judge the dead child take it out (driven on the
+  // segment's clock: each pass judges every record older than recovery_ms / 2).
+  for (int pass = 0; pass < 64 && (waiters.load() != 0 || records() != 0); ++pass) {
+    q.advance_clock(q.config().recovery_ms);
+    (void)q.tick();
+  }
+  EXPECT_EQ(records(), 0u);
+  EXPECT_EQ(waiters.load(), 0u) << "the dead sync enqueuer is still counted";
+  ASSERT_EQ(q.enqueue(group(1), q.mint(), "after"), EnqueueStatus::enqueued);
+}
+
+// A count left in ack_waiters with every sync enqueuer's sleep over (one
+// killed in the window between its count and its record's) makes the
+// mirror ring nobody: past ack_park_until its acknowledgements make no
+// wake. Before it, they do.
+TEST_F(MirrorTest, ACountLeftInAckWaitersPastEverySleepMakesNoWake) {
+  Queue q = create();
+  start_mirror();
+  test::RawSegment raw(name_);
+  auto& m = raw.header().mirror;
+  m.ack_waiters.store(1);  // left by nobody we can find
+  m.ack_park_until.store(0);
+  const std::uint32_t bell = m.ack_bell.load();
+  ASSERT_EQ(q.enqueue(group(1), q.mint(), "x"), EnqueueStatus::enqueued);
+  ASSERT_TRUE(caught_up(q));
+  EXPECT_EQ(m.ack_bell.load(), bell) << "an acknowledgement woke nobody's sleep";
+  m.ack_park_until.store(std::uint64_t(std::chrono::duration_cast<std::chrono::milliseconds>(
+                                           std::chrono::steady_clock::now().time_since_epoch())
+                                           .count()) +
+                         60000);  // a sleep that may not be over
+  ASSERT_EQ(q.enqueue(group(1), q.mint(), "y"), EnqueueStatus::enqueued);
+  ASSERT_TRUE(caught_up(q));
+  EXPECT_NE(m.ack_bell.load(), bell) << "with a sleep under way the mirror rang nobody";
+  m.ack_waiters.store(0);
 }
 
 TEST_F(MirrorTest, RestoreRebuildsLanesJobsAndSettings) {

@@ -30,7 +30,7 @@
 namespace fairlane::detail {
 
 inline constexpr std::uint64_t kMagic = 0x314E4C5249414646ULL;  // "FFAIRLN1" little-endian
-inline constexpr std::uint32_t kLayoutVersion = 17;  // 10: liveness locks and real start times in ProcRecord; 11: MirrorRole; 12: free hints (bytes); 13: free hints (words, owner tokens); 14: group hints; 15: ProcRecord::parked; 16: producers parked for room (Header::room_*, ProcRecord::room_parked); 17: producers parked for a lane (Header::lane_*, ProcRecord::lane_parked)
+inline constexpr std::uint32_t kLayoutVersion = 17;  // 10: liveness locks and real start times in ProcRecord; 11: MirrorRole; 12: free hints (bytes); 13: free hints (words, owner tokens); 14: group hints; 15: ProcRecord::parked; 16: producers parked for room (Header::room_*, ProcRecord::room_parked); 17: producers parked for a lane (Header::lane_*, ProcRecord::lane_parked), sync enqueuers parked for the mirror counted in their records (ProcRecord::ack_parked, MirrorShared::ack_park_until)
 inline constexpr std::size_t kCacheLine = 64;
 inline constexpr std::uint32_t kMaxJobs = (1U << 26) - 2;      // slot+1 fits a 26-bit field
 inline constexpr std::uint32_t kMaxLanes = (1U << 21) - 2;     // lane+1 fits 22 bits, with the default lane
@@ -570,7 +570,10 @@ struct alignas(kCacheLine) ProcRecord {
   // way, counted in Header::lane_waiters (and in room_parked, as in
   // room_waiters: every parked producer is counted there).
   std::atomic<std::uint64_t> lane_parked;
-  std::uint64_t reserved[4];
+  // Its threads parked for the mirror's acknowledgement of a sync enqueue
+  // (mirror_wait_acked), the same way, counted in MirrorShared::ack_waiters.
+  std::atomic<std::uint64_t> ack_parked;
+  std::uint64_t reserved[3];
 };
 static_assert(sizeof(ProcRecord) == 256);
 
@@ -719,6 +722,9 @@ struct alignas(kCacheLine) MirrorShared {
   std::atomic<std::uint64_t> dropped_unix_ms;            // when the log last overflowed
   std::atomic<std::uint64_t> lost;                       // records not logged (full log, holes), ever
   std::atomic<std::uint64_t> resyncs;                    // full resynchronisations, ever
+  // CLOCK_MONOTONIC ms: no sync enqueuer parked on ack_bell sleeps past it
+  // (as Header::park_until is to claim_wait's consumers).
+  std::atomic<std::uint64_t> ack_park_until;
 };
 
 // What recovery (the sweep returning leases of dead or late holders, and
