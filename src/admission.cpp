@@ -317,7 +317,7 @@ void write_job(Segment& s, std::uint32_t slot, std::uint64_t sf, const BrandedId
 // false with st unset: it must go to the strays (scheduled due now, then
 // promoted); false with st set: refused.
 bool link_admission(Segment& s, std::uint32_t slot, std::uint64_t ctr, const GroupKey* g, IntentGuard& guard,
-                    bool& linked, EnqueueStatus& st, bool& refused) noexcept {
+                    bool& linked, EnqueueStatus& st, bool& refused, AdmitOut& out) noexcept {
   linked = false;
   refused = false;
   const GroupKey key = g ? *g : GroupKey{};
@@ -331,6 +331,7 @@ bool link_admission(Segment& s, std::uint32_t slot, std::uint64_t ctr, const Gro
       if (f != LaneFind::found) {
         refused = true;
         st = f == LaneFind::corrupt ? EnqueueStatus::corrupt : EnqueueStatus::lanes_full;
+        out.buckets_full = f == LaneFind::buckets_full;
         return false;
       }
     }
@@ -436,7 +437,7 @@ EnqueueStatus admit(Segment& s, const BrandedId& group, const BrandedId& job, st
     if (a.state == SlotState::pending) {
       EnqueueStatus refusal = EnqueueStatus::corrupt;
       bool refused = false;
-      if (!link_admission(s, slot, ctr, g, guard, linked, refusal, refused)) {
+      if (!link_admission(s, slot, ctr, g, guard, linked, refusal, refused, out)) {
         if (refused) {
           give_back(s, slot, ctr);
           return refusal;
@@ -602,11 +603,12 @@ BrandedId Queue::mint_checked(const char* kind) noexcept {
 // 50 instructions of a cycle of 2,000 went to a default argument).
 namespace detail {
 
-// Inlined into Queue::enqueue_with (where index_full is a local nobody
-// reads, and costs nothing); enqueue_wait calls it out of line.
+// Inlined into Queue::enqueue_with (where `out` is a local nobody reads
+// but for the mirror's wait); enqueue_wait calls it out of line. `out` as
+// the caller made it: a fresh AdmitOut.
 [[gnu::always_inline]] inline EnqueueStatus enqueue_in(Segment& s, const BrandedId& group, const BrandedId& job,
                                                        std::string_view payload, const EnqueueOptions* options,
-                                                       bool& index_full) noexcept {
+                                                       AdmitOut& out) noexcept {
   Admission a;
   if (options) {
     if (options->delay_ms > 0) {
@@ -615,23 +617,22 @@ namespace detail {
     }
     a.retry = &options->retry;
   }
-  AdmitOut out;
   const EnqueueStatus st = admit(s, group, job, payload, a, out);
-  index_full = out.index_full;
   return out.wait_seq == kNoWait ? st : mirror_wait_acked(s, out.wait_seq);
 }
 
 EnqueueStatus enqueue_one(Segment& s, const BrandedId& group, const BrandedId& job, std::string_view payload,
-                          const EnqueueOptions* options, bool& index_full) noexcept {
-  return enqueue_in(s, group, job, payload, options, index_full);
+                          const EnqueueOptions* options, AdmitOut& said) noexcept {
+  said = AdmitOut{};
+  return enqueue_in(s, group, job, payload, options, said);
 }
 
 }  // namespace detail
 
 EnqueueStatus Queue::enqueue_with(const BrandedId& group, const BrandedId& job, std::string_view payload,
                                   const EnqueueOptions* options) noexcept {
-  bool index_full = false;
-  return enqueue_in(*seg_, group, job, payload, options, index_full);
+  AdmitOut said;
+  return enqueue_in(*seg_, group, job, payload, options, said);
 }
 
 std::size_t Queue::enqueue_batch(std::span<const EnqueueItem> items, std::span<EnqueueStatus> statuses) noexcept {

@@ -33,6 +33,14 @@ inline std::uint64_t monotonic_us() noexcept {
   return std::uint64_t(ts.tv_sec) * 1000000u + std::uint64_t(ts.tv_nsec) / 1000u;
 }
 
+// CLOCK_MONOTONIC's coarse reading (the last tick): at or behind
+// monotonic_us() / 1000, never ahead.
+inline std::uint64_t monotonic_ms_coarse() noexcept {
+  timespec ts;
+  clock_gettime(CLOCK_MONOTONIC_COARSE, &ts);
+  return std::uint64_t(ts.tv_sec) * 1000u + std::uint64_t(ts.tv_nsec) / 1000000u;
+}
+
 // Relaxed: the offset only moves forward, by a test or drill, and a reader
 // that sees it a moment late just sees time a moment earlier.
 inline std::uint64_t segment_now_us(const Segment& s) noexcept {

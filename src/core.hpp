@@ -226,12 +226,16 @@ struct AdmitOut {
   // want of a slot: enqueue_wait does not wait on it (a freed slot does not
   // change it).
   bool index_full = false;
+  // `lanes_full` because the group's two directory buckets hold only groups
+  // with work, not for want of a lane record: a lane given back elsewhere
+  // does not change it (enqueue_wait polls it instead).
+  bool buckets_full = false;
 };
 
-// Queue::enqueue's work (group, job, payload, options as there); index_full
-// as AdmitOut's. For enqueue_wait.
+// Queue::enqueue's work (group, job, payload, options as there), and what
+// the admission said beside the status. For enqueue_wait.
 EnqueueStatus enqueue_one(Segment& s, const BrandedId& group, const BrandedId& job, std::string_view payload,
-                          const EnqueueOptions* options, bool& index_full) noexcept;
+                          const EnqueueOptions* options, AdmitOut& said) noexcept;
 
 // ---- the mirror's side of admissions (queue.cpp) ------------------------------------------
 

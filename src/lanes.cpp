@@ -69,6 +69,11 @@ void release_record(Segment& s, std::uint32_t lane) noexcept {
   Word128 w = lane_load(s, lane);
   while (LaneWord::state(w) == LaneState::creating) {
     if (cas128(s.lanes[lane].word, w, LaneWord::bumped(Word128{}, w))) {
+      // A record free again (a creator that lost to a rival, or found no
+      // directory room): a producer parked for a lane can have it. It was
+      // a free record nobody announced and no sweep looked at, and such a
+      // producer slept its slice out (found in review).
+      wake_lanes(s, kNoLane);
       return;
     }
   }
@@ -170,12 +175,17 @@ bool reclaim_idle_in_buckets(Segment& s, const DirProbe& p, GroupKey g) noexcept
 
 bool sleep_may_be_under_way(const std::atomic<std::uint64_t>& until) noexcept {
   // [S5] seq_cst: pairs with a parking thread's raise before its last look.
-  return monotonic_us() / 1000 <= until.load(std::memory_order_seq_cst);
+  // The coarse clock (the last tick: a few ms behind, never ahead of the
+  // precise one, 5 ns a read here against 23): it can only say "may be
+  // under way" a tick longer, never "over" too soon.
+  return monotonic_ms_coarse() <= until.load(std::memory_order_seq_cst);
 }
 
 void wake_lanes(Segment& s, std::uint32_t lane) noexcept {
   if (s.h->lane_waiters.load(std::memory_order_seq_cst) == 0) return;
-  if (!sleep_may_be_under_way(s.h->lane_park_until)) return;
+  // The lane first, the clock after: with a producer parked for a lane,
+  // every free of a lane that keeps work comes here, and the lane word is
+  // cheaper than a clock read.
   if (lane != kNoLane) {
     // What a reclaim will ask (lane_idle), of the word as the freeing or
     // parking CAS left it: its step (a complete, a park) may not be applied
@@ -185,6 +195,7 @@ void wake_lanes(Segment& s, std::uint32_t lane) noexcept {
     const bool stepped = LaneWord::rel(w) == 0 || LaneWord::relop(w) == RelOp::complete || LaneWord::relop(w) == RelOp::park;
     if (!stepped || !lane_idle(s, lane, LaneWord::with_rel(w, 0, RelOp::complete))) return;
   }
+  if (!sleep_may_be_under_way(s.h->lane_park_until)) return;
   s.h->lane_seq.fetch_add(1, std::memory_order_acq_rel);
   // One: a lane given back is room for one group. A woken producer that
   // leaves without having taken it (it found its group's lane made by

@@ -97,7 +97,8 @@ namespace {
 // (a futex timeout ends a little late: timer slack).
 constexpr std::uint64_t kParkSlackMs = 5;
 
-// Raises a spot's end (Header::park_until, Header::room_park_until) to
+// Raises a spot's end (Header::park_until, room_park_until, lane_park_until,
+// MirrorShared::ack_park_until) to
 // `end` ([S5] seq_cst: before the last look). Never lowers it: a consumer
 // that lowered a value it took for a scribble (further ahead than its own
 // sleep could end) lowered another live consumer's end whenever its clock
@@ -111,11 +112,14 @@ void raise_park_until(std::atomic<std::uint64_t>& until, std::uint64_t end) noex
   }
 }
 
-// A thread parked on one of the header's two spots (claim_wait's: waiters,
-// park_until; enqueue_wait's: room_waiters, room_park_until), from before
-// its last look to after its sleep. Counted in the spot's waiters ([S5]
+// A thread parked on one of the segment's spots (claim_wait's: waiters,
+// park_until; enqueue_wait's: room_waiters, room_park_until, and for a lane
+// lane_waiters, lane_park_until; a sync enqueue's: the mirror's
+// ack_waiters, ack_park_until), from before its last look to after its
+// sleep. Counted in the spot's waiters ([S5]
 // seq_cst: before the last look; pairs with the waker's load), then in its
-// process record (ProcRecord::parked or room_parked), after the spot's
+// process record (ProcRecord::parked, room_parked, lane_parked or
+// ack_parked), after the spot's
 // count and taken out before it, so that a sweep that finds the process
 // dead takes out no more than it put in (drop_parked). Then the spot's end
 // is raised past the sleep's (`sleep_end`): wakers skip the wake once it
@@ -310,7 +314,8 @@ constexpr int kRoomSpinPauses = 16;
 // counted). (A smaller table wakes at every free, and sleeps in one step.)
 constexpr std::uint64_t kRoomSleepMs = 20;
 // The least time between two looks of a producer parked for a lane that
-// found none (see enqueue_wait).
+// found none (see enqueue_wait), and the step of one whose group's
+// directory buckets are full (kRoomSleepMs).
 constexpr std::uint64_t kLaneLookGapMs = 1;
 
 // When a wait of `timeout` from now gives up (CLOCK_MONOTONIC us). Kept in
@@ -411,19 +416,29 @@ EnqueueStatus Queue::enqueue_wait_with(const BrandedId& group, const BrandedId& 
                                        const EnqueueOptions* options, std::chrono::milliseconds timeout) noexcept {
   Segment& s = *seg_;
   const std::uint64_t give_up = give_up_of(timeout);
-  bool index_full = false;
-  const auto look = [&] { return enqueue_one(s, group, job, payload, options, index_full); };
+  AdmitOut said;
+  // The time the last look took (a look at lanes_full walks the lane
+  // records: about 1 ms at 100,000 lanes, found in review).
+  std::uint64_t look_us = 0;
+  const auto look = [&] {
+    const std::uint64_t t0 = monotonic_us();
+    const EnqueueStatus st = enqueue_one(s, group, job, payload, options, said);
+    look_us = monotonic_us() - t0;
+    return st;
+  };
   // What an answer waits for. `full` is waited out only when it means every
   // slot is in use: the id index's two buckets full of this id's neighbours
   // (a refusal that gives its slot back, or leaves a husk) do not empty
   // because a slot is freed, and a producer that waited on them took and
   // gave back a slot (waking itself, delayed jobs) every round until its
   // timeout (found in review). `lanes_full` is waited out until a lane may
-  // be given back.
-  enum class Wait { none, room, lane };
+  // be given back; the group's directory buckets full of groups with work
+  // (`buckets`: about one new group in 10^7) until one of those goes idle,
+  // which nothing announces to it: it looks every kRoomSleepMs.
+  enum class Wait { none, room, lane, buckets };
   const auto wait_of = [&](EnqueueStatus st) {
-    if (st == EnqueueStatus::full && !index_full) return Wait::room;
-    if (st == EnqueueStatus::lanes_full) return Wait::lane;
+    if (st == EnqueueStatus::full && !said.index_full) return Wait::room;
+    if (st == EnqueueStatus::lanes_full) return said.buckets_full ? Wait::buckets : Wait::lane;
     return Wait::none;
   };
   // A producer that slept may have been woken for a freed slot (a wake is
@@ -503,13 +518,23 @@ EnqueueStatus Queue::enqueue_wait_with(const BrandedId& group, const BrandedId& 
         }
         slept = slept_room = true;
       }
+    } else if (w == Wait::buckets) {
+      // Not counted for lane wakes: a lane given back elsewhere is no room
+      // in this group's buckets, and a producer woken for it would keep the
+      // wake from one that can use it (it passed the wake on above).
+      std::this_thread::sleep_for(std::chrono::microseconds(std::min<std::uint64_t>(give_up - now, kRoomSleepMs * 1000)));
+      st = look();
+      continue;
     } else {
       // A lane: a look walks the lane records for an idle one to give back,
       // so a producer that a wake sent to look in vain (another took the
-      // lane) waits kLaneLookGapMs before it parks again: at most a
-      // thousand walks a second, however fast lanes come and go.
+      // lane) waits before it parks again: kLaneLookGapMs, or ten times
+      // what its look took if more. It walks at most a thousand times a
+      // second, and spends at most about a tenth of a CPU on it, however
+      // fast lanes come and go.
       if (slept_lane) {
-        std::this_thread::sleep_for(std::chrono::microseconds(std::min<std::uint64_t>(give_up - now, kLaneLookGapMs * 1000)));
+        const std::uint64_t gap_us = std::max<std::uint64_t>(kLaneLookGapMs * 1000, 10 * look_us);
+        std::this_thread::sleep_for(std::chrono::microseconds(std::min<std::uint64_t>(give_up - now, gap_us)));
         if (monotonic_us() >= give_up) {
           st = look();
           continue;  // the timeout passed in the gap: one last look, and the answer

@@ -662,13 +662,19 @@ void sweep_lanes(Segment& s, std::uint32_t from, std::uint32_t to, std::uint64_t
       }
       continue;
     }
+    // A free record, or an idle lane, is one a producer parked for a lane
+    // can have (its look takes or reclaims it): whatever left it so may
+    // have woken nobody (a claim that cleared an empty strays flag,
+    // settings put back, a waker killed before its wake), and this pass is
+    // the bound on that (design.md, "Blocking enqueues").
+    if (LaneWord::state(w) == LaneState::free) {
+      if (s.h->lane_waiters.load(std::memory_order_seq_cst) != 0) [[unlikely]]
+        wake_lanes(s, kNoLane);
+      continue;
+    }
     if (LaneWord::state(w) != LaneState::live) continue;
     const Word128 base = lane_base(s, lane, w);
     if (!lane_idle(s, lane, base)) continue;
-    // An idle lane is one a producer parked for a lane can have (its look
-    // reclaims it): whatever left it idle may have woken nobody (a husk's
-    // pop, settings put back, a waker killed before its wake), and this
-    // pass is the bound on that (design.md, "Blocking enqueues").
     if (s.h->lane_waiters.load(std::memory_order_seq_cst) != 0) [[unlikely]]
       wake_lanes(s, kNoLane);
     const std::uint64_t seen = l.idle_seen.load(std::memory_order_relaxed);

@@ -101,7 +101,9 @@ Round newcomer_round(Queue& q, Mode mode, std::uint64_t round) {
     auto& s = detail::QueueAccess::segment(q);
     while (s.h->lane_waiters.load() == 0) std::this_thread::yield();
   }
-  std::this_thread::sleep_for(3ms);
+  // 3 ms, and a part of a millisecond that moves round by round: a poller
+  // sleeping 1 ms steps is caught at every phase of its step.
+  std::this_thread::sleep_for(3ms + std::chrono::microseconds((round * 389) % 1000));
   Lease l;
   if (!q.claim(l, 60000)) std::abort();
   const std::uint64_t t0 = now_ns();

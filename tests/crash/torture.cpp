@@ -1174,7 +1174,8 @@ class Supervisor {
 
   // Every child is gone and nothing of ours waits: no process record may
   // still count a thread parked in claim_wait (ProcRecord::parked) or in
-  // enqueue_wait (room_parked). The sweep that judges a dead child, or the
+  // enqueue_wait (room_parked, and lane_parked for one parked for a lane,
+  // counted in both: the "producers" below count it twice). The sweep that judges a dead child, or the
   // attach that takes its record, takes its parked threads out of the
   // record and of the header's count (drop_parked, take_parked; design.md,
   // "Blocking claims and enqueues"). Before 2026-12-06 a consumer killed

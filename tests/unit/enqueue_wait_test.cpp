@@ -25,7 +25,9 @@
 
 #include "core.hpp"
 #include "failpoint.hpp"
+#include "hash.hpp"
 #include "id_index.hpp"
+#include "lanes.hpp"
 #include "segment.hpp"
 #include "slots.hpp"
 
@@ -334,6 +336,201 @@ TEST_F(EnqueueWaitLane, DropParkedTakesOutTheProducersParkedForALane) {
   EXPECT_EQ(p.lane_parked.load(), std::uint64_t(8) << 32);
   s().h->lane_waiters.store(0);
   s().h->room_waiters.store(0);
+}
+
+// Lane records in the free state: what a look takes before it reclaims.
+std::uint32_t free_records(detail::Segment& s) {
+  std::uint32_t n = 0;
+  for (std::uint32_t i = 1; i < s.lane_count; ++i)
+    n += detail::LaneWord::state(detail::lane_load(s, i)) == detail::LaneState::free;
+  return n;
+}
+
+// Holds the first pass of each thread that asked (t_hold_record) at step
+// point lane.record_taken, until `go`.
+struct RecordGate {
+  std::atomic<int> held{0};
+  std::atomic<bool> go{false};
+};
+thread_local bool t_hold_record = false;
+void hold_record_taken(void* arg) {
+  auto& g = *static_cast<RecordGate*>(arg);
+  if (!t_hold_record) return;
+  t_hold_record = false;
+  g.held.fetch_add(1);
+  g.go.wait(false);
+}
+
+// Two enqueues of one new group create its lane at once, each with a record
+// of its own; the one that loses gives its record back (release_record).
+// A producer parked for a lane meanwhile is woken for it: the record was
+// announced by nothing, and no sweep pass looked at free records, so it
+// slept its slice out (found in review).
+TEST_F(EnqueueWaitLane, ARecordGivenBackByACreatorThatLostWakesAProducerParkedForALane) {
+  QueueOptions o;
+  o.jobs = 64;
+  o.lanes = 3;
+  o.payload_bytes = 32;
+  o.recovery_ms = 60000;
+  create(o);
+  a_job_ = q().mint();
+  ASSERT_EQ(q().enqueue(A, a_job_, "x"), EnqueueStatus::enqueued);  // A: one lane, with work
+  const BrandedId G = BrandedId::make("GGG", 1);
+  RecordGate gate;
+  detail::failpoint_call("lane.record_taken", hold_record_taken, &gate);
+  std::atomic<int> sx{-1}, sy{-1};
+  std::thread x([&] {
+    t_hold_record = true;
+    sx = int(q().enqueue(G, q().mint(), "x"));
+  });
+  std::thread y([&] {
+    t_hold_record = true;
+    sy = int(q().enqueue(G, q().mint(), "y"));
+  });
+  ASSERT_TRUE(eventually([&] { return gate.held.load() == 2; }, 10s));
+  EXPECT_EQ(free_records(s()), 0u) << "(the premise: both other records being created)";
+  std::atomic<int> st{-1};
+  std::thread p = park_for_a_lane(st, B, q().mint());
+  gate.go = true;
+  gate.go.notify_all();
+  x.join();
+  y.join();
+  detail::failpoint_call("lane.record_taken", nullptr, nullptr);
+  EXPECT_EQ(EnqueueStatus(sx.load()), EnqueueStatus::enqueued);
+  EXPECT_EQ(EnqueueStatus(sy.load()), EnqueueStatus::enqueued);
+  const bool done = eventually([&] { return st.load() != -1; }, 10s);
+  if (!done) empty_a();  // (lets the producer go)
+  p.join();
+  EXPECT_TRUE(done) << "a lane record free, and the producer parked for one asleep";
+  EXPECT_EQ(EnqueueStatus(st.load()), EnqueueStatus::enqueued);
+}
+
+// A free record that nothing announced (here: made so by hand, as a
+// creator killed before its wake would leave it) is announced by the next
+// sweep pass.
+TEST_F(EnqueueWaitLane, TheSweepWakesAProducerParkedForALaneWhenItSeesAFreeRecord) {
+  make_one_lane();
+  std::atomic<int> st{-1};
+  std::thread producer = park_for_a_lane(st, B, q().mint());
+  // B waits for a lane while A's, the only one, is empty: A's complete is
+  // not seen (room_waiters read 0), then its lane is reclaimed by hand, as
+  // a creator that took it and then gave its record back unannounced.
+  s().h->room_waiters.store(0);
+  empty_a();
+  s().h->room_waiters.store(1);
+  std::uint32_t lane = 0;
+  for (std::uint32_t i = 1; i < s().lane_count; ++i)
+    if (detail::LaneWord::state(detail::lane_load(s(), i)) == detail::LaneState::live) lane = i;
+  ASSERT_NE(lane, 0u);
+  const std::uint32_t waiters = s().h->lane_waiters.load();
+  s().h->lane_waiters.store(0);  // (so that the reclaim below wakes nobody)
+  ASSERT_TRUE(detail::lane_try_reclaim(s(), lane));
+  s().h->lane_waiters.store(waiters);
+  ASSERT_EQ(free_records(s()), 1u);
+  const std::uint32_t seq = s().h->lane_seq.load();
+  q().tick();
+  EXPECT_NE(s().h->lane_seq.load(), seq) << "the sweep saw a free record and made no wake";
+  const bool done = eventually([&] { return st.load() != -1; }, 10s);
+  producer.join();
+  ASSERT_TRUE(done);
+  EXPECT_EQ(EnqueueStatus(st.load()), EnqueueStatus::enqueued);
+  expect_nothing_counted();
+}
+
+// A producer whose group's two directory buckets are held by groups with
+// work (lanes_full for want of directory room, not of a lane) waits for a
+// lane at first (its look finds no record, and stops there), and a wake
+// may go to it: its look then gives the idle lane back, takes the record,
+// finds no room in the directory and gives the record back. It kept the
+// wake, and the record went back unannounced: the producer that could use
+// it slept its slice out (found in review). Now the record's return wakes
+// a producer, it passes its own wake on, and while its answer says its
+// buckets are full it polls every 20 ms, counted for no lane wake; it gets
+// in once a group of its buckets goes idle.
+TEST_F(EnqueueWaitLane, AProducerWhoseDirectoryBucketsAreFullLeavesTheLaneToOneThatCanUseIt) {
+  QueueOptions o;
+  o.jobs = 64;
+  o.lanes = 9;
+  o.payload_bytes = 32;
+  o.recovery_ms = 60000;
+  create(o);
+  // Groups of namespace GRP by the buckets they hash to: 8 fillers in g's
+  // two buckets (the directory's 8 ways for g), and two groups x and h
+  // whose buckets are apart from g's and from each other's.
+  const std::uint32_t kind = detail::kind_code("GRP");
+  const auto buckets = [&](std::uint64_t sf) {
+    const std::uint64_t hash = detail::group_hash(kind, sf, s().seed);
+    std::uint64_t b1 = hash & s().dir_mask, b2 = detail::mix64(hash) & s().dir_mask;
+    if (b2 == b1) b2 = b1 ^ 1;
+    return std::pair<std::uint64_t, std::uint64_t>(std::min(b1, b2), std::max(b1, b2));
+  };
+  const std::uint64_t g_sf = 1;
+  const auto gb = buckets(g_sf);
+  const auto apart = [&](std::pair<std::uint64_t, std::uint64_t> b) {
+    return b.first != gb.first && b.first != gb.second && b.second != gb.first && b.second != gb.second;
+  };
+  std::vector<std::uint64_t> fillers;
+  std::uint64_t x_sf = 0, h_sf = 0;
+  for (std::uint64_t sf = 2; sf < 10000000 && (fillers.size() < 8 || !x_sf || !h_sf); ++sf) {
+    const auto b = buckets(sf);
+    if (b == gb && fillers.size() < 8)
+      fillers.push_back(sf);
+    else if (apart(b) && !x_sf)
+      x_sf = sf;
+    else if (apart(b) && !h_sf && buckets(x_sf) != b)
+      h_sf = sf;
+  }
+  ASSERT_EQ(fillers.size(), 8u);
+  ASSERT_NE(x_sf, 0u);
+  ASSERT_NE(h_sf, 0u);
+  for (std::uint64_t sf : fillers)
+    ASSERT_EQ(q().enqueue(BrandedId::make("GRP", sf), q().mint(), "f"), EnqueueStatus::enqueued);
+  const BrandedId X = BrandedId::make("GRP", x_sf);
+  ASSERT_EQ(q().enqueue(X, q().mint(), "x"), EnqueueStatus::enqueued);  // every lane held
+  ASSERT_EQ(free_records(s()), 0u);
+  // Both parked for a lane (no record free, none idle: that is what a look
+  // finds first), g's producer first, so that a wake goes to it first.
+  std::atomic<int> sg{-1}, sh{-1};
+  std::thread pg = park_for_a_lane(sg, BrandedId::make("GRP", g_sf), q().mint());
+  std::thread ph = park_for_a_lane(sh, BrandedId::make("GRP", h_sf), q().mint());
+  std::vector<Lease> held;
+  for (int i = 0; i < 9; ++i) {
+    Lease l;
+    ASSERT_TRUE(q().claim(l, kLease));
+    held.push_back(l);
+  }
+  for (auto it = held.begin(); it != held.end(); ++it)
+    if (it->group == X) {
+      ASSERT_EQ(q().complete(it->id, it->token), AckStatus::ok);  // x's lane idle: one lane wake
+      held.erase(it);
+      break;
+    }
+  const bool h_in = eventually([&] { return sh.load() != -1; }, 10s);
+  EXPECT_TRUE(h_in) << "a lane idle, and the producer that could use it asleep";
+  EXPECT_EQ(EnqueueStatus(sh.load()), EnqueueStatus::enqueued);
+  EXPECT_EQ(sg.load(), -1) << "g got in with its buckets full";
+  // h's job done: its lane idle, g's producer woken for it; its look gives
+  // that lane back, finds its buckets full and gives the record back. From
+  // then on it polls, counted for no lane wake: parked for a lane instead,
+  // the wake its own look's give-back makes came back to it at every look,
+  // a thousand walks a second (the lane word moved at each).
+  Lease hl;
+  ASSERT_TRUE(q().claim(hl, kLease));
+  ASSERT_EQ(q().complete(hl.id, hl.token), AckStatus::ok);
+  ASSERT_TRUE(eventually([&] { return free_records(s()) == 1; })) << "(premise: h's lane given back, record free)";
+  std::this_thread::sleep_for(50ms);
+  const std::uint32_t seq = s().h->lane_seq.load();
+  std::this_thread::sleep_for(100ms);
+  EXPECT_EQ(s().h->lane_seq.load(), seq) << "g's producer woke itself for a lane it cannot use";
+  EXPECT_EQ(s().h->lane_waiters.load(), 0u);
+  // The fillers' jobs done: their lanes idle, g's look reclaims one of them.
+  for (const Lease& l : held) ASSERT_EQ(q().complete(l.id, l.token), AckStatus::ok);
+  const bool g_in = eventually([&] { return sg.load() != -1; }, 10s);
+  pg.join();
+  ph.join();
+  EXPECT_TRUE(g_in) << "a group of its buckets idle, and g's producer never got in";
+  EXPECT_EQ(EnqueueStatus(sg.load()), EnqueueStatus::enqueued);
+  expect_nothing_counted();
 }
 
 // Producers and a consumer through a queue of 4 slots: every enqueue_wait
