@@ -560,4 +560,18 @@ EnqueueStatus Queue::enqueue_wait_with(const BrandedId& group, const BrandedId& 
   }
 }
 
+std::size_t Queue::enqueue_batch_wait(std::span<const EnqueueItem> items, std::span<EnqueueStatus> statuses,
+                                     std::chrono::milliseconds timeout) noexcept {
+  const std::uint64_t give_up = give_up_of(timeout);
+  std::size_t n = 0;
+  for (std::size_t i = 0; i < items.size() && i < statuses.size(); ++i) {
+    // What is left of the timeout, rounded down: the batch never waits past it.
+    const std::uint64_t now = monotonic_us();
+    const std::chrono::milliseconds left(std::int64_t(give_up > now ? (give_up - now) / 1000 : 0));
+    statuses[i] = enqueue_wait_with(items[i].group, items[i].job, items[i].payload, &items[i].options, left);
+    n += statuses[i] == EnqueueStatus::enqueued || statuses[i] == EnqueueStatus::not_durable;
+  }
+  return n;
+}
+
 }  // namespace fairlane

@@ -25,6 +25,10 @@ class SegmentBackend final : public Backend {
   std::size_t enqueue_batch(std::span<const EnqueueItem> items, std::span<EnqueueStatus> st) override {
     return q_.enqueue_batch(items, st);
   }
+  std::size_t enqueue_batch_wait(std::span<const EnqueueItem> items, std::span<EnqueueStatus> st,
+                                 std::chrono::milliseconds timeout) override {
+    return q_.enqueue_batch_wait(items, st, timeout);
+  }
   bool claim(Lease& out, std::uint32_t lease_ms) override { return q_.claim(out, lease_ms); }
   bool claim_wait(Lease& out, std::uint32_t lease_ms, std::chrono::milliseconds t) override {
     return q_.claim_wait(out, lease_ms, t);

@@ -72,8 +72,18 @@ class SharedBackend final : public Backend {
   EnqueueStatus enqueue(const BrandedId& g, const BrandedId& j, std::string_view p, const EnqueueOptions& o) override {
     return b_->enqueue(g, j, p, o);
   }
+  // (It forwarded no enqueue_wait at first: through shared_backend() the
+  // call answered `full` at once, as Backend's default does.)
+  EnqueueStatus enqueue_wait(const BrandedId& g, const BrandedId& j, std::string_view p, const EnqueueOptions& o,
+                             std::chrono::milliseconds t) override {
+    return b_->enqueue_wait(g, j, p, o, t);
+  }
   std::size_t enqueue_batch(std::span<const EnqueueItem> i, std::span<EnqueueStatus> st) override {
     return b_->enqueue_batch(i, st);
+  }
+  std::size_t enqueue_batch_wait(std::span<const EnqueueItem> i, std::span<EnqueueStatus> st,
+                                 std::chrono::milliseconds t) override {
+    return b_->enqueue_batch_wait(i, st, t);
   }
   bool claim(Lease& out, std::uint32_t ms) override { return b_->claim(out, ms); }
   bool claim_wait(Lease& out, std::uint32_t ms, std::chrono::milliseconds t) override {

@@ -67,6 +67,14 @@ class Backend {
   }
   // One status per item; on Valkey one script per batch.
   virtual std::size_t enqueue_batch(std::span<const EnqueueItem> items, std::span<EnqueueStatus> statuses) = 0;
+  // enqueue_batch, each item waiting within the one `timeout` while the
+  // queue is full or has no lane for its group (Queue::enqueue_batch_wait).
+  // A backend that never answers either makes it enqueue_batch.
+  virtual std::size_t enqueue_batch_wait(std::span<const EnqueueItem> items, std::span<EnqueueStatus> statuses,
+                                         std::chrono::milliseconds timeout) {
+    (void)timeout;
+    return enqueue_batch(items, statuses);
+  }
   virtual bool claim(Lease& out, std::uint32_t lease_ms) = 0;
   virtual bool claim_wait(Lease& out, std::uint32_t lease_ms, std::chrono::milliseconds timeout) = 0;
   virtual std::size_t claim_batch(std::span<Lease> out, std::uint32_t lease_ms) = 0;

@@ -503,6 +503,12 @@ class Queue {
   // how many were enqueued. statuses.size() must be >= items.size(); extra
   // statuses are left alone. Lock-free.
   std::size_t enqueue_batch(std::span<const EnqueueItem> items, std::span<EnqueueStatus> statuses) noexcept;
+  // enqueue_batch with each item's `full` and `lanes_full` waited out as
+  // enqueue_wait does, in order, all within the one `timeout`: an item
+  // waits for what is left of it, and once it has passed each item left
+  // gets one try. One status per item, as enqueue_batch's. Blocking.
+  std::size_t enqueue_batch_wait(std::span<const EnqueueItem> items, std::span<EnqueueStatus> statuses,
+                                 std::chrono::milliseconds timeout) noexcept;
 
   // Rotate the ring one step and lease the oldest job of the lane it lands
   // on for lease_ms. try_claim says why nothing was claimed; claim is

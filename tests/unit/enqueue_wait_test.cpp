@@ -157,6 +157,77 @@ TEST_F(EnqueueWait, EveryOtherAnswerComesBackAtOnce) {
   EXPECT_EQ(s().h->room_waiters.load(), 0u);
 }
 
+// ---- enqueue_batch_wait --------------------------------------------------------------------
+
+// A batch larger than the free slots, with a consumer freeing a slot (one
+// of those that filled the queue) each time a producer is parked: every
+// item is admitted, in order, each
+// waiting for its slot; a duplicate among them is answered as such and
+// the items after it go on.
+TEST_F(EnqueueWait, ABatchWaitsOutAFullQueueItemByItem) {
+  make();
+  const BrandedId C = BrandedId::make("CCC", 1);
+  const BrandedId dup = q().mint();
+  ASSERT_EQ(q().enqueue(C, dup, "x"), EnqueueStatus::enqueued);  // a lane of its own: released, it comes first again
+  fill();
+  std::vector<BrandedId> ids;
+  for (int i = 0; i < 4; ++i) ids.push_back(q().mint());
+  const EnqueueItem items[] = {
+      {B, ids[0], "0", {}}, {B, ids[1], "1", {}}, {C, dup, "d", {}}, {B, ids[2], "2", {}}, {B, ids[3], "3", {}}};
+  std::atomic<bool> done{false};
+  std::thread consumer([&] {
+    for (std::size_t k = 0; k < ids.size() && !done;) {
+      if (s().h->room_waiters.load() == 0) {
+        std::this_thread::yield();
+        continue;
+      }
+      // One of fill()'s jobs (A's): the batch's own jobs stay, and so
+      // does `dup` (released, they go back to their lanes).
+      Lease l;
+      if (!q().claim(l, kLease)) continue;
+      if (l.group != A) {
+        (void)q().release(l.id, l.token);
+        continue;
+      }
+      (void)q().complete(l.id, l.token);
+      // The next item in: the producer parks again for the one after.
+      eventually([&] { return q().job(ids[k]).has_value() || done; }, 10s);
+      ++k;
+    }
+  });
+  EnqueueStatus st[5];
+  std::fill(std::begin(st), std::end(st), EnqueueStatus::corrupt);
+  const std::size_t n = q().enqueue_batch_wait(items, st, 50s);
+  done = true;
+  consumer.join();
+  EXPECT_EQ(n, 4u);
+  EXPECT_EQ(st[0], EnqueueStatus::enqueued);
+  EXPECT_EQ(st[1], EnqueueStatus::enqueued);
+  EXPECT_EQ(st[2], EnqueueStatus::duplicate);
+  EXPECT_EQ(st[3], EnqueueStatus::enqueued);
+  EXPECT_EQ(st[4], EnqueueStatus::enqueued);
+  for (const BrandedId& id : ids) EXPECT_TRUE(q().job(id).has_value()) << id.string();
+  EXPECT_EQ(s().h->room_waiters.load(), 0u);
+}
+
+// The timeout is the batch's, not each item's: past it, the items left get
+// one try each. Three items at a full queue nobody drains answer `full`
+// after about one timeout (three would be 900 ms), and nothing is left
+// counted.
+TEST_F(EnqueueWait, ABatchWaitsOneTimeoutInAll) {
+  make();
+  fill();
+  const EnqueueItem items[] = {{B, q().mint(), "0", {}}, {B, q().mint(), "1", {}}, {B, q().mint(), "2", {}}};
+  EnqueueStatus st[3];
+  const auto t0 = std::chrono::steady_clock::now();
+  EXPECT_EQ(q().enqueue_batch_wait(items, st, 300ms), 0u);
+  const auto took = std::chrono::steady_clock::now() - t0;
+  for (EnqueueStatus x : st) EXPECT_EQ(x, EnqueueStatus::full);
+  EXPECT_GE(took, 300ms);
+  EXPECT_LT(took, 850ms) << "each item waited a timeout of its own";
+  EXPECT_EQ(s().h->room_waiters.load(), 0u);
+}
+
 // ---- lanes_full: a producer of a new group parks until a lane may be given back ----
 
 class EnqueueWaitLane : public EnqueueWait {

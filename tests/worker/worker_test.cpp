@@ -12,6 +12,7 @@
 
 #include <atomic>
 #include <stdexcept>
+#include <thread>
 
 namespace fairlane {
 namespace {
@@ -84,6 +85,42 @@ TEST_F(WorkerTest, EachThreadsBackendReachesTheSharedSegment) {
   const BrandedId g = group("SEG", 1);
   enqueue(g);
   EXPECT_EQ(a->segment()->depth(g), 1U);
+}
+
+// Every thread's backend forwards enqueue_wait and enqueue_batch_wait to
+// the one it shares: it forwarded neither at first, and through
+// shared_backend() a full queue answered `full` at once (Backend's
+// default, for a backend that is never full).
+TEST_F(WorkerTest, EachThreadsBackendWaitsOutAFullQueue) {
+  const BrandedId g = group("FUL", 1);
+  while (q().enqueue(g, q().mint(), "x") == EnqueueStatus::enqueued) {
+  }
+  ASSERT_EQ(q().enqueue(g, q().mint(), "x"), EnqueueStatus::full);
+  auto r = Queue::open(q().name());
+  ASSERT_TRUE(r.ok());
+  const std::unique_ptr<Backend> b = shared_backend(segment_backend(std::move(r.value())))();
+  // A consumer frees a slot each time the producer below is parked (the
+  // snapshot counts it), and waits for the queue to be full again: each
+  // call waits for its slot rather than answering at once.
+  const std::uint64_t full = q().depth(g);
+  std::thread consumer([&] {
+    for (int i = 0; i < 2; ++i) {
+      const auto give_up = std::chrono::steady_clock::now() + std::chrono::seconds(20);
+      while (q().snapshot().producers_parked == 0 && std::chrono::steady_clock::now() < give_up)
+        std::this_thread::sleep_for(std::chrono::milliseconds(1));
+      Lease l;
+      ASSERT_TRUE(q().claim(l, 60000));
+      ASSERT_EQ(q().complete(l.id, l.token), AckStatus::ok);
+      while (q().depth(g) != full && std::chrono::steady_clock::now() < give_up)
+        std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    }
+  });
+  EXPECT_EQ(b->enqueue_wait(g, q().mint(), "w", EnqueueOptions{}, std::chrono::seconds(30)), EnqueueStatus::enqueued);
+  const EnqueueItem items[] = {{g, q().mint(), "b", {}}};
+  EnqueueStatus st[1] = {EnqueueStatus::corrupt};
+  EXPECT_EQ(b->enqueue_batch_wait(items, st, std::chrono::seconds(30)), 1U);
+  EXPECT_EQ(st[0], EnqueueStatus::enqueued);
+  consumer.join();
 }
 
 // A worker over an observer's handle claimed nothing, for good, and said
