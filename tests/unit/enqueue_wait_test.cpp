@@ -232,14 +232,18 @@ TEST_F(EnqueueWait, ABatchWaitsOneTimeoutInAll) {
 
 class EnqueueWaitLane : public EnqueueWait {
  protected:
-  // One group lane (A takes it), 64 slots.
-  void make_one_lane() {
+  // `lanes` group lanes, 64 slots.
+  void make_lanes(std::uint32_t lanes) {
     QueueOptions o;
     o.jobs = 64;
-    o.lanes = 1;
+    o.lanes = lanes;
     o.payload_bytes = 32;
     o.recovery_ms = 60000;
     create(o);
+  }
+  // One group lane (A takes it).
+  void make_one_lane() {
+    make_lanes(1);
     a_job_ = q().mint();
     ASSERT_EQ(q().enqueue(A, a_job_, "x"), EnqueueStatus::enqueued);  // A holds the one lane
     ASSERT_EQ(q().enqueue(B, q().mint(), "x"), EnqueueStatus::lanes_full);
@@ -267,6 +271,15 @@ class EnqueueWaitLane : public EnqueueWait {
     ASSERT_TRUE(q().claim(l, kLease));
     ASSERT_EQ(l.id, a_job_);
     ASSERT_EQ(q().complete(l.id, l.token), AckStatus::ok);
+  }
+  // The producer started by park_for_a_lane is admitted, well within its
+  // 30 s slice (a lost wake would sleep it out), and leaves nothing counted.
+  void expect_admitted(std::thread& producer, const std::atomic<int>& st) {
+    const bool done = eventually([&] { return st.load() != -1; }, 10s);
+    producer.join();
+    ASSERT_TRUE(done) << "a lane to be had, and the producer parked for one asleep";
+    EXPECT_EQ(EnqueueStatus(st.load()), EnqueueStatus::enqueued);
+    expect_nothing_counted();
   }
   void expect_nothing_counted() {
     EXPECT_EQ(s().h->lane_waiters.load(), 0u);
@@ -327,11 +340,7 @@ TEST_F(EnqueueWaitLane, AFailThatDeadLettersTheLanesLastJobWakesAProducerParkedF
   f.max_attempts = 1;
   ASSERT_EQ(q().fail(l.id, l.token, f), FailStatus::dead);
   EXPECT_NE(s().h->lane_seq.load(), seq) << "the dead-lettering made no wake";
-  const bool done = eventually([&] { return st.load() != -1; }, 10s);
-  producer.join();
-  ASSERT_TRUE(done);
-  EXPECT_EQ(EnqueueStatus(st.load()), EnqueueStatus::enqueued);
-  expect_nothing_counted();
+  expect_admitted(producer, st);
 }
 
 // A lane left empty by a waker that made no wake (here: its load of
@@ -349,11 +358,7 @@ TEST_F(EnqueueWaitLane, TheSweepWakesAProducerParkedForALaneWhenItSeesOneIdle) {
   EXPECT_EQ(s().h->lane_seq.load(), seq) << "(the test's premise: no wake from the complete)";
   q().tick();  // a sweep pass
   EXPECT_NE(s().h->lane_seq.load(), seq) << "the sweep saw the idle lane and made no wake";
-  const bool done = eventually([&] { return st.load() != -1; }, 10s);
-  producer.join();
-  ASSERT_TRUE(done);
-  EXPECT_EQ(EnqueueStatus(st.load()), EnqueueStatus::enqueued);
-  expect_nothing_counted();
+  expect_admitted(producer, st);
 }
 
 // A wake is of one producer. One woken that leaves without the lane (its
@@ -438,12 +443,7 @@ void hold_record_taken(void* arg) {
 // announced by nothing, and no sweep pass looked at free records, so it
 // slept its slice out (found in review).
 TEST_F(EnqueueWaitLane, ARecordGivenBackByACreatorThatLostWakesAProducerParkedForALane) {
-  QueueOptions o;
-  o.jobs = 64;
-  o.lanes = 3;
-  o.payload_bytes = 32;
-  o.recovery_ms = 60000;
-  create(o);
+  make_lanes(3);
   a_job_ = q().mint();
   ASSERT_EQ(q().enqueue(A, a_job_, "x"), EnqueueStatus::enqueued);  // A: one lane, with work
   const BrandedId G = BrandedId::make("GGG", 1);
@@ -501,11 +501,7 @@ TEST_F(EnqueueWaitLane, TheSweepWakesAProducerParkedForALaneWhenItSeesAFreeRecor
   const std::uint32_t seq = s().h->lane_seq.load();
   q().tick();
   EXPECT_NE(s().h->lane_seq.load(), seq) << "the sweep saw a free record and made no wake";
-  const bool done = eventually([&] { return st.load() != -1; }, 10s);
-  producer.join();
-  ASSERT_TRUE(done);
-  EXPECT_EQ(EnqueueStatus(st.load()), EnqueueStatus::enqueued);
-  expect_nothing_counted();
+  expect_admitted(producer, st);
 }
 
 // A producer whose group's two directory buckets are held by groups with
@@ -519,12 +515,7 @@ TEST_F(EnqueueWaitLane, TheSweepWakesAProducerParkedForALaneWhenItSeesAFreeRecor
 // buckets are full it polls every 20 ms, counted for no lane wake; it gets
 // in once a group of its buckets goes idle.
 TEST_F(EnqueueWaitLane, AProducerWhoseDirectoryBucketsAreFullLeavesTheLaneToOneThatCanUseIt) {
-  QueueOptions o;
-  o.jobs = 64;
-  o.lanes = 9;
-  o.payload_bytes = 32;
-  o.recovery_ms = 60000;
-  create(o);
+  make_lanes(9);
   // Groups of namespace GRP by the buckets they hash to: 8 fillers in g's
   // two buckets (the directory's 8 ways for g), and two groups x and h
   // whose buckets are apart from g's and from each other's.
