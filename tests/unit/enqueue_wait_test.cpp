@@ -476,6 +476,33 @@ TEST_F(EnqueueWaitLane, ARecordGivenBackByACreatorThatLostWakesAProducerParkedFo
   EXPECT_EQ(EnqueueStatus(st.load()), EnqueueStatus::enqueued);
 }
 
+// A producer killed while parked for a lane is taken out of both counts
+// (lane_waiters and room_waiters) by the sweep that judges its process
+// dead, and the next producer parked for a lane is still woken.
+TEST_F(EnqueueWaitLane, AProducerKilledWhileParkedForALaneIsTakenOutOfBothCounts) {
+  make_one_lane();
+  RawSegment raw(seg());
+  const auto& lanes = raw.header().lane_waiters;
+  const auto& room = raw.header().room_waiters;
+  test::kill_a_parked_child(
+      seg(), [](Queue& r) { r.enqueue_wait(B, r.mint(), "child", 60s); }, [&] { return lanes.load() == 1; });
+  ASSERT_FALSE(HasFatalFailure());
+  EXPECT_EQ(lanes.load(), 1u) << "killed parked: nothing has judged it yet";
+  EXPECT_EQ(room.load(), 1u);
+  // Sweeps on the segment's clock: each pass judges every record whose
+  // verdict is older than recovery_ms / 2.
+  for (int pass = 0; pass < 64 && (lanes.load() != 0 || room.load() != 0); ++pass) {
+    q().advance_clock(q().config().recovery_ms);
+    (void)q().tick();
+  }
+  EXPECT_EQ(lanes.load(), 0u) << "the dead producer is still counted parked for a lane";
+  EXPECT_EQ(room.load(), 0u);
+  std::atomic<int> st{-1};
+  std::thread producer = park_for_a_lane(st, BrandedId::make("CCC", 1), q().mint());
+  empty_a();
+  expect_admitted(producer, st);
+}
+
 // A free record that nothing announced (here: made so by hand, as a
 // creator killed before its wake would leave it) is announced by the next
 // sweep pass.
