@@ -322,8 +322,12 @@ constexpr std::uint64_t kLaneLookGapMs = 1;
 // microseconds: in milliseconds, rounded down, a 100 ms wait gave up after
 // 99.9 ms; rounded up, a wait of 0 (one try) parked and slept up to 1 ms
 // (found in review).
+// Saturated: milliseconds::max() (wait for ever) wrapped around to before
+// now, and the wait made one try and answered at once (found in review).
 std::uint64_t give_up_of(std::chrono::milliseconds timeout) noexcept {
-  return monotonic_us() + std::uint64_t(std::max<std::int64_t>(0, timeout.count())) * 1000;
+  const std::uint64_t now = monotonic_us();
+  const std::uint64_t ms = std::uint64_t(std::max<std::int64_t>(0, timeout.count()));
+  return ms >= (UINT64_MAX - now) / 1000 ? UINT64_MAX : now + ms * 1000;
 }
 
 // The end of a sleep that begins at `now_us` (CLOCK_MONOTONIC ms, rounded
@@ -529,11 +533,14 @@ EnqueueStatus Queue::enqueue_wait_with(const BrandedId& group, const BrandedId& 
       // A lane: a look walks the lane records for an idle one to give back,
       // so a producer that a wake sent to look in vain (another took the
       // lane) waits before it parks again: kLaneLookGapMs, or ten times
-      // what its look took if more. It walks at most a thousand times a
-      // second, and spends at most about a tenth of a CPU on it, however
-      // fast lanes come and go.
+      // what its look took if more, up to kRoomSleepMs (a look preempted
+      // for long is no measure of a walk: found in review). A wake costs it
+      // two walks (the look after the wake, the last look once counted
+      // again): at most about two thousand walks a second, and about a
+      // sixth of a CPU, however fast lanes come and go.
       if (slept_lane) {
-        const std::uint64_t gap_us = std::max<std::uint64_t>(kLaneLookGapMs * 1000, 10 * look_us);
+        const std::uint64_t gap_us =
+            std::clamp<std::uint64_t>(10 * look_us, kLaneLookGapMs * 1000, kRoomSleepMs * 1000);
         std::this_thread::sleep_for(std::chrono::microseconds(std::min<std::uint64_t>(give_up - now, gap_us)));
         if (monotonic_us() >= give_up) {
           st = look();

@@ -157,6 +157,53 @@ TEST_F(EnqueueWait, EveryOtherAnswerComesBackAtOnce) {
   EXPECT_EQ(s().h->room_waiters.load(), 0u);
 }
 
+// milliseconds::max() is a wait for ever: its give-up time wrapped around
+// to before now, and enqueue_wait, enqueue_batch_wait and claim_wait made
+// one try and answered at once (found in review).
+TEST_F(EnqueueWait, ATimeoutOfMillisecondsMaxWaits) {
+  make();
+  fill();
+  const auto freed_by = [this](std::atomic<int>& st) {
+    // Frees a slot once the producer is parked; says whether it was still
+    // waiting then.
+    const bool parked = eventually([&] { return s().h->room_waiters.load() == 1 || st.load() != -1; });
+    const bool waiting = parked && st.load() == -1;
+    free_one();
+    return waiting;
+  };
+  std::atomic<int> st{-1};
+  std::thread p([&] { st = int(q().enqueue_wait(B, q().mint(), "x", std::chrono::milliseconds::max())); });
+  EXPECT_TRUE(freed_by(st)) << "enqueue_wait answered " << to_string(EnqueueStatus(st.load())) << " at once";
+  p.join();
+  EXPECT_EQ(EnqueueStatus(st.load()), EnqueueStatus::enqueued);
+
+  std::atomic<int> bst{-1};
+  const EnqueueItem items[] = {{B, q().mint(), "b", {}}};
+  EnqueueStatus out[1];
+  std::thread b([&] {
+    (void)q().enqueue_batch_wait(items, out, std::chrono::milliseconds::max());
+    bst = int(out[0]);
+  });
+  EXPECT_TRUE(freed_by(bst)) << "enqueue_batch_wait answered " << to_string(EnqueueStatus(bst.load())) << " at once";
+  b.join();
+  EXPECT_EQ(EnqueueStatus(bst.load()), EnqueueStatus::enqueued);
+
+  // claim_wait on an empty queue (everything claimed and held).
+  std::vector<Lease> held;
+  for (Lease l; q().claim(l, kLease);) held.push_back(l);
+  std::atomic<int> claimed{-1};
+  std::thread c([&] {
+    Lease l;
+    claimed = q().claim_wait(l, kLease, std::chrono::milliseconds::max()) ? 1 : 0;
+  });
+  const bool parked = eventually([&] { return s().h->waiters.load() == 1 || claimed.load() != -1; });
+  EXPECT_TRUE(parked && claimed.load() == -1) << "claim_wait answered at once";
+  ASSERT_EQ(q().complete(held.back().id, held.back().token), AckStatus::ok);
+  ASSERT_EQ(q().enqueue(A, q().mint(), "y"), EnqueueStatus::enqueued);
+  c.join();
+  EXPECT_EQ(claimed.load(), 1);
+}
+
 // ---- enqueue_batch_wait --------------------------------------------------------------------
 
 // A batch larger than the free slots, with a consumer freeing a slot (one
@@ -501,6 +548,22 @@ TEST_F(EnqueueWaitLane, AProducerKilledWhileParkedForALaneIsTakenOutOfBothCounts
   std::thread producer = park_for_a_lane(st, BrandedId::make("CCC", 1), q().mint());
   empty_a();
   expect_admitted(producer, st);
+}
+
+// A sweep pass over many free records (or idle lanes) wakes one producer
+// parked for a lane, not one a record: the woken one passes a wake on as
+// it leaves. One a record made 4,096 wakes in one pass, a locked increment
+// and a system call each, for a count nobody could find (found in review).
+TEST_F(EnqueueWaitLane, ASweepPassWakesOnceForManyFreeRecords) {
+  make_lanes(4096);
+  s().h->lane_waiters.store(1);  // a producer parked for a lane, or a count left
+  s().h->lane_park_until.store(detail::monotonic_us() / 1000 + 60000);
+  const std::uint32_t seq = s().h->lane_seq.load();
+  q().tick();
+  const std::uint32_t wakes = s().h->lane_seq.load() - seq;
+  s().h->lane_waiters.store(0);
+  EXPECT_GE(wakes, 1u) << "a free record, and no wake";
+  EXPECT_LE(wakes, 2u) << "one wake a free record";
 }
 
 // A free record that nothing announced (here: made so by hand, as a
