@@ -136,6 +136,41 @@ int producer(const std::string& seg, Shared& sh, unsigned p, std::uint64_t per) 
   return 0;
 }
 
+// A producer that keeps no window: every group of its share at once,
+// through enqueue_wait, so that the groups live outnumber the lanes and
+// lanes_full is waited out (issue 12's round: "tenants come and go").
+// Counts the enqueues that found no lane at first (they waited).
+int waiting_producer(const std::string& seg, Shared& sh, unsigned p, std::uint64_t per,
+                     std::atomic<std::uint64_t>& lane_waits) {
+  auto r = Queue::open(seg);
+  if (!r) {
+    report(sh, "producer open: " + r.error().message);
+    return 4;
+  }
+  Queue q = std::move(r.value());
+  const std::uint64_t base = std::uint64_t(p) * per;
+  for (std::uint64_t j = 0; j < per && !sh.stop.load(std::memory_order_relaxed); ++j) {
+    const std::uint64_t g = base + j;
+    const BrandedId id = q.mint();
+    EnqueueStatus st = q.enqueue(churn_group(g), id, std::to_string(g));
+    if (st == EnqueueStatus::lanes_full || st == EnqueueStatus::full) {
+      if (st == EnqueueStatus::lanes_full) lane_waits.fetch_add(1, std::memory_order_relaxed);
+      // The consumers drain all the while: a lane goes idle every few jobs.
+      // 20 s without one is a lost wake (a producer's sleep slice is 30 s).
+      st = q.enqueue_wait(churn_group(g), id, std::to_string(g), std::chrono::seconds(20));
+    }
+    if (st != EnqueueStatus::enqueued) {
+      sh.refusals.fetch_add(1);
+      report(sh, "waiting producer " + std::to_string(p) + ": group " + std::to_string(g) + " -> " +
+                     std::string(to_string(st)) + " after 20 s; lanes_live " + std::to_string(q.snapshot().lanes_live));
+      sh.stop.store(1);
+      return 3;
+    }
+    sh.enqueued_total.fetch_add(1, std::memory_order_relaxed);
+  }
+  return 0;
+}
+
 int consumer(const std::string& seg, Shared& sh, std::uint64_t total) {
   auto r = Queue::open(seg);
   if (!r) {
@@ -259,6 +294,74 @@ TEST(ChurnMultiProc, AMillionGroupsThroughSixtyFourLanes) {
   EXPECT_EQ(s.counters.enqueued, total);
   EXPECT_EQ(s.counters.completed, total);
   EXPECT_GE(s.lanes_reclaimed, total - kLanes);
+  const FsckReport r = q.fsck();
+  EXPECT_TRUE(r.clean()) << r.issues.size() << " issues, first: "
+                         << (r.issues.empty() ? "" : r.issues[0].invariant + ": " + r.issues[0].detail);
+}
+
+// More groups at once than lanes: 4 producer processes each enqueue their
+// share of groups one after the other through enqueue_wait, on 8 lanes,
+// while 4 consumers drain. Most enqueues find every lane held and wait for
+// one (a lane goes idle when its group's one job is completed, and the
+// complete wakes a waiting producer). Every job is delivered once, from
+// its group; no wait runs out its 20 s; nothing is left counted parked.
+TEST(ChurnMultiProc, ProducersOfMoreGroupsThanLanesWaitForThem) {
+#ifdef FAIRLANE_CHURN_SANITIZED
+  const std::uint64_t total = 20'000;
+#else
+  const std::uint64_t total = 200'000;
+#endif
+  const std::uint64_t per = total / kProducers;
+  test::SegmentGuard guard(test::unique_segment_name());
+  QueueOptions o;
+  o.jobs = 1024;
+  o.lanes = 8;
+  o.payload_bytes = 16;
+  o.recovery_ms = 60000;  // sleep slices of 30 s: a lost wake runs out a 20 s wait
+  auto created = Queue::create(guard.name(), o);
+  ASSERT_TRUE(created.ok()) << test::describe(created.error());
+  Queue& q = created.value();
+  SharedBlock<Shared> sh;
+  SharedBlock<std::atomic<std::uint64_t>> lane_waits;
+
+  const auto started = Clock::now();
+  std::vector<ForkedChild> children;
+  for (unsigned p = 0; p < kProducers; ++p)
+    children.emplace_back([&, p] { return waiting_producer(guard.name(), *sh, p, per, *lane_waits); });
+  for (unsigned c = 0; c < kConsumers; ++c) children.emplace_back([&] { return consumer(guard.name(), *sh, total); });
+  bool hung = false;
+  for (;;) {
+    bool all = true;
+    for (auto& c : children) all = c.poll() && all;
+    if (all) break;
+    if (Clock::now() - started > kRunGuard) {
+      hung = true;
+      sh->stop.store(1);
+      for (auto& c : children)
+        if (!c.wait_for(std::chrono::seconds(10))) c.kill_now();
+      break;
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  for (auto& c : children) c.wait();
+  const double took = std::chrono::duration<double>(Clock::now() - started).count();
+  std::printf("lane waits: %llu groups through 8 lanes in %.1f s; %llu enqueues found no lane and waited\n",
+              static_cast<unsigned long long>(total), took, static_cast<unsigned long long>(lane_waits->load()));
+
+  const std::string problem = sh->problem_taken.load() ? std::string(sh->problem) : std::string("none");
+  EXPECT_FALSE(hung) << "the run did not finish within " << kRunGuard.count() << " s; first problem: " << problem;
+  for (auto& c : children) EXPECT_TRUE(c.exited_zero()) << "child " << c.pid() << " " << c.describe() << "; " << problem;
+  EXPECT_GT(lane_waits->load(), 0U) << "no enqueue waited for a lane: the test tests nothing";
+  EXPECT_EQ(sh->refusals.load(), 0U) << problem;
+  EXPECT_EQ(sh->duplicates.load(), 0U) << problem;
+  EXPECT_EQ(sh->wrong_group.load(), 0U) << problem;
+  EXPECT_EQ(sh->ack_errors.load(), 0U) << problem;
+  EXPECT_EQ(sh->stalls.load(), 0U) << problem;
+  EXPECT_EQ(sh->enqueued_total.load(), total) << problem;
+  EXPECT_EQ(sh->completed_total.load(), total) << problem;
+  const Snapshot s = q.snapshot();
+  EXPECT_EQ(s.pending + s.leased + s.scheduled + s.dead, 0U);
+  EXPECT_EQ(s.producers_parked, 0U);
   const FsckReport r = q.fsck();
   EXPECT_TRUE(r.clean()) << r.issues.size() << " issues, first: "
                          << (r.issues.empty() ? "" : r.issues[0].invariant + ": " + r.issues[0].detail);
