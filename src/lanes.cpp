@@ -175,9 +175,9 @@ bool reclaim_idle_in_buckets(Segment& s, const DirProbe& p, GroupKey g) noexcept
 
 bool sleep_may_be_under_way(const std::atomic<std::uint64_t>& until) noexcept {
   // [S5] seq_cst: pairs with a parking thread's raise before its last look.
-  // The coarse clock (the last tick: a few ms behind, never ahead of the
-  // precise one, 5 ns a read here against 23): it can only say "may be
-  // under way" a tick longer, never "over" too soon.
+  // The coarse clock (the last tick: up to a few ms behind, never ahead of
+  // the precise one; 5 ns a read here against 23): it can only say "may be
+  // under way" a few ms longer, never "over" too soon.
   return monotonic_ms_coarse() <= until.load(std::memory_order_seq_cst);
 }
 
@@ -192,7 +192,8 @@ void wake_lanes(Segment& s, std::uint32_t lane) noexcept {
     // yet, and that step adds no work. Anything else is no lane to give.
     if (lane == kDefaultLane || lane >= s.lane_count) return;
     const Word128 w = lane_load(s, lane);
-    const bool stepped = LaneWord::rel(w) == 0 || LaneWord::relop(w) == RelOp::complete || LaneWord::relop(w) == RelOp::park;
+    const RelOp op = LaneWord::relop(w);
+    const bool stepped = LaneWord::rel(w) == 0 || op == RelOp::complete || op == RelOp::park;
     if (!stepped || !lane_idle(s, lane, LaneWord::with_rel(w, 0, RelOp::complete))) return;
   }
   if (!sleep_may_be_under_way(s.h->lane_park_until)) return;
