@@ -423,15 +423,12 @@ namespace {
 EnqueueStatus enqueue_wait_until(Segment& s, const BrandedId& group, const BrandedId& job, std::string_view payload,
                                  const EnqueueOptions* options, std::uint64_t give_up) noexcept {
   AdmitOut said;
-  // The time the last look took (a look at lanes_full walks the lane
-  // records: about 1 ms at 100,000 lanes, found in review).
+  const auto look = [&] { return enqueue_one(s, group, job, payload, options, said); };
+  // The time the look after the last sleep took (a look at lanes_full walks
+  // the lane records: about 1 ms at 100,000 lanes, found in review). Only
+  // that look is timed: the look-again at `full` needs no timing, and two
+  // clock reads a look would slow it.
   std::uint64_t look_us = 0;
-  const auto look = [&] {
-    const std::uint64_t t0 = monotonic_us();
-    const EnqueueStatus st = enqueue_one(s, group, job, payload, options, said);
-    look_us = monotonic_us() - t0;
-    return st;
-  };
   // What an answer waits for. `full` is waited out only when it means every
   // slot is in use: the id index's two buckets full of this id's neighbours
   // (a refusal that gives its slot back, or leaves a husk) do not empty
@@ -565,7 +562,11 @@ EnqueueStatus enqueue_wait_until(Segment& s, const BrandedId& group, const Brand
         slept = slept_lane = true;
       }
     }
-    if (slept) st = look();  // out of the counts
+    if (slept) {  // out of the counts
+      const std::uint64_t t0 = monotonic_us();
+      st = look();
+      look_us = monotonic_us() - t0;
+    }
   }
 }
 
