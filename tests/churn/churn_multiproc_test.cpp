@@ -24,6 +24,7 @@
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
+#include <functional>
 #include <string>
 #include <thread>
 #include <vector>
@@ -225,6 +226,30 @@ int consumer(const std::string& seg, Shared& sh, std::uint64_t total) {
   return 0;
 }
 
+// Polls the children every 10 ms until all have exited (calling `sample`
+// between polls), and reaps them. Past kRunGuard it tells them to stop,
+// kills those still running 10 s later, and says the run hung.
+bool supervise(std::vector<ForkedChild>& children, Shared& sh, Clock::time_point started,
+               const std::function<void()>& sample = {}) {
+  bool hung = false;
+  for (;;) {
+    bool all = true;
+    for (auto& c : children) all = c.poll() && all;
+    if (all) break;
+    if (Clock::now() - started > kRunGuard) {
+      hung = true;
+      sh.stop.store(1);
+      for (auto& c : children)
+        if (!c.wait_for(std::chrono::seconds(10))) c.kill_now();
+      break;
+    }
+    if (sample) sample();
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  for (auto& c : children) c.wait();
+  return hung;
+}
+
 TEST(ChurnMultiProc, AMillionGroupsThroughSixtyFourLanes) {
   const std::uint64_t total = groups_from_env(), per = total / kProducers;
   test::SegmentGuard guard(test::unique_segment_name());
@@ -245,24 +270,10 @@ TEST(ChurnMultiProc, AMillionGroupsThroughSixtyFourLanes) {
 
   // Meanwhile: the lanes live at once, sampled.
   std::uint64_t max_live = 0, samples = 0;
-  bool hung = false;
-  for (;;) {
-    bool all = true;
-    for (auto& c : children) all = c.poll() && all;
-    if (all) break;
-    if (Clock::now() - started > kRunGuard) {
-      hung = true;
-      sh->stop.store(1);
-      for (auto& c : children)
-        if (!c.wait_for(std::chrono::seconds(10))) c.kill_now();
-      break;
-    }
-    const Snapshot s = q.snapshot();
-    max_live = std::max(max_live, s.lanes_live);
+  const bool hung = supervise(children, *sh, started, [&] {
+    max_live = std::max(max_live, q.snapshot().lanes_live);
     ++samples;
-    std::this_thread::sleep_for(std::chrono::milliseconds(10));
-  }
-  for (auto& c : children) c.wait();
+  });
   const double took = std::chrono::duration<double>(Clock::now() - started).count();
   std::printf("churn: %llu groups, %llu completed in %.1f s, lanes_live at most %llu (%llu samples)\n",
               static_cast<unsigned long long>(total),
@@ -329,21 +340,7 @@ TEST(ChurnMultiProc, ProducersOfMoreGroupsThanLanesWaitForThem) {
   for (unsigned p = 0; p < kProducers; ++p)
     children.emplace_back([&, p] { return waiting_producer(guard.name(), *sh, p, per, *lane_waits); });
   for (unsigned c = 0; c < kConsumers; ++c) children.emplace_back([&] { return consumer(guard.name(), *sh, total); });
-  bool hung = false;
-  for (;;) {
-    bool all = true;
-    for (auto& c : children) all = c.poll() && all;
-    if (all) break;
-    if (Clock::now() - started > kRunGuard) {
-      hung = true;
-      sh->stop.store(1);
-      for (auto& c : children)
-        if (!c.wait_for(std::chrono::seconds(10))) c.kill_now();
-      break;
-    }
-    std::this_thread::sleep_for(std::chrono::milliseconds(10));
-  }
-  for (auto& c : children) c.wait();
+  const bool hung = supervise(children, *sh, started);
   const double took = std::chrono::duration<double>(Clock::now() - started).count();
   std::printf("lane waits: %llu groups through 8 lanes in %.1f s; %llu enqueues found no lane and waited\n",
               static_cast<unsigned long long>(total), took, static_cast<unsigned long long>(lane_waits->load()));

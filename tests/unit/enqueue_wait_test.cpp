@@ -6,6 +6,7 @@
 // sleeps up to 30 s a slice, so a lost wake-up shows as a wait of that
 // order, and the checks below ("woken well within a slice") cannot be met
 // by a producer that slept its slice out.
+#include "failpoint_gate.hpp"
 #include "forked_child.hpp"
 #include "parked_child.hpp"
 #include "raw_segment.hpp"
@@ -19,6 +20,7 @@
 #include <atomic>
 #include <chrono>
 #include <fstream>
+#include <functional>
 #include <string>
 #include <thread>
 #include <vector>
@@ -51,6 +53,10 @@ bool in_futex_wait(pid_t tid) {
   long nr = -1;
   return (f >> nr) && nr == SYS_futex;
 }
+
+// A failpoint callback that counts its calls (in the std::atomic<int> it is
+// handed): how often a thread got to a step.
+void count_hits(void* n) { static_cast<std::atomic<int>*>(n)->fetch_add(1); }
 
 class EnqueueWait : public test::SegmentFixture {
  protected:
@@ -89,6 +95,16 @@ class EnqueueWait : public test::SegmentFixture {
     });
     EXPECT_TRUE(parked) << "the producer never parked";
     return t;
+  }
+
+  // Waits for the producer thread that answers into `st` (10 s at most:
+  // well within a 30 s sleep slice, so a lost wake shows), joins it, and
+  // says whether it answered in that time; `let_go` frees it on a failure.
+  bool answered_in_time(std::thread& producer, const std::atomic<int>& st, const std::function<void()>& let_go = {}) {
+    const bool done = eventually([&] { return st.load() != -1; }, 10s);
+    if (!done && let_go) let_go();
+    producer.join();
+    return done;
   }
 
   std::uint32_t jobs_ = 0;
@@ -259,19 +275,24 @@ TEST_F(EnqueueWait, ABatchWaitsOutAFullQueueItemByItem) {
 
 // The timeout is the batch's, not each item's: past it, the items left get
 // one try each. Three items at a full queue nobody drains answer `full`
-// after about one timeout (three would be 900 ms), and nothing is left
-// counted.
+// once the timeout has passed, the first item the only one that slept
+// (counted at step point room.sleep: with a timeout of its own, each item
+// would sleep), and nothing is left counted.
 TEST_F(EnqueueWait, ABatchWaitsOneTimeoutInAll) {
   make();
   fill();
   const EnqueueItem items[] = {{B, q().mint(), "0", {}}, {B, q().mint(), "1", {}}, {B, q().mint(), "2", {}}};
   EnqueueStatus st[3];
+  std::atomic<int> sleeps{0};
+  detail::failpoint_call("room.sleep", count_hits, &sleeps);
   const auto t0 = std::chrono::steady_clock::now();
   EXPECT_EQ(q().enqueue_batch_wait(items, st, 300ms), 0u);
   const auto took = std::chrono::steady_clock::now() - t0;
+  detail::failpoint_call("room.sleep", nullptr, nullptr);
   for (EnqueueStatus x : st) EXPECT_EQ(x, EnqueueStatus::full);
   EXPECT_GE(took, 300ms);
-  EXPECT_LT(took, 850ms) << "each item waited a timeout of its own";
+  EXPECT_GE(sleeps.load(), 1) << "the first item never slept";
+  EXPECT_LT(sleeps.load(), 3) << "each item waited a timeout of its own";
   EXPECT_EQ(s().h->room_waiters.load(), 0u);
 }
 
@@ -322,9 +343,7 @@ class EnqueueWaitLane : public EnqueueWait {
   // The producer started by park_for_a_lane is admitted, well within its
   // 30 s slice (a lost wake would sleep it out), and leaves nothing counted.
   void expect_admitted(std::thread& producer, const std::atomic<int>& st) {
-    const bool done = eventually([&] { return st.load() != -1; }, 10s);
-    producer.join();
-    ASSERT_TRUE(done) << "a lane to be had, and the producer parked for one asleep";
+    ASSERT_TRUE(answered_in_time(producer, st)) << "a lane to be had, and the producer parked for one asleep";
     EXPECT_EQ(EnqueueStatus(st.load()), EnqueueStatus::enqueued);
     expect_nothing_counted();
   }
@@ -348,9 +367,7 @@ TEST_F(EnqueueWaitLane, TheCompleteThatEmptiesALaneWakesAProducerParkedForOne) {
   const std::uint32_t seq = s().h->lane_seq.load();
   empty_a();
   EXPECT_NE(s().h->lane_seq.load(), seq) << "the complete made no wake";
-  const bool done = eventually([&] { return st.load() != -1; }, 10s);
-  producer.join();
-  ASSERT_TRUE(done) << "the lane was empty and the producer asleep";
+  ASSERT_TRUE(answered_in_time(producer, st)) << "the lane was empty and the producer asleep";
   EXPECT_EQ(EnqueueStatus(st.load()), EnqueueStatus::enqueued);
   expect_nothing_counted();
   Lease l;
@@ -469,21 +486,6 @@ std::uint32_t free_records(detail::Segment& s) {
   return n;
 }
 
-// Holds the first pass of each thread that asked (t_hold_record) at step
-// point lane.record_taken, until `go`.
-struct RecordGate {
-  std::atomic<int> held{0};
-  std::atomic<bool> go{false};
-};
-thread_local bool t_hold_record = false;
-void hold_record_taken(void* arg) {
-  auto& g = *static_cast<RecordGate*>(arg);
-  if (!t_hold_record) return;
-  t_hold_record = false;
-  g.held.fetch_add(1);
-  g.go.wait(false);
-}
-
 // Two enqueues of one new group create its lane at once, each with a record
 // of its own; the one that loses gives its record back (release_record).
 // A producer parked for a lane meanwhile is woken for it: the record was
@@ -494,32 +496,28 @@ TEST_F(EnqueueWaitLane, ARecordGivenBackByACreatorThatLostWakesAProducerParkedFo
   a_job_ = q().mint();
   ASSERT_EQ(q().enqueue(A, a_job_, "x"), EnqueueStatus::enqueued);  // A: one lane, with work
   const BrandedId G = BrandedId::make("GGG", 1);
-  RecordGate gate;
-  detail::failpoint_call("lane.record_taken", hold_record_taken, &gate);
+  test::FailpointGate gate;  // both creators held with a record taken
+  detail::failpoint_call("lane.record_taken", test::FailpointGate::hold, &gate);
   std::atomic<int> sx{-1}, sy{-1};
   std::thread x([&] {
-    t_hold_record = true;
+    test::FailpointGate::arm();
     sx = int(q().enqueue(G, q().mint(), "x"));
   });
   std::thread y([&] {
-    t_hold_record = true;
+    test::FailpointGate::arm();
     sy = int(q().enqueue(G, q().mint(), "y"));
   });
   ASSERT_TRUE(eventually([&] { return gate.held.load() == 2; }, 10s));
   EXPECT_EQ(free_records(s()), 0u) << "(the premise: both other records being created)";
   std::atomic<int> st{-1};
   std::thread p = park_for_a_lane(st, B, q().mint());
-  gate.go = true;
-  gate.go.notify_all();
+  gate.release();
   x.join();
   y.join();
   detail::failpoint_call("lane.record_taken", nullptr, nullptr);
   EXPECT_EQ(EnqueueStatus(sx.load()), EnqueueStatus::enqueued);
   EXPECT_EQ(EnqueueStatus(sy.load()), EnqueueStatus::enqueued);
-  const bool done = eventually([&] { return st.load() != -1; }, 10s);
-  if (!done) empty_a();  // (lets the producer go)
-  p.join();
-  EXPECT_TRUE(done) << "a lane record free, and the producer parked for one asleep";
+  EXPECT_TRUE(answered_in_time(p, st, [&] { empty_a(); })) << "a lane record free, and the producer parked for one asleep";
   EXPECT_EQ(EnqueueStatus(st.load()), EnqueueStatus::enqueued);
 }
 
@@ -670,9 +668,14 @@ TEST_F(EnqueueWaitLane, AProducerWhoseDirectoryBucketsAreFullLeavesTheLaneToOneT
   ASSERT_TRUE(q().claim(hl, kLease));
   ASSERT_EQ(q().complete(hl.id, hl.token), AckStatus::ok);
   ASSERT_TRUE(eventually([&] { return free_records(s()) == 1; })) << "(premise: h's lane given back, record free)";
-  std::this_thread::sleep_for(50ms);
+  // Over three of g's looks (each takes the free record, at step point
+  // lane.record_taken, and gives it back), no lane wake.
+  std::atomic<int> looks{0};
   const std::uint32_t seq = s().h->lane_seq.load();
-  std::this_thread::sleep_for(100ms);
+  detail::failpoint_call("lane.record_taken", count_hits, &looks);
+  const bool looked = eventually([&] { return looks.load() >= 3; }, 10s);
+  detail::failpoint_call("lane.record_taken", nullptr, nullptr);
+  EXPECT_TRUE(looked) << "g's producer stopped looking";
   EXPECT_EQ(s().h->lane_seq.load(), seq) << "g's producer woke itself for a lane it cannot use";
   EXPECT_EQ(s().h->lane_waiters.load(), 0u);
   // The fillers' jobs done: their lanes idle, g's look reclaims one of them.
@@ -754,31 +757,20 @@ TEST_F(EnqueueWait, ACountLeftPastEveryProducersSleepMakesNoWake) {
 // consumer frees a slot: the free moved room_seq on, so its futex wait
 // returns at once and it takes the slot, rather than sleeping a 30 s slice
 // with room in the queue.
-struct Held {
-  std::atomic<bool> held{false}, go{false};
-};
-thread_local bool t_hold = false;
-void hold_at_sleep(void* arg) {
-  auto& h = *static_cast<Held*>(arg);
-  if (!t_hold || h.held.exchange(true)) return;  // the first time only
-  h.go.wait(false);
-}
-
 TEST_F(EnqueueWait, AFreeWhileAProducerIsAboutToSleepIsNotLost) {
   make();
   fill();
-  Held h;
-  detail::failpoint_call("room.sleep", hold_at_sleep, &h);
+  test::FailpointGate h;
+  detail::failpoint_call("room.sleep", test::FailpointGate::hold, &h);
   std::atomic<int> st{-1};
   std::thread producer([&] {
-    t_hold = true;
+    test::FailpointGate::arm();
     st = int(q().enqueue_wait(B, q().mint(), "x", 50s));
   });
-  ASSERT_TRUE(eventually([&] { return h.held.load(); }, 10s)) << "never got to its sleep";
+  ASSERT_TRUE(eventually([&] { return h.held.load() == 1; }, 10s)) << "never got to its sleep";
   EXPECT_EQ(s().h->room_waiters.load(), 1u);
   free_one();
-  h.go = true;
-  h.go.notify_all();
+  h.release();
   const bool soon = eventually([&] { return st.load() != -1; }, 10s);
   producer.join();
   detail::failpoint_call("room.sleep", nullptr, nullptr);
@@ -961,9 +953,7 @@ TEST_F(EnqueueWait, ARepairThatFreesASlotWakesAParkedProducer) {
   detail::store128_init(s().words[0], detail::SlotWord::make(detail::SlotState::aborted, 0, 0, detail::SlotWord::ctr(w), 0));
   auto r = q().repair(true);
   ASSERT_TRUE(r) << r.error().message;
-  const bool done = eventually([&] { return st.load() != -1; }, 10s);
-  producer.join();
-  EXPECT_TRUE(done) << "the repair freed a slot and woke no producer";
+  EXPECT_TRUE(answered_in_time(producer, st)) << "the repair freed a slot and woke no producer";
   EXPECT_EQ(EnqueueStatus(st.load()), EnqueueStatus::enqueued);
 }
 
@@ -1012,9 +1002,7 @@ TEST_F(EnqueueWait, InALargeTableAParkedProducerIsWokenOnceABatchOfFrees) {
   for (int i = 0; i < 31; ++i) free_one();
   EXPECT_EQ(s().h->room_want.load(), want) << "a wake before the batch was counted";
   EXPECT_LE(std::uint32_t(s().h->room_seq.load() - (want - 32)), 31u);
-  const bool done = eventually([&] { return st.load() != -1; }, 10s);
-  producer.join();
-  EXPECT_TRUE(done);
+  EXPECT_TRUE(answered_in_time(producer, st));
   EXPECT_EQ(EnqueueStatus(st.load()), EnqueueStatus::enqueued);
 }
 
@@ -1031,10 +1019,7 @@ TEST_F(EnqueueWait, AScribbledRoomWantDoesNotHoldBackTheWakes) {
   std::thread producer = park_a_producer(st, 1);
   s().h->room_want.store(s().h->room_seq.load() + 1000);  // a scribble
   free_one();
-  const bool done = eventually([&] { return st.load() != -1; }, 10s);
-  if (!done) free_one();  // (lets the producer go on a failure)
-  producer.join();
-  EXPECT_TRUE(done) << "a slot free and the producer asleep";
+  EXPECT_TRUE(answered_in_time(producer, st, [&] { free_one(); })) << "a slot free and the producer asleep";
   EXPECT_EQ(EnqueueStatus(st.load()), EnqueueStatus::enqueued);
 }
 
@@ -1053,9 +1038,7 @@ TEST_F(EnqueueWait, TheSweepChunkThatSeesAFreeSlotWakesAParkedProducer) {
   s().h->room_waiters.store(1);
   const bool found_first = st.load() != -1;  // (a spurious return from its futex wait may find it first)
   q().tick();                                 // a sweep pass over the table
-  const bool done = eventually([&] { return st.load() != -1; }, 10s);
-  producer.join();
-  EXPECT_TRUE(done);
+  EXPECT_TRUE(answered_in_time(producer, st));
   EXPECT_EQ(EnqueueStatus(st.load()), EnqueueStatus::enqueued);
   if (!found_first) {
     EXPECT_NE(s().h->room_want.load(), want) << "the chunk that saw the free slot made no wake";

@@ -12,6 +12,7 @@
 // segment clock (advance_clock) and as generous hang guards. A few
 // single-process cases make a second handle look dead through a raw mapping
 // (its start time rewritten: same pid, another process).
+#include "failpoint_gate.hpp"
 #include "forked_child.hpp"
 #include "parked_child.hpp"
 #include "liveness_lock.hpp"
@@ -1722,34 +1723,23 @@ TEST_F(Recovery, ACountLeftInWaitersPastEverySleepMakesNoWake) {
 // relative to a clock read before the stall, it slept a whole slice more
 // with the job queued (found in review). Its sleep ends at an absolute time
 // now. Slices of 2 s; the claim must come well within one.
-struct HeldAtSleep {
-  std::atomic<bool> held{false}, go{false};
-};
-thread_local bool t_hold_at_sleep = false;
-void hold_at_sleep(void* arg) {
-  auto& h = *static_cast<HeldAtSleep*>(arg);
-  if (!t_hold_at_sleep || h.held.exchange(true)) return;  // the first time only
-  h.go.wait(false);
-}
-
 TEST_F(Recovery, AConsumerHeldBeforeItsSleepPastParkUntilDoesNotSleepOn) {
   make(4000);
   detail::Segment& s = detail::QueueAccess::segment(q());
-  HeldAtSleep h;
-  detail::failpoint_call("park.sleep", hold_at_sleep, &h);
+  test::FailpointGate h;
+  detail::failpoint_call("park.sleep", test::FailpointGate::hold, &h);
   std::atomic<bool> claimed{false};
   std::thread consumer([&] {
-    t_hold_at_sleep = true;
+    test::FailpointGate::arm();
     Lease l;
     claimed = q().claim_wait(l, kLongLease, 30s);
   });
-  ASSERT_TRUE(eventually([&] { return h.held.load(); }, 5s)) << "never got to its sleep";
+  ASSERT_TRUE(eventually([&] { return h.held.load() == 1; }, 5s)) << "never got to its sleep";
   // Past park_until on the clock notify reads (the coarse one, a tick or
   // so behind the precise one): the enqueue's notify then wakes nobody.
   ASSERT_TRUE(eventually([&] { return detail::monotonic_ms_coarse() > s.h->park_until.load(); }, 10s));
   ASSERT_EQ(q().enqueue(A, q().mint(), "x"), EnqueueStatus::enqueued);
-  h.go = true;
-  h.go.notify_all();
+  h.release();
   const bool soon = eventually([&] { return claimed.load(); }, 1s);
   consumer.join();
   detail::failpoint_call("park.sleep", nullptr, nullptr);

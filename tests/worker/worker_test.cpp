@@ -105,14 +105,11 @@ TEST_F(WorkerTest, EachThreadsBackendWaitsOutAFullQueue) {
   const std::uint64_t full = q().depth(g);
   std::thread consumer([&] {
     for (int i = 0; i < 2; ++i) {
-      const auto give_up = std::chrono::steady_clock::now() + std::chrono::seconds(20);
-      while (q().snapshot().producers_parked == 0 && std::chrono::steady_clock::now() < give_up)
-        std::this_thread::sleep_for(std::chrono::milliseconds(1));
+      EXPECT_TRUE(test::eventually([&] { return q().snapshot().producers_parked != 0; })) << "nobody parked";
       Lease l;
       ASSERT_TRUE(q().claim(l, 60000));
       ASSERT_EQ(q().complete(l.id, l.token), AckStatus::ok);
-      while (q().depth(g) != full && std::chrono::steady_clock::now() < give_up)
-        std::this_thread::sleep_for(std::chrono::milliseconds(1));
+      EXPECT_TRUE(test::eventually([&] { return q().depth(g) == full; })) << "the slot freed was not taken";
     }
   });
   EXPECT_EQ(b->enqueue_wait(g, q().mint(), "w", EnqueueOptions{}, std::chrono::seconds(30)), EnqueueStatus::enqueued);
