@@ -25,6 +25,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <functional>
+#include <optional>
 #include <string>
 #include <thread>
 #include <vector>
@@ -91,13 +92,20 @@ std::uint64_t groups_from_env() {
   return kDefaultGroups;
 }
 
-int producer(const std::string& seg, Shared& sh, unsigned p, std::uint64_t per) {
+// A child's handle on the segment, or none (the problem reported).
+std::optional<Queue> open_child(const std::string& seg, Shared& sh, const char* who) {
   auto r = Queue::open(seg);
   if (!r) {
-    report(sh, "producer open: " + r.error().message);
-    return 4;
+    report(sh, std::string(who) + " open: " + r.error().message);
+    return std::nullopt;
   }
-  Queue q = std::move(r.value());
+  return std::move(r.value());
+}
+
+int producer(const std::string& seg, Shared& sh, unsigned p, std::uint64_t per) {
+  std::optional<Queue> opened = open_child(seg, sh, "producer");
+  if (!opened) return 4;
+  Queue& q = *opened;
   const std::uint64_t base = std::uint64_t(p) * per;
   std::uint64_t low = 0;  // lowest of this producer's groups not yet completed
   auto last_progress = Clock::now();
@@ -143,12 +151,9 @@ int producer(const std::string& seg, Shared& sh, unsigned p, std::uint64_t per) 
 // Counts the enqueues that found no lane at first (they waited).
 int waiting_producer(const std::string& seg, Shared& sh, unsigned p, std::uint64_t per,
                      std::atomic<std::uint64_t>& lane_waits) {
-  auto r = Queue::open(seg);
-  if (!r) {
-    report(sh, "producer open: " + r.error().message);
-    return 4;
-  }
-  Queue q = std::move(r.value());
+  std::optional<Queue> opened = open_child(seg, sh, "producer");
+  if (!opened) return 4;
+  Queue& q = *opened;
   const std::uint64_t base = std::uint64_t(p) * per;
   for (std::uint64_t j = 0; j < per && !sh.stop.load(std::memory_order_relaxed); ++j) {
     const std::uint64_t g = base + j;
@@ -173,12 +178,9 @@ int waiting_producer(const std::string& seg, Shared& sh, unsigned p, std::uint64
 }
 
 int consumer(const std::string& seg, Shared& sh, std::uint64_t total) {
-  auto r = Queue::open(seg);
-  if (!r) {
-    report(sh, "consumer open: " + r.error().message);
-    return 4;
-  }
-  Queue q = std::move(r.value());
+  std::optional<Queue> opened = open_child(seg, sh, "consumer");
+  if (!opened) return 4;
+  Queue& q = *opened;
   Lease l;
   auto last_progress = Clock::now();
   std::uint64_t last_total = 0;
