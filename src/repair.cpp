@@ -79,6 +79,10 @@ class Repairer {
     futex_wake(&s_.h->wake_seq, INT_MAX);
     s_.h->room_seq.fetch_add(1, std::memory_order_release);
     futex_wake(&s_.h->room_seq, INT_MAX);
+    // And those parked for a lane: lanes may be free now too (the lane
+    // wait came later and was left out at first: found reading the change).
+    s_.h->lane_seq.fetch_add(1, std::memory_order_release);
+    futex_wake(&s_.h->lane_seq, INT_MAX);
   }
 
  private:

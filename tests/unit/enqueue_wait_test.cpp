@@ -957,6 +957,23 @@ TEST_F(EnqueueWait, ARepairThatFreesASlotWakesAParkedProducer) {
   EXPECT_EQ(EnqueueStatus(st.load()), EnqueueStatus::enqueued);
 }
 
+// A repair wakes producers parked for a lane as it wakes every other
+// parked thread (lanes may be free after it); it woke only those parked
+// for a slot at first. Woken, this one looks, finds A's lane still busy,
+// and parks again until A's job is done.
+TEST_F(EnqueueWaitLane, ARepairWakesAProducerParkedForALane) {
+  make_one_lane();
+  std::atomic<int> st{-1};
+  std::thread producer = park_for_a_lane(st, B, q().mint());
+  const std::uint32_t seq = s().h->lane_seq.load();
+  auto r = q().repair(true);
+  ASSERT_TRUE(r) << r.error().message;
+  EXPECT_NE(s().h->lane_seq.load(), seq) << "the repair woke no producer parked for a lane";
+  EXPECT_TRUE(eventually([&] { return s().h->lane_waiters.load() == 1; })) << "woken, it did not park again";
+  empty_a();
+  expect_admitted(producer, st);
+}
+
 // `full` from the id index (the id's two buckets hold seven live entries
 // each: about one insert in 10^9, or a scribble) is no want of slots, and
 // a free does not change it: enqueue_wait answers it at once. It waited it
