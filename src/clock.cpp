@@ -3,7 +3,8 @@
 #include "clock.hpp"
 
 #include <cstdio>
-#include <cstring>
+#include <string>
+#include <string_view>
 
 #if defined(__x86_64__)
 #include <cpuid.h>
@@ -13,14 +14,15 @@ namespace fairlane::detail {
 
 namespace {
 
-// What the kernel reads CLOCK_MONOTONIC from, as it names it in sysfs.
-bool kernel_clock_is_tsc() noexcept {
+// What the kernel reads CLOCK_MONOTONIC from, as sysfs names it ("" if it
+// cannot be read).
+std::string kernel_clocksource() {
   std::FILE* f = std::fopen("/sys/devices/system/clocksource/clocksource0/current_clocksource", "re");
-  if (!f) return false;
-  char name[32] = {};
+  if (!f) return {};
+  char name[64] = {};
   const bool read = std::fgets(name, sizeof name, f) != nullptr;
   std::fclose(f);
-  return read && std::strcmp(name, "tsc\n") == 0;
+  return read ? std::string(name) : std::string();
 }
 
 // CPUID 0x80000007, EDX bit 8: the counter runs at one rate in every
@@ -38,9 +40,14 @@ bool invariant_tsc() noexcept {
 
 }  // namespace
 
-// A kernel that later finds its counter unstable switches clocksource; the
-// counter is still invariant (the CPUID bit does not change), and a reading
-// is kept for at most kHotClockTicks of it.
-const bool kHotClockTrusted = invariant_tsc() && kernel_clock_is_tsc();
+bool hot_clock_trusted(bool invariant, std::string_view clocksource) noexcept {
+  if (!clocksource.empty() && clocksource.back() == '\n') clocksource.remove_suffix(1);
+  return invariant && clocksource == "tsc";
+}
+
+// Decided once: a kernel whose watchdog later finds the counter unstable
+// switches clocksource, and this process goes on keeping readings on it
+// (design.md, "The segment clock", says what that can cost).
+const bool kHotClockTrusted = hot_clock_trusted(invariant_tsc(), kernel_clocksource());
 
 }  // namespace fairlane::detail

@@ -6,6 +6,7 @@
 
 #include <atomic>
 #include <cstdint>
+#include <string_view>
 
 #if defined(__x86_64__)
 #include <x86intrin.h>
@@ -58,25 +59,45 @@ inline std::uint64_t monotonic_ms_coarse() noexcept {
 // The counter is trusted only where the kernel trusts it for its own clock
 // (kHotClockTrusted: an invariant counter and the tsc clocksource), so that
 // it neither stops while a thread sleeps nor differs between CPUs; elsewhere
-// the last reading is never kept, and every reading is precise.
+// the counter is not read, and every reading is precise.
 struct HotClock {
   std::uint64_t tsc = 0;
   std::uint64_t us = 0;
 };
 inline constexpr std::uint64_t kHotClockTicks = 4096;
 inline thread_local constinit HotClock t_hot_clock{};
-// Decided once per process as the library loads (clock.cpp); false before,
-// so that a reading made by another library's static initialiser is precise.
+
+// Whether a host whose counter is invariant (`invariant`) and whose kernel
+// reads CLOCK_MONOTONIC from the clocksource named `clocksource` (sysfs's
+// current_clocksource, its newline included or not) may keep readings.
+bool hot_clock_trusted(bool invariant, std::string_view clocksource) noexcept;
+// This host's answer, decided once per process as the library loads
+// (clock.cpp); false before, so that a reading made by another library's
+// static initialiser is precise.
 extern const bool kHotClockTrusted;
+
+// One reading of the hot clock from `c`, given the counter's value `t`, read
+// before this call (so before `precise` reads the clock): the kept reading
+// if the counter moved less than kHotClockTicks since it was taken, else
+// `precise()`, kept with `t`. The reading is stored before its counter
+// value, with a signal fence between, so that a signal handler running
+// between the two stores and reading the clock on this thread finds the old
+// counter value (a miss, or the new reading), never the new counter value
+// beside an old reading.
+template <class Precise>
+inline std::uint64_t hot_reading(HotClock& c, std::uint64_t t, Precise&& precise) noexcept {
+  if (t - c.tsc < kHotClockTicks) return c.us;
+  const std::uint64_t us = precise();
+  c.us = us;
+  std::atomic_signal_fence(std::memory_order_release);
+  c.tsc = t;
+  return us;
+}
 
 inline std::uint64_t monotonic_us_hot() noexcept {
 #if defined(__x86_64__)
-  const std::uint64_t t = __rdtsc();
-  HotClock& c = t_hot_clock;
-  if (t - c.tsc < kHotClockTicks) return c.us;
-  const std::uint64_t us = monotonic_us();
-  if (kHotClockTrusted) c = HotClock{t, us};
-  return us;
+  if (!kHotClockTrusted) return monotonic_us();
+  return hot_reading(t_hot_clock, __rdtsc(), monotonic_us);
 #else
   return monotonic_us();
 #endif

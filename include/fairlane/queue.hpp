@@ -439,6 +439,10 @@ class Queue {
   bool writable() noexcept;
 
   // The segment clock: CLOCK_MONOTONIC in ms plus the segment's test offset.
+  // Read through the calling thread's last reading while the time-stamp
+  // counter says under 4,096 ticks have passed (a few us; docs/design.md,
+  // "The segment clock"): never going back on one thread, never ahead of
+  // CLOCK_MONOTONIC, and up to that much behind it.
   std::uint64_t now_ms() const noexcept;
 
   // Mint a fresh id, strictly greater than any minted before in this

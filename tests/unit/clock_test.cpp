@@ -93,6 +93,51 @@ TEST(HotClock, ReadingsAreKeptExactlyWhereTheCounterIsTrusted) {
   EXPECT_LT(precise, kReads / 4);
 }
 
+// The decision whether readings may be kept: only an invariant counter the
+// kernel reads its own clock from.
+TEST(HotClock, TrustedOnlyWithAnInvariantCounterTheKernelUses) {
+  EXPECT_TRUE(hot_clock_trusted(true, "tsc\n"));
+  EXPECT_TRUE(hot_clock_trusted(true, "tsc"));
+  EXPECT_FALSE(hot_clock_trusted(false, "tsc\n"));  // it may stop or change rate
+  EXPECT_FALSE(hot_clock_trusted(true, "kvm-clock\n"));
+  EXPECT_FALSE(hot_clock_trusted(true, "hpet\n"));
+  EXPECT_FALSE(hot_clock_trusted(true, "hyperv_clocksource_tsc_page\n"));
+  EXPECT_FALSE(hot_clock_trusted(true, "tsc2\n"));
+  EXPECT_FALSE(hot_clock_trusted(true, ""));  // sysfs could not be read
+}
+
+// hot_reading against a simulated host: a counter of one tick a nanosecond
+// and a precise clock that returns the time it is read at, after a delay
+// that stands for a preemption between the counter's read and the clock's.
+// Whatever the delays, a reading is never ahead of the time it is returned
+// at and never behind the time the call began by more than kHotClockTicks
+// (+1 us for the clock's whole microseconds). Had the kept counter value
+// been read after the clock, a delay would be added to what a kept reading
+// can lag.
+TEST(HotClock, AKeptReadingLagsTheCallByAtMostItsTicksWhateverTheDelays) {
+  std::uint64_t now_ns = 1'000'000'000;
+  std::uint64_t rng = 42;
+  const auto next = [&rng] {
+    rng = rng * 6364136223846793005ULL + 1442695040888963407ULL;
+    return rng >> 33;
+  };
+  HotClock c{};
+  int kept = 0;
+  for (int i = 0; i < 200'000; ++i) {
+    const std::uint64_t begin = now_ns;
+    const std::uint64_t t = now_ns;  // the counter, read first
+    const std::uint64_t got = hot_reading(c, t, [&] {
+      if (next() % 8 == 0) now_ns += next() % 20'000;  // preempted before the clock's read
+      return now_ns / 1000;
+    });
+    if (got * 1000 + 1000 <= begin) ++kept;  // (counted only to show readings are kept)
+    ASSERT_LE(got * 1000, now_ns) << "call " << i;
+    ASSERT_GE(got * 1000 + kHotClockTicks + 1000, begin) << "call " << i;
+    now_ns += next() % 1'500;  // the caller's own work between calls
+  }
+  EXPECT_GT(kept, 0);
+}
+
 // Each thread keeps its own reading: one thread's does not serve another.
 TEST(HotClock, EachThreadKeepsItsOwn) {
   (void)monotonic_us_hot();
