@@ -685,6 +685,11 @@ struct Mirror::Impl {
     // [S10] seq_cst: pairs with the sync enqueuer's announce-then-look.
     m.acked.store(std::max(b.end_seq, m.acked.load(std::memory_order_relaxed)), std::memory_order_seq_cst);
     m.acked_unix_ms.store(unix_ms(), std::memory_order_relaxed);
+    // Rings sync enqueuers waiting for their acknowledgement, and producers
+    // in enqueue_wait waiting for room in the log: the batch's cells were
+    // given back before it was shipped (the reader's tail store, which
+    // happens before this), so they find them ([S10] with their count
+    // before their last look).
     if (m.ack_waiters.load(std::memory_order_seq_cst) > 0 && sleep_may_be_under_way(m.ack_park_until)) {
       m.ack_bell.fetch_add(1, std::memory_order_release);
       futex_wake(&m.ack_bell, INT_MAX);

@@ -438,10 +438,13 @@ EnqueueStatus enqueue_wait_until(Segment& s, const BrandedId& group, const Brand
   // be given back; the group's directory buckets full of groups with work
   // (`buckets`: about one new group in 10^7) until one of those goes idle,
   // which nothing announces to it: it looks every kRoomSleepMs.
-  enum class Wait { none, room, lane, buckets };
+  // `mirror_behind` (the transition log full, refuse policy) until the
+  // mirror reads records off the log (`log`).
+  enum class Wait { none, room, lane, buckets, log };
   const auto wait_of = [&](EnqueueStatus st) {
     if (st == EnqueueStatus::full && !said.index_full) return Wait::room;
     if (st == EnqueueStatus::lanes_full) return said.buckets_full ? Wait::buckets : Wait::lane;
+    if (st == EnqueueStatus::mirror_behind) return Wait::log;
     return Wait::none;
   };
   // A producer that slept may have been woken for a freed slot (a wake is
@@ -520,6 +523,27 @@ EnqueueStatus enqueue_wait_until(Segment& s, const BrandedId& group, const Brand
           step_end += kRoomSleepMs;
         }
         slept = slept_room = true;
+      }
+    } else if (w == Wait::log) {
+      // Parked where sync enqueuers wait for their acknowledgement: the
+      // mirror rings ack_bell at each acknowledgement (mirror.cpp, the
+      // shipper), and the cells of a batch are given back before it
+      // is shipped, so a ring follows every batch of cells given back, a
+      // Valkey round trip later. Read before the count: a ring after it
+      // moves the word, and the futex wait returns at once. Every producer
+      // parked there is woken (room for many may have come), and none
+      // passes a wake on. With no mirror running, nothing rings: the sleep
+      // runs to its end, and the look after it decides.
+      MirrorShared& m = s.h->mirror;
+      const std::uint32_t bell = m.ack_bell.load(std::memory_order_acquire);
+      const Parked parked(m.ack_waiters, s.me->ack_parked, m.ack_park_until, sleep_end);
+      // The last look: cells given back before an acknowledgement that
+      // could not see us counted are found here ([S10]: the ack's store
+      // and its load of ack_waiters come after the cells' store).
+      st = look();
+      if (wait_of(st) == Wait::log) {
+        futex_wait_until(&m.ack_bell, bell, sleep_end);
+        slept = true;
       }
     } else if (w == Wait::buckets) {
       // Not counted for lane wakes: a lane given back elsewhere is no room

@@ -474,16 +474,19 @@ class Queue {
                         const EnqueueOptions& options) noexcept {
     return enqueue_with(group, job, payload, &options);
   }
-  // enqueue, but a full queue (every job slot in use) and lanes_full (a
-  // new group, and every lane record held by a group with work) are waited
-  // out. At `full` the calling thread looks again for up to 10 us, then
-  // parks on a futex in the segment until a slot is freed (a complete, a
-  // purge of dead jobs, a drain, a repair); at lanes_full it parks at once
-  // until a lane may be given back (its group's last job completed or sent
-  // to the dead letters or a delay, or found idle by a sweep pass); either
-  // until `timeout` has passed, and tries again. Returns what enqueue
-  // returns; `full` or `lanes_full` only once the timeout has passed (a
-  // timeout of 0 is one try, and never parks). Every other answer comes
+  // enqueue, but a full queue (every job slot in use), lanes_full (a
+  // new group, and every lane record held by a group with work) and
+  // mirror_behind (a mirrored segment's transition log full, refuse policy)
+  // are waited out. At `full` the calling thread looks again for up to
+  // 10 us, then parks on a futex in the segment until a slot is freed (a
+  // complete, a purge of dead jobs, a drain, a repair); at lanes_full it
+  // parks at once until a lane may be given back (its group's last job
+  // completed or sent to the dead letters or a delay, or found idle by a
+  // sweep pass); at mirror_behind until the mirror acknowledges a batch
+  // (whose log cells it gave back before shipping it); each until
+  // `timeout` has passed, and tries again. Returns what enqueue returns;
+  // `full`, `lanes_full` or `mirror_behind` only once the timeout has
+  // passed (a timeout of 0 is one try, and never parks). Every other answer comes
   // back at once, `full` from the id index among them (the id's two index
   // buckets full: a free does not change it). Producers parked for slots
   // are woken a batch at a time once a batch of slots has been freed (a

@@ -71,7 +71,9 @@ class MirrorTest : public ::testing::Test {
     guard_.reset();
   }
 
-  Queue create(Durability d = Durability::async, MirrorFull full = MirrorFull::refuse, std::uint32_t log = 65536) {
+  // recovery_ms 0: the default.
+  Queue create(Durability d = Durability::async, MirrorFull full = MirrorFull::refuse, std::uint32_t log = 65536,
+               std::uint32_t recovery_ms = 0) {
     QueueOptions o;
     o.jobs = 4096;
     o.lanes = 64;
@@ -80,6 +82,7 @@ class MirrorTest : public ::testing::Test {
     o.on_full = full;
     o.mirror_log = log;
     o.sync_timeout_ms = 5000;
+    if (recovery_ms) o.recovery_ms = recovery_ms;
     auto q = Queue::create(name_, o);
     EXPECT_TRUE(q) << q.error().message;
     return std::move(*q);
@@ -365,6 +368,63 @@ TEST_F(MirrorTest, RefusePolicyRefusesNewJobsWhenTheLogIsFullAndChangesNothing) 
   ASSERT_TRUE(caught_up(q));
   expect_same(q);
   EXPECT_EQ(q.enqueue(group(1), q.mint(), "x"), EnqueueStatus::enqueued);
+}
+
+// enqueue_wait waits out a full log (refuse policy): parked on the mirror's
+// bell, it is admitted once the mirror gives cells back. The recovery bound
+// of 60 s makes each sleep up to 30 s long, so an answer within 10 s of the
+// mirror's start comes from a ring, not from a sleep run out (a liveness
+// bound, not a speed assertion). Before 2026-12-06 `mirror_behind` came
+// back at once.
+TEST_F(MirrorTest, EnqueueWaitWaitsOutAFullLogAndIsAdmittedWhenTheMirrorGivesCellsBack) {
+  Queue q = create(Durability::async, MirrorFull::refuse, 64, 60000);
+  EnqueueStatus st = EnqueueStatus::enqueued;
+  for (int i = 0; i < 200 && st == EnqueueStatus::enqueued; ++i) st = q.enqueue(group(1), q.mint(), "x");
+  ASSERT_EQ(st, EnqueueStatus::mirror_behind);
+  test::RawSegment raw(name_);
+  const auto& m = raw.header().mirror;
+  const BrandedId id = q.mint();
+  std::atomic<int> answer{-1};
+  std::thread producer([&] { answer = int(q.enqueue_wait(group(2), id, "waited", 30000ms)); });
+  // Parked on the bell (counted in ack_waiters), not answered.
+  const auto parked_by = std::chrono::steady_clock::now() + 10s;
+  while (m.ack_waiters.load() == 0 && answer.load() == -1 && std::chrono::steady_clock::now() < parked_by)
+    std::this_thread::sleep_for(1ms);
+  EXPECT_EQ(answer.load(), -1) << "answered " << to_string(EnqueueStatus(answer.load())) << " with the log full";
+  EXPECT_EQ(m.ack_waiters.load(), 1u);
+  start_mirror();
+  const auto answered_by = std::chrono::steady_clock::now() + 10s;
+  while (answer.load() == -1 && std::chrono::steady_clock::now() < answered_by) std::this_thread::sleep_for(1ms);
+  const bool answered = answer.load() != -1;
+  if (!answered) mirror_->stop();  // (nothing rang: the producer sleeps on; the join waits its sleep out)
+  producer.join();
+  ASSERT_TRUE(answered) << "the mirror gave cells back and the parked producer slept on";
+  EXPECT_EQ(EnqueueStatus(answer.load()), EnqueueStatus::enqueued);
+  EXPECT_EQ(q.depth(group(2)), 1u);
+  EXPECT_EQ(m.ack_waiters.load(), 0u);
+  ASSERT_TRUE(caught_up(q));
+  expect_same(q);
+}
+
+// Past its timeout, with nobody reading the log, enqueue_wait says
+// mirror_behind and leaves nothing: no job, no count, the id free to admit.
+TEST_F(MirrorTest, EnqueueWaitPastItsTimeoutSaysMirrorBehindAndLeavesNothing) {
+  Queue q = create(Durability::async, MirrorFull::refuse, 64);
+  EnqueueStatus st = EnqueueStatus::enqueued;
+  for (int i = 0; i < 200 && st == EnqueueStatus::enqueued; ++i) st = q.enqueue(group(1), q.mint(), "x");
+  ASSERT_EQ(st, EnqueueStatus::mirror_behind);
+  test::RawSegment raw(name_);
+  const BrandedId id = q.mint();
+  const auto t0 = std::chrono::steady_clock::now();
+  EXPECT_EQ(q.enqueue_wait(group(2), id, "waited", 200ms), EnqueueStatus::mirror_behind);
+  EXPECT_GE(std::chrono::steady_clock::now() - t0, 200ms);
+  EXPECT_EQ(q.depth(group(2)), 0u);
+  EXPECT_EQ(raw.header().mirror.ack_waiters.load(), 0u);
+  start_mirror();
+  ASSERT_TRUE(caught_up(q));
+  EXPECT_EQ(q.enqueue(group(2), id, "now"), EnqueueStatus::enqueued);
+  ASSERT_TRUE(caught_up(q));
+  expect_same(q);
 }
 
 TEST_F(MirrorTest, DropPolicyKeepsAdmittingSaysSoAndResynchronisesLater) {
