@@ -458,7 +458,22 @@ struct Mirror::Impl {
       }
       if (n) {
         idle_rounds = 0;
-        m.tail.store(seq, std::memory_order_release);
+        const std::uint64_t was = m.tail.load(std::memory_order_relaxed);  // (ours alone to move)
+        // [S11] seq_cst: the cells given back, then the load of ack_waiters;
+        // pairs with enqueue_wait's count, fence and look at the log. A log
+        // that was full to the refusal line (log_room_for_admission) may
+        // have producers parked for room: they are rung now, not when this
+        // batch is acknowledged (Valkey may be slow or away, this mirror
+        // stopped or killed before it ships). Otherwise nobody waits for
+        // these cells, and sync enqueuers parked on the same bell are left
+        // to their acknowledgement. (`head` only grows: read late, it can
+        // only make the log look fuller, and ring once more.)
+        m.tail.store(seq, std::memory_order_seq_cst);
+        if (m.head.load(std::memory_order_seq_cst) - was + (s.log_mask + 1) / 8 >= s.log_mask + 1 &&
+            m.ack_waiters.load(std::memory_order_seq_cst) > 0 && sleep_may_be_under_way(m.ack_park_until)) {
+          m.ack_bell.fetch_add(1, std::memory_order_release);
+          futex_wake(&m.ack_bell, INT_MAX);
+        }
         ctr_records.fetch_add(n, std::memory_order_relaxed);
         FAIRLANE_FAILPOINT("mirror.records_read");
         for (std::uint32_t slot : slots) {
@@ -685,11 +700,9 @@ struct Mirror::Impl {
     // [S10] seq_cst: pairs with the sync enqueuer's announce-then-look.
     m.acked.store(std::max(b.end_seq, m.acked.load(std::memory_order_relaxed)), std::memory_order_seq_cst);
     m.acked_unix_ms.store(unix_ms(), std::memory_order_relaxed);
-    // Rings sync enqueuers waiting for their acknowledgement, and producers
-    // in enqueue_wait waiting for room in the log: the batch's cells were
-    // given back before it was shipped (the reader's tail store, which
-    // happens before this), so they find them ([S10] with their count
-    // before their last look).
+    // Rings sync enqueuers waiting for their acknowledgement (and any
+    // producer parked for room in the log: the reader rang those when it
+    // gave the batch's cells back, [S11]).
     if (m.ack_waiters.load(std::memory_order_seq_cst) > 0 && sleep_may_be_under_way(m.ack_park_until)) {
       m.ack_bell.fetch_add(1, std::memory_order_release);
       futex_wake(&m.ack_bell, INT_MAX);

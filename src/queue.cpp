@@ -114,8 +114,9 @@ void raise_park_until(std::atomic<std::uint64_t>& until, std::uint64_t end) noex
 
 // A thread parked on one of the segment's spots (claim_wait's: waiters,
 // park_until; enqueue_wait's: room_waiters, room_park_until, and for a lane
-// lane_waiters, lane_park_until; a sync enqueue's: the mirror's
-// ack_waiters, ack_park_until), from before its last look to after its
+// lane_waiters, lane_park_until; a sync enqueue's, and enqueue_wait's for
+// room in the log: the mirror's ack_waiters, ack_park_until), from before
+// its last look to after its
 // sleep. Counted in the spot's waiters ([S5] seq_cst: before the last
 // look; pairs with the waker's load), then in its process record
 // (ProcRecord::parked, room_parked, lane_parked or ack_parked), after the
@@ -251,6 +252,7 @@ MirrorStatus Queue::mirror_status() const {
   st.lost = m.lost.load(std::memory_order_relaxed);
   st.resyncs = m.resyncs.load(std::memory_order_relaxed);
   st.dropped_unix_ms = m.dropped_unix_ms.load(std::memory_order_relaxed);
+  st.waiters = sleep_may_be_under_way(m.ack_park_until) ? m.ack_waiters.load(std::memory_order_relaxed) : 0;
   if (st.lag > 0) {
     // The oldest unacknowledged record: in flight at the mirror, or still in
     // the log at `acked` (read before it is given back, so re-check its stamp).
@@ -526,20 +528,20 @@ EnqueueStatus enqueue_wait_until(Segment& s, const BrandedId& group, const Brand
       }
     } else if (w == Wait::log) {
       // Parked where sync enqueuers wait for their acknowledgement: the
-      // mirror rings ack_bell at each acknowledgement (mirror.cpp, the
-      // shipper), and the cells of a batch are given back before it
-      // is shipped, so a ring follows every batch of cells given back, a
-      // Valkey round trip later. Read before the count: a ring after it
-      // moves the word, and the futex wait returns at once. Every producer
-      // parked there is woken (room for many may have come), and none
-      // passes a wake on. With no mirror running, nothing rings: the sleep
-      // runs to its end, and the look after it decides.
+      // mirror's reader rings ack_bell when it gives cells back from a log
+      // full to the refusal line (mirror.cpp, [S11]). Read before the
+      // count: a ring after it moves the word, and the futex wait returns
+      // at once. Every producer parked there is woken (room for many may
+      // have come), and none passes a wake on. With no mirror running,
+      // nothing rings: the sleep runs to its end, and the look after it
+      // decides (a mirror restarted meanwhile reads the log and rings).
       MirrorShared& m = s.h->mirror;
       const std::uint32_t bell = m.ack_bell.load(std::memory_order_acquire);
       const Parked parked(m.ack_waiters, s.me->ack_parked, m.ack_park_until, sleep_end);
-      // The last look: cells given back before an acknowledgement that
-      // could not see us counted are found here ([S10]: the ack's store
-      // and its load of ack_waiters come after the cells' store).
+      // [S11]: the count, then the look's loads of `head` and `tail`
+      // (relaxed in the admission's check): either the reader's load of
+      // ack_waiters sees us counted, or this look sees its cells.
+      std::atomic_thread_fence(std::memory_order_seq_cst);
       st = look();
       if (wait_of(st) == Wait::log) {
         futex_wait_until(&m.ack_bell, bell, sleep_end);

@@ -292,8 +292,8 @@ int holder_dead(Segment& s, std::uint32_t holder1, std::uint64_t now_ms) noexcep
 
 // The threads of process record p's owner parked in claim_wait
 // (ProcRecord::parked) and in enqueue_wait (ProcRecord::room_parked, and
-// lane_parked for those parked for a lane), and for the mirror's
-// acknowledgement of a sync enqueue (ack_parked), taken out of
+// lane_parked for those parked for a lane), and for the mirror (ack_parked:
+// a sync enqueue's acknowledgement, or room in the log), taken out of
 // Header::waiters, room_waiters, lane_waiters and mirror.ack_waiters, for
 // an owner judged dead
 // as incarnation `inc` (the record's incarnation read before the verdict).

@@ -230,7 +230,8 @@ int run_enqueue(const EnqueueArgs& a) {
       case EnqueueStatus::lanes_full: fail_lanes_full(t, g);
       case EnqueueStatus::mirror_behind:
         fail(fmt::format("'{}' refuses new jobs: its mirror's transition log is full (Valkey is away or behind; "
-                         "see 'fairlane inspect {}')", target, target));
+                         "see 'fairlane inspect {}'){}",
+                         target, target, wait_ms ? fmt::format(" (waited {} ms)", wait_ms) : std::string()));
       case EnqueueStatus::mirror_unavailable:
         fail(fmt::format("'{}' is mirrored with sync durability and no mirror is running: start 'fairlane mirror {}'",
                          target, target));

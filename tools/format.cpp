@@ -178,7 +178,8 @@ nlohmann::json mirror_json(const MirrorStatus& m) {
           {"lost", m.lost},
           {"resyncs", m.resyncs},
           {"dropped_unix_ms", m.dropped_unix_ms},
-          {"log_cells", m.log_cells}};
+          {"log_cells", m.log_cells},
+          {"waiters", m.waiters}};
 }
 
 }  // namespace
@@ -272,7 +273,8 @@ void recovery_and_mirror_lines(const SegmentView& v, std::string& out) {
                    m.state));
   if (m.state == "dropped" && m.dropped_unix_ms != 0)
     line(fmt::format("         dropped {}: nothing is logged until a resync", ago(v.unix_ms, m.dropped_unix_ms)));
-  line(fmt::format("         logged {}, acked {}", plural(m.logged, "transition", "transitions"), grouped(m.acked)));
+  line(fmt::format("         logged {}, acked {}{}", plural(m.logged, "transition", "transitions"), grouped(m.acked),
+                   m.waiters ? "; " + plural(m.waiters, "thread parked for it", "threads parked for it") : std::string()));
   line(fmt::format("         lag {} ({}), lost {}, resyncs {}{}", grouped(m.lag), span_ms(m.lag_ms), grouped(m.lost),
                    grouped(m.resyncs), m.acked_unix_ms ? ", last ack " + ago(v.unix_ms, m.acked_unix_ms) : std::string()));
 }

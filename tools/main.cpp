@@ -197,7 +197,7 @@ class Parser {
         ->type_name("FILE");
     s->add_option("--delay", enqueue_.delay_ms, "not claimable for MS milliseconds")->capture_default_str()->type_name("MS");
     enqueue_.wait_ms = "0";
-    s->add_option("--wait", enqueue_.wait_ms, "a full queue or no lane free: wait up to MS for a slot or a lane")
+    s->add_option("--wait", enqueue_.wait_ms, "a full queue, no lane free or a full mirror log: wait up to MS for room")
         ->capture_default_str()
         ->type_name("MS");
     s->add_option("--max-attempts", enqueue_.max_attempts, "deliveries before the job is dead-lettered (1..65535)")

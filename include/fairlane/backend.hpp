@@ -57,9 +57,10 @@ class Backend {
   }
   virtual EnqueueStatus enqueue(const BrandedId& group, const BrandedId& job, std::string_view payload,
                                 const EnqueueOptions& options) = 0;
-  // enqueue, waiting up to `timeout` while the queue is full or has no
-  // lane for a new group (Queue::enqueue_wait). A backend with no fixed
-  // number of job slots or lanes never answers either, and this is enqueue.
+  // enqueue, waiting up to `timeout` while the queue is full, has no lane
+  // for a new group, or its mirror's log is full (Queue::enqueue_wait). A
+  // backend with no fixed number of job slots or lanes and no mirror log
+  // never answers any of these, and this is enqueue.
   virtual EnqueueStatus enqueue_wait(const BrandedId& group, const BrandedId& job, std::string_view payload,
                                      const EnqueueOptions& options, std::chrono::milliseconds timeout) {
     (void)timeout;

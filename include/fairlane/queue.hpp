@@ -129,6 +129,11 @@ struct MirrorStatus {
   std::uint64_t resyncs = 0;
   std::uint64_t dropped_unix_ms = 0;
   std::uint32_t log_cells = 0;
+  // Threads parked for the mirror: sync enqueuers waiting for their
+  // acknowledgement and producers in enqueue_wait waiting for room in the
+  // log (MirrorShared::ack_waiters), read as 0 once every sleep begun there
+  // has ended, as Snapshot::producers_parked is.
+  std::uint64_t waiters = 0;
 };
 
 // What recovery (returning the leases of dead or late holders, and finishing
@@ -510,7 +515,7 @@ class Queue {
   // how many were enqueued. statuses.size() must be >= items.size(); extra
   // statuses are left alone. Lock-free.
   std::size_t enqueue_batch(std::span<const EnqueueItem> items, std::span<EnqueueStatus> statuses) noexcept;
-  // enqueue_batch with each item's `full` and `lanes_full` waited out as
+  // enqueue_batch with each item's `full`, `lanes_full` and `mirror_behind` waited out as
   // enqueue_wait does, in order, all within the one `timeout`: an item
   // waits for what is left of it, and once it has passed each item left
   // gets one try. One status per item, as enqueue_batch's. Blocking.

@@ -220,5 +220,62 @@ TEST_F(MirrorMove, AResyncThatReadsTheCopyBeforeTheDropAndTheOriginAfterItWrites
   EXPECT_EQ(moved, MoveStatus::moved);
 }
 
+// A producer parked in enqueue_wait for room in a full log (refuse policy)
+// is rung by the mirror's reader as it gives cells back, not only at the
+// acknowledgement of the batch it read them into: here Valkey is stopped
+// (SIGSTOP) once the reader is held, so no batch is acknowledged at all.
+// The recovery bound of 60 s makes each sleep 30 s long: an answer within
+// 10 s comes from the reader's ring (a liveness bound, not a speed
+// assertion). With the ring only at acknowledgements (the first version,
+// found in review) the producer slept on while a plain enqueue was
+// admitted.
+TEST_F(MirrorMove, AProducerParkedForLogRoomIsRungWhenTheReaderGivesCellsBack) {
+  QueueOptions o;
+  o.jobs = 256;
+  o.lanes = 8;
+  o.mirror = url_;
+  o.mirror_log = 64;
+  o.on_full = MirrorFull::refuse;
+  o.recovery_ms = 60000;
+  auto made = Queue::create(name_, o);
+  ASSERT_TRUE(made) << made.error().message;
+  Queue q = std::move(*made);
+  ASSERT_TRUE(start_mirror());
+  const BrandedId g1 = BrandedId::make("AAA", 1), g2 = BrandedId::make("BBB", 2);
+  const BrandedId first = q.mint();
+  ASSERT_EQ(q.enqueue(g1, first, "first"), EnqueueStatus::enqueued);
+  ASSERT_EQ(wait_for(first, "state", "pending"), "pending");  // the mirror's start behind it
+
+  // The reader held after it read the next record: the log fills behind it.
+  ReaderHold reader;
+  detail::failpoint_call("mirror.records_read", &ReaderHold::at, &reader);
+  ASSERT_EQ(q.enqueue(g1, q.mint(), "x"), EnqueueStatus::enqueued);
+  ASSERT_TRUE(test::eventually([&] { return reader.reached.load(); }, 20s)) << "the mirror never read the record";
+  EnqueueStatus st = EnqueueStatus::enqueued;
+  for (int i = 0; i < 200 && st == EnqueueStatus::enqueued; ++i) st = q.enqueue(g1, q.mint(), "x");
+  ASSERT_EQ(st, EnqueueStatus::mirror_behind);
+
+  const BrandedId id = q.mint();
+  std::atomic<int> answer{-1};
+  std::thread producer([&] { answer = int(q.enqueue_wait(g2, id, "waited", 30000ms)); });
+  ASSERT_TRUE(test::eventually([&] { return q.mirror_status().waiters == 1 || answer.load() != -1; }, 10s));
+  ASSERT_EQ(answer.load(), -1) << "answered with the log full";
+
+  server_->pause();  // nothing is acknowledged from here
+  detail::failpoint_call("mirror.records_read", nullptr, nullptr);
+  reader.hold.store(false);
+  const bool answered = test::eventually([&] { return answer.load() != -1; }, 10s);
+  if (!answered) {
+    mirror_->stop();  // (nothing rang: the producer sleeps on; the join waits its sleep out)
+    server_->resume();
+  }
+  producer.join();
+  ASSERT_TRUE(answered) << "the reader gave cells back and the parked producer slept on";
+  EXPECT_EQ(EnqueueStatus(answer.load()), EnqueueStatus::enqueued);
+  EXPECT_EQ(q.depth(g2), 1u);
+  server_->resume();
+  EXPECT_EQ(wait_for(id, "state", "pending"), "pending");
+}
+
 }  // namespace
 }  // namespace fairlane

@@ -392,6 +392,9 @@ TEST_F(MirrorTest, EnqueueWaitWaitsOutAFullLogAndIsAdmittedWhenTheMirrorGivesCel
     std::this_thread::sleep_for(1ms);
   EXPECT_EQ(answer.load(), -1) << "answered " << to_string(EnqueueStatus(answer.load())) << " with the log full";
   EXPECT_EQ(m.ack_waiters.load(), 1u);
+  EXPECT_EQ(q.mirror_status().waiters, 1u);
+  const auto shown = test::run_program(FAIRLANE_CLI_PATH, {"inspect", name_});
+  EXPECT_NE(shown.out.find("1 thread parked for it"), std::string::npos) << shown.out;
   start_mirror();
   const auto answered_by = std::chrono::steady_clock::now() + 10s;
   while (answer.load() == -1 && std::chrono::steady_clock::now() < answered_by) std::this_thread::sleep_for(1ms);
@@ -402,6 +405,7 @@ TEST_F(MirrorTest, EnqueueWaitWaitsOutAFullLogAndIsAdmittedWhenTheMirrorGivesCel
   EXPECT_EQ(EnqueueStatus(answer.load()), EnqueueStatus::enqueued);
   EXPECT_EQ(q.depth(group(2)), 1u);
   EXPECT_EQ(m.ack_waiters.load(), 0u);
+  EXPECT_EQ(q.mirror_status().waiters, 0u);
   ASSERT_TRUE(caught_up(q));
   expect_same(q);
 }
@@ -547,6 +551,36 @@ TEST_F(MirrorTest, ASyncEnqueuerKilledWhileWaitingForTheAckIsTakenOutOfTheCount)
   EXPECT_EQ(records(), 0u);
   EXPECT_EQ(waiters.load(), 0u) << "the dead sync enqueuer is still counted";
   ASSERT_EQ(q.enqueue(group(1), q.mint(), "after"), EnqueueStatus::enqueued);
+}
+
+// The same for a producer killed while parked in enqueue_wait for room in a
+// full log: the sweeps that judge it dead take it out of ack_waiters.
+// (A recovery bound of 60 s: one sleep of 30 s, so the kill lands in it.)
+TEST_F(MirrorTest, AProducerKilledWhileParkedForLogRoomIsTakenOutOfTheCount) {
+  Queue q = create(Durability::async, MirrorFull::refuse, 64, 60000);
+  EnqueueStatus st = EnqueueStatus::enqueued;
+  for (int i = 0; i < 200 && st == EnqueueStatus::enqueued; ++i) st = q.enqueue(group(1), q.mint(), "x");
+  ASSERT_EQ(st, EnqueueStatus::mirror_behind);
+  test::RawSegment raw(name_);
+  const auto& waiters = raw.header().mirror.ack_waiters;
+  const auto records = [&] {
+    std::uint64_t n = 0;
+    for (std::uint32_t i = 0; i < raw.header().proc_capacity; ++i) n += raw.proc(i).ack_parked.load() & 0xFFFFFFFF;
+    return n;
+  };
+  test::kill_a_parked_child(
+      name_, [](Queue& c) { (void)c.enqueue_wait(group(2), c.mint(), "parked", 60000ms); },
+      [&] { return waiters.load() == 1 && records() == 1; });
+  ASSERT_FALSE(HasFatalFailure());
+  EXPECT_EQ(waiters.load(), 1u);
+  EXPECT_EQ(records(), 1u);
+  for (int pass = 0; pass < 64 && (waiters.load() != 0 || records() != 0); ++pass) {
+    q.advance_clock(q.config().recovery_ms);
+    (void)q.tick();
+  }
+  EXPECT_EQ(records(), 0u);
+  EXPECT_EQ(waiters.load(), 0u) << "the dead producer is still counted";
+  EXPECT_EQ(q.depth(group(2)), 0u);
 }
 
 // A count left in ack_waiters with every sync enqueuer's sleep over (one

@@ -570,8 +570,9 @@ struct alignas(kCacheLine) ProcRecord {
   // way, counted in Header::lane_waiters (and in room_parked, as in
   // room_waiters: every parked producer is counted there).
   std::atomic<std::uint64_t> lane_parked;
-  // Its threads parked for the mirror's acknowledgement of a sync enqueue
-  // (mirror_wait_acked), the same way, counted in MirrorShared::ack_waiters.
+  // Its threads parked for the mirror: for the acknowledgement of a sync
+  // enqueue (mirror_wait_acked), or in enqueue_wait for room in the log
+  // (mirror_behind), the same way, counted in MirrorShared::ack_waiters.
   std::atomic<std::uint64_t> ack_parked;
   std::uint64_t reserved[3];
 };
@@ -715,14 +716,14 @@ struct alignas(kCacheLine) MirrorShared {
   std::atomic<std::uint32_t> proc;                       // the running mirror's record (MirrorRole), 0 if none
   std::atomic<std::uint32_t> state;                      // MirrorState
   alignas(kCacheLine) std::atomic<std::uint64_t> acked;  // records below this are in Valkey
-  std::atomic<std::uint32_t> ack_bell;                   // futex: sync enqueuers park here
+  std::atomic<std::uint32_t> ack_bell;                   // futex: sync enqueuers and producers waiting for log room park here
   std::atomic<std::uint32_t> ack_waiters;
   std::atomic<std::uint64_t> acked_unix_ms;              // when `acked` last moved
   std::atomic<std::uint64_t> inflight_ms;                // segment ms of the oldest record read but not acked (0: none)
   std::atomic<std::uint64_t> dropped_unix_ms;            // when the log last overflowed
   std::atomic<std::uint64_t> lost;                       // records not logged (full log, holes), ever
   std::atomic<std::uint64_t> resyncs;                    // full resynchronisations, ever
-  // CLOCK_MONOTONIC ms: no sync enqueuer parked on ack_bell sleeps past it
+  // CLOCK_MONOTONIC ms: no thread parked on ack_bell sleeps past it
   // (as Header::park_until is to claim_wait's consumers).
   std::atomic<std::uint64_t> ack_park_until;
 };
