@@ -114,18 +114,17 @@ void raise_park_until(std::atomic<std::uint64_t>& until, std::uint64_t end) noex
 
 // A thread parked on one of the segment's spots (claim_wait's: waiters,
 // park_until; enqueue_wait's: room_waiters, room_park_until, and for a lane
-// lane_waiters, lane_park_until; a sync enqueue's, and enqueue_wait's for
-// room in the log: the mirror's ack_waiters, ack_park_until), from before
-// its last look to after its
-// sleep. Counted in the spot's waiters ([S5] seq_cst: before the last
-// look; pairs with the waker's load), then in its process record
+// lane_waiters, lane_park_until; a sync enqueue's, and enqueue_wait's for room
+// in the log: the mirror's ack_waiters, ack_park_until), from before its last
+// look to after its sleep. Counted in the spot's waiters ([S5] seq_cst: before
+// the last look; pairs with the waker's load), then in its process record
 // (ProcRecord::parked, room_parked, lane_parked or ack_parked), after the
-// spot's count and taken out before it, so that a sweep that finds the
-// process dead takes out no more than it put in (drop_parked). Then the
-// spot's end is raised past the sleep's (`sleep_end`): wakers skip the
-// wake once it has passed. Neither count is taken below 0, nor does the record's borrow
-// from its incarnation half: one taken out under us (a misjudged death, a
-// scribble) is then counted again at our next park, not owed for good.
+// spot's count and taken out before it, so that a sweep that finds the process
+// dead takes out no more than it put in (drop_parked). Then the spot's end is
+// raised past the sleep's (`sleep_end`): wakers skip the wake once it has
+// passed. Neither count is taken below 0, nor does the record's borrow from its
+// incarnation half: one taken out under us (a misjudged death, a scribble) is
+// then counted again at our next park, not owed for good.
 class Parked {
  public:
   Parked(std::atomic<std::uint32_t>& waiters, std::atomic<std::uint64_t>& record, std::atomic<std::uint64_t>& until,

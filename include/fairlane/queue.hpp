@@ -487,9 +487,8 @@ class Queue {
   // complete, a purge of dead jobs, a drain, a repair); at lanes_full it
   // parks at once until a lane may be given back (its group's last job
   // completed or sent to the dead letters or a delay, or found idle by a
-  // sweep pass); at mirror_behind until the mirror acknowledges a batch
-  // (whose log cells it gave back before shipping it); each until
-  // `timeout` has passed, and tries again. Returns what enqueue returns;
+  // sweep pass); at mirror_behind until the mirror's reader gives log
+  // cells back; each until `timeout` has passed, and tries again. Returns what enqueue returns;
   // `full`, `lanes_full` or `mirror_behind` only once the timeout has
   // passed (a timeout of 0 is one try, and never parks). Every other answer comes
   // back at once, `full` from the id index among them (the id's two index
@@ -515,8 +514,9 @@ class Queue {
   // how many were enqueued. statuses.size() must be >= items.size(); extra
   // statuses are left alone. Lock-free.
   std::size_t enqueue_batch(std::span<const EnqueueItem> items, std::span<EnqueueStatus> statuses) noexcept;
-  // enqueue_batch with each item's `full`, `lanes_full` and `mirror_behind` waited out as
-  // enqueue_wait does, in order, all within the one `timeout`: an item
+  // enqueue_batch with each item's `full`, `lanes_full` and
+  // `mirror_behind` waited out as enqueue_wait does, in order, all within
+  // the one `timeout`: an item
   // waits for what is left of it, and once it has passed each item left
   // gets one try. One status per item, as enqueue_batch's. Blocking.
   std::size_t enqueue_batch_wait(std::span<const EnqueueItem> items, std::span<EnqueueStatus> statuses,
