@@ -410,6 +410,41 @@ TEST_F(MirrorTest, EnqueueWaitWaitsOutAFullLogAndIsAdmittedWhenTheMirrorGivesCel
   expect_same(q);
 }
 
+// enqueue_batch_wait waits a full log out for each item in turn, within its
+// one timeout; the CLI's `enqueue --wait` says what it waited for.
+TEST_F(MirrorTest, ABatchAndTheCliWaitOutAFullLogToo) {
+  Queue q = create(Durability::async, MirrorFull::refuse, 64, 60000);
+  EnqueueStatus st = EnqueueStatus::enqueued;
+  for (int i = 0; i < 200 && st == EnqueueStatus::enqueued; ++i) st = q.enqueue(group(1), q.mint(), "x");
+  ASSERT_EQ(st, EnqueueStatus::mirror_behind);
+
+  // The CLI past its wait: the refusal, and how long it waited.
+  const auto cli = test::run_program(
+      FAIRLANE_CLI_PATH, {"enqueue", name_, group(2).string(), "--mint", "--payload", "cli", "--wait", "200"});
+  EXPECT_NE(cli.exit_code, 0) << cli.out;
+  EXPECT_NE(cli.err.find("refuses new jobs"), std::string::npos) << cli.err;
+  EXPECT_NE(cli.err.find("(waited 200 ms)"), std::string::npos) << cli.err;
+  EXPECT_EQ(q.depth(group(2)), 0u);
+
+  // A batch of two parked behind the full log, admitted once the mirror reads it.
+  const std::array<EnqueueItem, 2> items{EnqueueItem{group(2), q.mint(), "a"}, EnqueueItem{group(3), q.mint(), "b"}};
+  std::array<EnqueueStatus, 2> statuses{EnqueueStatus::full, EnqueueStatus::full};
+  std::atomic<int> admitted{-1};
+  std::thread producer([&] { admitted = int(q.enqueue_batch_wait(items, statuses, 30000ms)); });
+  ASSERT_TRUE(test::eventually([&] { return q.mirror_status().waiters == 1 || admitted.load() != -1; }, 10s));
+  ASSERT_EQ(admitted.load(), -1) << "the batch was answered with the log full";
+  start_mirror();
+  const bool answered = test::eventually([&] { return admitted.load() != -1; }, 10s);
+  if (!answered) mirror_->stop();  // (nothing rang: the join waits the sleep out)
+  producer.join();
+  ASSERT_TRUE(answered) << "the mirror read the log and the batch slept on";
+  EXPECT_EQ(admitted.load(), 2);
+  EXPECT_EQ(statuses[0], EnqueueStatus::enqueued);
+  EXPECT_EQ(statuses[1], EnqueueStatus::enqueued);
+  ASSERT_TRUE(caught_up(q));
+  expect_same(q);
+}
+
 // Past its timeout, with nobody reading the log, enqueue_wait says
 // mirror_behind and leaves nothing: no job, no count, the id free to admit.
 TEST_F(MirrorTest, EnqueueWaitPastItsTimeoutSaysMirrorBehindAndLeavesNothing) {
