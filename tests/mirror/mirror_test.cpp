@@ -97,6 +97,21 @@ class MirrorTest : public ::testing::Test {
     mirror_ = std::move(*m);
   }
 
+  // Enqueues into group 1 until the log refuses (refuse policy, no mirror
+  // reading it): the status that stopped it, mirror_behind if it filled.
+  static EnqueueStatus fill_log(Queue& q) {
+    EnqueueStatus st = EnqueueStatus::enqueued;
+    for (int i = 0; i < 200 && st == EnqueueStatus::enqueued; ++i) st = q.enqueue(group(1), q.mint(), "x");
+    return st;
+  }
+
+  // Threads counted in the process records' ack_parked (their low halves).
+  static std::uint64_t ack_parked_records(test::RawSegment& raw) {
+    std::uint64_t n = 0;
+    for (std::uint32_t i = 0; i < raw.header().proc_capacity; ++i) n += raw.proc(i).ack_parked.load() & 0xFFFFFFFF;
+    return n;
+  }
+
   // Until Valkey has acknowledged every logged transition (a liveness wait
   // with a generous bound, not a speed assertion).
   ::testing::AssertionResult caught_up(Queue& q, std::chrono::seconds within = 20s) {
@@ -378,27 +393,21 @@ TEST_F(MirrorTest, RefusePolicyRefusesNewJobsWhenTheLogIsFullAndChangesNothing) 
 // back at once.
 TEST_F(MirrorTest, EnqueueWaitWaitsOutAFullLogAndIsAdmittedWhenTheMirrorGivesCellsBack) {
   Queue q = create(Durability::async, MirrorFull::refuse, 64, 60000);
-  EnqueueStatus st = EnqueueStatus::enqueued;
-  for (int i = 0; i < 200 && st == EnqueueStatus::enqueued; ++i) st = q.enqueue(group(1), q.mint(), "x");
-  ASSERT_EQ(st, EnqueueStatus::mirror_behind);
+  ASSERT_EQ(fill_log(q), EnqueueStatus::mirror_behind);
   test::RawSegment raw(name_);
   const auto& m = raw.header().mirror;
   const BrandedId id = q.mint();
   std::atomic<int> answer{-1};
   std::thread producer([&] { answer = int(q.enqueue_wait(group(2), id, "waited", 30000ms)); });
   // Parked on the bell (counted in ack_waiters), not answered.
-  const auto parked_by = std::chrono::steady_clock::now() + 10s;
-  while (m.ack_waiters.load() == 0 && answer.load() == -1 && std::chrono::steady_clock::now() < parked_by)
-    std::this_thread::sleep_for(1ms);
+  (void)test::eventually([&] { return m.ack_waiters.load() != 0 || answer.load() != -1; }, 10s);
   EXPECT_EQ(answer.load(), -1) << "answered " << to_string(EnqueueStatus(answer.load())) << " with the log full";
   EXPECT_EQ(m.ack_waiters.load(), 1u);
   EXPECT_EQ(q.mirror_status().waiters, 1u);
   const auto shown = test::run_program(FAIRLANE_CLI_PATH, {"inspect", name_});
   EXPECT_NE(shown.out.find("1 thread parked for it"), std::string::npos) << shown.out;
   start_mirror();
-  const auto answered_by = std::chrono::steady_clock::now() + 10s;
-  while (answer.load() == -1 && std::chrono::steady_clock::now() < answered_by) std::this_thread::sleep_for(1ms);
-  const bool answered = answer.load() != -1;
+  const bool answered = test::eventually([&] { return answer.load() != -1; }, 10s);
   if (!answered) mirror_->stop();  // (nothing rang: the producer sleeps on; the join waits its sleep out)
   producer.join();
   ASSERT_TRUE(answered) << "the mirror gave cells back and the parked producer slept on";
@@ -414,9 +423,7 @@ TEST_F(MirrorTest, EnqueueWaitWaitsOutAFullLogAndIsAdmittedWhenTheMirrorGivesCel
 // one timeout; the CLI's `enqueue --wait` says what it waited for.
 TEST_F(MirrorTest, ABatchAndTheCliWaitOutAFullLogToo) {
   Queue q = create(Durability::async, MirrorFull::refuse, 64, 60000);
-  EnqueueStatus st = EnqueueStatus::enqueued;
-  for (int i = 0; i < 200 && st == EnqueueStatus::enqueued; ++i) st = q.enqueue(group(1), q.mint(), "x");
-  ASSERT_EQ(st, EnqueueStatus::mirror_behind);
+  ASSERT_EQ(fill_log(q), EnqueueStatus::mirror_behind);
 
   // The CLI past its wait: the refusal, and how long it waited.
   const auto cli = test::run_program(
@@ -449,9 +456,7 @@ TEST_F(MirrorTest, ABatchAndTheCliWaitOutAFullLogToo) {
 // mirror_behind and leaves nothing: no job, no count, the id free to admit.
 TEST_F(MirrorTest, EnqueueWaitPastItsTimeoutSaysMirrorBehindAndLeavesNothing) {
   Queue q = create(Durability::async, MirrorFull::refuse, 64);
-  EnqueueStatus st = EnqueueStatus::enqueued;
-  for (int i = 0; i < 200 && st == EnqueueStatus::enqueued; ++i) st = q.enqueue(group(1), q.mint(), "x");
-  ASSERT_EQ(st, EnqueueStatus::mirror_behind);
+  ASSERT_EQ(fill_log(q), EnqueueStatus::mirror_behind);
   test::RawSegment raw(name_);
   const BrandedId id = q.mint();
   const auto t0 = std::chrono::steady_clock::now();
@@ -558,11 +563,7 @@ TEST_F(MirrorTest, ASyncEnqueuerKilledWhileWaitingForTheAckIsTakenOutOfTheCount)
   ASSERT_EQ(q.enqueue(group(1), q.mint(), "x"), EnqueueStatus::enqueued);
   test::RawSegment raw(name_);
   const auto& waiters = raw.header().mirror.ack_waiters;
-  const auto records = [&] {
-    std::uint64_t n = 0;
-    for (std::uint32_t i = 0; i < raw.header().proc_capacity; ++i) n += raw.proc(i).ack_parked.load() & 0xFFFFFFFF;
-    return n;
-  };
+  const auto records = [&] { return ack_parked_records(raw); };
   // Killed while counted (its count is dropped and taken again each 50 ms
   // step: a kill between two steps leaves nothing, and is tried again).
   bool counted = false;
@@ -593,16 +594,10 @@ TEST_F(MirrorTest, ASyncEnqueuerKilledWhileWaitingForTheAckIsTakenOutOfTheCount)
 // (A recovery bound of 60 s: one sleep of 30 s, so the kill lands in it.)
 TEST_F(MirrorTest, AProducerKilledWhileParkedForLogRoomIsTakenOutOfTheCount) {
   Queue q = create(Durability::async, MirrorFull::refuse, 64, 60000);
-  EnqueueStatus st = EnqueueStatus::enqueued;
-  for (int i = 0; i < 200 && st == EnqueueStatus::enqueued; ++i) st = q.enqueue(group(1), q.mint(), "x");
-  ASSERT_EQ(st, EnqueueStatus::mirror_behind);
+  ASSERT_EQ(fill_log(q), EnqueueStatus::mirror_behind);
   test::RawSegment raw(name_);
   const auto& waiters = raw.header().mirror.ack_waiters;
-  const auto records = [&] {
-    std::uint64_t n = 0;
-    for (std::uint32_t i = 0; i < raw.header().proc_capacity; ++i) n += raw.proc(i).ack_parked.load() & 0xFFFFFFFF;
-    return n;
-  };
+  const auto records = [&] { return ack_parked_records(raw); };
   test::kill_a_parked_child(
       name_, [](Queue& c) { (void)c.enqueue_wait(group(2), c.mint(), "parked", 60000ms); },
       [&] { return waiters.load() == 1 && records() == 1; });
