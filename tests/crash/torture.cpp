@@ -3,6 +3,18 @@
 // that the queue kept every promise it made to them (the crash-safety issue's
 // "random kills" run, docs/design.md section 5, "Recovery"; the stops are issue 13).
 //
+// With --churn the producers also enqueue on 24 groups that own no lane
+// records of their own: 28 groups share 12 records, so lanes go idle, are
+// given back and taken by other groups, producers are told `lanes_full` and
+// wait for a lane, and retries come due for groups whose lane is gone, all
+// under the same kills and stops (design.md section 4, "Tenants come and
+// go"). With --controls a controller process, killed and stopped like the
+// others, changes the plain lanes' and churn groups' settings (pause,
+// resume, weight, limit) and now and then pauses the whole queue; the
+// supervisor puts back what a killed one left before the consumers' last
+// phase. The run fails unless it saw lanes given back and `lanes_full`
+// answered (--churn) and changes made (--controls).
+//
 // A single-threaded supervisor forks P producers and C consumers (fork, no
 // exec: single-threaded, so fork is safe also under TSan). Each child opens
 // its own Queue handle and never touches the supervisor's; it ends only by a
@@ -108,7 +120,9 @@ using std::chrono::milliseconds;
 // ---- the segment and its lanes ------------------------------------------------
 
 constexpr std::uint32_t kJobs = 4096;
-constexpr std::uint32_t kLaneCapacity = 16;  // 8 torture lanes + 4 fairness lanes + the default lane
+// 8 torture lanes + 4 fairness lanes, and (--churn) 24 groups that come and
+// go through the records the torture lanes leave over.
+constexpr std::uint32_t kLaneCapacity = 16;
 constexpr std::uint32_t kPayloadBytes = 32;
 constexpr std::string_view kJobKind = "JOB";
 
@@ -121,20 +135,38 @@ struct LaneSpec {
 };
 constexpr std::array<LaneSpec, 8> kLanes = {{{1, 1}, {2, 1}, {3, 1}, {0, 2}, {0, 1}, {0, 1}, {0, 1}, {0, 1}}};
 constexpr std::uint32_t kTortureLanes = kLanes.size();
+// The first four carry settings from the start (so they keep their lanes);
+// the other four are plain, and only those are --controls' to change.
+constexpr std::uint32_t kPinnedLanes = 4;
+static_assert(kLanes[kPinnedLanes].limit == 0 && kLanes[kPinnedLanes].weight == 1 && kLanes[kTortureLanes - 1].weight == 1);
 constexpr std::uint32_t kFairLanes = 4;
+// --churn: groups "CHN00000000001".. that take lanes only while they have
+// work. With the four limited or weighted torture lanes pinned (a lane
+// with settings other than the defaults is never idle) and the four plain
+// ones competing too, 28 groups share 12 lane records: producers meet
+// `lanes_full` and wait for a lane, idle lanes are given back and taken for
+// other groups, and retries (fail with a delay) come due for groups whose
+// lane is gone, all while children are killed and stopped.
+constexpr std::uint32_t kChurnGroups = 24;
+constexpr std::uint32_t kAllLanes = kTortureLanes + kFairLanes + kChurnGroups;
 
 // Lane index i: 0..7 are the torture lanes "LNE00000000001".. (the
 // multi-process tests' naming), 8..11 the fairness lanes "FAR00000000001"..,
-// never used before the fairness run.
+// never used before the fairness run, 12..35 the churn groups.
+constexpr std::uint32_t kChurnFirst = kTortureLanes + kFairLanes;
 BrandedId lane_group(std::uint32_t i) {
-  return i < kTortureLanes ? BrandedId::make("LNE", i + 1) : BrandedId::make("FAR", i - kTortureLanes + 1);
+  if (i < kTortureLanes) return BrandedId::make("LNE", i + 1);
+  if (i < kChurnFirst) return BrandedId::make("FAR", i - kTortureLanes + 1);
+  return BrandedId::make("CHN", i - kChurnFirst + 1);
 }
 std::optional<std::uint32_t> lane_index(const BrandedId& g) {
   const std::uint64_t n = g.snowflake();
   if (g.kind() == "LNE" && n >= 1 && n <= kTortureLanes) return std::uint32_t(n - 1);
   if (g.kind() == "FAR" && n >= 1 && n <= kFairLanes) return std::uint32_t(kTortureLanes + n - 1);
+  if (g.kind() == "CHN" && n >= 1 && n <= kChurnGroups) return std::uint32_t(kChurnFirst + n - 1);
   return std::nullopt;
 }
+bool is_fair_lane(std::uint32_t i) { return i >= kTortureLanes && i < kChurnFirst; }
 
 constexpr std::uint32_t kLeaseMs = 2000;
 constexpr milliseconds kClaimTimeout{100};
@@ -156,7 +188,7 @@ std::string check_payload(const Lease& l) {
   unsigned lane = 0;
   if (l.payload.size() < fairlane::kIdLength + 3 ||
       std::sscanf(l.payload.c_str() + fairlane::kIdLength, " L%u", &lane) != 1 ||
-      lane >= kTortureLanes + kFairLanes)
+      lane >= kAllLanes)
     return "unreadable payload '" + l.payload + "'";
   if (l.payload != make_payload(l.id, lane)) return "payload '" + l.payload + "' is not the one enqueued";
   if (l.group != lane_group(lane))
@@ -183,6 +215,8 @@ struct alignas(64) ProgressSlot {
   std::atomic<std::uint64_t> longest_op_ns;   // longest enqueue/mint/complete/fail not spanning its own stop
   std::atomic<std::uint64_t> longest_wait_ns; // longest claim_wait beyond its timeout, likewise
   std::atomic<std::uint64_t> calls;
+  std::atomic<std::uint64_t> lanes_full;      // a producer's enqueue answers `lanes_full` (--churn)
+  std::atomic<std::uint64_t> controls;        // a controller's changes made (--controls)
 };
 
 // Set by the SIGCONT handler: a call during which it changed spanned a stop
@@ -220,8 +254,10 @@ class CallTimer {
 
 // ---- children -------------------------------------------------------------------
 
-enum class Role { producer, consumer };
-const char* role_name(Role r) { return r == Role::producer ? "producer" : "consumer"; }
+enum class Role { producer, consumer, controller };
+const char* role_name(Role r) {
+  return r == Role::producer ? "producer" : r == Role::consumer ? "consumer" : "controller";
+}
 
 struct ChildSpec {
   Role role;
@@ -230,6 +266,7 @@ struct ChildSpec {
   std::uint64_t seed;
   unsigned watchdog_s;
   ProgressSlot* progress;  // null: not timed
+  bool churn;              // producers enqueue on the churn groups too
 };
 
 // One log line, one write(2): with O_APPEND a kill leaves either the whole
@@ -322,7 +359,9 @@ Queue attach_or_exit(const std::string& name) {
   std::mt19937_64 rng(spec.seed);
   CallTimer timed(spec.progress);
   for (;;) {
-    const auto lane = static_cast<std::uint32_t>(rng() % kTortureLanes);
+    // With churn, the torture lanes and the churn groups alike.
+    std::uint32_t lane = static_cast<std::uint32_t>(rng() % (spec.churn ? kTortureLanes + kChurnGroups : kTortureLanes));
+    if (lane >= kTortureLanes) lane += kFairLanes;
     const BrandedId id = timed(CallKind::op, [&] { return q.mint(); });
     const std::string payload = make_payload(id, lane);
     // Producers of odd seed wait out a full queue parked in enqueue_wait
@@ -337,9 +376,14 @@ Queue attach_or_exit(const std::string& name) {
         put_line(log.fd(), "A %s", id.string().c_str());
         break;
       }
-      if (st == EnqueueStatus::full) {
-        // The consumers will make room; a short back-off keeps a full queue
-        // from being a busy loop on two cores.
+      // Without churn, 8 groups never fill the lane records: `lanes_full`
+      // is a broken promise then.
+      if (st == EnqueueStatus::full || (spec.churn && st == EnqueueStatus::lanes_full)) {
+        // The consumers will make room (a slot; a lane, once some group's
+        // work is done); a short back-off keeps a full queue from being a
+        // busy loop on two cores.
+        if (st == EnqueueStatus::lanes_full && spec.progress != nullptr)
+          spec.progress->lanes_full.fetch_add(1, std::memory_order_relaxed);
         if (!parks) std::this_thread::sleep_for(std::chrono::microseconds(200 + rng() % 200));
         continue;
       }
@@ -394,6 +438,54 @@ Queue attach_or_exit(const std::string& name) {
   }
 }
 
+// The lanes a controller may change (--controls): the plain torture lanes,
+// and the churn groups with --churn. Never the pinned ones (their limits are
+// sampled) nor the fairness lanes.
+std::uint32_t controlled_lanes(bool churn) { return kTortureLanes - kPinnedLanes + (churn ? kChurnGroups : 0); }
+std::uint32_t controlled_lane(std::uint32_t k) {
+  return k < kTortureLanes - kPinnedLanes ? kPinnedLanes + k : kChurnFirst + (k - (kTortureLanes - kPinnedLanes));
+}
+
+// --controls: pauses, resumes, weights and limits of random lanes, and now
+// and then a pause of the whole queue, a few milliseconds apart. Each call
+// must answer ok (or, with churn, lanes_full: naming a group that has no
+// lane takes one). Killed like the others, it leaves its settings behind;
+// the supervisor puts them back to the defaults before the consumers'
+// last phase.
+[[noreturn]] void controller_main(const ChildSpec& spec) {
+  Queue q = attach_or_exit(spec.segment);
+  ChildLog log(spec.log_path);
+  std::mt19937_64 rng(spec.seed);
+  CallTimer timed(spec.progress);
+  const auto check = [&](const char* what, const BrandedId& g, LaneStatus st) {
+    if (st == LaneStatus::ok || (spec.churn && st == LaneStatus::lanes_full)) return;
+    log.violation(std::string(what) + " " + g.string() + " -> " + std::string(fairlane::to_string(st)));
+  };
+  for (;;) {
+    const BrandedId g = lane_group(controlled_lane(static_cast<std::uint32_t>(rng() % controlled_lanes(spec.churn))));
+    const unsigned what = static_cast<unsigned>(rng() % 20);
+    if (what < 8) {  // back to the defaults
+      check("resume", g, timed(CallKind::op, [&] { return q.resume(g); }));
+      check("set_weight 1", g, timed(CallKind::op, [&] { return q.set_weight(g, 1); }));
+      check("clear_limit", g, timed(CallKind::op, [&] { return q.clear_limit(g); }));
+    } else if (what < 12) {
+      check("pause", g, timed(CallKind::op, [&] { return q.pause(g); }));
+    } else if (what < 15) {
+      const auto w = static_cast<std::uint32_t>(2 + rng() % 3);
+      check("set_weight", g, timed(CallKind::op, [&] { return q.set_weight(g, w); }));
+    } else if (what < 19) {
+      const auto n = static_cast<std::uint32_t>(1 + rng() % 3);
+      check("set_limit", g, timed(CallKind::op, [&] { return q.set_limit(g, n); }));
+    } else {
+      check("pause_all", g, timed(CallKind::op, [&] { return q.pause_all(); }));
+      std::this_thread::sleep_for(std::chrono::microseconds(rng() % 2000));
+      check("resume_all", g, timed(CallKind::op, [&] { return q.resume_all(); }));
+    }
+    if (spec.progress != nullptr) spec.progress->controls.fetch_add(1, std::memory_order_relaxed);
+    std::this_thread::sleep_for(std::chrono::microseconds(1000 + rng() % 3000));
+  }
+}
+
 [[noreturn]] void run_child(const ChildSpec& spec, pid_t supervisor) {
   ::prctl(PR_SET_PDEATHSIG, SIGKILL);  // never outlive the supervisor
   if (::getppid() != supervisor) ::_exit(126);
@@ -405,6 +497,7 @@ Queue attach_or_exit(const std::string& name) {
   ::sigaction(SIGCONT, &sa, nullptr);
   try {
     if (spec.role == Role::producer) producer_main(spec);
+    if (spec.role == Role::controller) controller_main(spec);
     consumer_main(spec);
   } catch (const std::exception& e) {
     std::fprintf(stderr, "fairlane_torture[%d]: %s: %s\n", int(::getpid()), role_name(spec.role), e.what());
@@ -606,12 +699,15 @@ struct Options {
   std::string dir;
   bool keep = false;
   bool stops = true;
+  bool churn = false;
+  bool controls = false;
 };
 
 void usage(std::FILE* to) {
   std::fprintf(to,
                "usage: fairlane_torture [--kills N | --long] [--producers P] [--consumers C] [--seed S]\n"
-               "                        [--segment NAME] [--dir DIR] [--keep] [--no-stops]\n"
+               "                        [--segment NAME] [--dir DIR] [--keep] [--no-stops] [--churn]\n"
+               "                        [--controls]\n"
                "  --kills N      SIGKILLs of random children before the checks (default 300)\n"
                "  --long         3000 kills\n"
                "  --producers P  producer processes (default 2)\n"
@@ -622,6 +718,10 @@ void usage(std::FILE* to) {
                "                 removed when the run passes)\n"
                "  --keep         keep the segment at the end (for `fairlane inspect` / `fsck`)\n"
                "  --no-stops     no SIGSTOP/SIGCONT of random children alongside the kills\n"
+               "  --churn        producers enqueue on 24 more groups too, more groups than lane\n"
+               "                 records: lanes are given back and taken again under the kills\n"
+               "  --controls     a controller process (killed and stopped too) pauses, resumes,\n"
+               "                 weighs and limits the plain lanes (and the churn groups)\n"
                "exit status: 0 no violations, 1 violations, 2 setup error\n");
 }
 
@@ -643,6 +743,10 @@ std::optional<Options> parse_options(int argc, char** argv) {
       o.keep = true;
     } else if (a == "--no-stops") {
       o.stops = false;
+    } else if (a == "--churn") {
+      o.churn = true;
+    } else if (a == "--controls") {
+      o.controls = true;
     } else if (a == "--help" || a == "-h") {
       usage(stdout);
       std::exit(0);
@@ -720,6 +824,7 @@ class Supervisor {
     const auto started = Clock::now();
     for (unsigned i = 0; i < o_.producers; ++i) children_.push_back(spawn(Role::producer));
     for (unsigned i = 0; i < o_.consumers; ++i) children_.push_back(spawn(Role::consumer));
+    if (o_.controls) children_.push_back(spawn(Role::controller));
     kill_phase();
     shutdown();
     check_empty_after_drain();
@@ -729,6 +834,7 @@ class Supervisor {
     check_samples();
     check_fsck();
     check_nobody_parked();
+    check_exercised();
     summary(seconds_since(started));
     return violations_ == 0 ? 0 : 1;
   }
@@ -762,8 +868,8 @@ class Supervisor {
   Child spawn(Role role) {
     ProgressSlot* progress = spawned_ < progress_slots_ ? &progress_[spawned_] : nullptr;
     ChildSpec spec{role, q_.name(),
-                   (dir_ / (prefix_ + (role == Role::producer ? "p" : "c") + std::to_string(spawned_) + ".log")).string(),
-                   o_.seed * 0x9E3779B97F4A7C15ULL + spawned_ + 1, watchdog_s_, progress};
+                   (dir_ / (prefix_ + (role == Role::producer ? "p" : role == Role::consumer ? "c" : "k") + std::to_string(spawned_) + ".log")).string(),
+                   o_.seed * 0x9E3779B97F4A7C15ULL + spawned_ + 1, watchdog_s_, progress, o_.churn};
     ++spawned_;
     std::fflush(nullptr);  // nothing buffered is copied into the child
     const pid_t pid = ::fork();
@@ -813,7 +919,8 @@ class Supervisor {
     ++samples_;
     for (const auto& li : s.lanes) {
       const auto idx = lane_index(li.group);
-      if (!idx || *idx >= kTortureLanes) continue;
+      // (The plain lanes: limit 0, unless a controller changes them.)
+      if (!idx || *idx >= (o_.controls ? kPinnedLanes : kTortureLanes)) continue;
       const LaneSpec& spec = kLanes[*idx];
       if (li.limit != spec.limit)
         violation_quiet(limit_violations_++, "sample " + std::to_string(samples_) + ": lane " + li.group.string() +
@@ -922,7 +1029,7 @@ class Supervisor {
       Child& victim = children_[rng_() % children_.size()];
       kill_and_reap(victim);
       ++kills_;
-      ++(victim.role == Role::producer ? producer_kills_ : consumer_kills_);
+      ++(victim.role == Role::producer ? producer_kills_ : victim.role == Role::consumer ? consumer_kills_ : controller_kills_);
       victim = spawn(victim.role);
     }
   }
@@ -930,19 +1037,36 @@ class Supervisor {
   void shutdown() {
     resume_all();
     // Producers first: from here on the set of acknowledged jobs only grows
-    // by what their logs already hold.
+    // by what their logs already hold. The controller too.
     for (auto it = children_.begin(); it != children_.end();) {
-      if (it->role != Role::producer) {
+      if (it->role == Role::consumer) {
         ++it;
         continue;
       }
       kill_and_reap(*it);
       it = children_.erase(it);
     }
+    if (o_.controls) controls_to_defaults();
     consumer_phase();
     for (const Child& c : children_) kill_and_reap(c);
     children_.clear();
     drain();
+  }
+
+  // What the controllers left (a lane paused for good by a killed one holds
+  // its jobs) goes back to the defaults: every lane a controller may change
+  // that has a lane now, and the queue's pause. Each call must answer ok.
+  void controls_to_defaults() {
+    if (q_.resume_all() != LaneStatus::ok) violation("controls: resume_all failed");
+    for (const auto& li : q_.snapshot().lanes) {
+      const auto idx = lane_index(li.group);
+      if (!idx || *idx < kPinnedLanes || is_fair_lane(*idx)) continue;
+      if (!li.paused && li.weight == 1 && li.limit == 0) continue;
+      ++controls_reset_;
+      for (const LaneStatus st : {q_.resume(li.group), q_.set_weight(li.group, 1), q_.clear_limit(li.group)})
+        if (st != LaneStatus::ok)
+          violation("controls: lane " + li.group.string() + " back to the defaults -> " + std::string(fairlane::to_string(st)));
+    }
   }
 
   // The consumers run until every acknowledged job has been delivered to
@@ -1108,7 +1232,7 @@ class Supervisor {
       }
       last_claim = Clock::now();
       const auto idx = lane_index(l.group);
-      if (!idx || *idx < kTortureLanes) {
+      if (!idx || !is_fair_lane(*idx)) {
         take_and_complete(l, "fairness (a leftover torture job)");
         ++late_drained_;
         continue;
@@ -1211,6 +1335,24 @@ class Supervisor {
     if (n > kShowAtMost) note("... " + std::to_string(n - kShowAtMost) + " more fsck issues");
   }
 
+  // The run exercised what its options are for: the controller made
+  // changes; lanes were given back and taken again, and producers told
+  // `lanes_full` (which they wait out). A run that met none of it tested
+  // nothing of it, and says so.
+  void check_exercised() {
+    if (o_.controls) {
+      for (std::size_t i = 0; i < std::min<std::size_t>(progress_slots_, spawned_); ++i)
+        controls_ += progress_[i].controls.load(std::memory_order_relaxed);
+      if (controls_ == 0) violation("controls: the controller made no change");
+    }
+    if (!o_.churn) return;
+    lanes_reclaimed_ = q_.snapshot().lanes_reclaimed;
+    for (std::size_t i = 0; i < std::min<std::size_t>(progress_slots_, spawned_); ++i)
+      lanes_full_ += progress_[i].lanes_full.load(std::memory_order_relaxed);
+    if (lanes_reclaimed_ == 0) violation("churn: no lane was ever given back (lanes_reclaimed 0)");
+    if (lanes_full_ == 0) violation("churn: no producer was ever told lanes_full");
+  }
+
   void summary(double took) {
     const fairlane::RecoveryInfo rec = q_.recovery();
     std::string s = "torture: kills " + std::to_string(kills_) + " (producers " + std::to_string(producer_kills_) +
@@ -1224,6 +1366,12 @@ class Supervisor {
     s += ", stops " + std::to_string(stops_) + " (" + std::to_string(stops_past_recovery_) + " past the recovery bound, " +
          std::to_string(stops_past_lease_) + " past the lease, held at most " + std::to_string(longest_hold_ms_) +
          " ms; " + std::to_string(stopped_kills_) + " stopped children killed)";
+    if (o_.churn)
+      s += ", churn: lanes given back " + std::to_string(lanes_reclaimed_) + ", lanes_full answers " +
+           std::to_string(lanes_full_);
+    if (o_.controls)
+      s += ", controls: " + std::to_string(controls_) + " made, controller killed " + std::to_string(controller_kills_) +
+           " times, " + std::to_string(controls_reset_) + " lanes put back to the defaults";
     s += ", samples " + std::to_string(samples_) + ", fairness claims " + std::to_string(fair_claims_);
     if (late_drained_ != 0) s += " (+" + std::to_string(late_drained_) + " leftover)";
     if (ledger_.truncated() != 0) s += ", cut log lines " + std::to_string(ledger_.truncated());
@@ -1268,6 +1416,8 @@ class Supervisor {
   Clock::time_point next_stop_{};
   std::uint64_t stops_ = 0, stops_past_recovery_ = 0, stops_past_lease_ = 0, longest_hold_ms_ = 0, stopped_kills_ = 0;
   std::uint64_t seen_op_ns_ = 0, seen_wait_ns_ = 0;
+  std::uint64_t lanes_reclaimed_ = 0, lanes_full_ = 0;  // --churn
+  std::uint64_t controller_kills_ = 0, controls_ = 0, controls_reset_ = 0;  // --controls
 };
 
 }  // namespace
@@ -1321,9 +1471,11 @@ int main(int argc, char** argv) {
     }
   }
 
-  std::printf("torture: seed %llu, segment %s, logs %s, kills %llu, producers %u, consumers %u\n",
+  const std::string extras = std::string(o.churn ? ", churn over " + std::to_string(kChurnGroups) + " more groups" : "") +
+                             (o.controls ? ", a controller" : "");
+  std::printf("torture: seed %llu, segment %s, logs %s, kills %llu, producers %u, consumers %u%s\n",
               static_cast<unsigned long long>(o.seed), segment.c_str(), dir.c_str(),
-              static_cast<unsigned long long>(o.kills), o.producers, o.consumers);
+              static_cast<unsigned long long>(o.kills), o.producers, o.consumers, extras.c_str());
   std::fflush(stdout);
 
   int rc = 0;
