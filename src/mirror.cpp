@@ -128,6 +128,18 @@ constexpr std::size_t kPerCall = 128;
 // Empty looks, a millisecond apart, before the reader parks.
 constexpr int kShortPolls = 20;
 
+// Rings the threads parked on ack_bell (sync enqueuers waiting for their
+// acknowledgement, producers waiting for room in the log), all of them, if
+// any is counted and a sleep may still be under way. The caller's seq_cst
+// store comes first ([S10], [S11]): it pairs with the waiter's count, fence
+// and last look.
+void ring_ack_bell(MirrorShared& m) noexcept {
+  if (m.ack_waiters.load(std::memory_order_seq_cst) > 0 && sleep_may_be_under_way(m.ack_park_until)) {
+    m.ack_bell.fetch_add(1, std::memory_order_release);
+    futex_wake(&m.ack_bell, INT_MAX);
+  }
+}
+
 }  // namespace
 
 struct Mirror::Impl {
@@ -469,11 +481,7 @@ struct Mirror::Impl {
         // to their acknowledgement. (`head` only grows: read late, it can
         // only make the log look fuller, and ring once more.)
         m.tail.store(seq, std::memory_order_seq_cst);
-        if (m.head.load(std::memory_order_seq_cst) - was + (s.log_mask + 1) / 8 >= s.log_mask + 1 &&
-            m.ack_waiters.load(std::memory_order_seq_cst) > 0 && sleep_may_be_under_way(m.ack_park_until)) {
-          m.ack_bell.fetch_add(1, std::memory_order_release);
-          futex_wake(&m.ack_bell, INT_MAX);
-        }
+        if (m.head.load(std::memory_order_seq_cst) - was + (s.log_mask + 1) / 8 >= s.log_mask + 1) ring_ack_bell(m);
         ctr_records.fetch_add(n, std::memory_order_relaxed);
         FAIRLANE_FAILPOINT("mirror.records_read");
         for (std::uint32_t slot : slots) {
@@ -703,10 +711,7 @@ struct Mirror::Impl {
     // Rings sync enqueuers waiting for their acknowledgement (and any
     // producer parked for room in the log: the reader rang those when it
     // gave the batch's cells back, [S11]).
-    if (m.ack_waiters.load(std::memory_order_seq_cst) > 0 && sleep_may_be_under_way(m.ack_park_until)) {
-      m.ack_bell.fetch_add(1, std::memory_order_release);
-      futex_wake(&m.ack_bell, INT_MAX);
-    }
+    ring_ack_bell(m);
     std::lock_guard lk(inflight_mu);
     while (!inflight.empty() && inflight.front().first <= b.end_seq) inflight.pop_front();
     m.inflight_ms.store(inflight.empty() ? 0 : inflight.front().second, std::memory_order_release);

@@ -99,13 +99,13 @@ constexpr std::uint64_t kParkSlackMs = 5;
 
 // Raises a spot's end (Header::park_until, room_park_until, lane_park_until,
 // MirrorShared::ack_park_until) to `end` ([S5] seq_cst: before the last
-// look). Never lowers it: a consumer
-// that lowered a value it took for a scribble (further ahead than its own
-// sleep could end) lowered another live consumer's end whenever its clock
-// reading was stale (stopped before its raise) or its recovery bound
-// differed, and that one slept through the notifies (found in review). A
-// scribbled far future costs what a leaked count cost before park_until: a
-// wake per notify while the spot's waiters is not 0.
+// look). Never lowers it: a consumer that lowered a value it took for a
+// scribble (further ahead than its own sleep could end) lowered another
+// live consumer's end whenever its clock reading was stale (stopped before
+// its raise) or its recovery bound differed, and that one slept through
+// the notifies (found in review). A scribbled far future costs what a
+// leaked count cost before park_until: a wake per notify while the spot's
+// waiters is not 0.
 void raise_park_until(std::atomic<std::uint64_t>& until, std::uint64_t end) noexcept {
   std::uint64_t u = until.load(std::memory_order_seq_cst);
   while (u < end && !until.compare_exchange_weak(u, end, std::memory_order_seq_cst)) {
