@@ -54,8 +54,18 @@ namespace {
 // hot ack (with the call, its frame and the out-parameters through memory,
 // complete counted 272 instructions; inlined, 224); release_lease below is
 // this for the rest.
+//
+// `due_by`: an expiry's (kNever for every other exit, and for the lease of a
+// dead holder). The lease is taken back only while its deadline is at or
+// before it: an extend that lands after the sweep judged the lease due
+// keeps it, and its `ok` is true. The expiry marks the slot, then reads
+// the slot word again before its lane CAS; an extend CASes the slot word,
+// then looks for a mark ([A6]: one of the two sees the other). An extend
+// that finds one moves the lane word on, so that an expiry past its second
+// reading and before its CAS fails that CAS and reads the slot again.
 [[gnu::always_inline]] inline Take take_lease(Segment& s, std::uint64_t sf, Token token, RelOp op,
-                                              std::uint32_t& slot_out, std::uint32_t& lane_out) noexcept {
+                                              std::uint32_t& slot_out, std::uint32_t& lane_out,
+                                              std::uint64_t due_by = kNever) noexcept {
   const std::uint32_t slot = token_slot(s, token);
   if (slot >= s.jobs) return stale_or_gone(s, sf);
   SlotRecord& r = s.slot(slot);
@@ -69,6 +79,7 @@ namespace {
     if (r.sf.load(std::memory_order_acquire) != sf || SlotWord::state(sw) != SlotState::leased ||
         !token_matches(s, token, SlotWord::ctr(sw)))
       return stale_or_gone(s, sf);
+    if (SlotWord::when(sw) > due_by) return Take::stale;  // extended since the expiry judged it
     const std::uint32_t lane = r.lane.load(std::memory_order_relaxed);
     if (lane >= s.lane_count) {
       report_corrupt(s, CorruptWhat::slot_record);
@@ -84,6 +95,7 @@ namespace {
       report_corrupt(s, CorruptWhat::lane_word);  // a leased job's lane is never reclaimed
       return Take::corrupt;
     }
+    if (due_by != kNever) FAIRLANE_FAILPOINT("expire.checked");
     RelOp step = op;
     if (op == RelOp::back && SlotWord::attempt(sw) >= SlotWord::kMaxAttempt) {
       // Delivered as often as the count can say: dead-lettered rather than
@@ -94,6 +106,14 @@ namespace {
       step = RelOp::park;
     } else if (op != RelOp::park) {  // a park's plan is in already (fail())
       if (!r.run_seq.compare_exchange_strong(rs, exit_mark(SlotWord::ctr(sw)), std::memory_order_acq_rel)) continue;
+    }
+    if (due_by != kNever) {
+      // [A6] seq_cst: the mark, then the slot word again (an extend CASes
+      // the slot word, then loads the mark). Extended since: read again,
+      // and the deadline check above lets the lease be.
+      std::atomic_thread_fence(std::memory_order_seq_cst);
+      if (!(slot_load(s, slot) == sw)) continue;
+      FAIRLANE_FAILPOINT("expire.marked");
     }
     // Every way out of a lease gives its active count back in this CAS (a
     // job returning to its lane holds nothing of it meanwhile).
@@ -124,8 +144,8 @@ namespace {
 }  // namespace
 
 Take release_lease(Segment& s, std::uint64_t sf, Token token, RelOp op, std::uint32_t& slot_out,
-                   std::uint32_t& lane_out) noexcept {
-  return take_lease(s, sf, token, op, slot_out, lane_out);
+                   std::uint32_t& lane_out, std::uint64_t due_by) noexcept {
+  return take_lease(s, sf, token, op, slot_out, lane_out, due_by);
 }
 
 void finish_linking(Segment& s, std::uint32_t lane, std::uint32_t slot, std::uint64_t ctr) noexcept {
@@ -457,8 +477,8 @@ AckStatus Queue::extend(const BrandedId& job, Token token, std::uint32_t lease_m
   // An exit of this lease may have landed in its lane word and not yet be
   // applied to the slot (its author stopped in between): applied first, so
   // that the look below finds the lease over. (Every exit is a step of the
-  // lane word; an extend is not, so one landing after this look still
-  // meets an extended lease, the same lease, and ends it.)
+  // lane word; an extend is not: one that lands after this look is met
+  // below.)
   const std::uint32_t lane = r.lane.load(std::memory_order_relaxed);
   if (lane < s.lane_count) (void)lane_base(s, lane, lane_load(s, lane));
   Word128 w = slot_load(s, slot);
@@ -468,10 +488,40 @@ AckStatus Queue::extend(const BrandedId& job, Token token, std::uint32_t lease_m
       // Past its deadline a lease may be taken back at any moment: too late
       // to extend (the sweep and this call judge by the same deadline).
       return to_ack(stale_or_gone(s, sf));
+    FAIRLANE_FAILPOINT("extend.checked");
     const Word128 nw = SlotWord::make(SlotState::leased, SlotWord::attempt(w), now + lease_ms, SlotWord::ctr(w),
                                       SlotWord::holder(w));
     // [A5] (cas128): fenced by the token (ctr) and the deadline it saw.
-    if (slot_cas(s, slot, w, nw)) break;
+    if (slot_cas(s, slot, w, nw)) {
+      w = nw;
+      break;
+    }
+  }
+  // An exit of this lease under way (its mark or plan is in: an expiry
+  // judged by a clock a moment ahead of ours, or another of the holder's
+  // threads acknowledging) may be past its second look at the slot word
+  // and before its lane CAS, and would take back the lease we just
+  // extended. [A6] seq_cst: our CAS, then the mark (take_lease: its mark,
+  // then the slot word). With none in, any exit that marks from here sees
+  // the new deadline. With one, the lane word is moved on from a reading
+  // in which the lease is still ours: an exit whose CAS landed first was
+  // applied by lane_base (stale, or gone), and one that has not landed
+  // fails its CAS and reads the slot word again.
+  std::atomic_thread_fence(std::memory_order_seq_cst);
+  const Word128 mark{r.run_seq.load(std::memory_order_relaxed), 0};
+  if (SlotWord::attempt(mark) == (SlotWord::ctr(w) & 0xFFFF) && lane < s.lane_count) {
+    for (Word128 lw = lane_load(s, lane);;) {
+      const Word128 base = lane_base(s, lane, lw);
+      const Word128 now_w = slot_load(s, slot);
+      if (r.sf.load(std::memory_order_acquire) != sf || SlotWord::state(now_w) != SlotState::leased ||
+          !token_matches(s, token, SlotWord::ctr(now_w)))
+        return to_ack(stale_or_gone(s, sf));
+      if (LaneWord::state(base) != LaneState::live) {
+        report_corrupt(s, CorruptWhat::lane_word);  // a leased job's lane is never reclaimed
+        return AckStatus::corrupt;
+      }
+      if (lane_cas(s, lane, lw, base)) break;
+    }
   }
   lower_next_due(s, now + lease_ms);
   log_job(s, slot);

@@ -167,8 +167,10 @@ Adopted adopt_job(Segment& s, std::uint32_t slot, Word128 from, std::uint32_t at
 // Takes a lease out of leased by a step `op` of its lane word and applies
 // it (acks.cpp). stale: the id is a job but not leased under this token.
 enum class Take { ok, stale, gone, corrupt };
+// `due_by`: an expiry's now (the lease is taken back only while its
+// deadline is at or before it); kNever for every other exit.
 Take release_lease(Segment& s, std::uint64_t sf, Token token, RelOp op, std::uint32_t& slot_out,
-                   std::uint32_t& lane_out) noexcept;
+                   std::uint32_t& lane_out, std::uint64_t due_by = kNever) noexcept;
 
 // What a fail() parks a lease as (fail_to's low word: state, attempt, when).
 inline std::uint64_t target_lo(SlotState st, std::uint32_t attempt, std::uint64_t when) noexcept {

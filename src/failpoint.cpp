@@ -43,6 +43,9 @@ const char* const kFailpoints[] = {
     "claim.leased",           // the job leased, the claim not finished
     // acknowledgements (acks.cpp)
     "ack.stepped",            // the lease's lane step made, not applied to its slot
+    "expire.checked",         // an expiry checked the lease (due by its clock), its mark not made
+    "expire.marked",          // an expiry's mark made and the slot read again, its lane step not made
+    "extend.checked",         // an extend checked the lease (its deadline ahead by its clock), its CAS not made
     "complete.done",          // completed, the call not finished
     "fail.planned",           // a fail's lease checked and its plan chosen, nothing written
     "fail.stepped",           // a fail's step made and applied, the retry not yet linked

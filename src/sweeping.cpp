@@ -56,11 +56,14 @@ struct SweepStats {
   bool saw_free = false;  // a free slot in the chunk
 };
 
-// A lease whose deadline passed or whose holder is dead goes back to its lane.
-bool expire(Segment& s, std::uint32_t slot, const Word128& w) noexcept {
+// A lease whose deadline passed or whose holder is dead goes back to its
+// lane. `due_by`: the now it was judged due by (kNever: its holder is dead):
+// one extended since is left alone (take_lease).
+bool expire(Segment& s, std::uint32_t slot, const Word128& w, std::uint64_t due_by) noexcept {
   const std::uint64_t sf = s.slot(slot).sf.load(std::memory_order_acquire);
   std::uint32_t got = 0, lane = 0;
-  if (release_lease(s, sf, make_token(s, slot, SlotWord::ctr(w)), RelOp::back, got, lane) != Take::ok) return false;
+  if (release_lease(s, sf, make_token(s, slot, SlotWord::ctr(w)), RelOp::back, got, lane, due_by) != Take::ok)
+    return false;
   FAIRLANE_FAILPOINT("sweep.expired");
   link_returning(s, slot);
   count(s, &CounterBlock::expired);
@@ -500,7 +503,7 @@ void sweep_slot(Segment& s, std::uint32_t i, std::uint64_t now, SweepStats& st) 
         st.earliest = std::min(st.earliest, SlotWord::when(w));
         return;
       }
-      if (expire(s, i, w)) {
+      if (expire(s, i, w, dead ? kNever : now)) {
         ++st.moved;
         ++st.leases;
         st.whose = (st.whose == -1 || st.whose == dead) ? dead : 0;

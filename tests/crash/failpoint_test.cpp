@@ -72,11 +72,12 @@ enum class Scenario {
   fail_copy,       // a child forked with no process record free (an unattached copy of this
                    // process's handle) fails, for an immediate retry, the lease this process
                    // claimed and handed it (parked, due now: the sweep's promotion moves it)
+  extend,          // claim one job of lane A (limit 1), extend its lease
 };
 const char* const kScenarioNames[] = {"enqueue_new", "enqueue", "enqueue_old", "enqueue_later", "claim", "claim_last",
                                       "claim_retry", "complete", "fail_retry", "fail_later", "fail_dead", "release",
                                       "sweep", "drain", "pause_new", "reassign", "reassign_husk", "purge", "reclaim",
-                                      "recover", "recover_link", "resume", "fail_copy"};
+                                      "recover", "recover_link", "resume", "fail_copy", "extend"};
 
 struct Case {
   const char* failpoint;
@@ -135,6 +136,9 @@ const Case kCases[] = {
     {"move.linked", Scenario::fail_retry},
     {"slot.freed", Scenario::reassign_husk},
     {"sweep.expired", Scenario::sweep},
+    {"expire.checked", Scenario::sweep},
+    {"expire.marked", Scenario::sweep},
+    {"extend.checked", Scenario::extend},
     {"sweep.promoted", Scenario::enqueue_later},
     {"recover.popped", Scenario::recover},
     {"settle.appended", Scenario::recover_link},
@@ -182,7 +186,8 @@ bool leases_first(Scenario sc) {
     case Scenario::fail_dead:
     case Scenario::release:
     case Scenario::sweep:
-    case Scenario::fail_copy: return true;
+    case Scenario::fail_copy:
+    case Scenario::extend: return true;
     default: return false;
   }
 }
@@ -225,6 +230,7 @@ bool as_copy(Scenario sc) { return sc == Scenario::fail_copy; }
       case Scenario::fail_later: q.fail(l.id, l.token, FailOptions{.delay_ms = 50, .max_attempts = 10, .error = "later"}); break;
       case Scenario::fail_dead: q.fail(l.id, l.token, FailOptions{.delay_ms = 0, .max_attempts = 1, .error = "hopeless"}); break;
       case Scenario::release: q.release(l.id, l.token); break;
+      case Scenario::extend: q.extend(l.id, l.token, 60000); break;
       case Scenario::fail_copy: q.fail(l.id, l.token, FailOptions{.delay_ms = 0, .max_attempts = 10, .error = "copy"}); break;
       case Scenario::sweep:
         q.advance_clock(10);  // the 1 ms lease runs out (the segment's clock, not a sleep)

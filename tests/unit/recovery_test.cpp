@@ -1529,6 +1529,87 @@ TEST_F(Recovery, AnExtendOfALeaseWhoseExitLandedSaysItIsOver) {
   expect_clean();
 }
 
+// An extend whose clock read the lease as running, racing an expiry whose
+// clock (a moment later) read it as due. Until 2026-12-07 the extend's CAS
+// of the slot word could land after the sweep had judged the lease and
+// before its step was in the lane word: the extend said ok, and the step
+// then took the extended lease back (design.md listed it as a known limit).
+// Now the expiry marks, reads the slot word again and steps only while the
+// deadline is still the one it judged; the extend, having CASed, looks for
+// a mark and, finding one, moves the lane word on ([A6]). The extender is
+// stopped with its deadline checked (extend.checked), the clock moves past
+// the deadline, and a sweeper is stopped at `at`: before its mark
+// (expire.checked), or past its mark and second look but before its lane
+// CAS (expire.marked): the extend must keep the lease, and say ok. Or after
+// its lane CAS (ack.stepped): the lease is gone, and the extend must say
+// so.
+struct ExpiryRace {
+  const char* at;
+  bool kept;
+};
+void PrintTo(const ExpiryRace& c, std::ostream* os) { *os << c.at; }
+class ExtendRacingAnExpiry : public Recovery, public ::testing::WithParamInterface<ExpiryRace> {};
+
+TEST_P(ExtendRacingAnExpiry, TheExtendSaysWhatBecameOfTheLease) {
+  make(40, 4);
+  fill(A, 1);
+  const std::string name = seg();
+  Lease l;
+  ASSERT_TRUE(q().claim(l, 1000));
+  const BrandedId id = l.id;
+  const Token token = l.token;
+  ForkedChild extender([&] {
+    auto r = Queue::open(name);
+    if (!r) return 3;
+    detail::failpoint_arm("extend.checked", 1, detail::FailpointAction::stop);
+    const AckStatus st = r->extend(id, token, kLongLease);
+    return st == AckStatus::ok ? 0 : st == AckStatus::stale ? 10 : st == AckStatus::gone ? 11 : 12;
+  }, 60);
+  ASSERT_TRUE(wait_stopped(extender.pid())) << extender.describe();
+  q().advance_clock(5000);  // the lease is due by every clock from here
+  const char* at = GetParam().at;
+  ForkedChild sweeper([&] {
+    auto r = Queue::open(name);
+    if (!r) return 3;
+    detail::failpoint_arm(at, 1, detail::FailpointAction::stop);
+    (void)r->tick();
+    return 0;
+  }, 60);
+  ASSERT_TRUE(wait_stopped(sweeper.pid())) << sweeper.describe();
+  ::kill(extender.pid(), SIGCONT);
+  ASSERT_TRUE(extender.wait_for(20s));
+  ::kill(sweeper.pid(), SIGCONT);
+  ASSERT_TRUE(sweeper.wait_for(20s));
+  EXPECT_TRUE(sweeper.exited_zero()) << sweeper.describe();
+  if (GetParam().kept) {
+    EXPECT_TRUE(extender.exited_zero()) << "the extend did not say ok: " << extender.describe();
+    q().tick();
+    EXPECT_EQ(q().complete(id, token), AckStatus::ok) << "the extended lease was taken back";
+    Lease again;
+    EXPECT_FALSE(q().claim(again, kLongLease)) << "the job of an extended lease was delivered again";
+  } else {
+    ASSERT_TRUE(extender.reaped());
+    EXPECT_TRUE(WIFEXITED(extender.status()) && WEXITSTATUS(extender.status()) == 10)
+        << "an extend of a lease taken back said otherwise: " << extender.describe();
+    EXPECT_EQ(q().complete(id, token), AckStatus::stale);
+    Lease again;
+    ASSERT_TRUE(q().claim(again, kLongLease)) << "the job of a lease taken back was not delivered again";
+    EXPECT_EQ(again.id, id);
+    EXPECT_EQ(q().complete(again.id, again.token), AckStatus::ok);
+  }
+  expect_clean();
+}
+
+INSTANTIATE_TEST_SUITE_P(Points, ExtendRacingAnExpiry,
+                         ::testing::Values(ExpiryRace{"expire.checked", true}, ExpiryRace{"expire.marked", true},
+                                           ExpiryRace{"ack.stepped", false}),
+                         [](const ::testing::TestParamInfo<ExpiryRace>& i) {
+                           std::string n = i.param.at;
+                           for (char& c : n)
+                             if (c == '.') c = '_';
+                           return n;
+                         });
+
 // A consumer parked in claim_wait, nothing else calling, a long recovery
 // bound: the copy's fail (parked, due now) makes a sweep pass due and wakes
 // it, and the job is delivered well before the next pass of the recovery
