@@ -105,7 +105,23 @@ namespace {
         continue;
       step = RelOp::park;
     } else if (op != RelOp::park) {  // a park's plan is in already (fail())
-      if (!r.run_seq.compare_exchange_strong(rs, exit_mark(SlotWord::ctr(sw)), std::memory_order_acq_rel)) continue;
+      std::uint64_t mark = exit_mark(SlotWord::ctr(sw));
+      if (due_by != kNever) {
+        // An expiry's own mark; or, if a fail() of this lease has put its
+        // plan in (scheduled or dead) and not yet made its step, the plan
+        // written back as it is: an expiry that then lets the lease be (an
+        // extend landed) must leave the fail's plan for its step, which
+        // would apply an exit mark as `back` (the job straight back in its
+        // lane, its delay or its dead-lettering lost: found in review). A
+        // write all the same, for [A6]; a `back` step reads only the plan's
+        // ctr bits.
+        const Word128 t{rs, 0};
+        const SlotState ts = SlotWord::state(t);
+        mark = SlotWord::attempt(t) == (SlotWord::ctr(sw) & 0xFFFF) && (ts == SlotState::scheduled || ts == SlotState::dead)
+                   ? rs
+                   : expiry_mark(SlotWord::ctr(sw));
+      }
+      if (!r.run_seq.compare_exchange_strong(rs, mark, std::memory_order_acq_rel)) continue;
     }
     if (due_by != kNever) {
       // [A6] seq_cst: the mark, then the slot word again (an extend CASes
@@ -390,10 +406,26 @@ FailStatus Queue::fail(const BrandedId& job, Token token, const FailOptions& opt
   FAIRLANE_FAILPOINT("fail.planned");
   RelOp op = RelOp::back;
   // A fail() that checked its lease long ago finds the field moved on (a
-  // newer lease's exit, a reuse of the slot): it writes nothing.
+  // newer lease's exit, a reuse of the slot): it writes nothing. A field
+  // moved by another exit of this very lease (an expiry's mark: the expiry
+  // may yet let the lease be, an extend having landed) is tried again while
+  // the slot still holds the lease: answered stale on the first failure, a
+  // fail said so of a lease still held (found in review). Lock-free: each
+  // failure is another's write of the field.
+  const auto put_plan = [&](std::uint64_t plan_word) {
+    for (;;) {
+      if (r.run_seq.compare_exchange_strong(rs, plan_word, std::memory_order_acq_rel)) {
+        FAIRLANE_FAILPOINT("fail.plan_in");
+        return true;
+      }
+      const Word128 now_w = slot_load(s, slot);
+      if (SlotWord::state(now_w) != SlotState::leased || r.sf.load(std::memory_order_acquire) != sf ||
+          SlotWord::ctr(now_w) != SlotWord::ctr(seen))
+        return false;
+    }
+  };
   if (dead) {
-    if (!r.run_seq.compare_exchange_strong(rs, park_plan(SlotState::dead, SlotWord::ctr(seen), now), std::memory_order_acq_rel))
-      return refused();
+    if (!put_plan(park_plan(SlotState::dead, SlotWord::ctr(seen), now))) return refused();
     op = RelOp::park;
   } else if (plan.delay_ms > 0 || !own) {
     // An unattached copy (see writer()) parks even a retry due now: sending
@@ -401,9 +433,7 @@ FailStatus Queue::fail(const BrandedId& job, Token token, const FailOptions& opt
     // mover's name, and the copy's is its live parent's (a copy that died
     // between them left the job to a holder nobody takes over). A park is
     // the step alone, and the sweep's promotion, a member's, makes the move.
-    if (!r.run_seq.compare_exchange_strong(rs, park_plan(SlotState::scheduled, SlotWord::ctr(seen), now + plan.delay_ms),
-                                           std::memory_order_acq_rel))
-      return refused();
+    if (!put_plan(park_plan(SlotState::scheduled, SlotWord::ctr(seen), now + plan.delay_ms))) return refused();
     op = RelOp::park;
   }
   // The error is the lease holder's to write; written before the step so
@@ -472,7 +502,7 @@ AckStatus Queue::extend(const BrandedId& job, Token token, std::uint32_t lease_m
   if (!ack_args(s, job, token, sf)) return AckStatus::gone;
   const std::uint32_t slot = token_slot(s, token);
   if (slot >= s.jobs) return to_ack(stale_or_gone(s, sf));
-  const SlotRecord& r = s.slot(slot);
+  SlotRecord& r = s.slot(slot);
   const std::uint64_t now = segment_now_ms(s);
   // An exit of this lease may have landed in its lane word and not yet be
   // applied to the slot (its author stopped in between): applied first, so
@@ -508,7 +538,8 @@ AckStatus Queue::extend(const BrandedId& job, Token token, std::uint32_t lease_m
   // applied by lane_base (stale, or gone), and one that has not landed
   // fails its CAS and reads the slot word again.
   std::atomic_thread_fence(std::memory_order_seq_cst);
-  const Word128 mark{r.run_seq.load(std::memory_order_relaxed), 0};
+  std::uint64_t seen_mark = r.run_seq.load(std::memory_order_relaxed);
+  const Word128 mark{seen_mark, 0};
   if (SlotWord::attempt(mark) == (SlotWord::ctr(w) & 0xFFFF) && lane < s.lane_count) {
     for (Word128 lw = lane_load(s, lane);;) {
       const Word128 base = lane_base(s, lane, lw);
@@ -520,7 +551,23 @@ AckStatus Queue::extend(const BrandedId& job, Token token, std::uint32_t lease_m
         report_corrupt(s, CorruptWhat::lane_word);  // a leased job's lane is never reclaimed
         return AckStatus::corrupt;
       }
-      if (lane_cas(s, lane, lw, base)) break;
+      if (lane_cas(s, lane, lw, base)) {
+        // An expiry's mark is voided now (any value not of this lease's
+        // ctr): an expiry stopped before its lane CAS keeps its mark
+        // otherwise, every later extend of the lease moved the lane word
+        // on once more, and 512 of them on a quiet lane (the version has 9
+        // bits) brought back the very word that expiry's CAS expects: its
+        // step then took back a lease extended 512 times (found in review).
+        // Voided, it makes no extend move the word again, and an expiry
+        // whose CAS lands on a word come back by others' moves has its step
+        // ignored (lane_base finds no mark of the lease). An exit of the
+        // holder's own is left alone (its failed CAS marks again). A dead
+        // plan an expiry writes at the attempt ceiling is not told from a
+        // fail's, and is left too (section 11).
+        if (seen_mark == expiry_mark(SlotWord::ctr(w)))
+          r.run_seq.compare_exchange_strong(seen_mark, exit_mark(SlotWord::ctr(w) ^ 1), std::memory_order_acq_rel);
+        break;
+      }
     }
   }
   lower_next_due(s, now + lease_ms);

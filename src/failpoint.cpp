@@ -46,6 +46,7 @@ const char* const kFailpoints[] = {
     "expire.checked",         // an expiry checked the lease (due by its clock), its mark not made
     "expire.marked",          // an expiry's mark made and the slot read again, its lane step not made
     "extend.checked",         // an extend checked the lease (its deadline ahead by its clock), its CAS not made
+    "fail.plan_in",           // a fail's plan (delay or dead letter) in the slot's run_seq, its step not made
     "complete.done",          // completed, the call not finished
     "fail.planned",           // a fail's lease checked and its plan chosen, nothing written
     "fail.stepped",           // a fail's step made and applied, the retry not yet linked

@@ -298,9 +298,11 @@ Word128 lane_base_step(Segment& s, std::uint32_t lane, const Word128& w) noexcep
           if (ts == SlotState::scheduled || ts == SlotState::dead) {
             to = SlotWord::make(ts, a, SlotWord::when(t), ctr, 0);
           } else {
-            // Another exit of the same lease (an expiry racing the fail)
-            // marked the slot after the plan: back to its lane, for anyone
-            // to link, rather than a plan half overwritten.
+            // Another exit of the same lease marked the slot after the plan
+            // (the holder's own, or the expiry of a holder judged dead; a
+            // deadline's expiry keeps a plan it finds, take_lease): back to
+            // its lane, for anyone to link, rather than a plan half
+            // overwritten.
             if (ts != SlotState::free) report_corrupt(s, CorruptWhat::slot_record);
             to = SlotWord::make(SlotState::returning, a, 0, ctr + 1, 0);
           }

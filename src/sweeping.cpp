@@ -507,6 +507,11 @@ void sweep_slot(Segment& s, std::uint32_t i, std::uint64_t now, SweepStats& st) 
         ++st.moved;
         ++st.leases;
         st.whose = (st.whose == -1 || st.whose == dead) ? dead : 0;
+      } else if (const Word128 again = slot_load(s, i); SlotWord::state(again) == SlotState::leased) {
+        // Let be (extended since it was judged): its new deadline is this
+        // pass's to remember, in case its extender has not lowered next_due
+        // yet (stopped after its CAS).
+        st.earliest = std::min(st.earliest, SlotWord::when(again));
       }
       return;
     }

@@ -139,6 +139,8 @@ const Case kCases[] = {
     {"expire.checked", Scenario::sweep},
     {"expire.marked", Scenario::sweep},
     {"extend.checked", Scenario::extend},
+    {"fail.plan_in", Scenario::fail_later},
+    {"fail.plan_in", Scenario::fail_dead},
     {"sweep.promoted", Scenario::enqueue_later},
     {"recover.popped", Scenario::recover},
     {"settle.appended", Scenario::recover_link},

@@ -1610,6 +1610,147 @@ INSTANTIATE_TEST_SUITE_P(Points, ExtendRacingAnExpiry,
                            return n;
                          });
 
+// Helpers of the races below: a child stopped at `point` in `call` on the
+// segment (it opens its own handle), and the parent's view of its answer.
+ForkedChild stopped_in(const std::string& name, const char* point, std::function<int(Queue&)> call) {
+  ForkedChild c([name, point, call] {
+    auto r = Queue::open(name);
+    if (!r) return 3;
+    detail::failpoint_arm(point, 1, detail::FailpointAction::stop);
+    return call(r.value());
+  }, 60);
+  EXPECT_TRUE(wait_stopped(c.pid())) << point << ": " << c.describe();
+  return c;
+}
+int finish(ForkedChild& c) {
+  ::kill(c.pid(), SIGCONT);
+  EXPECT_TRUE(c.wait_for(20s)) << c.describe();
+  return c.reaped() && WIFEXITED(c.status()) ? WEXITSTATUS(c.status()) : -1;
+}
+int extend_code(AckStatus st) { return st == AckStatus::ok ? 0 : st == AckStatus::stale ? 10 : st == AckStatus::gone ? 11 : 12; }
+int fail_code(FailStatus st) {
+  return st == FailStatus::retrying ? 20 : st == FailStatus::dead ? 21 : st == FailStatus::stale ? 22 : 23;
+}
+
+// A sweeper stopped past its mark and second look, before its lane CAS
+// (expire.marked), keeps its mark. The first extend to find it moves the
+// lane word on and voids it; until the review of 2026-12-07 every extend
+// moved the word on once more, and 512 of them on a quiet lane (the
+// version has 9 bits) brought back the very word the sweeper's CAS
+// expects: its step took back a lease extended 512 times, each ok.
+TEST_F(Recovery, ExtendsOfALeaseWhoseExpiryIsStoppedNeverBringItsLaneWordBack) {
+  make(40, 4);
+  fill(A, 1);
+  const std::string name = seg();
+  Lease l;
+  ASSERT_TRUE(q().claim(l, 1000));
+  const BrandedId id = l.id;
+  const Token token = l.token;
+  ForkedChild extender = stopped_in(name, "extend.checked", [=](Queue& r) { return extend_code(r.extend(id, token, kLongLease)); });
+  q().advance_clock(5000);
+  ForkedChild sweeper = stopped_in(name, "expire.marked", [](Queue& r) { return int(r.tick()); });
+  ASSERT_EQ(finish(extender), 0) << "the first extend";
+  // 512 extends in all: had each moved the lane word on, the last would
+  // bring back the word the sweeper read (nothing else writes this lane).
+  int oks = 1;
+  for (int i = 0; i < 511; ++i) oks += q().extend(id, token, kLongLease) == AckStatus::ok;
+  EXPECT_EQ(oks, 512);
+  EXPECT_EQ(finish(sweeper), 0) << "the sweeper moved a lease";
+  EXPECT_EQ(q().complete(id, token), AckStatus::ok) << "a lease extended 512 times was taken back";
+  expect_clean();
+}
+
+// A fail() whose plan is in (fail.plan_in: a 60 s delay, or the dead
+// letters), an extend and an expiry racing it: the expiry finds the plan
+// and writes it back as it is, rather than its own mark, and lets the lease
+// be (the extend landed). The fail's park step then applies the plan. Until
+// the review of 2026-12-07 the expiry's mark replaced the plan, and the
+// park step, finding an exit mark, sent the job straight back to its lane.
+class FailPlanAndAnExpiry : public Recovery, public ::testing::WithParamInterface<bool> {};
+TEST_P(FailPlanAndAnExpiry, ThePlanSurvivesAnExpiryThatLetsTheLeaseBe) {
+  const bool dead_plan = GetParam();
+  make(40, 4);
+  fill(A, 1);
+  const std::string name = seg();
+  Lease l;
+  ASSERT_TRUE(q().claim(l, 1000));
+  const BrandedId id = l.id;
+  const Token token = l.token;
+  const FailOptions fo = dead_plan ? FailOptions{.delay_ms = 0, .max_attempts = 1, .error = "plan"}
+                                   : FailOptions{.delay_ms = 60000, .max_attempts = 10, .error = "plan"};
+  ForkedChild failer = stopped_in(name, "fail.plan_in", [=](Queue& r) { return fail_code(r.fail(id, token, fo)); });
+  ForkedChild extender = stopped_in(name, "extend.checked", [=](Queue& r) { return extend_code(r.extend(id, token, kLongLease)); });
+  q().advance_clock(5000);
+  ForkedChild sweeper = stopped_in(name, "expire.checked", [](Queue& r) { return int(r.tick()); });
+  EXPECT_EQ(finish(extender), 0);
+  EXPECT_EQ(finish(sweeper), 0) << "the sweeper moved a lease";
+  EXPECT_EQ(finish(failer), dead_plan ? 21 : 20);
+  const auto info = q().job(id);
+  ASSERT_TRUE(info.has_value());
+  EXPECT_EQ(info->state, dead_plan ? JobState::dead : JobState::scheduled);
+  Lease again;
+  EXPECT_FALSE(q().claim(again, kLongLease)) << "the job of a fail with a plan was delivered again at once";
+  expect_clean();
+}
+INSTANTIATE_TEST_SUITE_P(Plans, FailPlanAndAnExpiry, ::testing::Values(false, true),
+                         [](const ::testing::TestParamInfo<bool>& i) { return i.param ? "dead" : "delay"; });
+
+// A fail() whose plan CAS meets an expiry's mark (the sweeper stopped at
+// expire.marked), while an extend makes that expiry let the lease be: the
+// fail tries its plan again while the slot still holds its lease, and its
+// answer is true. Until the review of 2026-12-07 it said stale at the
+// first failed CAS, and the lease was still held (a complete then said ok).
+TEST_F(Recovery, AFailThatMeetsAnExpirysMarkTriesAgainWhileItHoldsTheLease) {
+  make(40, 4);
+  fill(A, 1);
+  const std::string name = seg();
+  Lease l;
+  ASSERT_TRUE(q().claim(l, 1000));
+  const BrandedId id = l.id;
+  const Token token = l.token;
+  ForkedChild failer = stopped_in(name, "fail.planned", [=](Queue& r) {
+    return fail_code(r.fail(id, token, FailOptions{.delay_ms = 60000, .max_attempts = 10, .error = "later"}));
+  });
+  ForkedChild extender = stopped_in(name, "extend.checked", [=](Queue& r) { return extend_code(r.extend(id, token, kLongLease)); });
+  q().advance_clock(5000);
+  ForkedChild sweeper = stopped_in(name, "expire.marked", [](Queue& r) { return int(r.tick()); });
+  const int failed = finish(failer);
+  const int extended = finish(extender);
+  EXPECT_EQ(finish(sweeper), 0) << "the sweeper moved a lease";
+  EXPECT_EQ(failed, 20) << "the fail of a lease it still held";
+  EXPECT_NE(extended, 0) << "an extend after the fail said ok";
+  EXPECT_NE(q().complete(id, token), AckStatus::ok) << "the lease outlived the fail that said retrying";
+  const auto info = q().job(id);
+  ASSERT_TRUE(info.has_value());
+  EXPECT_EQ(info->state, JobState::scheduled);
+  expect_clean();
+}
+
+// ExtendRacingAnExpiry at the attempt ceiling, where the expiry writes a
+// dead-letter plan rather than its mark: the extend must take a plan of
+// the lease for an exit under way too, not only a mark.
+TEST_F(Recovery, AnExtendRacingAnExpiryAtTheAttemptCeilingKeepsTheLease) {
+  make(40, 4);
+  JobInfo j;
+  j.id = q().mint();
+  j.group = A;
+  j.state = JobState::pending;
+  j.attempt = detail::SlotWord::kMaxAttempt;
+  ASSERT_EQ(q().import_job(j, "ceiling"), EnqueueStatus::enqueued);
+  const std::string name = seg();
+  Lease l;
+  ASSERT_TRUE(q().claim(l, 1000));
+  const BrandedId id = l.id;
+  const Token token = l.token;
+  ForkedChild extender = stopped_in(name, "extend.checked", [=](Queue& r) { return extend_code(r.extend(id, token, kLongLease)); });
+  q().advance_clock(5000);
+  ForkedChild sweeper = stopped_in(name, "expire.marked", [](Queue& r) { return int(r.tick()); });
+  EXPECT_EQ(finish(extender), 0);
+  EXPECT_EQ(finish(sweeper), 0) << "the sweeper moved a lease";
+  EXPECT_EQ(q().complete(id, token), AckStatus::ok) << "the extended lease was dead-lettered";
+  expect_clean();
+}
+
 // A consumer parked in claim_wait, nothing else calling, a long recovery
 // bound: the copy's fail (parked, due now) makes a sweep pass due and wakes
 // it, and the job is delivered well before the next pass of the recovery
