@@ -1529,6 +1529,38 @@ TEST_F(Recovery, AnExtendOfALeaseWhoseExitLandedSaysItIsOver) {
   expect_clean();
 }
 
+// Helpers of the races below: a child stopped at `point` in `call` on the
+// segment (it opens its own handle), and the parent's view of its answer;
+// the lease they race over (one job of lane A, a 1 s lease).
+ForkedChild stopped_in(const std::string& name, const char* point, std::function<int(Queue&)> call) {
+  ForkedChild c([name, point, call] {
+    auto r = Queue::open(name);
+    if (!r) return 3;
+    detail::failpoint_arm(point, 1, detail::FailpointAction::stop);
+    return call(r.value());
+  }, 60);
+  EXPECT_TRUE(wait_stopped(c.pid())) << point << ": " << c.describe();
+  return c;
+}
+int finish(ForkedChild& c) {
+  ::kill(c.pid(), SIGCONT);
+  EXPECT_TRUE(c.wait_for(20s)) << c.describe();
+  return c.reaped() && WIFEXITED(c.status()) ? WEXITSTATUS(c.status()) : -1;
+}
+struct Raced {
+  BrandedId id;
+  Token token;
+};
+Raced lease_one_of_a(Queue& q) {
+  Lease l;
+  EXPECT_TRUE(q.claim(l, 1000));
+  return Raced{l.id, l.token};
+}
+int extend_code(AckStatus st) { return st == AckStatus::ok ? 0 : st == AckStatus::stale ? 10 : st == AckStatus::gone ? 11 : 12; }
+int fail_code(FailStatus st) {
+  return st == FailStatus::retrying ? 20 : st == FailStatus::dead ? 21 : st == FailStatus::stale ? 22 : 23;
+}
+
 // An extend whose clock read the lease as running, racing an expiry whose
 // clock (a moment later) read it as due. Until 2026-12-07 the extend's CAS
 // of the slot word could land after the sweep had judged the lease and
@@ -1554,43 +1586,23 @@ TEST_P(ExtendRacingAnExpiry, TheExtendSaysWhatBecameOfTheLease) {
   make(40, 4);
   fill(A, 1);
   const std::string name = seg();
-  Lease l;
-  ASSERT_TRUE(q().claim(l, 1000));
-  const BrandedId id = l.id;
-  const Token token = l.token;
-  ForkedChild extender([&] {
-    auto r = Queue::open(name);
-    if (!r) return 3;
-    detail::failpoint_arm("extend.checked", 1, detail::FailpointAction::stop);
-    const AckStatus st = r->extend(id, token, kLongLease);
-    return st == AckStatus::ok ? 0 : st == AckStatus::stale ? 10 : st == AckStatus::gone ? 11 : 12;
-  }, 60);
-  ASSERT_TRUE(wait_stopped(extender.pid())) << extender.describe();
+  const auto [id, token] = lease_one_of_a(q());
+  ForkedChild extender = stopped_in(name, "extend.checked", [=](Queue& r) { return extend_code(r.extend(id, token, kLongLease)); });
   q().advance_clock(5000);  // the lease is due by every clock from here
-  const char* at = GetParam().at;
-  ForkedChild sweeper([&] {
-    auto r = Queue::open(name);
-    if (!r) return 3;
-    detail::failpoint_arm(at, 1, detail::FailpointAction::stop);
-    (void)r->tick();
+  ForkedChild sweeper = stopped_in(name, GetParam().at, [](Queue& r) {
+    (void)r.tick();
     return 0;
-  }, 60);
-  ASSERT_TRUE(wait_stopped(sweeper.pid())) << sweeper.describe();
-  ::kill(extender.pid(), SIGCONT);
-  ASSERT_TRUE(extender.wait_for(20s));
-  ::kill(sweeper.pid(), SIGCONT);
-  ASSERT_TRUE(sweeper.wait_for(20s));
-  EXPECT_TRUE(sweeper.exited_zero()) << sweeper.describe();
+  });
+  const int extended = finish(extender);
+  EXPECT_EQ(finish(sweeper), 0);
   if (GetParam().kept) {
-    EXPECT_TRUE(extender.exited_zero()) << "the extend did not say ok: " << extender.describe();
+    EXPECT_EQ(extended, 0) << "the extend did not say ok";
     q().tick();
     EXPECT_EQ(q().complete(id, token), AckStatus::ok) << "the extended lease was taken back";
     Lease again;
     EXPECT_FALSE(q().claim(again, kLongLease)) << "the job of an extended lease was delivered again";
   } else {
-    ASSERT_TRUE(extender.reaped());
-    EXPECT_TRUE(WIFEXITED(extender.status()) && WEXITSTATUS(extender.status()) == 10)
-        << "an extend of a lease taken back said otherwise: " << extender.describe();
+    EXPECT_EQ(extended, 10) << "an extend of a lease taken back said otherwise";
     EXPECT_EQ(q().complete(id, token), AckStatus::stale);
     Lease again;
     ASSERT_TRUE(q().claim(again, kLongLease)) << "the job of a lease taken back was not delivered again";
@@ -1610,28 +1622,6 @@ INSTANTIATE_TEST_SUITE_P(Points, ExtendRacingAnExpiry,
                            return n;
                          });
 
-// Helpers of the races below: a child stopped at `point` in `call` on the
-// segment (it opens its own handle), and the parent's view of its answer.
-ForkedChild stopped_in(const std::string& name, const char* point, std::function<int(Queue&)> call) {
-  ForkedChild c([name, point, call] {
-    auto r = Queue::open(name);
-    if (!r) return 3;
-    detail::failpoint_arm(point, 1, detail::FailpointAction::stop);
-    return call(r.value());
-  }, 60);
-  EXPECT_TRUE(wait_stopped(c.pid())) << point << ": " << c.describe();
-  return c;
-}
-int finish(ForkedChild& c) {
-  ::kill(c.pid(), SIGCONT);
-  EXPECT_TRUE(c.wait_for(20s)) << c.describe();
-  return c.reaped() && WIFEXITED(c.status()) ? WEXITSTATUS(c.status()) : -1;
-}
-int extend_code(AckStatus st) { return st == AckStatus::ok ? 0 : st == AckStatus::stale ? 10 : st == AckStatus::gone ? 11 : 12; }
-int fail_code(FailStatus st) {
-  return st == FailStatus::retrying ? 20 : st == FailStatus::dead ? 21 : st == FailStatus::stale ? 22 : 23;
-}
-
 // A sweeper stopped past its mark and second look, before its lane CAS
 // (expire.marked), keeps its mark. The first extend to find it moves the
 // lane word on and voids it; until the review of 2026-12-07 every extend
@@ -1642,10 +1632,7 @@ TEST_F(Recovery, ExtendsOfALeaseWhoseExpiryIsStoppedNeverBringItsLaneWordBack) {
   make(40, 4);
   fill(A, 1);
   const std::string name = seg();
-  Lease l;
-  ASSERT_TRUE(q().claim(l, 1000));
-  const BrandedId id = l.id;
-  const Token token = l.token;
+  const auto [id, token] = lease_one_of_a(q());
   ForkedChild extender = stopped_in(name, "extend.checked", [=](Queue& r) { return extend_code(r.extend(id, token, kLongLease)); });
   q().advance_clock(5000);
   ForkedChild sweeper = stopped_in(name, "expire.marked", [](Queue& r) { return int(r.tick()); });
@@ -1672,10 +1659,7 @@ TEST_P(FailPlanAndAnExpiry, ThePlanSurvivesAnExpiryThatLetsTheLeaseBe) {
   make(40, 4);
   fill(A, 1);
   const std::string name = seg();
-  Lease l;
-  ASSERT_TRUE(q().claim(l, 1000));
-  const BrandedId id = l.id;
-  const Token token = l.token;
+  const auto [id, token] = lease_one_of_a(q());
   const FailOptions fo = dead_plan ? FailOptions{.delay_ms = 0, .max_attempts = 1, .error = "plan"}
                                    : FailOptions{.delay_ms = 60000, .max_attempts = 10, .error = "plan"};
   ForkedChild failer = stopped_in(name, "fail.plan_in", [=](Queue& r) { return fail_code(r.fail(id, token, fo)); });
@@ -1704,10 +1688,7 @@ TEST_F(Recovery, AFailThatMeetsAnExpirysMarkTriesAgainWhileItHoldsTheLease) {
   make(40, 4);
   fill(A, 1);
   const std::string name = seg();
-  Lease l;
-  ASSERT_TRUE(q().claim(l, 1000));
-  const BrandedId id = l.id;
-  const Token token = l.token;
+  const auto [id, token] = lease_one_of_a(q());
   ForkedChild failer = stopped_in(name, "fail.planned", [=](Queue& r) {
     return fail_code(r.fail(id, token, FailOptions{.delay_ms = 60000, .max_attempts = 10, .error = "later"}));
   });
@@ -1738,10 +1719,7 @@ TEST_F(Recovery, AnExtendRacingAnExpiryAtTheAttemptCeilingKeepsTheLease) {
   j.attempt = detail::SlotWord::kMaxAttempt;
   ASSERT_EQ(q().import_job(j, "ceiling"), EnqueueStatus::enqueued);
   const std::string name = seg();
-  Lease l;
-  ASSERT_TRUE(q().claim(l, 1000));
-  const BrandedId id = l.id;
-  const Token token = l.token;
+  const auto [id, token] = lease_one_of_a(q());
   ForkedChild extender = stopped_in(name, "extend.checked", [=](Queue& r) { return extend_code(r.extend(id, token, kLongLease)); });
   q().advance_clock(5000);
   ForkedChild sweeper = stopped_in(name, "expire.marked", [](Queue& r) { return int(r.tick()); });
