@@ -115,11 +115,19 @@ namespace {
         // lane, its delay or its dead-lettering lost: found in review). A
         // write all the same, for [A6]; a `back` step reads only the plan's
         // ctr bits.
+        // Each write of an expiry's mark is its own value (a nonce: this
+        // thread's holder and its count of such writes): an extend that
+        // saw an earlier expiry's mark, and was delayed before voiding it,
+        // must not void the mark of a later expiry of the same lease whose
+        // step has landed (its step would be ignored and the lane's
+        // active count left one low: found in the second review).
         const Word128 t{rs, 0};
         const SlotState ts = SlotWord::state(t);
+        thread_local std::uint32_t t_marks = 0;
+        const std::uint64_t nonce = (std::uint64_t(my_holder(s) & 0x7FFFF) << 24) | (++t_marks & 0xFFFFFF);
         mark = SlotWord::attempt(t) == (SlotWord::ctr(sw) & 0xFFFF) && (ts == SlotState::scheduled || ts == SlotState::dead)
                    ? rs
-                   : expiry_mark(SlotWord::ctr(sw));
+                   : expiry_mark(SlotWord::ctr(sw), nonce);
       }
       if (!r.run_seq.compare_exchange_strong(rs, mark, std::memory_order_acq_rel)) continue;
     }
@@ -552,19 +560,24 @@ AckStatus Queue::extend(const BrandedId& job, Token token, std::uint32_t lease_m
         return AckStatus::corrupt;
       }
       if (lane_cas(s, lane, lw, base)) {
-        // An expiry's mark is voided now (any value not of this lease's
-        // ctr): an expiry stopped before its lane CAS keeps its mark
-        // otherwise, every later extend of the lease moved the lane word
-        // on once more, and 512 of them on a quiet lane (the version has 9
-        // bits) brought back the very word that expiry's CAS expects: its
-        // step then took back a lease extended 512 times (found in review).
-        // Voided, it makes no extend move the word again, and an expiry
-        // whose CAS lands on a word come back by others' moves has its step
-        // ignored (lane_base finds no mark of the lease). An exit of the
-        // holder's own is left alone (its failed CAS marks again). A dead
-        // plan an expiry writes at the attempt ceiling is not told from a
-        // fail's, and is left too (section 11).
-        if (seen_mark == expiry_mark(SlotWord::ctr(w)))
+        FAIRLANE_FAILPOINT("extend.moved");
+        // The expiry's mark we saw is voided now (any value not of this
+        // lease's ctr): an expiry stopped before its lane CAS keeps its
+        // mark otherwise, every later extend of the lease moved the lane
+        // word on once more, and 512 of them on a quiet lane (the version
+        // has 9 bits) brought back the very word that expiry's CAS
+        // expects: its step then took back a lease extended 512 times
+        // (found in review). Voided, it makes no extend move the word
+        // again. The CAS is from the very value we saw: a later expiry's
+        // mark is another value (expiry_mark's nonce), so a void delayed
+        // past it fails. An expiry whose CAS lands on a word brought back
+        // by 512 moves of others has its step ignored (lane_base finds no
+        // mark of the lease), its CAS having given the active count back:
+        // the lane counts one active too few (section 11, the version's
+        // width). An exit of the holder's own is left alone (its failed
+        // CAS marks again). A dead plan an expiry writes at the attempt
+        // ceiling is not told from a fail's, and is left too.
+        if (is_expiry_mark(seen_mark, SlotWord::ctr(w)))
           r.run_seq.compare_exchange_strong(seen_mark, exit_mark(SlotWord::ctr(w) ^ 1), std::memory_order_acq_rel);
         break;
       }

@@ -191,10 +191,19 @@ inline std::uint64_t park_plan(SlotState st, std::uint64_t ctr, std::uint64_t wh
 // return of a taken job leave in run_seq before their lane CAS: the step is
 // applied only to the lease (or take) it was made for (lane_base).
 inline std::uint64_t exit_mark(std::uint64_t ctr) noexcept { return park_plan(SlotState::free, ctr, 0); }
-// An expiry's mark: as exit_mark, told apart by its `when` (1), so that an
-// extend that finds it may void it (acks.cpp, [A6]); lane_base reads the
-// ctr bits and the state of a mark, never its `when`.
-inline std::uint64_t expiry_mark(std::uint64_t ctr) noexcept { return park_plan(SlotState::free, ctr, 1); }
+// An expiry's mark: as exit_mark, but with a `when` that is never 0 and
+// is this write's own (`nonce`: the writer's holder and a count of its
+// thread's expiry marks), so that an extend that finds it may void it
+// (acks.cpp, [A6]) by a CAS from exactly the value it saw, which a later
+// expiry of the same lease never writes again. lane_base reads the ctr
+// bits and the state of a mark, never its `when`.
+inline std::uint64_t expiry_mark(std::uint64_t ctr, std::uint64_t nonce) noexcept {
+  return park_plan(SlotState::free, ctr, nonce | (1ULL << 43));
+}
+inline bool is_expiry_mark(std::uint64_t v, std::uint64_t ctr) noexcept {
+  const Word128 t{v, 0};
+  return SlotWord::state(t) == SlotState::free && SlotWord::attempt(t) == (ctr & 0xFFFF) && SlotWord::when(t) != 0;
+}
 
 // Frees an aborted slot that is no longer linked anywhere; a reassign's
 // origin (its word names the slot the job moved to) has that move decided

@@ -507,10 +507,13 @@ void sweep_slot(Segment& s, std::uint32_t i, std::uint64_t now, SweepStats& st) 
         ++st.moved;
         ++st.leases;
         st.whose = (st.whose == -1 || st.whose == dead) ? dead : 0;
-      } else if (const Word128 again = slot_load(s, i); SlotWord::state(again) == SlotState::leased) {
+      } else if (const Word128 again = slot_load(s, i);
+                 SlotWord::state(again) == SlotState::leased && SlotWord::when(again) > now) {
         // Let be (extended since it was judged): its new deadline is this
         // pass's to remember, in case its extender has not lowered next_due
-        // yet (stopped after its CAS).
+        // yet (stopped after its CAS). (Only a deadline ahead: a due lease
+        // whose expiry failed, its record scribbled, would keep next_due in
+        // the past and make every claim start a pass: found in review.)
         st.earliest = std::min(st.earliest, SlotWord::when(again));
       }
       return;

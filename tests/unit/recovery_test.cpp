@@ -1707,6 +1707,73 @@ TEST_F(Recovery, AFailThatMeetsAnExpirysMarkTriesAgainWhileItHoldsTheLease) {
   expect_clean();
 }
 
+// The void of an expiry's mark is of the very mark the extend saw. An
+// extend stops after moving the lane word on (extend.moved), its first
+// expiry lets the lease be; the extended deadline passes and a second
+// expiry lands its step (stopped at ack.stepped, not applied); then the
+// extend resumes and voids. Until the second review of 2026-12-07 every
+// expiry of a lease wrote the same mark, the void ate the second one's,
+// lane_base ignored its step: the sweep said it took the lease back, the
+// lease was still held, and lane A (limit 1) counted none active.
+void stop_self(void*) { ::raise(SIGSTOP); }
+TEST_F(Recovery, AnExtendsLateVoidLeavesALaterExpirysMarkAlone) {
+  make(40, 4);
+  fill(A, 2);
+  ASSERT_EQ(q().set_limit(A, 1), LaneStatus::ok);
+  const std::string name = seg();
+  const auto [id, token] = lease_one_of_a(q());
+  ForkedChild extender([=] {
+    auto r = Queue::open(name);
+    if (!r) return 3;
+    detail::failpoint_call("extend.checked", stop_self, nullptr);
+    detail::failpoint_call("extend.moved", stop_self, nullptr);
+    return extend_code(r->extend(id, token, 10000));
+  }, 60);
+  ASSERT_TRUE(wait_stopped(extender.pid())) << "at extend.checked: " << extender.describe();
+  q().advance_clock(5000);  // past the first deadline
+  ForkedChild first = stopped_in(name, "expire.marked", [](Queue& r) { return int(r.tick()); });
+  ::kill(extender.pid(), SIGCONT);
+  ASSERT_TRUE(wait_stopped(extender.pid())) << "at extend.moved: " << extender.describe();
+  EXPECT_EQ(finish(first), 0) << "the first expiry let the extended lease be";
+  q().advance_clock(10000);  // past the extended deadline too
+  ForkedChild second = stopped_in(name, "ack.stepped", [](Queue& r) { return int(r.tick()); });
+  EXPECT_EQ(finish(extender), 0);
+  EXPECT_EQ(finish(second), 1) << "the second expiry took the lease back";
+  const auto info = q().job(id);
+  ASSERT_TRUE(info.has_value());
+  EXPECT_NE(info->state, JobState::leased) << "the lease a sweep took back is still held";
+  EXPECT_EQ(q().complete(id, token), AckStatus::stale);
+  // The lane counts what it has out: one lease at most (limit 1), and the
+  // jobs come out one at a time.
+  for (int i = 0; i < 2; ++i) {
+    Lease l;
+    ASSERT_TRUE(q().claim(l, kLongLease)) << "claim " << i;
+    Lease more;
+    EXPECT_FALSE(q().claim(more, kLongLease)) << "a second lease out in a lane of limit 1";
+    if (more.token.value != 0) (void)q().complete(more.id, more.token);
+    EXPECT_EQ(q().complete(l.id, l.token), AckStatus::ok);
+  }
+  expect_clean();
+}
+
+// A leased slot past its deadline whose expiry fails (its lane field
+// scribbled: reported corrupt) does not hold next_due in the past: a pass
+// that lets a lease be remembers only a deadline still ahead. (Found in the
+// second review: every claim then started a pass and reported it again.)
+TEST_F(Recovery, ADueLeaseWhoseExpiryFailsDoesNotKeepTheNextPassDueNow) {
+  make(40, 4);
+  fill(A, 2);
+  Lease l;
+  ASSERT_TRUE(q().claim(l, 1000));
+  detail::Segment& s = detail::QueueAccess::segment(q());
+  const std::uint32_t slot = std::uint32_t(l.token.value & ((1ULL << s.slot_bits) - 1));
+  ASSERT_EQ(detail::SlotWord::state(detail::slot_load(s, slot)), detail::SlotState::leased);
+  s.slot(slot).lane.store(s.lane_count + 5);
+  q().advance_clock(5000);
+  (void)q().tick();
+  EXPECT_GT(s.h->sweep.next_due.load(), detail::segment_now_ms(s)) << "next_due left in the past";
+}
+
 // ExtendRacingAnExpiry at the attempt ceiling, where the expiry writes a
 // dead-letter plan rather than its mark: the extend must take a plan of
 // the lease for an exit under way too, not only a mark.
