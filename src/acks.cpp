@@ -115,6 +115,7 @@ namespace {
         // lane, its delay or its dead-lettering lost: found in review). A
         // write all the same, for [A6]; a `back` step reads only the plan's
         // ctr bits.
+        //
         // Each write of an expiry's mark is its own value (a nonce: this
         // thread's holder and its count of such writes): an extend that
         // saw an earlier expiry's mark, and was delayed before voiding it,
