@@ -49,6 +49,20 @@ void apply_step(Segment& s, std::uint32_t lane, const Word128& written) noexcept
 
 namespace {
 
+// Does slot word `w` of record `r` hold the lease `token` of job `sf`?
+inline bool holds_lease(const Segment& s, const SlotRecord& r, std::uint64_t sf, Token token, const Word128& w) noexcept {
+  return r.sf.load(std::memory_order_acquire) == sf && SlotWord::state(w) == SlotState::leased &&
+         token_matches(s, token, SlotWord::ctr(w));
+}
+
+// The `when` of this thread's next expiry mark (expiry_mark): its holder
+// (19 bits) and its count of such writes (24 bits), so that no two writes
+// of a mark of one lease are alike while an extend that saw one is delayed.
+std::uint64_t next_expiry_nonce(const Segment& s) noexcept {
+  thread_local std::uint32_t t_marks = 0;
+  return (std::uint64_t(my_holder(s) & 0x7FFFF) << 24) | (++t_marks & 0xFFFFFF);
+}
+
 // Takes lease `token` of job `sf` out of leased by a step `op` of its lane
 // word (see the file comment) and applies it. Inlined into complete, the
 // hot ack (with the call, its frame and the out-parameters through memory,
@@ -76,9 +90,7 @@ namespace {
     // changes it, so an exit that checked this lease long ago and resumes
     // now writes nothing.
     std::uint64_t rs = r.run_seq.load(std::memory_order_acquire);
-    if (r.sf.load(std::memory_order_acquire) != sf || SlotWord::state(sw) != SlotState::leased ||
-        !token_matches(s, token, SlotWord::ctr(sw)))
-      return stale_or_gone(s, sf);
+    if (!holds_lease(s, r, sf, token, sw)) return stale_or_gone(s, sf);
     if (SlotWord::when(sw) > due_by) return Take::stale;  // extended since the expiry judged it
     const std::uint32_t lane = r.lane.load(std::memory_order_relaxed);
     if (lane >= s.lane_count) {
@@ -116,19 +128,17 @@ namespace {
         // write all the same, for [A6]; a `back` step reads only the plan's
         // ctr bits.
         //
-        // Each write of an expiry's mark is its own value (a nonce: this
-        // thread's holder and its count of such writes): an extend that
-        // saw an earlier expiry's mark, and was delayed before voiding it,
-        // must not void the mark of a later expiry of the same lease whose
-        // step has landed (its step would be ignored and the lane's
-        // active count left one low: found in the second review).
+        // Each write of an expiry's mark is its own value
+        // (next_expiry_nonce): an extend that saw an earlier expiry's mark,
+        // and was delayed before voiding it, must not void the mark of a
+        // later expiry of the same lease whose step has landed (its step
+        // would be ignored and the lane's active count left one low: found
+        // in the second review).
         const Word128 t{rs, 0};
         const SlotState ts = SlotWord::state(t);
-        thread_local std::uint32_t t_marks = 0;
-        const std::uint64_t nonce = (std::uint64_t(my_holder(s) & 0x7FFFF) << 24) | (++t_marks & 0xFFFFFF);
-        mark = SlotWord::attempt(t) == (SlotWord::ctr(sw) & 0xFFFF) && (ts == SlotState::scheduled || ts == SlotState::dead)
-                   ? rs
-                   : expiry_mark(SlotWord::ctr(sw), nonce);
+        const bool fail_plan =
+            SlotWord::attempt(t) == (SlotWord::ctr(sw) & 0xFFFF) && (ts == SlotState::scheduled || ts == SlotState::dead);
+        mark = fail_plan ? rs : expiry_mark(SlotWord::ctr(sw), next_expiry_nonce(s));
       }
       if (!r.run_seq.compare_exchange_strong(rs, mark, std::memory_order_acq_rel)) continue;
     }
@@ -394,9 +404,7 @@ FailStatus Queue::fail(const BrandedId& job, Token token, const FailOptions& opt
   SlotRecord& r = s.slot(slot);
   const Word128 seen = slot_load(s, slot);
   std::uint64_t rs = r.run_seq.load(std::memory_order_acquire);  // the plan goes in by a CAS from this
-  if (SlotWord::state(seen) != SlotState::leased || r.sf.load(std::memory_order_acquire) != sf ||
-      !token_matches(s, token, SlotWord::ctr(seen)))
-    return refused();
+  if (!holds_lease(s, r, sf, token, seen)) return refused();
   const std::uint32_t attempt = SlotWord::attempt(seen);
   // What it does: the call's options, then the job's policy, then the queue's.
   const RetryPolicy job_policy =
@@ -427,10 +435,7 @@ FailStatus Queue::fail(const BrandedId& job, Token token, const FailOptions& opt
         FAIRLANE_FAILPOINT("fail.plan_in");
         return true;
       }
-      const Word128 now_w = slot_load(s, slot);
-      if (SlotWord::state(now_w) != SlotState::leased || r.sf.load(std::memory_order_acquire) != sf ||
-          SlotWord::ctr(now_w) != SlotWord::ctr(seen))
-        return false;
+      if (!holds_lease(s, r, sf, token, slot_load(s, slot))) return false;
     }
   };
   if (dead) {
@@ -522,8 +527,7 @@ AckStatus Queue::extend(const BrandedId& job, Token token, std::uint32_t lease_m
   if (lane < s.lane_count) (void)lane_base(s, lane, lane_load(s, lane));
   Word128 w = slot_load(s, slot);
   for (;;) {
-    if (r.sf.load(std::memory_order_acquire) != sf || SlotWord::state(w) != SlotState::leased ||
-        !token_matches(s, token, SlotWord::ctr(w)) || SlotWord::when(w) <= now)
+    if (!holds_lease(s, r, sf, token, w) || SlotWord::when(w) <= now)
       // Past its deadline a lease may be taken back at any moment: too late
       // to extend (the sweep and this call judge by the same deadline).
       return to_ack(stale_or_gone(s, sf));
@@ -552,10 +556,7 @@ AckStatus Queue::extend(const BrandedId& job, Token token, std::uint32_t lease_m
   if (SlotWord::attempt(mark) == (SlotWord::ctr(w) & 0xFFFF) && lane < s.lane_count) {
     for (Word128 lw = lane_load(s, lane);;) {
       const Word128 base = lane_base(s, lane, lw);
-      const Word128 now_w = slot_load(s, slot);
-      if (r.sf.load(std::memory_order_acquire) != sf || SlotWord::state(now_w) != SlotState::leased ||
-          !token_matches(s, token, SlotWord::ctr(now_w)))
-        return to_ack(stale_or_gone(s, sf));
+      if (!holds_lease(s, r, sf, token, slot_load(s, slot))) return to_ack(stale_or_gone(s, sf));
       if (LaneWord::state(base) != LaneState::live) {
         report_corrupt(s, CorruptWhat::lane_word);  // a leased job's lane is never reclaimed
         return AckStatus::corrupt;

@@ -76,6 +76,15 @@ inline bool wait_stopped(pid_t pid, std::chrono::milliseconds guard = std::chron
   return stopped;
 }
 
+// A failpoint's name as a parameterised test's name: "run.linked" ->
+// "run_linked" (gtest allows only [A-Za-z0-9_]).
+inline std::string point_name(std::string_view point) {
+  std::string n(point);
+  for (char& c : n)
+    if (c == '.') c = '_';
+  return n;
+}
+
 // A segment name unique to this process and this test: "flt_<pid>_<suite>_<test>[_<tag>]".
 // Characters other than [A-Za-z0-9_] are replaced so parameterised test names stay legal.
 inline std::string unique_segment_name(std::string_view tag = {}) {

@@ -165,10 +165,7 @@ std::vector<Case> all_cases() {
 void PrintTo(const Case& c, std::ostream* os) { *os << c.failpoint << (c.stop ? " (stop)" : " (kill)"); }
 
 std::string case_name(const ::testing::TestParamInfo<Case>& info) {
-  std::string n = info.param.failpoint;
-  for (char& c : n)
-    if (c == '.') c = '_';
-  return std::string(info.param.stop ? "stopped_at_" : "killed_at_") + n + "_in_" +
+  return std::string(info.param.stop ? "stopped_at_" : "killed_at_") + test::point_name(info.param.failpoint) + "_in_" +
          kScenarioNames[int(info.param.scenario)];
 }
 

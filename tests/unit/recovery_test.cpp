@@ -1121,10 +1121,7 @@ INSTANTIATE_TEST_SUITE_P(AtEachStep, EnqueuerKilled,
                                            EnqueueCase{"enqueue.lane_found", false}, EnqueueCase{"enqueue.indexed", false},
                                            EnqueueCase{"enqueue.slot_taken", false}),
                          [](const ::testing::TestParamInfo<EnqueueCase>& info) {
-                           std::string n = info.param.failpoint;
-                           for (char& ch : n)
-                             if (ch == '.') ch = '_';
-                           return n;
+                           return test::point_name(info.param.failpoint);
                          });
 
 // A dead enqueuer's job, left linked and undecided at run.linked, is settled
@@ -1560,6 +1557,11 @@ int extend_code(AckStatus st) { return st == AckStatus::ok ? 0 : st == AckStatus
 int fail_code(FailStatus st) {
   return st == FailStatus::retrying ? 20 : st == FailStatus::dead ? 21 : st == FailStatus::stale ? 22 : 23;
 }
+// An extend of (id, token) by kLongLease, stopped with the lease's deadline
+// checked (its clock reads the lease as running) and its CAS not made.
+ForkedChild extender_stopped_at_check(const std::string& name, const BrandedId& id, Token token) {
+  return stopped_in(name, "extend.checked", [=](Queue& r) { return extend_code(r.extend(id, token, kLongLease)); });
+}
 
 // An extend whose clock read the lease as running, racing an expiry whose
 // clock (a moment later) read it as due. Until 2026-12-07 the extend's CAS
@@ -1587,7 +1589,7 @@ TEST_P(ExtendRacingAnExpiry, TheExtendSaysWhatBecameOfTheLease) {
   fill(A, 1);
   const std::string name = seg();
   const auto [id, token] = lease_one_of_a(q());
-  ForkedChild extender = stopped_in(name, "extend.checked", [=](Queue& r) { return extend_code(r.extend(id, token, kLongLease)); });
+  ForkedChild extender = extender_stopped_at_check(name, id, token);
   q().advance_clock(5000);  // the lease is due by every clock from here
   ForkedChild sweeper = stopped_in(name, GetParam().at, [](Queue& r) {
     (void)r.tick();
@@ -1615,12 +1617,7 @@ TEST_P(ExtendRacingAnExpiry, TheExtendSaysWhatBecameOfTheLease) {
 INSTANTIATE_TEST_SUITE_P(Points, ExtendRacingAnExpiry,
                          ::testing::Values(ExpiryRace{"expire.checked", true}, ExpiryRace{"expire.marked", true},
                                            ExpiryRace{"ack.stepped", false}),
-                         [](const ::testing::TestParamInfo<ExpiryRace>& i) {
-                           std::string n = i.param.at;
-                           for (char& c : n)
-                             if (c == '.') c = '_';
-                           return n;
-                         });
+                         [](const ::testing::TestParamInfo<ExpiryRace>& i) { return test::point_name(i.param.at); });
 
 // A sweeper stopped past its mark and second look, before its lane CAS
 // (expire.marked), keeps its mark. The first extend to find it moves the
@@ -1633,7 +1630,7 @@ TEST_F(Recovery, ExtendsOfALeaseWhoseExpiryIsStoppedNeverBringItsLaneWordBack) {
   fill(A, 1);
   const std::string name = seg();
   const auto [id, token] = lease_one_of_a(q());
-  ForkedChild extender = stopped_in(name, "extend.checked", [=](Queue& r) { return extend_code(r.extend(id, token, kLongLease)); });
+  ForkedChild extender = extender_stopped_at_check(name, id, token);
   q().advance_clock(5000);
   ForkedChild sweeper = stopped_in(name, "expire.marked", [](Queue& r) { return int(r.tick()); });
   ASSERT_EQ(finish(extender), 0) << "the first extend";
@@ -1663,7 +1660,7 @@ TEST_P(FailPlanAndAnExpiry, ThePlanSurvivesAnExpiryThatLetsTheLeaseBe) {
   const FailOptions fo = dead_plan ? FailOptions{.delay_ms = 0, .max_attempts = 1, .error = "plan"}
                                    : FailOptions{.delay_ms = 60000, .max_attempts = 10, .error = "plan"};
   ForkedChild failer = stopped_in(name, "fail.plan_in", [=](Queue& r) { return fail_code(r.fail(id, token, fo)); });
-  ForkedChild extender = stopped_in(name, "extend.checked", [=](Queue& r) { return extend_code(r.extend(id, token, kLongLease)); });
+  ForkedChild extender = extender_stopped_at_check(name, id, token);
   q().advance_clock(5000);
   ForkedChild sweeper = stopped_in(name, "expire.checked", [](Queue& r) { return int(r.tick()); });
   EXPECT_EQ(finish(extender), 0);
@@ -1692,7 +1689,7 @@ TEST_F(Recovery, AFailThatMeetsAnExpirysMarkTriesAgainWhileItHoldsTheLease) {
   ForkedChild failer = stopped_in(name, "fail.planned", [=](Queue& r) {
     return fail_code(r.fail(id, token, FailOptions{.delay_ms = 60000, .max_attempts = 10, .error = "later"}));
   });
-  ForkedChild extender = stopped_in(name, "extend.checked", [=](Queue& r) { return extend_code(r.extend(id, token, kLongLease)); });
+  ForkedChild extender = extender_stopped_at_check(name, id, token);
   q().advance_clock(5000);
   ForkedChild sweeper = stopped_in(name, "expire.marked", [](Queue& r) { return int(r.tick()); });
   const int failed = finish(failer);
@@ -1787,7 +1784,7 @@ TEST_F(Recovery, AnExtendRacingAnExpiryAtTheAttemptCeilingKeepsTheLease) {
   ASSERT_EQ(q().import_job(j, "ceiling"), EnqueueStatus::enqueued);
   const std::string name = seg();
   const auto [id, token] = lease_one_of_a(q());
-  ForkedChild extender = stopped_in(name, "extend.checked", [=](Queue& r) { return extend_code(r.extend(id, token, kLongLease)); });
+  ForkedChild extender = extender_stopped_at_check(name, id, token);
   q().advance_clock(5000);
   ForkedChild sweeper = stopped_in(name, "expire.marked", [](Queue& r) { return int(r.tick()); });
   EXPECT_EQ(finish(extender), 0);
