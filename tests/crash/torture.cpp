@@ -51,7 +51,8 @@
 // line being written (a truncated last line is ignored when read):
 //
 //   producer   A <id>            enqueue returned `enqueued` (acknowledged)
-//   consumer   T <id> <attempt>  claimed, written before complete or fail
+//   consumer   T <id> <attempt> <token>
+//                                claimed, written before complete or fail
 //              R <id> <attempt>  about to release the lease (--mix)
 //              r <id> <attempt>  release returned ok (the job is owed a delivery)
 //              C <id> <attempt>  complete returned ok
@@ -575,7 +576,8 @@ void settle_lease(Queue& q, ChildLog& log, std::mt19937_64& rng, CallTimer& time
       if (const std::string bad = check_payload(l); !bad.empty()) log.violation("claim of " + l.id.string() + ": " + bad);
       if (kind == Claim::lane_batch && l.group != leases[0].group)
         log.violation("a lane batch mixed lanes: " + leases[0].group.string() + " and " + l.group.string());
-      put_line(log.fd(), "T %s %u", l.id.string().c_str(), l.attempt);
+      put_line(log.fd(), "T %s %u %llu", l.id.string().c_str(), l.attempt,
+               static_cast<unsigned long long>(l.token.value));
     }
     if (hold_ms != 0) std::this_thread::sleep_for(milliseconds(hold_ms));
     to_complete.clear();
@@ -718,6 +720,7 @@ struct JobRecord {
   std::uint16_t completes = 0;       // C lines and the supervisor's ok completes
   std::uint32_t max_take = 0;        // the highest attempt delivered
   std::uint32_t fail_owed = 0;       // the highest attempt an F line failed for a retry (owed a later delivery)
+  std::uint64_t first_token = 0;     // the token of the first delivery (later ones: Ledger::later_tokens_)
   bool acked = false;                // an A line
   bool drained = false;              // completed by the supervisor
 };
@@ -778,7 +781,10 @@ class Ledger {
   }
 
   // The supervisor's own claims and completes.
-  void took(const BrandedId& id, std::uint32_t attempt) { take(key(id), attempt, "supervisor"); }
+  void took(const BrandedId& id, std::uint32_t attempt, fairlane::Token token) {
+    take(key(id), attempt, "supervisor");
+    token_taken(key(id), attempt, token.value, "supervisor");
+  }
   void drained(const BrandedId& id, std::uint32_t attempt) {
     JobRecord& r = jobs_[key(id)];
     r.drained = true;
@@ -849,18 +855,26 @@ class Ledger {
       problems_.push_back(file + ": " + std::string(s.substr(2)));
       return;
     }
-    // "<K> <id>[ <attempt>]"
+    // "A <id>", "T <id> <attempt> <token>", "<K> <id> <attempt>"
     std::optional<BrandedId> id;
     unsigned long attempt = 0;
+    unsigned long long token = 0;
     bool ok = s.size() >= 2 + fairlane::kIdLength && s[1] == ' ';
     if (ok) id = BrandedId::parse(s.substr(2, fairlane::kIdLength));
     ok = ok && id && id->kind() == kJobKind;
     const std::string_view rest = ok ? s.substr(2 + fairlane::kIdLength) : std::string_view();
     if (ok && s[0] != 'A') {
-      const std::string digits(rest.size() > 1 && rest[0] == ' ' ? rest.substr(1) : std::string_view());
+      const std::string numbers(rest.size() > 1 && rest[0] == ' ' ? rest.substr(1) : std::string_view());
       char* end = nullptr;
-      attempt = std::strtoul(digits.c_str(), &end, 10);
-      ok = !digits.empty() && end != nullptr && *end == '\0' && attempt > 0;
+      attempt = std::strtoul(numbers.c_str(), &end, 10);
+      ok = !numbers.empty() && end != nullptr && end != numbers.c_str() && attempt > 0;
+      if (ok && s[0] == 'T') {
+        const char* t = end;
+        ok = *t == ' ' && t[1] >= '0' && t[1] <= '9';
+        if (ok) token = std::strtoull(t + 1, &end, 10);
+        ok = ok && token != 0;
+      }
+      ok = ok && *end == '\0';
     } else if (ok) {
       ok = rest.empty();
     }
@@ -876,7 +890,10 @@ class Ledger {
         jobs_[k].acked = true;
         ++acked_;
         break;
-      case 'T': take(k, a, file); break;
+      case 'T':
+        take(k, a, file);
+        token_taken(k, a, token, file);
+        break;
       case 'C':
         ++completed_lines_;
         complete(k, a, file);
@@ -906,8 +923,9 @@ class Ledger {
     JobRecord& r = jobs_[k];
     ++r.takes;
     r.max_take = std::max(r.max_take, attempt);
-    // The attempt is the fencing token: two deliveries under one token
-    // means two holders both able to complete the job.
+    // Two deliveries under one attempt are two holders, unless a release
+    // gave the attempt back in between (judged in finish()). The tokens are
+    // checked apart (token_taken): that check needs no release accounting.
     bool twice = false;
     if (attempt <= 64) {
       const std::uint64_t bit = 1ULL << (attempt - 1);
@@ -920,6 +938,20 @@ class Ledger {
       std::uint32_t& n = again_[{k, attempt}];
       if (n++ == 0) again_who_[{k, attempt}] = who;
     }
+  }
+
+  // A token names one lease: the same token delivered twice is two holders
+  // of one lease, whatever releases came between (a release gives the
+  // attempt back, not the token). Judged as lines come: nothing excuses it.
+  void token_taken(std::uint64_t k, std::uint32_t attempt, std::uint64_t token, const std::string& who) {
+    JobRecord& r = jobs_[k];
+    if (r.first_token == 0) {
+      r.first_token = token;
+      return;
+    }
+    if (token != r.first_token && later_tokens_.insert({k, token}).second) return;
+    problems_.push_back(who + ": " + id_of(k) + " delivered twice under one token " + std::to_string(token) +
+                        " (attempt " + std::to_string(attempt) + ")");
   }
 
   void complete(std::uint64_t k, std::uint32_t attempt, const std::string& who) {
@@ -937,6 +969,7 @@ class Ledger {
   std::map<std::string, File> files_;
   std::unordered_map<std::uint64_t, JobRecord> jobs_;
   std::set<std::pair<std::uint64_t, std::uint32_t>> high_takes_;  // deliveries with attempt > 64 (rare)
+  std::set<std::pair<std::uint64_t, std::uint64_t>> later_tokens_;  // tokens of each job's deliveries after its first
   // Deliveries of a (job, attempt) after its first, the log of the first of
   // them, and the R lines of each (job, attempt).
   std::map<std::pair<std::uint64_t, std::uint32_t>, std::uint32_t> again_, releases_;
@@ -1406,7 +1439,7 @@ class Supervisor {
   void take_and_complete(const Lease& l, const char* phase) {
     if (const std::string bad = check_payload(l); !bad.empty())
       violation(std::string(phase) + ": claim of " + l.id.string() + ": " + bad);
-    ledger_.took(l.id, l.attempt);
+    ledger_.took(l.id, l.attempt, l.token);
     const AckStatus st = q_.complete(l.id, l.token);
     if (st == AckStatus::ok)
       ledger_.drained(l.id, l.attempt);
