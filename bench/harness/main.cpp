@@ -75,6 +75,40 @@ int main(int argc, char** argv) {
     }
   }
 
+  // The flow's further rounds, for the peers of the flow target (fairlane
+  // and mutex-shm, processes, the run's producers and consumers), in turn
+  // as above: the flow alone (no drain, no wake-ups), and the line handoff
+  // before each, so that a pace that changes between the two peers' runs
+  // shows in the rounds rather than deciding the target.
+  Options flow_only = o;
+  flow_only.params.drain_jobs = 0;
+  flow_only.params.drain_rounds = 0;
+  flow_only.params.fair_round = 0;
+  flow_only.params.wake_rounds = 0;
+  const auto rounded = [](const RunResult& r) {
+    return r.ok && r.mode == Mode::flow && r.topology == Topology::processes && !r.pxc &&
+           (r.peer == "fairlane" || r.peer == "mutex-shm");
+  };
+  for (auto& r : results)
+    if (rounded(r)) {
+      r.flow_rounds = {r.cycles_per_s};
+      r.flow_handoffs = {r.flow_handoff_ns};
+    }
+  for (std::uint32_t round = 1; round < o.flow_rounds && !interrupted(); ++round) {
+    for (std::size_t i = 0; i < o.peers.size() && i < results.size() && !interrupted(); ++i) {
+      RunResult& first = results[i];
+      if (!rounded(first) || !first.flow_rounds_note.empty()) continue;
+      if (o.progress) std::fprintf(stderr, "fairlane-bench: %s, flow round %u ...\n", o.peers[i].c_str(), round + 1);
+      const RunResult again = run_peer(flow_only, o.peers[i], env);
+      if (!again.ok) {
+        first.flow_rounds_note = "flow round " + std::to_string(round + 1) + " did not finish: " + again.error;
+        continue;
+      }
+      first.flow_rounds.push_back(again.cycles_per_s);
+      first.flow_handoffs.push_back(again.flow_handoff_ns);
+    }
+  }
+
   const auto targets = check_targets(results, o.cycle_json);
   const auto json = to_json(o, results, targets);
   if (o.json) std::printf("%s\n", json.dump(2).c_str());

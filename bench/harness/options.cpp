@@ -115,6 +115,12 @@ backlogged lanes, and peak memory.
                        fairlane, ...): the target is judged on the median of
                        the rounds' ratios, so that a host that changes pace
                        between two runs does not decide it
+  --flow-rounds N      flow: runs of fairlane and mutex-shm (processes, one
+                       producer and one consumer), 1..50, default 5 (--quick
+                       1), taken in turn: the first is the full run, the
+                       others the flow alone (no drain, no wake-ups); the
+                       flow target is judged on the median of the rounds'
+                       ratios, as the bare flow's is
   --batch N            batch mode: jobs per batch call, default 32
   --capacity N         jobs the queue holds (bare flow: the same for every
                        peer, default the backlog rounded up to a power of 2)
@@ -191,7 +197,7 @@ std::vector<std::string> split(std::string_view s) {
 
 std::optional<Options> parse_options(int argc, char** argv, std::string& error) {
   Options o;
-  bool peers_set = false, bare_jobs_set = false, bare_rounds_set = false, duration_set = false, warmup_set = false, rounds_set = false,
+  bool peers_set = false, bare_jobs_set = false, bare_rounds_set = false, flow_rounds_set = false, duration_set = false, warmup_set = false, rounds_set = false,
        trace_set = false, vk_set = false, drain_set = false, fill_set = false, rounds_d_set = false;
   auto& p = o.params;
   for (int i = 1; i < argc; ++i) {
@@ -218,6 +224,7 @@ std::optional<Options> parse_options(int argc, char** argv, std::string& error) 
     else if (a == "--bare-work-ns") { if (!num(p.bare_work_ns)) return {}; }
     else if (a == "--bare-blocking") { p.bare_blocking = 1; }
     else if (a == "--bare-rounds") { if (!num(o.bare_rounds)) return {}; bare_rounds_set = true; }
+    else if (a == "--flow-rounds") { if (!num(o.flow_rounds)) return {}; flow_rounds_set = true; }
     else if (a == "--batch") { if (!num(p.batch)) return {}; }
     else if (a == "--capacity") { if (!num(p.capacity)) return {}; }
     else if (a == "--cycle-json") { if (!need()) return {}; o.cycle_json = std::string(v); }
@@ -276,8 +283,10 @@ std::optional<Options> parse_options(int argc, char** argv, std::string& error) 
     if (!rounds_d_set) p.drain_rounds = 1;
     if (!bare_jobs_set) p.bare_jobs = 200'000;
     if (!bare_rounds_set) o.bare_rounds = 1;
+    if (!flow_rounds_set) o.flow_rounds = 1;
   }
   if (o.bare_rounds == 0 || o.bare_rounds > 50) { error = "--bare-rounds must be 1..50"; return {}; }
+  if (o.flow_rounds == 0 || o.flow_rounds > 50) { error = "--flow-rounds must be 1..50"; return {}; }
   if (p.bare_jobs == 0) { error = "--bare-jobs must be >= 1"; return {}; }
   if (p.bare_work_ns > 1'000'000'000) { error = "--bare-work-ns must be at most 1000000000 (1 s)"; return {}; }
   if (p.batch == 0 || p.batch > 4096) { error = "--batch must be 1..4096"; return {}; }

@@ -81,6 +81,7 @@ struct Options {
   std::vector<std::uint32_t> valkey_consumers{1, 2, 4, 8};
   std::uint64_t window = 0;           // fairness window in claims; 0: max(1000, 4 * lanes)
   std::uint32_t bare_rounds = 5;      // bare flow: runs of each bare peer, interleaved (--quick: 1)
+  std::uint32_t flow_rounds = 5;      // flow: runs of fairlane and mutex-shm (processes), interleaved (--quick: 1)
   bool quick = false;
   bool json = false;
   bool progress = true;

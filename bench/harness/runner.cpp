@@ -407,20 +407,21 @@ RunResult run_once(const Options& o, Peer& peer, const Params& params, std::uint
   if (info.size() >= sizeof h.info) { r.error = "peer info too long"; return r; }
   std::memcpy(h.info, info.c_str(), info.size() + 1);
 
-  if (p.mode == Mode::bare) {
+  if (p.mode == Mode::bare || (p.mode == Mode::flow && r.topology == Topology::processes)) {
     // The host's pace for this run, between the CPUs the flow will use
     // (before the workers exist: nothing else runs on them meanwhile).
     const std::vector<int> cpus = allowed_cpus();
     const int a = placement_cpu(p, Role::producer, 0, cpus), b = placement_cpu(p, Role::consumer, 0, cpus);
     std::string why;
-    r.bare.handoff_ns = line_handoff_ns(a, b, 20000, 5, why);
+    double& handoff = p.mode == Mode::bare ? r.bare.handoff_ns : r.flow_handoff_ns;
+    handoff = line_handoff_ns(a, b, 20000, 5, why);
     // The workers inherit this thread's CPUs and place themselves by them:
     // a probe that left it pinned would put the whole flow on one CPU.
     if (allowed_cpus() != cpus) {
       r.error = "the line handoff probe left the harness on other CPUs than it had: " + why;
       return r;
     }
-    if (r.bare.handoff_ns == 0 && handoff_applies(a, b))
+    if (handoff == 0 && handoff_applies(a, b))
       std::fprintf(stderr, "fairlane-bench: [%s] line handoff not measured: %s\n", label.c_str(), why.c_str());
   }
 

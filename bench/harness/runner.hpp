@@ -63,6 +63,15 @@ struct RunResult {
   };
   std::vector<SweepPoint> sweep;
 
+  // Flow rounds (--flow-rounds; fairlane and mutex-shm, processes, without
+  // @PxC): cycles_per_s of this run and of each flow-only run after it, in
+  // the order run, and the line handoff measured before each (ns; 0: not
+  // measured). flow_handoff_ns: this run's.
+  double flow_handoff_ns = 0;
+  std::vector<double> flow_rounds;
+  std::vector<double> flow_handoffs;
+  std::string flow_rounds_note;         // why the rounds stopped short, or empty
+
   // Mode::bare: every job through, from the first worker's start to the last
   // consumer's end.
   struct Bare {
