@@ -101,10 +101,23 @@ Control* map_control(const std::string& name, bool create) {
 
 // ---- workers ------------------------------------------------------------------------
 
+// This thread's CPU time, ns.
+std::uint64_t thread_cpu_ns() noexcept {
+  timespec ts;
+  clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+  return std::uint64_t(ts.tv_sec) * 1'000'000'000u + std::uint64_t(ts.tv_nsec);
+}
+
+// A job's work: `ns` of this thread's CPU time. Not of the wall clock: a
+// spin on it that is preempted ends early, its time spent off the CPU, so
+// what a job cost depended on how the scheduler shared two CPUs among five
+// processes, and the others' rate sat at one of two levels (about 545 k and
+// 715 k jobs/s) that changed with a kill or a stop: stopped and gone windows
+// of one scenario at different levels read as 0.76x or 1.38x.
 void spin_ns(std::uint64_t ns) noexcept {
   if (ns == 0) return;
-  const std::uint64_t until = now_ns() + ns;
-  while (now_ns() < until) {
+  const std::uint64_t until = thread_cpu_ns() + ns;
+  while (thread_cpu_ns() < until) {
 #if defined(__x86_64__)
     __builtin_ia32_pause();
 #endif
