@@ -283,7 +283,8 @@ killed; completions per window, stopped vs gone.
   -p, --producers N     the others' producers, default 1
   -c, --consumers N     the others' consumers, default 3
   --lanes N             lanes kept backlogged (in turn), default 6, at most 64
-  --work-us US          work per job in each consumer (a spin), default 2
+  --work-us US          work per job in each consumer (a spin on its
+                        CPU time), default 2
   --backlog N           the producers hold each lane near N / lanes pending
                         jobs, default 60000
   --windows N           windows per phase, default 5
