@@ -942,7 +942,9 @@ class Ledger {
 
   // A token names one lease: the same token delivered twice is two holders
   // of one lease, whatever releases came between (a release gives the
-  // attempt back, not the token). Judged as lines come: nothing excuses it.
+  // attempt back, not the token: a job released and delivered again under
+  // its old token, which its old holder could still acknowledge, passes
+  // the attempt count). Judged as lines come: nothing excuses it.
   void token_taken(std::uint64_t k, std::uint32_t attempt, std::uint64_t token, const std::string& who) {
     JobRecord& r = jobs_[k];
     if (r.first_token == 0) {
