@@ -313,13 +313,14 @@ void write_job(Segment& s, std::uint32_t slot, std::uint64_t sf, const BrandedId
   r.pub.store(ctr, std::memory_order_release);
 }
 
-// Appends the admitting slot to its group's lane. linked: it is in the run;
-// false with st unset: it must go to the strays (scheduled due now, then
-// promoted); false with st set: refused.
-bool link_admission(Segment& s, std::uint32_t slot, std::uint64_t ctr, const GroupKey* g, IntentGuard& guard,
-                    bool& linked, EnqueueStatus& st, bool& refused, AdmitOut& out) noexcept {
-  linked = false;
-  refused = false;
+// What became of an admission's link: in its lane's run; for the strays
+// (out of the run's order: it is admitted scheduled, due now, and promoted);
+// or refused (no lane for its group, or corruption: the status says which).
+enum class Linked { run, strays, refused };
+
+// Appends the admitting slot to its group's lane.
+Linked link_admission(Segment& s, std::uint32_t slot, std::uint64_t ctr, const GroupKey* g, IntentGuard& guard,
+                      EnqueueStatus& refusal, AdmitOut& out) noexcept {
   const GroupKey key = g ? *g : GroupKey{};
   SameLaneRounds rounds;  // a lane that is not g's, met again and again
   for (;;) {
@@ -329,10 +330,9 @@ bool link_admission(Segment& s, std::uint32_t slot, std::uint64_t ctr, const Gro
     if (g) {
       const LaneFind f = lane_find_cached(s, key, lane, w, checked);
       if (f != LaneFind::found) {
-        refused = true;
-        st = f == LaneFind::corrupt ? EnqueueStatus::corrupt : EnqueueStatus::lanes_full;
+        refusal = f == LaneFind::corrupt ? EnqueueStatus::corrupt : EnqueueStatus::lanes_full;
         out.buckets_full = f == LaneFind::buckets_full;
-        return false;
+        return Linked::refused;
       }
     }
     FAIRLANE_FAILPOINT("enqueue.lane_found");
@@ -345,26 +345,23 @@ bool link_admission(Segment& s, std::uint32_t slot, std::uint64_t ctr, const Gro
     if (!checked) w = lane_load(s, lane);
     switch (run_append(s, lane, key, slot, node_tag(ctr), w, guard.pred(), checked)) {
       case OrderResult::ok:
-        linked = true;
-        return true;
+        return Linked::run;
       case OrderResult::lane_changed:
         guard.clear();
         if (rounds.stuck(lane, w)) {
           report_corrupt(s, CorruptWhat::directory);
-          refused = true;
-          st = EnqueueStatus::corrupt;
-          return false;
+          refusal = EnqueueStatus::corrupt;
+          return Linked::refused;
         }
         continue;  // reclaimed under us: find it again
       case OrderResult::out_of_order:
       case OrderResult::sealed:
         guard.clear();
-        return false;
+        return Linked::strays;
       default:
         guard.clear();
-        refused = true;
-        st = EnqueueStatus::corrupt;
-        return false;
+        refusal = EnqueueStatus::corrupt;
+        return Linked::refused;
     }
   }
 }
@@ -436,17 +433,20 @@ EnqueueStatus admit(Segment& s, const BrandedId& group, const BrandedId& job, st
     std::uint32_t lane = kDefaultLane;
     if (a.state == SlotState::pending) {
       EnqueueStatus refusal = EnqueueStatus::corrupt;
-      bool refused = false;
-      if (!link_admission(s, slot, ctr, g, guard, linked, refusal, refused, out)) {
-        if (refused) {
+      switch (link_admission(s, slot, ctr, g, guard, refusal, out)) {
+        case Linked::run:
+          linked = true;
+          break;
+        case Linked::refused:
           give_back(s, slot, ctr);
           return refusal;
-        }
-        // Out of the run's order: admitted scheduled, due now, then promoted.
-        to_strays = true;
-        a.state = SlotState::scheduled;
-        a.when_ms = 0;
-        s.slot(slot).fail_to.store(target_lo(SlotState::scheduled, a.attempt, 0), std::memory_order_relaxed);
+        case Linked::strays:
+          // Out of the run's order: admitted scheduled, due now, then promoted.
+          to_strays = true;
+          a.state = SlotState::scheduled;
+          a.when_ms = 0;
+          s.slot(slot).fail_to.store(target_lo(SlotState::scheduled, a.attempt, 0), std::memory_order_relaxed);
+          break;
       }
       lane = s.slot(slot).lane.load(std::memory_order_relaxed);
     }
