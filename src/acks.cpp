@@ -211,17 +211,26 @@ void finish_linking(Segment& s, std::uint32_t lane, std::uint32_t slot, std::uin
   }
 }
 
+// Takes the move of a job returning under holder 0 at ctr `ctr` (`w`: its
+// slot word as read; on success, the word written): ours once the CAS
+// holds (a stopped mover holds this one job). False if it is not such a
+// job, or another took it first.
+bool take_move(Segment& s, std::uint32_t slot, Word128& w, std::uint64_t ctr) noexcept {
+  if (SlotWord::state(w) != SlotState::returning || SlotWord::holder(w) != 0 || SlotWord::ctr(w) != ctr) return false;
+  const Word128 taken = SlotWord::make(SlotState::returning, SlotWord::attempt(w), 0, ctr, my_holder(s));
+  Word128 expect = w;
+  if (!slot_cas(s, slot, expect, taken)) return false;
+  w = taken;
+  FAIRLANE_FAILPOINT("move.taken");
+  return true;
+}
+
 Moved link_returning(Segment& s, std::uint32_t slot, bool mine, const Word128* fallback) noexcept {
   SlotRecord& r = s.slot(slot);
   Word128 w = slot_load(s, slot);
   if (SlotWord::state(w) != SlotState::returning) return Moved::changed;
   if (!mine) {
-    if (SlotWord::holder(w) != 0) return Moved::changed;
-    // Take the move: ours after this CAS (a stopped mover holds this one job).
-    const Word128 taken = SlotWord::make(SlotState::returning, SlotWord::attempt(w), 0, SlotWord::ctr(w), my_holder(s));
-    if (!slot_cas(s, slot, w, taken)) return Moved::changed;
-    w = taken;
-    FAIRLANE_FAILPOINT("move.taken");
+    if (!take_move(s, slot, w, SlotWord::ctr(w))) return Moved::changed;
   }
   // Met corruption before the job was linked (strays_insert fails only
   // before its level-0 link): the move is given up, not kept, so that a
@@ -450,11 +459,23 @@ FailStatus Queue::fail(const BrandedId& job, Token token, const FailOptions& opt
     if (!put_plan(park_plan(SlotState::scheduled, SlotWord::ctr(seen), now + plan.delay_ms))) return refused();
     op = RelOp::park;
   }
-  // The error is the lease holder's to write; written before the step so
-  // that it is with the job when the job moves on.
-  const std::size_t n = std::min<std::size_t>(options.error.size(), kErrorBytes);
-  if (n) std::memcpy(r.error, options.error.data(), n);
-  r.error_len.store(std::uint8_t(n), std::memory_order_relaxed);
+  // The error text is written while the job is this call's, so that it is
+  // with the job when the job moves on and never lands in a later job of
+  // the slot. A park's goes in before the step: the plan CAS above found
+  // the lease still ours. A retry now (back) writes it after the step,
+  // once the job's move back into its lane is ours (take_move below): no
+  // one else moves a job whose live mover is us. Until 2026-12-07 it went
+  // in before the step there too, checked only when fail() began: a fail
+  // stopped past its lease's deadline wrote it into whatever job the slot
+  // held by then (`AStaleRetryWritesNoErrorTextIntoTheSlotsNextJob`). (An
+  // unattached copy never retries now: it parks, above.)
+  const auto write_error = [&] {
+    const std::size_t n = std::min<std::size_t>(options.error.size(), kErrorBytes);
+    if (n) std::memcpy(r.error, options.error.data(), n);
+    r.error_len.store(std::uint8_t(n), std::memory_order_relaxed);
+  };
+  const bool error_after = op == RelOp::back;
+  if (!error_after) write_error();
   std::uint32_t got = 0, lane = 0;
   const Take t = release_lease(s, sf, token, op, got, lane);
   switch (t) {
@@ -466,13 +487,23 @@ FailStatus Queue::fail(const BrandedId& job, Token token, const FailOptions& opt
   FAIRLANE_FAILPOINT("fail.stepped");
   bool went_dead = dead;
   std::uint64_t due = kNever;  // a sweep pass's work for this job: then, parked consumers woken for it
-  const SlotState now_state = SlotWord::state(slot_load(s, slot));
+  Word128 after = slot_load(s, slot);
+  const SlotState now_state = SlotWord::state(after);
   if (op == RelOp::back || now_state == SlotState::returning) {
     // Back to its lane (a park whose plan was overwritten by a stale fail()
     // of an older lease falls back to this too). An unattached copy leaves
     // it returning under holder 0, anyone's to link, for the next pass.
-    if (own) link_returning(s, slot);
-    else due = now;
+    // Our `back` step left it returning under holder 0 at the lease's ctr
+    // + 1; a sweep may take that move first, and then the text is not
+    // written (the job is that sweep's to link and anyone's to claim).
+    if (error_after && take_move(s, slot, after, SlotWord::ctr(seen) + 1)) {
+      write_error();
+      link_returning(s, slot, true);
+    } else if (own) {
+      link_returning(s, slot);
+    } else {
+      due = now;
+    }
     went_dead = false;
   } else {
     // Two fails of one lease racing from two threads: the winner's step

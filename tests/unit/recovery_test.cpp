@@ -891,6 +891,70 @@ TEST_F(Recovery, AStaleFailWritesNothingIntoTheSlotsNextJob) {
   expect_clean();
 }
 
+// The same for a retry now (the queue's default): the error text of a
+// fail() stopped past its lease's deadline must not land in the slot's next
+// job either. It was written before the fail's step, checked only when the
+// call began, so the next job's last_error read "stale" (and its mirror
+// would have shipped it).
+TEST_F(Recovery, AStaleRetryWritesNoErrorTextIntoTheSlotsNextJob) {
+  QueueOptions o;
+  o.jobs = 1;  // every admission reuses the one slot
+  o.lanes = 2;
+  o.payload_bytes = 16;
+  o.recovery_ms = 40;
+  create(o);
+  const std::string name = seg();
+  const BrandedId j1 = q().mint();
+  ASSERT_EQ(q().enqueue({}, j1, "one"), EnqueueStatus::enqueued);
+  ForkedChild failer([&] {
+    auto r = Queue::open(name);
+    if (!r) return 3;
+    Lease l;
+    if (!r->claim(l, 50)) return 4;
+    detail::failpoint_arm("fail.planned", 1, detail::FailpointAction::stop);
+    return r->fail(l.id, l.token, FailOptions{.delay_ms = 0, .max_attempts = 10, .error = "stale"}) == FailStatus::gone ? 0 : 5;
+  }, 60);
+  ASSERT_TRUE(wait_stopped(failer.pid())) << failer.describe();
+  q().advance_clock(1000);  // its lease expires
+  q().tick();
+  Lease l;
+  ASSERT_TRUE(q().claim(l, kLongLease));
+  ASSERT_EQ(l.id, j1);
+  ASSERT_EQ(q().complete(l.id, l.token), AckStatus::ok);
+  const BrandedId j2 = q().mint();
+  ASSERT_EQ(q().enqueue({}, j2, "two"), EnqueueStatus::enqueued);
+  ::kill(failer.pid(), SIGCONT);
+  failer.wait();
+  EXPECT_TRUE(failer.exited_zero()) << "the stale fail was not refused: " << failer.describe();
+  const auto info = q().job(j2);
+  ASSERT_TRUE(info.has_value());
+  EXPECT_EQ(info->last_error, "") << "a stale fail's text landed in the slot's next job";
+  ASSERT_TRUE(q().claim(l, kLongLease));
+  EXPECT_EQ(l.id, j2);
+  EXPECT_EQ(q().complete(l.id, l.token), AckStatus::ok);
+  expect_clean();
+}
+
+// A retry now still carries its text: written once the job's move is the
+// failer's, before the job is back in its lane.
+TEST_F(Recovery, ARetryNowKeepsItsErrorText) {
+  make(40, 4);
+  fill(A, 1);
+  Lease l;
+  ASSERT_TRUE(q().claim(l, kLongLease));
+  ASSERT_EQ(q().fail(l.id, l.token, FailOptions{.delay_ms = 0, .max_attempts = 10, .error = "boom"}),
+            FailStatus::retrying);
+  const auto info = q().job(l.id);
+  ASSERT_TRUE(info.has_value());
+  EXPECT_EQ(info->state, JobState::pending);
+  EXPECT_EQ(info->last_error, "boom");
+  Lease again;
+  ASSERT_TRUE(q().claim(again, kLongLease));
+  EXPECT_EQ(again.id, l.id);
+  EXPECT_EQ(q().complete(again.id, again.token), AckStatus::ok);
+  expect_clean();
+}
+
 // A helper that read an admission long ago (a sweep settling its dead
 // admitter, before index_resolve) and resumes after it was committed, made
 // due, adopted into its lane and moved by a reassign: the slot is then the
