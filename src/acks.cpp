@@ -211,10 +211,13 @@ void finish_linking(Segment& s, std::uint32_t lane, std::uint32_t slot, std::uin
   }
 }
 
+namespace {
+
 // Takes the move of a job returning under holder 0 at ctr `ctr` (`w`: its
 // slot word as read; on success, the word written): ours once the CAS
 // holds (a stopped mover holds this one job). False if it is not such a
-// job, or another took it first.
+// job, or another mover (a sweep, a reassign, another link_returning) took
+// it first.
 bool take_move(Segment& s, std::uint32_t slot, Word128& w, std::uint64_t ctr) noexcept {
   if (SlotWord::state(w) != SlotState::returning || SlotWord::holder(w) != 0 || SlotWord::ctr(w) != ctr) return false;
   const Word128 taken = SlotWord::make(SlotState::returning, SlotWord::attempt(w), 0, ctr, my_holder(s));
@@ -224,6 +227,8 @@ bool take_move(Segment& s, std::uint32_t slot, Word128& w, std::uint64_t ctr) no
   FAIRLANE_FAILPOINT("move.taken");
   return true;
 }
+
+}  // namespace
 
 Moved link_returning(Segment& s, std::uint32_t slot, bool mine, const Word128* fallback) noexcept {
   SlotRecord& r = s.slot(slot);
@@ -494,9 +499,10 @@ FailStatus Queue::fail(const BrandedId& job, Token token, const FailOptions& opt
     // of an older lease falls back to this too). An unattached copy leaves
     // it returning under holder 0, anyone's to link, for the next pass.
     // Our `back` step left it returning under holder 0 at the lease's ctr
-    // + 1; a sweep may take that move first, and then the text is not
-    // written (the job is that sweep's to link and anyone's to claim).
-    if (error_after && take_move(s, slot, after, SlotWord::ctr(seen) + 1)) {
+    // + 1; another mover (a sweep, a reassign) may take that move first,
+    // and then the text is not written (the job is that mover's to link
+    // and anyone's to claim; it keeps the text it had).
+    if (error_after && take_move(s, slot, after, (SlotWord::ctr(seen) + 1) & SlotWord::kCtrMask)) {
       write_error();
       link_returning(s, slot, true);
     } else if (own) {
