@@ -56,31 +56,47 @@ void IntentGuard::take_fallback(Segment& s) noexcept {
 
 namespace {
 
+// A lane's group id as the two words of its bytes 0-7 and 6-13 (id_words).
 struct GroupEntry {
   std::uint64_t handle = 0, lane = 0, inc = 0;
-  BrandedId id;
+  std::uint64_t w0 = 0, w1 = 0;  // both 0: the empty id (a scribbled key)
 };
 // A miss: out of line, so that the encoding it inlines stays out of the
 // claim's code. (Not marked cold: with more than 256 lanes in turn most
-// claims miss.)
+// claims miss.) The id is made in registers (base62_words), as lane_group
+// would make it: through a BrandedId built a few bytes at a time and
+// copied whole, each copy a read of stores not yet done, a miss cost
+// about 50 ns, and a claim over 100,000 lanes in turn twice a claim over
+// one (BM_claim_lanes_st, 2026-12-07).
 [[gnu::noinline]] void fill_group_entry(const Segment& s, std::uint32_t lane, std::uint64_t inc, GroupEntry& e) noexcept {
   e.handle = s.handle_id;
   e.lane = lane;
   e.inc = inc;
-  e.id = lane_group(s, lane);
+  const LaneRecord& r = s.lanes[lane];
+  const std::uint32_t code = std::uint32_t(inc & 0x7FFF);
+  const std::uint64_t sf = r.key_sf.load(std::memory_order_acquire);
+  e.w0 = e.w1 = 0;
+  if (code >= kKindCodes || sf > kMaxSnowflake) return;  // as lane_group: no id of a scribbled key
+  const std::uint64_t kind_word = std::uint64_t('A' + code / 676 % 26) | std::uint64_t('A' + code / 26 % 26) << 8 |
+                                  std::uint64_t('A' + code % 26) << 16;
+  std::uint64_t a = 0;
+  std::uint32_t b = 0;
+  base62_words(sf, a, b);
+  id_words_of(kind_word, a, b, e.w0, e.w1);
 }
 // The group of a lane as a BrandedId, cached per thread (encoding an id
-// costs eleven divisions; a claim should not pay that). Keyed by the lane's
-// incarnation, so a reclaimed lane is never answered with its old group.
-// Written into `out` (a BrandedId returned by value comes back through a
-// pair of registers, shifted and masked: more work than the look-up).
+// costs eleven digits' work; a claim should not pay that). Keyed by the
+// lane's incarnation, so a reclaimed lane is never answered with its old
+// group. Written into `out` word by word (a BrandedId returned by value
+// comes back through a pair of registers, shifted and masked: more work
+// than the look-up).
 void cached_group(const Segment& s, std::uint32_t lane, BrandedId& out) noexcept {
   thread_local std::array<GroupEntry, 256> cache{};
   const std::uint64_t inc = s.lanes[lane].key_kind.load(std::memory_order_acquire);
   GroupEntry& e = cache[lane & 255];
   if (e.handle != s.handle_id || e.lane != lane || e.inc != inc) [[unlikely]]
     fill_group_entry(s, lane, inc, e);
-  out = e.id;
+  IdAccess::assign_words(out, e.w0, e.w1);
 }
 
 // DEF00000000000 as an id (parsed once). Out of line: a lease of the default

@@ -99,6 +99,22 @@ std::uint32_t base62_low4_word(std::uint32_t v) noexcept {
   return std::uint32_t(hi) | (std::uint32_t(lo) << 16);
 }
 
+void base62_words(std::uint64_t v, std::uint64_t& a, std::uint32_t& b) noexcept {
+  // Pairs from the right, as encode_base62, each the two bytes of its
+  // digits in text order: assembled in registers, never through the stack.
+  std::uint64_t p[5];
+  for (int i = 4; i >= 0; --i) {
+    const std::uint64_t q = v / 3844;
+    std::uint16_t pair = 0;
+    std::memcpy(&pair, kPairs.pair[v - q * 3844], 2);
+    p[i] = pair;
+    v = q;
+  }
+  const std::uint64_t d0 = std::uint8_t(kAlphabet[v % 62]);
+  a = d0 | (p[0] << 8) | (p[1] << 24) | (p[2] << 40) | ((p[3] & 0xFF) << 56);
+  b = std::uint32_t((p[3] >> 8) | (p[4] << 8));
+}
+
 // The value of 11 base62 digits, or false (a bad digit, or over 2^63 - 1).
 bool decode_digits(const char* d, std::uint64_t& out, IdError& why) noexcept {
   const auto* u = reinterpret_cast<const unsigned char*>(d);

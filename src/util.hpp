@@ -41,6 +41,11 @@ extern const std::int8_t kDigitValue[256];
 // a word in text order (x86: little-endian, the first digit lowest).
 std::uint32_t base62_low4_word(std::uint32_t v) noexcept;
 
+// The 11 base62 digits of a value within 63 bits as two words, the way
+// store_digits lays them out: digits 0-7 in `a` (the first digit lowest),
+// 8-10 in the low three bytes of `b` (id_words_of makes an id of them).
+void base62_words(std::uint64_t v, std::uint64_t& a, std::uint32_t& b) noexcept;
+
 // The value of the 11 base62 digits at d, or false (a bad digit, or over
 // 2^63 - 1; `why` says which).
 bool decode_digits(const char* d, std::uint64_t& out, IdError& why) noexcept;

@@ -1,6 +1,7 @@
 // Branded ids: encoding, parsing, validation, ordering, and minting inside
 // one process. (Minting across processes is in tests/multiproc/mint_test.cpp.)
 #include "test_support.hpp"
+#include "../../src/util.hpp"
 
 #include <algorithm>
 #include <bit>
@@ -37,6 +38,27 @@ TEST(Ids, KnownVectorEncodes) {
   EXPECT_EQ(id.snowflake(), 274557032793636864ULL);
   const auto digits = encode_base62(274557032793636864ULL);
   EXPECT_EQ(std::string_view(digits.data(), digits.size()), "0KHTOWnGLuC");
+}
+
+// base62_words (the claim's group ids, made in registers) lays out the
+// digits encode_base62 gives: digits 0-7 in the first word, 8-10 in the low
+// three bytes of the second, its high byte 0.
+TEST(Ids, Base62WordsAreTheDigitsEncodeGives) {
+  std::vector<std::uint64_t> values{0, 1, 61, 62, 3843, 3844, 3845, 238327, 14776335, 274557032793636864ULL,
+                                    kMaxSnowflake, kMaxSnowflake - 1};
+  std::mt19937_64 rng(7);
+  for (int i = 0; i < 10000; ++i) values.push_back(rng() & kMaxSnowflake);
+  for (const std::uint64_t v : values) {
+    std::uint64_t a = 0;
+    std::uint32_t b = 0;
+    detail::base62_words(v, a, b);
+    char text[kDigits];
+    std::memcpy(text, &a, 8);
+    std::memcpy(text + 8, &b, 3);
+    const auto want = encode_base62(v);
+    ASSERT_EQ(std::string_view(text, kDigits), std::string_view(want.data(), want.size())) << v;
+    ASSERT_EQ(b >> 24, 0U) << v;
+  }
 }
 
 TEST(Ids, KnownVectorParsesBack) {
