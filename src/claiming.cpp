@@ -63,11 +63,11 @@ struct GroupEntry {
 };
 // A miss: out of line, so that the encoding it inlines stays out of the
 // claim's code. (Not marked cold: with more than 256 lanes in turn most
-// claims miss.) The id is made in registers (base62_words), as lane_group
-// would make it: through a BrandedId built a few bytes at a time and
-// copied whole, each copy a read of stores not yet done, a miss cost
-// about 50 ns, and a claim over 100,000 lanes in turn twice a claim over
-// one (BM_claim_lanes_st, 2026-12-07).
+// claims miss.) The id is made in registers (base62_words). Made as
+// lane_group makes it, a BrandedId built a few bytes at a time and copied
+// whole (each copy a read of stores not yet done), a miss cost about
+// 50 ns, and a claim over 100,000 lanes in turn twice a claim over one
+// (BM_claim_lanes_st, 2026-12-07).
 [[gnu::noinline]] void fill_group_entry(const Segment& s, std::uint32_t lane, std::uint64_t inc, GroupEntry& e) noexcept {
   e.handle = s.handle_id;
   e.lane = lane;
@@ -84,8 +84,8 @@ struct GroupEntry {
   base62_words(sf, a, b);
   id_words_of(kind_word, a, b, e.w0, e.w1);
 }
-// The group of a lane as a BrandedId, cached per thread (encoding an id
-// costs eleven digits' work; a claim should not pay that). Keyed by the
+// The group of a lane as a BrandedId, cached per thread (encoding its
+// eleven digits is work a claim should not pay for). Keyed by the
 // lane's incarnation, so a reclaimed lane is never answered with its old
 // group. Written into `out` word by word (a BrandedId returned by value
 // comes back through a pair of registers, shifted and masked: more work
