@@ -540,11 +540,9 @@ void mint_words(const char* kind, std::uint64_t sf, std::uint64_t& w0, std::uint
     w1 = (m1 & 0xFFFFFFFFULL) | (std::uint64_t(base62_low4_word(std::uint32_t(sf - high * kLow))) << 32);
     return;
   }
-  const auto d = encode_base62(sf);
   std::uint64_t a = 0;
   std::uint32_t b = 0;
-  std::memcpy(&a, d.data(), 8);
-  std::memcpy(&b, d.data() + 8, 3);
+  detail::base62_words(sf, a, b);
   detail::id_words_of(k, a, b, w0, w1);
 }
 

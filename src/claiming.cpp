@@ -77,12 +77,10 @@ struct GroupEntry {
   const std::uint64_t sf = r.key_sf.load(std::memory_order_acquire);
   e.w0 = e.w1 = 0;
   if (code >= kKindCodes || sf > kMaxSnowflake) return;  // as lane_group: no id of a scribbled key
-  const std::uint64_t kind_word = std::uint64_t('A' + code / 676 % 26) | std::uint64_t('A' + code / 26 % 26) << 8 |
-                                  std::uint64_t('A' + code % 26) << 16;
   std::uint64_t a = 0;
   std::uint32_t b = 0;
   base62_words(sf, a, b);
-  id_words_of(kind_word, a, b, e.w0, e.w1);
+  id_words_of(kind_word_of(code), a, b, e.w0, e.w1);
 }
 // The group of a lane as a BrandedId, cached per thread (encoding its
 // eleven digits is work a claim should not pay for). Keyed by the

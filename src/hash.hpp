@@ -31,6 +31,12 @@ inline void kind_letters(std::uint32_t code, char out[3]) noexcept {
   out[1] = char('A' + code / 26 % 26);
   out[2] = char('A' + code % 26);
 }
+// The same three letters as the low bytes of a word, in text order (as
+// id_words_of takes a kind): made in registers, not through memory.
+inline std::uint64_t kind_word_of(std::uint32_t code) noexcept {
+  return std::uint64_t('A' + code / 676 % 26) | std::uint64_t('A' + code / 26 % 26) << 8 |
+         std::uint64_t('A' + code % 26) << 16;
+}
 
 inline std::uint64_t group_hash(std::uint32_t kind, std::uint64_t sf, std::uint64_t seed) noexcept {
   return mix64(sf ^ mix64(std::uint64_t(kind) ^ seed));
