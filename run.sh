@@ -65,6 +65,10 @@ bench() {
   # The cycle count (skipped, with a note, without valgrind).
   if bench/cycle/count.sh --bin "$out" --json "$out/cycle.json" "${quick[@]}" >&"$side"; then
     cycle=(--cycle-json "$out/cycle.json")
+    # The same loop on the mutex peer, shown beside the budget for reference.
+    if bench/cycle/count.sh --bin "$out" --peer mutex --json "$out/cycle-mutex.json" --quick --top 0 >/dev/null; then
+      cycle+=(--cycle-peer-json "$out/cycle-mutex.json")
+    fi
   fi
   echo >&"$side"
   "$out/fairlane-bench" "${cycle[@]}" "$@" || status=$?

@@ -4,9 +4,9 @@
 # callgrind. A count, not a time: the same on a busy machine as on a quiet one.
 #
 #   bench/cycle/count.sh [--bin DIR] [--cycles N] [--quick] [--json FILE] [--top K]
-#                        [--keep DIR] [--probe] [--inlined K]
+#                        [--keep DIR] [--probe] [--inlined K] [--peer fairlane|mutex]
 #
-#   --bin DIR    where fairlane_cycle, fairlane_cycle_report (and _probe) are
+#   --bin DIR    where fairlane_cycle, fairlane_cycle_report (and _probe, _mutex) are
 #                (default: build/release/bench next to this script's repository)
 #   --cycles N   measured cycles per region (default 20000; --quick: 2000)
 #   --quick      a short run that prints the figures without judging the budget
@@ -17,6 +17,10 @@
 #   --inlined K  each operation's K costliest functions, counting the ones
 #                inlined into others (needs a build with -g, the prof preset:
 #                --bin build/prof/bench; and llvm-symbolizer, Debian's llvm)
+#   --peer mutex the same loop on the harness's mutex peer (bench/harness/
+#                mutex_queue.hpp: fairlane's work behind one robust
+#                process-shared mutex), for reference: its figures, never
+#                judged against the budget
 #
 # Exit status: 0; 1 when a step failed (or --probe found a wrong count); 77
 # when valgrind or objdump is missing (ctest's SKIP_RETURN_CODE). Without
@@ -32,6 +36,7 @@ top=12
 keep=""
 probe=0
 inlined=""
+peer=fairlane
 while [ $# -gt 0 ]; do
   case "$1" in
     --bin) bin="$2"; shift 2 ;;
@@ -42,6 +47,11 @@ while [ $# -gt 0 ]; do
     --keep) keep="$2"; shift 2 ;;
     --probe) probe=1; shift ;;
     --inlined) inlined="$2"; shift 2 ;;
+    --peer)
+      case "${2:-}" in
+        fairlane|mutex) peer="$2"; shift 2 ;;
+        *) echo "count.sh: --peer takes fairlane or mutex" >&2; exit 2 ;;
+      esac ;;
     -h|--help) sed -n '2,/^set -euo/p' "$0" | sed '$d' | sed 's/^# \{0,1\}//'; exit 0 ;;
     *) echo "count.sh: unknown argument $1 (try --help)" >&2; exit 2 ;;
   esac
@@ -71,12 +81,20 @@ if [ "$probe" = 1 ]; then
   report+=(--check)
   echo "fairlane cycle counter, probe: $cycles iterations per region (known counts; --check)"
 else
-  "${vg[@]}" "$bin/fairlane_cycle" --cycles "$cycles" --warmup "$warmup" >"$work/run.log" 2>&1 ||
-    { cat "$work/run.log" >&2; echo "count.sh: fairlane_cycle failed under valgrind" >&2; exit 1; }
-  [ "$quick" = 1 ] || report+=(--budget 1000,12)
-  echo "fairlane cycle counter: $cycles cycles of mint + enqueue + claim + complete per region" \
-       "(after $warmup warm-up), public API, one thread, 64 tenants in turn over a backlog of 16 each," \
-       "64-byte payloads; callgrind ($(valgrind --version))"
+  loop=fairlane_cycle
+  [ "$peer" = mutex ] && loop=fairlane_cycle_mutex
+  "${vg[@]}" "$bin/$loop" --cycles "$cycles" --warmup "$warmup" >"$work/run.log" 2>&1 ||
+    { cat "$work/run.log" >&2; echo "count.sh: $loop failed under valgrind" >&2; exit 1; }
+  if [ "$peer" = mutex ]; then
+    echo "the mutex peer's cycle (for reference, not judged): $cycles cycles of mint + enqueue + claim + complete" \
+         "per region (after $warmup warm-up), bench/harness/mutex_queue.hpp through its own API, one thread," \
+         "64 tenants in turn over a backlog of 16 each, 64-byte payloads; callgrind ($(valgrind --version))"
+  else
+    [ "$quick" = 1 ] || report+=(--budget 1000,12)
+    echo "fairlane cycle counter: $cycles cycles of mint + enqueue + claim + complete per region" \
+         "(after $warmup warm-up), public API, one thread, 64 tenants in turn over a backlog of 16 each," \
+         "64-byte payloads; callgrind ($(valgrind --version))"
+  fi
   echo "locked RMW = an instruction with a lock prefix, an xchg with memory, an mfence (one each)"
   echo
 fi

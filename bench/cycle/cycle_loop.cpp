@@ -30,6 +30,14 @@
 // than natively, does not land in the measured loops; natively it costs well
 // under one instruction per cycle at the default bound.
 //
+// fairlane_cycle_mutex is this file built with FAIRLANE_CYCLE_MUTEX: the same
+// loop on the harness's mutex peer (bench/harness/mutex_queue.hpp, fairlane's
+// work behind one robust process-shared mutex), for reference (count.sh
+// --peer mutex). A binary of its own, not a flag: fairlane_cycle is linked
+// with link-time optimisation, and with the mutex peer's loop in the same
+// program GCC inlined the library differently into it (2,046 instructions a
+// cycle against 1,927, the library unchanged).
+//
 // Exit status: 0, or 1 when an operation was refused (the counts would be of
 // something else).
 
@@ -45,6 +53,13 @@
 
 #include "fairlane/queue.hpp"
 #include "../scratch_queue.hpp"
+
+#ifdef FAIRLANE_CYCLE_MUTEX
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include "../harness/mutex_queue.hpp"
+#endif
 
 namespace {
 
@@ -63,7 +78,8 @@ struct Args {
                "[--no-split]\n"
                "  Runs mint + enqueue + claim + complete cycles; meant to run under callgrind\n"
                "  (bench/cycle/count.sh). Defaults: 20000 cycles after 5000 warm-up, 64 lanes,\n"
-               "  16 jobs backlogged per lane, 64-byte payloads.\n");
+               "  16 jobs backlogged per lane, 64-byte payloads. fairlane_cycle_mutex runs the\n"
+               "  same loop on the harness's mutex peer.\n");
   std::exit(2);
 }
 
@@ -106,9 +122,10 @@ enum class Only { all, mint, enqueue, claim, complete };
     if constexpr (kOnly == op) CALLGRIND_TOGGLE_COLLECT; \
   } while (0)
 
+template <class Q>
 class Loop {
  public:
-  Loop(fairlane::Queue& q, const Args& a)
+  Loop(Q& q, const Args& a)
       : q_(q), payload_(a.payload, 'p'), lanes_(a.lanes) {
     groups_.resize(a.lanes);
     for (std::uint32_t i = 0; i < a.lanes; ++i) groups_[i] = fairlane::BrandedId::make("TEN", i + 1);
@@ -147,7 +164,7 @@ class Loop {
     return false;
   }
 
-  fairlane::Queue& q_;
+  Q& q_;
   std::string payload_;
   std::uint32_t lanes_;
   std::uint64_t next_ = 0;
@@ -169,20 +186,17 @@ void dump(const char* region, std::uint64_t n, const char* extra = "") {
   CALLGRIND_DUMP_STATS_AT(text);
 }
 
-}  // namespace
+#ifdef FAIRLANE_CYCLE_MUTEX
+constexpr const char* kPeer = "the mutex peer";
+#else
+constexpr const char* kPeer = "fairlane";
+#endif
 
-int main(int argc, char** argv) {
-  const Args a = parse(argc, argv);
-  fairlane::QueueOptions o;
-  o.jobs = pow2_at_least(std::uint64_t(a.lanes) * a.backlog * 2 + 1024);
-  o.lanes = a.lanes + 1;
-  o.payload_bytes = a.payload;
-  o.recovery_ms = fairlane::kMaxRecoveryMs;
-  auto scratch = fairlane::bench::ScratchQueue::create("fairlane_cycle", o);
-  if (!scratch) return 1;
-  fairlane::Queue& q = scratch->queue();
-
-  Loop loop(q, a);
+// Fills the backlog, then runs the measured regions on `q`. 0, or 1 when an
+// operation was refused.
+template <class Q>
+int measure(Q& q, const Args& a) {
+  Loop<Q> loop(q, a);
   const std::string payload(a.payload, 'p');
   for (std::uint32_t d = 0; d < a.backlog; ++d)
     for (const auto& g : loop.groups())
@@ -195,30 +209,75 @@ int main(int argc, char** argv) {
   // --instr-atstart=no so the setup runs at full speed); nothing is collected
   // until a toggle.
   CALLGRIND_START_INSTRUMENTATION;
-  if (!loop.run<Only::all>(a.warmup)) return 1;
+  if (!loop.template run<Only::all>(a.warmup)) return 1;
   CALLGRIND_ZERO_STATS;
 
   CALLGRIND_TOGGLE_COLLECT;
-  const bool ok = loop.run<Only::all>(a.cycles);
+  const bool ok = loop.template run<Only::all>(a.cycles);
   CALLGRIND_TOGGLE_COLLECT;
   if (!ok) return 1;
   dump("cycle", a.cycles);
 
   if (a.split) {
-    if (!loop.run<Only::mint>(a.cycles)) return 1;
+    if (!loop.template run<Only::mint>(a.cycles)) return 1;
     dump("mint", a.cycles, " bracketed");
-    if (!loop.run<Only::enqueue>(a.cycles)) return 1;
+    if (!loop.template run<Only::enqueue>(a.cycles)) return 1;
     dump("enqueue", a.cycles, " bracketed");
-    if (!loop.run<Only::claim>(a.cycles)) return 1;
+    if (!loop.template run<Only::claim>(a.cycles)) return 1;
     dump("claim", a.cycles, " bracketed");
-    if (!loop.run<Only::complete>(a.cycles)) return 1;
+    if (!loop.template run<Only::complete>(a.cycles)) return 1;
     dump("complete", a.cycles, " bracketed");
     toggles(a.cycles);
     dump("toggle", a.cycles);
   }
   CALLGRIND_STOP_INSTRUMENTATION;
-  std::printf("fairlane_cycle: %llu cycles measured (after %llu warm-up), %u lanes x %u backlogged, %u-byte payloads\n",
-              static_cast<unsigned long long>(a.cycles), static_cast<unsigned long long>(a.warmup), a.lanes,
-              a.backlog, a.payload);
+  return 0;
+}
+
+#ifdef FAIRLANE_CYCLE_MUTEX
+// The harness's mutex peer (bench/harness/mutex_queue.hpp) in a segment of
+// its own, removed again at the end.
+int measure_mutex(const Args& a, std::uint32_t jobs) {
+  const std::string name = "/fairlane_cycle_mutex-" + std::to_string(getpid());
+  shm_unlink(name.c_str());
+  std::uint64_t bytes = 0;
+  std::string error;
+  fairlane::bench::MutexQueue q;
+  if (!fairlane::bench::MutexQueue::create(name, jobs, a.lanes + 1, a.payload, bytes, error) || !q.open(name, error)) {
+    std::fprintf(stderr, "fairlane_cycle: the mutex peer's queue: %s\n", error.c_str());
+    shm_unlink(name.c_str());
+    return 1;
+  }
+  const int rc = measure(q, a);
+  shm_unlink(name.c_str());
+  return rc;
+}
+#endif
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  const Args a = parse(argc, argv);
+  const std::uint32_t jobs = pow2_at_least(std::uint64_t(a.lanes) * a.backlog * 2 + 1024);
+  int rc = 0;
+#ifdef FAIRLANE_CYCLE_MUTEX
+  rc = measure_mutex(a, jobs);
+#else
+  {
+    fairlane::QueueOptions o;
+    o.jobs = jobs;
+    o.lanes = a.lanes + 1;
+    o.payload_bytes = a.payload;
+    o.recovery_ms = fairlane::kMaxRecoveryMs;
+    auto scratch = fairlane::bench::ScratchQueue::create("fairlane_cycle", o);
+    if (!scratch) return 1;
+    rc = measure(scratch->queue(), a);
+  }
+#endif
+  if (rc != 0) return rc;
+  std::printf("fairlane_cycle: %s, %llu cycles measured (after %llu warm-up), %u lanes x %u backlogged, "
+              "%u-byte payloads\n",
+              kPeer, static_cast<unsigned long long>(a.cycles),
+              static_cast<unsigned long long>(a.warmup), a.lanes, a.backlog, a.payload);
   return 0;
 }

@@ -109,7 +109,7 @@ int main(int argc, char** argv) {
     }
   }
 
-  const auto targets = check_targets(results, o.cycle_json);
+  const auto targets = check_targets(results, o.cycle_json, o.cycle_peer_json);
   const auto json = to_json(o, results, targets);
   if (o.json) std::printf("%s\n", json.dump(2).c_str());
   else print_table(o, results, targets);

@@ -127,6 +127,10 @@ backlogged lanes, and peak memory.
   --cycle-json FILE    the cycle counter's report (bench/cycle/count.sh --json
                        FILE; ./run.sh bench writes it): judged against the
                        cycle budget in the targets
+  --cycle-peer-json FILE
+                       the same count of the mutex peer (count.sh --peer
+                       mutex --json FILE; ./run.sh bench writes it): shown
+                       beside the budget's line for reference, not judged
   --placement P        where the workers run: split (default; producer i on
                        allowed CPU i mod n, consumer j on CPU (producers + j)
                        mod n: one producer and one consumer on two CPUs run
@@ -228,6 +232,7 @@ std::optional<Options> parse_options(int argc, char** argv, std::string& error) 
     else if (a == "--batch") { if (!num(p.batch)) return {}; }
     else if (a == "--capacity") { if (!num(p.capacity)) return {}; }
     else if (a == "--cycle-json") { if (!need()) return {}; o.cycle_json = std::string(v); }
+    else if (a == "--cycle-peer-json") { if (!need()) return {}; o.cycle_peer_json = std::string(v); }
     else if (a == "--placement") {
       if (!need()) return {};
       if (v == "split") p.placement = Placement::split;

@@ -90,6 +90,7 @@ struct Options {
   std::string trace_dir;              // --trace-dir: the served sequences as CSV
   std::string redis_server = FAIRLANE_BENCH_REDIS_SERVER;
   std::string cycle_json;             // --cycle-json: the cycle counter's report (bench/cycle/count.sh --json)
+  std::string cycle_peer_json;        // --cycle-peer-json: the same count of the mutex peer (count.sh --peer mutex)
   bool list = false;
 };
 

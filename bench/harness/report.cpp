@@ -149,7 +149,8 @@ std::string file_label(std::string s) {
 
 }  // namespace
 
-std::vector<TargetCheck> check_targets(const std::vector<RunResult>& rs, const std::string& cycle_json) {
+std::vector<TargetCheck> check_targets(const std::vector<RunResult>& rs, const std::string& cycle_json,
+                                       const std::string& cycle_peer_json) {
   std::vector<TargetCheck> out;
   const RunResult* fl = find(rs, "fairlane", Topology::processes);
   const RunResult* vk = find(rs, "valkey", Topology::processes);
@@ -175,6 +176,17 @@ std::vector<TargetCheck> check_targets(const std::vector<RunResult>& rs, const s
         t.met = ins <= 1000.0 && rmw <= 12.0;
         t.detail = fmt::format("{:.0f} instructions and {:.2f} locked RMWs per cycle ({} cycles, from {})", ins, rmw,
                                j["cycle"].value("cycles", 0), cycle_json);
+        // The same loop on the mutex peer, for reference: what fairlane's
+        // work costs written plainly behind one lock.
+        std::ifstream pin(cycle_peer_json);
+        const nlohmann::json pj =
+            cycle_peer_json.empty() ? nlohmann::json() : nlohmann::json::parse(pin, nullptr, false);
+        if (pin && !pj.is_discarded() && pj.contains("cycle"))
+          t.detail += fmt::format("; the mutex peer's same loop: {:.0f} instructions and {:.2f} locked RMWs ({} cycles, "
+                                  "from {})",
+                                  pj["cycle"].value("instructions_per_cycle", 0.0),
+                                  pj["cycle"].value("locked_rmw_per_cycle", 0.0), pj["cycle"].value("cycles", 0),
+                                  cycle_peer_json);
       } else {
         t.missing = "cannot read the cycle counter's report " + cycle_json;
       }

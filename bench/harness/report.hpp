@@ -26,8 +26,10 @@ struct TargetCheck {
 // The design's performance targets (docs/design.md; the project's design card
 // ../shared/DESIGN.md, "Performance targets") against this run's results and,
 // for the cycle budget, the cycle counter's JSON report (cycle_json; empty:
-// not given).
-std::vector<TargetCheck> check_targets(const std::vector<RunResult>& results, const std::string& cycle_json);
+// not given), and the same count of the mutex peer (cycle_peer_json), shown
+// in the budget's line for reference.
+std::vector<TargetCheck> check_targets(const std::vector<RunResult>& results, const std::string& cycle_json,
+                                       const std::string& cycle_peer_json = {});
 
 void print_table(const Options& o, const std::vector<RunResult>& results, const std::vector<TargetCheck>& targets);
 nlohmann::json to_json(const Options& o, const std::vector<RunResult>& results,
