@@ -41,8 +41,8 @@ extern const std::int8_t kDigitValue[256];
 // a word in text order (x86: little-endian, the first digit lowest).
 std::uint32_t base62_low4_word(std::uint32_t v) noexcept;
 
-// The 11 base62 digits of a value within 63 bits as two words, the way
-// store_digits lays them out: digits 0-7 in `a` (the first digit lowest),
+// The 11 base62 digits of a value as two words (exact for any 64-bit
+// value; ids hold 63 bits), the way store_digits lays them out: digits 0-7 in `a` (the first digit lowest),
 // 8-10 in the low three bytes of `b` (id_words_of makes an id of them).
 void base62_words(std::uint64_t v, std::uint64_t& a, std::uint32_t& b) noexcept;
 

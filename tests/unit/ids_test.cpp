@@ -46,6 +46,14 @@ TEST(Ids, KnownVectorEncodes) {
 TEST(Ids, Base62WordsAreTheDigitsEncodeGives) {
   std::vector<std::uint64_t> values{0, 1, 61, 62, 3843, 3844, 3845, 238327, 14776335, 274557032793636864ULL,
                                     kMaxSnowflake, kMaxSnowflake - 1};
+  // Each power of 62 and the value below it: every count of leading zero
+  // digits, from ten to none.
+  std::uint64_t p = 1;
+  for (int k = 1; k <= 10; ++k) {  // 62^10 < 2^63 - 1 < 62^11
+    p *= 62;
+    values.push_back(p - 1);
+    values.push_back(p);
+  }
   std::mt19937_64 rng(7);
   for (int i = 0; i < 10000; ++i) values.push_back(rng() & kMaxSnowflake);
   for (const std::uint64_t v : values) {
