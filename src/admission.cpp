@@ -179,12 +179,16 @@ bool group_of(const BrandedId& group, GroupKey& g) noexcept {
   // Groups this thread named lately, first (direct-mapped on the id's low
   // digits): a producer names the same tenants over and over.
   struct Entry {
-    char id[kIdLength];
+    char id[sizeof(BrandedId)];  // as an id's 16 bytes (same_id_bytes)
     GroupKey key;
   };
   thread_local Entry cache[256] = {};
-  std::uint64_t tail8 = 0;
-  std::memcpy(&tail8, b + kIdLength - 8, 8);
+  // Keyed on bytes 6-13 (digits 3-10), put together from the id's two
+  // words: loaded whole, as they were stored.
+  std::uint64_t w0 = 0, w1 = 0;
+  std::memcpy(&w0, b, 8);
+  std::memcpy(&w1, b + 8, 8);
+  const std::uint64_t tail8 = (w0 >> 48) | (w1 << 16);
   Entry& e = cache[(tail8 * 0x9E3779B97F4A7C15ULL) >> 56];
   if (same_id_bytes(e.id, b)) {
     g = e.key;
@@ -194,13 +198,17 @@ bool group_of(const BrandedId& group, GroupKey& g) noexcept {
   IdError why = IdError::ok;
   if (!decode_digits(b + kKindLength, g.sf, why)) return false;
   g.kind = kind_code(std::string_view(b, kKindLength));
-  std::memcpy(e.id, b, kIdLength);
+  std::memcpy(e.id, b, sizeof e.id);
   e.key = g;
   return true;
 }
 
 bool is_default_group(const BrandedId& group) noexcept {
-  return !group.valid() || same_id_bytes(IdAccess::bytes(group), kDefaultGroup.data());
+  // The default group's text as an id's 16 bytes (same_id_bytes reads 16).
+  static constexpr char kDefaultBytes[sizeof(BrandedId)] = {'D', 'E', 'F', '0', '0', '0', '0', '0',
+                                                            '0', '0', '0', '0', '0', '0', 0, 0};
+  static_assert(std::string_view(kDefaultBytes, kIdLength) == kDefaultGroup);
+  return !group.valid() || same_id_bytes(IdAccess::bytes(group), kDefaultBytes);
 }
 
 std::uint32_t group_lane(Segment& s, const BrandedId& group, bool create, LaneFind& find) noexcept {
@@ -520,8 +528,8 @@ EnqueueStatus admit(Segment& s, const BrandedId& group, const BrandedId& job, st
 
 namespace {
 
-// The id of kind `kind` and snowflake `sf` as the two words of its bytes
-// 0-7 and 6-13 (id_words), from this thread's last mint where it can: ids
+// The id of kind `kind` and snowflake `sf` as its two words, bytes 0-7 and
+// 8-15 (id_words), from this thread's last mint where it can: ids
 // minted within about 3.5 ms of each other (62^4 snowflake units) share
 // their first seven digits, so only the last four are worked out (two pair
 // look-ups instead of eleven digits). Made in registers: text assembled on
@@ -535,9 +543,11 @@ void mint_words(const char* kind, std::uint64_t sf, std::uint64_t& w0, std::uint
   if (m.sf != 0 && high == m.sf / kLow) {
     std::uint64_t m0, m1;
     std::memcpy(&m0, m.text, 8);
-    std::memcpy(&m1, m.text + 6, 8);
+    std::memcpy(&m1, m.text + 8, 8);
     w0 = k | (m0 & ~0xFFFFFFULL);  // digits 0-4 are the memo's
-    w1 = (m1 & 0xFFFFFFFFULL) | (std::uint64_t(base62_low4_word(std::uint32_t(sf - high * kLow))) << 32);
+    // Digits 5 and 6 are the memo's (bytes 8-9), the last four (bytes 10-13)
+    // this id's, and bytes 14-15 zero.
+    w1 = (m1 & 0xFFFFULL) | (std::uint64_t(base62_low4_word(std::uint32_t(sf - high * kLow))) << 16);
     return;
   }
   std::uint64_t a = 0;
@@ -584,12 +594,10 @@ BrandedId Queue::mint_checked(const char* kind) noexcept {
       mint_words(kind, next, w0, w1);
       MintMemo& m = t_mint_memo;
       std::memcpy(m.text, &w0, 8);
-      std::memcpy(m.text + 6, &w1, 8);
+      std::memcpy(m.text + 8, &w1, 8);
       m.sf = next;
       m.fresh[next % MintMemo::kFreshIds] = next;
-      BrandedId id;
-      IdAccess::assign_words(id, w0, w1);
-      return id;
+      return IdAccess::from_words(w0, w1);
     }
   }
 }

@@ -56,7 +56,7 @@ void IntentGuard::take_fallback(Segment& s) noexcept {
 
 namespace {
 
-// A lane's group id as the two words of its bytes 0-7 and 6-13 (id_words).
+// A lane's group id as its two words, bytes 0-7 and 8-15 (id_words).
 struct GroupEntry {
   std::uint64_t handle = 0, lane = 0, inc = 0;
   std::uint64_t w0 = 0, w1 = 0;  // both 0: the empty id (a scribbled key)

@@ -101,31 +101,31 @@ inline bool token_matches(const Segment& s, Token t, std::uint64_t c) noexcept {
 
 // ---- the id text of a slot (the 11 base62 digits, so claims never encode) ----------
 
-// From the 14 bytes of an id (`id`: kind, then the digits): digits 0-7 are
-// bytes 3-10, digits 8-10 bytes 11-13, read as the top three bytes of the
-// word at 10 (x86: little-endian). Read straight from the id, not through a
-// copy of the digits on the stack: a word read of bytes just stored in two
-// overlapping pieces waits for both stores to reach the cache.
+// From the 16 bytes of an id (`id`: kind, then the digits, then two zero
+// bytes), read as its two words (bytes 0-7 and 8-15, as it is written:
+// IdAccess::assign_words): digits 0-7 are bytes 3-10, digits 8-10 bytes
+// 11-13 (x86: little-endian, byte i of a word is its bits 8i up). Read
+// straight from the id as the words it was stored as, not through a copy
+// on the stack nor across its two words: a load of bytes just stored by
+// two different stores waits for both to reach the cache.
 inline void store_digits(SlotRecord& r, const char* id) noexcept {
-  static_assert(kIdLength == 14 && kKindLength == 3);
-  std::uint64_t a = 0;
-  std::uint32_t b = 0;
-  std::memcpy(&a, id + kKindLength, 8);
-  std::memcpy(&b, id + 10, 4);
-  r.digits.store(a, std::memory_order_relaxed);
-  r.digits_tail.store(b >> 8, std::memory_order_relaxed);
+  static_assert(kIdLength == 14 && kKindLength == 3 && sizeof(BrandedId) == 16);
+  std::uint64_t w0 = 0, w1 = 0;
+  std::memcpy(&w0, id, 8);
+  std::memcpy(&w1, id + 8, 8);
+  r.digits.store((w0 >> 24) | (w1 << 40), std::memory_order_relaxed);
+  r.digits_tail.store(std::uint32_t(w1 >> 24) & 0xFFFFFF, std::memory_order_relaxed);
 }
 // A slot's id text (its kind, then the digits stored above as the words `a`
-// and `b`) as two overlapping words, bytes 0-7 and 6-13, as same_id_words
-// and IdAccess::assign_words take an id. Made in registers (x86 is
-// little-endian: byte i of a word is its bits 8i up), never as bytes stored
-// one piece at a time and read back whole.
+// and `b`) as the id's two words, bytes 0-7 and 8-15 (the last two bytes
+// zero), as same_id_words and IdAccess::assign_words take an id. Made in
+// registers, never as bytes stored one piece at a time and read back whole.
 // `kind_word` is the kind's three bytes in the low bytes of a word.
 inline void id_words_of(std::uint64_t kind_word, std::uint64_t a, std::uint32_t b, std::uint64_t& w0,
                         std::uint64_t& w1) noexcept {
   static_assert(std::endian::native == std::endian::little);
   w0 = kind_word | (a << 24);                            // kind, digits 0-4
-  w1 = (a >> 24) | (std::uint64_t(b & 0xFFFFFF) << 40);  // digits 3-7, 8-10
+  w1 = (a >> 40) | (std::uint64_t(b & 0xFFFFFF) << 24);  // digits 5-7, 8-10, two zero bytes
 }
 inline void id_words(const Segment& s, std::uint64_t a, std::uint32_t b, std::uint64_t& w0, std::uint64_t& w1) noexcept {
   id_words_of(s.kind_word, a, b, w0, w1);

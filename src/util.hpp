@@ -52,13 +52,21 @@ bool decode_digits(const char* d, std::uint64_t& out, IdError& why) noexcept;
 
 struct IdAccess {
   static const char* bytes(const BrandedId& id) noexcept { return id.bytes_.data(); }
-  // The id whose bytes 0-7 and 6-13 are these two words (id_words), which
-  // the caller has made from checked bytes. Written in place: a BrandedId
-  // built in a temporary and copied out goes through the stack with
-  // overlapping moves, a read of stores not yet done at every step.
+  // The id whose two words (bytes 0-7 and 8-15, the last two bytes zero:
+  // id_words) are these, which the caller has made from checked bytes. Two
+  // stores that do not overlap, each a word a reader loads whole
+  // (same_id_words, store_digits), so a load soon after is forwarded from
+  // the store buffer.
   static void assign_words(BrandedId& id, std::uint64_t w0, std::uint64_t w1) noexcept {
+    static_assert(sizeof(BrandedId) == 16);
     std::memcpy(id.bytes_.data(), &w0, 8);
-    std::memcpy(id.bytes_.data() + 6, &w1, 8);
+    std::memcpy(id.bytes_.data() + 8, &w1, 8);
+  }
+  // The same, as a value to return (in two registers).
+  static BrandedId from_words(std::uint64_t w0, std::uint64_t w1) noexcept {
+    BrandedId id;
+    assign_words(id, w0, w1);
+    return id;
   }
   // An id of a kind the caller has checked and a snowflake within 63 bits.
   static BrandedId make_checked(const char* kind, std::uint64_t snowflake) noexcept {
@@ -73,12 +81,12 @@ struct IdAccess {
 // Are these two ids' 14 bytes equal? Two overlapping 8-byte loads a side
 // (libc's memcmp is a call of about 20 instructions; this is six).
 inline bool same_id_bytes(const char* a, const char* b) noexcept {
-  static_assert(kIdLength == 14);
+  static_assert(kIdLength == 14 && sizeof(BrandedId) == 16);
   std::uint64_t a0, a1, b0, b1;
   std::memcpy(&a0, a, 8);
-  std::memcpy(&a1, a + 6, 8);
+  std::memcpy(&a1, a + 8, 8);
   std::memcpy(&b0, b, 8);
-  std::memcpy(&b1, b + 6, 8);
+  std::memcpy(&b1, b + 8, 8);
   return ((a0 ^ b0) | (a1 ^ b1)) == 0;
 }
 
@@ -86,7 +94,7 @@ inline bool same_id_bytes(const char* a, const char* b) noexcept {
 inline bool same_id_words(std::uint64_t w0, std::uint64_t w1, const char* b) noexcept {
   std::uint64_t b0, b1;
   std::memcpy(&b0, b, 8);
-  std::memcpy(&b1, b + 6, 8);
+  std::memcpy(&b1, b + 8, 8);
   return ((w0 ^ b0) | (w1 ^ b1)) == 0;
 }
 
@@ -102,7 +110,7 @@ inline bool same_id_words(std::uint64_t w0, std::uint64_t w1, const char* b) noe
 // never wrong).
 struct MintMemo {
   static constexpr std::size_t kFreshIds = 64;
-  char text[kIdLength] = {};  // never matches a valid id until written
+  char text[sizeof(BrandedId)] = {};  // as an id's 16 bytes; never matches a valid id until written
   std::uint64_t sf = 0;
   std::uint64_t fresh[kFreshIds] = {};  // 0: none (no minted snowflake is 0)
   bool take_fresh(std::uint64_t id_sf) noexcept {

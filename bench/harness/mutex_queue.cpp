@@ -170,7 +170,7 @@ struct MutexQueue::Slot {
   RetryRecord retry;
   // the payload follows
 };
-static_assert(std::is_trivially_copyable_v<fairlane::BrandedId> && sizeof(fairlane::BrandedId) == 14);
+static_assert(std::is_trivially_copyable_v<fairlane::BrandedId> && sizeof(fairlane::BrandedId) == 16);
 
 MutexQueue::~MutexQueue() {
   if (base_) munmap(base_, size_);

@@ -25,7 +25,7 @@ const BrandedId C = BrandedId::make("CCC", 1);
 const BrandedId D = BrandedId::make("DDD", 1);
 
 BrandedId forged_id(const char (&text)[kIdLength + 1]) {
-  std::array<char, kIdLength> bytes{};
+  std::array<char, sizeof(BrandedId)> bytes{};  // the text, then zero padding
   std::memcpy(bytes.data(), text, kIdLength);
   return std::bit_cast<BrandedId>(bytes);
 }

@@ -229,7 +229,7 @@ TEST_P(ValkeyFirstTest, ReassignMovesAPendingJobToAnotherLane) {
   EXPECT_EQ(l.id, a[0]);  // its mint position in the new lane
   EXPECT_EQ(q().reassign(a[0], A), MoveStatus::not_pending);
   EXPECT_EQ(q().reassign(q().mint(), A), MoveStatus::gone);
-  std::array<char, kIdLength> bad{};
+  std::array<char, sizeof(BrandedId)> bad{};
   std::memcpy(bad.data(), "grp0000000000A", kIdLength);
   EXPECT_EQ(q().reassign(a[1], std::bit_cast<BrandedId>(bad)), MoveStatus::invalid_group);
 }

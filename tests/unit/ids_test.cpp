@@ -201,7 +201,7 @@ TEST(Ids, WellFormedChecksTheBytes) {
   EXPECT_FALSE(BrandedId{}.well_formed());
   // Bytes copied in from elsewhere (a corrupt record): parse would refuse them.
   auto forge = [](const char (&text)[kIdLength + 1]) {
-    std::array<char, kIdLength> bytes{};
+    std::array<char, sizeof(BrandedId)> bytes{};  // the text, then zero padding
     std::memcpy(bytes.data(), text, kIdLength);
     return std::bit_cast<BrandedId>(bytes);
   };

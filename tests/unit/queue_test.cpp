@@ -30,11 +30,12 @@ std::vector<BrandedId> pattern(std::initializer_list<BrandedId> cycle, int repea
 
 // A BrandedId holding bytes that parse() would refuse: the only way to hand
 // the library a malformed id through the typed API (e.g. from a corrupted
-// record). BrandedId is 14 trivially copyable bytes, so bit_cast is defined.
+// record). BrandedId is 16 trivially copyable bytes (the 14 of text and two
+// of zero padding), so bit_cast is defined.
 BrandedId forged_id(const char (&text)[kIdLength + 1]) {
-  static_assert(sizeof(BrandedId) == kIdLength);
+  static_assert(sizeof(BrandedId) == kIdLength + 2);
   static_assert(std::is_trivially_copyable_v<BrandedId>);
-  std::array<char, kIdLength> bytes{};
+  std::array<char, sizeof(BrandedId)> bytes{};  // the text, then zero padding
   std::memcpy(bytes.data(), text, kIdLength);
   return std::bit_cast<BrandedId>(bytes);
 }

@@ -25,9 +25,9 @@ const BrandedId D = BrandedId::make("DDD", 1);
 
 // Bytes BrandedId::parse would refuse, smuggled in.
 BrandedId forged_id(const char (&text)[kIdLength + 1]) {
-  static_assert(sizeof(BrandedId) == kIdLength);
+  static_assert(sizeof(BrandedId) == kIdLength + 2);
   static_assert(std::is_trivially_copyable_v<BrandedId>);
-  std::array<char, kIdLength> bytes{};
+  std::array<char, sizeof(BrandedId)> bytes{};  // the text, then zero padding
   std::memcpy(bytes.data(), text, kIdLength);
   return std::bit_cast<BrandedId>(bytes);
 }
