@@ -78,8 +78,9 @@ struct IdAccess {
   }
 };
 
-// Are these two ids' 14 bytes equal? Two overlapping 8-byte loads a side
-// (libc's memcmp is a call of about 20 instructions; this is six).
+// Are these two ids equal? Both are 16 bytes as a BrandedId holds them (the
+// text, then two zero bytes): its two words, one load each a side (libc's
+// memcmp is a call of about 20 instructions; this is six).
 inline bool same_id_bytes(const char* a, const char* b) noexcept {
   static_assert(kIdLength == 14 && sizeof(BrandedId) == 16);
   std::uint64_t a0, a1, b0, b1;
