@@ -186,11 +186,10 @@ bool group_of(const BrandedId& group, GroupKey& g) noexcept {
   // Keyed on bytes 6-13 (digits 3-10), put together from the id's two
   // words: loaded whole, as they were stored.
   std::uint64_t w0 = 0, w1 = 0;
-  std::memcpy(&w0, b, 8);
-  std::memcpy(&w1, b + 8, 8);
+  id_words_at(b, w0, w1);
   const std::uint64_t tail8 = (w0 >> 48) | (w1 << 16);
   Entry& e = cache[(tail8 * 0x9E3779B97F4A7C15ULL) >> 56];
-  if (same_id_bytes(e.id, b)) {
+  if (same_id_words(w0, w1, e.id)) {
     g = e.key;
     return true;
   }
@@ -541,13 +540,10 @@ void mint_words(const char* kind, std::uint64_t sf, std::uint64_t& w0, std::uint
   std::memcpy(&k, kind, kKindLength);
   const std::uint64_t high = sf / kLow;
   if (m.sf != 0 && high == m.sf / kLow) {
-    std::uint64_t m0, m1;
-    std::memcpy(&m0, m.text, 8);
-    std::memcpy(&m1, m.text + 8, 8);
-    w0 = k | (m0 & ~0xFFFFFFULL);  // digits 0-4 are the memo's
+    w0 = k | (m.w0 & ~0xFFFFFFULL);  // digits 0-4 are the memo's
     // Digits 5 and 6 are the memo's (bytes 8-9), the last four (bytes 10-13)
     // this id's, and bytes 14-15 zero.
-    w1 = (m1 & 0xFFFFULL) | (std::uint64_t(base62_low4_word(std::uint32_t(sf - high * kLow))) << 16);
+    w1 = (m.w1 & 0xFFFFULL) | (std::uint64_t(base62_low4_word(std::uint32_t(sf - high * kLow))) << 16);
     return;
   }
   std::uint64_t a = 0;
@@ -593,8 +589,8 @@ BrandedId Queue::mint_checked(const char* kind) noexcept {
       std::uint64_t w0, w1;
       mint_words(kind, next, w0, w1);
       MintMemo& m = t_mint_memo;
-      std::memcpy(m.text, &w0, 8);
-      std::memcpy(m.text + 8, &w1, 8);
+      m.w0 = w0;
+      m.w1 = w1;
       m.sf = next;
       m.fresh[next % MintMemo::kFreshIds] = next;
       return IdAccess::from_words(w0, w1);

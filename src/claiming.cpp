@@ -72,15 +72,8 @@ struct GroupEntry {
   e.handle = s.handle_id;
   e.lane = lane;
   e.inc = inc;
-  const LaneRecord& r = s.lanes[lane];
-  const std::uint32_t code = std::uint32_t(inc & 0x7FFF);
-  const std::uint64_t sf = r.key_sf.load(std::memory_order_acquire);
-  e.w0 = e.w1 = 0;
-  if (code >= kKindCodes || sf > kMaxSnowflake) return;  // as lane_group: no id of a scribbled key
-  std::uint64_t a = 0;
-  std::uint32_t b = 0;
-  base62_words(sf, a, b);
-  id_words_of(kind_word_of(code), a, b, e.w0, e.w1);
+  // As lane_group: both words 0 (the empty id) for a scribbled key.
+  (void)group_words_of(std::uint32_t(inc & 0x7FFF), s.lanes[lane].key_sf.load(std::memory_order_acquire), e.w0, e.w1);
 }
 // The group of a lane as a BrandedId, cached per thread (encoding its
 // eleven digits is work a claim should not pay for). Keyed by the

@@ -33,7 +33,7 @@ IdCheck job_snowflake_decoded(const Segment& s, const BrandedId& id, std::uint64
 inline IdCheck job_snowflake(const Segment& s, const BrandedId& id, std::uint64_t& sf) noexcept {
   if (id.valid()) {
     const char* b = IdAccess::bytes(id);
-    if (same_id_bytes(b, t_mint_memo.text) && std::memcmp(b, s.kind, kKindLength) == 0) {
+    if (same_id_words(t_mint_memo.w0, t_mint_memo.w1, b) && std::memcmp(b, s.kind, kKindLength) == 0) {
       sf = t_mint_memo.sf;
       return IdCheck::ok;
     }

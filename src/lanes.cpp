@@ -358,10 +358,9 @@ BrandedId lane_group(const Segment& s, std::uint32_t lane) noexcept {
   if (lane >= s.lane_count) return {};
   const LaneRecord& r = s.lanes[lane];
   const std::uint32_t code = std::uint32_t(r.key_kind.load(std::memory_order_acquire) & 0x7FFF);
-  if (code >= kKindCodes) return {};
-  char k[3];
-  kind_letters(code, k);
-  return BrandedId::make(std::string_view(k, 3), r.key_sf.load(std::memory_order_acquire));
+  std::uint64_t w0 = 0, w1 = 0;
+  if (!group_words_of(code, r.key_sf.load(std::memory_order_acquire), w0, w1)) return {};
+  return IdAccess::from_words(w0, w1);
 }
 
 LaneFind lane_find(Segment& s, GroupKey g, bool create, std::uint32_t& lane_out) noexcept {

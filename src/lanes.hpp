@@ -277,6 +277,20 @@ LaneFind lane_find(Segment& s, GroupKey g, bool create, std::uint32_t& lane_out)
 // w_checked). False: w is not read.
 LaneFind lane_find_cached(Segment& s, GroupKey g, std::uint32_t& lane_out, Word128& w, bool& checked) noexcept;
 
+// The two words (id_words) of the group id a lane record's key names: kind
+// code `code`, snowflake `sf`. False, and both words 0 (the empty id), for
+// a key no id has (a scribble). Made in registers (base62_words), never as
+// text put together on the stack.
+inline bool group_words_of(std::uint32_t code, std::uint64_t sf, std::uint64_t& w0, std::uint64_t& w1) noexcept {
+  w0 = w1 = 0;
+  if (code >= kKindCodes || sf > kMaxSnowflake) return false;
+  std::uint64_t a = 0;
+  std::uint32_t b = 0;
+  base62_words(sf, a, b);
+  id_words_of(kind_word_of(code), a, b, w0, w1);
+  return true;
+}
+
 // The group of a live lane (the default lane's is DEF00000000000).
 BrandedId lane_group(const Segment& s, std::uint32_t lane) noexcept;
 

@@ -19,6 +19,7 @@
 #include "atomic128.hpp"
 #include "clock.hpp"
 #include "segment.hpp"
+#include "util.hpp"
 
 namespace fairlane::detail {
 
@@ -109,10 +110,9 @@ inline bool token_matches(const Segment& s, Token t, std::uint64_t c) noexcept {
 // on the stack nor across its two words: a load of bytes just stored by
 // two different stores waits for both to reach the cache.
 inline void store_digits(SlotRecord& r, const char* id) noexcept {
-  static_assert(kIdLength == 14 && kKindLength == 3 && sizeof(BrandedId) == 16);
+  static_assert(kKindLength == 3);
   std::uint64_t w0 = 0, w1 = 0;
-  std::memcpy(&w0, id, 8);
-  std::memcpy(&w1, id + 8, 8);
+  id_words_at(id, w0, w1);
   r.digits.store((w0 >> 24) | (w1 << 40), std::memory_order_relaxed);
   r.digits_tail.store(std::uint32_t(w1 >> 24) & 0xFFFFFF, std::memory_order_relaxed);
 }

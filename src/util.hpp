@@ -78,25 +78,29 @@ struct IdAccess {
   }
 };
 
-// Are these two ids equal? Both are 16 bytes as a BrandedId holds them (the
-// text, then two zero bytes): its two words, one load each a side (libc's
-// memcmp is a call of about 20 instructions; this is six).
-inline bool same_id_bytes(const char* a, const char* b) noexcept {
+// The two words of the id at `b` (16 bytes as a BrandedId holds them: the
+// text, then two zero bytes), bytes 0-7 and 8-15, each loaded whole as
+// IdAccess::assign_words stores it: a load across the two would wait for
+// both stores to reach the cache.
+inline void id_words_at(const char* b, std::uint64_t& w0, std::uint64_t& w1) noexcept {
   static_assert(kIdLength == 14 && sizeof(BrandedId) == 16);
-  std::uint64_t a0, a1, b0, b1;
-  std::memcpy(&a0, a, 8);
-  std::memcpy(&a1, a + 8, 8);
-  std::memcpy(&b0, b, 8);
-  std::memcpy(&b1, b + 8, 8);
-  return ((a0 ^ b0) | (a1 ^ b1)) == 0;
+  std::memcpy(&w0, b, 8);
+  std::memcpy(&w1, b + 8, 8);
 }
 
 // Are the bytes of `b` the id whose words (id_words) are w0, w1?
 inline bool same_id_words(std::uint64_t w0, std::uint64_t w1, const char* b) noexcept {
   std::uint64_t b0, b1;
-  std::memcpy(&b0, b, 8);
-  std::memcpy(&b1, b + 8, 8);
+  id_words_at(b, b0, b1);
   return ((w0 ^ b0) | (w1 ^ b1)) == 0;
+}
+
+// Are these two ids (16 bytes each) equal? Two loads a side (libc's memcmp
+// is a call of about 20 instructions; this is six).
+inline bool same_id_bytes(const char* a, const char* b) noexcept {
+  std::uint64_t a0, a1;
+  id_words_at(a, a0, a1);
+  return same_id_words(a0, a1, b);
 }
 
 // The last id this thread minted and its snowflake: a memo of the decode
@@ -111,7 +115,7 @@ inline bool same_id_words(std::uint64_t w0, std::uint64_t w1, const char* b) noe
 // never wrong).
 struct MintMemo {
   static constexpr std::size_t kFreshIds = 64;
-  char text[sizeof(BrandedId)] = {};  // as an id's 16 bytes; never matches a valid id until written
+  std::uint64_t w0 = 0, w1 = 0;  // the id's two words (id_words); 0 never matches a valid id
   std::uint64_t sf = 0;
   std::uint64_t fresh[kFreshIds] = {};  // 0: none (no minted snowflake is 0)
   bool take_fresh(std::uint64_t id_sf) noexcept {
