@@ -796,7 +796,12 @@ TEST_F(Crash, AConsumerKilledWhileParkedIsNoLongerCountedAWaiter) {
   Lease got;
   std::atomic<bool> claimed{false};
   std::thread consumer([&] { claimed = q().claim_wait(got, 60000, std::chrono::seconds(30)); });
-  ASSERT_TRUE(test::eventually([&] { return waiters.load() == 2; })) << "our consumer never parked";
+  // Parked once our record counts it. (Not `waiters == 2`: the consumer's
+  // own claim may sweep first and judge the dead child, whose count then
+  // goes before ours comes, and the total never reads 2. Under ASan on a
+  // loaded machine it did: 100 ms of real time is half this queue's
+  // recovery_ms.)
+  ASSERT_TRUE(test::eventually([&] { return counted(our_rec) == 1; })) << "our consumer never parked";
   // Passes on the segment's clock until the dead one is judged (each pass
   // judges holders at most once per recovery_ms / 2).
   const bool dropped = test::eventually([&] {
