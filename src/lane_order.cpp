@@ -50,21 +50,13 @@ OrderResult run_append(Segment& s, std::uint32_t lane, GroupKey g, std::uint32_t
   std::uint64_t own = 0;
   for (;;) {
     if (own > s.jobs + 16) break;
+    const Word128 base = lane_base(s, lane, w);
     // Read after w: if the CAS below (from w) succeeds, this is g's lane.
     // (The caller's w_checked reading is that check, made for this w.)
     if (!w_checked && !lane_is(s, lane, w, g)) return OrderResult::lane_changed;
     w_checked = false;
-    // The run's head and tail are w's own: the step a word names (its rel)
-    // is about a slot's lease or strays node, and applying it (lane_base)
-    // leaves them as they are. So the step is applied only where this
-    // append CASes the word (an empty run, a tail moved up), as every CAS
-    // of the word must; the link below writes no word, and leaves the step
-    // to the word's next CAS. Applied at every append, it read the slot
-    // word of the lane's last completed job, which its completer had just
-    // written: a line moved from the consumer at most appends of a flow.
-    const std::uint32_t t1 = LaneWord::tail(w);
+    const std::uint32_t t1 = LaneWord::tail(base);
     if (t1 == 0) {
-      const Word128 base = lane_base(s, lane, w);
       if (LaneWord::head(base) != 0) {
         report_corrupt(s, CorruptWhat::lane_word);
         return OrderResult::corrupt;
@@ -120,7 +112,7 @@ OrderResult run_append(Segment& s, std::uint32_t lane, GroupKey g, std::uint32_t
       // The tail lags by kTailLag links or more: move it up to the farthest
       // node seen (anyone may: it is a node of this run), then walk on from
       // there. So an append leaves it at most kTailLag links behind.
-      if (lane_cas(s, lane, w, LaneWord::with_tail(lane_base(s, lane, w), e1))) ++own;
+      if (lane_cas(s, lane, w, LaneWord::with_tail(base, e1))) ++own;
       continue;
     }
     if (Link::mark(el) == Link::kSealed) {
