@@ -1757,5 +1757,46 @@ TEST_F(Contention, ADuplicateOfAJobMidMoveCommitsItsCopy) {
   expect_clean(q);
 }
 
+// A completer stopped right after its lane CAS (ack.stepped: the word names
+// its `complete` step, its slot is still leased) holds nothing: the lane's
+// next append applies the step as it reads the word, so the job is gone and
+// its slot free, though the append only links after the run's last node and
+// writes no word. A version that applied the step only where an append
+// CASes the word (95e21fe, reverted) left the slot held until the lane's
+// next claim, ack, tail move or sweep pass: the queue said `full` one job
+// early (found in review).
+class StoppedCompleter : public SegmentFixture {
+ protected:
+  void appends_free_its_slot(const BrandedId& group) {
+    create(small());
+    ASSERT_FALSE(HasFailure());
+    Queue& q = this->q();
+    const BrandedId done = q.mint(), next = q.mint();
+    ASSERT_EQ(q.enqueue(group, done, "done"), EnqueueStatus::enqueued);
+    ASSERT_EQ(q.enqueue(group, next, "next"), EnqueueStatus::enqueued);
+    Lease l;
+    ASSERT_EQ(q.try_claim(l, 600000), ClaimStatus::claimed);
+    ASSERT_EQ(l.id, done);
+    StoppedCall<AckStatus> completer("ack.stepped", [&] { return q.complete(l.id, l.token); });
+    ASSERT_TRUE(q.job(done).has_value()) << "the step is applied by its author after ack.stepped";
+    // `next` is still the run's last node: this append links after it.
+    ASSERT_EQ(q.enqueue(group, q.mint(), "after"), EnqueueStatus::enqueued);
+    EXPECT_FALSE(q.job(done).has_value()) << "the append left the stopped completer's step unapplied";
+    // Every slot but the two pending jobs' is free: the completed job's
+    // among them.
+    int more = 0;
+    while (q.enqueue(group, q.mint(), "fill") == EnqueueStatus::enqueued) ++more;
+    EXPECT_EQ(more, int(small().jobs) - 2);
+    EXPECT_EQ(completer.go(), AckStatus::ok);
+    EXPECT_EQ(q.corruption().count, 0u);
+  }
+};
+
+TEST_F(StoppedCompleter, ItsLanesNextAppendFreesItsSlot) { appends_free_its_slot(G); }
+
+TEST_F(StoppedCompleter, TheDefaultLanesNextAppendFreesItsSlot) {
+  appends_free_its_slot(*BrandedId::parse(kDefaultGroup));
+}
+
 }  // namespace
 }  // namespace fairlane
