@@ -1798,5 +1798,35 @@ TEST_F(StoppedCompleter, TheDefaultLanesNextAppendFreesItsSlot) {
   appends_free_its_slot(*BrandedId::parse(kDefaultGroup));
 }
 
+// With nothing more enqueued, claimed or acknowledged in its lane, the
+// sweep's pass over the lanes applies the step: the slot is not held until
+// the lease's deadline. The default lane's was not (sweep_lanes skipped it
+// before its lane_base: it is never given back), and stayed held for as
+// long as the lease had left: here ten minutes, and up to 49 days.
+class StoppedCompleterQuietLane : public SegmentFixture {
+ protected:
+  void a_pass_frees_its_slot(const BrandedId& group) {
+    create(small());
+    ASSERT_FALSE(HasFailure());
+    Queue& q = this->q();
+    const BrandedId done = q.mint();
+    ASSERT_EQ(q.enqueue(group, done, "done"), EnqueueStatus::enqueued);
+    Lease l;
+    ASSERT_EQ(q.try_claim(l, 600000), ClaimStatus::claimed);
+    StoppedCall<AckStatus> completer("ack.stepped", [&] { return q.complete(l.id, l.token); });
+    ASSERT_TRUE(q.job(done).has_value()) << "the step is applied by its author after ack.stepped";
+    q.tick();
+    EXPECT_FALSE(q.job(done).has_value()) << "the sweep's pass left the stopped completer's slot held";
+    EXPECT_EQ(completer.go(), AckStatus::ok);
+    EXPECT_EQ(q.corruption().count, 0u);
+  }
+};
+
+TEST_F(StoppedCompleterQuietLane, ASweepPassFreesItsSlot) { a_pass_frees_its_slot(G); }
+
+TEST_F(StoppedCompleterQuietLane, ASweepPassFreesItsSlotInTheDefaultLane) {
+  a_pass_frees_its_slot(*BrandedId::parse(kDefaultGroup));
+}
+
 }  // namespace
 }  // namespace fairlane
