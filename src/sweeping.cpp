@@ -681,7 +681,7 @@ void sweep_lanes(Segment& s, std::uint32_t from, std::uint32_t to, std::uint64_t
       // Never reclaimed; but the step its word names is applied, as it is
       // for every other lane below: a completer stopped after its lane CAS
       // otherwise held its slot until the next write of this lane, or its
-      // lease's deadline (`StoppedCompleterQuietLane.*`).
+      // lease's deadline (`StoppedCompleter.ASweepPass*`).
       if (LaneWord::state(w) == LaneState::live) (void)lane_base(s, lane, w);
       continue;
     }
