@@ -680,8 +680,8 @@ void sweep_lanes(Segment& s, std::uint32_t from, std::uint32_t to, std::uint64_t
     if (lane == kDefaultLane) {
       // Never reclaimed; but the step its word names is applied, as it is
       // for every other lane below: a completer stopped after its lane CAS
-      // otherwise held its slot until the next write of this lane, or its
-      // lease's deadline (`StoppedCompleter.ASweepPass*`).
+      // otherwise held its slot until the lane's next enqueue, claim or
+      // ack, or its lease's deadline (`StoppedCompleter.ASweepPass*`).
       if (LaneWord::state(w) == LaneState::live) (void)lane_base(s, lane, w);
       continue;
     }
