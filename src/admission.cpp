@@ -203,11 +203,7 @@ bool group_of(const BrandedId& group, GroupKey& g) noexcept {
 }
 
 bool is_default_group(const BrandedId& group) noexcept {
-  // The default group's text as an id's 16 bytes (same_id_bytes reads 16).
-  static constexpr char kDefaultBytes[sizeof(BrandedId)] = {'D', 'E', 'F', '0', '0', '0', '0', '0',
-                                                            '0', '0', '0', '0', '0', '0', 0, 0};
-  static_assert(std::string_view(kDefaultBytes, kIdLength) == kDefaultGroup);
-  return !group.valid() || same_id_bytes(IdAccess::bytes(group), kDefaultBytes);
+  return !group.valid() || same_id_words(kDefaultGroupW0, kDefaultGroupW1, IdAccess::bytes(group));
 }
 
 std::uint32_t group_lane(Segment& s, const BrandedId& group, bool create, LaneFind& find) noexcept {

@@ -90,14 +90,6 @@ void cached_group(const Segment& s, std::uint32_t lane, BrandedId& out) noexcept
   IdAccess::assign_words(out, e.w0, e.w1);
 }
 
-// DEF00000000000 as an id (parsed once). Out of line: a lease of the default
-// lane pays a call, one of a group's lane nothing (a static in fill_lease
-// would have every lease test its guard).
-[[gnu::noinline]] const BrandedId& default_group_id() noexcept {
-  static const BrandedId id = *BrandedId::parse(kDefaultGroup);
-  return id;
-}
-
 // A job's own retry policy (out of line: most jobs have none).
 [[gnu::noinline]] void decode_retry_of(const SlotRecord& r, RetryPolicy& out) noexcept {
   out = retry_decode(r.retry.a.load(std::memory_order_relaxed), r.retry.b.load(std::memory_order_relaxed));
@@ -806,7 +798,7 @@ void fill_lease(const Segment& s, std::uint32_t slot, std::uint32_t lane, std::u
     out.id = BrandedId::make(std::string_view(s.kind, 3), r.sf.load(std::memory_order_relaxed) & ((1ULL << 63) - 1));
   }
   if (lane == kDefaultLane)
-    out.group = default_group_id();
+    IdAccess::assign_words(out.group, kDefaultGroupW0, kDefaultGroupW1);
   else
     cached_group(s, lane, out.group);
   out.attempt = attempt;

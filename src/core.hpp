@@ -47,6 +47,18 @@ bool group_of(const BrandedId& group, GroupKey& g) noexcept;
 // Does a call's group name the default lane (empty, or DEF00000000000)?
 bool is_default_group(const BrandedId& group) noexcept;
 
+// The default group's id (kDefaultGroup) as its two words (id_words), made
+// at compile time: compared (same_id_words) and written (IdAccess) in
+// registers, with no parse, no static and no call.
+constexpr std::uint64_t id_text_word(std::string_view text, std::size_t at) noexcept {
+  std::uint64_t w = 0;
+  for (std::size_t i = 0; i < 8 && at + i < text.size(); ++i) w |= std::uint64_t(std::uint8_t(text[at + i])) << (8 * i);
+  return w;
+}
+inline constexpr std::uint64_t kDefaultGroupW0 = id_text_word(kDefaultGroup, 0);
+inline constexpr std::uint64_t kDefaultGroupW1 = id_text_word(kDefaultGroup, 8);
+inline BrandedId default_group_id() noexcept { return IdAccess::from_words(kDefaultGroupW0, kDefaultGroupW1); }
+
 // The lane of a group for a call that names one (empty: the default lane).
 // create: make it if absent. Returns kNoLane with `find` set otherwise.
 std::uint32_t group_lane(Segment& s, const BrandedId& group, bool create, LaneFind& find) noexcept;

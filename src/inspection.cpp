@@ -41,10 +41,7 @@ std::optional<JobState> visible_state(SlotState st) noexcept {
 
 BrandedId group_id(const Segment& s, std::uint32_t slot) noexcept {
   GroupKey g;
-  if (!slot_group(s, slot, g)) {
-    static const BrandedId kDefault = *BrandedId::parse(kDefaultGroup);
-    return kDefault;
-  }
+  if (!slot_group(s, slot, g)) return default_group_id();
   if (g.kind >= kKindCodes) return {};
   char k[3];
   kind_letters(g.kind, k);
@@ -131,7 +128,7 @@ Snapshot Queue::snapshot() const {
     const Word128 w = lane_load(s, lane1 - 1);
     if (LaneWord::state(w) == LaneState::live && LaneWord::ringed(w) && LaneWord::tgen(w) == (p & LaneWord::kTgenMask) &&
         lane_serviceable(w, lane_settings(s, lane1 - 1)))
-      snap.ring.push_back(lane1 - 1 == kDefaultLane ? *BrandedId::parse(kDefaultGroup) : lane_group(s, lane1 - 1));
+      snap.ring.push_back(lane1 - 1 == kDefaultLane ? default_group_id() : lane_group(s, lane1 - 1));
   }
 
   std::uint64_t live = 0;
@@ -144,7 +141,7 @@ Snapshot Queue::snapshot() const {
     const LaneRecord& l = s.lanes[i];
     const std::uint64_t st = lane_settings(s, i);
     LaneInfo li;
-    li.group = i == kDefaultLane ? *BrandedId::parse(kDefaultGroup) : lane_group(s, i);
+    li.group = i == kDefaultLane ? default_group_id() : lane_group(s, i);
     li.depth = lane_depth(s, i);
     li.active = LaneWord::active(w);
     li.limit = std::uint32_t(Settings::limit(st));

@@ -677,14 +677,12 @@ void sweep_lanes(Segment& s, std::uint32_t from, std::uint32_t to, std::uint64_t
       (void)lane_cas(s, lane, cur, base);  // lost to another write: that one rang it
       w = lane_load(s, lane);
     }
-    if (lane == kDefaultLane) {
-      // Never reclaimed; but the step its word names is applied, as it is
-      // for every other lane below: a completer stopped after its lane CAS
-      // otherwise held its slot until the lane's next enqueue, claim or
-      // ack, or its lease's deadline (`StoppedCompleter.ASweepPass*`).
-      if (LaneWord::state(w) == LaneState::live) (void)lane_base(s, lane, w);
-      continue;
-    }
+    // The default lane is never created, freed or given back (lane_idle
+    // says no to it), but its step is applied below as every lane's is:
+    // skipped here, a completer stopped after its lane CAS held its slot
+    // until the lane's next enqueue, claim or ack, or its lease's deadline
+    // (`StoppedCompleter.ASweepPass*`).
+    if (lane == kDefaultLane && LaneWord::state(w) != LaneState::live) continue;
     if (LaneWord::state(w) == LaneState::creating) {
       if (holder_gone(s, LaneWord::tail(w), now)) {  // the creator, as the creating CAS named it
         Word128 cur = w;
