@@ -107,17 +107,6 @@ class EnqueueWait : public test::SegmentFixture {
     return done;
   }
 
-  // A consumer thread parked in claim_wait on an empty queue (1 into
-  // `claimed` once it has a job, 0 if it times out).
-  std::thread park_a_consumer(std::atomic<int>& claimed) {
-    std::thread c([this, &claimed] {
-      Lease l;
-      claimed = q().claim_wait(l, kLease, 50s) ? 1 : 0;
-    });
-    (void)eventually([&] { return s().h->waiters.load() == 1; });
-    return c;
-  }
-
   std::uint32_t jobs_ = 0;
 };
 
@@ -1007,8 +996,11 @@ TEST_F(EnqueueWait, ARepairClearsParkedCountsAndEndsNobodyHolds) {
 TEST_F(EnqueueWait, ARepairKeepsTheCountOfAThreadParkedThroughIt) {
   make();
   std::atomic<int> claimed{-1};
-  std::thread c = park_a_consumer(claimed);
-  ASSERT_EQ(s().h->waiters.load(), 1u) << "the consumer never parked";
+  std::thread c([&] {
+    Lease l;
+    claimed = q().claim_wait(l, kLease, 50s) ? 1 : 0;
+  });
+  ASSERT_TRUE(eventually([&] { return s().h->waiters.load() == 1; })) << "the consumer never parked";
   s().h->waiters.fetch_add(3);  // three nobody's record counts
   auto r = q().repair();
   ASSERT_TRUE(r) << r.error().message;
@@ -1031,8 +1023,11 @@ TEST_F(EnqueueWait, ARepairKeepsTheCountOfAThreadParkedThroughIt) {
 TEST_F(EnqueueWait, AConsumerThatLeavesWhileARepairCountsIsNotLeftCounted) {
   make();
   std::atomic<int> claimed{-1};
-  std::thread c = park_a_consumer(claimed);
-  ASSERT_EQ(s().h->waiters.load(), 1u) << "the consumer never parked";
+  std::thread c([&] {
+    Lease l;
+    claimed = q().claim_wait(l, kLease, 50s) ? 1 : 0;
+  });
+  ASSERT_TRUE(eventually([&] { return s().h->waiters.load() == 1; })) << "the consumer never parked";
   // At the first spot summed (claim_wait's), with the consumer in the sum:
   // a job for it, and it is gone before the count is set.
   struct Step {
