@@ -98,7 +98,6 @@ const char* const kStepPoints[] = {
     "attach.lock_busy",     // an attacher found a free record's liveness lock busy, about to wait and look again (holds no word)
     "park.sleep",           // a parked consumer worked out when its sleep ends, its futex wait not yet made (counted in waiters)
     "room.sleep",           // a parked producer made its last look (full), its futex wait not yet made (counted in room_waiters)
-    "repair.parked_summed", // repair summed a parking spot's records, its count not yet set
     "extend.moved",         // an extend that found an expiry's mark moved the lane word on, the mark not yet voided
     "lane.sleep",           // a producer parked for a lane made its last look (lanes_full), its futex wait not yet made
 };

@@ -88,10 +88,6 @@ class Repairer {
     // wait came later and was left out at first: found reading the change).
     s_.h->lane_seq.fetch_add(1, std::memory_order_release);
     futex_wake(&s_.h->lane_seq, INT_MAX);
-    // And those parked for the mirror: the recount may have cleared the end
-    // their notifier reads (found in review).
-    s_.h->mirror.ack_bell.fetch_add(1, std::memory_order_release);
-    futex_wake(&s_.h->mirror.ack_bell, INT_MAX);
   }
 
  private:
@@ -409,13 +405,12 @@ class Repairer {
   // parked on cleared (a scribbled far future cost a wake per notify while
   // a count was left: section 11).
   void recount_parking() {
-    std::vector<ParkedJudgment> judged(s_.proc_count);
+    std::vector<bool> live(s_.proc_count, false);
     for (std::uint32_t i = 0; i < s_.proc_count; ++i) {
-      judged[i].inc = s_.procs[i].incarnation.load(std::memory_order_acquire);
       const Holding h = holding(s_, i);
-      judged[i].live = h == Holding::ours || h == Holding::live;
+      live[i] = h == Holding::ours || h == Holding::live;
     }
-    for (std::string& n : recount_parked(s_, judged)) note(std::move(n));
+    for (std::string& n : recount_parked(s_, live)) note(std::move(n));
   }
 
   // Nothing of this went through the transition log: a mirror must

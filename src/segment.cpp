@@ -894,56 +894,31 @@ constexpr ParkedCount kParkedCounts[] = {
      [](Header& h) -> std::atomic<std::uint64_t>& { return h.mirror.ack_park_until; }, "threads parked for the mirror"}};
 }  // namespace
 
-std::vector<std::string> recount_parked(Segment& s, const std::vector<ParkedJudgment>& judged) {
+std::vector<std::string> recount_parked(Segment& s, const std::vector<bool>& live) {
   std::vector<std::string> notes;
-  const auto judgment = [&](std::uint32_t i) { return i < judged.size() ? judged[i] : ParkedJudgment{}; };
   for (const ParkedCount& c : kParkedCounts) {
-    // The records of the processes judged gone: their counts out, under the
-    // incarnation judged (as drop_parked does), so that a record attached
-    // since (take_parked starts it at 0 under its own) is left alone.
+    std::uint64_t n = 0;
     for (std::uint32_t i = 0; i < s.proc_count; ++i) {
-      if (judgment(i).live) continue;
       std::atomic<std::uint64_t>& rec = s.procs[i].*c.record;
-      std::uint64_t v = rec.load(std::memory_order_relaxed);
-      while ((v & 0xFFFFFFFF) != 0 && (v >> 32) == (judgment(i).inc & 0xFFFFFFFF) &&
-             !rec.compare_exchange_weak(v, v & ~0xFFFFFFFFULL, std::memory_order_relaxed)) {
-      }
+      const std::uint64_t v = rec.load(std::memory_order_relaxed);
+      if (i < live.size() && live[i])
+        n += v & 0xFFFFFFFF;
+      else if (v & 0xFFFFFFFF)
+        rec.store(v & ~0xFFFFFFFFULL, std::memory_order_relaxed);  // a dead or detached process's: nobody sleeps there
     }
-    // The header count read before the records and CASed from that reading:
-    // a thread that leaves meanwhile (its record, then the header) fails the
-    // CAS, and the sum is taken again; so the count is never left above what
-    // the records say. A record attached since its judgment counts.
-    std::atomic<std::uint32_t>& header = c.header(*s.h);
-    std::uint32_t was = header.load(std::memory_order_seq_cst), count = was;
-    for (int round = 0; round < 64; ++round) {
-      std::uint64_t n = 0;
-      for (std::uint32_t i = 0; i < s.proc_count; ++i) {
-        const std::uint64_t v = (s.procs[i].*c.record).load(std::memory_order_seq_cst);
-        if (judgment(i).live || (v >> 32) != (judgment(i).inc & 0xFFFFFFFF)) n += v & 0xFFFFFFFF;
-      }
-      const auto sum = std::uint32_t(std::min<std::uint64_t>(n, UINT32_MAX));
-      FAIRLANE_FAILPOINT("repair.parked_summed");
-      std::uint32_t seen = was;
-      if (header.compare_exchange_strong(seen, sum, std::memory_order_seq_cst)) {
-        count = sum;
-        break;
-      }
-      was = seen;
-      count = seen;  // 64 rounds of parking and leaving beside us: left as it is
-    }
-    if (count != was)
+    const auto count = std::uint32_t(std::min<std::uint64_t>(n, UINT32_MAX));
+    if (const std::uint32_t was = c.header(*s.h).exchange(count, std::memory_order_seq_cst); was != count)
       notes.push_back(std::string("parking: ") + c.name + " counted " + std::to_string(was) + ", the records say " +
                       std::to_string(count));
     // Nobody parked, so nobody sleeps to an end still ahead: one there (a
     // scribble) would cost a wake per notify once a count leaked again.
-    // An end passed is what every sleep leaves: left alone. A CAS, so that
-    // an end a thread raised meanwhile stays (and a thread that parked
-    // before it is woken by repair's wakes and raises its end again).
+    // An end passed is what every sleep leaves: left alone.
     std::atomic<std::uint64_t>& until = c.until(*s.h);
-    if (std::uint64_t u = until.load(std::memory_order_seq_cst);
-        count == 0 && u >= monotonic_ms_coarse() && until.compare_exchange_strong(u, 0, std::memory_order_seq_cst))
+    if (const std::uint64_t u = until.load(std::memory_order_seq_cst); count == 0 && u >= monotonic_ms_coarse()) {
+      until.store(0, std::memory_order_seq_cst);
       notes.push_back(std::string("parking: ") + c.name + ": an end of sleep still ahead (" + std::to_string(u) +
                       " ms) with nobody parked, cleared");
+    }
   }
   return notes;
 }

@@ -989,10 +989,9 @@ TEST_F(EnqueueWait, ARepairClearsParkedCountsAndEndsNobodyHolds) {
   EXPECT_EQ(said, 8u) << "a note for each count and each end";
 }
 
-// A thread parked through the repair stays counted, by its record: the
-// enqueue after the repair wakes it at once. The count nobody holds beside
-// it is gone. (Its end of sleep is not asserted: the repair's wake-up has
-// it look and park again, raising the end anew.)
+// A thread parked through the repair stays counted, by its record, and its
+// end of sleep stays: the enqueue after the repair wakes it at once. The
+// count nobody holds beside it is gone.
 TEST_F(EnqueueWait, ARepairKeepsTheCountOfAThreadParkedThroughIt) {
   make();
   std::atomic<int> claimed{-1};
@@ -1012,44 +1011,6 @@ TEST_F(EnqueueWait, ARepairKeepsTheCountOfAThreadParkedThroughIt) {
   EXPECT_TRUE(answered_in_time(c, claimed)) << "the parked consumer was not woken";
   EXPECT_EQ(claimed.load(), 1);
   EXPECT_EQ(s().h->waiters.load(), 0u);
-}
-
-// A consumer that leaves while a repair counts its spot: the count is
-// CASed from a reading made before the records were summed, so a thread
-// that leaves in between (its record, then the count) makes the repair sum
-// again, and the count is never left above what the records say. With the
-// sum stored over whatever the count was, a consumer that left between
-// the sum and the store stayed counted for good (found in review).
-TEST_F(EnqueueWait, AConsumerThatLeavesWhileARepairCountsIsNotLeftCounted) {
-  make();
-  std::atomic<int> claimed{-1};
-  std::thread c([&] {
-    Lease l;
-    claimed = q().claim_wait(l, kLease, 50s) ? 1 : 0;
-  });
-  ASSERT_TRUE(eventually([&] { return s().h->waiters.load() == 1; })) << "the consumer never parked";
-  // At the first spot summed (claim_wait's), with the consumer in the sum:
-  // a job for it, and it is gone before the count is set.
-  struct Step {
-    Queue* q;
-    detail::Header* h;
-    std::atomic<int>* claimed;
-    bool done = false;
-    bool left = false;
-  } step{&q(), s().h, &claimed};
-  detail::failpoint_call("repair.parked_summed", [](void* p) {
-    auto& st = *static_cast<Step*>(p);
-    if (st.done) return;
-    st.done = true;
-    if (st.q->enqueue(A, st.q->mint(), "x") != EnqueueStatus::enqueued) return;
-    st.left = eventually([&] { return st.claimed->load() == 1 && st.h->waiters.load() == 0; });
-  }, &step);
-  auto r = q().repair();
-  detail::failpoint_call("repair.parked_summed", nullptr, nullptr);
-  ASSERT_TRUE(r) << r.error().message;
-  c.join();
-  ASSERT_TRUE(step.left) << "the consumer did not take the job and leave while the repair counted";
-  EXPECT_EQ(s().h->waiters.load(), 0u) << "a consumer that left is counted parked";
 }
 
 // A repair wakes producers parked for a lane as it wakes every other
