@@ -35,24 +35,20 @@ namespace {
 
 constexpr std::size_t kMaxNotes = 1000;
 
-// Who holds process record i: nobody (not attached), this process (the
-// caller's record, or another handle of this process: its threads are the
-// caller's business), another live process, or a dead one.
-enum class Holding { none, ours, live, dead };
-Holding holding(const Segment& s, std::uint32_t i) {
-  const std::uint64_t owner = s.procs[i].owner.load(std::memory_order_acquire);
-  if (!(owner & kOwnerAttached)) return Holding::none;
-  // Not by pid: pid 1 of another container is pid 1 of ours.
-  if (&s.procs[i] == s.me || held_by_this_process(s, i)) return Holding::ours;
-  const std::uint64_t start = (owner & kOwnerStamped) ? s.procs[i].start_time.load(std::memory_order_relaxed) : 0;
-  return owner_alive(s, i, owner, start) ? Holding::live : Holding::dead;
-}
-
 // Pids of the live processes attached to the segment other than this one.
 std::vector<int> other_live_processes(const Segment& s) {
   std::vector<int> out;
-  for (std::uint32_t i = 0; i < s.proc_count; ++i)
-    if (holding(s, i) == Holding::live) out.push_back(int(s.procs[i].owner.load(std::memory_order_acquire) & 0x7FFFFFFF));
+  for (std::uint32_t i = 0; i < s.proc_count; ++i) {
+    if (&s.procs[i] == s.me) continue;
+    const std::uint64_t owner = s.procs[i].owner.load(std::memory_order_acquire);
+    if (!(owner & kOwnerAttached)) continue;
+    const int pid = int(owner & 0x7FFFFFFF);
+    // Another handle of this process: its threads are the caller's business.
+    // Not by pid: pid 1 of another container is pid 1 of ours.
+    if (held_by_this_process(s, i)) continue;
+    const std::uint64_t start = (owner & kOwnerStamped) ? s.procs[i].start_time.load(std::memory_order_relaxed) : 0;
+    if (owner_alive(s, i, owner, start)) out.push_back(pid);
+  }
   return out;
 }
 
@@ -74,7 +70,6 @@ class Repairer {
     rebuild_index();
     rebuild_sweep();
     mark_mirror();
-    recount_parking();
     // Publish, then wake every parked consumer: what it waited for may be
     // serviceable now; and every parked producer: slots may be free now
     // (husks and unreadable slots freed, every hint reset). Producers were
@@ -397,20 +392,6 @@ class Repairer {
     }
     s_.h->sweep.next_due.store(earliest);
     s_.h->sweep.cursor.store(0);
-  }
-
-  // The parking spots' counts, from the records of the processes still
-  // here (a count left by a thread killed in the window between its two
-  // increments, or a scribble, is gone), and the end of a spot nobody is
-  // parked on cleared (a scribbled far future cost a wake per notify while
-  // a count was left: section 11).
-  void recount_parking() {
-    std::vector<bool> live(s_.proc_count, false);
-    for (std::uint32_t i = 0; i < s_.proc_count; ++i) {
-      const Holding h = holding(s_, i);
-      live[i] = h == Holding::ours || h == Holding::live;
-    }
-    for (std::string& n : recount_parked(s_, live)) note(std::move(n));
   }
 
   // Nothing of this went through the transition log: a mirror must

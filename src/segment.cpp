@@ -876,52 +876,16 @@ void uncount_parked(std::atomic<std::uint32_t>& count, std::uint64_t n) noexcept
 namespace {
 // One record count of parked threads (low 32 bits, under the owner's
 // incarnation in the high 32) and the header count it is part of.
-// The spot's end (its park_until) and its name, for repair's notes.
 struct ParkedCount {
   std::atomic<std::uint64_t> ProcRecord::*record;
   std::atomic<std::uint32_t>& (*header)(Header&);
-  std::atomic<std::uint64_t>& (*until)(Header&);
-  const char* name;
 };
 constexpr ParkedCount kParkedCounts[] = {
-    {&ProcRecord::parked, [](Header& h) -> std::atomic<std::uint32_t>& { return h.waiters; },
-     [](Header& h) -> std::atomic<std::uint64_t>& { return h.park_until; }, "consumers parked in claim_wait"},
-    {&ProcRecord::room_parked, [](Header& h) -> std::atomic<std::uint32_t>& { return h.room_waiters; },
-     [](Header& h) -> std::atomic<std::uint64_t>& { return h.room_park_until; }, "producers parked in enqueue_wait"},
-    {&ProcRecord::lane_parked, [](Header& h) -> std::atomic<std::uint32_t>& { return h.lane_waiters; },
-     [](Header& h) -> std::atomic<std::uint64_t>& { return h.lane_park_until; }, "producers parked for a lane"},
-    {&ProcRecord::ack_parked, [](Header& h) -> std::atomic<std::uint32_t>& { return h.mirror.ack_waiters; },
-     [](Header& h) -> std::atomic<std::uint64_t>& { return h.mirror.ack_park_until; }, "threads parked for the mirror"}};
+    {&ProcRecord::parked, [](Header& h) -> std::atomic<std::uint32_t>& { return h.waiters; }},
+    {&ProcRecord::room_parked, [](Header& h) -> std::atomic<std::uint32_t>& { return h.room_waiters; }},
+    {&ProcRecord::lane_parked, [](Header& h) -> std::atomic<std::uint32_t>& { return h.lane_waiters; }},
+    {&ProcRecord::ack_parked, [](Header& h) -> std::atomic<std::uint32_t>& { return h.mirror.ack_waiters; }}};
 }  // namespace
-
-std::vector<std::string> recount_parked(Segment& s, const std::vector<bool>& live) {
-  std::vector<std::string> notes;
-  for (const ParkedCount& c : kParkedCounts) {
-    std::uint64_t n = 0;
-    for (std::uint32_t i = 0; i < s.proc_count; ++i) {
-      std::atomic<std::uint64_t>& rec = s.procs[i].*c.record;
-      const std::uint64_t v = rec.load(std::memory_order_relaxed);
-      if (i < live.size() && live[i])
-        n += v & 0xFFFFFFFF;
-      else if (v & 0xFFFFFFFF)
-        rec.store(v & ~0xFFFFFFFFULL, std::memory_order_relaxed);  // a dead or detached process's: nobody sleeps there
-    }
-    const auto count = std::uint32_t(std::min<std::uint64_t>(n, UINT32_MAX));
-    if (const std::uint32_t was = c.header(*s.h).exchange(count, std::memory_order_seq_cst); was != count)
-      notes.push_back(std::string("parking: ") + c.name + " counted " + std::to_string(was) + ", the records say " +
-                      std::to_string(count));
-    // Nobody parked, so nobody sleeps to an end still ahead: one there (a
-    // scribble) would cost a wake per notify once a count leaked again.
-    // An end passed is what every sleep leaves: left alone.
-    std::atomic<std::uint64_t>& until = c.until(*s.h);
-    if (const std::uint64_t u = until.load(std::memory_order_seq_cst); count == 0 && u >= monotonic_ms_coarse()) {
-      until.store(0, std::memory_order_seq_cst);
-      notes.push_back(std::string("parking: ") + c.name + ": an end of sleep still ahead (" + std::to_string(u) +
-                      " ms) with nobody parked, cleared");
-    }
-  }
-  return notes;
-}
 
 void drop_parked(Segment& s, ProcRecord& p, std::uint64_t inc) noexcept {
   for (const ParkedCount& c : kParkedCounts) {

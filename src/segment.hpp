@@ -305,12 +305,6 @@ void drop_parked(Segment& s, ProcRecord& p, std::uint64_t inc) noexcept;
 // owner left parked is taken out of the header's counts, and the record's
 // counts start again at 0 under `inc`.
 void take_parked(Segment& s, ProcRecord& p, std::uint64_t inc) noexcept;
-// repair, alone on the segment: each parking spot's count (Header::waiters,
-// room_waiters, lane_waiters, MirrorShared::ack_waiters) set to what the
-// records of the processes still attached and alive (`live`, by record)
-// count, the other records' counts dropped, and the end (park_until) of a
-// spot nobody is parked on set back to 0. A note for each change.
-std::vector<std::string> recount_parked(Segment& s, const std::vector<bool>& live);
 
 // Takes n parked threads out of a header count (Header::waiters,
 // room_waiters, lane_waiters), never below 0 (a scribbled count takes no more

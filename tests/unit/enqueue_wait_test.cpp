@@ -957,62 +957,6 @@ TEST_F(EnqueueWait, ARepairThatFreesASlotWakesAParkedProducer) {
   EXPECT_EQ(EnqueueStatus(st.load()), EnqueueStatus::enqueued);
 }
 
-// A repair counts the parked from the process records (section 11): a
-// count that no record holds (a scribble, or a thread killed between its
-// two increments) is gone, and the end of a sleep nobody is taking (a
-// scribbled far future, which cost a wake per notify for as long as such a
-// count stayed) is cleared. Both were left as they were before.
-TEST_F(EnqueueWait, ARepairClearsParkedCountsAndEndsNobodyHolds) {
-  make();
-  detail::Header& h = *s().h;
-  const std::uint64_t far = detail::monotonic_us() / 1000 + 3'600'000;
-  h.waiters.store(5);
-  h.park_until.store(far);
-  h.room_waiters.store(3);
-  h.room_park_until.store(far);
-  h.lane_waiters.store(2);
-  h.lane_park_until.store(far);
-  h.mirror.ack_waiters.store(4);
-  h.mirror.ack_park_until.store(far);
-  auto r = q().repair();
-  ASSERT_TRUE(r) << r.error().message;
-  EXPECT_EQ(h.waiters.load(), 0u);
-  EXPECT_EQ(h.room_waiters.load(), 0u);
-  EXPECT_EQ(h.lane_waiters.load(), 0u);
-  EXPECT_EQ(h.mirror.ack_waiters.load(), 0u);
-  EXPECT_EQ(h.park_until.load(), 0u);
-  EXPECT_EQ(h.room_park_until.load(), 0u);
-  EXPECT_EQ(h.lane_park_until.load(), 0u);
-  EXPECT_EQ(h.mirror.ack_park_until.load(), 0u);
-  std::size_t said = 0;
-  for (const std::string& line : r.value().repairs) said += line.rfind("parking: ", 0) == 0;
-  EXPECT_EQ(said, 8u) << "a note for each count and each end";
-}
-
-// A thread parked through the repair stays counted, by its record, and its
-// end of sleep stays: the enqueue after the repair wakes it at once. The
-// count nobody holds beside it is gone.
-TEST_F(EnqueueWait, ARepairKeepsTheCountOfAThreadParkedThroughIt) {
-  make();
-  std::atomic<int> claimed{-1};
-  std::thread c([&] {
-    Lease l;
-    claimed = q().claim_wait(l, kLease, 50s) ? 1 : 0;
-  });
-  ASSERT_TRUE(eventually([&] { return s().h->waiters.load() == 1; })) << "the consumer never parked";
-  s().h->waiters.fetch_add(3);  // three nobody's record counts
-  auto r = q().repair();
-  ASSERT_TRUE(r) << r.error().message;
-  // The repair's wake-up has the consumer look and park again: it stays one.
-  EXPECT_TRUE(eventually([&] { return s().h->waiters.load() == 1 && (s().procs[s().me_index].parked.load() & 0xFFFFFFFF) == 1; }))
-      << "waiters " << s().h->waiters.load();
-  EXPECT_EQ(claimed.load(), -1);
-  ASSERT_EQ(q().enqueue(A, q().mint(), "x"), EnqueueStatus::enqueued);
-  EXPECT_TRUE(answered_in_time(c, claimed)) << "the parked consumer was not woken";
-  EXPECT_EQ(claimed.load(), 1);
-  EXPECT_EQ(s().h->waiters.load(), 0u);
-}
-
 // A repair wakes producers parked for a lane as it wakes every other
 // parked thread (lanes may be free after it); it woke only those parked
 // for a slot at first. Woken, this one looks, finds A's lane still busy,
