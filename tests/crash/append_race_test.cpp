@@ -1770,7 +1770,9 @@ class StoppedCompleter : public SegmentFixture {
     Queue& q = this->q();
     const BrandedId done = q.mint();
     EXPECT_EQ(q.enqueue(group, done, "done"), EnqueueStatus::enqueued);
-    if (and_next) EXPECT_EQ(q.enqueue(group, q.mint(), "next"), EnqueueStatus::enqueued);
+    if (and_next) {
+      EXPECT_EQ(q.enqueue(group, q.mint(), "next"), EnqueueStatus::enqueued);
+    }
     EXPECT_EQ(q.try_claim(lease_, 600000), ClaimStatus::claimed);
     EXPECT_EQ(lease_.id, done);
     completer_.emplace("ack.stepped", [this] { return this->q().complete(lease_.id, lease_.token); });
