@@ -503,8 +503,9 @@ TEST_F(FreeHints, TheSweepSetsBackAGroupHintThatHidesAFreeSlotOrWasLeftMidLook) 
   ASSERT_FALSE(HasFailure());
   // An allocation looks at its cursor's line before any hint (alloc_slot):
   // a slot there is not hidden by hints. The cursor starts at the thread
-  // id's hash, so with 3 thread ids in 8,389 it stood on the first slot
-  // chosen here, which was then found at once (a CI failure, 2026-12-07).
+  // id's hash, and for 3 of its 8,389 starts it stood on the line of the
+  // first slot chosen here, which was then found at once (a CI failure,
+  // 2026-12-07).
   std::uint32_t slot = 2 * detail::kHintGroupSlots + kHintBlock + 2;
   if (slot / detail::kCursorLook == cursor_ / detail::kCursorLook) slot += detail::kCursorLook;
   free(slot);
