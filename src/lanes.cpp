@@ -6,6 +6,7 @@
 #include "slots.hpp"
 
 #include <climits>
+#include <utility>
 
 #include "failpoint.hpp"
 #include "futex.hpp"
@@ -79,50 +80,90 @@ void release_record(Segment& s, std::uint32_t lane) noexcept {
   }
 }
 
-// Takes a free lane record for group g (state creating, its key and a new
-// incarnation written). kNoLane: every record is live or being created.
-std::uint32_t take_record(Segment& s, GroupKey g) noexcept {
+// Takes lane record `lane`, read free as `w`, for group g (state creating,
+// its key and a new incarnation written). False: the word moved (another
+// creator took the record, or it was given back and taken again).
+bool take_free_record(Segment& s, GroupKey g, std::uint32_t lane, Word128 w) noexcept {
+  LaneRecord& r = s.lanes[lane];
+  // The creating word names the record's new incarnation (head) and its
+  // creator (tail) from the CAS on: a stale directory entry cannot take
+  // the record for its old group, and a sweep judges the real creator.
+  const std::uint64_t inc = (record_inc(r) + 1) & ((1ULL << 48) - 1);
+  Word128 nw = LaneWord::with_tail(LaneWord::with_head(LaneWord::with_state(Word128{}, LaneState::creating),
+                                                       std::uint32_t(inc & kIncMask), 0),
+                                   my_holder(s));
+  if (!cas128(r.word, w, LaneWord::bumped(nw, w))) return false;
+  FAIRLANE_FAILPOINT("lane.creating");
+  // Ours alone until the directory names it: plain (relaxed) stores,
+  // published by the CAS that commits the directory entry.
+  r.key_sf.store(g.sf, std::memory_order_relaxed);
+  r.key_kind.store(g.kind | (inc << 16), std::memory_order_release);
+  r.settings.store(Settings::make(0, false, 1, r.settings.load(std::memory_order_relaxed)), std::memory_order_relaxed);
+  r.turn.store(0, std::memory_order_relaxed);
+  r.husks.store(HuskCount::make(inc), std::memory_order_relaxed);
+  r.served.store(0, std::memory_order_relaxed);
+  r.idle_seen.store(0, std::memory_order_relaxed);
+  r.creator.store(my_holder(s), std::memory_order_relaxed);
+  for (auto& head : r.strays) head.store(strays_head(inc, false, 0), std::memory_order_relaxed);
+  // The previous life's waits go to the queue-wide count first (relaxed:
+  // statistics; a reader in between sees them twice for a moment).
+  for (std::uint32_t i = 0; i < kWaitBuckets; ++i) {
+    std::atomic<std::uint64_t>& b = s.waits[lane].b[i];
+    if (const std::uint64_t v = b.load(std::memory_order_relaxed)) {
+      s.h->retired_waits.b[i].fetch_add(v, std::memory_order_relaxed);
+      b.store(0, std::memory_order_relaxed);
+    }
+  }
+  return true;
+}
+
+// Might lane `lane`, read as `w`, be given back now? Live, nothing in its
+// word but perhaps a pending step, default settings. lane_try_reclaim
+// applies the step and judges exactly.
+bool may_be_idle(const Segment& s, std::uint32_t lane, const Word128& w) noexcept {
+  return LaneWord::state(w) == LaneState::live && LaneWord::head(w) == 0 && LaneWord::tail(w) == 0 &&
+         !LaneWord::strays(w) && LaneWord::active(w) == 0 && Settings::defaults(lane_settings(s, lane));
+}
+
+// A record for a new lane of group g, taken (state creating, its key and a
+// new incarnation written), in one pass over the records from a rotating
+// start: the first free record, or, once kFreeLook records have been looked
+// at with none free, the first idle lane met, given back and taken. So a
+// table of idle lanes costs a creation kFreeLook looks, not two passes over
+// every record, and a free record near the start is still preferred to
+// reclaiming a tenant's lane between its jobs.
+// kNoLane: no record was free and no lane idle when looked at, or (`raced`)
+// one was and another thread took it or put work in it first (then a
+// second pass may find another).
+std::uint32_t take_record(Segment& s, GroupKey g, bool& raced) noexcept {
+  raced = false;
   const std::uint32_t n = s.lane_count;
   if (n < 2) return kNoLane;
+  std::uint32_t idle = kNoLane;
+  const auto reclaim_idle = [&]() noexcept {
+    const std::uint32_t lane = std::exchange(idle, kNoLane);
+    if (lane_try_reclaim(s, lane)) {
+      const Word128 w = lane_load(s, lane);
+      if (LaneWord::state(w) == LaneState::free && take_free_record(s, g, lane, w)) return lane;
+    }
+    raced = true;
+    return kNoLane;
+  };
   // The cursor only spreads the starting points (relaxed: a hint).
   const std::uint64_t start = s.h->lane_cursor.fetch_add(1, std::memory_order_relaxed);
   for (std::uint32_t k = 0; k < n - 1; ++k) {
     const std::uint32_t lane = 1 + std::uint32_t((start + k) % (n - 1));
-    LaneRecord& r = s.lanes[lane];
-    Word128 w = lane_load(s, lane);
-    if (LaneWord::state(w) != LaneState::free) continue;
-    // The creating word names the record's new incarnation (head) and its
-    // creator (tail) from the CAS on: a stale directory entry cannot take
-    // the record for its old group, and a sweep judges the real creator.
-    const std::uint64_t inc = (record_inc(r) + 1) & ((1ULL << 48) - 1);
-    Word128 nw = LaneWord::with_tail(LaneWord::with_head(LaneWord::with_state(Word128{}, LaneState::creating),
-                                                         std::uint32_t(inc & kIncMask), 0),
-                                     my_holder(s));
-    if (!cas128(r.word, w, LaneWord::bumped(nw, w))) continue;
-    FAIRLANE_FAILPOINT("lane.creating");
-    // Ours alone until the directory names it: plain (relaxed) stores,
-    // published by the CAS that commits the directory entry.
-    r.key_sf.store(g.sf, std::memory_order_relaxed);
-    r.key_kind.store(g.kind | (inc << 16), std::memory_order_release);
-    r.settings.store(Settings::make(0, false, 1, r.settings.load(std::memory_order_relaxed)), std::memory_order_relaxed);
-    r.turn.store(0, std::memory_order_relaxed);
-    r.husks.store(HuskCount::make(inc), std::memory_order_relaxed);
-    r.served.store(0, std::memory_order_relaxed);
-    r.idle_seen.store(0, std::memory_order_relaxed);
-    r.creator.store(my_holder(s), std::memory_order_relaxed);
-    for (auto& head : r.strays) head.store(strays_head(inc, false, 0), std::memory_order_relaxed);
-    // The previous life's waits go to the queue-wide count first (relaxed:
-    // statistics; a reader in between sees them twice for a moment).
-    for (std::uint32_t i = 0; i < kWaitBuckets; ++i) {
-      std::atomic<std::uint64_t>& b = s.waits[lane].b[i];
-      if (const std::uint64_t v = b.load(std::memory_order_relaxed)) {
-        s.h->retired_waits.b[i].fetch_add(v, std::memory_order_relaxed);
-        b.store(0, std::memory_order_relaxed);
-      }
+    const Word128 w = lane_load(s, lane);
+    if (LaneWord::state(w) == LaneState::free) {
+      if (take_free_record(s, g, lane, w)) return lane;
+      raced = true;
+      continue;
     }
-    return lane;
+    if (idle == kNoLane && may_be_idle(s, lane, w)) idle = lane;
+    if (idle != kNoLane && k + 1 >= kFreeLook)
+      if (const std::uint32_t got = reclaim_idle(); got != kNoLane) return got;
   }
-  return kNoLane;
+  return idle != kNoLane ? reclaim_idle() : kNoLane;
 }
 
 // May directory entry `e` be overwritten by a new entry? Free, or stale:
@@ -416,12 +457,11 @@ LaneFind lane_find(Segment& s, GroupKey g, bool create, std::uint32_t& lane_out)
     }
     if (!create) return LaneFind::absent;
 
-    // Nobody has the group: create it.
-    // A free record, else an idle lane given back first (another creator
-    // may take the record we freed: then give back the next idle one).
-    std::uint32_t lane = take_record(s, g);
-    for (std::uint32_t tries = 0; lane == kNoLane && tries < s.lane_count && reclaim_some_idle_lane(s); ++tries)
-      lane = take_record(s, g);
+    // Nobody has the group: create it, in a free record or an idle lane's
+    // (a pass that lost every record it found to another thread looks again).
+    bool raced = false;
+    std::uint32_t lane = take_record(s, g, raced);
+    for (std::uint32_t tries = 0; lane == kNoLane && raced && tries < s.lane_count; ++tries) lane = take_record(s, g, raced);
     if (lane == kNoLane) return LaneFind::lanes_full;
     FAIRLANE_FAILPOINT("lane.record_taken");
     const std::uint64_t inc = record_inc(s.lanes[lane]) & kIncMask;
@@ -554,17 +594,6 @@ bool lane_try_reclaim(Segment& s, std::uint32_t lane) noexcept {
       r.strays[0].compare_exchange_strong(cur, strays_head(UpLink::owner_tag(seal), false, 0), std::memory_order_seq_cst);
     }
   }
-  return false;
-}
-
-bool reclaim_some_idle_lane(Segment& s) noexcept {
-  const std::uint32_t n = s.lane_count;
-  if (n < 2) return false;
-  // From a rotating start (relaxed: a hint), so that creators racing for
-  // records look at different lanes first.
-  const std::uint64_t start = s.h->lane_cursor.fetch_add(1, std::memory_order_relaxed);
-  for (std::uint32_t k = 0; k < n - 1; ++k)
-    if (lane_try_reclaim(s, 1 + std::uint32_t((start + k) % (n - 1)))) return true;
   return false;
 }
 

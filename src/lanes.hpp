@@ -294,12 +294,12 @@ inline bool group_words_of(std::uint32_t code, std::uint64_t sf, std::uint64_t& 
 // The group of a live lane (the default lane's is DEF00000000000).
 BrandedId lane_group(const Segment& s, std::uint32_t lane) noexcept;
 
+// A creator looks at this many lane records for a free one before it gives
+// back an idle lane it met on the way (take_record, lanes.cpp).
+inline constexpr std::uint32_t kFreeLook = 32;
+
 // Gives lane `lane` back if it is idle now (sealing its strays first, so
 // that no insert lands in a lane being given back). Returns whether it did.
 bool lane_try_reclaim(Segment& s, std::uint32_t lane) noexcept;
-
-// Finds an idle live lane and reclaims it (for a creation that found no
-// free record). O(lanes).
-bool reclaim_some_idle_lane(Segment& s) noexcept;
 
 }  // namespace fairlane::detail

@@ -1,5 +1,7 @@
 // How claim scales: with the number of lanes (design invariant 8: O(1) in
-// lanes) and with the depth of a lane (O(log depth)). One thread.
+// lanes) and with the depth of a lane (O(log depth)); and what a new
+// tenant's lane costs when every lane record is taken by an idle lane. One
+// thread.
 //
 // Each timed iteration is one claim. With the timer paused every chunk, the
 // claimed jobs are completed and the same number enqueued into their lanes,
@@ -81,6 +83,50 @@ BENCHMARK(BM_claim_depth_st)
     ->Arg(10000)
     ->Arg(100000)
     ->Arg(1000000);
+
+// A new tenant's first enqueue when every lane record holds an idle lane
+// (tenants that came and went since the last sweep): the creation finds no
+// free record and gives an idle lane back for the new group. Each timed
+// iteration is that enqueue; with the timer paused, its job is claimed and
+// completed, so the new lane is idle too and the table's shape is the same
+// at every iteration. The group ids run on, so every enqueue is a new
+// group's. The recovery bound is the longest, so that no sweep gives idle
+// lanes back (two sightings a bound apart) while it runs. Before 2026-12-07 a creation looked at every record twice here
+// (docs/perf/lane-creation-2026-12-07.txt).
+void BM_new_group_idle_lanes_st(benchmark::State& state) {
+  const auto lanes = std::uint32_t(state.range(0));
+  bool fresh = false;
+  auto& q = Pool::acquire({pow2_at_least(std::uint64_t(lanes) + 1024), lanes, 16, "idle lanes", 0, kMaxRecoveryMs}, fresh);
+  static std::uint64_t next_group = 1;
+  Lease lease;
+  const auto drain_one = [&] {
+    if (!q.claim(lease, kLeaseMs)) return false;
+    return q.complete(lease.id, lease.token) == AckStatus::ok;
+  };
+  if (fresh) {
+    for (std::uint32_t i = 0; i < lanes; ++i) {
+      const auto st = q.enqueue(BrandedId::make("TEN", next_group++), q.mint(), kPayload16);
+      if (st != EnqueueStatus::enqueued || !drain_one()) {
+        state.SkipWithError("fill: a group's lane could not be made and drained");
+        Pool::drop();
+        return;
+      }
+    }
+  }
+  Pool::ready();
+  for (auto _ : state) {
+    const auto st = q.enqueue(BrandedId::make("TEN", next_group++), q.mint(), kPayload16);
+    state.PauseTiming();
+    if (st != EnqueueStatus::enqueued || !drain_one()) {
+      state.SkipWithError(("new group: enqueue " + std::string(to_string(st))).c_str());
+      Pool::drop();
+      break;
+    }
+    state.ResumeTiming();
+  }
+  state.counters["lanes"] = lanes;
+}
+BENCHMARK(BM_new_group_idle_lanes_st)->ArgName("lanes")->Arg(1000)->Arg(100000)->Unit(benchmark::kMicrosecond);
 
 }  // namespace
 }  // namespace fairlane::micro

@@ -34,6 +34,7 @@ struct SegmentSpec {
   std::uint32_t payload = 64;
   std::string contents;  // what the benchmark keeps in it, e.g. "lanes=100,depth=3"
   std::uint32_t processes = 0;  // QueueOptions::processes; 0: its default
+  std::uint32_t recovery_ms = 0;  // QueueOptions::recovery_ms; 0: its default
   bool operator==(const SegmentSpec&) const = default;
 };
 
@@ -63,6 +64,7 @@ class Pool {
     o.lanes = spec.lanes;
     o.payload_bytes = spec.payload;
     if (spec.processes) o.processes = spec.processes;
+    if (spec.recovery_ms) o.recovery_ms = spec.recovery_ms;
     p.name_ = "fairlane-micro-" + std::to_string(getpid()) + "-" + std::to_string(p.serial_++);
     (void)fairlane::Queue::remove(p.name_);
     auto q = fairlane::Queue::create(p.name_, o);

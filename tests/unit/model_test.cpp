@@ -60,18 +60,20 @@
 //     Round2Segment.ReassignPutsTheJobAtItsIdPositionWithItsAttemptAndPayload
 //     asserts the documented view (depth and ringed after a move).
 //   - Lane records: a new lane takes the first free record from a rotating
-//     cursor; with none free, the lowest-numbered idle lane is reclaimed for
-//     it. Sweeps also reclaim idle lanes (two sightings a recovery bound
-//     apart); the model does not predict when, it takes them from the
-//     snapshot (a lane the model holds idle that the snapshot no longer
-//     lists was reclaimed) and asserts only that a lane that is not idle is
-//     never reclaimed, and that at the end all idle lanes are.
+//     cursor; with none free within kFreeLook records of it, the first idle
+//     lane met from there is reclaimed for it (lanes.cpp take_record).
+//     Sweeps also reclaim idle lanes (two sightings a recovery bound apart);
+//     the model does not predict when, it takes them from the snapshot (a
+//     lane the model holds idle that the snapshot no longer lists was
+//     reclaimed) and asserts only that a lane that is not idle is never
+//     reclaimed, and that at the end all idle lanes are.
 //   - The order in which a sweep or requeue_all_dead visits jobs is slot
 //     order, an accident of the allocator: the model reads the jobs' slot
 //     numbers from the segment (a raw mapping) to follow it.
 //
 // Not reached from one thread, so not modelled: claim_wait, 65,535 used-up
 // attempts, an id index bucket pair that is full.
+#include "../../src/lanes.hpp"  // kFreeLook
 #include "raw_segment.hpp"
 #include "test_support.hpp"
 
@@ -222,34 +224,30 @@ class Model {
     if (head_is_held_ && (ring_.empty() || ring_.front() != held_lane_)) head_is_held_ = false;
     ++reclaimed;
   }
-  // A free record from the rotating cursor (lanes.cpp take_record), or -1.
+  // A record for a new lane, as lanes.cpp take_record finds one: one pass
+  // from the rotating cursor, taking the first free record, or, once
+  // kFreeLook records were looked at with none free, the first idle lane
+  // met (reclaimed for it). -1: none free and none idle.
   int take_record() {
     const std::uint64_t start = cursor_++;
+    int idle_lane = -1;
     for (std::uint32_t k = 0; k < lane_cap; ++k) {
       const int r = 1 + int((start + k) % lane_cap);
       if (!records_[std::size_t(r)]) return r;
+      if (idle_lane < 0 && idle(r)) idle_lane = r;
+      if (idle_lane >= 0 && k + 1 >= detail::kFreeLook) break;
     }
-    return -1;
+    if (idle_lane >= 0) {
+      reclaim(idle_lane);
+      ++coverage.reclaimed_for_new;
+    }
+    return idle_lane;
   }
-  // The group's lane, made if asked: a free record, else an idle lane is
-  // reclaimed for it, both from the rotating cursor.
+  // The group's lane, made if asked (take_record).
   int lane_for(const BrandedId& g, bool create) {
     const int found = find(g);
     if (found != kAbsent || !create) return found;
-    int r = take_record();
-    if (r < 0) {
-      // From the same rotating cursor (lanes.cpp reclaim_some_idle_lane).
-      const std::uint64_t start = cursor_++;
-      for (std::uint32_t k = 0; k < lane_cap; ++k) {
-        const int i = 1 + int((start + k) % lane_cap);
-        if (records_[std::size_t(i)] && idle(i)) {
-          reclaim(i);
-          ++coverage.reclaimed_for_new;
-          r = take_record();
-          break;
-        }
-      }
-    }
+    const int r = take_record();
     if (r < 0) return kLanesFull;
     records_[std::size_t(r)] = MLane{};
     records_[std::size_t(r)]->group = norm(g);
