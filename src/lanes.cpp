@@ -140,13 +140,22 @@ std::uint32_t take_record(Segment& s, GroupKey g, bool& raced) noexcept {
   const std::uint32_t n = s.lane_count;
   if (n < 2) return kNoLane;
   std::uint32_t idle = kNoLane;
+  Word128 idle_w{};  // the idle lane's word as the pass read it
   const auto reclaim_idle = [&]() noexcept {
     const std::uint32_t lane = std::exchange(idle, kNoLane);
     if (lane_try_reclaim(s, lane)) {
       const Word128 w = lane_load(s, lane);
       if (LaneWord::state(w) == LaneState::free && take_free_record(s, g, lane, w)) return lane;
+      raced = true;  // another creator took the record
+      return kNoLane;
     }
-    raced = true;
+    // Not given back. Raced only if its word moved (someone's step: work put
+    // in, a reclaim, a pending step applied). A word that did not move is no
+    // one's progress: a lane that looks idle but whose strays head names a
+    // node (a mover stopped between its link and its flag, a husk's taker
+    // between its take and its unlink) would otherwise make every pass
+    // raced, and a creation cost lane_count passes (found in review).
+    if (!(lane_load(s, lane) == idle_w)) raced = true;
     return kNoLane;
   };
   // The cursor only spreads the starting points (relaxed: a hint).
@@ -159,7 +168,10 @@ std::uint32_t take_record(Segment& s, GroupKey g, bool& raced) noexcept {
       raced = true;
       continue;
     }
-    if (idle == kNoLane && may_be_idle(s, lane, w)) idle = lane;
+    if (idle == kNoLane && may_be_idle(s, lane, w)) {
+      idle = lane;
+      idle_w = w;
+    }
     if (idle != kNoLane && k + 1 >= kFreeLook)
       if (const std::uint32_t got = reclaim_idle(); got != kNoLane) return got;
   }

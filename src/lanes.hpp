@@ -296,7 +296,7 @@ BrandedId lane_group(const Segment& s, std::uint32_t lane) noexcept;
 
 // A creator looks at this many lane records for a free one before it gives
 // back an idle lane it met on the way (take_record, lanes.cpp).
-inline constexpr std::uint32_t kFreeLook = 32;
+inline constexpr std::uint32_t kFreeLook = 256;
 
 // Gives lane `lane` back if it is idle now (sealing its strays first, so
 // that no insert lands in a lane being given back). Returns whether it did.
