@@ -470,7 +470,7 @@ LaneFind lane_find(Segment& s, GroupKey g, bool create, std::uint32_t& lane_out)
     if (!create) return LaneFind::absent;
 
     // Nobody has the group: create it, in a free record or an idle lane's
-    // (a pass that lost every record it found to another thread looks again).
+    // (a pass that lost one to another thread's step looks again).
     bool raced = false;
     std::uint32_t lane = take_record(s, g, raced);
     for (std::uint32_t tries = 0; lane == kNoLane && raced && tries < s.lane_count; ++tries) lane = take_record(s, g, raced);

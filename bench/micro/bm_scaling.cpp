@@ -91,7 +91,8 @@ BENCHMARK(BM_claim_depth_st)
 // completed, so the new lane is idle too and the table's shape is the same
 // at every iteration. The group ids run on, so every enqueue is a new
 // group's. The recovery bound is the longest, so that no sweep gives idle
-// lanes back (two sightings a bound apart) while it runs. Before 2026-12-07 a creation looked at every record twice here
+// lanes back (two sightings a bound apart) while it runs. Before
+// 2026-12-07 a creation walked every record twice here
 // (docs/perf/lane-creation-2026-12-07.txt).
 void BM_new_group_idle_lanes_st(benchmark::State& state) {
   const auto lanes = std::uint32_t(state.range(0));
