@@ -117,14 +117,6 @@ bool take_free_record(Segment& s, GroupKey g, std::uint32_t lane, Word128 w) noe
   return true;
 }
 
-// Might lane `lane`, read as `w`, be given back now? Live, nothing in its
-// word but perhaps a pending step, default settings. lane_try_reclaim
-// applies the step and judges exactly.
-bool may_be_idle(const Segment& s, std::uint32_t lane, const Word128& w) noexcept {
-  return LaneWord::state(w) == LaneState::live && LaneWord::head(w) == 0 && LaneWord::tail(w) == 0 &&
-         !LaneWord::strays(w) && LaneWord::active(w) == 0 && Settings::defaults(lane_settings(s, lane));
-}
-
 // A record for a new lane of group g, taken (state creating, its key and a
 // new incarnation written), in one pass over the records from a rotating
 // start: the first free record, or, once kFreeLook records have been looked

@@ -98,6 +98,15 @@ inline bool lane_idle(const Segment& s, std::uint32_t lane, const Word128& w) no
          Settings::defaults(lane_settings(s, lane));
 }
 
+// Might lane `lane`, read as `w` (not from lane_base), be idle? lane_idle
+// of the word with its pending step taken as applied: a step only clears
+// `rel` (its effect on the rest is part of the CAS that named it), so this
+// is what lane_idle says once lane_base has run. lane_try_reclaim applies
+// the step and judges again.
+inline bool may_be_idle(const Segment& s, std::uint32_t lane, const Word128& w) noexcept {
+  return lane_idle(s, lane, LaneWord::with_rel(w, 0, RelOp::complete));
+}
+
 // The incarnation of lane record `lane`, as its key keeps it. Read after a
 // live reading `w` of its word, it is the incarnation of `w`'s lane if a
 // CAS from `w` succeeds after it (a reclaim and a re-creation both move the
