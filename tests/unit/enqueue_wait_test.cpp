@@ -10,6 +10,7 @@
 #include "forked_child.hpp"
 #include "parked_child.hpp"
 #include "raw_segment.hpp"
+#include "stopped_call.hpp"
 #include "test_support.hpp"
 
 #include <signal.h>
@@ -422,6 +423,34 @@ TEST_F(EnqueueWaitLane, TheSweepWakesAProducerParkedForALaneWhenItSeesOneIdle) {
   EXPECT_EQ(s().h->lane_seq.load(), seq) << "(the test's premise: no wake from the complete)";
   q().tick();  // a sweep pass
   EXPECT_NE(s().h->lane_seq.load(), seq) << "the sweep saw the idle lane and made no wake";
+  expect_admitted(producer, st);
+}
+
+// A lane that looks idle but cannot be given back (its strays head names a
+// node: here a release stopped between linking its job into the strays and
+// the lane word CAS that flags them) is no lane for a producer parked for
+// one: a sweep pass that sees it makes no wake. It woke the producer at
+// every pass, for a look that gave nothing back, before 2026-12-07. Once
+// the release goes on, the lane has its job back; the complete that
+// empties it wakes the producer as ever.
+TEST_F(EnqueueWaitLane, TheSweepMakesNoWakeForALaneThatLooksIdleButCannotBeGivenBack) {
+  make_one_lane();
+  Lease l;
+  ASSERT_TRUE(q().claim(l, kLease));
+  ASSERT_EQ(l.id, a_job_);
+  test::StoppedCall<AckStatus> mover("strays.linked", [&] { return q().release(l.id, l.token); });
+  std::uint32_t lane_a = 0;
+  ASSERT_EQ(detail::lane_find(s(), detail::group_key(A), false, lane_a), detail::LaneFind::found);
+  ASSERT_TRUE(detail::may_be_idle(s(), lane_a, detail::lane_load(s(), lane_a))) << "(premise: A looks idle)";
+  ASSERT_FALSE(detail::lane_try_reclaim(s(), lane_a)) << "(premise: and cannot be given back)";
+  std::atomic<int> st{-1};
+  std::thread producer = park_for_a_lane(st, B, q().mint());
+  const std::uint32_t seq = s().h->lane_seq.load();
+  for (int pass = 0; pass < 3; ++pass) q().tick();
+  EXPECT_EQ(s().h->lane_seq.load(), seq) << "a sweep pass woke the producer for a lane it cannot have";
+  EXPECT_EQ(st.load(), -1);
+  ASSERT_EQ(mover.go(), AckStatus::ok);
+  empty_a();
   expect_admitted(producer, st);
 }
 
