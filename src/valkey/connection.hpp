@@ -47,6 +47,17 @@ class Args {
     v_.push_back(s);
     return *this;
   }
+  // A literal lives for the whole program.
+  Args& add(const char* s) { return add(std::string_view(s)); }
+  // A string made for the call (a temporary) is kept here, as a number's
+  // text is: a view of it would dangle before the command is sent. (A key
+  // made as `prefix + "meta"` and added as a view did: restore wrote its
+  // owner under freed bytes, found by a tester on 2026-12-07.)
+  Args& add(std::string&& s) {
+    own_.push_back(std::move(s));
+    v_.push_back(own_.back());
+    return *this;
+  }
   Args& add_num(std::uint64_t n) {
     own_.push_back(std::to_string(n));
     v_.push_back(own_.back());

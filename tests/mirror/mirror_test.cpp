@@ -797,6 +797,31 @@ TEST_F(MirrorTest, RestoreRecreatesGeometryAndMirrorSettingsAndTakesTheKeyspaceO
   EXPECT_EQ(q2->config().lanes, 32u);
 }
 
+// A segment restored under another name, mirroring into the same queue,
+// takes the keyspace over: meta's owner names it. Restore wrote that field
+// from a key and value it had only kept views of, temporaries destroyed
+// before the command was sent: the owner landed under a key of freed bytes
+// (or nowhere) and meta kept the old segment's name (found by a tester,
+// 2026-12-07). Under the old segment's own name the old owner read the
+// same, which is why the test above could not see it.
+TEST_F(MirrorTest, ARestoreUnderAnotherNameMakesThatSegmentTheOwnerInMeta) {
+  {
+    Queue q = create();
+    ASSERT_TRUE(mirror_one_job(q));
+  }
+  const std::string before = valkey()->owner().value_or("");
+  ASSERT_NE(before.find(":" + name_), std::string::npos) << before;
+  const std::string other = name_ + "r";
+  test::SegmentGuard other_guard(other);
+  QueueOptions o;
+  o.mirror = url_;
+  auto rep = restore_from_valkey(other, url_, o);
+  ASSERT_TRUE(rep) << rep.error().message;
+  EXPECT_EQ(rep->pending, 1u);
+  ASSERT_EQ(rep->owner.substr(rep->owner.find(':')), ":" + other) << rep->owner;
+  EXPECT_EQ(hget("emq:{" + name_ + "}:meta", "owner"), rep->owner);
+}
+
 TEST_F(MirrorTest, APasswordNeverLandsInTheSegmentThroughRestore) {
   // The URL's password is a secret: the restored segment keeps the mirror
   // URL without it (the server here has no password; the URL is only
