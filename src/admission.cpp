@@ -572,9 +572,15 @@ BrandedId Queue::mint_checked(const char* kind) noexcept {
     // ms, with our node.
     if ((next & 0xFFF) == 0 || ((next >> 12) & 0x3FF) != node) next = snowflake_of(snowflake_ms(last) + 1, node, 0);
     next = std::max(next, snowflake_of(ms, node, 0));
-    if (snowflake_ms(next) > ms + 1000) {
-      // Minting faster than 4,096 ids a ms for a second: wait for the clock
-      // (on time, never on another process).
+    // Minting faster than 4,096 ids a ms for a second: wait for the clock
+    // (on time, never on another process). Mints alone take the logical
+    // clock at most a ms past that second; further ahead, something else
+    // put it there (an id imported from a host whose clock ran ahead, this
+    // host's wall clock stepped back), and waiting would be waiting on that
+    // for as long as it is ahead: every producer froze for the skew, and
+    // for good after an id near the largest (found by a tester,
+    // 2026-12-07). Then ids go on from it, rising as ever.
+    if (const std::uint64_t at = snowflake_ms(next); at > ms + 1000 && at <= ms + 2000) {
       std::this_thread::sleep_for(std::chrono::milliseconds(1));
       last = last_word.load(std::memory_order_relaxed);
       continue;
@@ -610,6 +616,10 @@ namespace detail {
   Admission a;
   if (options) {
     if (options->delay_ms > 0) {
+      // A due time is kept in the slot word's 44 bits: a longer delay
+      // wrapped round there and made the job due at once. Refused before
+      // anything is looked at (a bad id with it says invalid_argument too).
+      if (options->delay_ms > kMaxDelayMs) [[unlikely]] return EnqueueStatus::invalid_argument;
       a.state = SlotState::scheduled;
       a.when_ms = segment_now_ms(s) + options->delay_ms;
     }
@@ -643,6 +653,8 @@ std::size_t Queue::enqueue_batch(std::span<const EnqueueItem> items, std::span<E
 }
 
 EnqueueStatus Queue::import_job(const JobInfo& job, std::string_view payload) noexcept {
+  // A due time past the slot word's 44 bits would be kept wrapped round.
+  if (job.when_ms > SlotWord::kWhenMask) return EnqueueStatus::invalid_argument;
   Admission a;
   a.restoring = true;
   a.attempt = std::min<std::uint32_t>(job.attempt, SlotWord::kMaxAttempt);

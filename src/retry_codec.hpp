@@ -2,6 +2,7 @@
 // precedence that decides what a fail() does.
 #pragma once
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <optional>
@@ -61,7 +62,7 @@ inline FailPlan plan_fail(const FailOptions& call, const RetryPolicy& job, const
                    : queue.max_attempts ? queue.max_attempts
                                         : 1;
   if (call.delay_ms) {
-    f.delay_ms = *call.delay_ms;
+    f.delay_ms = std::min(*call.delay_ms, kMaxDelayMs);  // a longer one waits the longest
   } else if (job.backoff) {
     f.delay_ms = std::uint64_t(job.backoff->delay(attempt, u).count());
   } else if (queue.backoff) {

@@ -190,7 +190,7 @@ int run_enqueue(const EnqueueArgs& a) {
   BrandedId job;
   if (!a.mint) job = parse_id(a.job, "job id");
   EnqueueOptions eo;
-  eo.delay_ms = parse_u64(a.delay_ms, "--delay");
+  eo.delay_ms = parse_u64(a.delay_ms, "--delay", 0, kMaxDelayMs);
   const std::uint64_t wait_ms = parse_u64(a.wait_ms, "--wait", 0, 24ULL * 3600 * 1000);
   if (!a.max_attempts.empty()) eo.retry.max_attempts = parse_u32(a.max_attempts, "--max-attempts", 1, 65535);
   if (!a.backoff.empty()) eo.retry.backoff = parse_backoff(a.backoff);
@@ -304,7 +304,7 @@ int run_fail(const AckArgs& a) {
   Token token = parse_token_arg(a.token);
   FailOptions fo;
   // Unset options: the job's own retry policy, then the queue's default.
-  if (!a.delay_ms.empty()) fo.delay_ms = parse_u64(a.delay_ms, "--delay");
+  if (!a.delay_ms.empty()) fo.delay_ms = parse_u64(a.delay_ms, "--delay", 0, kMaxDelayMs);
   if (!a.max_attempts.empty()) fo.max_attempts = parse_u32(a.max_attempts, "--max-attempts", 1, 65535);
   fo.error = a.error;
   return guarded([&] {

@@ -174,8 +174,14 @@ enum class EnqueueStatus {
 };
 std::string_view to_string(EnqueueStatus s) noexcept;
 
+// The longest delay a job can be given, about 34.8 years: an enqueue with a
+// longer one is invalid_argument (nothing written); a fail() asking for a
+// longer backoff waits this long. (A due time is kept in 44 bits of ms; a
+// delay near 2^64 once wrapped round and made the job due at once.)
+inline constexpr std::uint64_t kMaxDelayMs = 1ULL << 40;
+
 struct EnqueueOptions {
-  std::uint64_t delay_ms = 0;  // not claimable before now + delay_ms
+  std::uint64_t delay_ms = 0;  // not claimable before now + delay_ms; at most kMaxDelayMs
   RetryPolicy retry = {};      // kept with the job; fail() without options applies it
 };
 
@@ -247,7 +253,7 @@ std::string_view to_string(FailStatus s) noexcept;
 // Every field may be left unset: the job's own policy applies, then the
 // queue's default (retry.hpp).
 struct FailOptions {
-  std::optional<std::uint64_t> delay_ms = {};      // backoff before the retry
+  std::optional<std::uint64_t> delay_ms = {};      // backoff before the retry (over kMaxDelayMs: kMaxDelayMs)
   std::optional<std::uint32_t> max_attempts = {};  // dead-letter once attempt >= this
   std::string_view error = {};                     // kept as the job's last error (truncated to 48 bytes)
 };
@@ -454,7 +460,11 @@ class Queue {
   // segment by any process, carrying the segment's node bits. Lock-free; at
   // most 4,096 ids a millisecond, and when callers mint faster the logical
   // clock runs ahead of the wall clock, by at most a second: past that
-  // mint() waits for the clock (on time, never on another process).
+  // mint() waits for the clock (on time, never on another process). A
+  // logical clock more than two seconds ahead was not put there by mints
+  // (an id imported from a host whose clock ran ahead, this host's clock
+  // set back): mint() goes on from it without waiting. It returns the empty
+  // id once ids are spent (the largest snowflake minted or imported).
   // mint() uses the job namespace; mint(kind) returns the empty id when kind
   // is not three letters A-Z.
   BrandedId mint() noexcept;

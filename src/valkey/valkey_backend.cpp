@@ -450,6 +450,7 @@ EnqueueStatus ValkeyBackend::enqueue(const BrandedId& group, const BrandedId& jo
   if (job.kind() != impl_->kind) return EnqueueStatus::kind_mismatch;
   if (payload.size() > impl_->max_payload) return EnqueueStatus::payload_too_large;
   if (!policy_ok(options.retry)) return EnqueueStatus::invalid_argument;
+  if (options.delay_ms > kMaxDelayMs) return EnqueueStatus::invalid_argument;  // as the segment says
   const std::string_view g = group.valid() ? group.str() : kDefaultGroup;
   const Num delay(options.delay_ms);
   const std::string pol = encode_policy(options.retry);
@@ -483,7 +484,7 @@ std::size_t ValkeyBackend::enqueue_batch(std::span<const EnqueueItem> items, std
       else if (it.group.valid() && !it.group.well_formed()) st = EnqueueStatus::invalid_group;
       else if (it.job.kind() != m.kind) st = EnqueueStatus::kind_mismatch;
       else if (it.payload.size() > m.max_payload) st = EnqueueStatus::payload_too_large;
-      else if (!policy_ok(it.options.retry)) st = EnqueueStatus::invalid_argument;
+      else if (!policy_ok(it.options.retry) || it.options.delay_ms > kMaxDelayMs) st = EnqueueStatus::invalid_argument;
       statuses[i] = st;
       if (st != EnqueueStatus::enqueued) continue;
       sent.push_back(i);
@@ -623,7 +624,8 @@ std::size_t ValkeyBackend::complete_batch(std::span<const Lease> leases, std::sp
 FailStatus ValkeyBackend::fail(const BrandedId& job, Token token, const FailOptions& options) {
   if (!job.well_formed() || job.kind() != impl_->kind) return FailStatus::gone;
   const Num t(token.value);
-  const std::string delay = options.delay_ms ? std::to_string(*options.delay_ms) : std::string();
+  // A longer backoff than kMaxDelayMs waits kMaxDelayMs, as the segment's does.
+  const std::string delay = options.delay_ms ? std::to_string(std::min(*options.delay_ms, kMaxDelayMs)) : std::string();
   const std::string max = options.max_attempts ? std::to_string(*options.max_attempts) : std::string();
   char u[32];
   std::snprintf(u, sizeof u, "%.17g", std::uniform_real_distribution<double>(0.0, 1.0)(impl_->rng));

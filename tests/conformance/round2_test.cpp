@@ -123,6 +123,56 @@ TEST_P(ValkeyFirstTest, AnInvalidRetryPolicyIsRefusedAndWritesNothing) {
   EXPECT_EQ(q().snapshot().pending, 0U);
 }
 
+// ---------------------------------------------------------------- the longest delay
+
+// A delay over kMaxDelayMs is refused and writes nothing, alone or in a
+// batch. The segment kept the due time in 44 bits of ms: a delay near 2^64
+// wrapped round there and the job was due at once (found by a tester).
+TEST_P(BackendTest, ADelayOverTheLongestIsInvalidAndWritesNothing) {
+  for (const std::uint64_t delay : {kMaxDelayMs + 1, std::uint64_t(1) << 44, ~std::uint64_t(0)}) {
+    const BrandedId id = q().mint();
+    EXPECT_EQ(q().enqueue(A, id, "x", EnqueueOptions{delay}), EnqueueStatus::invalid_argument) << delay;
+    EXPECT_FALSE(q().job(id).has_value()) << delay;
+  }
+  const BrandedId a1 = q().mint(), a2 = q().mint(), a3 = q().mint();
+  std::vector<EnqueueItem> items = {{A, a1, "a1"}, {A, a2, "a2", EnqueueOptions{~std::uint64_t(0)}}, {A, a3, "a3"}};
+  std::vector<EnqueueStatus> st(items.size());
+  EXPECT_EQ(q().enqueue_batch(items, st), 2U);
+  EXPECT_EQ(st[1], EnqueueStatus::invalid_argument);
+  EXPECT_FALSE(q().job(a2).has_value());
+  const Snapshot snap = q().snapshot();
+  EXPECT_EQ(snap.pending, 2U);
+  EXPECT_EQ(snap.scheduled, 0U);
+  EXPECT_EQ(q().enqueue(A, a2, "a2"), EnqueueStatus::enqueued) << "the refused id was taken";
+}
+
+// The longest delay is kept as given: the job waits.
+TEST_P(BackendTest, AJobGivenTheLongestDelayWaits) {
+  const BrandedId id = q().mint();
+  ASSERT_EQ(q().enqueue(A, id, "x", EnqueueOptions{kMaxDelayMs}), EnqueueStatus::enqueued);
+  q().advance_clock(100'000);
+  q().tick();
+  Lease l;
+  EXPECT_FALSE(q().claim(l, 1000)) << "a job delayed by kMaxDelayMs was served";
+  EXPECT_EQ(q().snapshot().scheduled, 1U);
+}
+
+// A fail() asking for a longer backoff than kMaxDelayMs waits that long,
+// not a wrapped-round time that was due at once.
+TEST_P(BackendTest, AFailBackoffOverTheLongestWaitsTheLongest) {
+  const BrandedId id = q().mint();
+  ASSERT_EQ(q().enqueue(A, id, "x"), EnqueueStatus::enqueued);
+  Lease l = claim_one();
+  FailOptions f;
+  f.delay_ms = ~std::uint64_t(0);
+  f.max_attempts = 2;
+  ASSERT_EQ(q().fail(id, l.token, f), FailStatus::retrying);
+  q().advance_clock(100'000);
+  q().tick();
+  EXPECT_FALSE(q().claim(l, 1000)) << "a retry with the longest backoff was served";
+  EXPECT_EQ(q().snapshot().scheduled, 1U);
+}
+
 // ---------------------------------------------------------------- batches
 
 TEST_P(BackendTest, EnqueueBatchGivesOneStatusPerItem) {

@@ -7,6 +7,7 @@
 #include <bit>
 #include <chrono>
 #include <cstring>
+#include <future>
 #include <random>
 #include <set>
 #include <thread>
@@ -284,6 +285,47 @@ TEST(IdMint, UsesJobKindAndWallClock) {
   constexpr std::uint64_t kDay = 24ULL * 3600 * 1000;
   EXPECT_GT(minted_ms + kDay, before);
   EXPECT_LT(minted_ms, before + kDay);
+}
+
+// A job imported with an id from a day ahead (restored from a host whose
+// clock ran ahead) puts the logical clock there; mint() goes on from it at
+// once, above it. It waited for the wall clock to catch up, in every
+// process: a day here, for good with the largest id (found by a tester).
+// With the largest id imported, ids are spent: the empty id, at once.
+// Each mint runs on a thread the test waits for with a bound far above a
+// mint's cost (a liveness bound, not a speed check).
+TEST(IdMint, AnIdImportedFromAheadOfTheClockDoesNotStopTheMint) {
+  SegmentGuard guard(unique_segment_name());
+  FAIRLANE_CREATE_OR_FAIL(q, guard.name(), mint_queue_options());
+  const auto mint_within = [&q](BrandedId& out) {
+    std::promise<BrandedId> p;
+    std::future<BrandedId> f = p.get_future();
+    std::thread t([&q, p = std::move(p)]() mutable { p.set_value(q.mint()); });
+    const bool ready = f.wait_for(std::chrono::seconds(20)) == std::future_status::ready;
+    if (!ready) {
+      t.detach();  // stuck in mint: the test has failed; the process ends with it
+      return false;
+    }
+    t.join();
+    out = f.get();
+    return true;
+  };
+  const std::uint64_t day = 24ULL * 3600 * 1000;
+  JobInfo ahead;
+  ahead.id = BrandedId::make("JOB", snowflake_of(snowflake_ms(q.mint().snowflake()) + day, 7, 0));
+  ahead.group = BrandedId::make("GRP", 1);
+  ahead.state = JobState::pending;
+  ASSERT_EQ(q.import_job(ahead, "x"), EnqueueStatus::enqueued);
+  BrandedId next;
+  ASSERT_TRUE(mint_within(next)) << "mint() waited for the clock to reach an imported id";
+  EXPECT_GT(next, ahead.id);
+  EXPECT_EQ(q.enqueue(BrandedId::make("GRP", 1), next, "y"), EnqueueStatus::enqueued);
+
+  JobInfo last = ahead;
+  last.id = BrandedId::make("JOB", kMaxSnowflake);
+  ASSERT_EQ(q.import_job(last, "z"), EnqueueStatus::enqueued);
+  ASSERT_TRUE(mint_within(next)) << "mint() waited after the largest id was imported";
+  EXPECT_FALSE(next.valid()) << "ids are spent: " << next.str();
 }
 
 // The mint writes an id's text from its thread's last id's digits where it
