@@ -78,6 +78,18 @@ std::uint32_t parse_mode(std::string_view text) {
   return v;
 }
 
+Durability parse_durability(std::string_view text) {
+  if (text == "sync") return Durability::sync;
+  if (text == "async") return Durability::async;
+  fail(fmt::format("--durability must be async or sync, got '{}'", text));
+}
+
+MirrorFull parse_on_full(std::string_view text) {
+  if (text == "drop") return MirrorFull::drop;
+  if (text == "refuse") return MirrorFull::refuse;
+  fail(fmt::format("--on-full must be refuse or drop, got '{}'", text));
+}
+
 std::chrono::milliseconds parse_seconds(std::string_view text, std::string_view what, double min,
                                         double max) {
   double v = 0;

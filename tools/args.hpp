@@ -41,6 +41,10 @@ std::uint32_t parse_u32(std::string_view text, std::string_view what, std::uint3
 // A file mode in octal ("0600", "640"), at most 0777.
 std::uint32_t parse_mode(std::string_view text);
 
+// A mirror's --durability (async or sync) and --on-full (refuse or drop).
+Durability parse_durability(std::string_view text);
+MirrorFull parse_on_full(std::string_view text);
+
 // A duration in seconds, decimals allowed ("8", "2.5"), in [min, max].
 std::chrono::milliseconds parse_seconds(std::string_view text, std::string_view what, double min,
                                         double max);

@@ -133,18 +133,23 @@ int run_create(const CreateArgs& a) {
   o.mode = parse_mode(a.mode);
   o.node = static_cast<std::uint16_t>(parse_u32(a.node, "--node", 0, 1023));
   o.recovery_ms = parse_u32(a.recovery_ms, "--recovery-ms", kMinRecoveryMs, kMaxRecoveryMs);
+  // The mirror's settings are checked with or without --mirror; without it
+  // they would set nothing, so giving one is an error (asking for sync
+  // durability must not silently get no mirror at all).
+  const Durability durability = parse_durability(a.durability);
+  const MirrorFull on_full = parse_on_full(a.on_full);
+  const std::uint32_t mirror_log = parse_u32(a.mirror_log, "--mirror-log", 64, 1U << 26);
+  const std::uint32_t sync_timeout_ms = parse_u32(a.sync_timeout_ms, "--sync-timeout", 1);
+  if (a.mirror.empty() && !a.mirror_option.empty())
+    fail(fmt::format("{} needs --mirror URL: without a mirror it sets nothing; nothing created", a.mirror_option));
   if (!a.mirror.empty()) {
     if (!is_valkey_url(a.mirror)) fail(fmt::format("--mirror must be a valkey://HOST:PORT/QUEUE URL, got '{}'", redact_url(a.mirror)));
     if (auto u = ValkeyUrl::parse(a.mirror); !u) fail(u.error().message);
     o.mirror = a.mirror;
-    if (a.durability == "sync") o.durability = Durability::sync;
-    else if (a.durability == "async") o.durability = Durability::async;
-    else fail(fmt::format("--durability must be async or sync, got '{}'", a.durability));
-    if (a.on_full == "drop") o.on_full = MirrorFull::drop;
-    else if (a.on_full == "refuse") o.on_full = MirrorFull::refuse;
-    else fail(fmt::format("--on-full must be refuse or drop, got '{}'", a.on_full));
-    o.mirror_log = parse_u32(a.mirror_log, "--mirror-log", 64, 1U << 26);
-    o.sync_timeout_ms = parse_u32(a.sync_timeout_ms, "--sync-timeout", 1);
+    o.durability = durability;
+    o.on_full = on_full;
+    o.mirror_log = mirror_log;
+    o.sync_timeout_ms = sync_timeout_ms;
   }
   auto r = Queue::create(seg, o);
   if (!r) {

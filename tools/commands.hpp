@@ -12,6 +12,7 @@ namespace fairlane::cli {
 struct CreateArgs {
   std::string segment, jobs, lanes, payload_bytes, processes, job_kind, mode, node;
   std::string mirror, durability, on_full, mirror_log, sync_timeout_ms, recovery_ms;
+  std::string mirror_option;  // a mirror-only option given on the command line (empty: none)
   bool json = false;
 };
 struct SegmentArgs {  // tick, inspect, pause/resume without a group

@@ -6,6 +6,7 @@
 #include <cstdio>
 #include <exception>
 #include <functional>
+#include <initializer_list>
 #include <string>
 #include <string_view>
 #include <utility>
@@ -93,9 +94,18 @@ class Parser {
     s->add_option("SEG", into, "segment name")->required();
   }
   static void json(CLI::App* s, bool& into) { s->add_flag("--json", into, "print JSON"); }
+  // The first of `names` given on the command line, or "".
+  static std::string given(const CLI::App* s, std::initializer_list<const char*> names) {
+    for (const char* n : names)
+      if (s->count(n) > 0) return n;
+    return {};
+  }
 
   void add_admin() {
-    auto* s = sub("create", "create a segment", [this] { return run_create(create_); });
+    auto* s = sub("create", "create a segment", [this] {
+      create_.mirror_option = given(app_.get_subcommand("create"), {"--durability", "--on-full", "--mirror-log", "--sync-timeout"});
+      return run_create(create_);
+    });
     fairlane::QueueOptions d;
     create_.jobs = std::to_string(d.jobs);
     create_.lanes = std::to_string(d.lanes);
@@ -121,10 +131,10 @@ class Parser {
     create_.mirror_log = std::to_string(d.mirror_log);
     create_.sync_timeout_ms = std::to_string(d.sync_timeout_ms);
     s->add_option("--mirror", create_.mirror, "mirror every transition to valkey://HOST:PORT/QUEUE")->type_name("URL");
-    s->add_option("--durability", create_.durability, "async, or sync: enqueue waits for Valkey")->capture_default_str()->type_name("MODE");
-    s->add_option("--on-full", create_.on_full, "when the mirror log fills: refuse new jobs, or drop the mirror")->capture_default_str()->type_name("POLICY");
-    s->add_option("--mirror-log", create_.mirror_log, "transition log records (power of two)")->capture_default_str()->type_name("N");
-    s->add_option("--sync-timeout", create_.sync_timeout_ms, "sync: longest wait for Valkey, ms")->capture_default_str()->type_name("MS");
+    s->add_option("--durability", create_.durability, "with --mirror: async, or sync: enqueue waits for Valkey")->capture_default_str()->type_name("MODE");
+    s->add_option("--on-full", create_.on_full, "with --mirror: when the mirror log fills, refuse new jobs or drop the mirror")->capture_default_str()->type_name("POLICY");
+    s->add_option("--mirror-log", create_.mirror_log, "with --mirror: transition log records (power of two)")->capture_default_str()->type_name("N");
+    s->add_option("--sync-timeout", create_.sync_timeout_ms, "with --mirror, sync: longest wait for Valkey, ms")->capture_default_str()->type_name("MS");
     json(s, create_.json);
 
     s = sub("mirror", "ship a mirrored segment's transitions to Valkey until SIGINT/SIGTERM",
@@ -134,8 +144,10 @@ class Parser {
     s->add_option("--seconds", mirror_.seconds, "stop after S seconds (a fraction too: 0.5)")->type_name("S");
     s->add_flag("--quiet", mirror_.quiet, "no messages on stderr");
 
-    s = sub("restore", "rebuild a segment from a Valkey queue (after a host restart)",
-            [this] { return run_restore(restore_); });
+    s = sub("restore", "rebuild a segment from a Valkey queue (after a host restart)", [this] {
+      restore_.mirror_option = given(app_.get_subcommand("restore"), {"--durability", "--on-full"});
+      return run_restore(restore_);
+    });
     segment_only(s, restore_.segment);
     s->add_option("--from", restore_.from, "valkey://HOST:PORT/QUEUE")->required()->type_name("URL");
     s->add_option("--jobs", restore_.jobs, "job slots (default 65536)")->type_name("N");
@@ -144,8 +156,8 @@ class Parser {
     s->add_option("--job-kind", restore_.job_kind, "default: the queue's job kind")->type_name("KIND");
     s->add_option("--mode", restore_.mode, "file mode, octal")->type_name("MODE");
     s->add_option("--mirror", restore_.mirror, "mirror the new segment (usually the same URL)")->type_name("URL");
-    s->add_option("--durability", restore_.durability, "async or sync")->type_name("MODE");
-    s->add_option("--on-full", restore_.on_full, "refuse or drop")->type_name("POLICY");
+    s->add_option("--durability", restore_.durability, "with --mirror: async or sync (no --mirror: what Valkey kept)")->type_name("MODE");
+    s->add_option("--on-full", restore_.on_full, "with --mirror: refuse or drop (no --mirror: what Valkey kept)")->type_name("POLICY");
     json(s, restore_.json);
 
     s = sub("destroy", "remove a segment (refused while processes are attached), or every key of a Valkey queue",

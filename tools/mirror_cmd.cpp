@@ -74,14 +74,18 @@ int run_restore(const RestoreArgs& a) {
   if (!a.payload_bytes.empty()) o.payload_bytes = parse_u32(a.payload_bytes, "--payload-bytes", 0);
   if (!a.job_kind.empty()) o.job_kind = parse_kind(a.job_kind);
   if (!a.mode.empty()) o.mode = parse_mode(a.mode);
+  // Checked with or without --mirror. Without it the new segment takes the
+  // mirror Valkey kept, with that mirror's settings, so a setting of ours
+  // would be ignored: an error.
+  const Durability durability = a.durability.empty() ? Durability::async : parse_durability(a.durability);
+  const MirrorFull on_full = a.on_full.empty() ? MirrorFull::refuse : parse_on_full(a.on_full);
+  if (a.mirror.empty() && !a.mirror_option.empty())
+    fail(fmt::format("{} needs --mirror URL (without it, restore takes the mirror and its settings Valkey kept); "
+                     "nothing restored", a.mirror_option));
   if (!a.mirror.empty()) {
     o.mirror = a.mirror;
-    if (a.durability == "sync") o.durability = Durability::sync;
-    else if (a.durability.empty() || a.durability == "async") o.durability = Durability::async;
-    else fail(fmt::format("--durability must be async or sync, got '{}'", a.durability));
-    if (a.on_full == "drop") o.on_full = MirrorFull::drop;
-    else if (a.on_full.empty() || a.on_full == "refuse") o.on_full = MirrorFull::refuse;
-    else fail(fmt::format("--on-full must be refuse or drop, got '{}'", a.on_full));
+    o.durability = durability;
+    o.on_full = on_full;
   }
   auto r = restore_from_valkey(seg, a.from, o);
   const std::string from = redact_url(a.from);  // what is printed never holds a password

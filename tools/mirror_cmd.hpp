@@ -14,6 +14,7 @@ struct RestoreArgs {
   std::string segment, from;
   std::string jobs, lanes, payload_bytes, job_kind, mode;  // empty: defaults / the queue's
   std::string mirror, durability, on_full;                 // the new segment's own mirror
+  std::string mirror_option;  // --durability or --on-full, when given (empty: neither)
   bool json = false;
 };
 

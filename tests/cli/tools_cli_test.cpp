@@ -11,9 +11,12 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <cerrno>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <map>
+#include <tuple>
 
 namespace fairlane {
 namespace {
@@ -218,6 +221,70 @@ TEST_F(ToolsCli, DestroyStillRemovesOurOwnBrokenSegments) {
     EXPECT_EQ(r.exit_code, 0) << show(r);
     EXPECT_FALSE(std::filesystem::exists(shm_path(seg())));
   }
+}
+
+// ---------------------------------------------------------------- create's and restore's mirror options
+
+// The mirror's settings are checked with or without --mirror, and refused
+// without it: asking for sync durability must not silently give no mirror.
+TEST_F(ToolsCli, CreateRefusesMirrorOptionsWithoutMirrorAndBadValuesEitherWay) {
+  struct Case {
+    std::vector<std::string> option;
+    std::string bad_value_says;  // empty: a good value, refused only for want of --mirror
+  };
+  const std::vector<Case> cases = {
+      {{"--durability", "foo"}, "--durability must be async or sync, got 'foo'"},
+      {{"--on-full", "foo"}, "--on-full must be refuse or drop, got 'foo'"},
+      {{"--mirror-log", "3"}, "invalid --mirror-log '3'"},
+      {{"--sync-timeout", "-1"}, "invalid --sync-timeout '-1'"},
+      {{"--durability", "sync"}, ""},
+      {{"--durability", "async"}, ""},  // the default, but given
+      {{"--on-full", "drop"}, ""},
+      {{"--mirror-log", "1024"}, ""},
+      {{"--sync-timeout", "100"}, ""},
+  };
+  for (const Case& c : cases) {
+    SCOPED_TRACE(c.option[0] + " " + c.option[1]);
+    std::vector<std::string> args{"create", seg(), "--jobs", "10"};
+    args.insert(args.end(), c.option.begin(), c.option.end());
+    expect_error(run_cli(args), c.bad_value_says.empty() ? c.option[0] + " needs --mirror" : c.bad_value_says);
+    EXPECT_FALSE(std::filesystem::exists(shm_path(seg()))) << "created anyway";
+    if (c.bad_value_says.empty()) continue;
+    args.insert(args.end(), {"--mirror", "valkey://127.0.0.1:1/q"});
+    expect_error(run_cli(args), c.bad_value_says);
+    EXPECT_FALSE(std::filesystem::exists(shm_path(seg()))) << "created anyway";
+  }
+  // Several: the first named.
+  expect_error(run_cli({"create", seg(), "--jobs", "10", "--on-full", "drop", "--durability", "sync"}), "needs --mirror");
+  // With --mirror the settings are the segment's.
+  create({"--mirror", "valkey://127.0.0.1:1/q", "--durability", "sync", "--on-full", "drop"});
+  const auto j = cli_json({"inspect", seg(), "--json"});
+  EXPECT_TRUE(contains(j.dump(), "\"sync\"")) << j.dump();
+  EXPECT_TRUE(contains(j.dump(), "\"drop\"")) << j.dump();
+}
+
+// Without --mirror, restore takes the mirror Valkey kept with its settings:
+// --durability and --on-full then would set nothing, and are refused; a bad
+// value is refused either way. All before Valkey is asked (nothing listens
+// on port 1).
+TEST_F(ToolsCli, RestoreRefusesMirrorOptionsWithoutMirrorAndBadValuesEitherWay) {
+  const std::string from = "valkey://127.0.0.1:1/q";
+  for (const std::vector<std::string>& mirror : {std::vector<std::string>{}, {"--mirror", from}}) {
+    SCOPED_TRACE(mirror.empty() ? "without --mirror" : "with --mirror");
+    std::vector<std::string> base{"restore", seg(), "--from", from};
+    base.insert(base.end(), mirror.begin(), mirror.end());
+    auto with = [&](std::vector<std::string> extra) {
+      std::vector<std::string> args = base;
+      args.insert(args.end(), extra.begin(), extra.end());
+      return run_cli(args);
+    };
+    expect_error(with({"--durability", "foo"}), "--durability must be async or sync, got 'foo'");
+    expect_error(with({"--on-full", "foo"}), "--on-full must be refuse or drop, got 'foo'");
+    EXPECT_FALSE(std::filesystem::exists(shm_path(seg())));
+  }
+  expect_error(run_cli({"restore", seg(), "--from", from, "--durability", "sync"}), "--durability needs --mirror");
+  expect_error(run_cli({"restore", seg(), "--from", from, "--on-full", "drop"}), "--on-full needs --mirror");
+  EXPECT_FALSE(std::filesystem::exists(shm_path(seg())));
 }
 
 // ---------------------------------------------------------------- processes
