@@ -272,7 +272,7 @@ class Parser {
 
     s = sub("limit", "cap a lane's jobs in flight (N, or 'none')", [this] { return run_limit(lane_); });
     lane_group(s);
-    s->add_option("N", lane_.value, "1..131071, or 'none' (0) to clear")->required();
+    s->add_option("N", lane_.value, "1..131071, or 'none' to clear the limit")->required();
 
     s = sub("weight", "claims a lane gets per turn of the rotation (claim and claim_batch)", [this] { return run_weight(lane_); });
     lane_group(s);

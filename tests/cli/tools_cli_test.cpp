@@ -581,6 +581,19 @@ TEST_F(ToolsCli, AReclaimedGroupIsCountedAndItsSeriesGoAway) {
   EXPECT_TRUE(contains(p.out, "fairlane_claimed_total{segment=\"" + seg() + "\"} 5\n")) << p.out;
 }
 
+// A limit is cleared with 'none', as limit --help and the README say; 0 is
+// not a limit (the library refuses it too) and says what to give instead.
+TEST_F(ToolsCli, LimitHelpAndBehaviourAgreeOnClearing) {
+  const CliRun h = run_cli({"limit", "--help"});
+  ASSERT_EQ(h.exit_code, 0) << show(h);
+  EXPECT_TRUE(contains(h.out, "1..131071, or 'none' to clear")) << h.out;
+  EXPECT_FALSE(contains(h.out, "(0)")) << h.out;
+  create();
+  expect_error(run_cli({"limit", seg(), "TEN00000000001", "0"}), "'none'");
+  EXPECT_EQ(cli_json({"limit", seg(), "TEN00000000001", "3", "--json"}).at("limit"), 3);
+  EXPECT_TRUE(cli_json({"limit", seg(), "TEN00000000001", "none", "--json"}).at("limit").is_null());
+}
+
 // ---------------------------------------------------------------- segment-only commands on a URL
 
 TEST_F(ToolsCli, SegmentOnlyCommandsSayTheyDoNotApplyToAValkeyQueue) {
