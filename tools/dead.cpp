@@ -26,16 +26,17 @@ namespace {
 int dead_list(Target& t, const std::string& seg, std::size_t limit, bool as_json) {
   JobFilter f;
   f.state = JobState::dead;
-  f.limit = limit;
+  f.limit = limit + 1;  // one more than shown: whether the list was cut
   std::vector<JobInfo> dead = t->jobs(f);
   const std::uint64_t seg_now = t->now_ms();
   const std::uint64_t unix_now = unix_now_ms();
-  if (dead.size() > limit) dead.resize(limit);
   std::sort(dead.begin(), dead.end(), [](const JobInfo& x, const JobInfo& y) { return x.id < y.id; });
+  const bool truncated = dead.size() > limit;
+  if (truncated) dead.resize(limit);
   if (as_json) {
     nlohmann::json list = nlohmann::json::array();
     for (const JobInfo& j : dead) list.push_back(job_json(j, seg_now, unix_now));
-    print_json({{"segment", seg}, {"now_ms", seg_now}, {"jobs", std::move(list)}});
+    print_json({{"segment", seg}, {"now_ms", seg_now}, {"jobs", std::move(list)}, {"truncated", truncated}});
     return kExitOk;
   }
   std::string out = fmt::format("{:<14}  {:<14}  {:>4}  {:<14}  {}\n", "ID", "GROUP", "ATT", "DIED AT", "LAST ERROR");
@@ -45,7 +46,7 @@ int dead_list(Target& t, const std::string& seg, std::size_t limit, bool as_json
                        j.last_error.empty() ? std::string("-") : one_line(j.last_error, 80));
   }
   if (dead.empty()) out += "(no dead jobs)\n";
-  else if (dead.size() == limit) out += fmt::format("(first {} found; raise --limit for more)\n", limit);
+  else if (truncated) out += fmt::format("(first {} found; raise --limit for more)\n", limit);
   std::fwrite(out.data(), 1, out.size(), stdout);
   return kExitOk;
 }

@@ -36,19 +36,21 @@ int run_jobs(const JobsArgs& a) {
   JobFilter f;
   if (!a.group.empty()) f.group = parse_group(a.group).id;
   if (!a.state.empty()) f.state = parse_state(a.state);
-  f.limit = parse_u64(a.limit, "--limit", 1, 100'000'000);
+  const std::size_t limit = parse_u64(a.limit, "--limit", 1, 100'000'000);
+  f.limit = limit + 1;  // one more than shown: whether the list was cut
   return guarded([&] {
     Target t = open_target(target, Access::look);
     std::vector<JobInfo> jobs = t->jobs(f);
     const std::uint64_t seg_now = t->now_ms();
     const std::uint64_t unix_now = unix_now_ms();
-    if (jobs.size() > f.limit) jobs.resize(f.limit);  // a backend that gives more than asked
     std::sort(jobs.begin(), jobs.end(), [](const JobInfo& x, const JobInfo& y) { return x.id < y.id; });
+    const bool truncated = jobs.size() > limit;
+    if (truncated) jobs.resize(limit);
 
     if (a.json) {
       nlohmann::json list = nlohmann::json::array();
       for (const JobInfo& j : jobs) list.push_back(job_json(j, seg_now, unix_now));
-      print_json({{"segment", target}, {"now_ms", seg_now}, {"jobs", std::move(list)}});
+      print_json({{"segment", target}, {"now_ms", seg_now}, {"jobs", std::move(list)}, {"truncated", truncated}});
       return kExitOk;
     }
     std::string out = fmt::format("{:<14}  {:<14}  {:<9} {:>5}  {:>7}  {}\n", "ID", "GROUP", "STATE", "ATT", "AGE",
@@ -63,7 +65,7 @@ int run_jobs(const JobsArgs& a) {
                          span_ms(unix_now >= j.minted_unix_ms ? unix_now - j.minted_unix_ms : 0), when);
     }
     if (jobs.empty()) out += "(no jobs)\n";
-    else if (jobs.size() == f.limit) out += fmt::format("(first {} found; raise --limit for more)\n", f.limit);
+    else if (truncated) out += fmt::format("(first {} found; raise --limit for more)\n", limit);
     std::fwrite(out.data(), 1, out.size(), stdout);
     return kExitOk;
   });

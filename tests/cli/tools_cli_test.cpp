@@ -507,6 +507,30 @@ TEST_F(ToolsCli, JobShowsOneJobWhole) {
   expect_error(run_cli({"job", seg(), id, "--json", "--payload-only"}), "--payload-only");
 }
 
+// jobs and dead list --json say whether --limit cut the list, as the text
+// form's "raise --limit for more" does (and that only when it did).
+TEST_F(ToolsCli, JobsAndDeadJsonSayWhetherTheLimitCutTheList) {
+  create();
+  for (int i = 0; i < 2; ++i) {  // two dead (the default policy: 1 attempt), one pending
+    const std::string id = enqueue("TEN00000000001");
+    const auto j = claim();
+    ASSERT_EQ(run_cli({"fail", seg(), id, std::to_string(j.at("token").get<std::uint64_t>())}).out, "dead " + id + "\n");
+  }
+  enqueue("TEN00000000001");
+  auto jobs = [&](const char* limit) { return cli_json({"jobs", seg(), "--json", "--limit", limit}); };
+  auto dead = [&](const char* limit) { return cli_json({"dead", seg(), "list", "--json", "--limit", limit}); };
+  for (const auto& [j, shown, cut] : {std::tuple{jobs("2"), 2U, true}, std::tuple{jobs("3"), 3U, false},
+                                      std::tuple{jobs("100"), 3U, false}, std::tuple{dead("1"), 1U, true},
+                                      std::tuple{dead("2"), 2U, false}}) {
+    EXPECT_EQ(j.at("jobs").size(), shown) << j.dump();
+    EXPECT_EQ(j.at("truncated"), cut) << j.dump();
+  }
+  EXPECT_TRUE(contains(run_cli({"jobs", seg(), "--limit", "2"}).out, "raise --limit"));
+  EXPECT_FALSE(contains(run_cli({"jobs", seg(), "--limit", "3"}).out, "raise --limit"));
+  EXPECT_TRUE(contains(run_cli({"dead", seg(), "list", "--limit", "1"}).out, "raise --limit"));
+  EXPECT_FALSE(contains(run_cli({"dead", seg(), "list", "--limit", "2"}).out, "raise --limit"));
+}
+
 // ---------------------------------------------------------------- the default lane
 
 TEST_F(ToolsCli, TheDefaultLaneIsNamedDefaultInEveryOutput) {
