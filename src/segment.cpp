@@ -65,7 +65,11 @@ Error from_boost(const bip::interprocess_exception& e, std::string_view what, st
       if (err == EEXIST) return make_error(Errc::already_exists, seg + " already exists");
       if (err == EACCES || err == EPERM)
         return make_error(Errc::permission_denied, "cannot " + std::string(what) + " " + seg, err);
-      return make_error(Errc::system, "cannot " + std::string(what) + " " + seg + " (" + e.what() + ")", err);
+      // make_error appends strerror(err); boost's text is the same reason
+      // for a system error, so it is added only when it says more.
+      if (err == 0 || std::string_view(e.what()) != std::strerror(err))
+        return make_error(Errc::system, "cannot " + std::string(what) + " " + seg + " (" + e.what() + ")", err);
+      return make_error(Errc::system, "cannot " + std::string(what) + " " + seg, err);
   }
 }
 

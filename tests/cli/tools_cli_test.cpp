@@ -384,6 +384,20 @@ TEST_F(ToolsCli, AStoppedProcessShowsAsStopped) {
   EXPECT_TRUE(contains(w.out, "stopped")) << w.out;
 }
 
+// A segment that cannot be sized says why once. A file-size limit fails the
+// sizing (EFBIG) as a full /dev/shm does (ENOSPC), through the same message;
+// SIGXFSZ is ignored so the tool lives to say it.
+TEST_F(ToolsCli, ASegmentThatCannotBeSizedSaysWhyOnce) {
+  const CliRun r = test::run_program("/bin/sh", {"-c", "trap '' XFSZ; ulimit -f 64; exec \"$0\" \"$@\"",
+                                                 FAIRLANE_CLI_PATH, "create", seg(), "--jobs", "100000"});
+  expect_error(r, "cannot size segment '" + seg() + "'");
+  const std::string why = std::strerror(EFBIG);
+  std::size_t times = 0;
+  for (auto at = r.err.find(why); at != std::string::npos; at = r.err.find(why, at + 1)) ++times;
+  EXPECT_EQ(times, 1U) << show(r);
+  EXPECT_FALSE(std::filesystem::exists(shm_path(seg()))) << "a segment that could not be sized is left behind";
+}
+
 // ---------------------------------------------------------------- retry policy
 
 TEST_F(ToolsCli, EnqueueRefusesABadRetryPolicyAndAdmitsNothing) {
