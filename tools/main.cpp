@@ -236,11 +236,19 @@ class Parser {
     ack_positionals(s);
 
     s = sub("fail", "fail a leased job: prints 'retrying ID' or 'dead ID'", [this] { return run_fail(ack_); });
+    s->footer(
+        "The job is dead-lettered (and --delay unused) once its attempt reaches its max attempts: --max-attempts,\n"
+        "else the job's own policy (enqueue --max-attempts), else the queue's default, 1 attempt unless the queue\n"
+        "was created with another. So a job enqueued without a policy is dead-lettered by its first fail; give\n"
+        "--max-attempts here (or at enqueue) for a retry.");
     ack_positionals(s);
-    s->add_option("--delay", ack_.delay_ms, "backoff before the retry, ms (default: the job's policy, then the queue's)")
+    s->add_option("--delay", ack_.delay_ms,
+                  "backoff before the retry, ms (default: the job's policy, then the queue's); unused when the job is "
+                  "dead-lettered")
         ->type_name("MS");
     s->add_option("--max-attempts", ack_.max_attempts,
-                  "dead-letter once the attempt reaches this (default: the job's policy, then the queue's)")
+                  "dead-letter once the attempt reaches this (default: the job's policy, then the queue's: 1 "
+                  "unless the queue was created with another)")
         ->type_name("N");
     s->add_option("--error", ack_.error, "error text kept with the job")->type_name("TEXT");
 

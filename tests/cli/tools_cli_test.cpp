@@ -449,6 +449,21 @@ TEST_F(ToolsCli, FailWithoutOptionsAppliesTheJobsPolicy) {
   EXPECT_EQ(r.out, "dead " + id + "\n") << show(r);
 }
 
+// A job with no policy of its own has the queue's default, 1 attempt: its
+// first fail dead-letters it and --delay is unused, as fail --help says.
+TEST_F(ToolsCli, FailHelpSaysADefaultJobIsDeadLetteredAndDelayUnused) {
+  const CliRun h = run_cli({"fail", "--help"});
+  ASSERT_EQ(h.exit_code, 0) << show(h);
+  EXPECT_TRUE(contains(h.out, "dead-lettered by its first fail")) << h.out;
+  EXPECT_TRUE(contains(h.out, "--delay unused")) << h.out;
+  create();
+  const std::string id = enqueue("TEN00000000001");
+  const auto j = claim();
+  const CliRun r = run_cli({"fail", seg(), id, std::to_string(j.at("token").get<std::uint64_t>()), "--delay", "60000"});
+  ASSERT_EQ(r.exit_code, 0) << show(r);
+  EXPECT_EQ(r.out, "dead " + id + "\n") << show(r);
+}
+
 // ---------------------------------------------------------------- payloads and `job`
 
 TEST_F(ToolsCli, PayloadFileIsBinarySafe) {
