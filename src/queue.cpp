@@ -58,6 +58,8 @@ Status Queue::remove(std::string_view name) { return remove_segment(name); }
 
 const std::string& Queue::name() const noexcept { return seg_->name; }
 
+bool Queue::still_named() const noexcept { return detail::still_named(*seg_); }
+
 QueueConfig Queue::config() const {
   const Header& h = *seg_->h;
   QueueConfig c;

@@ -1169,6 +1169,21 @@ Status remove_segment(std::string_view name) {
   return ok_status();
 }
 
+bool still_named(const Segment& s) noexcept {
+  if (!s.file_known || s.shm_name.empty()) return true;
+  // glibc's shm_open keeps the name at /dev/shm/NAME (destroy reads it
+  // there too). A stat needs no permission on the file itself, so a segment
+  // made again by another user with mode 0600 is still told apart.
+  // A name is at most 200 bytes (check_name): the path fits, unallocated.
+  char path[16 + 256];
+  if (s.shm_name.size() > 256) return true;
+  std::memcpy(path, "/dev/shm", 8);
+  std::memcpy(path + 8, s.shm_name.c_str(), s.shm_name.size() + 1);
+  struct stat st {};
+  if (::stat(path, &st) != 0) return errno != ENOENT && errno != ENOTDIR;
+  return st.st_dev == s.file_dev && st.st_ino == s.file_ino;
+}
+
 bool held_by_this_process(const Segment& s, std::uint32_t i) noexcept {
   if (!s.file_known) return false;
   std::lock_guard l(live_handles_mu);

@@ -181,6 +181,9 @@ struct QueueAccess {
 Result<std::unique_ptr<Segment>> create_segment(std::string_view name, const QueueOptions& o);
 Result<std::unique_ptr<Segment>> open_segment(std::string_view name, bool observer = false);
 Status remove_segment(std::string_view name);
+// Queue::still_named: the name's file (a stat under /dev/shm) is the mapped
+// one (file_dev, file_ino as read at open). True when either is unknown.
+bool still_named(const Segment& s) noexcept;
 
 // Liveness of an attached process: pid and its start time, never a bare pid.
 std::uint64_t process_start_time(int pid) noexcept;

@@ -438,6 +438,20 @@ class Queue {
   ~Queue();
 
   const std::string& name() const noexcept;
+  // Is this handle's mapping still the segment at its name? False once the
+  // name has been removed (remove(), `fairlane destroy`) or names another
+  // segment (removed and created again): the mapping stays as readable as
+  // before, but no process that opens the name meets it any more, and what
+  // it shows (an observer's snapshot, its counters) is of a queue nobody
+  // uses. For a handle kept open for long to look at: the tools that watch a
+  // segment (`stats --listen`, `watch`) ask it before every look and open
+  // the name again when it says false. One stat(2) of the name (under
+  // /dev/shm, where shm_open keeps it), whose device and inode are compared
+  // with those of the file mapped at open: no other file can have them
+  // while the mapping holds that one. When the name cannot be looked at for
+  // another reason (its directory unreadable) or the mapped file's identity
+  // could not be read at open, it says true: nothing shows that it changed.
+  bool still_named() const noexcept;
   QueueConfig config() const;
   // Whether this handle claims and writes as a process of the queue: false
   // for an observer, and for a copy in a forked child that found no process

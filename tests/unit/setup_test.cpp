@@ -196,6 +196,32 @@ TEST(Setup, RemoveWhileAttachedKeepsMapping) {
   EXPECT_EQ(fresh->snapshot().pending, 0U);
 }
 
+// A handle kept open across a remove and a create of its name says it is
+// no longer the segment at that name (the tools that watch one reopen then).
+TEST(Setup, StillNamedUntilTheNameIsRemovedOrReused) {
+  SegmentGuard guard(unique_segment_name());
+  auto member = Queue::create(guard.name(), small());
+  ASSERT_TRUE(member.ok()) << describe(member.error());
+  auto observer = Queue::open(guard.name(), Queue::Attach::observer);
+  ASSERT_TRUE(observer.ok()) << describe(observer.error());
+  EXPECT_TRUE(member->still_named());
+  EXPECT_TRUE(observer->still_named());
+
+  ASSERT_TRUE(Queue::remove(guard.name()).ok());
+  EXPECT_FALSE(member->still_named());
+  EXPECT_FALSE(observer->still_named());
+
+  // Created again: another file at the name, not the old mapping's.
+  auto fresh = Queue::create(guard.name(), small());
+  ASSERT_TRUE(fresh.ok()) << describe(fresh.error());
+  EXPECT_TRUE(fresh->still_named());
+  EXPECT_FALSE(member->still_named());
+  EXPECT_FALSE(observer->still_named());
+  auto reopened = Queue::open(guard.name(), Queue::Attach::observer);
+  ASSERT_TRUE(reopened.ok()) << describe(reopened.error());
+  EXPECT_TRUE(reopened->still_named());
+}
+
 // ---------------------------------------------------------------- setup errors
 
 TEST(Setup, OpenMissingIsNotFound) {
