@@ -14,7 +14,10 @@
 // --output writes to FILE through a temporary file and rename(), so the
 // collector never reads a half-written file.
 // --listen serves the same text at http://HOST:PORT/metrics until SIGINT or
-// SIGTERM, rendered afresh for each scrape (http_server.hpp).
+// SIGTERM, rendered afresh for each scrape (http_server.hpp), from the
+// segment at the name at that moment: one destroyed since the last scrape
+// is answered 503 with one line, and one made again under the name is
+// opened again (serve below).
 //
 // What only a segment keeps (wait histograms, process records, a fixed job
 // capacity) is left out for a Valkey queue, never written as 0.
@@ -416,14 +419,36 @@ void write_file_atomically(const std::string& path, const std::string& text) {
   }
 }
 
-int serve(Target& t, const std::string& seg, const ListenAddress& at, const HistogramChoice& hc, bool log_requests) {
-  const BackendCapabilities caps = t.capabilities();
-  const QueueConfig c = t.config();
+int serve(Target opened, const std::string& seg, const ListenAddress& at, const HistogramChoice& hc,
+          bool log_requests) {
+  std::optional<Target> t(std::move(opened));
+  BackendCapabilities caps = t->capabilities();
+  QueueConfig c = t->config();
   std::vector<ProcessInfo> procs;
+  std::string why;
   MetricsServer server(at, [&](std::string& body) {
     try {
-      const Snapshot s = t->snapshot();
-      if (caps.process_records) procs = t->processes();
+      // Each scrape reads the segment at the name now, not the one mapped
+      // at start: destroyed since, it is let go of; made again, the new one
+      // is opened (target.hpp, follow_name).
+      switch (follow_name(t, seg, why)) {
+        case Followed::same: break;
+        case Followed::reopened:
+          caps = t->capabilities();
+          c = t->config();
+          break;
+        case Followed::gone:
+          // 503 and one line, not an exposition without the segment's
+          // series: a failed scrape sets the target's `up` to 0 and
+          // Prometheus ends every series it had from it at once (staleness
+          // markers), which is what a queue that no longer exists is; a 200
+          // with no series would look like a healthy exporter to an alert
+          // on `up`. A Valkey server that is away is answered the same.
+          body = fmt::format("segment '{}' is gone: {}\n", seg, why);
+          return 503;
+      }
+      const Snapshot s = (*t)->snapshot();
+      if (caps.process_records) procs = (*t)->processes();
       prometheus(body, seg, s, c, caps, procs, hc);
       return 200;
     } catch (const std::exception& e) {  // a Valkey server away: say so, keep serving
@@ -451,7 +476,7 @@ int run_stats(const StatsArgs& a) {
   if (!a.listen.empty()) at = parse_listen(a.listen);
   return guarded([&] {
     Target t = open_target(seg, Access::look);
-    if (at) return serve(t, seg, *at, hc, a.log_requests);
+    if (at) return serve(std::move(t), seg, *at, hc, a.log_requests);
     const BackendCapabilities caps = t.capabilities();
     const QueueConfig c = t.config();
     const Snapshot s = t->snapshot();

@@ -60,6 +60,27 @@ Target open_target(const std::string& label, Access access, bool force_valkey) {
   return t;
 }
 
+Followed follow_name(std::optional<Target>& t, const std::string& label, std::string& why) {
+  if (t) {
+    const Queue* q = t->queue();
+    if (q == nullptr || q->still_named()) return Followed::same;
+    t.reset();  // unmapped now: a destroyed segment's memory is not kept for nobody
+  }
+  auto r = Queue::open(label, Queue::Attach::observer);
+  if (!r) {
+    why = r.error().code == Errc::not_found
+              ? std::string("destroyed since it was opened, and none of that name exists now")
+              : "destroyed since it was opened, and its name cannot be opened: " + r.error().message;
+    return Followed::gone;
+  }
+  Target fresh;
+  fresh.label_ = label;
+  fresh.backend_ = segment_backend(std::move(r).value());
+  fresh.queue_ = fresh.backend_->segment();
+  t.emplace(std::move(fresh));
+  return Followed::reopened;
+}
+
 void fail_read_only(const Target& t) {
   fail(fmt::format("'{}' is read-only: it is the Valkey copy of a mirrored segment, which owns it "
                    "(write through that segment)",

@@ -25,6 +25,10 @@ namespace fairlane::cli {
 // nothing. (Segments are made by `create` only.)
 enum class Access { look, write, create };
 
+// What follow_name found: the target as it was, the segment at its name
+// opened again, or no segment to open at the name.
+enum class Followed { same, reopened, gone };
+
 class Target {
  public:
   // The text as typed: a segment name or a valkey:// URL.
@@ -44,6 +48,7 @@ class Target {
   QueueConfig config() const;
 
   friend Target open_target(const std::string& label, Access access, bool force_valkey);
+  friend Followed follow_name(std::optional<Target>& t, const std::string& label, std::string& why);
 
  private:
   std::string label_;
@@ -60,6 +65,20 @@ std::string parse_target(std::string_view text);
 // force_valkey: a Valkey queue that is a segment's mirror is written anyway
 // (ValkeyOptions::force; `destroy URL --force`).
 Target open_target(const std::string& label, Access access, bool force_valkey = false);
+
+// For the tools that keep a segment open between looks (stats --listen
+// before each scrape, watch before each frame). The segment they mapped
+// may stop being the one at its name: destroyed (observers do not count as
+// attached, so destroy goes ahead; the mapping stays readable, frozen), or
+// destroyed and created again. Reading it then shows a queue nobody uses.
+// So: a segment target that is no longer at its name (Queue::still_named,
+// one stat) is let go of (its mapping with it) and the name is opened
+// again, as an observer. `t` is empty while there is no segment to open;
+// `why` then says why in a few words, without the name (with the
+// library's reason when the name exists but cannot be opened, as while it
+// is being created). A Valkey target is left as it is. Throws nothing of
+// its own.
+Followed follow_name(std::optional<Target>& t, const std::string& label, std::string& why);
 
 // For commands that apply to a segment only (create, fsck, mirror, restore):
 // a URL is refused with one line saying so; otherwise parse_segment's checks.

@@ -10,6 +10,10 @@
 // columns, header and lease lines wrapped at word boundaries), so no word is
 // cut. Lanes that do not fit the terminal's height are counted, not shown.
 // Attached as an observer: watch is not one of the processes it lists.
+// Before each frame it looks whether the segment it mapped is still the one
+// at the name (target.hpp, follow_name): destroyed, the frame says it is
+// gone (and the mapping is let go of); made again, the new one is opened
+// and drawn, its rates from its second frame.
 //
 // Keys: q, Q, Ctrl-C or Ctrl-D quit; SIGINT, SIGTERM and SIGHUP too. The
 // terminal is restored on every way out but SIGKILL. When stdout is not a
@@ -183,28 +187,38 @@ std::string lane_row(const LaneColumns& c, const std::string& group, const std::
   return row;
 }
 
+// Live: the terminal's width, 80 at most (the layout is made for 80 and
+// re-laid out below it). One plain frame: 80.
+std::size_t frame_width(TermSize size, bool live) {
+  return live ? std::clamp<std::size_t>(static_cast<std::size_t>(std::max(size.cols, 1)), 1, 80) : 80;
+}
+
+// The title line: the title on the left, the time (and live, the interval
+// and how to quit) on the right; on lines of their own when both do not fit.
+void title_lines(std::vector<std::string>& head, std::string title, std::uint64_t unix_ms, std::uint64_t interval_ms,
+                 bool live, std::size_t width) {
+  std::string right =
+      live ? fmt::format("{}  every {}  q quits", clock_hms(unix_ms), span_ms(interval_ms)) : clock_hms(unix_ms);
+  if (title.size() + 2 + right.size() <= width) {
+    head.push_back(title + std::string(width - title.size() - right.size(), ' ') + right);
+  } else {
+    head.push_back(std::move(title));
+    flow(head, {clock_hms(unix_ms), live ? "every " + span_ms(interval_ms) : std::string(), live ? "q quits" : ""},
+         width, 0);
+  }
+}
+
 std::vector<std::string> render(const std::string& seg, const Sample& cur, const Sample* prev, TermSize size,
                                 std::uint64_t interval_ms, bool live) {
   const Snapshot& s = cur.snap;
   const double dt = prev ? std::chrono::duration<double>(cur.taken - prev->taken).count() : 0.0;
   const bool have = prev != nullptr;
-  // Live: the terminal's width, 80 at most (the layout is made for 80 and
-  // re-laid out below it). One plain frame: 80.
-  const std::size_t width =
-      live ? std::clamp<std::size_t>(static_cast<std::size_t>(std::max(size.cols, 1)), 1, 80) : 80;
+  const std::size_t width = frame_width(size, live);
   std::vector<std::string> head, lanes, tail;
 
   // Header.
-  std::string title = fmt::format("fairlane watch  {}{}", seg, s.paused ? "  [QUEUE PAUSED]" : "");
-  std::string right = live ? fmt::format("{}  every {}  q quits", clock_hms(cur.unix_ms), span_ms(interval_ms))
-                           : clock_hms(cur.unix_ms);
-  if (title.size() + 2 + right.size() <= width) {
-    head.push_back(title + std::string(width - title.size() - right.size(), ' ') + right);
-  } else {
-    head.push_back(std::move(title));
-    flow(head, {clock_hms(cur.unix_ms), live ? "every " + span_ms(interval_ms) : std::string(), live ? "q quits" : ""},
-         width, 0);
-  }
+  title_lines(head, fmt::format("fairlane watch  {}{}", seg, s.paused ? "  [QUEUE PAUSED]" : ""), cur.unix_ms,
+              interval_ms, live, width);
   const std::string capacity = cur.caps.fixed_capacity ? "of " + grouped(s.jobs_capacity) : std::string();
   flow(head,
        {"jobs  ", grouped(s.pending) + " pending", grouped(s.leased) + " leased", grouped(s.scheduled) + " scheduled",
@@ -326,6 +340,30 @@ std::vector<std::string> render(const std::string& seg, const Sample& cur, const
   return out;
 }
 
+// The frame while no segment is at the name (destroyed since watch opened
+// it, or not yet made again): the title and `why`, wrapped at its words.
+std::vector<std::string> render_gone(const std::string& seg, const std::string& why, TermSize size,
+                                     std::uint64_t interval_ms) {
+  const std::size_t width = frame_width(size, true);
+  std::vector<std::string> out;
+  title_lines(out, fmt::format("fairlane watch  {}", seg), unix_now_ms(), interval_ms, true, width);
+  out.emplace_back();
+  std::vector<std::string> words{"SEGMENT GONE "};
+  for (std::size_t at = 0; at < why.size();) {
+    const std::size_t sp = std::min(why.find(' ', at), why.size());
+    words.push_back(why.substr(at, sp - at));
+    at = sp + 1;
+  }
+  if (!words.back().empty() && words.back().back() != '.') words.back() += '.';
+  words.insert(words.end(), {"watch", "shows", "the", "segment", "of", "that", "name", "again", "as", "soon", "as",
+                             "one", "can", "be", "opened."});
+  flow(out, words, width, 0, " ");
+  const auto cols_now = static_cast<std::size_t>(std::max(size.cols, 1));
+  for (auto& line : out)
+    if (line.size() > cols_now) line.resize(cols_now);
+  return out;
+}
+
 // Home, every line cleared to its end, then everything below cleared.
 std::string frame_text(const std::vector<std::string>& lines) {
   std::string f(kCursorHome);
@@ -349,10 +387,10 @@ int run_watch(const WatchArgs& a) {
 }
 
 static int watch(const WatchArgs& a, const std::string& seg, std::uint64_t interval_ms) {
-  Target q = open_target(seg, Access::look);
+  std::optional<Target> q(open_target(seg, Access::look));
 
   if (a.once || !::isatty(STDOUT_FILENO)) {
-    const Sample s = take(q);
+    const Sample s = take(*q);
     std::string out;
     for (const auto& line : render(seg, s, nullptr, TermSize{}, interval_ms, false)) out += line + "\n";
     std::fwrite(out.data(), 1, out.size(), stdout);
@@ -364,12 +402,19 @@ static int watch(const WatchArgs& a, const std::string& seg, std::uint64_t inter
   const bool keys = ::isatty(STDIN_FILENO) != 0;
   TerminalSession term(STDIN_FILENO, STDOUT_FILENO);
   std::optional<Sample> prev;
+  std::string why;
   for (;;) {
-    Sample cur = take(q);
-    if (!write_all(STDOUT_FILENO,
-                   frame_text(render(seg, cur, prev ? &*prev : nullptr, terminal_size(STDOUT_FILENO), interval_ms, true))))
-      return kExitOk;  // the terminal went away
-    prev = std::move(cur);
+    // The segment at the name now: rates compare two samples of one segment.
+    if (follow_name(q, seg, why) != Followed::same) prev.reset();
+    std::vector<std::string> frame;
+    if (q) {
+      Sample cur = take(*q);
+      frame = render(seg, cur, prev ? &*prev : nullptr, terminal_size(STDOUT_FILENO), interval_ms, true);
+      prev = std::move(cur);
+    } else {
+      frame = render_gone(seg, why, terminal_size(STDOUT_FILENO), interval_ms);
+    }
+    if (!write_all(STDOUT_FILENO, frame_text(frame))) return kExitOk;  // the terminal went away
 
     const auto next = SteadyClock::now() + std::chrono::milliseconds(interval_ms);
     for (bool redraw = false; !redraw;) {

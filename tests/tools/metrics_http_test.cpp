@@ -236,6 +236,56 @@ TEST_F(MetricsHttp, ServesTheExpositionWithItsContentType) {
   EXPECT_EQ(sample_value(again->body, "fairlane_enqueued_total{segment=\"" + seg() + "\"}"), 11);
 }
 
+// The exporter keeps the segment it opened mapped. Destroyed, that mapping
+// is no longer the queue of that name: a scrape says 503 with one line
+// (Prometheus marks the target down and its series stale) rather than the
+// old numbers, and once a segment of that name exists again the scrapes
+// read it, whether or not one came in between.
+TEST_F(MetricsHttp, FollowsTheSegmentDestroyedAndCreatedAgainUnderItsName) {
+  serve();
+  const std::string capacity = "fairlane_jobs_capacity{segment=\"" + seg() + "\"}";
+  const std::string enqueued = "fairlane_enqueued_total{segment=\"" + seg() + "\"}";
+  auto r = http_get(port_, "/metrics");
+  ASSERT_TRUE(r.has_value());
+  ASSERT_EQ(r->status, 200) << r->head;
+  EXPECT_EQ(sample_value(r->body, capacity), 64) << r->body;
+
+  q_.reset();
+  ASSERT_TRUE(Queue::remove(seg()).ok());
+  r = http_get(port_, "/metrics");
+  ASSERT_TRUE(r.has_value());
+  EXPECT_EQ(r->status, 503) << r->head << r->body;
+  EXPECT_EQ(r->body.find("fairlane_"), std::string::npos) << "series of a removed segment: " << r->body;
+  EXPECT_NE(r->body.find("'" + seg() + "' is gone"), std::string::npos) << r->body;
+  EXPECT_EQ(r->body.find('\n'), r->body.size() - 1) << "one line: " << r->body;
+
+  QueueOptions o;
+  o.jobs = 77;
+  o.lanes = 8;
+  o.payload_bytes = 16;
+  {
+    auto again = Queue::create(seg(), o);
+    ASSERT_TRUE(again.ok()) << test::describe(again.error());
+    ASSERT_EQ(again->enqueue(group("TEN", 1), again->mint(), "x"), EnqueueStatus::enqueued);
+  }
+  r = http_get(port_, "/metrics");
+  ASSERT_TRUE(r.has_value());
+  EXPECT_EQ(r->status, 200) << r->head << r->body;
+  EXPECT_EQ(sample_value(r->body, capacity), 77) << r->body;
+  EXPECT_EQ(sample_value(r->body, enqueued), 1) << r->body;
+
+  // Replaced between two scrapes (no scrape saw it missing): the next one
+  // reads the new segment all the same.
+  ASSERT_TRUE(Queue::remove(seg()).ok());
+  o.jobs = 99;
+  ASSERT_TRUE(Queue::create(seg(), o).ok());
+  r = http_get(port_, "/metrics");
+  ASSERT_TRUE(r.has_value());
+  EXPECT_EQ(r->status, 200) << r->head << r->body;
+  EXPECT_EQ(sample_value(r->body, capacity), 99) << r->body;
+  EXPECT_EQ(sample_value(r->body, enqueued), 0) << r->body;
+}
+
 TEST_F(MetricsHttp, AnswersNotFoundElsewhereAndRefusesOtherMethods) {
   serve();
   for (const char* path : {"/", "/metricsx", "/favicon.ico", "/metrics/"}) {

@@ -202,6 +202,43 @@ TEST_F(WatchTest, ShowsProcessesWithTheirNameAndState) {
   EXPECT_NE(r.out.find("corrupt 0"), std::string::npos) << r.out;
 }
 
+// watch keeps the segment it opened mapped. Destroyed, its frame says the
+// segment is gone instead of drawing the old mapping; created again under
+// the name, the frames show the new one.
+TEST_F(WatchTest, FollowsTheSegmentDestroyedAndCreatedAgainUnderItsName) {
+  PtyTool t({"watch", seg(), "--interval", "50"});
+  ASSERT_TRUE(t.read_until([&](const std::string& o) { return o.find("of 256") != std::string::npos; }))
+      << t.output();
+  q_.reset();
+  ASSERT_TRUE(Queue::remove(seg()).ok());
+  std::size_t mark = t.output().size();
+  EXPECT_TRUE(t.read_until([&](const std::string& o) { return o.find("SEGMENT GONE", mark) != std::string::npos; }))
+      << "no frame said the segment is gone: " << t.output().substr(mark);
+
+  QueueOptions o;
+  o.jobs = 77;
+  o.lanes = 16;
+  o.payload_bytes = 32;
+  {
+    auto again = Queue::create(seg(), o);
+    ASSERT_TRUE(again.ok()) << test::describe(again.error());
+  }
+  mark = t.output().size();
+  EXPECT_TRUE(t.read_until([&](const std::string& o) { return o.find("of 77", mark) != std::string::npos; }))
+      << "no frame showed the new segment: " << t.output().substr(mark);
+  // Replaced between two frames: the next ones show the newest.
+  ASSERT_TRUE(Queue::remove(seg()).ok());
+  o.jobs = 99;
+  ASSERT_TRUE(Queue::create(seg(), o).ok());
+  mark = t.output().size();
+  EXPECT_TRUE(t.read_until([&](const std::string& o) { return o.find("of 99", mark) != std::string::npos; }))
+      << "no frame showed the newest segment: " << t.output().substr(mark);
+  t.type("q");
+  ASSERT_TRUE(t.read_until([](const std::string& o) { return o.find(kAltOff) != std::string::npos; }));
+  const int st = t.wait();
+  EXPECT_TRUE(WIFEXITED(st) && WEXITSTATUS(st) == 0) << "status " << st;
+}
+
 TEST_F(WatchTest, WithoutATerminalPrintsOneFrame) {
   const auto r = run_tool({"watch", seg()});
   ASSERT_EQ(r.exit_code, 0) << show(r);
