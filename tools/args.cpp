@@ -8,6 +8,7 @@
 #include <fmt/format.h>
 
 #include "cli_error.hpp"
+#include "fairlane/valkey.hpp"
 
 namespace fairlane::cli {
 
@@ -105,13 +106,35 @@ std::chrono::milliseconds parse_seconds(std::string_view text, std::string_view 
 
 std::string parse_segment(std::string_view text) {
   if (text.empty()) fail("invalid segment name '': must not be empty");
-  if (text.size() > 200) fail(fmt::format("invalid segment name '{}...': longer than 200 characters", text.substr(0, 20)));
+  // A URL given where a segment name goes is echoed without its password.
+  const std::string shown = shown_target(text);
+  if (text.size() > 200)
+    fail(fmt::format("invalid segment name '{}...': longer than 200 characters", std::string_view(shown).substr(0, 20)));
   for (char c : text) {
-    if (c == '/') fail(fmt::format("invalid segment name '{}': must not contain '/'", text));
+    if (c == '/') fail(fmt::format("invalid segment name '{}': must not contain '/'", shown));
     if (static_cast<unsigned char>(c) <= ' ' || c == 0x7f)
-      fail(fmt::format("invalid segment name '{}': must not contain spaces or control characters", text));
+      fail(fmt::format("invalid segment name '{}': must not contain spaces or control characters", shown));
   }
   return std::string(text);
+}
+
+std::string shown_target(std::string_view text) {
+  const std::size_t sep = text.find("://");
+  if (sep == std::string_view::npos) return std::string(text);  // a segment name
+  const std::string_view rest = text.substr(sep + 3);
+  // A URL that parses: its user information ends at the last '@' before
+  // the first '/', as ValkeyUrl::parse reads it (a queue name may hold an
+  // '@'). Any other: at the last '@' of all.
+  const bool parses = is_valkey_url(text) && ValkeyUrl::parse(text).ok();
+  const std::size_t at = rest.substr(0, parses ? rest.find('/') : std::string_view::npos).rfind('@');
+  if (at == std::string_view::npos) return std::string(text);
+  const std::string_view userinfo = rest.substr(0, at);
+  const std::size_t colon = userinfo.find(':');
+  if (colon == std::string_view::npos) return std::string(text);  // a user name alone is not a secret
+  std::string out(text.substr(0, sep + 3));
+  if (colon > 0) out.append(userinfo.substr(0, colon)).append("@");
+  out.append(rest.substr(at + 1));
+  return out;
 }
 
 Queue open_queue(const std::string& segment) {

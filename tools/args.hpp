@@ -52,6 +52,16 @@ std::chrono::milliseconds parse_seconds(std::string_view text, std::string_view 
 // A segment name: non-empty, no '/', printable.
 std::string parse_segment(std::string_view text);
 
+// A target (or any URL) as the tool shows it: a segment name as it is; a
+// URL as typed but without its password: valkey://USER:PASSWORD@HOST:PORT/Q
+// is shown valkey://USER@HOST:PORT/Q, and valkey://:PASSWORD@HOST:PORT/Q
+// (the default user) valkey://HOST:PORT/Q, as ValkeyBackend::describe()
+// does. Every output that names a target (text, JSON, Prometheus labels,
+// watch, messages) uses this; the typed text is only for opening it. A URL
+// that does not parse loses everything up to its last '@' that follows a
+// ':' (a '/' typed in a password must not let the rest of it show).
+std::string shown_target(std::string_view text);
+
 // Opens an existing segment, or throws with the library's message.
 Queue open_queue(const std::string& segment);
 

@@ -143,7 +143,7 @@ int run_create(const CreateArgs& a) {
   if (a.mirror.empty() && !a.mirror_option.empty())
     fail(fmt::format("{} needs --mirror URL: without a mirror it sets nothing; nothing created", a.mirror_option));
   if (!a.mirror.empty()) {
-    if (!is_valkey_url(a.mirror)) fail(fmt::format("--mirror must be a valkey://HOST:PORT/QUEUE URL, got '{}'", redact_url(a.mirror)));
+    if (!is_valkey_url(a.mirror)) fail(fmt::format("--mirror must be a valkey://HOST:PORT/QUEUE URL, got '{}'", shown_target(a.mirror)));
     if (auto u = ValkeyUrl::parse(a.mirror); !u) fail(u.error().message);
     o.mirror = a.mirror;
     o.durability = durability;
@@ -174,10 +174,10 @@ int run_create(const CreateArgs& a) {
 }
 
 int run_mint(const MintArgs& a) {
-  std::string target = parse_target(a.segment);
+  const std::string typed = parse_target(a.segment);
   std::string kind = a.kind.empty() ? std::string() : parse_kind(a.kind);
   return guarded([&] {
-    Target t = open_target(target, Access::write);
+    Target t = open_target(typed, Access::write);
     // Another namespace takes the next snowflake of the queue's own counter.
     BrandedId id = t->mint();
     if (!kind.empty()) id = BrandedId::make(kind, id.snowflake());
@@ -188,7 +188,7 @@ int run_mint(const MintArgs& a) {
 }
 
 int run_enqueue(const EnqueueArgs& a) {
-  std::string target = parse_target(a.segment);
+  const std::string typed = parse_target(a.segment), target = shown_target(typed);
   GroupArg g = parse_group(a.group);
   if (a.mint == !a.job.empty())
     fail(a.mint ? "enqueue: give either a JOBID or --mint, not both" : "enqueue: give a JOBID or --mint");
@@ -203,7 +203,7 @@ int run_enqueue(const EnqueueArgs& a) {
   const std::string payload = a.payload_file.empty() ? a.payload : read_payload_file(a.payload_file);
 
   return guarded([&] {
-    Target t = open_target(target, Access::create);
+    Target t = open_target(typed, Access::create);
     const std::string kind = t->job_kind();
     if (!a.mint && job.kind() != kind)
       fail(fmt::format("job id '{}' is of namespace {}, but '{}' takes only {} job ids", job.str(), job.kind(), target,
@@ -254,11 +254,11 @@ int run_enqueue(const EnqueueArgs& a) {
 }
 
 int run_claim(const ClaimArgs& a) {
-  std::string target = parse_target(a.segment);
+  const std::string typed = parse_target(a.segment), target = shown_target(typed);
   std::uint32_t lease_ms = parse_u32(a.lease_ms, "--lease", 1);
   std::uint64_t wait_ms = parse_u64(a.wait_ms, "--wait", 0, 24ULL * 3600 * 1000);
   return guarded([&] {
-    Target t = open_target(target, Access::write);
+    Target t = open_target(typed, Access::write);
     Lease l;
     bool got = wait_ms == 0
                    ? t->claim(l, lease_ms)
@@ -278,11 +278,11 @@ int run_claim(const ClaimArgs& a) {
 }
 
 int run_complete(const AckArgs& a) {
-  std::string target = parse_target(a.segment);
+  const std::string typed = parse_target(a.segment);
   BrandedId id = parse_id(a.job, "job id");
   Token token = parse_token_arg(a.token);
   return guarded([&] {
-    Target t = open_target(target, Access::write);
+    Target t = open_target(typed, Access::write);
     AckStatus st = t->complete(id, token);
     if (st != AckStatus::ok) return ack_result(t, st, id, token, a.json, "complete");
     emit(a.json, fmt::format("completed {}", id.str()), {{"id", id.string()}, {"token", token.value}, {"status", "completed"}});
@@ -291,11 +291,11 @@ int run_complete(const AckArgs& a) {
 }
 
 int run_release(const AckArgs& a) {
-  std::string target = parse_target(a.segment);
+  const std::string typed = parse_target(a.segment);
   BrandedId id = parse_id(a.job, "job id");
   Token token = parse_token_arg(a.token);
   return guarded([&] {
-    Target t = open_target(target, Access::write);
+    Target t = open_target(typed, Access::write);
     AckStatus st = t->release(id, token);
     if (st != AckStatus::ok) return ack_result(t, st, id, token, a.json, "release");
     emit(a.json, fmt::format("released {}", id.str()), {{"id", id.string()}, {"token", token.value}, {"status", "released"}});
@@ -304,7 +304,7 @@ int run_release(const AckArgs& a) {
 }
 
 int run_fail(const AckArgs& a) {
-  std::string target = parse_target(a.segment);
+  const std::string typed = parse_target(a.segment);
   BrandedId id = parse_id(a.job, "job id");
   Token token = parse_token_arg(a.token);
   FailOptions fo;
@@ -313,7 +313,7 @@ int run_fail(const AckArgs& a) {
   if (!a.max_attempts.empty()) fo.max_attempts = parse_u32(a.max_attempts, "--max-attempts", 1, 65535);
   fo.error = a.error;
   return guarded([&] {
-    Target t = open_target(target, Access::write);
+    Target t = open_target(typed, Access::write);
     FailStatus st = t->fail(id, token, fo);
     switch (st) {
       case FailStatus::retrying:
@@ -332,12 +332,12 @@ int run_fail(const AckArgs& a) {
 }
 
 int run_extend(const AckArgs& a) {
-  std::string target = parse_target(a.segment);
+  const std::string typed = parse_target(a.segment);
   BrandedId id = parse_id(a.job, "job id");
   Token token = parse_token_arg(a.token);
   std::uint32_t ms = parse_u32(a.lease_ms, "MS", 1);
   return guarded([&] {
-    Target t = open_target(target, Access::write);
+    Target t = open_target(typed, Access::write);
     AckStatus st = t->extend(id, token, ms);
     if (st != AckStatus::ok) return ack_result(t, st, id, token, a.json, "extend");
     emit(a.json, fmt::format("extended {} by {} ms", id.str(), ms),
@@ -347,11 +347,11 @@ int run_extend(const AckArgs& a) {
 }
 
 int run_pause(const LaneArgs& a, bool pause) {
-  std::string target = parse_target(a.segment);
+  const std::string typed = parse_target(a.segment), target = shown_target(typed);
   const char* verb = pause ? "paused" : "resumed";
   if (a.group.empty()) {
     return guarded([&] {
-      Target t = open_target(target, Access::write);
+      Target t = open_target(typed, Access::write);
       if ((pause ? t->pause_all() : t->resume_all()) == LaneStatus::read_only) fail_read_only(t);
       emit(a.json, fmt::format("{} queue {}", verb, target), {{"segment", target}, {"status", verb}});
       return kExitOk;
@@ -359,7 +359,7 @@ int run_pause(const LaneArgs& a, bool pause) {
   }
   GroupArg g = parse_group(a.group);
   return guarded([&] {
-    Target t = open_target(target, Access::write);
+    Target t = open_target(typed, Access::write);
     check_lane_status(pause ? t->pause(g.id) : t->resume(g.id), g, t);
     emit(a.json, fmt::format("{} {}", verb, group_label(g)), {{"group", group_label(g)}, {"status", verb}});
     return kExitOk;
@@ -367,12 +367,12 @@ int run_pause(const LaneArgs& a, bool pause) {
 }
 
 int run_limit(const LaneArgs& a) {
-  std::string target = parse_target(a.segment);
+  const std::string typed = parse_target(a.segment);
   GroupArg g = parse_group(a.group);
   std::uint32_t limit =
       a.value == "none" ? 0 : parse_u32(a.value, "limit (1.." + std::to_string(kMaxLimit) + ", or 'none')", 1, kMaxLimit);
   return guarded([&] {
-    Target t = open_target(target, Access::write);
+    Target t = open_target(typed, Access::write);
     check_lane_status(limit == 0 ? t->clear_limit(g.id) : t->set_limit(g.id, limit), g, t);
     json jl = nullptr;
     if (limit != 0) jl = limit;
@@ -383,11 +383,11 @@ int run_limit(const LaneArgs& a) {
 }
 
 int run_weight(const LaneArgs& a) {
-  std::string target = parse_target(a.segment);
+  const std::string typed = parse_target(a.segment);
   GroupArg g = parse_group(a.group);
   std::uint32_t w = parse_u32(a.value, "weight", 1, kMaxWeight);
   return guarded([&] {
-    Target t = open_target(target, Access::write);
+    Target t = open_target(typed, Access::write);
     check_lane_status(t->set_weight(g.id, w), g, t);
     emit(a.json, fmt::format("weight {} {}", group_label(g), w), {{"group", group_label(g)}, {"weight", w}});
     return kExitOk;
@@ -395,10 +395,10 @@ int run_weight(const LaneArgs& a) {
 }
 
 int run_depth(const LaneArgs& a) {
-  std::string target = parse_target(a.segment);
+  const std::string typed = parse_target(a.segment);
   GroupArg g = parse_group(a.group);
   return guarded([&] {
-    Target t = open_target(target, Access::look);
+    Target t = open_target(typed, Access::look);
     std::uint64_t d = t->depth(g.id);
     emit(a.json, std::to_string(d), {{"group", group_label(g)}, {"depth", d}});
     return kExitOk;
@@ -406,10 +406,10 @@ int run_depth(const LaneArgs& a) {
 }
 
 int run_drain(const LaneArgs& a) {
-  std::string target = parse_target(a.segment);
+  const std::string typed = parse_target(a.segment);
   GroupArg g = parse_group(a.group);
   return guarded([&] {
-    Target t = open_target(target, Access::write);
+    Target t = open_target(typed, Access::write);
     std::uint64_t n = t->drain(g.id);
     emit(a.json, std::to_string(n), {{"group", group_label(g)}, {"drained", n}});
     return kExitOk;
@@ -417,9 +417,9 @@ int run_drain(const LaneArgs& a) {
 }
 
 int run_tick(const SegmentArgs& a) {
-  std::string target = parse_target(a.segment);
+  const std::string typed = parse_target(a.segment);
   return guarded([&] {
-    Target t = open_target(target, Access::write);
+    Target t = open_target(typed, Access::write);
     std::uint64_t n = t->tick();
     emit(a.json, std::to_string(n), {{"moved", n}});
     return kExitOk;
@@ -427,9 +427,9 @@ int run_tick(const SegmentArgs& a) {
 }
 
 int run_inspect(const SegmentArgs& a) {
-  std::string target = parse_target(a.segment);
+  const std::string typed = parse_target(a.segment), target = shown_target(typed);
   return guarded([&] {
-    Target t = open_target(target, Access::look);
+    Target t = open_target(typed, Access::look);
     const Snapshot s = t->snapshot();
     const QueueConfig c = t.config();
     std::optional<SegmentView> view;

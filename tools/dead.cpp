@@ -63,7 +63,7 @@ void emit(bool as_json, const std::string& text, const nlohmann::json& j) {
 }  // namespace
 
 int run_dead(const DeadArgs& a) {
-  const std::string seg = parse_target(a.segment);
+  const std::string typed = parse_target(a.segment), seg = shown_target(typed);
   const std::string& act = a.action;
   if (act == "list" || act == "purge") {
     if (!a.id.empty()) fail(fmt::format("dead {}: takes no job id", act));
@@ -79,7 +79,7 @@ int run_dead(const DeadArgs& a) {
   if (!a.id.empty()) id = parse_id(a.id, "job id");
 
   return guarded([&] {
-    Target t = open_target(seg, act == "list" ? Access::look : Access::write);
+    Target t = open_target(typed, act == "list" ? Access::look : Access::write);
     if (act == "list") return dead_list(t, seg, limit, a.json);
     if (act == "purge") {
       const std::uint64_t n = t->purge_dead();

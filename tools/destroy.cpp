@@ -79,7 +79,7 @@ int destroy_valkey(const DestroyArgs& a, const std::string& url) {
     // --force: a segment's mirror is removed too (it is read-only otherwise).
     Target t = open_target(url, Access::write, a.force);
     const std::uint64_t keys = t.valkey()->remove_queue();
-    const std::string shown = redact_url(url);
+    const std::string shown = shown_target(url);
     emit(a.json, fmt::format("destroyed {}: {} key{} removed", shown, grouped(keys), keys == 1 ? "" : "s"),
          {{"queue", shown}, {"status", "destroyed"}, {"keys", keys}});
     return kExitOk;

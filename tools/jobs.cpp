@@ -32,14 +32,14 @@ std::string attempts(const JobInfo& j) {
 }  // namespace
 
 int run_jobs(const JobsArgs& a) {
-  const std::string target = parse_target(a.segment);
+  const std::string typed = parse_target(a.segment), target = shown_target(typed);
   JobFilter f;
   if (!a.group.empty()) f.group = parse_group(a.group).id;
   if (!a.state.empty()) f.state = parse_state(a.state);
   const std::size_t limit = parse_u64(a.limit, "--limit", 1, 100'000'000);
   f.limit = limit + 1;  // one more than shown: whether the list was cut
   return guarded([&] {
-    Target t = open_target(target, Access::look);
+    Target t = open_target(typed, Access::look);
     std::vector<JobInfo> jobs = t->jobs(f);
     const std::uint64_t seg_now = t->now_ms();
     const std::uint64_t unix_now = unix_now_ms();
@@ -72,11 +72,11 @@ int run_jobs(const JobsArgs& a) {
 }
 
 int run_job(const JobArgs& a) {
-  const std::string target = parse_target(a.segment);
+  const std::string typed = parse_target(a.segment), target = shown_target(typed);
   const BrandedId id = parse_id(a.id, "job id");
   if (a.json && a.payload_only) fail("job: give --json or --payload-only, not both");
   return guarded([&] {
-    Target t = open_target(target, Access::look);
+    Target t = open_target(typed, Access::look);
     const std::optional<JobInfo> found = t->job(id, true);
     if (!found) {
       if (a.json) print_json({{"id", id.string()}, {"status", "gone"}});

@@ -67,7 +67,7 @@ int run_mirror(const MirrorArgs& a) {
 int run_restore(const RestoreArgs& a) {
   const std::string seg = parse_segment_target(a.segment, "restore");
   if (!is_valkey_url(a.from))
-    fail(fmt::format("--from must be a valkey://HOST:PORT/QUEUE URL, got '{}'", redact_url(a.from)));
+    fail(fmt::format("--from must be a valkey://HOST:PORT/QUEUE URL, got '{}'", shown_target(a.from)));
   QueueOptions o;
   if (!a.jobs.empty()) o.jobs = parse_u32(a.jobs, "--jobs", 1);
   if (!a.lanes.empty()) o.lanes = parse_u32(a.lanes, "--lanes", 1);
@@ -88,7 +88,7 @@ int run_restore(const RestoreArgs& a) {
     o.on_full = on_full;
   }
   auto r = restore_from_valkey(seg, a.from, o);
-  const std::string from = redact_url(a.from);  // what is printed never holds a password
+  const std::string from = shown_target(a.from);  // what is printed never holds a password
   if (!r) fail(r.error().message);
   const RestoreReport& rep = *r;
   nlohmann::json j = {{"segment", seg},       {"from", from},           {"pending", rep.pending},

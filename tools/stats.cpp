@@ -419,8 +419,9 @@ void write_file_atomically(const std::string& path, const std::string& text) {
   }
 }
 
-int serve(Target opened, const std::string& seg, const ListenAddress& at, const HistogramChoice& hc,
-          bool log_requests) {
+// typed: the target as typed, to open it again; seg: as it is shown.
+int serve(Target opened, const std::string& typed, const std::string& seg, const ListenAddress& at,
+          const HistogramChoice& hc, bool log_requests) {
   std::optional<Target> t(std::move(opened));
   BackendCapabilities caps = t->capabilities();
   QueueConfig c = t->config();
@@ -431,7 +432,7 @@ int serve(Target opened, const std::string& seg, const ListenAddress& at, const 
       // Each scrape reads the segment at the name now, not the one mapped
       // at start: destroyed since, it is let go of; made again, the new one
       // is opened (target.hpp, follow_name).
-      switch (follow_name(t, seg, why)) {
+      switch (follow_name(t, typed, why)) {
         case Followed::same: break;
         case Followed::reopened:
           caps = t->capabilities();
@@ -466,7 +467,7 @@ int serve(Target opened, const std::string& seg, const ListenAddress& at, const 
 }  // namespace
 
 int run_stats(const StatsArgs& a) {
-  const std::string seg = parse_target(a.segment);
+  const std::string typed = parse_target(a.segment), seg = shown_target(typed);
   const int formats = (a.prometheus ? 1 : 0) + (a.json ? 1 : 0) + (a.listen.empty() ? 0 : 1);
   if (formats > 1) fail("stats: give one of --prometheus, --json or --listen");
   if (!a.listen.empty() && !a.output.empty()) fail("stats: --output writes a file once; --listen serves, give one");
@@ -475,8 +476,8 @@ int run_stats(const StatsArgs& a) {
   std::optional<ListenAddress> at;
   if (!a.listen.empty()) at = parse_listen(a.listen);
   return guarded([&] {
-    Target t = open_target(seg, Access::look);
-    if (at) return serve(std::move(t), seg, *at, hc, a.log_requests);
+    Target t = open_target(typed, Access::look);
+    if (at) return serve(std::move(t), typed, seg, *at, hc, a.log_requests);
     const BackendCapabilities caps = t.capabilities();
     const QueueConfig c = t.config();
     const Snapshot s = t->snapshot();

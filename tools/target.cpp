@@ -30,13 +30,14 @@ std::string parse_target(std::string_view text) {
 
 std::string parse_segment_target(std::string_view text, std::string_view command) {
   if (is_valkey_url(text))
-    fail(fmt::format("{} does not apply to a Valkey queue ('{}'): it works on a shared-memory segment", command, text));
+    fail(fmt::format("{} does not apply to a Valkey queue ('{}'): it works on a shared-memory segment", command,
+                     shown_target(text)));
   return parse_segment(text);
 }
 
 Target open_target(const std::string& label, Access access, bool force_valkey) {
   Target t;
-  t.label_ = label;
+  t.label_ = shown_target(label);
   if (is_valkey_url(label)) {
     ValkeyOptions vo;
     vo.force = force_valkey;
@@ -74,7 +75,7 @@ Followed follow_name(std::optional<Target>& t, const std::string& label, std::st
     return Followed::gone;
   }
   Target fresh;
-  fresh.label_ = label;
+  fresh.label_ = shown_target(label);
   fresh.backend_ = segment_backend(std::move(r).value());
   fresh.queue_ = fresh.backend_->segment();
   t.emplace(std::move(fresh));

@@ -31,7 +31,8 @@ enum class Followed { same, reopened, gone };
 
 class Target {
  public:
-  // The text as typed: a segment name or a valkey:// URL.
+  // How it is shown: a segment name, or the valkey:// URL as typed without
+  // its password (shown_target, args.hpp).
   const std::string& label() const noexcept { return label_; }
   Backend& backend() noexcept { return *backend_; }
   Backend* operator->() noexcept { return backend_.get(); }

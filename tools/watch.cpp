@@ -378,16 +378,17 @@ std::string frame_text(const std::vector<std::string>& lines) {
 
 }  // namespace
 
-static int watch(const WatchArgs& a, const std::string& seg, std::uint64_t interval_ms);
+// typed: the target as typed, to open it (again); seg: as it is shown.
+static int watch(const WatchArgs& a, const std::string& typed, const std::string& seg, std::uint64_t interval_ms);
 
 int run_watch(const WatchArgs& a) {
-  const std::string seg = parse_target(a.segment);
+  const std::string typed = parse_target(a.segment), seg = shown_target(typed);
   const std::uint64_t interval_ms = parse_u64(a.interval_ms, "--interval", 50, 3'600'000);
-  return guarded([&] { return watch(a, seg, interval_ms); });
+  return guarded([&] { return watch(a, typed, seg, interval_ms); });
 }
 
-static int watch(const WatchArgs& a, const std::string& seg, std::uint64_t interval_ms) {
-  std::optional<Target> q(open_target(seg, Access::look));
+static int watch(const WatchArgs& a, const std::string& typed, const std::string& seg, std::uint64_t interval_ms) {
+  std::optional<Target> q(open_target(typed, Access::look));
 
   if (a.once || !::isatty(STDOUT_FILENO)) {
     const Sample s = take(*q);
@@ -405,7 +406,7 @@ static int watch(const WatchArgs& a, const std::string& seg, std::uint64_t inter
   std::string why;
   for (;;) {
     // The segment at the name now: rates compare two samples of one segment.
-    if (follow_name(q, seg, why) != Followed::same) prev.reset();
+    if (follow_name(q, typed, why) != Followed::same) prev.reset();
     std::vector<std::string> frame;
     if (q) {
       Sample cur = take(*q);

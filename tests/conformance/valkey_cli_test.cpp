@@ -1,9 +1,15 @@
 // The `fairlane` tool over valkey://HOST:PORT/QUEUE: the same commands, exit
 // codes and messages as over a segment, run as a child process against the
 // conformance server (FAIRLANE_VALKEY_URL, or a private redis-server).
+#include <arpa/inet.h>
 #include <fcntl.h>
+#include <netinet/in.h>
+#include <poll.h>
+#include <signal.h>
 #include <spawn.h>
+#include <sys/socket.h>
 #include <sys/wait.h>
+#include <unistd.h>
 
 #include <cerrno>
 #include <cstring>
@@ -314,6 +320,243 @@ TEST_F(ValkeyCli, DeadLettersAndJobListingsOnValkey) {
   r = run_cli({"dead", url_, "purge", "--json"});
   EXPECT_EQ(nlohmann::json::parse(r.out)["purged"], 1) << r.out;
   // dead list in id order, as EchoMQ's dead set.
+}
+
+// ------------------------------------------------ a password in the URL
+
+// The password of valkey://USER:PASSWORD@HOST:PORT/QUEUE is a secret: the
+// tool shows the queue as valkey://USER@HOST:PORT/QUEUE (without "USER@"
+// for the default user given as ":PASSWORD@"), as describe() does, in every
+// output (text, JSON, Prometheus labels, watch, --output files, the
+// --listen exporter) and every message. The server here wants the password
+// (--requirepass), so each command really authenticates with it.
+constexpr const char* kSecret = "s3cret";
+
+// `fairlane stats URL --listen 127.0.0.1:0`: its first line and one scrape.
+struct Exported {
+  std::string first_line, scrape, err;
+};
+
+Exported export_once(const std::string& url) {
+  Exported e;
+  test::TempDir dir;
+  const auto err_file = dir.path() / "err";
+  int p[2];
+  if (::pipe2(p, O_CLOEXEC) != 0) return e;
+  std::vector<std::string> full{FAIRLANE_CLI_PATH, "stats", url, "--listen", "127.0.0.1:0"};
+  std::vector<char*> argv;
+  for (auto& a : full) argv.push_back(a.data());
+  argv.push_back(nullptr);
+  posix_spawn_file_actions_t fa;
+  posix_spawn_file_actions_init(&fa);
+  posix_spawn_file_actions_addopen(&fa, 0, "/dev/null", O_RDONLY, 0);
+  posix_spawn_file_actions_adddup2(&fa, p[1], 1);
+  posix_spawn_file_actions_addopen(&fa, 2, err_file.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0600);
+  pid_t pid = -1;
+  const int rc = ::posix_spawn(&pid, argv[0], &fa, nullptr, argv.data(), environ);
+  posix_spawn_file_actions_destroy(&fa);
+  ::close(p[1]);
+  if (rc != 0) {
+    ::close(p[0]);
+    e.err = std::string("posix_spawn: ") + std::strerror(rc);
+    return e;
+  }
+  // The first line: "serving http://127.0.0.1:PORT/metrics for NAME".
+  std::string buf;
+  const auto give_up = std::chrono::steady_clock::now() + std::chrono::seconds(30);
+  while (buf.find('\n') == std::string::npos && std::chrono::steady_clock::now() < give_up) {
+    pollfd pf{p[0], POLLIN, 0};
+    if (::poll(&pf, 1, 1000) <= 0) continue;
+    char b[1024];
+    const ssize_t got = ::read(p[0], b, sizeof b);
+    if (got <= 0) break;
+    buf.append(b, static_cast<std::size_t>(got));
+  }
+  e.first_line = first_line(buf);
+  const std::string want = "serving http://127.0.0.1:";
+  if (e.first_line.rfind(want, 0) == 0) {
+    const int port = std::atoi(e.first_line.c_str() + want.size());
+    const int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    sockaddr_in a{};
+    a.sin_family = AF_INET;
+    a.sin_port = htons(static_cast<std::uint16_t>(port));
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    timeval tv{30, 0};
+    ::setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
+    if (::connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) == 0) {
+      const std::string req = "GET /metrics HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n";
+      if (::send(fd, req.data(), req.size(), MSG_NOSIGNAL) == static_cast<ssize_t>(req.size())) {
+        char b[8192];
+        for (ssize_t n; (n = ::recv(fd, b, sizeof b, 0)) > 0;) e.scrape.append(b, static_cast<std::size_t>(n));
+      }
+    }
+    ::close(fd);
+  }
+  ::kill(pid, SIGTERM);  // our own child, by its pid
+  int st = 0;
+  while (::waitpid(pid, &st, 0) < 0 && errno == EINTR) {
+  }
+  ::close(p[0]);
+  e.err = test::slurp_file(err_file);
+  return e;
+}
+
+class ValkeyCliPassword : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    std::string error;
+    server_ = test::RedisServer::start(FAIRLANE_REDIS_SERVER, error, 0, {"--requirepass", kSecret});
+    if (!server_) FAIRLANE_SKIP_OR_FAIL(error);
+    hostport_ = "127.0.0.1:" + std::to_string(server_->port());
+    queue_ = test::unique_segment_name();
+  }
+  void TearDown() override {
+    if (!server_) return;
+    ValkeyOptions o;
+    o.force = true;
+    auto b = ValkeyBackend::open("valkey://:" + std::string(kSecret) + "@" + hostport_ + "/" + queue_, o);
+    if (b.ok()) (*b)->remove_queue();
+  }
+
+  // Runs the tool and checks that the password is nowhere in what it said.
+  CliRun run(const std::vector<std::string>& args) {
+    CliRun r = run_cli(args);
+    std::string cmd;
+    for (const auto& a : args) cmd += a + " ";
+    EXPECT_EQ(r.out.find(kSecret), std::string::npos) << "the password on stdout of: " << cmd << "\n" << show(r);
+    EXPECT_EQ(r.err.find(kSecret), std::string::npos) << "the password on stderr of: " << cmd << "\n" << show(r);
+    return r;
+  }
+
+  std::unique_ptr<test::RedisServer> server_;
+  std::string hostport_, queue_;
+};
+
+TEST_F(ValkeyCliPassword, NoCommandShowsThePassword) {
+  const std::string url = "valkey://default:" + std::string(kSecret) + "@" + hostport_ + "/" + queue_;
+  const std::string shown = "valkey://default@" + hostport_ + "/" + queue_;
+  const std::string nouser_url = "valkey://:" + std::string(kSecret) + "@" + hostport_ + "/" + queue_;
+  const std::string nouser_shown = "valkey://" + hostport_ + "/" + queue_;
+  test::TempDir dir;
+  const std::string seg = test::unique_segment_name("restored");
+  test::SegmentGuard guard(seg);
+
+  // Jobs in every state the views show: one dead (with an error), one pending.
+  CliRun r = run({"enqueue", url, "TEN00000000001", "--mint", "--payload", "x", "--json"});
+  ASSERT_EQ(r.exit_code, 0) << show(r);
+  const std::string id = nlohmann::json::parse(r.out)["id"];
+  r = run({"claim", url, "--json"});
+  ASSERT_EQ(r.exit_code, 0) << show(r);
+  r = run({"fail", url, id, std::to_string(nlohmann::json::parse(r.out)["token"].get<std::uint64_t>()),
+           "--max-attempts", "1", "--error", "boom"});
+  ASSERT_EQ(first_line(r.out), "dead " + id) << show(r);
+  ASSERT_EQ(run({"enqueue", url, "TEN00000000002", "--mint"}).exit_code, 0);
+
+  // The views: the queue's name without the password, in each form.
+  r = run({"inspect", url});
+  EXPECT_EQ(r.exit_code, 0) << show(r);
+  EXPECT_EQ(r.out.rfind("valkey " + shown + "  ", 0), 0U) << r.out;
+  r = run({"inspect", url, "--json"});
+  ASSERT_EQ(r.exit_code, 0) << show(r);
+  EXPECT_EQ(nlohmann::json::parse(r.out)["segment"], shown) << r.out;
+  r = run({"stats", url});
+  EXPECT_EQ(r.exit_code, 0) << show(r);
+  EXPECT_NE(first_line(r.out).find(shown), std::string::npos) << r.out;
+  r = run({"stats", url, "--json"});
+  ASSERT_EQ(r.exit_code, 0) << show(r);
+  EXPECT_EQ(nlohmann::json::parse(r.out)["segment"], shown) << r.out;
+  r = run({"stats", url, "--prometheus"});
+  EXPECT_EQ(r.exit_code, 0) << show(r);
+  EXPECT_NE(r.out.find("fairlane_enqueued_total{segment=\"" + shown + "\"} 2"), std::string::npos) << r.out;
+  for (const char* format : {"--prometheus", "--json"}) {
+    const auto file = dir.path() / (std::string("out") + format);
+    r = run({"stats", url, format, "--output", file.string()});
+    EXPECT_EQ(r.exit_code, 0) << show(r);
+    const std::string written = test::slurp_file(file);
+    EXPECT_NE(written.find(shown), std::string::npos) << written;
+    EXPECT_EQ(written.find(kSecret), std::string::npos) << "the password in the --output file: " << written;
+  }
+  r = run({"watch", url, "--once"});
+  EXPECT_EQ(r.exit_code, 0) << show(r);
+  EXPECT_NE(first_line(r.out).find(shown), std::string::npos) << r.out;
+  r = run({"jobs", url});
+  EXPECT_EQ(r.exit_code, 0) << show(r);
+  r = run({"jobs", url, "--json"});
+  ASSERT_EQ(r.exit_code, 0) << show(r);
+  EXPECT_EQ(nlohmann::json::parse(r.out)["segment"], shown) << r.out;
+  EXPECT_EQ(run({"job", url, id}).exit_code, 0);
+  EXPECT_EQ(run({"job", url, id, "--json"}).exit_code, 0);
+  r = run({"dead", url, "list"});
+  EXPECT_EQ(r.exit_code, 0) << show(r);
+  r = run({"dead", url, "list", "--json"});
+  ASSERT_EQ(r.exit_code, 0) << show(r);
+  EXPECT_EQ(nlohmann::json::parse(r.out)["segment"], shown) << r.out;
+  EXPECT_EQ(run({"depth", url, "TEN00000000002"}).exit_code, 0);
+
+  // The messages that name the queue.
+  r = run({"job", url, "JOB0000000000Z"});
+  EXPECT_EQ(r.exit_code, 1) << show(r);
+  EXPECT_NE(r.err.find("'" + shown + "'"), std::string::npos) << show(r);
+  r = run({"dead", url, "requeue", "JOB0000000000Z"});
+  EXPECT_EQ(r.exit_code, 1) << show(r);
+  r = run({"enqueue", url, "TEN00000000001", "--mint", "--payload", std::string(300, 'x')});
+  EXPECT_EQ(r.exit_code, 2) << show(r);
+  EXPECT_NE(r.err.find("'" + shown + "'"), std::string::npos) << show(r);
+  r = run({"enqueue", url, "TEN00000000001", "USR0KHTOWnGLuC"});
+  EXPECT_EQ(r.exit_code, 2) << show(r);
+  r = run({"pause", url});
+  EXPECT_EQ(r.exit_code, 0) << show(r);
+  EXPECT_EQ(first_line(r.out), "paused queue " + shown) << show(r);
+  r = run({"resume", url, "--json"});
+  EXPECT_EQ(r.exit_code, 0) << show(r);
+  EXPECT_EQ(nlohmann::json::parse(r.out)["segment"], shown) << r.out;
+  EXPECT_EQ(run({"mint", url}).exit_code, 0);
+  EXPECT_EQ(run({"tick", url}).exit_code, 0);
+  // Commands for a segment only, and the demo's --segment, refuse a URL.
+  for (const std::vector<std::string>& cmd : std::vector<std::vector<std::string>>{
+           {"create", url}, {"fsck", url}, {"mirror", url}, {"restore", url, "--from", url},
+           {"demo", "--segment", url}, {"demo-producer", url, "TEN00000000001", "1", "1", "--results", "x"}}) {
+    r = run(cmd);
+    EXPECT_EQ(r.exit_code, 2) << cmd[0] << ": " << show(r);
+  }
+  r = run({"inspect", "valkey://bob:" + std::string(kSecret) + "@127.0.0.1:0/q"});
+  EXPECT_EQ(r.exit_code, 2) << show(r);
+
+  // The exporter: its first line and the labels it serves.
+  Exported e = export_once(url);
+  EXPECT_EQ(e.first_line.find(kSecret), std::string::npos) << e.first_line;
+  EXPECT_NE(e.first_line.find(" for " + shown), std::string::npos) << e.first_line << "\n" << e.err;
+  EXPECT_NE(e.scrape.find("fairlane_enqueued_total{segment=\"" + shown + "\"} 2"), std::string::npos) << e.scrape;
+  EXPECT_EQ(e.scrape.find(kSecret), std::string::npos) << e.scrape;
+  EXPECT_EQ(e.err.find(kSecret), std::string::npos) << e.err;
+
+  // The default user as ":PASSWORD@": no user to show.
+  r = run({"inspect", nouser_url, "--json"});
+  ASSERT_EQ(r.exit_code, 0) << show(r);
+  EXPECT_EQ(nlohmann::json::parse(r.out)["segment"], nouser_shown) << r.out;
+  r = run({"stats", nouser_url, "--prometheus"});
+  EXPECT_NE(r.out.find("fairlane_enqueued_total{segment=\"" + nouser_shown + "\"} 2"), std::string::npos) << r.out;
+
+  // restore, and the keyspace it then owns: read-only through the URL.
+  r = run({"restore", seg, "--from", nouser_url, "--mirror", nouser_url});
+  EXPECT_EQ(r.exit_code, 0) << show(r);
+  EXPECT_NE(r.out.find(" from " + nouser_shown + ":"), std::string::npos) << show(r);
+  r = run({"enqueue", nouser_url, "TEN00000000001", "--mint"});
+  EXPECT_EQ(r.exit_code, 2) << show(r);
+  EXPECT_NE(r.err.find("'" + nouser_shown + "' is read-only"), std::string::npos) << show(r);
+  r = run({"pause", url});
+  EXPECT_EQ(r.exit_code, 2) << show(r);
+  r = run({"destroy", url});
+  EXPECT_NE(r.exit_code, 0) << show(r);
+  r = run({"destroy", url, "--force", "--json"});
+  ASSERT_EQ(r.exit_code, 0) << show(r);
+  EXPECT_EQ(nlohmann::json::parse(r.out)["queue"], shown) << r.out;
+  r = run({"stats", url});
+  EXPECT_EQ(r.exit_code, 2) << show(r);
+  r = run({"enqueue", url, "TEN00000000001", "--mint"});
+  r = run({"destroy", url});
+  EXPECT_EQ(r.exit_code, 0) << show(r);
+  EXPECT_EQ(first_line(r.out).rfind("destroyed " + shown + ":", 0), 0U) << show(r);
 }
 
 TEST(ValkeyCliErrors, UnreachableServerAndBadUrlAreExitTwo) {
