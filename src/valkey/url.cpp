@@ -16,7 +16,24 @@ constexpr std::string_view kSchemes[] = {"valkey://", "redis://"};
 constexpr std::size_t kMaxQueueName = 200;
 constexpr std::size_t kMaxNodes = 64;
 
+std::string_view strip_scheme(std::string_view url) noexcept;
+
 Error bad(std::string_view url, std::string why) {
+  // An '@' past the first '/', none before it: perhaps a user name or
+  // password holding an unescaped '/', which ends the host early. The URL
+  // is then read as host, port and queue from pieces of the password, and
+  // both the URL as shown and the reason (a port quoted) gave the password
+  // away (found by a tester: valkey://bob:s3/cret@host:1/q). All before
+  // that '@' is hidden, and the reason quotes nothing.
+  const std::string_view rest = strip_scheme(url);
+  const std::size_t slash = rest.find('/'), at = rest.rfind('@');
+  if (rest.data() != nullptr && slash != std::string_view::npos && at != std::string_view::npos && at > slash &&
+      rest.substr(0, slash).find('@') == std::string_view::npos)
+    return Error{Errc::invalid_argument, 0,
+                 "invalid Valkey URL '" + std::string(url.substr(0, url.size() - rest.size())) + "***" +
+                     std::string(rest.substr(at)) +
+                     "': it cannot be read as USER:PASSWORD@HOST:PORT/QUEUE (a '/' or '@' in a user name or "
+                     "password is written %2F or %40)"};
   return Error{Errc::invalid_argument, 0, "invalid Valkey URL '" + redact_url(url) + "': " + why};
 }
 

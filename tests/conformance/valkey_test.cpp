@@ -678,6 +678,18 @@ TEST_F(ValkeyAuth, AWrongOrMissingPasswordIsAClearErrorWithoutThePassword) {
   ASSERT_FALSE(malformed.ok());
   EXPECT_EQ(malformed.error().message.find("hunter2"), std::string::npos) << malformed.error().message;
   EXPECT_NE(malformed.error().message.find("bob:***@"), std::string::npos) << malformed.error().message;
+  // A '/' left unescaped in the password ends the host early: the URL reads
+  // as host "bob", port "s3" or "1234", and a queue name holding the rest.
+  // Neither the URL shown nor the reason may quote a piece of it.
+  for (const char* slashed : {"valkey://bob:s3/cret@host:1/q", "valkey://bob:1234/x@host:1/q"}) {
+    auto r = ValkeyUrl::parse(slashed);
+    ASSERT_FALSE(r.ok()) << slashed;
+    const std::string& m = r.error().message;
+    EXPECT_EQ(m.find("s3"), std::string::npos) << m;
+    EXPECT_EQ(m.find("cret"), std::string::npos) << m;
+    EXPECT_EQ(m.find("1234"), std::string::npos) << m;
+    EXPECT_NE(m.find("%2F"), std::string::npos) << m;
+  }
 }
 
 TEST(ValkeyUrl, UserPasswordAndSeedLists) {
