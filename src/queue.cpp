@@ -8,12 +8,14 @@
 
 #include <algorithm>
 #include <climits>
+#include <cstdio>
 #include <cstring>
 #include <optional>
 #include <thread>
 
 #include "clock.hpp"
 #include "core.hpp"
+#include "fairlane/valkey.hpp"
 #include "failpoint.hpp"
 #include "futex.hpp"
 #include "retry_codec.hpp"
@@ -40,6 +42,73 @@ Result<Queue> Queue::open(std::string_view name, Attach attach) {
   return Queue(std::move(s).value());
 }
 
+namespace {
+
+std::string describe_retry(const RetryPolicy& p) {
+  std::string out = p.max_attempts ? "max_attempts " + std::to_string(p.max_attempts) : "no max_attempts";
+  if (!p.backoff) return out + ", no backoff";
+  const Backoff& b = *p.backoff;
+  if (b.kind == Backoff::Kind::fixed) {
+    out += ", fixed " + std::to_string(b.base.count()) + " ms";
+  } else {
+    char f[32];
+    std::snprintf(f, sizeof f, "%g", b.factor);
+    out += ", exponential " + std::to_string(b.base.count()) + ".." + std::to_string(b.cap.count()) + " ms x" + f;
+  }
+  if (b.jitter > 0) {
+    char j[32];
+    std::snprintf(j, sizeof j, "%g", b.jitter);
+    out += ", jitter " + std::string(j);
+  }
+  return out;
+}
+
+// The settings of `options` that the segment `c` was not created with, as
+// "name X (asked Y)" items; empty when it was created with them all. Every
+// setting counts but the file mode, default or not (QueueOptions cannot
+// tell a field left at its default from one set to it); each is compared
+// as create() would have stored it (the mirror URL without its password,
+// the retry policy in its stored precision). The mirror's own settings
+// count only when a mirror is asked for.
+std::string settings_differ(const QueueConfig& c, const QueueOptions& o) {
+  std::string out;
+  const auto add = [&](std::string_view setting, const std::string& has, const std::string& asked) {
+    if (!out.empty()) out += ", ";
+    out.append(setting).append(" ").append(has).append(" (asked ").append(asked).append(")");
+  };
+  const auto num = [&](std::string_view setting, std::uint64_t has, std::uint64_t asked) {
+    if (has != asked) add(setting, std::to_string(has), std::to_string(asked));
+  };
+  num("jobs", c.jobs, o.jobs);
+  num("lanes", c.lanes, o.lanes);
+  num("payload_bytes", c.payload_bytes, o.payload_bytes);
+  num("processes", c.processes, o.processes);
+  if (c.job_kind != o.job_kind) add("job_kind", c.job_kind, o.job_kind);
+  num("node", c.node, o.node);
+  num("recovery_ms", c.recovery_ms, o.recovery_ms);
+  std::uint64_t a = 0, b = 0;
+  retry_encode(o.default_retry, a, b);
+  if (const RetryPolicy asked = retry_decode(a, b); !(asked == c.default_retry))
+    add("default_retry", describe_retry(c.default_retry), describe_retry(asked));
+  if (o.mirror.empty()) {
+    if (!c.mirror.empty()) add("mirror", c.mirror, "none");
+    return out;
+  }
+  // create() checked the URL before it found the name taken.
+  const auto url = ValkeyUrl::parse(o.mirror);
+  const std::string asked_url = url ? url->str() : redact_url(o.mirror);
+  if (c.mirror != asked_url) add("mirror", c.mirror.empty() ? std::string("none") : c.mirror, asked_url);
+  if (c.mirror.empty()) return out;
+  if (c.durability != o.durability)
+    add("durability", std::string(to_string(c.durability)), std::string(to_string(o.durability)));
+  if (c.on_full != o.on_full) add("on_full", std::string(to_string(c.on_full)), std::string(to_string(o.on_full)));
+  num("mirror_log", c.mirror_log, o.mirror_log);
+  num("sync_timeout_ms", c.sync_timeout_ms, o.sync_timeout_ms);
+  return out;
+}
+
+}  // namespace
+
 Result<Queue> Queue::open_or_create(std::string_view name, const QueueOptions& options) {
   // A creator publishes its header last; give one that is mid-creation up to
   // a second before reporting it.
@@ -47,7 +116,16 @@ Result<Queue> Queue::open_or_create(std::string_view name, const QueueOptions& o
     auto c = create(name, options);
     if (c || c.error().code != Errc::already_exists) return c;
     auto o = open(name);
-    if (o || (o.error().code != Errc::not_initialized && o.error().code != Errc::not_found)) return o;
+    if (o) {
+      // Not the queue asked for: say so rather than hand back one whose
+      // enqueues answer payload_too_large or kind_mismatch later.
+      if (std::string differ = settings_differ(o->config(), options); !differ.empty())
+        return Error{Errc::already_exists, 0,
+                     "segment '" + std::string(name) + "' exists with other settings than asked: " + differ +
+                         "; nothing changed (Queue::open takes it as it is)"};
+      return o;
+    }
+    if (o.error().code != Errc::not_initialized && o.error().code != Errc::not_found) return o;
     if (attempt == 99) return o;
     if (o.error().code == Errc::not_initialized) std::this_thread::sleep_for(std::chrono::milliseconds(10));
   }

@@ -425,6 +425,19 @@ class Queue {
   // create it with more processes, not to depend on that.
   enum class Attach { member, observer };
   static Result<Queue> open(std::string_view name, Attach attach = Attach::member);
+  // create(), or, when a segment of that name exists, open() it as a
+  // member: but only if it was created with these options. Every option is
+  // compared with the segment's (config()) except the file mode: jobs,
+  // lanes, payload_bytes, processes, job_kind, node, recovery_ms,
+  // default_retry (as stored: its jitter and factor to 1/1000) and the
+  // mirror (its URL without a password; durability, on_full, mirror_log and
+  // sync_timeout_ms when a mirror is asked for; none asked for and one
+  // configured also differ). A field left at its default counts as asking
+  // for that default: QueueOptions cannot tell the two apart. Any that
+  // differs is Errc::already_exists, naming each such setting with the
+  // segment's value and the one asked for, and nothing is changed (open()
+  // takes a segment as it is). Options out of range are invalid_argument,
+  // whether or not the segment exists.
   static Result<Queue> open_or_create(std::string_view name, const QueueOptions& options = {});
   static Status remove(std::string_view name);
 

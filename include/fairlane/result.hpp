@@ -17,7 +17,7 @@ namespace fairlane {
 
 enum class Errc {
   not_found = 1,      // no segment of that name
-  already_exists,     // create() found a segment of that name
+  already_exists,     // create() found a segment of that name; open_or_create() found one created with other settings
   wrong_layout,       // magic or layout version of another build
   truncated,          // the file is smaller than its header says
   not_initialized,    // its creator died (or is still working) before it was ready

@@ -159,11 +159,101 @@ TEST(Setup, OpenOrCreate) {
   auto first = Queue::open_or_create(guard.name(), o);
   ASSERT_TRUE(first.ok()) << describe(first.error());
   EXPECT_EQ(first->config().jobs, 32U);
-  QueueOptions other = small();
-  other.jobs = 99;
-  auto second = Queue::open_or_create(guard.name(), other);
+  auto second = Queue::open_or_create(guard.name(), o);
   ASSERT_TRUE(second.ok()) << describe(second.error());
   EXPECT_EQ(second->config().jobs, 32U) << "open_or_create must attach to the existing segment";
+  EXPECT_TRUE(second->writable()) << "open_or_create attaches as a member";
+  // The file mode is not compared: the segment's file has what it has.
+  QueueOptions mode = o;
+  mode.mode = 0644;
+  auto third = Queue::open_or_create(guard.name(), mode);
+  EXPECT_TRUE(third.ok()) << describe(third.error());
+}
+
+// A segment created with other settings is not handed back as if it were
+// the one asked for (its enqueues answered payload_too_large and
+// kind_mismatch later): already_exists, naming each setting that differs,
+// defaults included, and nothing changed.
+TEST(Setup, OpenOrCreateRefusesASegmentCreatedWithOtherSettings) {
+  SegmentGuard guard(unique_segment_name());
+  QueueOptions o;
+  o.jobs = 64;
+  o.lanes = 8;
+  o.payload_bytes = 16;
+  auto first = Queue::create(guard.name(), o);
+  ASSERT_TRUE(first.ok()) << describe(first.error());
+
+  QueueOptions asked;
+  asked.jobs = 65536;
+  asked.payload_bytes = 512;
+  asked.job_kind = "ORD";
+  asked.default_retry.max_attempts = 5;
+  auto r = Queue::open_or_create(guard.name(), asked);
+  ASSERT_FALSE(r.ok()) << "open_or_create handed back a segment of 64 jobs of 16 bytes, kind JOB";
+  EXPECT_EQ(r.error().code, Errc::already_exists) << describe(r.error());
+  EXPECT_EQ(r.error().sys_errno, 0);
+  const std::string& m = r.error().message;
+  for (const char* part : {"jobs 64 (asked 65536)", "lanes 8 (asked 4096)", "payload_bytes 16 (asked 512)",
+                           "job_kind JOB (asked ORD)", "default_retry"})
+    EXPECT_NE(m.find(part), std::string::npos) << part << " not in: " << m;
+  EXPECT_EQ(m.find("node"), std::string::npos) << m;
+  EXPECT_EQ(m.find("processes"), std::string::npos) << m;
+  EXPECT_EQ(first->config().jobs, 64U);
+  EXPECT_EQ(first->processes().size(), 1U) << "the refused open stayed attached";
+
+  // One setting at a time, each of them.
+  const auto refused = [&](const char* what, auto&& change) {
+    QueueOptions x = o;
+    change(x);
+    auto q = Queue::open_or_create(guard.name(), x);
+    ASSERT_FALSE(q.ok()) << what << " differs, and open_or_create opened the segment";
+    EXPECT_EQ(q.error().code, Errc::already_exists) << what << ": " << describe(q.error());
+    EXPECT_NE(q.error().message.find(what), std::string::npos) << q.error().message;
+  };
+  refused("jobs", [](QueueOptions& x) { x.jobs = 65; });
+  refused("lanes", [](QueueOptions& x) { x.lanes = 9; });
+  refused("payload_bytes", [](QueueOptions& x) { x.payload_bytes = 17; });
+  refused("processes", [](QueueOptions& x) { x.processes = 2; });
+  refused("job_kind", [](QueueOptions& x) { x.job_kind = "ORD"; });
+  refused("node", [](QueueOptions& x) { x.node = 7; });
+  refused("recovery_ms", [](QueueOptions& x) { x.recovery_ms = 1000; });
+  refused("default_retry", [](QueueOptions& x) { x.default_retry.max_attempts = 3; });
+  refused("default_retry", [](QueueOptions& x) { x.default_retry.backoff = Backoff::fixed(std::chrono::seconds(1)); });
+  refused("mirror none (asked valkey://127.0.0.1:6379/q)",
+          [](QueueOptions& x) { x.mirror = "valkey://127.0.0.1:6379/q"; });
+  auto same = Queue::open_or_create(guard.name(), o);
+  EXPECT_TRUE(same.ok()) << describe(same.error());
+}
+
+// A mirrored segment: the URL as stored (no password) and the mirror's own
+// settings count; asking for no mirror differs too.
+TEST(Setup, OpenOrCreateComparesTheMirrorSettings) {
+  SegmentGuard guard(unique_segment_name());
+  QueueOptions o = small();
+  o.mirror = "valkey://127.0.0.1:6379/orders";
+  o.durability = Durability::sync;
+  o.mirror_log = 128;
+  auto first = Queue::create(guard.name(), o);
+  ASSERT_TRUE(first.ok()) << describe(first.error());
+  QueueOptions with_password = o;
+  with_password.mirror = "valkey://:secret@127.0.0.1:6379/orders";
+  auto same = Queue::open_or_create(guard.name(), with_password);
+  EXPECT_TRUE(same.ok()) << describe(same.error());
+  const auto refused = [&](const char* what, auto&& change) {
+    QueueOptions x = o;
+    change(x);
+    auto q = Queue::open_or_create(guard.name(), x);
+    ASSERT_FALSE(q.ok()) << what << " differs, and open_or_create opened the segment";
+    EXPECT_EQ(q.error().code, Errc::already_exists) << what << ": " << describe(q.error());
+    EXPECT_NE(q.error().message.find(what), std::string::npos) << q.error().message;
+    EXPECT_EQ(q.error().message.find("secret"), std::string::npos) << q.error().message;
+  };
+  refused("mirror valkey://127.0.0.1:6379/orders (asked none)", [](QueueOptions& x) { x.mirror.clear(); });
+  refused("mirror", [](QueueOptions& x) { x.mirror = "valkey://:secret@127.0.0.1:6379/other"; });
+  refused("durability sync (asked async)", [](QueueOptions& x) { x.durability = Durability::async; });
+  refused("on_full", [](QueueOptions& x) { x.on_full = MirrorFull::drop; });
+  refused("mirror_log 128 (asked 256)", [](QueueOptions& x) { x.mirror_log = 256; });
+  refused("sync_timeout_ms", [](QueueOptions& x) { x.sync_timeout_ms = 10; });
 }
 
 TEST(Setup, RemoveThenOpenIsNotFound) {
