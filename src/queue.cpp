@@ -164,6 +164,9 @@ QueueConfig Queue::config() const {
 std::uint64_t Queue::now_ms() const noexcept { return segment_now_ms(*seg_); }
 
 void Queue::advance_clock(std::uint64_t ms) noexcept {
+  // The clock is every process's: a handle that makes no writes (an
+  // observer, an unattached copy) leaves it alone, as it leaves the rest.
+  if (!writer_cold(*seg_)) return;
   // Bounded: the offset is signed and a clock pushed past its range would
   // wrap every deadline.
   seg_->h->clock_offset_ms.fetch_add(std::int64_t(std::min<std::uint64_t>(ms, 1ULL << 40)), std::memory_order_relaxed);

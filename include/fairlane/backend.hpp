@@ -109,6 +109,7 @@ class Backend {
   virtual std::vector<ProcessInfo> processes() = 0;
 
   // Moves the queue's clock forward for every client (tests and drills).
+  // A segment handle that makes no writes (an observer) leaves it alone.
   virtual void advance_clock(std::uint64_t ms) = 0;
 
   // The segment's own handle, for what only a segment has (fsck, repair,

@@ -411,7 +411,10 @@ class Queue {
   // An observer (inspect, stats, watch) reads and may run fsck, but is not a
   // process of the queue: processes() does not list it, it takes no process
   // record, and every call that would change the segment refuses
-  // (read_only statuses, or does nothing).
+  // (read_only statuses, or does nothing: advance_clock, tick, drain, ...).
+  // One exception: mint() mints as a member's does, moving the segment's
+  // shared mint word (which keeps ids unique and rising, and changes no job,
+  // lane, lease or clock), so that an id an observer mints is no other's.
   //
   // A Queue in a child forked without exec is a copy of its parent's: the
   // child's first call through it that writes takes a process record of the
@@ -686,6 +689,8 @@ class Queue {
 
   // Moves this segment's clock forward by ms, for every attached process.
   // For tests and drills: leases expire and delayed jobs fall due sooner.
+  // Does nothing through a handle that makes no writes (writable() false:
+  // an observer, an unattached copy).
   void advance_clock(std::uint64_t ms) noexcept;
 
  private:

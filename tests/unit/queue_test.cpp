@@ -267,6 +267,41 @@ TEST_F(QueueTest, AnObserversPauseAllSaysReadOnlyAndPausesNothing) {
   EXPECT_EQ(q().try_claim(l, 1000), ClaimStatus::claimed);
 }
 
+// advance_clock through an observer moved the segment's clock for every
+// process: a member's 30 s lease expired and was handed out again, a job
+// delayed an hour fell due. It does nothing there now. mint() is the one
+// call of an observer that writes (queue.hpp): its ids are unique and
+// rising among the members' too.
+TEST_F(QueueTest, AnObserversAdvanceClockDoesNothingAndItsMintsAreUnique) {
+  const BrandedId job = q().mint();
+  ASSERT_EQ(q().enqueue(A, job, "a"), EnqueueStatus::enqueued);
+  const BrandedId later = q().mint();
+  ASSERT_EQ(q().enqueue(B, later, "b", EnqueueOptions{.delay_ms = 3'600'000}), EnqueueStatus::enqueued);
+  Lease held;
+  ASSERT_TRUE(q().claim(held, 30'000));
+  auto obs = Queue::open(q().name(), Queue::Attach::observer);
+  ASSERT_TRUE(obs.ok());
+  ASSERT_FALSE(obs->writable());
+  const std::uint64_t before = q().now_ms();
+  obs->advance_clock(3'600'000);
+  EXPECT_LT(q().now_ms() - before, 1'800'000U) << "the observer moved the segment clock";
+  EXPECT_EQ(q().tick(), 0U) << "a lease expired or a delayed job fell due";
+  EXPECT_EQ(q().job(later)->state, JobState::scheduled);
+  EXPECT_EQ(q().job(job)->state, JobState::leased);
+  EXPECT_EQ(q().complete(held.id, held.token), AckStatus::ok);
+  EXPECT_EQ(q().snapshot().counters.expired, 0U);
+  // A member's advance_clock still moves it.
+  q().advance_clock(3'600'000);
+  EXPECT_EQ(q().tick(), 1U);
+  EXPECT_EQ(q().job(later)->state, JobState::pending);
+  // The observer's mints.
+  const BrandedId m1 = q().mint();
+  const BrandedId o1 = obs->mint();
+  const BrandedId m2 = q().mint();
+  EXPECT_LT(m1, o1);
+  EXPECT_LT(o1, m2);
+}
+
 TEST_F(QueueTest, LaneLeavesRingWhenEmptyAndReturnsOnEnqueue) {
   fill(A, 1);
   fill(B, 2);
