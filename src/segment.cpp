@@ -624,15 +624,19 @@ Result<std::unique_ptr<Segment>> finish_attach(std::unique_ptr<Segment> s, bool 
   if (observer) return s;  // a tool that only looks takes no record
   std::uint32_t busy = 0;
   s->me = attach(*s, busy);
+  // Not an OS error (Errc::system with no errno said nothing to act on):
+  // every record is held by a live process, or its lock by one detaching.
   if (!s->me && busy > 0)
-    return make_error(Errc::system, "segment '" + s->name + "' has no free process record: " +
-                                        std::to_string(busy) +
-                                        " free ones are still locked by a process that detached from them "
-                                        "and has not let go of its liveness lock (stopped there?); try again");
+    return make_error(Errc::busy, "segment '" + s->name + "' has no free process record: " +
+                                      std::to_string(busy) +
+                                      " free ones are still locked by a process that detached from them "
+                                      "and has not let go of its liveness lock (stopped there?); try again");
   if (!s->me)
-    return make_error(Errc::system, "segment '" + s->name + "' has no free process record (" +
-                                        std::to_string(s->proc_count) +
-                                        " processes attached; create it with a larger --processes)");
+    return make_error(Errc::busy, "segment '" + s->name + "' has no free process record (" +
+                                      std::to_string(s->proc_count) +
+                                      (s->proc_count == 1 ? " process" : " processes") +
+                                      " attached: try again once one detaches, or create it with a larger "
+                                      "--processes, QueueOptions::processes)");
   s->me_index = std::uint32_t(s->me - s->procs);
   std::lock_guard l(live_handles_mu);
   note_held_record(*s);

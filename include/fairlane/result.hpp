@@ -25,7 +25,10 @@ enum class Errc {
   invalid_argument,   // an option or argument out of range
   permission_denied,  // the OS refused access
   system,             // any other OS error; see sys_errno
-  busy,               // the role is held by another live process (a second mirror)
+  busy,               // held by other live processes: a role (a second mirror), the segment
+                      // (repair while others are attached), or every process record (open of a
+                      // segment with `processes` attached: try again once one detaches, or
+                      // create it with more)
   unavailable,        // a server (Valkey) could not be reached or refused the request
 };
 

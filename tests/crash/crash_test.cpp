@@ -465,6 +465,7 @@ TEST_F(Crash, AnAttachThatGivesUpOnABusyLivenessLockSaysSo) {
   ASSERT_EQ(lock_every_free_record(fd, o.processes), 1);
   auto opened = Queue::open(seg());  // waits its 1 s for the busy lock, then gives up
   ASSERT_FALSE(opened.ok());
+  EXPECT_EQ(opened.error().code, Errc::busy) << opened.error().message;
   EXPECT_NE(opened.error().message.find("liveness lock"), std::string::npos) << opened.error().message;
   EXPECT_EQ(opened.error().message.find("larger --processes"), std::string::npos) << opened.error().message;
   ::close(fd);

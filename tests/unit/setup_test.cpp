@@ -256,6 +256,29 @@ TEST(Setup, OpenOrCreateComparesTheMirrorSettings) {
   refused("sync_timeout_ms", [](QueueOptions& x) { x.sync_timeout_ms = 10; });
 }
 
+// Every process record held: busy, with no errno (it was Errc::system,
+// "any other OS error; see sys_errno", with sys_errno 0) and a message
+// that says what to do.
+TEST(Setup, AnOpenThatFindsEveryProcessRecordHeldIsBusy) {
+  SegmentGuard guard(unique_segment_name());
+  QueueOptions o = small();
+  o.processes = 1;
+  auto first = Queue::create(guard.name(), o);
+  ASSERT_TRUE(first.ok()) << describe(first.error());
+  auto second = Queue::open(guard.name());
+  ASSERT_FALSE(second.ok());
+  EXPECT_EQ(second.error().code, Errc::busy) << describe(second.error());
+  EXPECT_EQ(second.error().sys_errno, 0);
+  EXPECT_NE(second.error().message.find("no free process record (1 process attached"), std::string::npos)
+      << second.error().message;
+  EXPECT_NE(second.error().message.find("larger --processes"), std::string::npos) << second.error().message;
+  // An observer takes no record; once the member detaches, a record is free.
+  EXPECT_TRUE(Queue::open(guard.name(), Queue::Attach::observer).ok());
+  first = Error{};
+  auto third = Queue::open(guard.name());
+  EXPECT_TRUE(third.ok()) << describe(third.error());
+}
+
 TEST(Setup, RemoveThenOpenIsNotFound) {
   SegmentGuard guard(unique_segment_name());
   { auto q = Queue::create(guard.name(), small()); ASSERT_TRUE(q.ok()) << describe(q.error()); }
