@@ -45,6 +45,8 @@ bool Backoff::valid() const noexcept {
   constexpr std::int64_t kMaxMs = 0xFFFFFFFFLL;
   if (base.count() < 0 || base.count() > kMaxMs || cap.count() < 0 || cap.count() > kMaxMs) return false;
   if (!(factor >= 1.0 && factor <= 1000.0) || !(jitter >= 0.0 && jitter <= 1.0)) return false;
+  // A fixed delay is its base (delay() does not read the cap, and the
+  // stored form keeps cap = base): only an exponential one is capped.
   return kind == Kind::fixed || base <= cap;
 }
 

@@ -713,11 +713,18 @@ Worker::Worker(BackendFactory backends, WorkerOptions options, Handler handler) 
   if (!handler) bad("no handler");
   if (options.threads == 0 || options.threads > 4096) bad("threads must be 1..4096");
   if (options.lease_ms == 0) bad("lease_ms must be at least 1");
-  if (options.max_attempts == 0) bad("max_attempts must be at least 1");
+  // The ranges of a stored policy (retry.hpp): the worker's policy is what
+  // its fail() calls apply, and what a job's stored one would have to be.
+  if (options.max_attempts == 0 || options.max_attempts > 65535) bad("max_attempts must be 1..65535");
   const Backoff& bo = options.backoff;
   if (bo.base.count() < 0 || bo.cap.count() < 0) bad("backoff delays must not be negative");
-  if (!(bo.factor >= 1.0) || !std::isfinite(bo.factor)) bad("backoff factor must be at least 1");
+  if (bo.base.count() > 0xFFFFFFFFLL || bo.cap.count() > 0xFFFFFFFFLL)
+    bad("backoff delays must be at most 2^32-1 ms (about 49.7 days)");
+  if (!(bo.factor >= 1.0 && bo.factor <= 1000.0)) bad("backoff factor must be 1..1000");
   if (!(bo.jitter >= 0.0 && bo.jitter <= 1.0)) bad("backoff jitter must be within [0, 1]");
+  if (bo.kind == Backoff::Kind::exponential && bo.base > bo.cap)
+    bad("an exponential backoff's base must not exceed its cap");
+  if (!bo.valid()) bad("backoff out of range (retry.hpp, Backoff::valid)");
   if (options.handler_timeout.count() < 0 || options.shutdown_grace.count() < 0) bad("timeouts must not be negative");
   if (options.idle_poll.count() < 1) bad("idle_poll must be at least 1 ms");
   if (options.supervise_every.count() < 0) bad("supervise_every must not be negative");

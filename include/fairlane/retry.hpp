@@ -22,7 +22,9 @@ namespace fairlane {
 //
 // then jitter j in [0, 1] takes off a uniform random share of up to j of it:
 // the delay is drawn uniformly from [d * (1 - j), d]. j = 1 is "full jitter",
-// j = 0.5 "equal jitter". The result never exceeds the cap.
+// j = 0.5 "equal jitter". An exponential delay never exceeds the cap; a
+// fixed one is its base, whatever the cap (Backoff::fixed sets cap = base,
+// and a stored fixed policy keeps cap = base: its cap is not used).
 struct Backoff {
   enum class Kind { fixed, exponential };
   Kind kind = Kind::exponential;
@@ -40,7 +42,8 @@ struct Backoff {
   std::chrono::milliseconds delay(std::uint32_t attempt, double u = 0.0) const noexcept;
 
   // Ranges a stored policy must respect: base and cap up to ~49.7 days
-  // (32-bit ms), factor 1..1000, jitter 0..1, base <= cap.
+  // (32-bit ms), factor 1..1000, jitter 0..1, and for exponential
+  // base <= cap (a fixed backoff's cap is not used, so not checked).
   bool valid() const noexcept;
 
   friend bool operator==(const Backoff&, const Backoff&) = default;

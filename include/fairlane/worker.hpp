@@ -161,8 +161,8 @@ struct WorkerOptions {
   std::uint32_t max_in_flight = 0;          // leases held at once (queued + running); 0: = threads
   std::uint32_t lease_ms = 30000;           // lease length of a claim and of each heartbeat
   std::uint32_t heartbeat_ms = 0;           // extend a lease this long after the last; 0: lease_ms / 3
-  std::uint32_t max_attempts = 5;           // dead-letter when an attempt numbered this fails
-  Backoff backoff{};                        // exponential 1 s .. 5 min, no jitter
+  std::uint32_t max_attempts = 5;           // dead-letter when an attempt numbered this fails (1..65535)
+  Backoff backoff{};                        // exponential 1 s .. 5 min, no jitter; must be valid()
   std::chrono::milliseconds handler_timeout{0};   // 0: none
   std::chrono::milliseconds shutdown_grace{10000};  // in-flight handlers may finish within this
   std::chrono::milliseconds idle_poll{250};       // claim_wait timeout: how soon an idle claimer sees a stop
@@ -192,7 +192,9 @@ struct WorkerStats {
 class Worker {
  public:
   // Does not start anything. Throws std::invalid_argument for options out of
-  // range (threads 0, lease_ms 0, jitter outside [0, 1], factor < 1, ...).
+  // range (threads 0, lease_ms 0, max_attempts outside 1..65535, a backoff
+  // that is not valid(): an exponential one with base > cap, jitter outside
+  // [0, 1], factor outside 1..1000, delays over 2^32-1 ms; ...).
   Worker(BackendFactory backends, WorkerOptions options, Handler handler);
   Worker(const Worker&) = delete;
   Worker& operator=(const Worker&) = delete;

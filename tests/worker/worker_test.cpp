@@ -70,6 +70,45 @@ TEST(WorkerOptionsCheck, RefusesNonsense) {
   EXPECT_NO_THROW(make([](WorkerOptions&) {}));
 }
 
+// The ranges of a stored policy (retry.hpp) hold for the worker's too: an
+// exponential backoff with base > cap (valid() false) and max_attempts over
+// 65,535 were taken, though the constructor is documented to throw for
+// options out of range.
+TEST(WorkerOptionsCheck, RefusesWhatAStoredPolicyCouldNotBe) {
+  auto handler = [](Job&) { return Outcome::ok(); };
+  auto none = []() -> std::unique_ptr<Backend> { return nullptr; };
+  auto make = [&](auto edit) {
+    WorkerOptions o;
+    edit(o);
+    Worker w(none, o, handler);
+  };
+  EXPECT_THROW(make([](WorkerOptions& o) { o.backoff = Backoff::exponential(10000ms, 5000ms); }),
+               std::invalid_argument);
+  EXPECT_THROW(make([](WorkerOptions& o) { o.max_attempts = 70000; }), std::invalid_argument);
+  EXPECT_THROW(make([](WorkerOptions& o) { o.backoff.factor = 1001; }), std::invalid_argument);
+  EXPECT_THROW(make([](WorkerOptions& o) { o.backoff.cap = std::chrono::milliseconds(1LL << 32); }),
+               std::invalid_argument);
+  EXPECT_NO_THROW(make([](WorkerOptions& o) { o.max_attempts = 65535; }));
+  EXPECT_NO_THROW(make([](WorkerOptions& o) { o.backoff = Backoff::exponential(5000ms, 5000ms); }));
+  // A fixed backoff is its base: its cap is not used, nor checked.
+  EXPECT_NO_THROW(make([](WorkerOptions& o) {
+    o.backoff = Backoff{.kind = Backoff::Kind::fixed, .base = 10000ms, .cap = 5000ms};
+  }));
+}
+
+// A fixed backoff waits its base whatever its cap (retry.hpp): valid(), and
+// stored with cap = base. Only an exponential one is capped.
+TEST(WorkerBackoff, AFixedDelayIsItsBaseAndOnlyExponentialIsCapped) {
+  const Backoff hand{.kind = Backoff::Kind::fixed, .base = 10000ms, .cap = 5000ms};
+  EXPECT_TRUE(hand.valid());
+  EXPECT_EQ(hand.delay(1), 10000ms);
+  EXPECT_EQ(hand.delay(7), 10000ms);
+  EXPECT_EQ(Backoff::fixed(10000ms).cap, 10000ms);
+  const Backoff exp{.kind = Backoff::Kind::exponential, .base = 10000ms, .cap = 5000ms};
+  EXPECT_FALSE(exp.valid());
+  EXPECT_EQ(Backoff::exponential(1000ms, 5000ms).delay(10), 5000ms);
+}
+
 // Every thread's backend forwards segment() to the one it shares (it said
 // nullptr, as Valkey does, until review).
 TEST_F(WorkerTest, EachThreadsBackendReachesTheSharedSegment) {
