@@ -156,7 +156,8 @@ struct RecoveryInfo {
 
 enum class EnqueueStatus {
   enqueued,           // admitted: it will be delivered
-  duplicate,          // a job with this id exists (job(id) finds it, and it will be delivered); nothing changed
+  duplicate,          // a job with this id exists, pending, leased, scheduled or dead (job(id) finds it);
+                      // nothing changed. A live one will be delivered; a dead one only after requeue_dead
   kind_mismatch,      // the job id is not of the queue's job namespace
   invalid_id,         // the job id is not a valid branded id
   invalid_group,      // the group is not a valid branded id
@@ -501,8 +502,9 @@ class Queue {
   BrandedId mint(std::string_view kind) noexcept;
 
   // Admit a job. An empty group means the default lane. Idempotent by id:
-  // a second enqueue of a live id returns duplicate and leaves that job as
-  // it was. On any refusal nothing is written (no slot, no lane, no index
+  // a second enqueue of an id the queue holds (pending, leased, scheduled,
+  // or dead: a dead job keeps its id until requeue_dead or purge_dead, as in
+  // EchoMQ) returns duplicate and leaves that job as it was. On any refusal nothing is written (no slot, no lane, no index
   // entry), except not_durable, which is an admission, and one case: the
   // first enqueue by a thread of an id it minted lately skips the look-up
   // for a live duplicate (a duplicate then only if the id was handed to

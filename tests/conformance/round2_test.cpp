@@ -353,6 +353,31 @@ TEST_P(ValkeyFirstTest, DeadLettersInIdOrderRequeueAndPurge) {
   EXPECT_EQ(q().enqueue(A, ids[0], "again"), EnqueueStatus::enqueued);  // purged ids are gone
 }
 
+// The id of a dead-lettered job is taken: enqueueing it again is
+// duplicate and changes nothing, as in EchoMQ (its row exists). But a dead
+// job is not delivered until requeue_dead (queue.hpp said duplicate meant
+// "it will be delivered").
+TEST_P(BackendTest, TheIdOfADeadJobIsADuplicateAndIsDeliveredOnlyAfterRequeueDead) {
+  const BrandedId id = q().mint();
+  ASSERT_EQ(q().enqueue(A, id, "v1"), EnqueueStatus::enqueued);
+  Lease l = claim_one();
+  ASSERT_EQ(l.id, id);
+  ASSERT_EQ(q().fail(l.id, l.token, FailOptions{.max_attempts = 1, .error = "x"}), FailStatus::dead);
+  EXPECT_EQ(q().enqueue(A, id, "v2"), EnqueueStatus::duplicate);
+  auto info = q().job(id, true);
+  ASSERT_TRUE(info.has_value());
+  EXPECT_EQ(info->state, JobState::dead);
+  EXPECT_EQ(info->payload, "v1");
+  q().advance_clock(100'000);
+  q().tick();
+  Lease none;
+  EXPECT_FALSE(q().claim(none, 60000)) << "a dead job was delivered";
+  ASSERT_EQ(q().requeue_dead(id), AckStatus::ok);
+  Lease again = claim_one();
+  EXPECT_EQ(again.id, id);
+  EXPECT_EQ(again.payload, "v1");
+}
+
 TEST_P(BackendTest, LimitZeroIsRefusedAndChangesNothing) {
   fill(A, 2);
   ASSERT_EQ(q().set_limit(A, 2), LaneStatus::ok);
