@@ -226,7 +226,8 @@ std::vector<JobInfo> Queue::jobs(const JobFilter& filter) const {
   GroupKey want{};
   bool want_default = false;
   if (filter.group) {
-    if (!filter.group->valid()) return out;
+    // The empty id is the default lane, as in enqueue and depth (it listed
+    // nothing here, and the default lane's jobs on Valkey).
     want_default = is_default_group(*filter.group);
     if (!want_default && !group_of(*filter.group, want)) return out;
   }

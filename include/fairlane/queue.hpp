@@ -330,7 +330,7 @@ struct JobInfo {
 };
 
 struct JobFilter {
-  std::optional<BrandedId> group;  // only this lane
+  std::optional<BrandedId> group;  // only this lane (the empty id: the default lane); unset: every lane
   std::optional<JobState> state;   // only this state
   std::size_t limit = 1000;        // at most this many, lowest ids first
 };

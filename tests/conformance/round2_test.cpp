@@ -378,6 +378,29 @@ TEST_P(BackendTest, TheIdOfADeadJobIsADuplicateAndIsDeliveredOnlyAfterRequeueDea
   EXPECT_EQ(again.payload, "v1");
 }
 
+// The empty group is the default lane in jobs() too, as in enqueue and
+// depth: it listed nothing on the segment. No group (nullopt) is no filter.
+TEST_P(BackendTest, JobsOfTheEmptyGroupAreTheDefaultLanes) {
+  const BrandedId d1 = q().mint(), d2 = q().mint(), a1 = q().mint();
+  ASSERT_EQ(q().enqueue(BrandedId{}, d1, "d"), EnqueueStatus::enqueued);
+  ASSERT_EQ(q().enqueue(*BrandedId::parse(kDefaultGroup), d2, "d"), EnqueueStatus::enqueued);
+  ASSERT_EQ(q().enqueue(A, a1, "a"), EnqueueStatus::enqueued);
+  EXPECT_EQ(q().depth(BrandedId{}), 2U);
+  JobFilter empty;
+  empty.group = BrandedId{};
+  auto listed = q().jobs(empty);
+  ASSERT_EQ(listed.size(), 2U);
+  EXPECT_EQ(listed[0].id, d1);
+  EXPECT_EQ(listed[1].id, d2);
+  JobFilter named;
+  named.group = *BrandedId::parse(kDefaultGroup);
+  EXPECT_EQ(q().jobs(named).size(), 2U);
+  EXPECT_EQ(q().jobs().size(), 3U);
+  JobFilter only_a;
+  only_a.group = A;
+  ASSERT_EQ(q().jobs(only_a).size(), 1U);
+}
+
 TEST_P(BackendTest, LimitZeroIsRefusedAndChangesNothing) {
   fill(A, 2);
   ASSERT_EQ(q().set_limit(A, 2), LaneStatus::ok);
