@@ -20,6 +20,7 @@
 
 #include <fairlane/valkey.hpp>
 
+#include "line_child.hpp"
 #include "redis_server.hpp"
 #include "test_support.hpp"
 
@@ -341,62 +342,38 @@ Exported export_once(const std::string& url) {
   Exported e;
   test::TempDir dir;
   const auto err_file = dir.path() / "err";
-  int p[2];
-  if (::pipe2(p, O_CLOEXEC) != 0) return e;
-  std::vector<std::string> full{FAIRLANE_CLI_PATH, "stats", url, "--listen", "127.0.0.1:0"};
-  std::vector<char*> argv;
-  for (auto& a : full) argv.push_back(a.data());
-  argv.push_back(nullptr);
-  posix_spawn_file_actions_t fa;
-  posix_spawn_file_actions_init(&fa);
-  posix_spawn_file_actions_addopen(&fa, 0, "/dev/null", O_RDONLY, 0);
-  posix_spawn_file_actions_adddup2(&fa, p[1], 1);
-  posix_spawn_file_actions_addopen(&fa, 2, err_file.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0600);
-  pid_t pid = -1;
-  const int rc = ::posix_spawn(&pid, argv[0], &fa, nullptr, argv.data(), environ);
-  posix_spawn_file_actions_destroy(&fa);
-  ::close(p[1]);
-  if (rc != 0) {
-    ::close(p[0]);
-    e.err = std::string("posix_spawn: ") + std::strerror(rc);
-    return e;
-  }
-  // The first line: "serving http://127.0.0.1:PORT/metrics for NAME".
-  std::string buf;
-  const auto give_up = std::chrono::steady_clock::now() + std::chrono::seconds(30);
-  while (buf.find('\n') == std::string::npos && std::chrono::steady_clock::now() < give_up) {
-    pollfd pf{p[0], POLLIN, 0};
-    if (::poll(&pf, 1, 1000) <= 0) continue;
-    char b[1024];
-    const ssize_t got = ::read(p[0], b, sizeof b);
-    if (got <= 0) break;
-    buf.append(b, static_cast<std::size_t>(got));
-  }
-  e.first_line = first_line(buf);
-  const std::string want = "serving http://127.0.0.1:";
-  if (e.first_line.rfind(want, 0) == 0) {
-    const int port = std::atoi(e.first_line.c_str() + want.size());
-    const int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-    sockaddr_in a{};
-    a.sin_family = AF_INET;
-    a.sin_port = htons(static_cast<std::uint16_t>(port));
-    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    timeval tv{30, 0};
-    ::setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
-    if (::connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) == 0) {
-      const std::string req = "GET /metrics HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n";
-      if (::send(fd, req.data(), req.size(), MSG_NOSIGNAL) == static_cast<ssize_t>(req.size())) {
-        char b[8192];
-        for (ssize_t n; (n = ::recv(fd, b, sizeof b, 0)) > 0;) e.scrape.append(b, static_cast<std::size_t>(n));
-      }
+  {
+    std::optional<test::LineChild> server;
+    try {
+      server.emplace(FAIRLANE_CLI_PATH, std::vector<std::string>{"stats", url, "--listen", "127.0.0.1:0"}, err_file);
+    } catch (const std::runtime_error& x) {
+      e.err = x.what();
+      return e;
     }
-    ::close(fd);
+    // The first line: "serving http://127.0.0.1:PORT/metrics for NAME".
+    e.first_line = server->line(std::chrono::seconds(30)).value_or("");
+    const std::string want = "serving http://127.0.0.1:";
+    if (e.first_line.rfind(want, 0) == 0) {
+      const int port = std::atoi(e.first_line.c_str() + want.size());
+      const int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+      sockaddr_in a{};
+      a.sin_family = AF_INET;
+      a.sin_port = htons(static_cast<std::uint16_t>(port));
+      a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+      timeval tv{30, 0};
+      ::setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
+      if (::connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) == 0) {
+        const std::string req = "GET /metrics HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n";
+        if (::send(fd, req.data(), req.size(), MSG_NOSIGNAL) == static_cast<ssize_t>(req.size())) {
+          char b[8192];
+          for (ssize_t n; (n = ::recv(fd, b, sizeof b, 0)) > 0;) e.scrape.append(b, static_cast<std::size_t>(n));
+        }
+      }
+      ::close(fd);
+    }
+    ::kill(server->pid(), SIGTERM);  // our own child, by its pid
+    server->wait();
   }
-  ::kill(pid, SIGTERM);  // our own child, by its pid
-  int st = 0;
-  while (::waitpid(pid, &st, 0) < 0 && errno == EINTR) {
-  }
-  ::close(p[0]);
   e.err = test::slurp_file(err_file);
   return e;
 }

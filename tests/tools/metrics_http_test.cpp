@@ -2,6 +2,7 @@
 // Prometheus server scrapes it. The server runs as a child process; the
 // tests talk HTTP to it over loopback, and one test has Debian's real
 // `prometheus` scrape it and reads the value back through its query API.
+#include "line_child.hpp"
 #include "tool_runner.hpp"
 
 #include <arpa/inet.h>
@@ -25,78 +26,8 @@ using test::group;
 using test::SegmentGuard;
 using test::unique_segment_name;
 
-constexpr auto kPatience = std::chrono::seconds(60);  // turns a hang into a failure; never waited out when it works
 
-// A child process with its stdout on a pipe we read line by line.
-class Child {
- public:
-  Child(const std::string& exe, const std::vector<std::string>& args, const std::filesystem::path& err_file) {
-    int p[2];
-    if (::pipe2(p, O_CLOEXEC) != 0) throw std::runtime_error("pipe");
-    std::vector<std::string> full{exe};
-    full.insert(full.end(), args.begin(), args.end());
-    std::vector<char*> argv;
-    for (auto& a : full) argv.push_back(a.data());
-    argv.push_back(nullptr);
-    posix_spawn_file_actions_t fa;
-    posix_spawn_file_actions_init(&fa);
-    posix_spawn_file_actions_addopen(&fa, 0, "/dev/null", O_RDONLY, 0);
-    posix_spawn_file_actions_adddup2(&fa, p[1], 1);
-    posix_spawn_file_actions_addopen(&fa, 2, err_file.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0600);
-    const int rc = ::posix_spawn(&pid_, argv[0], &fa, nullptr, argv.data(), environ);
-    posix_spawn_file_actions_destroy(&fa);
-    ::close(p[1]);
-    out_ = p[0];
-    if (rc != 0) throw std::runtime_error(std::string("posix_spawn: ") + std::strerror(rc));
-  }
-  Child(const Child&) = delete;
-  Child& operator=(const Child&) = delete;
-  ~Child() {
-    if (pid_ > 0 && !reaped_) {
-      ::kill(pid_, SIGKILL);  // our own child, by its pid
-      wait();
-    }
-    ::close(out_);
-  }
-  pid_t pid() const { return pid_; }
-
-  // The next line it prints (without the newline); nullopt at EOF or after kPatience.
-  std::optional<std::string> line() {
-    const auto give_up = std::chrono::steady_clock::now() + kPatience;
-    for (;;) {
-      if (const auto nl = buf_.find('\n'); nl != std::string::npos) {
-        std::string l = buf_.substr(0, nl);
-        buf_.erase(0, nl + 1);
-        return l;
-      }
-      const auto left =
-          std::chrono::duration_cast<std::chrono::milliseconds>(give_up - std::chrono::steady_clock::now()).count();
-      if (left <= 0) return std::nullopt;
-      pollfd pf{out_, POLLIN, 0};
-      const int n = ::poll(&pf, 1, static_cast<int>(left));
-      if (n < 0 && errno == EINTR) continue;
-      if (n <= 0) return std::nullopt;
-      char b[4096];
-      const ssize_t got = ::read(out_, b, sizeof b);
-      if (got <= 0) return std::nullopt;
-      buf_.append(b, static_cast<std::size_t>(got));
-    }
-  }
-  int wait() {
-    while (!reaped_) {
-      const pid_t r = ::waitpid(pid_, &status_, 0);
-      if (r == pid_ || (r < 0 && errno != EINTR)) reaped_ = true;
-    }
-    return status_;
-  }
-
- private:
-  pid_t pid_ = -1;
-  int out_ = -1;
-  int status_ = 0;
-  bool reaped_ = false;
-  std::string buf_;
-};
+using Child = test::LineChild;
 
 int connect_to(std::uint16_t port) {
   const int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);

@@ -170,6 +170,21 @@ TEST(Setup, OpenOrCreate) {
   EXPECT_TRUE(third.ok()) << describe(third.error());
 }
 
+// open_or_create of the segment `name` with `o` changed by `change` (one
+// setting, named `what`) is refused as already_exists, naming it; returns
+// the message.
+template <class Change>
+std::string expect_refused(const std::string& name, const QueueOptions& o, const char* what, Change&& change) {
+  QueueOptions x = o;
+  change(x);
+  auto q = Queue::open_or_create(name, x);
+  EXPECT_FALSE(q.ok()) << what << " differs, and open_or_create opened the segment";
+  if (q.ok()) return {};
+  EXPECT_EQ(q.error().code, Errc::already_exists) << what << ": " << describe(q.error());
+  EXPECT_NE(q.error().message.find(what), std::string::npos) << q.error().message;
+  return q.error().message;
+}
+
 // A segment created with other settings is not handed back as if it were
 // the one asked for (its enqueues answered payload_too_large and
 // kind_mismatch later): already_exists, naming each setting that differs,
@@ -202,14 +217,7 @@ TEST(Setup, OpenOrCreateRefusesASegmentCreatedWithOtherSettings) {
   EXPECT_EQ(first->processes().size(), 1U) << "the refused open stayed attached";
 
   // One setting at a time, each of them.
-  const auto refused = [&](const char* what, auto&& change) {
-    QueueOptions x = o;
-    change(x);
-    auto q = Queue::open_or_create(guard.name(), x);
-    ASSERT_FALSE(q.ok()) << what << " differs, and open_or_create opened the segment";
-    EXPECT_EQ(q.error().code, Errc::already_exists) << what << ": " << describe(q.error());
-    EXPECT_NE(q.error().message.find(what), std::string::npos) << q.error().message;
-  };
+  const auto refused = [&](const char* what, auto&& change) { expect_refused(guard.name(), o, what, change); };
   refused("jobs", [](QueueOptions& x) { x.jobs = 65; });
   refused("lanes", [](QueueOptions& x) { x.lanes = 9; });
   refused("payload_bytes", [](QueueOptions& x) { x.payload_bytes = 17; });
@@ -240,13 +248,8 @@ TEST(Setup, OpenOrCreateComparesTheMirrorSettings) {
   auto same = Queue::open_or_create(guard.name(), with_password);
   EXPECT_TRUE(same.ok()) << describe(same.error());
   const auto refused = [&](const char* what, auto&& change) {
-    QueueOptions x = o;
-    change(x);
-    auto q = Queue::open_or_create(guard.name(), x);
-    ASSERT_FALSE(q.ok()) << what << " differs, and open_or_create opened the segment";
-    EXPECT_EQ(q.error().code, Errc::already_exists) << what << ": " << describe(q.error());
-    EXPECT_NE(q.error().message.find(what), std::string::npos) << q.error().message;
-    EXPECT_EQ(q.error().message.find("secret"), std::string::npos) << q.error().message;
+    const std::string m = expect_refused(guard.name(), o, what, change);
+    EXPECT_EQ(m.find("secret"), std::string::npos) << m;
   };
   refused("mirror valkey://127.0.0.1:6379/orders (asked none)", [](QueueOptions& x) { x.mirror.clear(); });
   refused("mirror", [](QueueOptions& x) { x.mirror = "valkey://:secret@127.0.0.1:6379/other"; });
