@@ -52,14 +52,18 @@ TEST(Backoff, JitterTakesAUniformShareOff) {
   EXPECT_EQ(Backoff::fixed(1000ms).delay(1, 0.9), 1000ms) << "no jitter: u ignored";
 }
 
+// Builds a Worker (no backend: it is never started) with the default
+// options as `edit` changes them.
+template <class Edit>
+void make_worker(Edit&& edit) {
+  WorkerOptions o;
+  edit(o);
+  Worker w([]() -> std::unique_ptr<Backend> { return nullptr; }, o, [](Job&) { return Outcome::ok(); });
+}
+
 TEST(WorkerOptionsCheck, RefusesNonsense) {
+  const auto make = [](auto edit) { make_worker(edit); };
   auto handler = [](Job&) { return Outcome::ok(); };
-  auto none = []() -> std::unique_ptr<Backend> { return nullptr; };
-  auto make = [&](auto edit) {
-    WorkerOptions o;
-    edit(o);
-    Worker w(none, o, handler);
-  };
   EXPECT_THROW(make([](WorkerOptions& o) { o.threads = 0; }), std::invalid_argument);
   EXPECT_THROW(make([](WorkerOptions& o) { o.lease_ms = 0; }), std::invalid_argument);
   EXPECT_THROW(make([](WorkerOptions& o) { o.heartbeat_ms = o.lease_ms; }), std::invalid_argument);
@@ -75,13 +79,7 @@ TEST(WorkerOptionsCheck, RefusesNonsense) {
 // 65,535 were taken, though the constructor is documented to throw for
 // options out of range.
 TEST(WorkerOptionsCheck, RefusesWhatAStoredPolicyCouldNotBe) {
-  auto handler = [](Job&) { return Outcome::ok(); };
-  auto none = []() -> std::unique_ptr<Backend> { return nullptr; };
-  auto make = [&](auto edit) {
-    WorkerOptions o;
-    edit(o);
-    Worker w(none, o, handler);
-  };
+  const auto make = [](auto edit) { make_worker(edit); };
   EXPECT_THROW(make([](WorkerOptions& o) { o.backoff = Backoff::exponential(10000ms, 5000ms); }),
                std::invalid_argument);
   EXPECT_THROW(make([](WorkerOptions& o) { o.max_attempts = 70000; }), std::invalid_argument);
