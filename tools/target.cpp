@@ -35,6 +35,15 @@ std::string parse_segment_target(std::string_view text, std::string_view command
   return parse_segment(text);
 }
 
+// A segment's target, for open_target and follow_name: `label` as typed.
+Target segment_target(const std::string& label, Queue q) {
+  Target t;
+  t.label_ = shown_target(label);
+  t.backend_ = segment_backend(std::move(q));
+  t.queue_ = t.backend_->segment();
+  return t;
+}
+
 Target open_target(const std::string& label, Access access, bool force_valkey) {
   Target t;
   t.label_ = shown_target(label);
@@ -56,9 +65,7 @@ Target open_target(const std::string& label, Access access, bool force_valkey) {
       fail(fmt::format("{}; recreate it with a larger --processes (fairlane create {} --processes N)", m, label));
     fail(m);
   }
-  t.backend_ = segment_backend(std::move(r).value());
-  t.queue_ = t.backend_->segment();
-  return t;
+  return segment_target(label, std::move(r).value());
 }
 
 Followed follow_name(std::optional<Target>& t, const std::string& label, std::string& why) {
@@ -74,11 +81,7 @@ Followed follow_name(std::optional<Target>& t, const std::string& label, std::st
               : "destroyed since it was opened, and its name cannot be opened: " + r.error().message;
     return Followed::gone;
   }
-  Target fresh;
-  fresh.label_ = shown_target(label);
-  fresh.backend_ = segment_backend(std::move(r).value());
-  fresh.queue_ = fresh.backend_->segment();
-  t.emplace(std::move(fresh));
+  t.emplace(segment_target(label, std::move(r).value()));
   return Followed::reopened;
 }
 

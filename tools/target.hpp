@@ -50,6 +50,7 @@ class Target {
 
   friend Target open_target(const std::string& label, Access access, bool force_valkey);
   friend Followed follow_name(std::optional<Target>& t, const std::string& label, std::string& why);
+  friend Target segment_target(const std::string& label, Queue q);
 
  private:
   std::string label_;

@@ -138,6 +138,9 @@ RetryPolicy decode_policy(std::string_view s) {
 bool policy_ok(const RetryPolicy& p) noexcept {
   return p.max_attempts <= 65535 && (!p.backoff || p.backoff->valid());
 }
+// What an enqueue's options may say, as the segment checks them: a stored
+// policy's ranges and a delay of at most kMaxDelayMs.
+bool options_ok(const EnqueueOptions& o) noexcept { return policy_ok(o.retry) && o.delay_ms <= kMaxDelayMs; }
 
 }  // namespace
 
@@ -449,8 +452,7 @@ EnqueueStatus ValkeyBackend::enqueue(const BrandedId& group, const BrandedId& jo
   if (group.valid() && !group.well_formed()) return EnqueueStatus::invalid_group;
   if (job.kind() != impl_->kind) return EnqueueStatus::kind_mismatch;
   if (payload.size() > impl_->max_payload) return EnqueueStatus::payload_too_large;
-  if (!policy_ok(options.retry)) return EnqueueStatus::invalid_argument;
-  if (options.delay_ms > kMaxDelayMs) return EnqueueStatus::invalid_argument;  // as the segment says
+  if (!options_ok(options)) return EnqueueStatus::invalid_argument;
   const std::string_view g = group.valid() ? group.str() : kDefaultGroup;
   const Num delay(options.delay_ms);
   const std::string pol = encode_policy(options.retry);
@@ -484,7 +486,7 @@ std::size_t ValkeyBackend::enqueue_batch(std::span<const EnqueueItem> items, std
       else if (it.group.valid() && !it.group.well_formed()) st = EnqueueStatus::invalid_group;
       else if (it.job.kind() != m.kind) st = EnqueueStatus::kind_mismatch;
       else if (it.payload.size() > m.max_payload) st = EnqueueStatus::payload_too_large;
-      else if (!policy_ok(it.options.retry) || it.options.delay_ms > kMaxDelayMs) st = EnqueueStatus::invalid_argument;
+      else if (!options_ok(it.options)) st = EnqueueStatus::invalid_argument;
       statuses[i] = st;
       if (st != EnqueueStatus::enqueued) continue;
       sent.push_back(i);

@@ -19,6 +19,8 @@
 #include <string>
 #include <vector>
 
+#include "test_support.hpp"
+
 extern char** environ;
 
 namespace fairlane::test {
@@ -28,17 +30,13 @@ class LineChild {
   LineChild(const std::string& exe, const std::vector<std::string>& args, const std::filesystem::path& err_file) {
     int p[2];
     if (::pipe2(p, O_CLOEXEC) != 0) throw std::runtime_error("pipe");
-    std::vector<std::string> full{exe};
-    full.insert(full.end(), args.begin(), args.end());
-    std::vector<char*> argv;
-    for (auto& a : full) argv.push_back(a.data());
-    argv.push_back(nullptr);
+    const Argv argv(exe, args);
     posix_spawn_file_actions_t fa;
     posix_spawn_file_actions_init(&fa);
     posix_spawn_file_actions_addopen(&fa, 0, "/dev/null", O_RDONLY, 0);
     posix_spawn_file_actions_adddup2(&fa, p[1], 1);
     posix_spawn_file_actions_addopen(&fa, 2, err_file.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0600);
-    const int rc = ::posix_spawn(&pid_, argv[0], &fa, nullptr, argv.data(), environ);
+    const int rc = ::posix_spawn(&pid_, argv.get()[0], &fa, nullptr, argv.get(), environ);
     posix_spawn_file_actions_destroy(&fa);
     ::close(p[1]);
     out_ = p[0];
@@ -79,10 +77,7 @@ class LineChild {
     }
   }
   int wait() {
-    while (!reaped_) {
-      const pid_t r = ::waitpid(pid_, &status_, 0);
-      if (r == pid_ || (r < 0 && errno != EINTR)) reaped_ = true;
-    }
+    reap(pid_, status_, reaped_);
     return status_;
   }
 

@@ -210,6 +210,34 @@ inline std::string slurp_file(const std::filesystem::path& p) {
   return ss.str();
 }
 
+// `exe args...` as the argv of an exec or posix_spawn: the strings are kept
+// here and get() points into them, null-terminated. Neither copied nor
+// moved (the pointers would dangle).
+class Argv {
+ public:
+  Argv(const std::string& exe, const std::vector<std::string>& args) : full_{exe} {
+    full_.insert(full_.end(), args.begin(), args.end());
+    for (auto& a : full_) ptrs_.push_back(a.data());
+    ptrs_.push_back(nullptr);
+  }
+  Argv(const Argv&) = delete;
+  Argv& operator=(const Argv&) = delete;
+  char* const* get() const noexcept { return ptrs_.data(); }
+
+ private:
+  std::vector<std::string> full_;
+  std::vector<char*> ptrs_;
+};
+
+// Waits for our child `pid` to end, a wait interrupted by a signal made
+// again; once `reaped`, does nothing. `status` gets its wait status.
+inline void reap(pid_t pid, int& status, bool& reaped) {
+  while (!reaped) {
+    const pid_t r = ::waitpid(pid, &status, 0);
+    if (r == pid || (r < 0 && errno != EINTR)) reaped = true;
+  }
+}
+
 // Runs `exe args...` with stdin from `stdin_path` (/dev/null by default) and
 // stdout/stderr to files (never a pipe a chatty child could fill), and waits
 // for it.
@@ -218,18 +246,14 @@ inline ProgramRun run_program(const std::string& exe, const std::vector<std::str
   TempDir dir;
   const auto out_path = dir.path() / "out";
   const auto err_path = dir.path() / "err";
-  std::vector<std::string> full{exe};
-  full.insert(full.end(), args.begin(), args.end());
-  std::vector<char*> argv;
-  for (auto& a : full) argv.push_back(a.data());
-  argv.push_back(nullptr);
+  const Argv argv(exe, args);
   posix_spawn_file_actions_t fa;
   posix_spawn_file_actions_init(&fa);
   posix_spawn_file_actions_addopen(&fa, 0, stdin_path.c_str(), O_RDONLY, 0);
   posix_spawn_file_actions_addopen(&fa, 1, out_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0600);
   posix_spawn_file_actions_addopen(&fa, 2, err_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0600);
   pid_t pid = -1;
-  const int rc = posix_spawn(&pid, argv[0], &fa, nullptr, argv.data(), environ);
+  const int rc = posix_spawn(&pid, argv.get()[0], &fa, nullptr, argv.get(), environ);
   posix_spawn_file_actions_destroy(&fa);
   ProgramRun r;
   if (rc != 0) {
@@ -237,8 +261,8 @@ inline ProgramRun run_program(const std::string& exe, const std::vector<std::str
     return r;
   }
   int st = 0;
-  while (::waitpid(pid, &st, 0) < 0 && errno == EINTR) {
-  }
+  bool reaped = false;
+  reap(pid, st, reaped);
   if (WIFEXITED(st)) r.exit_code = WEXITSTATUS(st);
   if (WIFSIGNALED(st)) r.signal = WTERMSIG(st);
   r.out = slurp_file(out_path);

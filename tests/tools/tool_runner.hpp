@@ -56,11 +56,7 @@ class PtyTool {
     ::fcntl(master_, F_SETFD, FD_CLOEXEC);
     ::fcntl(slave_, F_SETFD, FD_CLOEXEC);
     ::tcgetattr(slave_, &before_);
-    std::vector<std::string> full{FAIRLANE_CLI_PATH};
-    full.insert(full.end(), args.begin(), args.end());
-    std::vector<char*> argv;
-    for (auto& a : full) argv.push_back(a.data());
-    argv.push_back(nullptr);
+    const Argv argv(FAIRLANE_CLI_PATH, args);
     pid_ = ::fork();
     if (pid_ < 0) throw std::runtime_error(std::string("fork: ") + std::strerror(errno));
     if (pid_ == 0) {  // async-signal-safe calls only until exec
@@ -70,7 +66,7 @@ class PtyTool {
       ::dup2(slave_, 0);
       ::dup2(slave_, 1);
       ::dup2(slave_, 2);
-      ::execv(argv[0], argv.data());
+      ::execv(argv.get()[0], argv.get());
       ::_exit(127);
     }
   }
@@ -118,10 +114,7 @@ class PtyTool {
   void type(std::string_view keys) { (void)!::write(master_, keys.data(), keys.size()); }
   // Waits for the tool to exit; returns its wait status.
   int wait() {
-    while (!reaped_) {
-      const pid_t r = ::waitpid(pid_, &status_, 0);
-      if (r == pid_ || (r < 0 && errno != EINTR)) reaped_ = true;
-    }
+    reap(pid_, status_, reaped_);
     return status_;
   }
 

@@ -30,11 +30,7 @@ using test::unique_segment_name;
 class ChildProcess {
  public:
   ChildProcess(const std::vector<std::string>& args, int out_fd) {
-    std::vector<std::string> full{FAIRLANE_WORKER_CHILD_PATH};
-    full.insert(full.end(), args.begin(), args.end());
-    std::vector<char*> argv;
-    for (auto& a : full) argv.push_back(a.data());
-    argv.push_back(nullptr);
+    const test::Argv argv(FAIRLANE_WORKER_CHILD_PATH, args);
     const pid_t parent = ::getpid();
     pid_ = ::fork();
     if (pid_ < 0) throw std::runtime_error(std::string("fork: ") + std::strerror(errno));
@@ -42,7 +38,7 @@ class ChildProcess {
       ::prctl(PR_SET_PDEATHSIG, SIGKILL);
       if (::getppid() != parent) ::_exit(126);
       ::dup2(out_fd, STDOUT_FILENO);
-      ::execv(argv[0], argv.data());
+      ::execv(argv.get()[0], argv.get());
       ::_exit(127);
     }
   }
@@ -56,10 +52,7 @@ class ChildProcess {
   }
   pid_t pid() const { return pid_; }
   int wait() {
-    while (!reaped_) {
-      const pid_t r = ::waitpid(pid_, &status_, 0);
-      if (r == pid_ || (r < 0 && errno != EINTR)) reaped_ = true;
-    }
+    test::reap(pid_, status_, reaped_);
     return status_;
   }
 
