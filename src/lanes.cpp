@@ -232,14 +232,15 @@ void wake_lanes(Segment& s, std::uint32_t lane) noexcept {
   // every free of a lane that keeps work comes here, and the lane word is
   // cheaper than a clock read.
   if (lane != kNoLane) {
-    // What a reclaim will ask (lane_idle), of the word as the freeing or
-    // parking CAS left it: its step (a complete, a park) may not be applied
-    // yet, and that step adds no work. Anything else is no lane to give.
+    // What a reclaim will ask (lane_idle, strays_head_clear), of the word
+    // as the freeing or parking CAS left it: its step (a complete, a park)
+    // may not be applied yet, and that step adds no work. Anything else is
+    // no lane to give.
     if (lane == kDefaultLane || lane >= s.lane_count) return;
     const Word128 w = lane_load(s, lane);
     const RelOp op = LaneWord::relop(w);
     const bool stepped = LaneWord::rel(w) == 0 || op == RelOp::complete || op == RelOp::park;
-    if (!stepped || !lane_idle(s, lane, LaneWord::with_rel(w, 0, RelOp::complete))) return;
+    if (!stepped || !may_be_idle(s, lane, w) || !strays_head_clear(s, lane)) return;
   }
   if (!sleep_may_be_under_way(s.h->lane_park_until)) return;
   s.h->lane_seq.fetch_add(1, std::memory_order_acq_rel);
@@ -574,7 +575,7 @@ bool lane_try_reclaim(Segment& s, std::uint32_t lane) noexcept {
     // head, so from here none lands unless the seal is opened first, and it
     // is opened only once the word has moved past `w` (then this CAS fails).
     std::uint64_t h = r.strays[0].load(std::memory_order_acquire);
-    if (UpLink::succ(h) != 0) return false;  // taken nodes not yet unlinked, or an insert
+    if (!strays_head_clear(h)) return false;  // taken nodes not yet unlinked, or an insert
     const std::uint64_t seal = strays_head(UpLink::owner_tag(h), true, LaneWord::version(w));
     if (h != seal && !r.strays[0].compare_exchange_strong(h, seal, std::memory_order_seq_cst)) return false;
     FAIRLANE_FAILPOINT("lane.sealed");

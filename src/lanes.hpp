@@ -107,6 +107,18 @@ inline bool may_be_idle(const Segment& s, std::uint32_t lane, const Word128& w) 
   return lane_idle(s, lane, LaneWord::with_rel(w, 0, RelOp::complete));
 }
 
+// Does strays head `head` (LaneRecord::strays[0]) name no node? An idle lane
+// whose head names one (a mover between its link and the CAS that flags the
+// strays, a husk's taker between its take and its unlink) cannot be given
+// back until that step is done (lane_try_reclaim), so it is no lane for a
+// producer parked for one either: nobody wakes one for it (wake_lanes, the
+// sweep). Whatever finishes the step leaves the lane with work (a mover) or
+// the head clear (an unlink), and a later complete or sweep pass wakes then.
+inline bool strays_head_clear(std::uint64_t head) noexcept { return UpLink::succ(head) == 0; }
+inline bool strays_head_clear(const Segment& s, std::uint32_t lane) noexcept {
+  return strays_head_clear(s.lanes[lane].strays[0].load(std::memory_order_acquire));
+}
+
 // The incarnation of lane record `lane`, as its key keeps it. Read after a
 // live reading `w` of its word, it is the incarnation of `w`'s lane if a
 // CAS from `w` succeeds after it (a reclaim and a re-creation both move the

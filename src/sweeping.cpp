@@ -702,13 +702,11 @@ void sweep_lanes(Segment& s, std::uint32_t from, std::uint32_t to, std::uint64_t
     if (LaneWord::state(w) != LaneState::live) continue;
     const Word128 base = lane_base(s, lane, w);
     if (!lane_idle(s, lane, base)) continue;
-    // Idle, but with its strays head naming a node (a mover between its
-    // link and the CAS that flags it, a husk's taker between its take and
-    // its unlink), it cannot be given back yet (lane_try_reclaim): no lane
-    // for a producer, whose look would give nothing back. The first pass
-    // that finds the head clear wakes one. (Woken at every pass before
-    // 2026-12-07.)
-    if (UpLink::succ(l.strays[0].load(std::memory_order_acquire)) == 0) wake_once();
+    // Idle, but with its strays head naming a node, it cannot be given
+    // back yet (strays_head_clear): no lane for a producer, whose look
+    // would give nothing back. The first pass that finds the head clear
+    // wakes one. (Woken at every pass before 2026-12-07.)
+    if (strays_head_clear(s, lane)) wake_once();
     const std::uint64_t seen = l.idle_seen.load(std::memory_order_relaxed);
     const std::uint64_t ver = (LaneWord::version(w) & LaneWord::kVersionMask) | 512;
     if ((seen & 1023) == ver && (seen >> 10) + s.recovery_ms / 2 <= now) {

@@ -454,6 +454,37 @@ TEST_F(EnqueueWaitLane, TheSweepMakesNoWakeForALaneThatLooksIdleButCannotBeGiven
   expect_admitted(producer, st);
 }
 
+// The same lane, left looking idle by a complete: A's first job is being
+// released (stopped between linking it into the strays and the CAS that
+// flags them) when A's second is completed. That complete makes no lane
+// wake (it woke the producer for a look that gave nothing back before
+// 2026-12-08); the complete that empties the lane once the release is done
+// wakes it as ever.
+TEST_F(EnqueueWaitLane, ACompleteThatLeavesALaneIdleButNotGivableMakesNoLaneWake) {
+  make_one_lane();
+  const BrandedId second = q().mint();
+  ASSERT_EQ(q().enqueue(A, second, "x"), EnqueueStatus::enqueued);
+  Lease first;
+  ASSERT_TRUE(q().claim(first, kLease));
+  ASSERT_EQ(first.id, a_job_);
+  test::StoppedCall<AckStatus> mover("strays.linked", [&] { return q().release(first.id, first.token); });
+  std::atomic<int> st{-1};
+  std::thread producer = park_for_a_lane(st, B, q().mint());
+  Lease l;
+  ASSERT_TRUE(q().claim(l, kLease));
+  ASSERT_EQ(l.id, second);
+  const std::uint32_t seq = s().h->lane_seq.load();
+  ASSERT_EQ(q().complete(l.id, l.token), AckStatus::ok);
+  std::uint32_t lane_a = 0;
+  ASSERT_EQ(detail::lane_find(s(), detail::group_key(A), false, lane_a), detail::LaneFind::found);
+  ASSERT_TRUE(detail::may_be_idle(s(), lane_a, detail::lane_load(s(), lane_a))) << "(premise: A looks idle)";
+  EXPECT_EQ(s().h->lane_seq.load(), seq) << "the complete woke the producer for a lane it cannot have";
+  EXPECT_EQ(st.load(), -1);
+  ASSERT_EQ(mover.go(), AckStatus::ok);
+  empty_a();
+  expect_admitted(producer, st);
+}
+
 // A wake is of one producer. One woken that leaves without the lane (its
 // id was enqueued meanwhile in the default group, so it answers duplicate)
 // passes the wake on: the producer parked after it takes the lane long
