@@ -445,8 +445,15 @@ class Queue {
   static Result<Queue> open_or_create(std::string_view name, const QueueOptions& options = {});
   static Status remove(std::string_view name);
 
+  // A moved-from Queue holds no segment, as a moved-from unique_ptr holds
+  // nothing: destroying it, assigning to it and attached() are all that is
+  // defined on it (any other call is undefined and, unchecked on the hot
+  // path, faults). Move assignment detaches the handle assigned to first.
   Queue(Queue&&) noexcept;
   Queue& operator=(Queue&&) noexcept;
+  // Does this handle hold a segment? True for every Queue that create(),
+  // open() and open_or_create() hand out; false once it has been moved from.
+  bool attached() const noexcept { return seg_ != nullptr; }
   // Detaches. Leases this handle holds stay leased until their deadline
   // (a process that exits normally keeps them, so `fairlane claim` and
   // `fairlane complete` can run as separate processes); call release_all()

@@ -150,6 +150,28 @@ TEST(Setup, QueueIsMovable) {
   const BrandedId id = b.mint();
   EXPECT_EQ(b.enqueue(BrandedId{}, id, "x"), EnqueueStatus::enqueued);
   EXPECT_EQ(b.name(), guard.name());
+  EXPECT_FALSE(a.attached()) << "moved from";
+  EXPECT_TRUE(b.attached());
+}
+
+// Move assignment detaches the handle assigned to (its process record is
+// given back) and leaves the one moved from holding nothing.
+TEST(Setup, MoveAssignmentDetachesTheHandleAssignedTo) {
+  SegmentGuard guard(unique_segment_name());
+  auto r = Queue::create(guard.name(), small());
+  ASSERT_TRUE(r.ok()) << describe(r.error());
+  auto second = Queue::open(guard.name());
+  ASSERT_TRUE(second.ok()) << describe(second.error());
+  Queue& a = r.value();
+  EXPECT_EQ(a.snapshot().processes_attached, 2u);
+  auto third = Queue::open(guard.name());
+  ASSERT_TRUE(third.ok()) << describe(third.error());
+  EXPECT_EQ(a.snapshot().processes_attached, 3u);
+  second.value() = std::move(third.value());
+  EXPECT_FALSE(third.value().attached());
+  EXPECT_TRUE(second.value().attached());
+  EXPECT_EQ(a.snapshot().processes_attached, 2u) << "the handle assigned to is detached";
+  EXPECT_EQ(second.value().enqueue(BrandedId{}, second.value().mint(), "x"), EnqueueStatus::enqueued);
 }
 
 TEST(Setup, OpenOrCreate) {
