@@ -145,7 +145,14 @@ class Parser {
     s->add_flag("--quiet", mirror_.quiet, "no messages on stderr");
 
     s = sub("restore", "rebuild a segment from a Valkey queue (after a host restart)", [this] {
-      restore_.mirror_option = given(app_.get_subcommand("restore"), {"--durability", "--on-full"});
+      const CLI::App* r = app_.get_subcommand("restore");
+      // restore's options are empty when not given (the default, or what
+      // Valkey kept), so an empty value given would pass for none given.
+      for (const char* n : {"--jobs", "--lanes", "--payload-bytes", "--job-kind", "--mode", "--mirror", "--durability",
+                            "--on-full"})
+        if (r->count(n) > 0 && r->get_option(n)->as<std::string>().empty())
+          fail(fmt::format("{} needs a value, got ''; nothing restored", n));
+      restore_.mirror_option = given(r, {"--durability", "--on-full"});
       return run_restore(restore_);
     });
     segment_only(s, restore_.segment);

@@ -287,6 +287,22 @@ TEST_F(ToolsCli, RestoreRefusesMirrorOptionsWithoutMirrorAndBadValuesEitherWay) 
   EXPECT_FALSE(std::filesystem::exists(shm_path(seg())));
 }
 
+// restore's options are empty when not given (the default, or what Valkey
+// kept): one given as '' is refused by name, not taken for one not given
+// (before, `--mirror ''` restored with no mirror and `--durability ''`
+// with --mirror gave async). Refused before Valkey is asked.
+TEST_F(ToolsCli, RestoreRefusesAnOptionGivenEmpty) {
+  const std::string from = "valkey://127.0.0.1:1/q";
+  for (const char* option :
+       {"--jobs", "--lanes", "--payload-bytes", "--job-kind", "--mode", "--mirror", "--durability", "--on-full"}) {
+    SCOPED_TRACE(option);
+    std::vector<std::string> args{"restore", seg(), "--from", from, option, ""};
+    if (std::string_view(option) != "--mirror") args.insert(args.end(), {"--mirror", from});
+    expect_error(run_cli(args), std::string(option) + " needs a value, got ''");
+    EXPECT_FALSE(std::filesystem::exists(shm_path(seg())));
+  }
+}
+
 // ---------------------------------------------------------------- processes
 
 TEST_F(ToolsCli, CreateProcessesIsCheckedAndShown) {
