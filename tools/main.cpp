@@ -74,8 +74,11 @@ class Parser {
       fmt::print(stderr, "fairlane: {} (see fairlane --help)\n", e.what());
       return kExitError;
     }
-    for (auto& c : commands_)
-      if (c.app->parsed()) return c.run();
+    for (auto& c : commands_) {
+      if (!c.app->parsed()) continue;
+      refuse_empty(c.app);
+      return c.run();
+    }
     return kExitError;
   }
 
@@ -94,6 +97,20 @@ class Parser {
     s->add_option("SEG", into, "segment name")->required();
   }
   static void json(CLI::App* s, bool& into) { s->add_flag("--json", into, "print JSON"); }
+  // Refuses an argument given as '' (a variable left unset in a script).
+  // Many are held as strings that are empty when not given, where empty
+  // means the default (restore's settings, create's and restore's
+  // --mirror: none) or all (pause's and resume's GROUP: the whole queue),
+  // so '' would pass for the argument left out. Only a payload and a fail's
+  // error text may be empty.
+  static void refuse_empty(const CLI::App* s) {
+    for (const CLI::Option* o : s->get_options()) {
+      const std::string& name = o->get_name();
+      if (o->count() == 0 || name == "--payload" || name == "--error") continue;
+      for (const std::string& v : o->results())
+        if (v.empty()) fail(fmt::format("{}: {} given empty; nothing done", s->get_name(), name));
+    }
+  }
   // The first of `names` given on the command line, or "".
   static std::string given(const CLI::App* s, std::initializer_list<const char*> names) {
     for (const char* n : names)
@@ -145,14 +162,7 @@ class Parser {
     s->add_flag("--quiet", mirror_.quiet, "no messages on stderr");
 
     s = sub("restore", "rebuild a segment from a Valkey queue (after a host restart)", [this] {
-      const CLI::App* r = app_.get_subcommand("restore");
-      // restore's options are empty when not given (the default, or what
-      // Valkey kept), so an empty value given would pass for none given.
-      for (const char* n : {"--jobs", "--lanes", "--payload-bytes", "--job-kind", "--mode", "--mirror", "--durability",
-                            "--on-full"})
-        if (r->count(n) > 0 && r->get_option(n)->as<std::string>().empty())
-          fail(fmt::format("{} needs a value, got ''; nothing restored", n));
-      restore_.mirror_option = given(r, {"--durability", "--on-full"});
+      restore_.mirror_option = given(app_.get_subcommand("restore"), {"--durability", "--on-full"});
       return run_restore(restore_);
     });
     segment_only(s, restore_.segment);

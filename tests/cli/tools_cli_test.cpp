@@ -287,20 +287,32 @@ TEST_F(ToolsCli, RestoreRefusesMirrorOptionsWithoutMirrorAndBadValuesEitherWay) 
   EXPECT_FALSE(std::filesystem::exists(shm_path(seg())));
 }
 
-// restore's options are empty when not given (the default, or what Valkey
-// kept): one given as '' is refused by name, not taken for one not given
-// (before, `--mirror ''` restored with no mirror and `--durability ''`
-// with --mirror gave async). Refused before Valkey is asked.
-TEST_F(ToolsCli, RestoreRefusesAnOptionGivenEmpty) {
+// An argument given as '' (a variable left unset in a script) is refused
+// by name, not taken for one left out: many are empty when not given,
+// where empty means the default or all. Before, `pause SEG ''` paused the
+// whole queue, `create --mirror ''` made a segment with no mirror, restore's
+// `--mirror ''` restored with none and its `--durability ''` gave async.
+// A payload may be empty.
+TEST_F(ToolsCli, AnArgumentGivenEmptyIsRefusedByName) {
   const std::string from = "valkey://127.0.0.1:1/q";
   for (const char* option :
        {"--jobs", "--lanes", "--payload-bytes", "--job-kind", "--mode", "--mirror", "--durability", "--on-full"}) {
     SCOPED_TRACE(option);
     std::vector<std::string> args{"restore", seg(), "--from", from, option, ""};
     if (std::string_view(option) != "--mirror") args.insert(args.end(), {"--mirror", from});
-    expect_error(run_cli(args), std::string(option) + " needs a value, got ''");
+    expect_error(run_cli(args), std::string("restore: ") + option + " given empty; nothing done");
     EXPECT_FALSE(std::filesystem::exists(shm_path(seg())));
   }
+  expect_error(run_cli({"create", seg(), "--mirror", ""}), "create: --mirror given empty");
+  EXPECT_FALSE(std::filesystem::exists(shm_path(seg())));
+  create();
+  for (const char* verb : {"pause", "resume"}) {
+    SCOPED_TRACE(verb);
+    expect_error(run_cli({verb, seg(), ""}), std::string(verb) + ": GROUP given empty");
+  }
+  EXPECT_EQ(cli_json({"inspect", seg(), "--json"})["paused"], false) << "the queue was paused";
+  const CliRun e = run_cli({"enqueue", seg(), "ABC00000000001", "--mint", "--payload", ""});
+  EXPECT_EQ(e.exit_code, 0) << show(e);
 }
 
 // ---------------------------------------------------------------- processes
