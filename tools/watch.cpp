@@ -8,7 +8,8 @@
 // and the attached processes with their command names and states. Lines fit
 // 80 columns; from 79 down to 40 the frame is laid out again (fewer lane
 // columns, header and lease lines wrapped at word boundaries), so no word is
-// cut. Lanes that do not fit the terminal's height are counted, not shown.
+// cut: only a segment name or URL wider than the frame, which has nowhere
+// else to break, is read across lines (title_lines). Lanes that do not fit the terminal's height are counted, not shown.
 // Attached as an observer: watch is not one of the processes it lists.
 // Before each frame it looks whether the segment it mapped is still the one
 // at the name (target.hpp, follow_name): destroyed, the frame says it is
@@ -195,17 +196,30 @@ std::size_t frame_width(TermSize size, bool live) {
 
 // The title line: the title on the left, the time (and live, the interval
 // and how to quit) on the right; on lines of their own when both do not fit.
-void title_lines(std::vector<std::string>& head, std::string title, std::uint64_t unix_ms, std::uint64_t interval_ms,
-                 bool live, std::size_t width) {
+// A title wider than the width is flowed by its parts, and a part wider
+// than the width (a long segment name or URL, which has no place to break
+// but the width) is cut into pieces of the width, each on a line: a name
+// read across two lines, rather than a line past the frame's width.
+void title_lines(std::vector<std::string>& head, const std::vector<std::string>& title, std::uint64_t unix_ms,
+                 std::uint64_t interval_ms, bool live, std::size_t width) {
+  std::string whole;
+  for (const std::string& part : title) whole += (whole.empty() || part.empty() ? "" : "  ") + part;
   std::string right =
       live ? fmt::format("{}  every {}  q quits", clock_hms(unix_ms), span_ms(interval_ms)) : clock_hms(unix_ms);
-  if (title.size() + 2 + right.size() <= width) {
-    head.push_back(title + std::string(width - title.size() - right.size(), ' ') + right);
-  } else {
-    head.push_back(std::move(title));
-    flow(head, {clock_hms(unix_ms), live ? "every " + span_ms(interval_ms) : std::string(), live ? "q quits" : ""},
-         width, 0);
+  if (whole.size() + 2 + right.size() <= width) {
+    head.push_back(whole + std::string(width - whole.size() - right.size(), ' ') + right);
+    return;
   }
+  if (whole.size() <= width) {
+    head.push_back(std::move(whole));
+  } else {
+    std::vector<std::string> units;
+    for (const std::string& part : title)
+      for (std::size_t at = 0; at < part.size(); at += width) units.push_back(part.substr(at, width));
+    flow(head, units, width, 0);
+  }
+  flow(head, {clock_hms(unix_ms), live ? "every " + span_ms(interval_ms) : std::string(), live ? "q quits" : ""},
+       width, 0);
 }
 
 std::vector<std::string> render(const std::string& seg, const Sample& cur, const Sample* prev, TermSize size,
@@ -217,8 +231,7 @@ std::vector<std::string> render(const std::string& seg, const Sample& cur, const
   std::vector<std::string> head, lanes, tail;
 
   // Header.
-  title_lines(head, fmt::format("fairlane watch  {}{}", seg, s.paused ? "  [QUEUE PAUSED]" : ""), cur.unix_ms,
-              interval_ms, live, width);
+  title_lines(head, {"fairlane watch", seg, s.paused ? "[QUEUE PAUSED]" : ""}, cur.unix_ms, interval_ms, live, width);
   const std::string capacity = cur.caps.fixed_capacity ? "of " + grouped(s.jobs_capacity) : std::string();
   flow(head,
        {"jobs  ", grouped(s.pending) + " pending", grouped(s.leased) + " leased", grouped(s.scheduled) + " scheduled",
@@ -346,7 +359,7 @@ std::vector<std::string> render_gone(const std::string& seg, const std::string& 
                                      std::uint64_t interval_ms) {
   const std::size_t width = frame_width(size, true);
   std::vector<std::string> out;
-  title_lines(out, fmt::format("fairlane watch  {}", seg), unix_now_ms(), interval_ms, true, width);
+  title_lines(out, {"fairlane watch", seg}, unix_now_ms(), interval_ms, true, width);
   out.emplace_back();
   std::vector<std::string> words{"SEGMENT GONE "};
   for (std::size_t at = 0; at < why.size();) {

@@ -174,10 +174,7 @@ TEST_F(WatchTest, NarrowTerminalsGetANewLayoutNotCutWords) {
     const std::vector<std::string> frame = last_frame(t.output());
     std::string all;
     for (std::size_t i = 0; i < frame.size(); ++i) {
-      // The title holds the test's long segment name: only it may be cut.
-      if (i != 0) {
-        EXPECT_LE(frame[i].size(), cols) << "wider than the terminal: '" << frame[i] << "'";
-      }
+      EXPECT_LE(frame[i].size(), cols) << "wider than the terminal: '" << frame[i] << "'";
       all += frame[i] + "\n";
     }
     // Every word whole: the lease's expiry with its unit, the header's
@@ -246,6 +243,42 @@ TEST_F(WatchTest, WithoutATerminalPrintsOneFrame) {
   EXPECT_EQ(r.out.find('\x1b'), std::string::npos) << "escape sequences on a non-terminal";
   EXPECT_NE(r.out.find("TEN00000000001"), std::string::npos);
   EXPECT_NE(r.out.find("ring    3 lanes"), std::string::npos) << r.out;
+}
+
+// A segment name wider than the frame (here 130 characters) is read
+// across lines of the frame's width; no line is wider, without a terminal
+// (80 columns) or on one of 40. Before, the title line held the whole name:
+// 146 columns, cut to the terminal's width on one.
+TEST_F(WatchTest, ANameWiderThanTheFrameIsReadAcrossLines) {
+  SegmentGuard long_name(unique_segment_name() + std::string(130 - unique_segment_name().size(), 'n'));
+  ASSERT_EQ(long_name.name().size(), 130u);
+  QueueOptions o;
+  o.jobs = 64;
+  o.lanes = 4;
+  ASSERT_TRUE(Queue::create(long_name.name(), o).ok());
+  const auto r = run_tool({"watch", long_name.name(), "--once"});
+  ASSERT_EQ(r.exit_code, 0) << show(r);
+  std::string joined;
+  for (std::size_t at = 0; at < r.out.size();) {
+    const std::size_t nl = std::min(r.out.find('\n', at), r.out.size());
+    const std::string line = r.out.substr(at, nl - at);
+    EXPECT_LE(line.size(), 80u) << "wider than 80 columns: " << line;
+    joined += line;
+    at = nl + 1;
+  }
+  EXPECT_NE(joined.find(long_name.name()), std::string::npos) << "the name, read across its lines: " << r.out;
+
+  PtyTool t({"watch", long_name.name(), "--interval", "50"}, 40, 40);
+  ASSERT_TRUE(t.read_until([](const std::string& out) { return occurrences(out, "PROCESSES") >= 2; })) << t.output();
+  t.type("q");
+  ASSERT_TRUE(t.read_until([](const std::string& out) { return out.find(kAltOff) != std::string::npos; }));
+  t.wait();
+  std::string all;
+  for (const std::string& line : last_frame(t.output())) {
+    EXPECT_LE(line.size(), 40u) << "wider than the terminal: '" << line << "'";
+    all += line;
+  }
+  EXPECT_NE(all.find(long_name.name()), std::string::npos) << "the name, read across its lines";
 }
 
 TEST_F(WatchTest, RefusesABadInterval) {
