@@ -991,6 +991,17 @@ Result<std::unique_ptr<Segment>> create_segment(std::string_view name, const Que
     bip::permissions perm(o.mode);
     bip::shared_memory_object shm(bip::create_only, s->name.c_str(), bip::read_write, perm);
     try {
+      // The mark of a segment being made, before the file has a size: a
+      // creator that dies from here on leaves a file that says it is
+      // fairlane's and unfinished (open: not_initialized, which
+      // open_or_create waits out; `fairlane destroy` removes it). Only one
+      // that dies before this write leaves an empty file.
+      if (const ssize_t n = ::pwrite(shm.get_mapping_handle().handle, &kMagicMaking, sizeof kMagicMaking, 0);
+          n != ssize_t(sizeof kMagicMaking)) {
+        const int err = n < 0 ? errno : ENOSPC;  // a short write of 8 bytes to tmpfs: no room
+        bip::shared_memory_object::remove(s->name.c_str());
+        return make_error(Errc::system, "cannot write segment '" + s->name + "'", err);
+      }
       shm.truncate(bip::offset_t(g.total));
       s->region = bip::mapped_region(shm, bip::read_write);
       open_lock_file(*s, shm.get_mapping_handle().handle);
@@ -1096,9 +1107,16 @@ Result<std::unique_ptr<Segment>> open_segment(std::string_view name, bool observ
     if (size == 0)
       return make_error(Errc::not_initialized, seg + " is empty: its creator died before sizing it (or is creating it now); "
                                                "remove it with 'fairlane destroy " + s->name + "'");
-    if (std::uint64_t(size) < sizeof(Header))
+    if (std::uint64_t(size) < sizeof(Header)) {
+      // Marked but not yet sized: its creator is between the two, or died there.
+      std::uint64_t first = 0;
+      if (::pread(shm.get_mapping_handle().handle, &first, sizeof first, 0) == sizeof first && first == kMagicMaking)
+        return make_error(Errc::not_initialized, seg + " was never finished: its creator died while creating it "
+                                                 "(or is creating it now); remove it with 'fairlane destroy " +
+                                                     s->name + "'");
       return make_error(Errc::truncated, seg + " is " + std::to_string(size) + " bytes, smaller than a header (" +
                                              std::to_string(sizeof(Header)) + ")");
+    }
     s->region = bip::mapped_region(shm, bip::read_write);
     open_lock_file(*s, shm.get_mapping_handle().handle);
   } catch (const bip::interprocess_exception& e) {
@@ -1107,7 +1125,7 @@ Result<std::unique_ptr<Segment>> open_segment(std::string_view name, bool observ
   auto* h = reinterpret_cast<Header*>(s->region.get_address());
   // [A0] acquire: pairs with [R0]; after it every creation-time field is visible.
   const std::uint64_t magic = h->magic.load(std::memory_order_acquire);
-  if (magic == 0)
+  if (magic == kMagicMaking)
     return make_error(Errc::not_initialized, seg + " was never finished: its creator died while creating it "
                                              "(or is creating it now); remove it with 'fairlane destroy " + s->name + "'");
   if (magic != kMagic) return make_error(Errc::wrong_layout, seg + " is not a fairlane segment (bad magic)");

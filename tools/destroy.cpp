@@ -57,11 +57,17 @@ Maker who_made(const std::string& segment) {
     got += n;
   }
   ::close(fd);
-  // An empty file, or one whose magic is still zero: a creator that died
-  // before it published the header (the magic is written last).
+  // An empty file (a creator that died before its first write), or one
+  // that holds the mark a creator writes before it sizes the file and
+  // replaces with the magic last (layout.hpp, kMagicMaking). A file of any
+  // other first bytes, zero ones too, is nobody's we know of: a sized file
+  // of zeros is no fairlane creator's (the mark comes first; before
+  // 2026-12-08 it was taken for one, and another program's segment that
+  // began with zeros could be removed).
   if (got == 0) return Maker::unfinished;
-  static constexpr unsigned char kZero[8] = {};
-  if (got == 8 && std::memcmp(head, kZero, 8) == 0) return Maker::unfinished;
+  std::uint64_t first = 0;
+  std::memcpy(&first, head, sizeof first);
+  if (got == 8 && first == detail::kMagicMaking) return Maker::unfinished;
   // The magic is "FFAIRLN" and a layout digit; any layout's segment is ours.
   std::uint64_t magic = detail::kMagic;
   unsigned char ours[8];

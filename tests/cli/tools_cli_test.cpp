@@ -148,8 +148,15 @@ TEST_F(ToolsCli, ReleaseIsDocumentedAndChecksItsArguments) {
 
 // ---------------------------------------------------------------- destroy
 
+// Nor one that begins with zeros, as another program's segment may (its
+// counters at 0): a fairlane creator marks its file before it sizes it
+// (kMagicMaking), so a sized file of zeros is none of its. Before
+// 2026-12-08 such a file was taken for an unfinished segment and removed.
 TEST_F(ToolsCli, DestroyRefusesAFileThatIsNotASegment) {
-  for (const std::string& bytes : {std::string("hello, I am somebody's file\n"), std::string(8192, 'Z')}) {
+  std::string zeros_then_data(8192, '\0');
+  zeros_then_data.replace(64, 5, "data!");
+  for (const std::string& bytes : {std::string("hello, I am somebody's file\n"), std::string(8192, 'Z'),
+                                   std::string(8192, '\0'), zeros_then_data}) {
     {
       std::ofstream f(shm_path(seg()), std::ios::binary);
       f << bytes;
@@ -198,8 +205,17 @@ TEST_F(ToolsCli, DestroyStillRemovesOurOwnBrokenSegments) {
   };
   const Case cases[] = {
       {"empty: the creator died before sizing it", [&] { std::ofstream(shm_path(seg()), std::ios::binary); }},
-      {"never finished: the magic is still 0",
-       [&] { std::ofstream(shm_path(seg()), std::ios::binary) << std::string(8192, '\0'); }},
+      {"never finished: the creator's mark, not yet the magic",
+       [&] {
+         std::string bytes(8192, '\0');
+         std::memcpy(bytes.data(), &detail::kMagicMaking, sizeof detail::kMagicMaking);
+         std::ofstream(shm_path(seg()), std::ios::binary) << bytes;
+       }},
+      {"marked, not yet sized",
+       [&] {
+         std::ofstream(shm_path(seg()), std::ios::binary)
+             << std::string(reinterpret_cast<const char*>(&detail::kMagicMaking), sizeof detail::kMagicMaking);
+       }},
       {"another layout version",
        [&] {
          create();

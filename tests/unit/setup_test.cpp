@@ -688,13 +688,35 @@ TEST(Setup, TruncatedSegment) {
       << describe(r.error());
 }
 
-TEST(Setup, ZeroFilledSegmentIsNotInitialized) {
-  // What a creator that died right after sizing the file leaves behind.
+// What a creator that died after marking its file leaves behind, sized or
+// not yet: not_initialized (what open_or_create waits out), not truncated.
+TEST(Setup, AMarkedUnfinishedSegmentIsNotInitialized) {
+  SegmentGuard guard(unique_segment_name());
+  const std::uint64_t bytes = make_real(guard.name());
+  ASSERT_GT(bytes, 0U);
+  std::vector<unsigned char> file(static_cast<std::size_t>(bytes), 0);
+  std::memcpy(file.data(), &detail::kMagicMaking, sizeof detail::kMagicMaking);
+  craft_file(guard.name(), file);
+  expect_open_fails(guard.name(), Errc::not_initialized);
+  file.resize(sizeof detail::kMagicMaking);
+  craft_file(guard.name(), file);
+  expect_open_fails(guard.name(), Errc::not_initialized);
+}
+
+// A creator marks its file before it sizes it, so a sized file of zeros is
+// no creator's (another program's, say): not a fairlane segment. It was
+// not_initialized before 2026-12-08, and open_or_create waited a second on it.
+TEST(Setup, AZeroFilledFileIsNotAFairlaneSegment) {
   SegmentGuard guard(unique_segment_name());
   const std::uint64_t bytes = make_real(guard.name());
   ASSERT_GT(bytes, 0U);
   craft_file(guard.name(), std::vector<unsigned char>(static_cast<std::size_t>(bytes), 0));
-  expect_open_fails(guard.name(), Errc::not_initialized);
+  expect_open_fails(guard.name(), Errc::wrong_layout);
+  QueueOptions o;
+  o.jobs = 64;
+  auto r = Queue::open_or_create(guard.name(), o);
+  ASSERT_FALSE(r.ok());
+  EXPECT_EQ(r.error().code, Errc::wrong_layout) << describe(r.error()) << " (not_initialized: waited on, a second)";
 }
 
 TEST(Setup, EmptyFileIsNotInitialized) {

@@ -30,6 +30,11 @@
 namespace fairlane::detail {
 
 inline constexpr std::uint64_t kMagic = 0x314E4C5249414646ULL;  // "FFAIRLN1" little-endian
+// "FFAIRLN_": the first bytes of a segment being created. Its creator
+// writes them before it sizes the file and kMagic over them last, so a file
+// that holds them is one a fairlane creator made and did not finish (or is
+// finishing now); a sized file whose first bytes are zero is no creator's.
+inline constexpr std::uint64_t kMagicMaking = 0x5F4E4C5249414646ULL;
 inline constexpr std::uint32_t kLayoutVersion = 17;  // 10: liveness locks and real start times in ProcRecord; 11: MirrorRole; 12: free hints (bytes); 13: free hints (words, owner tokens); 14: group hints; 15: ProcRecord::parked; 16: producers parked for room (Header::room_*, ProcRecord::room_parked); 17: producers parked for a lane (Header::lane_*, ProcRecord::lane_parked), sync enqueuers parked for the mirror counted in their records (ProcRecord::ack_parked, MirrorShared::ack_park_until)
 inline constexpr std::size_t kCacheLine = 64;
 inline constexpr std::uint32_t kMaxJobs = (1U << 26) - 2;      // slot+1 fits a 26-bit field
