@@ -37,9 +37,11 @@
 #include "core.hpp"
 #include "failpoint.hpp"
 #include "mirror_log.hpp"
+#include "retry_codec.hpp"
 #include "segment.hpp"
 #include "valkey/connection.hpp"
 #include "valkey/mirror_scripts.hpp"
+#include "valkey/retry_text.hpp"
 #include "valkey/scripts.hpp"
 
 namespace fairlane {
@@ -63,8 +65,9 @@ struct JobOp {
   std::uint64_t when_ms = 0;    // segment clock
   std::uint64_t ready_ms = 0;   // segment clock
   std::string error;
-  bool with_payload = false;    // first time this incarnation is written
+  bool with_payload = false;    // first time this incarnation is written: with its payload and retry policy
   std::string payload;
+  std::string retry;            // the job's own retry policy as fl_retry keeps it ('' none)
 };
 
 struct LaneOp {
@@ -215,6 +218,7 @@ struct Mirror::Impl {
     std::uint32_t attempt = 0;
     std::uint64_t when = 0, ready_ms = 0;
     std::string payload, error;
+    RetryPolicy retry;
     std::uint32_t copy = kNoSlot;  // an aborted slot's successor: where a reassign moved its job
   };
   bool read_slot(std::uint32_t slot, Seen& out) {
@@ -251,6 +255,9 @@ struct Mirror::Impl {
     out.payload.assign(reinterpret_cast<const char*>(s.payload(slot)),
                        std::min(r.payload_len.load(std::memory_order_relaxed), s.payload_bytes));
     out.error.assign(r.error, std::min<std::size_t>(r.error_len.load(std::memory_order_relaxed), kErrorBytes));
+    out.retry = (r.flags.load(std::memory_order_relaxed) & kSlotHasRetry)
+                    ? retry_decode(r.retry.a.load(std::memory_order_relaxed), r.retry.b.load(std::memory_order_relaxed))
+                    : RetryPolicy{};
     std::atomic_thread_fence(std::memory_order_acquire);
     return slot_load(s, slot) == w && out.lane < s.lane_count;
   }
@@ -336,7 +343,10 @@ struct Mirror::Impl {
     op.ready_ms = seen.ready_ms;
     op.error = std::move(seen.error);
     op.with_payload = resync || shadow_sf[slot] != seen.sf;
-    if (op.with_payload) op.payload = std::move(seen.payload);
+    if (op.with_payload) {
+      op.payload = std::move(seen.payload);
+      op.retry = valkey::encode_policy(seen.retry);
+    }
     b.jobs.push_back(std::move(op));
     shadow_sf[slot] = seen.sf;
     shadow_lane[slot] = seen.lane;
@@ -620,7 +630,7 @@ struct Mirror::Impl {
         const JobOp* j = entries[k].job;
         a.add(j ? "u" : "f").add(entries[k].id);
         if (!j) {
-          for (int f = 0; f < 8; ++f) a.add("");
+          for (int f = 0; f < 9; ++f) a.add("");
           continue;
         }
         keep.push_back(valkey_ms(j->when_ms));
@@ -628,7 +638,7 @@ struct Mirror::Impl {
         keep.push_back(valkey_ms(j->ready_ms));
         const std::string& ready = keep.back();
         a.add(j->group).add(j->state).add_num(j->attempts).add(when).add(ready).add(j->error)
-            .add(j->with_payload ? "1" : "0").add(j->payload);
+            .add(j->with_payload ? "1" : "0").add(j->payload).add(j->retry);
       }
     }
     for (std::size_t i = 0; i < b.lanes.size(); i += kPerCall) {

@@ -14,8 +14,10 @@
 #include <vector>
 
 #include "fairlane/mirror.hpp"
+#include "retry_codec.hpp"
 #include "segment.hpp"
 #include "valkey/connection.hpp"
+#include "valkey/retry_text.hpp"
 
 namespace fairlane {
 using valkey::Args;
@@ -158,6 +160,11 @@ Result<RestoreReport> restore_from_valkey(std::string_view segment, std::string_
         j.info.attempt = std::uint32_t(std::max<std::int64_t>(0, number(h->element[1]) - number(h->element[5])));
         j.payload = std::string(text(h->element[2]));
         j.info.last_error = std::string(text(h->element[4]));
+        // The job's own retry policy (fl_retry, written by the backend's
+        // enqueue and by the mirror): a fail() without options follows it.
+        // One out of the segment's ranges (a row someone else wrote) is
+        // left out rather than failing the restore.
+        if (RetryPolicy p = valkey::decode_policy(text(h->element[7])); detail::retry_valid(p)) j.info.retry = p;
         if (st == "pending") {
           j.info.state = JobState::pending;
         } else if (st == "active") {

@@ -34,15 +34,16 @@ local function unplace(id, jk)
 end
 )lua";
 
-// Jobs, many per call. ARGV: n, then 10 fields per job: op ('u' upsert or
+// Jobs, many per call. ARGV: n, then 11 fields per job: op ('u' upsert or
 // 'f' forget), id, group, state (pending|active|scheduled|dead), attempts,
 // score (deadline, due time or death, Valkey ms; unused when pending),
-// ready_ms, last_error, with_payload (1|0), payload. The job keys are built
-// from the {Q} prefix (same Cluster slot), as the backend's scripts do.
+// ready_ms, last_error, with_payload (1|0), payload, retry policy (fl_retry,
+// '' none; with the payload: both are fixed at admission). The job keys are
+// built from the {Q} prefix (same Cluster slot), as the backend's scripts do.
 inline constexpr std::string_view kMirrorJobs = R"lua(
 local n = tonumber(ARGV[1])
 for i = 0, n - 1 do
-  local b = 1 + i * 10
+  local b = 1 + i * 11
   local op, id = ARGV[b + 1], ARGV[b + 2]
   local jk = job_key(id)
   unplace(id, jk)
@@ -53,7 +54,11 @@ for i = 0, n - 1 do
     local g, st = ARGV[b + 3], ARGV[b + 4]
     redis.call('HSET', jk, 'state', st, 'attempts', ARGV[b + 5], 'group', g, 'ready_ms', ARGV[b + 7],
                'last_error', ARGV[b + 8])
-    if ARGV[b + 9] == '1' then redis.call('HSET', jk, 'payload', ARGV[b + 10]) end
+    if ARGV[b + 9] == '1' then
+      redis.call('HSET', jk, 'payload', ARGV[b + 10])
+      -- A restore gives the job its policy back (a fail() without options follows it).
+      if ARGV[b + 11] ~= '' then redis.call('HSET', jk, 'fl_retry', ARGV[b + 11]) else redis.call('HDEL', jk, 'fl_retry') end
+    end
     if st == 'pending' then
       redis.call('ZADD', lane_key(g), 0, id)
     elseif st == 'active' then

@@ -18,12 +18,15 @@
 
 #include "connection.hpp"
 #include "fairlane/valkey.hpp"
+#include "retry_text.hpp"
 #include "scripts.hpp"
 
 namespace fairlane {
 
 using valkey::Args;
 using valkey::Reply;
+using valkey::decode_policy;
+using valkey::encode_policy;
 
 namespace {
 
@@ -89,51 +92,6 @@ struct Num {
 std::string_view text(const redisReply* r) noexcept { return {r->str, r->len}; }
 
 bool starts(std::string_view s, std::string_view p) noexcept { return s.substr(0, p.size()) == p; }
-
-// A job's retry policy in its row (fl_retry): "max;kind;base;cap;factor;jitter",
-// kind '-' (no backoff), 'f' fixed or 'e' exponential. Empty: none.
-std::string encode_policy(const RetryPolicy& p) {
-  if (p.empty()) return {};
-  char buf[160];
-  if (!p.backoff) {
-    std::snprintf(buf, sizeof buf, "%u;-;0;0;1;0", p.max_attempts);
-  } else {
-    const Backoff& b = *p.backoff;
-    std::snprintf(buf, sizeof buf, "%u;%c;%lld;%lld;%.17g;%.17g", p.max_attempts,
-                  b.kind == Backoff::Kind::fixed ? 'f' : 'e', static_cast<long long>(b.base.count()),
-                  static_cast<long long>(b.cap.count()), b.factor, b.jitter);
-  }
-  return buf;
-}
-
-RetryPolicy decode_policy(std::string_view s) {
-  RetryPolicy p;
-  if (s.empty()) return p;
-  std::string parts[6];
-  std::size_t k = 0;
-  for (char c : s) {
-    if (c == ';') {
-      if (++k >= 6) break;
-    } else {
-      parts[k] += c;
-    }
-  }
-  try {
-    p.max_attempts = std::uint32_t(std::stoul(parts[0]));
-    if (parts[1] == "f" || parts[1] == "e") {
-      Backoff b;
-      b.kind = parts[1] == "f" ? Backoff::Kind::fixed : Backoff::Kind::exponential;
-      b.base = std::chrono::milliseconds(std::stoll(parts[2]));
-      b.cap = std::chrono::milliseconds(std::stoll(parts[3]));
-      b.factor = std::stod(parts[4]);
-      b.jitter = std::stod(parts[5]);
-      p.backoff = b;
-    }
-  } catch (const std::exception&) {
-    return RetryPolicy{};  // a row someone else wrote: no policy
-  }
-  return p;
-}
 
 bool policy_ok(const RetryPolicy& p) noexcept {
   return p.max_attempts <= 65535 && (!p.backoff || p.backoff->valid());

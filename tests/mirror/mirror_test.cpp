@@ -716,6 +716,63 @@ TEST_F(MirrorTest, RestoreRebuildsLanesJobsAndSettings) {
   EXPECT_EQ(served[group(1).string()], want1);
 }
 
+// A job's own retry policy (EnqueueOptions::retry) is part of the job: a
+// fail() without options follows it. It survives the mirror and a restore,
+// from a mirrored segment's keyspace and from a Valkey backend's (its row's
+// fl_retry), as its payload does.
+TEST_F(MirrorTest, RestoreKeepsEachJobsRetryPolicy) {
+  RetryPolicy policy;
+  policy.max_attempts = 3;
+  policy.backoff = Backoff::exponential(250ms, 4000ms, 2.0, 0.5);
+  BrandedId mirrored, plain;
+  {
+    Queue q = create(Durability::sync);
+    start_mirror();
+    mirrored = q.mint();
+    plain = q.mint();
+    ASSERT_EQ(q.enqueue(group(1), mirrored, "m", {.retry = policy}), EnqueueStatus::enqueued);
+    ASSERT_EQ(q.enqueue(group(1), plain, "p"), EnqueueStatus::enqueued);
+    ASSERT_TRUE(caught_up(q));
+    mirror_.reset();
+  }
+  ASSERT_TRUE(Queue::remove(name_));
+  auto rep = restore_from_valkey(name_, url_, QueueOptions{});
+  ASSERT_TRUE(rep) << rep.error().message;
+  {
+    auto q = Queue::open(name_);
+    ASSERT_TRUE(q) << q.error().message;
+    const auto j = q->job(mirrored);
+    ASSERT_TRUE(j.has_value());
+    EXPECT_EQ(j->retry, policy);
+    EXPECT_TRUE(q->job(plain)->retry.empty());
+    Lease l;
+    ASSERT_TRUE(q->claim(l, 60000));
+    ASSERT_EQ(l.id, mirrored);
+    EXPECT_EQ(l.retry, policy);
+    EXPECT_EQ(q->fail(l.id, l.token), FailStatus::retrying);  // max 3: not dead at the first failure
+  }
+  ASSERT_TRUE(Queue::remove(name_));
+
+  // The same from a queue the Valkey backend wrote.
+  const std::string other = name_ + "v";
+  test::SegmentGuard other_guard(other);
+  const std::string vurl = "valkey://127.0.0.1:" + std::to_string(server_->port()) + "/" + other;
+  BrandedId on_valkey;
+  {
+    auto b = ValkeyBackend::open(vurl);
+    ASSERT_TRUE(b) << b.error().message;
+    on_valkey = (*b)->mint();
+    ASSERT_EQ((*b)->enqueue(group(2), on_valkey, "v", {.retry = policy}), EnqueueStatus::enqueued);
+  }
+  rep = restore_from_valkey(other, vurl, QueueOptions{});
+  ASSERT_TRUE(rep) << rep.error().message;
+  auto q = Queue::open(other);
+  ASSERT_TRUE(q) << q.error().message;
+  const auto j = q->job(on_valkey);
+  ASSERT_TRUE(j.has_value());
+  EXPECT_EQ(j->retry, policy);
+}
+
 TEST_F(MirrorTest, RestoreRefusesAnExistingSegmentOrAnUnreachableServer) {
   { Queue q = create(); }
   auto rep = restore_from_valkey(name_, url_, QueueOptions{});
