@@ -109,8 +109,12 @@ Result<RestoreReport> restore_from_valkey(std::string_view segment, std::string_
       if (!r || r->type != REDIS_REPLY_ARRAY || r->elements != 2)
         return restore_error(Errc::unavailable, where + ": unexpected SCAN reply");
       cursor = std::string(text(r->element[0]));
-      for (std::size_t i = 0; i < r->element[1]->elements; ++i)
-        ids.emplace_back(text(r->element[1]->element[i]).substr(prefix.size() + 4));
+      for (std::size_t i = 0; i < r->element[1]->elements; ++i) {
+        // The pattern matches a job's own keys too (EchoMQ's job:<id>:logs
+        // list): those are no job, and not a job to count as skipped.
+        const std::string_view id = text(r->element[1]->element[i]).substr(prefix.size() + 4);
+        if (id.find(':') == std::string_view::npos) ids.emplace_back(id);
+      }
     } while (cursor != "0");
     std::sort(ids.begin(), ids.end());
     ids.erase(std::unique(ids.begin(), ids.end()), ids.end());

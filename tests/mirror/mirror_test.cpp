@@ -773,6 +773,37 @@ TEST_F(MirrorTest, RestoreKeepsEachJobsRetryPolicy) {
   EXPECT_EQ(j->retry, policy);
 }
 
+// EchoMQ keeps a job's log lines in job:<id>:logs, a list beside its row.
+// It is no job: restore neither restores it nor counts it as skipped (the
+// tool said "skipped 1 keys ... that were not whole jobs" for a queue that
+// held one whole job with a log).
+TEST_F(MirrorTest, RestoreTakesAJobsLogListForNoJob) {
+  BrandedId id;
+  {
+    auto b = ValkeyBackend::open(url_);
+    ASSERT_TRUE(b) << b.error().message;
+    id = (*b)->mint();
+    ASSERT_EQ((*b)->enqueue(group(1), id, "x"), EnqueueStatus::enqueued);
+  }
+  {
+    redisContext* c = redisConnect("127.0.0.1", server_->port());
+    ASSERT_TRUE(c && !c->err);
+    const std::string logs = job_key(id) + ":logs";
+    auto* r = static_cast<redisReply*>(redisCommand(c, "RPUSH %s line1 line2", logs.c_str()));
+    ASSERT_TRUE(r && r->type == REDIS_REPLY_INTEGER);
+    freeReplyObject(r);
+    redisFree(c);
+  }
+  auto rep = restore_from_valkey(name_, url_, QueueOptions{});
+  ASSERT_TRUE(rep) << rep.error().message;
+  EXPECT_EQ(rep->pending, 1u);
+  EXPECT_EQ(rep->skipped, 0u);
+  auto r = test::run_program(FAIRLANE_CLI_PATH, {"restore", name_ + "t", "--from", url_});
+  test::SegmentGuard tool_guard(name_ + "t");
+  EXPECT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_EQ(r.err.find("skipped"), std::string::npos) << r.err;
+}
+
 TEST_F(MirrorTest, RestoreRefusesAnExistingSegmentOrAnUnreachableServer) {
   { Queue q = create(); }
   auto rep = restore_from_valkey(name_, url_, QueueOptions{});
