@@ -58,6 +58,11 @@ for i = 0, n - 1 do
       redis.call('HSET', jk, 'payload', ARGV[b + 10])
       -- A restore gives the job its policy back (a fail() without options follows it).
       if ARGV[b + 11] ~= '' then redis.call('HSET', jk, 'fl_retry', ARGV[b + 11]) else redis.call('HDEL', jk, 'fl_retry') end
+      -- `attempts` is the segment's delivery count: a row the Valkey
+      -- backend wrote before this mirror took the queue over (a restore
+      -- into a mirrored segment) loses the backend's fencing and its count
+      -- of attempts that were no delivery, which readers would take off again.
+      redis.call('HDEL', jk, 'fl_skip', 'fl_token', 'fl_at')
     end
     if st == 'pending' then
       redis.call('ZADD', lane_key(g), 0, id)

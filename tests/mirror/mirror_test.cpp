@@ -773,6 +773,48 @@ TEST_F(MirrorTest, RestoreKeepsEachJobsRetryPolicy) {
   EXPECT_EQ(j->retry, policy);
 }
 
+// A queue the Valkey backend ran, restored into a segment that mirrors into
+// it: the mirror writes `attempts` as the segment's delivery count, so the
+// backend's own bookkeeping in the row (fl_skip: attempts that were no
+// delivery, after a release or a requeue) must not stay beside it, or every
+// reader takes deliveries off twice: the keyspace shows too few, and the
+// next restore gives the job back deliveries it had used.
+TEST_F(MirrorTest, AMirrorTakingOverABackendsQueueKeepsTheDeliveryCountTrue) {
+  BrandedId id;
+  {
+    auto b = ValkeyBackend::open(url_);
+    ASSERT_TRUE(b) << b.error().message;
+    id = (*b)->mint();
+    ASSERT_EQ((*b)->enqueue(group(1), id, "x"), EnqueueStatus::enqueued);
+    Lease l;
+    ASSERT_TRUE((*b)->claim(l, 60000));
+    ASSERT_EQ((*b)->release(l.id, l.token), AckStatus::ok);  // attempts 2, of which 0 deliveries
+    ASSERT_EQ((*b)->job(id)->attempt, 0u);
+  }
+  QueueOptions o;
+  o.mirror = url_;
+  o.durability = Durability::sync;
+  auto rep = restore_from_valkey(name_, url_, o);
+  ASSERT_TRUE(rep) << rep.error().message;
+  {
+    auto q = Queue::open(name_);
+    ASSERT_TRUE(q) << q.error().message;
+    start_mirror();
+    Lease l;
+    ASSERT_TRUE(q->claim(l, 60000));
+    ASSERT_EQ(l.attempt, 1u);
+    ASSERT_TRUE(caught_up(*q));
+    EXPECT_EQ(valkey()->job(id)->attempt, 1u);  // what Valkey's readers see
+    mirror_.reset();
+  }
+  ASSERT_TRUE(Queue::remove(name_));
+  rep = restore_from_valkey(name_, url_, QueueOptions{});
+  ASSERT_TRUE(rep) << rep.error().message;
+  auto q = Queue::open(name_);
+  ASSERT_TRUE(q) << q.error().message;
+  EXPECT_EQ(q->job(id)->attempt, 1u);  // the delivery before the second crash counts
+}
+
 // EchoMQ keeps a job's log lines in job:<id>:logs, a list beside its row.
 // It is no job: restore neither restores it nor counts it as skipped (the
 // tool said "skipped 1 keys ... that were not whole jobs" for a queue that
