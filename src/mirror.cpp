@@ -620,7 +620,19 @@ struct Mirror::Impl {
     std::vector<Entry> entries;
     entries.reserve(forget_extra.size() + b.jobs.size());
     for (const std::string& id : forget_extra) entries.push_back({nullptr, id});
-    for (const JobOp& j : b.jobs) entries.push_back({j.forget ? nullptr : &j, j.id});
+    // A forget that the batch follows with an upsert of the same id is a job
+    // that moved (a reassign whose origin was read before its copy), not
+    // one that left: it is left out, so the row is rewritten in place and
+    // the job's EchoMQ log list, which a forget deletes, stays. A forget
+    // after the upsert is a job that left, and is kept.
+    std::unordered_set<std::string_view> written_later;
+    const std::size_t extra = entries.size();
+    for (auto j = b.jobs.rbegin(); j != b.jobs.rend(); ++j) {
+      if (!j->forget) written_later.insert(j->id);
+      else if (written_later.count(j->id)) continue;
+      entries.push_back({j->forget ? nullptr : &*j, j->id});
+    }
+    std::reverse(entries.begin() + std::ptrdiff_t(extra), entries.end());
     for (std::size_t i = 0; i < entries.size(); i += kPerCall) {
       const std::size_t n = std::min(kPerCall, entries.size() - i);
       add_eval(cmds, Script::jobs);
@@ -667,8 +679,7 @@ struct Mirror::Impl {
     std::lock_guard lk(mu);
     ctr.batches++;
     ctr.lanes_written += b.lanes.size();
-    for (const JobOp& j : b.jobs) (j.forget ? ctr.jobs_deleted : ctr.jobs_written)++;
-    ctr.jobs_deleted += forget_extra.size();
+    for (const Entry& e : entries) (e.job ? ctr.jobs_written : ctr.jobs_deleted)++;
     return true;
   }
 

@@ -48,7 +48,7 @@ for i = 0, n - 1 do
   local jk = job_key(id)
   unplace(id, jk)
   if op == 'f' then
-    redis.call('DEL', jk)
+    redis.call('DEL', jk, jk .. ':logs')  -- as EchoMQ removes a job: with its log lines
   else
     -- Its group is registered by the lane update of the same batch.
     local g, st = ARGV[b + 3], ARGV[b + 4]

@@ -815,6 +815,53 @@ TEST_F(MirrorTest, AMirrorTakingOverABackendsQueueKeepsTheDeliveryCountTrue) {
   EXPECT_EQ(q->job(id)->attempt, 1u);  // the delivery before the second crash counts
 }
 
+// A job that leaves the segment (completed, drained, purged) leaves Valkey
+// whole, as every EchoMQ transition that removes a job does: its row and
+// its log list (job:<id>:logs, which an EchoMQ client may have written).
+TEST_F(MirrorTest, AJobThatLeavesTheSegmentLeavesValkeyWithItsLogList) {
+  Queue q = create();
+  start_mirror();
+  const BrandedId done = q.mint(), drained = q.mint();
+  ASSERT_EQ(q.enqueue(group(1), done, "x"), EnqueueStatus::enqueued);
+  ASSERT_EQ(q.enqueue(group(2), drained, "y"), EnqueueStatus::enqueued);
+  ASSERT_TRUE(caught_up(q));
+  redisContext* c = redisConnect("127.0.0.1", server_->port());
+  ASSERT_TRUE(c && !c->err);
+  auto integer = [&](const std::string& cmd, const std::string& key) {
+    auto* r = static_cast<redisReply*>(redisCommand(c, (cmd + " %s").c_str(), key.c_str()));
+    const long long n = r && r->type == REDIS_REPLY_INTEGER ? r->integer : -1;
+    if (r) freeReplyObject(r);
+    return n;
+  };
+  for (const BrandedId& id : {done, drained}) {
+    auto* r = static_cast<redisReply*>(redisCommand(c, "RPUSH %s line", (job_key(id) + ":logs").c_str()));
+    ASSERT_TRUE(r && r->type == REDIS_REPLY_INTEGER);
+    freeReplyObject(r);
+  }
+  Lease l;
+  ASSERT_TRUE(q.claim(l, 60000));
+  ASSERT_EQ(l.id, done);
+  ASSERT_EQ(q.complete(l.id, l.token), AckStatus::ok);
+  ASSERT_EQ(q.drain(group(2)), 1u);
+  ASSERT_TRUE(caught_up(q));
+  for (const BrandedId& id : {done, drained}) {
+    EXPECT_EQ(integer("EXISTS", job_key(id)), 0) << id.string();
+    EXPECT_EQ(integer("EXISTS", job_key(id) + ":logs"), 0) << id.string();
+  }
+  // A job that moves to another lane stays: its log list too.
+  const BrandedId moved = q.mint();
+  ASSERT_EQ(q.enqueue(group(1), moved, "z"), EnqueueStatus::enqueued);
+  ASSERT_TRUE(caught_up(q));
+  auto* r = static_cast<redisReply*>(redisCommand(c, "RPUSH %s line", (job_key(moved) + ":logs").c_str()));
+  ASSERT_TRUE(r && r->type == REDIS_REPLY_INTEGER);
+  freeReplyObject(r);
+  ASSERT_EQ(q.reassign(moved, group(3)), MoveStatus::moved);
+  ASSERT_TRUE(caught_up(q));
+  EXPECT_EQ(hget(job_key(moved), "group"), group(3).string());
+  EXPECT_EQ(integer("LLEN", job_key(moved) + ":logs"), 1);
+  redisFree(c);
+}
+
 // EchoMQ keeps a job's log lines in job:<id>:logs, a list beside its row.
 // It is no job: restore neither restores it nor counts it as skipped (the
 // tool said "skipped 1 keys ... that were not whole jobs" for a queue that
