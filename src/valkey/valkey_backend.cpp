@@ -36,6 +36,7 @@ constexpr std::size_t kMaxErrorBytes = 1024;            // last_error kept by fa
 constexpr std::chrono::milliseconds kWaitBackstop{1000};  // longest BLPOP between claims
 constexpr int kRetriesBeforeRepair = 5;                 // FLRETRY answers before the `r` flag is sent
 constexpr std::size_t kBatchChunk = 512;                // items per batch script (bounds one script's run)
+constexpr std::uint64_t kLargestExactInLua = 1ULL << 53;  // a Lua number (a double) is an exact integer up to here
 
 enum class Sid : std::size_t {
   init, now, mint, enqueue, enqueue_batch, claim, complete, complete_batch, fail, extend, release, pause,
@@ -656,7 +657,10 @@ std::vector<JobInfo> ValkeyBackend::jobs(const JobFilter& filter) {
       case JobState::dead: st = "dead"; break;
     }
   }
-  const Num limit(filter.limit);
+  // Lua keeps numbers as doubles, and one of 10^17 or more reaches ZRANGE
+  // as "1e+17", which Valkey refuses: a limit past 2^53 (more jobs than any
+  // server holds) is 2^53, "every job" as on the segment.
+  const Num limit(std::min<std::uint64_t>(filter.limit, kLargestExactInLua));
   Reply r = impl_->eval(Sid::jobs, {}, {g, st, limit.sv(), "0"});
   if (r->type != REDIS_REPLY_ARRAY) impl_->error("jobs", "unexpected reply shape");
   std::vector<JobInfo> out;

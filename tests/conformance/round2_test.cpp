@@ -11,6 +11,7 @@
 #include <array>
 #include <bit>
 #include <cstring>
+#include <limits>
 #include <set>
 
 #include "backend_fixture.hpp"
@@ -399,6 +400,27 @@ TEST_P(BackendTest, JobsOfTheEmptyGroupAreTheDefaultLanes) {
   JobFilter only_a;
   only_a.group = A;
   ASSERT_EQ(q().jobs(only_a).size(), 1U);
+}
+
+// The largest limit means "every job", on every backend: on Valkey a limit
+// of 10^17 or more reached the scripts' ZRANGE as a float ("1e+17") and
+// jobs() threw a BackendError (ERR value is not an integer).
+TEST_P(BackendTest, JobsWithTheLargestLimitListsEveryJob) {
+  const BrandedId a = q().mint(), d = q().mint();
+  ASSERT_EQ(q().enqueue(A, a, "a"), EnqueueStatus::enqueued);
+  ASSERT_EQ(q().enqueue(B, d, "d"), EnqueueStatus::enqueued);
+  Lease l;
+  ASSERT_TRUE(q().claim(l, 60000));
+  ASSERT_EQ(q().fail(l.id, l.token, {.max_attempts = 1}), FailStatus::dead);
+  for (std::size_t limit : {std::numeric_limits<std::size_t>::max(), std::size_t(100'000'000'000'000'000ULL)}) {
+    JobFilter all;
+    all.limit = limit;
+    EXPECT_EQ(q().jobs(all).size(), 2U) << limit;
+    all.state = JobState::dead;
+    EXPECT_EQ(q().jobs(all).size(), 1U) << limit;
+    all.group = l.group;
+    EXPECT_EQ(q().jobs(all).size(), 1U) << limit;
+  }
 }
 
 TEST_P(BackendTest, LimitZeroIsRefusedAndChangesNothing) {
