@@ -108,8 +108,9 @@ class Backend {
   // Attached processes (empty where capabilities().process_records is false).
   virtual std::vector<ProcessInfo> processes() = 0;
 
-  // Moves the queue's clock forward for every client (tests and drills).
-  // A segment handle that makes no writes (an observer) leaves it alone.
+  // Moves the queue's clock forward for every client (tests and drills), by
+  // at most kMaxDelayMs a call. A segment handle that makes no writes (an
+  // observer) leaves it alone.
   virtual void advance_clock(std::uint64_t ms) = 0;
 
   // The segment's own handle, for what only a segment has (fsck, repair,

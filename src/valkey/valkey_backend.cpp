@@ -775,7 +775,10 @@ std::uint64_t ValkeyBackend::tick() {
 }
 
 void ValkeyBackend::advance_clock(std::uint64_t ms) {
-  const Num n(ms);
+  // Bounded as the segment bounds it (kMaxDelayMs a call): HINCRBY refuses
+  // a number past 2^63, and a clock near it is past every number a script
+  // keeps exactly (a Lua number is a double).
+  const Num n(std::min(ms, kMaxDelayMs));
   impl_->eval(Sid::advance, {}, {n.sv()});
 }
 

@@ -423,6 +423,32 @@ TEST_P(BackendTest, JobsWithTheLargestLimitListsEveryJob) {
   }
 }
 
+// One advance_clock moves the clock by at most kMaxDelayMs (2^40 ms), on
+// every backend: the segment bounds it so no deadline wraps. On Valkey the
+// whole number went to HINCRBY, which refuses one past 2^63 (a
+// BackendError) and takes 2^62, and a clock that far on is past every
+// number a script keeps exactly.
+TEST_P(BackendTest, AnAdvanceOfTheClockIsBoundedAsTheLongestDelay) {
+  const std::uint64_t t0 = q().now_ms();
+  q().advance_clock(std::numeric_limits<std::uint64_t>::max());
+  const std::uint64_t t1 = q().now_ms();
+  EXPECT_GE(t1, t0 + kMaxDelayMs);
+  EXPECT_LT(t1, t0 + kMaxDelayMs + 3'600'000);
+  q().advance_clock(1ULL << 62);
+  EXPECT_LT(q().now_ms(), t1 + kMaxDelayMs + 3'600'000);
+  // The queue still works: a lease runs out when the clock passes it.
+  const BrandedId id = q().mint();
+  ASSERT_EQ(q().enqueue(A, id, "x"), EnqueueStatus::enqueued);
+  Lease l;
+  ASSERT_TRUE(q().claim(l, 1000));
+  q().advance_clock(2000);
+  Lease again;
+  ASSERT_TRUE(q().claim(again, 1000));
+  EXPECT_EQ(again.id, id);
+  EXPECT_EQ(q().complete(l.id, l.token), AckStatus::stale);
+  EXPECT_EQ(q().complete(again.id, again.token), AckStatus::ok);
+}
+
 TEST_P(BackendTest, LimitZeroIsRefusedAndChangesNothing) {
   fill(A, 2);
   ASSERT_EQ(q().set_limit(A, 2), LaneStatus::ok);
