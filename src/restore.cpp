@@ -18,6 +18,7 @@
 #include "segment.hpp"
 #include "valkey/connection.hpp"
 #include "valkey/retry_text.hpp"
+#include "valkey/scripts.hpp"
 
 namespace fairlane {
 using valkey::Args;
@@ -85,11 +86,20 @@ Result<RestoreReport> restore_from_valkey(std::string_view segment, std::string_
       return conn.command(a);
     };
     meta = field_map(cmd({"HGETALL", prefix + "meta"}).get());
-    // A queue exists once something opened or mirrored it: it has a meta.
-    // A typo must not "restore" an empty segment.
-    if (meta.empty())
-      return restore_error(Errc::not_found, where + " holds no queue '" + url->queue +
-                                                "' (no " + prefix + "meta key): nothing restored");
+    // A queue exists while any of its fixed keys does, as the Valkey backend
+    // judges it (meta is written by what opened or mirrored it; a queue only
+    // EchoMQ clients used may have none). A typo must not "restore" an
+    // empty segment.
+    if (meta.empty()) {
+      Args a;
+      a.add("EXISTS");
+      std::vector<std::string> fixed;
+      fixed.reserve(valkey::kFixedKeys.size());
+      for (std::string_view k : valkey::kFixedKeys) a.add(fixed.emplace_back(prefix + std::string(k)));
+      if (number(conn.command(a).get()) == 0)
+        return restore_error(Errc::not_found, where + " holds no queue '" + url->queue + "' (no key of it, such as " +
+                                                  prefix + "meta): nothing restored");
+    }
     if (auto it = meta.find("job_kind"); it != meta.end()) kind = it->second;
     if (auto it = meta.find("max_payload"); it != meta.end()) max_payload = std::uint32_t(std::stoul(it->second));
     rep.paused = meta.count("paused") != 0;

@@ -96,9 +96,10 @@ struct RestoreReport {
 // Builds the segment `segment` from the Valkey queue at `url`: every job in
 // its lane in mint order (leased jobs come back pending: their holders died
 // with the host), scheduled and dead jobs kept with their times, limits,
-// weights and pauses kept. A queue that was never created (no meta key) is
-// an error (Errc::not_found) and creates nothing; a queue with meta and no
-// jobs restores to an empty segment. The segment must not exist; it is
+// weights and pauses kept. A queue that was never created (none of its
+// fixed keys exists, as ValkeyOptions::create = false judges it) is an error
+// (Errc::not_found) and creates nothing; a queue with meta and no jobs
+// restores to an empty segment. The segment must not exist; it is
 // created with `options`, where every field left at its default takes what
 // the mirror kept in meta (the segment's geometry, default retry policy and
 // mirror settings), then the queue's job kind and payload size; its capacity

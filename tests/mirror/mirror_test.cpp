@@ -893,6 +893,39 @@ TEST_F(MirrorTest, RestoreTakesAJobsLogListForNoJob) {
   EXPECT_EQ(r.err.find("skipped"), std::string::npos) << r.err;
 }
 
+// A queue only EchoMQ clients used has no meta (EchoMQ writes it only to
+// pause the queue), yet it exists: the Valkey backend opens it without
+// create (any of its fixed keys is there). Restore said "holds no queue
+// ... nothing restored" of it, with its jobs in plain sight.
+TEST_F(MirrorTest, RestoreTakesAQueueOnlyEchoMQWroteThoughItHasNoMeta) {
+  const std::string id = "JOB0SgzukC1ZjM", g = group(1).string();
+  {
+    redisContext* c = redisConnect("127.0.0.1", server_->port());
+    ASSERT_TRUE(c && !c->err);
+    const std::string prefix = "emq:{" + name_ + "}:";
+    for (const std::string& cmd :
+         {"HSET " + prefix + "job:" + id + " state pending attempts 0 payload e group " + g,
+          "ZADD " + prefix + "g:" + g + ":pending 0 " + id, "RPUSH " + prefix + "ring " + g}) {
+      auto* r = static_cast<redisReply*>(redisCommand(c, cmd.c_str()));
+      ASSERT_TRUE(r && r->type == REDIS_REPLY_INTEGER) << cmd;
+      freeReplyObject(r);
+    }
+    redisFree(c);
+  }
+  ValkeyOptions existing;
+  existing.create = false;
+  ASSERT_TRUE(ValkeyBackend::open(url_, existing)) << "the backend finds the queue";
+  auto rep = restore_from_valkey(name_, url_, QueueOptions{});
+  ASSERT_TRUE(rep) << rep.error().message;
+  EXPECT_EQ(rep->pending, 1u);
+  auto q = Queue::open(name_);
+  ASSERT_TRUE(q) << q.error().message;
+  Lease l;
+  ASSERT_TRUE(q->claim(l, 60000));
+  EXPECT_EQ(l.id.string(), id);
+  EXPECT_EQ(l.payload, "e");
+}
+
 TEST_F(MirrorTest, RestoreRefusesAnExistingSegmentOrAnUnreachableServer) {
   { Queue q = create(); }
   auto rep = restore_from_valkey(name_, url_, QueueOptions{});
