@@ -387,7 +387,6 @@ struct Worker::State {
         idx = free_slots.back();
         free_slots.pop_back();
         slots[idx].phase.store(kClaiming, std::memory_order_relaxed);  // only this thread looks at it now
-        in_flight.fetch_add(1, std::memory_order_relaxed);
       }
       Slot& s = slots[idx];
       bool got = false;
@@ -404,11 +403,14 @@ struct Worker::State {
         std::lock_guard l(mu);
         s.phase.store(kFree, std::memory_order_relaxed);
         free_slots.push_back(idx);
-        in_flight.fetch_sub(1, std::memory_order_relaxed);
         break;
       }
       {
         std::lock_guard l(mu);
+        // Counted from the claim, not the reservation: an idle claimer
+        // parked in claim_wait holds a slot but no lease (free_slot gives
+        // the count back).
+        in_flight.fetch_add(1, std::memory_order_relaxed);
         const std::uint64_t now = clock->now_ms();
         s.claimed_ms = s.started_ms = s.extended_ms = now;
         s.stop = std::stop_source();

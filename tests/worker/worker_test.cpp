@@ -539,6 +539,32 @@ TEST_F(WorkerTest, InFlightLeasesAreBounded) {
   EXPECT_EQ(w.stats().completed, 10u);
 }
 
+// WorkerStats::in_flight is the leases held: the slot the claimer reserves
+// for its claim_wait holds none until the claim succeeds. It counted the
+// reservation, so an idle worker said 1 (threads of them: one) forever.
+TEST_F(WorkerTest, AnIdleWorkerHoldsNoLeaseInFlight) {
+  WorkerOptions o = manual(2);
+  Gate gate;
+  Worker w(backends(), o, [&](Job& job) {
+    gate.pass(job);
+    return Outcome::ok();
+  });
+  w.start();
+  ASSERT_TRUE(test::eventually([&] { return q().snapshot().consumers_parked != 0; })) << "the claimer never parked";
+  EXPECT_EQ(w.stats().in_flight, 0u);
+  // One job running, the claimer parked again for the next: one lease.
+  enqueue(group("TEN", 1));
+  ASSERT_TRUE(gate.wait_started(1));
+  ASSERT_TRUE(test::eventually([&] { return q().snapshot().consumers_parked != 0; })) << "the claimer never parked";
+  EXPECT_EQ(w.stats().in_flight, 1u);
+  EXPECT_EQ(q().snapshot().leased, 1u);
+  gate.open_all();
+  ASSERT_TRUE(log_.wait_for(Kind::completed, 1));
+  w.request_stop();
+  ASSERT_TRUE(w.wait_for(kHang));
+  EXPECT_EQ(w.stats().in_flight, 0u);
+}
+
 // ---------------------------------------------------------------- shutdown
 
 TEST_F(WorkerTest, ShutdownLetsRunningJobsFinishThenHandsBackTheRest) {
