@@ -130,6 +130,18 @@ TEST(Setup, CreateOpenConfigRoundTrip) {
   EXPECT_EQ(created->snapshot().jobs_capacity, 100U);
 }
 
+// The default segment's size, as README.md (Limits) and docs/design.md
+// (section 2, "The default segment") give it, region by region. They said
+// 39,010,304 bytes, the total before the free hints region (4,160 bytes here)
+// was added: a change of layout must change the table with it.
+TEST(Setup, TheDefaultSegmentIsTheSizeTheDocsGive) {
+  SegmentGuard guard(unique_segment_name());
+  auto r = Queue::create(guard.name());
+  ASSERT_TRUE(r.ok()) << describe(r.error());
+  EXPECT_EQ(r->config().segment_bytes, 39'014'400U);
+  EXPECT_EQ(file_size(guard.name()), 39'014'400U);
+}
+
 TEST(Setup, SegmentFileMode) {
   SegmentGuard guard(unique_segment_name());
   QueueOptions o = small();
