@@ -85,6 +85,15 @@ class FsckCli : public ::testing::Test {
   std::unique_ptr<SegmentGuard> guard_;
 };
 
+// The summary line as README.md shows it: counts grouped by thousands (the
+// README printed them ungrouped, as the tool never has).
+TEST_F(FsckCli, TheSummaryLineCountsWhatItChecked) {
+  ASSERT_EQ(run_cli({"create", seg(), "--jobs", "1000"}).exit_code, 0);
+  const CliRun r = run_cli({"fsck", seg()});
+  EXPECT_EQ(r.exit_code, 0) << show(r);
+  EXPECT_EQ(r.out, seg() + ": 1,000 slots, 4,097 lanes, 0 ring tokens checked: clean\n") << show(r);
+}
+
 TEST_F(FsckCli, RepairOfACleanSegmentChangesNothingAndExitsZero) {
   create();
   enqueue("TEN00000000001", 2);
