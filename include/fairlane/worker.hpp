@@ -166,7 +166,10 @@ struct WorkerOptions {
   std::chrono::milliseconds handler_timeout{0};   // 0: none
   std::chrono::milliseconds shutdown_grace{10000};  // in-flight handlers may finish within this
   std::chrono::milliseconds idle_poll{250};       // claim_wait timeout: how soon an idle claimer sees a stop
-  std::chrono::milliseconds supervise_every{0};   // supervisor period; 0: min(heartbeat/4, handler_timeout/4, 1 s), >= 1 ms
+  // Supervisor period; 0: min(heartbeat/4, handler_timeout/4, shutdown_grace/4, 1 s), at least 1 ms
+  // (a timeout or grace of 0 takes no part), so a timeout or the grace's end is acted on within a
+  // quarter of it.
+  std::chrono::milliseconds supervise_every{0};
   bool supervisor_thread = true;            // false: call tick() yourself
   bool stop_on_signals = false;             // SIGTERM/SIGINT -> request_stop(); a second one kills
   std::shared_ptr<WorkerClock> clock;       // null: steady_worker_clock()
