@@ -317,7 +317,8 @@ struct JobInfo {
   BrandedId id;
   BrandedId group;
   JobState state = JobState::pending;
-  std::uint32_t attempt = 0;       // deliveries so far
+  std::uint32_t attempt = 0;       // deliveries counted so far: a released one is not (release gives its
+                                   // attempt back), so a job claimed once and released reads 0
   Token token;                     // leased: the current lease's token; otherwise 0
   std::uint64_t when_ms = 0;       // leased: deadline; scheduled: due time; dead: when it died (segment clock)
   std::uint64_t minted_unix_ms = 0;  // from the id's snowflake
