@@ -185,7 +185,8 @@ struct WorkerStats {
   std::uint64_t timed_out = 0;           // included in retried/dead
   std::uint64_t handed_back = 0, lost = 0;
   std::uint64_t extended = 0;            // successful heartbeats
-  std::uint64_t handler_exceptions = 0;  // handlers that threw (included in retried/dead)
+  std::uint64_t handler_exceptions = 0;  // handlers that threw; included in retried/dead when the lease
+                                         // was still the worker's (a given-up handler's throw is not)
   std::uint64_t backend_errors = 0;      // BackendError thrown by a backend call, caught, and read_only
                                          // answers to acknowledgements (a keyspace that became a mirror's)
   std::uint32_t in_flight = 0;           // leases held right now (queued + running)

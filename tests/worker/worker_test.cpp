@@ -514,6 +514,37 @@ TEST_F(WorkerTest, AHeartbeatThatFindsTheLeaseGoneStopsTheHandler) {
   EXPECT_EQ(q().complete(other.id, other.token), AckStatus::ok) << "the other consumer's lease is intact";
 }
 
+// A handler that throws after its lease was lost is counted as a throw,
+// and nothing else: its result is discarded, so it is neither retried nor
+// dead (WorkerStats said handler_exceptions were "included in retried/dead").
+TEST_F(WorkerTest, AThrowAfterTheLeaseWasLostIsCountedButNotRetried) {
+  WorkerOptions o = manual();
+  o.lease_ms = 3000;
+  Gate gate;
+  const BrandedId id = enqueue(group("TEN"));
+  Worker w(backends(), o, [&](Job& job) -> Outcome {
+    gate.pass(job);
+    throw std::runtime_error("late");
+  });
+  w.start();
+  ASSERT_TRUE(gate.wait_started(1));
+  q().advance_clock(4000);
+  q().tick();
+  Lease other;
+  ASSERT_TRUE(q().claim(other, 60000));
+  clock_->advance(1000ms);
+  w.tick();  // stale: lost, and the handler's stop is requested, so it throws
+  ASSERT_TRUE(log_.wait_for(Kind::lost, 1));
+  w.request_stop();
+  ASSERT_TRUE(w.wait_for(kHang));
+  EXPECT_TRUE(gate.saw_stop(id));
+  const WorkerStats st = w.stats();
+  EXPECT_EQ(st.handler_exceptions, 1u);
+  EXPECT_EQ(st.lost, 1u);
+  EXPECT_EQ(st.retried + st.dead, 0u);
+  EXPECT_EQ(q().complete(other.id, other.token), AckStatus::ok);
+}
+
 // ---------------------------------------------------------------- in-flight bound
 
 TEST_F(WorkerTest, InFlightLeasesAreBounded) {
