@@ -596,7 +596,10 @@ class Queue {
   std::size_t claim_lane_batch(std::span<Lease> out, std::uint32_t lease_ms) noexcept;
 
   // Acknowledgements, fenced by the lease's token: any other token changes
-  // nothing (stale). Lock-free.
+  // nothing (stale). Lock-free. Past the lease's deadline, extend is stale;
+  // complete, fail and release still take effect until a sweep (or the
+  // next claim's share of one) has taken the lease back: nobody else can
+  // hold the job before that.
   AckStatus complete(const BrandedId& job, Token token) noexcept;
   FailStatus fail(const BrandedId& job, Token token, const FailOptions& options = {}) noexcept;
   AckStatus extend(const BrandedId& job, Token token, std::uint32_t lease_ms) noexcept;

@@ -152,7 +152,8 @@ struct JobEvent {
   std::uint32_t attempt = 0;
   std::uint64_t delay_ms = 0;     // retrying: the backoff chosen
   bool timed_out = false;         // retrying/dead because the handler ran past handler_timeout
-  std::string_view error;         // retrying/dead: the error kept with the job
+  std::string_view error;         // retrying/dead: the error given to fail(), whole; the job keeps
+                                  // its first 48 bytes on a segment, 1,024 on Valkey
 };
 std::string_view to_string(JobEvent::Kind k) noexcept;
 

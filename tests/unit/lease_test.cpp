@@ -62,6 +62,26 @@ TEST_F(QueueTest, ExpiredLeaseReturnsToMintPositionViaTick) {
   EXPECT_EQ(claim_one().id, ids[1]);
 }
 
+// Past its deadline and before any sweep has taken it back, a lease can no
+// longer be extended, but its holder's complete, fail and release still
+// take effect: nobody else can hold the job yet (README, "Delivery").
+TEST_F(QueueTest, PastItsDeadlineALeaseIsNotExtendedButItsAcksLandUntilTakenBack) {
+  auto ids = fill(A, 3);
+  for (int how = 0; how < 3; ++how) {
+    SCOPED_TRACE(how);
+    Lease l = claim_one(100);
+    q().advance_clock(200);
+    EXPECT_EQ(q().extend(l.id, l.token, 1000), AckStatus::stale);
+    if (how == 0) EXPECT_EQ(q().complete(l.id, l.token), AckStatus::ok);
+    if (how == 1) EXPECT_EQ(q().fail(l.id, l.token, FailOptions{}), FailStatus::dead);
+    if (how == 2) EXPECT_EQ(q().release(l.id, l.token), AckStatus::ok);
+    EXPECT_EQ(q().snapshot().counters.expired, 0U) << "taken back as well";
+    EXPECT_EQ(q().tick(), 0U) << "a lease left to expire";
+  }
+  EXPECT_EQ(q().snapshot().dead, 1U);
+  EXPECT_EQ(q().snapshot().pending, 1U) << "the released job";
+}
+
 TEST_F(QueueTest, ClaimSweepsExpiredLeasesByItself) {
   auto ids = fill(A, 2);
   Lease first = claim_one(100);
