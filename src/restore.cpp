@@ -56,7 +56,11 @@ struct RestoredJob {
   JobInfo info;
   std::string payload;
   std::int64_t score = -1;  // due time or death, Valkey ms
+  bool flat = false;        // EchoMQ's ungrouped job: into the default lane
 };
+
+// Skipped keys named in the report; the count has them all.
+constexpr std::size_t kSkippedNamed = 100;
 
 }  // namespace
 
@@ -70,6 +74,11 @@ Result<RestoreReport> restore_from_valkey(std::string_view segment, std::string_
   const std::string prefix = url->prefix(), where = url->str();
   valkey::Client conn(*url, ValkeyOptions{});
   RestoreReport rep;
+  // What is left out is counted, and the first of it named with the reason.
+  auto skip = [&](std::string what, std::string_view why) {
+    ++rep.skipped;
+    if (rep.skipped_names.size() < kSkippedNamed) rep.skipped_names.push_back(std::move(what) + ": " + std::string(why));
+  };
   std::vector<RestoredJob> jobs;
   std::map<std::string, std::pair<std::uint32_t, std::uint32_t>> lane_settings;  // group -> (limit, weight)
   std::vector<std::string> paused_groups;
@@ -154,20 +163,37 @@ Result<RestoreReport> restore_from_valkey(std::string_view segment, std::string_
         const redisReply* h = replies[(i - from) * 3].get();
         const redisReply* sched = replies[(i - from) * 3 + 1].get();
         const redisReply* dead = replies[(i - from) * 3 + 2].get();
-        if (!h || h->type != REDIS_REPLY_ARRAY || h->elements != 8 || h->element[0]->type != REDIS_REPLY_STRING ||
-            h->element[3]->type != REDIS_REPLY_STRING) {
-          ++rep.skipped;  // not a whole job (a key someone else wrote, or half-deleted)
+        if (!h || h->type != REDIS_REPLY_ARRAY || h->elements != 8) {
+          skip(keys[i - from], "not a hash (a key someone else wrote)");
+          continue;
+        }
+        if (h->element[0]->type != REDIS_REPLY_STRING) {
+          skip(keys[i - from], "no state (not a whole job: someone else's key, or a job half-deleted)");
           continue;
         }
         RestoredJob j;
         auto id = BrandedId::parse(ids[i]);
-        auto group = BrandedId::parse(text(h->element[3]));
-        if (!id || !group) {
-          ++rep.skipped;
+        if (!id) {
+          skip(keys[i - from], "its id is not a branded id");
           continue;
         }
         j.info.id = *id;
-        j.info.group = *group;
+        // A row without a group is EchoMQ's flat job (its plain enqueue; the
+        // id in `pending`). A segment's jobs without a group are its default
+        // lane, so that is where it goes, in id order with the default lane's
+        // other jobs, its state, attempts and times kept as a grouped job's
+        // are. Left out, it was lost: a mirror of the new segment deletes
+        // the rows its segment does not hold.
+        if (h->element[3]->type == REDIS_REPLY_STRING) {
+          auto group = BrandedId::parse(text(h->element[3]));
+          if (!group) {
+            skip(keys[i - from], "its group '" + std::string(text(h->element[3])) + "' is not a branded id");
+            continue;
+          }
+          j.info.group = *group;
+        } else {
+          j.flat = true;
+        }
         const std::string_view st = text(h->element[0]);
         // The delivery count: EchoMQ's attempts less the steps that were no
         // delivery (fairlane's releases and requeues, fl_skip).
@@ -195,7 +221,9 @@ Result<RestoreReport> restore_from_valkey(std::string_view segment, std::string_
           const std::int64_t score = number(dead, 0);
           j.score = when >= 0 ? when : score > 0 ? score : valkey_now;
         } else {
-          ++rep.skipped;
+          // EchoMQ's flows keep a parent as awaiting_children: a segment has
+          // no such state.
+          skip(keys[i - from], "state '" + std::string(st) + "' is none a segment holds");
           continue;
         }
         jobs.push_back(std::move(j));
@@ -295,7 +323,7 @@ Result<RestoreReport> restore_from_valkey(std::string_view segment, std::string_
   for (const auto& [g, lw] : lane_settings) {
     auto group = BrandedId::parse(g);
     if (!group) {
-      ++rep.skipped;  // a group name that is not a branded id
+      skip("group '" + g + "' of " + prefix + "glimit or gweight", "not a branded id (its limit and weight not restored)");
       continue;
     }
     if (lw.first && q->set_limit(*group, std::min(lw.first, kMaxLimit)) != LaneStatus::ok)
@@ -307,7 +335,7 @@ Result<RestoreReport> restore_from_valkey(std::string_view segment, std::string_
   for (const std::string& g : paused_groups) {
     auto group = BrandedId::parse(g);
     if (!group) {
-      ++rep.skipped;
+      skip("group '" + g + "' of " + prefix + "paused", "not a branded id (its pause not restored)");
       continue;
     }
     if (q->pause(*group) != LaneStatus::ok) return undo("cannot pause group " + g);
@@ -324,6 +352,7 @@ Result<RestoreReport> restore_from_valkey(std::string_view segment, std::string_
     if (st == EnqueueStatus::duplicate) continue;  // listed twice: restored once
     if (st != EnqueueStatus::enqueued)
       return undo("cannot restore job " + j.info.id.string() + ": " + std::string(to_string(st)));
+    if (j.flat) ++rep.flat;
     switch (j.info.state) {
       case JobState::leased: ++rep.leased; [[fallthrough]];
       case JobState::pending: ++rep.pending; break;

@@ -93,8 +93,8 @@ int run_restore(const RestoreArgs& a) {
   const RestoreReport& rep = *r;
   nlohmann::json j = {{"segment", seg},       {"from", from},           {"pending", rep.pending},
                       {"leased", rep.leased}, {"scheduled", rep.scheduled}, {"dead", rep.dead},
-                      {"lanes", rep.lanes},   {"skipped", rep.skipped},   {"paused", rep.paused},
-                      {"owner", rep.owner}};
+                      {"flat", rep.flat},     {"lanes", rep.lanes},       {"skipped", rep.skipped},
+                      {"skipped_names", rep.skipped_names}, {"paused", rep.paused}, {"owner", rep.owner}};
   if (a.json) {
     fmt::print("{}\n", j.dump());
   } else {
@@ -102,7 +102,13 @@ int run_restore(const RestoreArgs& a) {
                from, rep.pending, rep.leased, rep.scheduled, rep.dead, rep.lanes,
                rep.paused ? "; the queue is paused" : "");
     if (!rep.owner.empty()) fmt::print("{} now owns {} (its mirror's keyspace is read-only through valkey://)\n", seg, from);
-    if (rep.skipped) fmt::print(stderr, "fairlane: skipped {} keys or groups that were not whole jobs or branded ids\n", rep.skipped);
+    if (rep.flat) fmt::print("{} of those were EchoMQ's ungrouped jobs, now in the default lane\n", rep.flat);
+    if (rep.skipped) {
+      fmt::print(stderr, "fairlane: skipped {} (not restored):\n", rep.skipped);
+      for (const std::string& s : rep.skipped_names) fmt::print(stderr, "  {}\n", s);
+      if (rep.skipped > rep.skipped_names.size())
+        fmt::print(stderr, "  ... and {} more\n", rep.skipped - rep.skipped_names.size());
+    }
   }
   return kExitOk;
 }

@@ -24,6 +24,7 @@
 #include <memory>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "fairlane/queue.hpp"
 #include "fairlane/result.hpp"
@@ -87,8 +88,13 @@ struct RestoreReport {
   std::uint64_t leased = 0;     // of those, jobs that were leased when the host went down
   std::uint64_t scheduled = 0;
   std::uint64_t dead = 0;
+  std::uint64_t flat = 0;       // of all those, EchoMQ's ungrouped jobs, now in the default lane
   std::uint64_t lanes = 0;      // lanes whose limit, weight or pause was restored
-  std::uint64_t skipped = 0;    // job keys that were not a whole job, groups that were not ids (not restored)
+  // Not restored: job keys that were no whole job (no state, an id or group
+  // that is not a branded id, a state a segment has not, such as EchoMQ's
+  // awaiting_children), groups of glimit, gweight or paused that are not ids.
+  std::uint64_t skipped = 0;
+  std::vector<std::string> skipped_names;  // the first 100 of those, each "what: why"
   bool paused = false;          // the whole queue was paused
   std::string owner;            // set when the segment took the keyspace over ("host:segment" in meta)
 };
@@ -96,7 +102,10 @@ struct RestoreReport {
 // Builds the segment `segment` from the Valkey queue at `url`: every job in
 // its lane in mint order (leased jobs come back pending: their holders died
 // with the host), scheduled and dead jobs kept with their times, limits,
-// weights and pauses kept. A queue that was never created (none of its
+// weights and pauses kept. EchoMQ's ungrouped ("flat") jobs, rows without a
+// group, go to the default lane, as the segment keeps its jobs without a
+// group; a mirror of the new segment writes them back as the default
+// lane's. What is not restored is counted and named (RestoreReport). A queue that was never created (none of its
 // fixed keys exists, as ValkeyOptions::create = false judges it) is an error
 // (Errc::not_found) and creates nothing; a queue with meta and no jobs
 // restores to an empty segment. The segment must not exist; it is

@@ -14,15 +14,18 @@
 
 namespace fairlane::valkey {
 
-// Takes the job out of the structure its hash says it is in (its lane, or
-// the active, schedule or dead set). Returns its old state, nil if none.
+// Takes the job out of the structure its hash says it is in (its lane,
+// EchoMQ's flat `pending` for a row without a group, or the active, schedule
+// or dead set). Returns its old state, nil if none. A flat job the segment
+// holds was restored into its default lane and is written there; left in
+// `pending` too, an EchoMQ claim would serve it beside the segment.
 inline constexpr std::string_view kMirrorUnplace = R"lua(
 local function unplace(id, jk)
   local old = redis.call('HMGET', jk, 'state', 'group')
   local st = old[1]
   if not st then return nil end
   if st == 'pending' then
-    if old[2] then redis.call('ZREM', lane_key(old[2]), id) end
+    if old[2] then redis.call('ZREM', lane_key(old[2]), id) else redis.call('ZREM', FLAT, id) end
   elseif st == 'active' then
     redis.call('ZREM', ACTIVE, id)
   elseif st == 'scheduled' then

@@ -926,6 +926,126 @@ TEST_F(MirrorTest, RestoreTakesAQueueOnlyEchoMQWroteThoughItHasNoMeta) {
   EXPECT_EQ(l.payload, "e");
 }
 
+// EchoMQ's plain enqueue writes a row without a `group` and puts the id in
+// the flat `pending` set; its plain claim serves that set. A segment has no
+// flat queue: its jobs without a group are its default lane, so that is
+// where a restore puts them, in id order, each in the state its row says,
+// with its attempts, due time, time of death and last error, as a grouped
+// job gets. Restore counted such a row as "skipped ... not whole jobs" and
+// the job was in no segment (and a mirror of the new segment then deleted
+// its row as a job the segment did not hold). What it cannot hold (EchoMQ's
+// flows keep a parent awaiting its children) is counted and named.
+TEST_F(MirrorTest, RestorePutsEchoMQsFlatJobsInTheDefaultLane) {
+  const std::string prefix = "emq:{" + name_ + "}:", g = group(1).string();
+  // Ids in mint order: flat pending a and c, around a grouped b; then a
+  // leased, a scheduled and a dead flat job.
+  const std::string a = "JOB0SgzukC1ZjM", b = "JOB0SgzukC1ZjN", c = "JOB0SgzukC1ZjO", leased = "JOB0SgzukC1ZjP",
+                    sched = "JOB0SgzukC1ZjQ", dead = "JOB0SgzukC1ZjR", parent = "JOB0SgzukC1ZjS";
+  const std::int64_t now = [&] {
+    const std::string t = test::RedisCluster::command(server_->port(), {"TIME"});
+    return std::stoll(t.substr(0, t.find('\n'))) * 1000;
+  }();
+  for (const std::vector<std::string>& cmd : std::vector<std::vector<std::string>>{
+           {"HSET", prefix + "meta", "job_kind", "JOB"},
+           {"HSET", prefix + "job:" + c, "state", "pending", "attempts", "0", "payload", "fc"},
+           {"ZADD", prefix + "pending", "0", c},
+           {"HSET", prefix + "job:" + a, "state", "pending", "attempts", "2", "payload", "fa"},
+           {"ZADD", prefix + "pending", "0", a},
+           {"HSET", prefix + "job:" + b, "state", "pending", "attempts", "0", "payload", "gb", "group", g},
+           {"ZADD", prefix + "g:" + g + ":pending", "0", b},
+           {"RPUSH", prefix + "ring", g},
+           {"HSET", prefix + "job:" + leased, "state", "active", "attempts", "1", "payload", "fl"},
+           {"ZADD", prefix + "active", std::to_string(now + 60000), leased},
+           {"HSET", prefix + "job:" + sched, "state", "scheduled", "attempts", "1", "payload", "fs", "last_error", "later"},
+           {"ZADD", prefix + "schedule", std::to_string(now + 600000), sched},
+           {"HSET", prefix + "job:" + dead, "state", "dead", "attempts", "3", "payload", "fd", "last_error", "boom"},
+           {"ZADD", prefix + "dead", "0", dead},
+           {"HSET", prefix + "job:" + parent, "state", "awaiting_children", "attempts", "0", "payload", "fp"}}) {
+    std::string error;
+    test::RedisCluster::command(server_->port(), cmd, &error);
+    ASSERT_EQ(error, "") << cmd[0] << " " << cmd[1];
+  }
+  auto rep = restore_from_valkey(name_, url_, QueueOptions{});
+  ASSERT_TRUE(rep) << rep.error().message;
+  EXPECT_EQ(rep->pending, 4u);  // a, b, c and the leased one
+  EXPECT_EQ(rep->leased, 1u);
+  EXPECT_EQ(rep->scheduled, 1u);
+  EXPECT_EQ(rep->dead, 1u);
+  EXPECT_EQ(rep->flat, 5u);
+  EXPECT_EQ(rep->skipped, 1u);
+  ASSERT_EQ(rep->skipped_names.size(), 1u);
+  EXPECT_NE(rep->skipped_names[0].find(prefix + "job:" + parent), std::string::npos) << rep->skipped_names[0];
+  EXPECT_NE(rep->skipped_names[0].find("awaiting_children"), std::string::npos) << rep->skipped_names[0];
+
+  auto q = Queue::open(name_);
+  ASSERT_TRUE(q) << q.error().message;
+  EXPECT_TRUE(q->fsck().clean());
+  const auto s = q->job(*BrandedId::parse(sched));
+  ASSERT_TRUE(s.has_value());
+  EXPECT_EQ(s->state, JobState::scheduled);
+  EXPECT_EQ(s->attempt, 1u);
+  EXPECT_EQ(s->last_error, "later");
+  EXPECT_GT(s->when_ms, q->now_ms() + 500000);
+  const auto d = q->job(*BrandedId::parse(dead));
+  ASSERT_TRUE(d.has_value());
+  EXPECT_EQ(d->state, JobState::dead);
+  EXPECT_EQ(d->attempt, 3u);
+  EXPECT_EQ(d->last_error, "boom");
+  EXPECT_EQ(d->group.string(), kDefaultGroup);
+
+  // The default lane serves its jobs in id order, each at its next attempt.
+  std::vector<std::string> flat;
+  std::map<std::string, std::uint32_t> attempt;
+  Lease l;
+  while (q->claim(l, 60000)) {
+    if (l.group.string() == kDefaultGroup) flat.push_back(l.id.string() + "=" + l.payload);
+    attempt[l.id.string()] = l.attempt;
+    ASSERT_EQ(q->complete(l.id, l.token), AckStatus::ok);
+  }
+  EXPECT_EQ(flat, (std::vector<std::string>{a + "=fa", c + "=fc", leased + "=fl"}));
+  EXPECT_EQ(attempt[a], 3u);
+  EXPECT_EQ(attempt[b], 1u);
+  EXPECT_EQ(attempt[leased], 2u);
+}
+
+// A restored segment that mirrors into the same queue owns its keyspace: its
+// mirror writes a restored flat job as the default lane's, and takes its id
+// out of EchoMQ's flat `pending`, where an EchoMQ claim would otherwise
+// serve it a second time beside the segment.
+TEST_F(MirrorTest, ARestoredFlatJobMovesFromEchoMQsPendingToTheDefaultLaneWhenMirrored) {
+  const std::string prefix = "emq:{" + name_ + "}:", id = "JOB0SgzukC1ZjM";
+  for (const std::vector<std::string>& cmd : std::vector<std::vector<std::string>>{
+           {"HSET", prefix + "meta", "job_kind", "JOB"},
+           {"HSET", prefix + "job:" + id, "state", "pending", "attempts", "0", "payload", "x"},
+           {"ZADD", prefix + "pending", "0", id}}) {
+    std::string error;
+    test::RedisCluster::command(server_->port(), cmd, &error);
+    ASSERT_EQ(error, "") << cmd[0] << " " << cmd[1];
+  }
+  QueueOptions o;
+  o.mirror = url_;
+  auto rep = restore_from_valkey(name_, url_, o);
+  ASSERT_TRUE(rep) << rep.error().message;
+  EXPECT_EQ(rep->pending, 1u);
+  auto q = Queue::open(name_);
+  ASSERT_TRUE(q) << q.error().message;
+  start_mirror();
+  ASSERT_TRUE(test::eventually([&] {
+    return test::RedisCluster::command(server_->port(), {"ZSCORE", prefix + "g:" + std::string(kDefaultGroup) + ":pending", id}) == "0";
+  }));
+  EXPECT_EQ(test::RedisCluster::command(server_->port(), {"ZCARD", prefix + "pending"}), "0");
+  EXPECT_EQ(hget(prefix + "job:" + id, "group"), kDefaultGroup);
+  EXPECT_EQ(hget(prefix + "job:" + id, "payload"), "x");
+  // The Valkey backend sees what the segment has: one pending job, in the
+  // default lane (its snapshot counts flat jobs into pending too).
+  const Snapshot v = valkey()->snapshot();
+  EXPECT_EQ(v.pending, 1u);
+  std::uint64_t def = 0;
+  for (const LaneInfo& lane : v.lanes)
+    if (lane.group.string() == kDefaultGroup) def = lane.depth;
+  EXPECT_EQ(def, 1u);
+}
+
 TEST_F(MirrorTest, RestoreRefusesAnExistingSegmentOrAnUnreachableServer) {
   { Queue q = create(); }
   auto rep = restore_from_valkey(name_, url_, QueueOptions{});
