@@ -111,6 +111,8 @@ Result<RestoreReport> restore_from_valkey(std::string_view segment, std::string_
     }
     if (auto it = meta.find("job_kind"); it != meta.end()) kind = it->second;
     if (auto it = meta.find("max_payload"); it != meta.end()) max_payload = std::uint32_t(std::stoul(it->second));
+    // The field's presence, whatever its value, as EchoMQ's claims and the
+    // backend's scripts read it (EchoMQ writes '1', deletes it to resume).
     rep.paused = meta.count("paused") != 0;
     {
       Reply t = cmd({"TIME"});

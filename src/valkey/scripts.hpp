@@ -430,7 +430,10 @@ local meta = redis.call('HMGET', META, 'paused', 'turn_group', 'turn_left')
 local lease, room, mode = tonumber(ARGV[1]), tonumber(ARGV[2]), ARGV[3]
 local deadline = now + lease
 local out = {0, deadline, -1}
-if meta[1] == '1' then
+-- The whole queue is paused while meta holds the field, whatever its value:
+-- EchoMQ writes '1' and deletes the field to resume, and its claims read
+-- only that the field is there.
+if meta[1] then
   out[3] = next_due(now)
   return out
 end
@@ -789,7 +792,7 @@ for i = 1, 9 do counters[i] = num(c[i]) end
 counters[10] = num(redis.call('HGET', MDONE, 'count'))
 counters[11] = num(redis.call('HGET', MFAILED, 'count'))
 local paused = 0
-if redis.call('HGET', META, 'paused') == '1' then paused = 1 end
+if redis.call('HGET', META, 'paused') then paused = 1 end  -- any value, as the claim reads it
 return {paused, now, rota, counters, pending + flat, redis.call('ZCARD', ACTIVE), redis.call('ZCARD', SCHEDULE),
         redis.call('ZCARD', DEAD), lanes, flat}
 )lua";

@@ -1046,6 +1046,48 @@ TEST_F(MirrorTest, ARestoredFlatJobMovesFromEchoMQsPendingToTheDefaultLaneWhenMi
   EXPECT_EQ(def, 1u);
 }
 
+// EchoMQ pauses the whole queue by writing meta `paused` = '1' and resumes
+// by deleting the field; its claims, flat and grouped, read the field's
+// presence, whatever it holds (EchoMQ.Jobs.paused?, which the obliterate
+// script's check agrees with). The backend's scripts paused only on '1', so
+// a queue whose field held anything else was served by fairlane's claim,
+// and shown running, while EchoMQ's claims and a restore held it paused.
+TEST_F(MirrorTest, MetaPausedOfAnyValuePausesTheBackendAndARestoreAlike) {
+  const std::string meta = "emq:{" + name_ + "}:meta";
+  {
+    auto b = valkey();
+    ASSERT_EQ(b->enqueue(group(1), b->mint(), "x"), EnqueueStatus::enqueued);
+  }
+  for (const std::string value : {"0", "true", ""}) {
+    SCOPED_TRACE("paused='" + value + "'");
+    std::string error;
+    test::RedisCluster::command(server_->port(), {"HSET", meta, "paused", value}, &error);
+    ASSERT_EQ(error, "");
+    auto b = valkey();
+    Lease l;
+    EXPECT_FALSE(b->claim(l, 60000));
+    EXPECT_TRUE(b->snapshot().paused);
+    auto rep = restore_from_valkey(name_, url_, QueueOptions{});
+    ASSERT_TRUE(rep) << rep.error().message;
+    EXPECT_TRUE(rep->paused);
+    {
+      auto q = Queue::open(name_);
+      ASSERT_TRUE(q) << q.error().message;
+      EXPECT_TRUE(q->snapshot().paused);
+    }
+    ASSERT_TRUE(Queue::remove(name_));
+  }
+  // Resumed as EchoMQ resumes, by deleting the field: both serve again.
+  test::RedisCluster::command(server_->port(), {"HDEL", meta, "paused"});
+  auto rep = restore_from_valkey(name_, url_, QueueOptions{});
+  ASSERT_TRUE(rep) << rep.error().message;
+  EXPECT_FALSE(rep->paused);
+  auto b = valkey();
+  EXPECT_FALSE(b->snapshot().paused);
+  Lease l;
+  EXPECT_TRUE(b->claim(l, 60000));
+}
+
 TEST_F(MirrorTest, RestoreRefusesAnExistingSegmentOrAnUnreachableServer) {
   { Queue q = create(); }
   auto rep = restore_from_valkey(name_, url_, QueueOptions{});
