@@ -1,6 +1,7 @@
 #include "options.hpp"
 
 #include <charconv>
+#include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <string_view>
@@ -176,7 +177,9 @@ bool parse_num(std::string_view s, T& out) {
     std::string tmp(s);
     char* end = nullptr;
     double v = std::strtod(tmp.c_str(), &end);
-    if (end == tmp.c_str() || *end != '\0') return false;
+    // strtod reads "nan" and "inf": a duration of either never ends (the
+    // harness turns seconds into integer nanoseconds).
+    if (end == tmp.c_str() || *end != '\0' || !std::isfinite(v)) return false;
     out = static_cast<T>(v);
     return true;
   } else {
