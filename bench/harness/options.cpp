@@ -298,12 +298,14 @@ std::optional<Options> parse_options(int argc, char** argv, std::string& error) 
   if (p.bare_jobs == 0) { error = "--bare-jobs must be >= 1"; return {}; }
   if (p.bare_work_ns > 1'000'000'000) { error = "--bare-work-ns must be at most 1000000000 (1 s)"; return {}; }
   if (p.batch == 0 || p.batch > 4096) { error = "--batch must be 1..4096"; return {}; }
+  if (p.producers == 0 || p.consumers == 0) { error = "need at least one producer and one consumer"; return {}; }
+  // In 64 bits: -p 4294967295 -c 1 adds up to 0 in 32.
+  if (std::uint64_t(p.producers) + p.consumers > 256) { error = "at most 256 workers"; return {}; }
   for (auto& spec : o.peers) {
     PeerSpec ps;
     if (!parse_spec(spec, ps, error)) return {};
+    if (std::uint64_t(ps.producers) + ps.consumers > 256) { error = "at most 256 workers: " + spec; return {}; }
   }
-  if (p.producers == 0 || p.consumers == 0) { error = "need at least one producer and one consumer"; return {}; }
-  if (p.producers + p.consumers > 256) { error = "at most 256 workers"; return {}; }
   if (p.lanes == 0) { error = "--lanes must be >= 1"; return {}; }
   if (p.payload < 16) { error = "--payload must be >= 16 (the timing stamp)"; return {}; }
   if (p.payload > (1u << 20)) { error = "--payload must be <= 1 MiB"; return {}; }
