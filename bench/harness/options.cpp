@@ -306,11 +306,14 @@ std::optional<Options> parse_options(int argc, char** argv, std::string& error) 
     if (!parse_spec(spec, ps, error)) return {};
     if (std::uint64_t(ps.producers) + ps.consumers > 256) { error = "at most 256 workers: " + spec; return {}; }
   }
-  if (p.lanes == 0) { error = "--lanes must be >= 1"; return {}; }
+  // fairlane's segment holds at most 2^21 - 2 lanes, the harness's and the default one.
+  if (p.lanes == 0 || p.lanes > (1u << 21) - 3) { error = "--lanes must be 1..2097149"; return {}; }
   if (p.payload < 16) { error = "--payload must be >= 16 (the timing stamp)"; return {}; }
   if (p.payload > (1u << 20)) { error = "--payload must be <= 1 MiB"; return {}; }
   if (p.skew < 0) { error = "--skew must be >= 0"; return {}; }
-  if (p.backlog == 0) { error = "--backlog must be >= 1"; return {}; }
+  // Bounded as --drain-jobs is: the peers size their queues from it by doubling,
+  // which never ended above 2^63 (and ignored SIGTERM while at it).
+  if (p.backlog == 0 || p.backlog > (1ULL << 26)) { error = "--backlog must be 1..2^26"; return {}; }
   if (p.sample == 0) p.sample = 1;
   if (p.drain_jobs > (1ULL << 26)) { error = "--drain-jobs must be <= 2^26"; return {}; }
   if (p.drain_rounds > 4) { error = "--drain-rounds must be 0..4"; return {}; }
