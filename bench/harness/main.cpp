@@ -3,11 +3,12 @@
 //   fairlane-bench [options]          run every peer and report (--help)
 //   fairlane-bench --worker ...       hidden: one producer/consumer process
 //
-// Exit status: 0 when every requested peer ran, 1 when one failed, 2 on a
-// usage error, 77 when every requested peer was skipped (unavailable here:
+// Exit status: 0 when every requested peer ran, 1 when one failed or the
+// --json-file could not be written, 2 on a usage error, 77 when every requested peer was skipped (unavailable here:
 // ctest's SKIP_RETURN_CODE).
 #include <signal.h>
 
+#include <cerrno>
 #include <cstdio>
 #include <cstring>
 #include <string>
@@ -113,12 +114,14 @@ int main(int argc, char** argv) {
   const auto json = to_json(o, results, targets);
   if (o.json) std::printf("%s\n", json.dump(2).c_str());
   else print_table(o, results, targets);
+  bool json_file_failed = false;
   if (!o.json_file.empty()) {
-    if (FILE* f = std::fopen(o.json_file.c_str(), "w")) {
-      std::fprintf(f, "%s\n", json.dump(2).c_str());
-      std::fclose(f);
-    } else {
-      std::fprintf(stderr, "fairlane-bench: cannot write %s\n", o.json_file.c_str());
+    FILE* f = std::fopen(o.json_file.c_str(), "w");
+    bool written = f != nullptr && std::fprintf(f, "%s\n", json.dump(2).c_str()) >= 0;
+    if (f != nullptr) written = std::fclose(f) == 0 && written;
+    if (!written) {
+      std::fprintf(stderr, "fairlane-bench: cannot write %s: %s\n", o.json_file.c_str(), std::strerror(errno));
+      json_file_failed = true;
     }
   }
 
@@ -135,7 +138,7 @@ int main(int argc, char** argv) {
     any_failed |= !r.ok && !r.skipped;
     all_skipped &= r.skipped;
   }
-  if (any_failed) return 1;
+  if (any_failed || json_file_failed) return 1;
   if (all_skipped) return fairlane::test::skip_exit_code();  // 77, or 1 where servers are required
   return 0;
 }
