@@ -214,9 +214,13 @@ std::optional<Options> parse_options(int argc, char** argv, std::string& error) 
     bool has_eq = a.rfind("--", 0) == 0 && eq != std::string_view::npos;
     if (has_eq) { v = a.substr(eq + 1); a = a.substr(0, eq); }
     auto need = [&]() -> bool {
+      if (has_eq && v.empty()) { error = std::string(a) + " given empty"; return false; }
       if (has_eq) return true;
       if (i + 1 >= argc) { error = std::string(a) + " needs a value"; return false; }
       v = argv[++i];
+      // No option takes '' (a variable left unset): --json-file '' wrote no
+      // file and --cycle-json '' judged no budget, both silently.
+      if (v.empty()) { error = std::string(a) + " given empty"; return false; }
       return true;
     };
     auto num = [&](auto& out) -> bool {
