@@ -1,10 +1,13 @@
 #include "options.hpp"
 
+#include <algorithm>
 #include <charconv>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <string_view>
+
+#include "peer.hpp"
 
 namespace fairlane::bench {
 
@@ -309,6 +312,12 @@ std::optional<Options> parse_options(int argc, char** argv, std::string& error) 
     PeerSpec ps;
     if (!parse_spec(spec, ps, error)) return {};
     if (std::uint64_t(ps.producers) + ps.consumers > 256) { error = "at most 256 workers: " + spec; return {}; }
+    // A misspelt peer is a usage error now, not a failed run after the peers before it.
+    const auto names = peer_names();
+    if (std::find(names.begin(), names.end(), ps.name) == names.end()) {
+      error = "unknown peer '" + ps.name + "' in '" + spec + "' (--list names them)";
+      return {};
+    }
   }
   // fairlane's segment holds at most 2^21 - 2 lanes, the harness's and the default one.
   if (p.lanes == 0 || p.lanes > (1u << 21) - 3) { error = "--lanes must be 1..2097149"; return {}; }
