@@ -327,7 +327,7 @@ std::optional<Options> parse_options(int argc, char** argv, std::string& error) 
   // Bounded as --drain-jobs is: the peers size their queues from it by doubling,
   // which never ended above 2^63 (and ignored SIGTERM while at it).
   if (p.backlog == 0 || p.backlog > (1ULL << 26)) { error = "--backlog must be 1..2^26"; return {}; }
-  if (p.sample == 0) p.sample = 1;
+  if (p.sample == 0) { error = "--sample must be >= 1 (1: every claim)"; return {}; }
   if (p.drain_jobs > (1ULL << 26)) { error = "--drain-jobs must be <= 2^26"; return {}; }
   if (p.drain_rounds > 4) { error = "--drain-rounds must be 0..4"; return {}; }
   if (p.drain_jobs == 0) p.drain_rounds = 0;
