@@ -151,8 +151,9 @@ backlogged lanes, and peak memory.
   --drain-jobs N       drain: jobs to pre-fill before timing the consumers
                        alone, default 100000 (0: no fill)
   --fill-seconds S     drain: longest fill, default 2 (slow peers get fewer jobs)
-  --drain-rounds N     fill+drain rounds, 1..4, default 2; the last is reported,
-                       the first (a fresh segment) also as "cold"
+  --drain-rounds N     fill+drain rounds, 0..4 (0: no drain), default 2; the
+                       last is reported, the first (a fresh segment) also as
+                       "cold"
   --wake-rounds N      parked-consumer wake-ups to time, default 200 (0: skip)
   --sample K           time one claim in K (1: every claim), default 1
   --trace N            served-sequence records per consumer, default 1048576
