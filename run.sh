@@ -17,6 +17,9 @@ set -euo pipefail
 cd "$(dirname "$0")"
 cmd="${1:-demo}"
 [ $# -gt 0 ] && shift
+usage() { echo "usage: ./run.sh demo|test|bench|sanitize|fuzz [args]" >&2; exit 2; }
+# A mistyped command is refused before anything is installed or built.
+case "$cmd" in demo|test|bench|sanitize|fuzz) ;; *) usage ;; esac
 scripts/install-deps.sh
 build() {
   cmake --preset release >/dev/null
@@ -83,5 +86,5 @@ case "$cmd" in
   bench) build; bench "$@" ;;
   sanitize) sanitize "$@" ;;
   fuzz) fuzz "$@" ;;
-  *) echo "usage: ./run.sh demo|test|bench|sanitize|fuzz [args]" >&2; exit 2 ;;
+  *) usage ;;
 esac
