@@ -20,7 +20,8 @@ cmd="${1:-demo}"
 usage() { echo "usage: ./run.sh demo|test|bench|sanitize|fuzz [args]" >&2; exit 2; }
 # A mistyped command is refused before anything is installed or built.
 case "$cmd" in demo|test|bench|sanitize|fuzz) ;; *) usage ;; esac
-scripts/install-deps.sh
+# stdout is the command's own: ./run.sh bench --json keeps it for the JSON.
+scripts/install-deps.sh >&2
 build() {
   cmake --preset release >/dev/null
   cmake --build --preset release -j"$(nproc)"
@@ -83,7 +84,7 @@ bench() {
 case "$cmd" in
   demo)  build; exec build/release/tools/fairlane demo "$@" ;;
   test)  build; exec ctest --preset release -j"$(nproc)" "$@" ;;
-  bench) build; bench "$@" ;;
+  bench) build >&2; bench "$@" ;;
   sanitize) sanitize "$@" ;;
   fuzz) fuzz "$@" ;;
   *) usage ;;
