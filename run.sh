@@ -20,11 +20,12 @@ cmd="${1:-demo}"
 usage() { echo "usage: ./run.sh demo|test|bench|sanitize|fuzz [args]" >&2; exit 2; }
 # A mistyped command is refused before anything is installed or built.
 case "$cmd" in demo|test|bench|sanitize|fuzz) ;; *) usage ;; esac
-# stdout is the command's own: ./run.sh bench --json keeps it for the JSON.
+# stdout is the command's own (./run.sh bench --json, demo --json): installing
+# and building write to stderr.
 scripts/install-deps.sh >&2
 build() {
   cmake --preset release >/dev/null
-  cmake --build --preset release -j"$(nproc)"
+  cmake --build --preset release -j"$(nproc)" >&2
 }
 # Configure, build the test executables of the labels unit|multiproc|crash|churn
 # (target fairlane_tests_<label>; asan also builds the tool and the cli tests)
@@ -84,7 +85,7 @@ bench() {
 case "$cmd" in
   demo)  build; exec build/release/tools/fairlane demo "$@" ;;
   test)  build; exec ctest --preset release -j"$(nproc)" "$@" ;;
-  bench) build >&2; bench "$@" ;;
+  bench) build; bench "$@" ;;
   sanitize) sanitize "$@" ;;
   fuzz) fuzz "$@" ;;
   *) usage ;;
