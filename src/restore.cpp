@@ -102,9 +102,7 @@ Result<RestoreReport> restore_from_valkey(std::string_view segment, std::string_
     if (meta.empty()) {
       Args a;
       a.add("EXISTS");
-      std::vector<std::string> fixed;
-      fixed.reserve(valkey::kFixedKeys.size());
-      for (std::string_view k : valkey::kFixedKeys) a.add(fixed.emplace_back(prefix + std::string(k)));
+      for (std::string_view k : valkey::kFixedKeys) a.add(prefix + std::string(k));  // Args keeps a temporary
       if (number(conn.command(a).get()) == 0)
         return restore_error(Errc::not_found, where + " holds no queue '" + url->queue + "' (no key of it, such as " +
                                                   prefix + "meta): nothing restored");

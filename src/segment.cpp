@@ -1100,6 +1100,11 @@ Result<std::unique_ptr<Segment>> open_segment(std::string_view name, bool observ
   auto s = std::make_unique<Segment>();
   s->name = std::string(name);
   const std::string seg = "segment '" + s->name + "'";
+  // A file that holds the creator's mark (kMagicMaking), sized or not yet.
+  const auto unfinished = [&] {
+    return make_error(Errc::not_initialized, seg + " was never finished: its creator died while creating it "
+                                             "(or is creating it now); remove it with 'fairlane destroy " + s->name + "'");
+  };
   bip::offset_t size = 0;
   try {
     bip::shared_memory_object shm(bip::open_only, s->name.c_str(), bip::read_write);
@@ -1111,9 +1116,7 @@ Result<std::unique_ptr<Segment>> open_segment(std::string_view name, bool observ
       // Marked but not yet sized: its creator is between the two, or died there.
       std::uint64_t first = 0;
       if (::pread(shm.get_mapping_handle().handle, &first, sizeof first, 0) == sizeof first && first == kMagicMaking)
-        return make_error(Errc::not_initialized, seg + " was never finished: its creator died while creating it "
-                                                 "(or is creating it now); remove it with 'fairlane destroy " +
-                                                     s->name + "'");
+        return unfinished();
       return make_error(Errc::truncated, seg + " is " + std::to_string(size) + " bytes, smaller than a header (" +
                                              std::to_string(sizeof(Header)) + ")");
     }
@@ -1125,9 +1128,7 @@ Result<std::unique_ptr<Segment>> open_segment(std::string_view name, bool observ
   auto* h = reinterpret_cast<Header*>(s->region.get_address());
   // [A0] acquire: pairs with [R0]; after it every creation-time field is visible.
   const std::uint64_t magic = h->magic.load(std::memory_order_acquire);
-  if (magic == kMagicMaking)
-    return make_error(Errc::not_initialized, seg + " was never finished: its creator died while creating it "
-                                             "(or is creating it now); remove it with 'fairlane destroy " + s->name + "'");
+  if (magic == kMagicMaking) return unfinished();
   if (magic != kMagic) return make_error(Errc::wrong_layout, seg + " is not a fairlane segment (bad magic)");
   if (h->layout_version != kLayoutVersion)
     return make_error(Errc::wrong_layout, seg + " was made by layout " + std::to_string(h->layout_version) +
