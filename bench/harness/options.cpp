@@ -328,8 +328,9 @@ std::optional<Options> parse_options(int argc, char** argv, std::string& error) 
   // Bounded as --drain-jobs is: the peers size their queues from it by doubling,
   // which never ended above 2^63 (and ignored SIGTERM while at it).
   if (p.backlog == 0 || p.backlog > (1ULL << 26)) { error = "--backlog must be 1..2^26"; return {}; }
-  // fairlane's segment takes a uint32_t count (4294967297 became 1 job) of at most 2^26 - 2.
-  if (p.capacity > (1ULL << 26)) { error = "--capacity must be <= 2^26"; return {}; }
+  // fairlane's segment takes a uint32_t count (4294967297 became 1 job) of at
+  // most 2^26 - 2 (kMaxJobs): a larger one passed here and failed the run later.
+  if (p.capacity > (1ULL << 26) - 2) { error = "--capacity must be <= 67108862 (2^26 - 2, fairlane's largest queue)"; return {}; }
   if (p.sample == 0) { error = "--sample must be >= 1 (1: every claim)"; return {}; }
   if (p.drain_jobs > (1ULL << 26)) { error = "--drain-jobs must be <= 2^26"; return {}; }
   if (p.drain_rounds > 4) { error = "--drain-rounds must be 0..4"; return {}; }
