@@ -327,10 +327,21 @@ void print_table(const Options& o, const std::vector<RunResult>& rs, const std::
     else if (r.mode == Mode::batch) batch.push_back(&r);
     else flow.push_back(&r);
   }
-  fmt::print("fairlane-bench: {} producer(s), {} consumer(s), {} lanes (Zipf {:.2f}), {} B payload, backlog {}, "
-             "{:.1f} s measured after {:.1f} s warm-up\n{}\n\n",
-             p.producers, p.consumers, p.lanes, p.skew, p.payload, p.backlog, o.duration_s, o.warmup_s,
-             placement_text(p));
+  // The line says what the rows were run with: the Zipf draw, the backlog and
+  // the timed window are the flow's and drain's only (the bare flow and the
+  // batch rounds count jobs and take lanes in turn), and a peer named @PxC
+  // runs its own producers and consumers.
+  bool any_pxc = false;
+  for (auto& r : rs) any_pxc = any_pxc || r.pxc;
+  const std::string workers = fmt::format("{} producer(s), {} consumer(s){}", p.producers, p.consumers,
+                                          any_pxc ? " (a peer named @PxC: as named)" : "");
+  if (!flow.empty())
+    fmt::print("fairlane-bench: {}, {} lanes (Zipf {:.2f}), {} B payload, backlog {}, "
+               "{:.1f} s measured after {:.1f} s warm-up\n{}\n\n",
+               workers, p.lanes, p.skew, p.payload, p.backlog, o.duration_s, o.warmup_s, placement_text(p));
+  else
+    fmt::print("fairlane-bench: {}, {} lanes, {} B payload\n{}\n\n", workers, p.lanes, p.payload,
+               placement_text(p));
   if (!flow.empty()) {
     fmt::print("{:<24} {:>5} {:>4} {:>9} {:>9} {:>9} {:>7} {:>8} {:>27} {:>27} {:>18}\n", "peer", "procs", "cons",
                "flow/s", "drain/s", "cold", "drained", "CPU/job", "claim p50 / p99 / p99.9",
