@@ -1,13 +1,9 @@
 // The second round's behaviours, one body per behaviour, run against every
 // backend: fencing tokens that never repeat, release, the job's own retry
 // policy, the batch paths, the group-affinity claim, reassign, job lookup,
-// dead letters in id order, limit 0 refused.
-//
-// Some need the segment's new core (release keeping the attempt, a token
-// that survives re-admission, the job's retry policy, requeue at attempt 1,
-// claim_lane_batch serving one lane, reassign); those are instantiated for
-// Valkey and the Cluster only (ValkeyFirstTest) until the new core lands:
-// then move them to BackendTest.
+// dead letters in id order, limit 0 refused. (The cases that waited for the
+// segment's new core, once ValkeyFirstTest, run on every backend since it
+// landed.)
 #include <array>
 #include <bit>
 #include <cstring>
@@ -19,7 +15,6 @@
 namespace fairlane {
 namespace {
 
-using test::BackendKind;
 using test::BackendTest;
 using test::seq_string;
 
@@ -27,11 +22,9 @@ const BrandedId A = BrandedId::make("AAA", 1);
 const BrandedId B = BrandedId::make("BBB", 1);
 const BrandedId C = BrandedId::make("CCC", 1);
 
-class ValkeyFirstTest : public BackendTest {};
-
 // ---------------------------------------------------------------- fencing and release
 
-TEST_P(ValkeyFirstTest, ReleaseKeepsTheAttemptAndKillsTheToken) {
+TEST_P(BackendTest, ReleaseKeepsTheAttemptAndKillsTheToken) {
   auto ids = fill(A, 2);
   Lease l = claim_one();
   ASSERT_EQ(l.id, ids[0]);
@@ -60,7 +53,7 @@ TEST_P(ValkeyFirstTest, ReleaseKeepsTheAttemptAndKillsTheToken) {
   EXPECT_EQ(q().release(BrandedId{}, Token(1)), AckStatus::gone);
 }
 
-TEST_P(ValkeyFirstTest, ATokenIsNeverReusedAcrossReadmissions) {
+TEST_P(BackendTest, ATokenIsNeverReusedAcrossReadmissions) {
   // Issue 10's reproduction: C1's lease expires, C2 completes, the id is
   // enqueued again and C3 claims it at attempt 1: C1's token must not match.
   const BrandedId x = q().mint();
@@ -83,7 +76,7 @@ TEST_P(ValkeyFirstTest, ATokenIsNeverReusedAcrossReadmissions) {
 
 // ---------------------------------------------------------------- retry policy
 
-TEST_P(ValkeyFirstTest, TheJobsRetryPolicyAppliesWhenFailGivesNone) {
+TEST_P(BackendTest, TheJobsRetryPolicyAppliesWhenFailGivesNone) {
   const BrandedId id = q().mint();
   EnqueueOptions o;
   o.retry.max_attempts = 3;
@@ -115,7 +108,7 @@ TEST_P(ValkeyFirstTest, TheJobsRetryPolicyAppliesWhenFailGivesNone) {
   EXPECT_EQ(q().fail(other, l.token, once), FailStatus::dead);  // the call's max wins
 }
 
-TEST_P(ValkeyFirstTest, AnInvalidRetryPolicyIsRefusedAndWritesNothing) {
+TEST_P(BackendTest, AnInvalidRetryPolicyIsRefusedAndWritesNothing) {
   EnqueueOptions o;
   o.retry.backoff = Backoff::exponential(std::chrono::milliseconds(1000), std::chrono::milliseconds(10));  // base > cap
   const BrandedId id = q().mint();
@@ -236,7 +229,7 @@ TEST_P(BackendTest, CompleteBatchGivesOneStatusPerLease) {
   EXPECT_EQ(q().complete(held[1].id, held[1].token), AckStatus::ok);
 }
 
-TEST_P(ValkeyFirstTest, ClaimLaneBatchServesOneLaneUpToItsHeadroom) {
+TEST_P(BackendTest, ClaimLaneBatchServesOneLaneUpToItsHeadroom) {
   auto a = fill(A, 6);
   fill(B, 4);
   ASSERT_EQ(q().set_limit(A, 3), LaneStatus::ok);
@@ -260,7 +253,7 @@ TEST_P(ValkeyFirstTest, ClaimLaneBatchServesOneLaneUpToItsHeadroom) {
 
 // ---------------------------------------------------------------- reassign
 
-TEST_P(ValkeyFirstTest, ReassignMovesAPendingJobToAnotherLane) {
+TEST_P(BackendTest, ReassignMovesAPendingJobToAnotherLane) {
   auto a = fill(A, 2);
   fill(C, 1);
   ASSERT_EQ(q().reassign(a[1], B), MoveStatus::moved);
@@ -325,7 +318,7 @@ TEST_P(BackendTest, JobAndJobsShowEachStateInIdOrder) {
   EXPECT_EQ(first[1].id, a[1]);
 }
 
-TEST_P(ValkeyFirstTest, DeadLettersInIdOrderRequeueAndPurge) {
+TEST_P(BackendTest, DeadLettersInIdOrderRequeueAndPurge) {
   auto ids = fill(A, 3);
   // Dead-lettered newest first: the list is still in id order.
   std::vector<Lease> held(3);
@@ -468,9 +461,6 @@ TEST_P(BackendTest, CapabilitiesSayWhatTheBackendShows) {
     EXPECT_TRUE(q().processes().empty());
   }
 }
-
-INSTANTIATE_TEST_SUITE_P(ValkeyFirst, ValkeyFirstTest, ::testing::Values(BackendKind::valkey, BackendKind::cluster),
-                         test::backend_name);
 
 }  // namespace
 }  // namespace fairlane
