@@ -1,0 +1,305 @@
+// The less-travelled corners, run against every backend: the same sequence
+// of calls must get the same answers on the segment, one Valkey server and
+// a Cluster. Each case that once failed names the backend and what it said.
+#include <array>
+#include <bit>
+#include <cstring>
+
+#include "backend_fixture.hpp"
+
+namespace fairlane {
+namespace {
+
+using test::BackendTest;
+using test::seq_string;
+
+const BrandedId A = BrandedId::make("AAA", 1);
+const BrandedId B = BrandedId::make("BBB", 1);
+
+BrandedId forged_id(const char (&text)[kIdLength + 1]) {
+  std::array<char, sizeof(BrandedId)> bytes{};  // the text, then zero padding
+  std::memcpy(bytes.data(), text, kIdLength);
+  return std::bit_cast<BrandedId>(bytes);
+}
+
+// ---------------------------------------------------------------- leases
+
+// Until it is taken back, an expired lease's complete lands, in a batch
+// too; a released one's is stale.
+TEST_P(BackendTest, CompleteBatchOfExpiredAndReleasedLeases) {
+  fill(A, 3);
+  std::vector<Lease> held(3);
+  ASSERT_EQ(q().claim_batch(held, 100), 3U);
+  ASSERT_EQ(q().release(held[1].id, held[1].token), AckStatus::ok);
+  q().advance_clock(200);
+  std::vector<AckStatus> st(3);
+  EXPECT_EQ(q().complete_batch(held, st), 2U);
+  EXPECT_EQ(st[0], AckStatus::ok);
+  EXPECT_EQ(st[1], AckStatus::stale);
+  EXPECT_EQ(st[2], AckStatus::ok);
+}
+
+// ---------------------------------------------------------------- refusals
+
+// One status per item, every refusal among them, a duplicate within the
+// batch, extra statuses left alone; complete_batch likewise.
+TEST_P(BackendTest, BatchesWithEveryKindOfItemGiveOneStatusEach) {
+  const BrandedId a1 = q().mint(), d1 = q().mint();
+  const BrandedId foreign = BrandedId::make("USR", q().mint().snowflake());
+  std::vector<EnqueueItem> items = {
+      {A, a1, "a1"},
+      {forged_id("grp0000000000A"), q().mint(), "x"},
+      {A, forged_id("JOB00000000-01"), "x"},
+      {A, q().mint(), std::string(test::kConformancePayload + 1, 'x')},
+      {A, foreign, "x"},
+      {A, q().mint(), "x", EnqueueOptions{kMaxDelayMs + 1}},
+      {A, a1, "again"},
+      {BrandedId{}, d1, "default lane"},
+  };
+  std::vector<EnqueueStatus> st(items.size() + 1, EnqueueStatus::corrupt);
+  EXPECT_EQ(q().enqueue_batch(items, st), 2U);
+  const std::vector<EnqueueStatus> want = {
+      EnqueueStatus::enqueued,          EnqueueStatus::invalid_group, EnqueueStatus::invalid_id,
+      EnqueueStatus::payload_too_large, EnqueueStatus::kind_mismatch, EnqueueStatus::invalid_argument,
+      EnqueueStatus::duplicate,         EnqueueStatus::enqueued,      EnqueueStatus::corrupt};  // the extra: untouched
+  for (std::size_t i = 0; i < want.size(); ++i) EXPECT_EQ(st[i], want[i]) << "item " << i;
+  const Snapshot s = q().snapshot();
+  EXPECT_EQ(s.counters.enqueued, 2U);
+  EXPECT_EQ(s.counters.duplicates, 1U);
+
+  std::vector<EnqueueItem> none;
+  std::vector<EnqueueStatus> no_st;
+  EXPECT_EQ(q().enqueue_batch(none, no_st), 0U);
+  std::vector<Lease> no_room;
+  EXPECT_EQ(q().claim_batch(no_room, 60'000), 0U);
+  EXPECT_EQ(q().claim_lane_batch(no_room, 60'000), 0U);
+  EXPECT_EQ(q().snapshot().counters.claimed, 0U);
+
+  std::vector<Lease> held(4);
+  ASSERT_EQ(q().claim_batch(held, 60'000), 2U);
+  std::vector<Lease> acks = {held[0], held[1], held[0], Lease{}, Lease{}};
+  acks[3].id = forged_id("JOB00000000-01");
+  acks[4].id = foreign;
+  std::vector<AckStatus> as(acks.size());
+  EXPECT_EQ(q().complete_batch(acks, as), 2U);
+  EXPECT_EQ(as[2], AckStatus::gone);
+  EXPECT_EQ(as[3], AckStatus::gone);
+  EXPECT_EQ(as[4], AckStatus::gone);
+  EXPECT_EQ(q().snapshot().counters.completed, 2U);
+}
+
+// ---------------------------------------------------------------- retries
+
+// A job's exponential policy, attempt by attempt, to the dead letters and
+// back: delays, the cap, the attempt count, the last error and what job()
+// shows in each state.
+TEST_P(BackendTest, AnExponentialPolicyRunsToTheDeadLettersAndBack) {
+  EnqueueOptions o;
+  o.retry.max_attempts = 4;
+  o.retry.backoff = Backoff::exponential(std::chrono::milliseconds(10'000), std::chrono::milliseconds(25'000), 2.0);
+  const BrandedId id = q().mint();
+  ASSERT_EQ(q().enqueue(A, id, "x", o), EnqueueStatus::enqueued);
+  Lease l = claim_one();
+  ASSERT_EQ(q().fail(id, l.token), FailStatus::retrying);
+  auto info = q().job(id);
+  ASSERT_TRUE(info);
+  EXPECT_EQ(info->state, JobState::scheduled);
+  EXPECT_EQ(info->attempt, 1U);
+  EXPECT_EQ(info->token, Token());
+  EXPECT_NEAR(double(info->when_ms), double(q().now_ms() + 10'000), 1000.0);
+  // 10 s, 20 s, then the cap (25 s, not 40 s).
+  for (const std::uint64_t delay : {10'000U, 20'000U, 25'000U}) {
+    q().advance_clock(delay - 1000);
+    EXPECT_FALSE(q().claim(l, 1000)) << "served before its " << delay << " ms backoff";
+    q().advance_clock(2000);
+    ASSERT_TRUE(q().claim(l, 60'000)) << delay;
+    const FailStatus want = l.attempt < 4 ? FailStatus::retrying : FailStatus::dead;
+    ASSERT_EQ(q().fail(id, l.token, FailOptions{.error = "attempt " + std::to_string(l.attempt)}), want);
+  }
+  info = q().job(id);
+  ASSERT_TRUE(info);
+  EXPECT_EQ(info->state, JobState::dead);
+  EXPECT_EQ(info->attempt, 4U);
+  EXPECT_EQ(info->last_error, "attempt 4");
+  EXPECT_EQ(q().requeue_dead(id), AckStatus::ok);
+  info = q().job(id);
+  EXPECT_EQ(info->state, JobState::pending);
+  EXPECT_EQ(info->attempt, 0U);
+  EXPECT_EQ(info->when_ms, 0U);
+  EXPECT_EQ(info->last_error, "attempt 4");
+  ASSERT_TRUE(q().claim(l, 60'000));
+  EXPECT_EQ(l.attempt, 1U);
+  EXPECT_EQ(q().fail(id, l.token), FailStatus::retrying);  // its own policy again, from the start
+}
+
+// A release gives its attempt back; a retry after it counts from there.
+TEST_P(BackendTest, ReleasesAndRetriesCountAttemptsAlike) {
+  fill(A, 1);
+  Lease l = claim_one();
+  ASSERT_EQ(q().release(l.id, l.token), AckStatus::ok);
+  EXPECT_EQ(q().job(l.id)->attempt, 0U);
+  Lease l2 = claim_one();
+  EXPECT_EQ(l2.attempt, 1U);
+  EXPECT_EQ(q().fail(l2.id, l2.token, FailOptions{.delay_ms = 5000, .max_attempts = 2}), FailStatus::retrying);
+  EXPECT_EQ(q().release(l2.id, l2.token), AckStatus::stale);
+  EXPECT_EQ(q().job(l2.id)->attempt, 1U);
+  q().advance_clock(6000);
+  Lease l3 = claim_one();
+  EXPECT_EQ(l3.attempt, 2U);
+  ASSERT_EQ(q().release(l3.id, l3.token), AckStatus::ok);
+  Lease l4 = claim_one();
+  EXPECT_EQ(l4.attempt, 2U);
+  EXPECT_EQ(q().fail(l4.id, l4.token, FailOptions{.max_attempts = 0}), FailStatus::dead);  // 0: the first attempt is the last
+}
+
+TEST_P(BackendTest, RequeueDeadAnswersPerStateAndRespectsAPause) {
+  fill(A, 2);
+  Lease l = claim_one();
+  EXPECT_EQ(q().requeue_dead(l.id), AckStatus::stale);  // leased
+  EXPECT_EQ(q().requeue_dead(q().jobs()[1].id), AckStatus::stale);  // pending
+  EXPECT_EQ(q().requeue_dead(q().mint()), AckStatus::gone);
+  EXPECT_EQ(q().requeue_dead(forged_id("JOB00000000-01")), AckStatus::gone);
+  ASSERT_EQ(q().fail(l.id, l.token), FailStatus::dead);
+  ASSERT_EQ(q().pause(A), LaneStatus::ok);
+  EXPECT_EQ(q().requeue_dead(l.id), AckStatus::ok);
+  EXPECT_EQ(q().depth(A), 2U);
+  EXPECT_FALSE(lane(A)->ringed);
+  EXPECT_EQ(q().requeue_all_dead(), 0U);
+  EXPECT_EQ(q().purge_dead(), 0U);
+}
+
+// ---------------------------------------------------------------- lane controls and delays
+
+// A delayed job that falls due in a paused lane goes to its lane but is not
+// served until the lane is resumed; the same under a pause of the queue.
+TEST_P(BackendTest, ADelayedJobFallingDueInAPausedLaneWaitsForTheResume) {
+  const BrandedId late = q().mint();
+  ASSERT_EQ(q().pause(A), LaneStatus::ok);
+  ASSERT_EQ(q().enqueue(A, late, "x", EnqueueOptions{1000}), EnqueueStatus::enqueued);
+  q().advance_clock(2000);
+  q().tick();
+  Lease l;
+  EXPECT_FALSE(q().claim(l, 1000));
+  EXPECT_EQ(q().job(late)->state, JobState::pending);
+  EXPECT_EQ(q().depth(A), 1U);
+  EXPECT_FALSE(lane(A)->ringed);
+  ASSERT_EQ(q().resume(A), LaneStatus::ok);
+  ASSERT_TRUE(q().claim(l, 1000));
+  EXPECT_EQ(l.id, late);
+  ASSERT_EQ(q().complete(l.id, l.token), AckStatus::ok);
+
+  const BrandedId later = q().mint();
+  ASSERT_EQ(q().enqueue(B, later, "x", EnqueueOptions{1000}), EnqueueStatus::enqueued);
+  ASSERT_EQ(q().pause_all(), LaneStatus::ok);
+  q().advance_clock(2000);
+  EXPECT_FALSE(q().claim(l, 1000));
+  q().tick();
+  EXPECT_EQ(q().job(later)->state, JobState::pending);
+  ASSERT_EQ(q().resume_all(), LaneStatus::ok);
+  ASSERT_TRUE(q().claim(l, 1000));
+  EXPECT_EQ(l.id, later);
+}
+
+// A drain takes the pending jobs only: a delayed one of the lane stays and
+// is served when due.
+TEST_P(BackendTest, ADrainedLaneKeepsItsDelayedJob) {
+  const BrandedId late = q().mint();
+  ASSERT_EQ(q().enqueue(A, late, "x", EnqueueOptions{1000}), EnqueueStatus::enqueued);
+  fill(A, 2);
+  EXPECT_EQ(q().drain(A), 2U);
+  EXPECT_EQ(q().job(late)->state, JobState::scheduled);
+  q().advance_clock(2000);
+  Lease l;
+  ASSERT_TRUE(q().claim(l, 1000));
+  EXPECT_EQ(l.id, late);
+}
+
+// Leases that come back (a release, an expiry) into a paused lane wait
+// there, their limit slot given back.
+TEST_P(BackendTest, LeasesComingBackIntoAPausedLaneWaitForTheResume) {
+  fill(A, 3);
+  fill(B, 3);
+  Lease a1 = claim_one(100);
+  (void)claim_one();
+  Lease a2 = claim_one();
+  ASSERT_EQ(a1.group, A);
+  ASSERT_EQ(a2.group, A);
+  ASSERT_EQ(q().pause(A), LaneStatus::ok);
+  ASSERT_EQ(q().release(a2.id, a2.token), AckStatus::ok);
+  q().advance_clock(200);
+  EXPECT_EQ(q().tick(), 1U);
+  EXPECT_EQ(q().depth(A), 3U);
+  EXPECT_FALSE(lane(A)->ringed);
+  EXPECT_EQ(lane(A)->active, 0U);
+  EXPECT_EQ(seq_string(claim_groups(3)), "BBB BBB");
+  ASSERT_EQ(q().resume(A), LaneStatus::ok);
+  Lease l = claim_one();
+  EXPECT_EQ(l.id, a1.id);
+  EXPECT_EQ(l.attempt, 2U);
+}
+
+// A limit lowered below the leases held keeps the lane off the ring until
+// enough of them end; cleared, the lane is served again.
+TEST_P(BackendTest, ALimitLoweredWhileLeasesAreHeld) {
+  fill(A, 6);
+  fill(B, 6);
+  ASSERT_EQ(q().set_limit(A, 3), LaneStatus::ok);
+  std::vector<Lease> held;
+  for (int i = 0; i < 6; ++i) held.push_back(claim_one());
+  EXPECT_EQ(lane(A)->active, 3U);
+  ASSERT_EQ(q().set_limit(A, 1), LaneStatus::ok);
+  EXPECT_FALSE(lane(A)->ringed);
+  int done = 0;
+  for (const Lease& l : held)
+    if (l.group == A && done < 2) {
+      ASSERT_EQ(q().complete(l.id, l.token), AckStatus::ok);
+      ++done;
+    }
+  EXPECT_EQ(lane(A)->active, 1U);
+  EXPECT_FALSE(lane(A)->ringed);
+  EXPECT_EQ(seq_string(claim_groups(3)), "BBB BBB BBB");
+  ASSERT_EQ(q().clear_limit(A), LaneStatus::ok);
+  EXPECT_TRUE(lane(A)->ringed);
+  EXPECT_EQ(seq_string(claim_groups(4)), "AAA AAA AAA");
+}
+
+// The counters count the same transitions: a drain is no claim and no
+// completion, a retry now is no promotion, a requeue of a dead job is none.
+TEST_P(BackendTest, CountersCountTheSameTransitions) {
+  fill(A, 4);
+  EXPECT_EQ(q().drain(A), 4U);
+  Snapshot s = q().snapshot();
+  EXPECT_EQ(s.counters.drained, 4U);
+  EXPECT_EQ(s.counters.claimed, 0U);
+  EXPECT_EQ(s.counters.completed, 0U);
+  fill(A, 2);
+  Lease l = claim_one();
+  ASSERT_EQ(q().fail(l.id, l.token, FailOptions{.delay_ms = 0, .max_attempts = 5}), FailStatus::retrying);
+  s = q().snapshot();
+  EXPECT_EQ(s.counters.retried, 1U);
+  EXPECT_EQ(s.counters.promoted, 0U);
+  l = claim_one();
+  ASSERT_EQ(q().fail(l.id, l.token, FailOptions{.delay_ms = 100, .max_attempts = 5}), FailStatus::retrying);
+  q().advance_clock(200);
+  q().tick();
+  EXPECT_EQ(q().snapshot().counters.promoted, 1U);
+  l = claim_one();
+  ASSERT_EQ(q().release(l.id, l.token), AckStatus::ok);
+  l = claim_one();
+  ASSERT_EQ(q().fail(l.id, l.token, FailOptions{.max_attempts = 1}), FailStatus::dead);
+  ASSERT_EQ(q().requeue_dead(l.id), AckStatus::ok);
+  s = q().snapshot();
+  EXPECT_EQ(s.counters.promoted, 1U);
+  EXPECT_EQ(s.counters.dead, 1U);
+  EXPECT_EQ(s.counters.expired, 0U);
+  EXPECT_EQ(s.counters.claimed, 4U);
+  l = claim_one(100);
+  q().advance_clock(200);
+  q().tick();
+  s = q().snapshot();
+  EXPECT_EQ(s.counters.expired, 1U);
+  EXPECT_EQ(s.counters.claimed, 5U);
+}
+
+}  // namespace
+}  // namespace fairlane
