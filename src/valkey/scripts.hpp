@@ -611,12 +611,17 @@ return 0
 )lua";
 
 // KEYS[NFIXED+1] job. ARGV: id, token, lease_ms. Returns 0 ok, 1 stale, 2 gone.
+// A lease at or past its deadline is stale, as on the segment: the next
+// reap may take it back, and an extend must not bring it back to life.
 inline constexpr std::string_view kExtend = R"lua(
 writable()
 local row = redis.call('HMGET', KEYS[NFIXED + 1], 'state', 'attempts', 'fl_token', 'fl_at')
 if not row[1] then return 2 end
 if not fenced(row[1], row[2], row[3], row[4], tonumber(ARGV[2])) then return 1 end
-redis.call('ZADD', ACTIVE, 'XX', now_ms() + tonumber(ARGV[3]), ARGV[1])
+local now = now_ms()
+local deadline = redis.call('ZSCORE', ACTIVE, ARGV[1])
+if not deadline or tonumber(deadline) <= now then return 1 end
+redis.call('ZADD', ACTIVE, 'XX', now + tonumber(ARGV[3]), ARGV[1])
 return 0
 )lua";
 

@@ -24,6 +24,23 @@ BrandedId forged_id(const char (&text)[kIdLength + 1]) {
 
 // ---------------------------------------------------------------- leases
 
+// Past its deadline a lease may be taken back at any moment: extend is
+// stale, and the lease still runs out. On Valkey extend said ok and moved
+// the deadline on, bringing back a lease the segment had already given up
+// (README: an expired lease's acks land until it is taken back, "extend
+// does not").
+TEST_P(BackendTest, AnExtendPastTheDeadlineIsStaleAndTheLeaseStillRunsOut) {
+  fill(A, 1);
+  Lease l = claim_one(100);
+  q().advance_clock(200);
+  EXPECT_EQ(q().extend(l.id, l.token, 60'000), AckStatus::stale);
+  EXPECT_EQ(q().tick(), 1U);
+  EXPECT_EQ(q().complete(l.id, l.token), AckStatus::stale);
+  Lease again = claim_one();
+  EXPECT_EQ(again.id, l.id);
+  EXPECT_EQ(again.attempt, 2U);
+}
+
 // Until it is taken back, an expired lease's complete lands, in a batch
 // too; a released one's is stale.
 TEST_P(BackendTest, CompleteBatchOfExpiredAndReleasedLeases) {
