@@ -97,9 +97,20 @@ bool starts(std::string_view s, std::string_view p) noexcept { return s.substr(0
 bool policy_ok(const RetryPolicy& p) noexcept {
   return p.max_attempts <= 65535 && (!p.backoff || p.backoff->valid());
 }
-// What an enqueue's options may say, as the segment checks them: a stored
-// policy's ranges and a delay of at most kMaxDelayMs.
-bool options_ok(const EnqueueOptions& o) noexcept { return policy_ok(o.retry) && o.delay_ms <= kMaxDelayMs; }
+// Why an enqueue is refused before it is sent (enqueued: it is not), in the
+// order the segment checks, so that a call with several faults is refused
+// for the same one on every backend: a delay over kMaxDelayMs, the job id,
+// its namespace, the group, the payload's size, the retry policy's ranges.
+EnqueueStatus refusal(const BrandedId& group, const BrandedId& job, std::string_view payload,
+                      const EnqueueOptions& o, std::string_view kind, std::uint32_t max_payload) noexcept {
+  if (o.delay_ms > kMaxDelayMs) return EnqueueStatus::invalid_argument;
+  if (!job.well_formed()) return EnqueueStatus::invalid_id;
+  if (job.kind() != kind) return EnqueueStatus::kind_mismatch;
+  if (group.valid() && !group.well_formed()) return EnqueueStatus::invalid_group;
+  if (payload.size() > max_payload) return EnqueueStatus::payload_too_large;
+  if (!policy_ok(o.retry)) return EnqueueStatus::invalid_argument;
+  return EnqueueStatus::enqueued;
+}
 
 }  // namespace
 
@@ -407,11 +418,9 @@ Status or_read_only(F&& f) {
 
 EnqueueStatus ValkeyBackend::enqueue(const BrandedId& group, const BrandedId& job, std::string_view payload,
                                      const EnqueueOptions& options) {
-  if (!job.well_formed()) return EnqueueStatus::invalid_id;
-  if (group.valid() && !group.well_formed()) return EnqueueStatus::invalid_group;
-  if (job.kind() != impl_->kind) return EnqueueStatus::kind_mismatch;
-  if (payload.size() > impl_->max_payload) return EnqueueStatus::payload_too_large;
-  if (!options_ok(options)) return EnqueueStatus::invalid_argument;
+  if (const EnqueueStatus st = refusal(group, job, payload, options, impl_->kind, impl_->max_payload);
+      st != EnqueueStatus::enqueued)
+    return st;
   const std::string_view g = group.valid() ? group.str() : kDefaultGroup;
   const Num delay(options.delay_ms);
   const std::string pol = encode_policy(options.retry);
@@ -440,12 +449,7 @@ std::size_t ValkeyBackend::enqueue_batch(std::span<const EnqueueItem> items, std
     argv.clear();
     for (std::size_t i = from; i < to; ++i) {
       const EnqueueItem& it = items[i];
-      EnqueueStatus st = EnqueueStatus::enqueued;
-      if (!it.job.well_formed()) st = EnqueueStatus::invalid_id;
-      else if (it.group.valid() && !it.group.well_formed()) st = EnqueueStatus::invalid_group;
-      else if (it.job.kind() != m.kind) st = EnqueueStatus::kind_mismatch;
-      else if (it.payload.size() > m.max_payload) st = EnqueueStatus::payload_too_large;
-      else if (!options_ok(it.options)) st = EnqueueStatus::invalid_argument;
+      const EnqueueStatus st = refusal(it.group, it.job, it.payload, it.options, m.kind, m.max_payload);
       statuses[i] = st;
       if (st != EnqueueStatus::enqueued) continue;
       sent.push_back(i);

@@ -58,6 +58,57 @@ TEST_P(BackendTest, CompleteBatchOfExpiredAndReleasedLeases) {
 
 // ---------------------------------------------------------------- refusals
 
+// A call with more than one fault is refused for the one the segment
+// checks first: a delay over the longest, then the job id (malformed, then
+// of another namespace), then the group, the payload's size, the retry
+// policy. Valkey checked the group before the namespace and the delay last:
+// `enqueue(bad group, foreign id)` said invalid_group there and
+// kind_mismatch on the segment, and a too-long delay with a bad id or an
+// oversized payload said invalid_id or payload_too_large.
+TEST_P(BackendTest, ACallWithSeveralFaultsIsRefusedForTheSameOneOnEveryBackend) {
+  const BrandedId foreign = BrandedId::make("USR", q().mint().snowflake());
+  const BrandedId bad_group = forged_id("grp0000000000A");
+  const BrandedId bad_job = forged_id("JOB00000000-01");
+  const std::string big(test::kConformancePayload + 1, 'x');
+  EnqueueOptions far;
+  far.delay_ms = kMaxDelayMs + 1;
+  EnqueueOptions bad_policy;
+  bad_policy.retry.max_attempts = 70'000;
+  const BrandedId ok = q().mint();
+  struct Case {
+    const char* what;
+    BrandedId group, job;
+    std::string payload;
+    EnqueueOptions options;
+    EnqueueStatus want;
+  };
+  const std::vector<Case> cases = {
+      {"bad job + far", A, bad_job, "x", far, EnqueueStatus::invalid_argument},
+      {"foreign + far", A, foreign, "x", far, EnqueueStatus::invalid_argument},
+      {"bad group + far", bad_group, ok, "x", far, EnqueueStatus::invalid_argument},
+      {"big + far", A, ok, big, far, EnqueueStatus::invalid_argument},
+      {"bad group + bad job", bad_group, bad_job, "x", {}, EnqueueStatus::invalid_id},
+      {"bad group + foreign", bad_group, foreign, "x", {}, EnqueueStatus::kind_mismatch},
+      {"foreign + big", A, foreign, big, {}, EnqueueStatus::kind_mismatch},
+      {"bad group + big", bad_group, ok, big, {}, EnqueueStatus::invalid_group},
+      {"big + bad policy", A, ok, big, bad_policy, EnqueueStatus::payload_too_large},
+  };
+  std::vector<EnqueueItem> items;
+  for (const Case& c : cases) {
+    EXPECT_EQ(q().enqueue(c.group, c.job, c.payload, c.options), c.want) << c.what;
+    items.push_back({c.group, c.job, c.payload, c.options});
+  }
+  std::vector<EnqueueStatus> st(items.size());
+  EXPECT_EQ(q().enqueue_batch(items, st), 0U);
+  for (std::size_t i = 0; i < cases.size(); ++i) EXPECT_EQ(st[i], cases[i].want) << "batch: " << cases[i].what;
+  // Nothing was written: the id is free, no job and no count.
+  const Snapshot s = q().snapshot();
+  EXPECT_EQ(s.pending + s.scheduled, 0U);
+  EXPECT_EQ(s.counters.enqueued + s.counters.duplicates, 0U);
+  EXPECT_TRUE(q().jobs().empty());
+  EXPECT_EQ(q().enqueue(A, ok, "x"), EnqueueStatus::enqueued);
+}
+
 // One status per item, every refusal among them, a duplicate within the
 // batch, extra statuses left alone; complete_batch likewise.
 TEST_P(BackendTest, BatchesWithEveryKindOfItemGiveOneStatusEach) {
