@@ -4,6 +4,8 @@
 // mirror, read by the backend's claim, job(), and restore.
 #pragma once
 
+#include <algorithm>
+#include <cmath>
 #include <cstdio>
 #include <string>
 #include <string_view>
@@ -12,6 +14,9 @@
 
 namespace fairlane::valkey {
 
+// Kept as the segment keeps a policy (retry_codec.hpp), so that job() and a
+// lease read back the same policy on every backend: a fixed backoff's cap
+// is its base, factor and jitter are in 1/1000s.
 inline std::string encode_policy(const RetryPolicy& p) {
   if (p.empty()) return {};
   char buf[160];
@@ -19,9 +24,13 @@ inline std::string encode_policy(const RetryPolicy& p) {
     std::snprintf(buf, sizeof buf, "%u;-;0;0;1;0", p.max_attempts);
   } else {
     const Backoff& b = *p.backoff;
-    std::snprintf(buf, sizeof buf, "%u;%c;%lld;%lld;%.17g;%.17g", p.max_attempts,
-                  b.kind == Backoff::Kind::fixed ? 'f' : 'e', static_cast<long long>(b.base.count()),
-                  static_cast<long long>(b.cap.count()), b.factor, b.jitter);
+    const bool fixed = b.kind == Backoff::Kind::fixed;
+    const auto thousandths = [](double v, double lo, double hi) {
+      return double(std::llround(std::clamp(v, lo, hi) * 1000)) / 1000;
+    };
+    std::snprintf(buf, sizeof buf, "%u;%c;%lld;%lld;%.17g;%.17g", p.max_attempts, fixed ? 'f' : 'e',
+                  static_cast<long long>(b.base.count()), static_cast<long long>((fixed ? b.base : b.cap).count()),
+                  thousandths(b.factor, 1.0, 1000.0), thousandths(b.jitter, 0.0, 1.0));
   }
   return buf;
 }

@@ -158,6 +158,40 @@ TEST_P(BackendTest, BatchesWithEveryKindOfItemGiveOneStatusEach) {
 
 // ---------------------------------------------------------------- retries
 
+// retry.hpp: "a stored fixed policy keeps cap = base", and a stored
+// policy's factor and jitter are kept to 1/1000. Valkey kept the policy as
+// given (cap 300000, factor 1.23456), so job() and the lease said another
+// policy than the segment for the same enqueue.
+TEST_P(BackendTest, AJobsPolicyReadsBackAsStored) {
+  Backoff fixed;  // fixed by hand: the cap left at its default
+  fixed.kind = Backoff::Kind::fixed;
+  fixed.base = std::chrono::milliseconds(500);
+  EnqueueOptions o;
+  o.retry.max_attempts = 3;
+  o.retry.backoff = fixed;
+  const BrandedId id = q().mint();
+  ASSERT_EQ(q().enqueue(A, id, "x", o), EnqueueStatus::enqueued);
+  auto info = q().job(id);
+  ASSERT_TRUE(info && info->retry.backoff);
+  EXPECT_EQ(info->retry.max_attempts, 3U);
+  EXPECT_EQ(info->retry.backoff->kind, Backoff::Kind::fixed);
+  EXPECT_EQ(info->retry.backoff->base.count(), 500);
+  EXPECT_EQ(info->retry.backoff->cap.count(), 500);
+
+  EnqueueOptions e;
+  e.retry.backoff = Backoff::exponential(std::chrono::milliseconds(10), std::chrono::milliseconds(1000), 1.23456, 0.12345);
+  const BrandedId id2 = q().mint();
+  ASSERT_EQ(q().enqueue(B, id2, "x", e), EnqueueStatus::enqueued);
+  info = q().job(id2);
+  ASSERT_TRUE(info && info->retry.backoff);
+  EXPECT_DOUBLE_EQ(info->retry.backoff->factor, 1.235);
+  EXPECT_DOUBLE_EQ(info->retry.backoff->jitter, 0.123);
+  Lease l = claim_one();
+  Lease l2 = claim_one();
+  EXPECT_EQ(l.retry, q().job(l.id)->retry);
+  EXPECT_EQ(l2.retry, q().job(l2.id)->retry);
+}
+
 // A job's exponential policy, attempt by attempt, to the dead letters and
 // back: delays, the cap, the attempt count, the last error and what job()
 // shows in each state.
