@@ -457,7 +457,9 @@ while got < room do
     if held == g then held = false end
   else
     local turn = weight_of(g)
-    if held and g == held and left > 0 then turn = left end
+    -- What is left of a turn cut short; a lane set back to weight 1 since
+    -- has no turn to finish (a weight takes effect at once, as on the segment).
+    if held and g == held and left > 0 and turn > 1 then turn = left end
     if mode == 'l' then turn = room - got end
     held = false
     local n = math.min(turn, depth, room - got)

@@ -365,6 +365,19 @@ TEST_P(BackendTest, ALimitLoweredWhileLeasesAreHeld) {
   EXPECT_EQ(seq_string(claim_groups(4)), "AAA AAA AAA");
 }
 
+// A weight set back to 1 takes effect at once: the turn under way ends with
+// the next claim (README, "A pause, limit or weight takes effect at the CAS
+// of the lane's settings word"). Valkey finished the turn of the old weight
+// first: A A B A instead of A B A B.
+TEST_P(BackendTest, AWeightSetBackToOneMidTurnEndsTheTurn) {
+  fill(A, 10);
+  fill(B, 10);
+  ASSERT_EQ(q().set_weight(A, 3), LaneStatus::ok);
+  EXPECT_EQ(seq_string(claim_groups(1)), "AAA");
+  ASSERT_EQ(q().set_weight(A, 1), LaneStatus::ok);
+  EXPECT_EQ(seq_string(claim_groups(4)), "AAA BBB AAA BBB");
+}
+
 // The counters count the same transitions: a drain is no claim and no
 // completion, a retry now is no promotion, a requeue of a dead job is none.
 TEST_P(BackendTest, CountersCountTheSameTransitions) {
