@@ -15,6 +15,7 @@ using test::seq_string;
 
 const BrandedId A = BrandedId::make("AAA", 1);
 const BrandedId B = BrandedId::make("BBB", 1);
+const BrandedId C = BrandedId::make("CCC", 1);
 
 BrandedId forged_id(const char (&text)[kIdLength + 1]) {
   std::array<char, sizeof(BrandedId)> bytes{};  // the text, then zero padding
@@ -414,6 +415,27 @@ TEST_P(BackendTest, CountersCountTheSameTransitions) {
   s = q().snapshot();
   EXPECT_EQ(s.counters.expired, 1U);
   EXPECT_EQ(s.counters.claimed, 5U);
+}
+
+// Where the backends differ by design (docs/valkey.md, "Pause, limit,
+// drain"): Valkey takes a paused lane off the ring at once and a resume puts
+// it at the tail; the segment drops the lane's token only when a claim
+// reaches it, so a lane resumed before that keeps its place. Pinned so that
+// a change to either side is seen and the doc kept true.
+TEST_P(BackendTest, ALaneResumedBeforeAClaimReachesItsTokenKeepsItsPlaceOnTheSegmentOnly) {
+  fill(A, 3);
+  fill(B, 3);
+  fill(C, 3);
+  ASSERT_EQ(q().pause(A), LaneStatus::ok);
+  ASSERT_EQ(q().resume(A), LaneStatus::ok);
+  const std::string want = is_valkey() ? "BBB CCC AAA" : "AAA BBB CCC";
+  EXPECT_EQ(seq_string(q().snapshot().ring), want);
+  EXPECT_EQ(seq_string(claim_groups(3)), want);
+  // Once a claim has reached it, a pause and a resume send it to the tail on both.
+  ASSERT_EQ(q().pause(A), LaneStatus::ok);
+  (void)claim_groups(2);
+  ASSERT_EQ(q().resume(A), LaneStatus::ok);
+  EXPECT_EQ(q().snapshot().ring.back(), A);
 }
 
 }  // namespace
