@@ -452,6 +452,12 @@ EnqueueStatus admit(Segment& s, const BrandedId& group, const BrandedId& job, st
           break;
       }
       lane = s.slot(slot).lane.load(std::memory_order_relaxed);
+    } else {
+      // Admitted scheduled or dead: not pending yet, so no time it became
+      // so (job() says 0, unknown); its move into a lane sets one. Here
+      // rather than in write_job: a choice there cost the enqueue 5
+      // instructions, and this branch is off its path.
+      s.slot(slot).ready_us.store(0, std::memory_order_relaxed);
     }
     std::uint32_t winner = 0;
     // Our own: alloc_slot's word, and the commit of the target we wrote in

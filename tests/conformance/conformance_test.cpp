@@ -708,6 +708,24 @@ TEST_P(BackendTest, DelayedJobWaitsForItsTime) {
   EXPECT_EQ(q().snapshot().counters.promoted, 1U);
 }
 
+// JobInfo::ready_ms is when the job last became pending, 0 if unknown: a
+// delayed job has not become pending at its enqueue. The segment said the
+// enqueue's time (Valkey 0).
+TEST_P(BackendTest, ADelayedJobHasNoReadyTimeUntilItComesDue) {
+  const BrandedId late = q().mint();
+  ASSERT_EQ(q().enqueue(A, late, "late", EnqueueOptions{1000}), EnqueueStatus::enqueued);
+  auto before = q().job(late);
+  ASSERT_TRUE(before.has_value());
+  EXPECT_EQ(before->state, JobState::scheduled);
+  EXPECT_EQ(before->ready_ms, 0U);
+  q().advance_clock(1100);
+  EXPECT_EQ(q().tick(), 1U);
+  auto after = q().job(late);
+  ASSERT_TRUE(after.has_value());
+  EXPECT_EQ(after->state, JobState::pending);
+  EXPECT_GT(after->ready_ms, 0U);
+}
+
 TEST_P(BackendTest, DelayedJobPromotedByClaimAtItsMintPosition) {
   const BrandedId older = q().mint();
   ASSERT_EQ(q().enqueue(A, older, "older", EnqueueOptions{500}), EnqueueStatus::enqueued);
