@@ -241,6 +241,7 @@ struct Worker::State {
     std::uint32_t attempt;
     Token token;
     RetryPolicy retry;  // the job's own, for a timeout's fail
+    std::stop_source stop{std::nostopstate};  // a timeout's or hand-back's: the handler's, to request
   };
   std::vector<Action> actions;
 
@@ -578,13 +579,14 @@ struct Worker::State {
     const auto timeout = static_cast<std::uint64_t>(o.handler_timeout.count());
     const auto grace = static_cast<std::uint64_t>(o.shutdown_grace.count());
     actions.clear();
+    std::size_t acted = 0;
     {
       std::unique_lock l(mu);
       const bool stop = stopping.load(std::memory_order_acquire);
       if (stop) wait_claimer_done(l);
       for (std::uint32_t i = 0; i < max_in_flight; ++i) {
         Slot& s = slots[i];
-        const int ph = s.phase.load(std::memory_order_acquire);
+        int ph = s.phase.load(std::memory_order_acquire);
         if (ph != kQueued && ph != kRunning) continue;
         Action a{i, s.gen, Action::extend, ph, s.lease.id, s.lease.group, s.lease.attempt, s.lease.token, s.lease.retry};
         if (stop && (ph == kQueued || now >= stop_at_ms + grace)) {
@@ -596,10 +598,24 @@ struct Worker::State {
         } else {
           continue;
         }
+        if (a.what != Action::extend) {
+          // Given up here, before any backend call: a server that does not
+          // answer holds each call below for its whole timeout, and the
+          // handlers of every lease given up now are told now, not one
+          // such timeout after another. Under mu every other move out of
+          // queued (the handler's) is made, so the phase seen here can
+          // change only by running -> finishing, which the CAS settles:
+          // exactly one of us acknowledges the lease.
+          // [W2] acq_rel: pairs with the handler's running -> finishing.
+          if (!s.phase.compare_exchange_strong(ph, kAbandoned, std::memory_order_acq_rel)) continue;
+          a.stop = s.stop;
+          ++acted;
+        }
         actions.push_back(a);
       }
     }
-    std::size_t acted = 0;
+    for (Action& a : actions)
+      if (a.stop.stop_possible()) a.stop.request_stop();
     for (const Action& a : actions) {
       Lease l;  // id, group, attempt and policy are all fail/emit need
       l.id = a.id;
@@ -607,30 +623,34 @@ struct Worker::State {
       l.attempt = a.attempt;
       l.token = a.token;
       l.retry = a.retry;
-      if (a.what == Action::extend) {
-        AckStatus st = AckStatus::ok;
-        try {
-          st = b.extend(a.id, a.token, o.lease_ms);
-        } catch (const std::exception&) {
-          relaxed_inc(backend_errors);
+      switch (a.what) {
+        case Action::extend: break;
+        case Action::timeout: {
+          const std::string why = "timed out after " + std::to_string(timeout) + " ms";
+          fail_lease(b, l, backoff_ms(l, a.attempt, tick_rng), max_attempts_for(l), why, true);
           continue;
         }
-        if (refused_as_read_only(st == AckStatus::read_only)) continue;  // the handler runs on
-        if (st == AckStatus::ok) {
-          std::lock_guard lk(mu);
-          if (slots[a.idx].gen == a.gen) slots[a.idx].extended_ms = now;
-          relaxed_inc(extended);
-          ++acted;
-          continue;
-        }
-        // Stale or gone: the lease expired and someone else has the job, or
-        // the handler acknowledged it a moment ago (then the CAS fails).
+        case Action::hand_back: hand_back(b, l); continue;
       }
+      AckStatus st = AckStatus::ok;
+      try {
+        st = b.extend(a.id, a.token, o.lease_ms);
+      } catch (const std::exception&) {
+        relaxed_inc(backend_errors);
+        continue;
+      }
+      if (refused_as_read_only(st == AckStatus::read_only)) continue;  // the handler runs on
+      if (st == AckStatus::ok) {
+        std::lock_guard lk(mu);
+        if (slots[a.idx].gen == a.gen) slots[a.idx].extended_ms = now;
+        relaxed_inc(extended);
+        ++acted;
+        continue;
+      }
+      // Stale or gone: the lease expired and someone else has the job, or
+      // the handler acknowledged it a moment ago (then the CAS fails).
       std::stop_source src(std::nostopstate);
       {
-        // Under mu every other move out of queued (the handler's) is made,
-        // so the phase seen here can change only by running -> finishing,
-        // which the CAS settles: exactly one of us acknowledges the lease.
         std::lock_guard lk(mu);
         Slot& s = slots[a.idx];
         if (s.gen != a.gen) continue;  // acknowledged and reused since we looked
@@ -642,18 +662,8 @@ struct Worker::State {
       }
       ++acted;
       if (src.stop_possible()) src.request_stop();
-      switch (a.what) {
-        case Action::extend:
-          relaxed_inc(lost);
-          emit(event(JobEvent::Kind::lost, l));
-          break;
-        case Action::timeout: {
-          const std::string why = "timed out after " + std::to_string(timeout) + " ms";
-          fail_lease(b, l, backoff_ms(l, a.attempt, tick_rng), max_attempts_for(l), why, true);
-          break;
-        }
-        case Action::hand_back: hand_back(b, l); break;
-      }
+      relaxed_inc(lost);
+      emit(event(JobEvent::Kind::lost, l));
     }
     return acted;
   }

@@ -218,9 +218,11 @@ class Worker {
 
   // Stop claiming; leases not yet started are handed back at once; running
   // handlers may finish within shutdown_grace, after which their leases are
-  // handed back too (their stop_token is requested). Every hand-back waits
-  // until the claimer has left its current claim_wait (at most idle_poll),
-  // so this worker never claims back a job it has just handed back.
+  // handed back too (their stop_token is requested, every one before the
+  // first hand-back is sent). Every hand-back waits until the claimer has
+  // left its current claim_wait (at most idle_poll; on a Valkey server that
+  // does not answer, until that call gives up), so this worker never claims
+  // back a job it has just handed back.
   // Thread-safe, non-blocking, idempotent, callable from a handler or
   // on_event. Not async-signal-safe: use stop_on_signals for signals.
   void request_stop() noexcept;
@@ -239,7 +241,8 @@ class Worker {
   void run();
 
   // One supervisor pass now: heartbeats that are due, handler timeouts,
-  // shutdown hand-backs. Thread-safe (serialised with the supervisor
+  // shutdown hand-backs. The stop tokens of the handlers it gives up are
+  // requested before it calls the backend. Thread-safe (serialised with the supervisor
   // thread); blocking for the backend calls it makes and, once a stop was
   // requested, until the claimer has stopped (at most idle_poll plus one
   // claim). Returns how many leases it acted on. Meant for

@@ -90,13 +90,22 @@ class Gate {
     std::condition_variable_any& cv = cv_any_;
     std::stop_token tok = job.stop_token();
     cv.wait(l, tok, [&] { return all_ || open_.count(job.id()) != 0; });
-    if (tok.stop_requested()) stopped_.insert(job.id());
+    if (tok.stop_requested()) {
+      stopped_.insert(job.id());
+      cv_.notify_all();
+    }
     return tok.stop_requested();
   }
   // Waits until n handlers have entered pass(); false after kHang.
   bool wait_started(std::size_t n) {
     std::unique_lock l(mu_);
     return cv_.wait_for(l, kHang, [&] { return started_.size() >= n; });
+  }
+  // Waits until n handlers have left pass() because their stop was
+  // requested; false after kHang.
+  bool wait_stopped(std::size_t n) {
+    std::unique_lock l(mu_);
+    return cv_.wait_for(l, kHang, [&] { return stopped_.size() >= n; });
   }
   std::vector<BrandedId> started() const {
     std::lock_guard l(mu_);

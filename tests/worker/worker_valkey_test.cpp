@@ -176,5 +176,90 @@ TEST_F(WorkerOnValkey, AnAckRefusedAsReadOnlyIsABackendErrorNotALostJob) {
   ASSERT_TRUE(w.wait_for(kHang));
 }
 
+// ---------------------------------------------------------------- a server that stops answering
+
+// A private server the test may stop (SIGSTOP: a stalled host, a paused
+// container) and that is always resumed before it is shut down (a stopped
+// one would not die of the SIGTERM it is sent).
+struct StoppableServer {
+  std::unique_ptr<test::RedisServer> server;
+  bool paused = false;
+  void pause() {
+    server->pause();
+    paused = true;
+  }
+  void resume() {
+    server->resume();
+    paused = false;
+  }
+  ~StoppableServer() {
+    if (server && paused) server->resume();
+  }
+  std::string url(const std::string& queue) const {
+    return "valkey://127.0.0.1:" + std::to_string(server->port()) + "/" + queue;
+  }
+};
+
+// Shutdown past the grace while the server does not answer: the stop
+// tokens of every handler given up are requested before the first
+// hand-back waits on the server. They were requested one hand-back at a
+// time, each after the last had waited out its timeouts (twice
+// command_timeout, 10 s by default): the fourth of four handlers heard of
+// its stop 20 s after the grace, and a worker of 64 threads would have
+// told its last one 5 minutes late.
+TEST(WorkerOnAStalledServer, EveryHandlerGivenUpIsToldBeforeTheServerAnswers) {
+  StoppableServer srv;
+  std::string error;
+  srv.server = test::RedisServer::start(FAIRLANE_REDIS_SERVER, error);
+  if (!srv.server) FAIRLANE_SKIP_OR_FAIL("needs a private server: " + error);
+  const std::string url = srv.url("stalled");
+  auto q = open_backend(url);
+  ASSERT_TRUE(q.ok()) << q.error().message;
+  for (std::uint64_t t = 1; t <= 3; ++t)
+    ASSERT_EQ((*q)->enqueue(group("TEN", t), (*q)->mint(), "x"), EnqueueStatus::enqueued);
+
+  ValkeyOptions patient;
+  patient.command_timeout = 10min;  // every call waits for the server to come back
+  auto clock = std::make_shared<ManualClock>(1'000'000);
+  test::EventLog log;
+  WorkerOptions o;
+  o.threads = 3;
+  o.supervisor_thread = false;
+  o.clock = clock;
+  o.idle_poll = 20ms;
+  o.lease_ms = 60000;
+  o.shutdown_grace = 1s;
+  o.on_event = log.sink();
+  Gate gate;
+  Worker w(
+      [&] {
+        auto r = open_valkey(url, patient);
+        if (!r) throw BackendError(r.error().message);
+        return std::move(r).value();
+      },
+      o,
+      [&](Job& job) {
+        gate.pass(job);
+        return Outcome::ok();
+      });
+  w.start();
+  ASSERT_TRUE(gate.wait_started(3));  // every slot holds a running job: the claimer waits for none
+
+  srv.pause();
+  w.request_stop();
+  clock->advance(1s);
+  std::thread supervisor([&] { w.tick(); });  // hands back: its release waits for the server
+  const bool told = gate.wait_stopped(3);
+  srv.resume();
+  supervisor.join();
+  EXPECT_TRUE(told) << "a handler given up heard of it only once the server answered";
+  ASSERT_TRUE(w.wait_for(kHang));
+  EXPECT_EQ(w.stats().handed_back, 3u);
+  EXPECT_EQ(w.stats().backend_errors, 0u);
+  const Snapshot s = (*q)->snapshot();
+  EXPECT_EQ(s.pending, 3u);
+  EXPECT_EQ(s.leased, 0u);
+}
+
 }  // namespace
 }  // namespace fairlane
