@@ -309,17 +309,18 @@ struct Worker::State {
     return read_only;
   }
 
-  // fail() the lease and report what became of it.
-  void fail_lease(Backend& b, const Lease& l, std::uint64_t delay_ms, std::uint32_t max_attempts,
+  // fail() the lease and report what became of it. False when the backend
+  // threw (the lease then expires and the job is redelivered).
+  bool fail_lease(Backend& b, const Lease& l, std::uint64_t delay_ms, std::uint32_t max_attempts,
                   std::string_view error, bool timed_out_flag) noexcept {
     FailStatus st;
     try {
       st = b.fail(l.id, l.token, FailOptions{delay_ms, max_attempts, error});
     } catch (const std::exception&) {
-      relaxed_inc(backend_errors);  // the lease expires and the job is redelivered
-      return;
+      relaxed_inc(backend_errors);
+      return false;
     }
-    if (refused_as_read_only(st == FailStatus::read_only)) return;
+    if (refused_as_read_only(st == FailStatus::read_only)) return true;
     JobEvent e = event(JobEvent::Kind::retrying, l);
     e.timed_out = timed_out_flag;
     e.error = error;
@@ -342,19 +343,21 @@ struct Worker::State {
     }
     if (timed_out_flag && (st == FailStatus::retrying || st == FailStatus::dead)) relaxed_inc(timed_out);
     emit(e);
+    return true;
   }
 
   // Back to its lane now with release(): no attempt is spent, the job's
-  // last error is kept (docs/worker.md, "Hand-back").
-  void hand_back(Backend& b, const Lease& l) noexcept {
+  // last error is kept (docs/worker.md, "Hand-back"). False when the
+  // backend threw (the lease then expires).
+  bool hand_back(Backend& b, const Lease& l) noexcept {
     AckStatus st;
     try {
       st = b.release(l.id, l.token);
     } catch (const std::exception&) {
       relaxed_inc(backend_errors);
-      return;
+      return false;
     }
-    if (refused_as_read_only(st == AckStatus::read_only)) return;
+    if (refused_as_read_only(st == AckStatus::read_only)) return true;
     if (st == AckStatus::ok) {
       relaxed_inc(handed_back);
       emit(event(JobEvent::Kind::handed_back, l));
@@ -362,6 +365,7 @@ struct Worker::State {
       relaxed_inc(lost);
       emit(event(JobEvent::Kind::lost, l));
     }
+    return true;
   }
 
   // The job's own retry policy wins, field by field, over the worker's
@@ -616,7 +620,17 @@ struct Worker::State {
     }
     for (Action& a : actions)
       if (a.stop.stop_possible()) a.stop.request_stop();
+    // Once a call has thrown (the backend reconnected and resent, and the
+    // server stayed away), the rest of this pass is not sent: each would
+    // wait out the same timeouts, and a stop would wait for all of them.
+    // Each call left out is counted as the backend error it would have
+    // been: an extend is tried again next pass, a lease given up expires.
+    bool unreachable = false;
     for (const Action& a : actions) {
+      if (unreachable) {
+        relaxed_inc(backend_errors);
+        continue;
+      }
       Lease l;  // id, group, attempt and policy are all fail/emit need
       l.id = a.id;
       l.group = a.group;
@@ -627,16 +641,17 @@ struct Worker::State {
         case Action::extend: break;
         case Action::timeout: {
           const std::string why = "timed out after " + std::to_string(timeout) + " ms";
-          fail_lease(b, l, backoff_ms(l, a.attempt, tick_rng), max_attempts_for(l), why, true);
+          unreachable = !fail_lease(b, l, backoff_ms(l, a.attempt, tick_rng), max_attempts_for(l), why, true);
           continue;
         }
-        case Action::hand_back: hand_back(b, l); continue;
+        case Action::hand_back: unreachable = !hand_back(b, l); continue;
       }
       AckStatus st = AckStatus::ok;
       try {
         st = b.extend(a.id, a.token, o.lease_ms);
       } catch (const std::exception&) {
         relaxed_inc(backend_errors);
+        unreachable = true;
         continue;
       }
       if (refused_as_read_only(st == AckStatus::read_only)) continue;  // the handler runs on

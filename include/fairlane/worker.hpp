@@ -189,7 +189,8 @@ struct WorkerStats {
   std::uint64_t handler_exceptions = 0;  // handlers that threw; included in retried/dead when the lease
                                          // was still the worker's (a given-up handler's throw is not)
   std::uint64_t backend_errors = 0;      // BackendError thrown by a backend call, caught, and read_only
-                                         // answers to acknowledgements (a keyspace that became a mirror's)
+                                         // answers to acknowledgements (a keyspace that became a mirror's),
+                                         // and the calls a supervisor pass did not send after one threw
   std::uint32_t in_flight = 0;           // leases held right now (queued + running)
   std::uint32_t busy_threads = 0;        // handler threads inside the handler right now (given-up ones included)
 };
@@ -222,7 +223,9 @@ class Worker {
   // first hand-back is sent). Every hand-back waits until the claimer has
   // left its current claim_wait (at most idle_poll; on a Valkey server that
   // does not answer, until that call gives up), so this worker never claims
-  // back a job it has just handed back.
+  // back a job it has just handed back. When a hand-back throws (the server
+  // is down or does not answer), the supervisor sends no more in that pass:
+  // those leases expire, and each counts as a backend error.
   // Thread-safe, non-blocking, idempotent, callable from a handler or
   // on_event. Not async-signal-safe: use stop_on_signals for signals.
   void request_stop() noexcept;
@@ -242,7 +245,9 @@ class Worker {
 
   // One supervisor pass now: heartbeats that are due, handler timeouts,
   // shutdown hand-backs. The stop tokens of the handlers it gives up are
-  // requested before it calls the backend. Thread-safe (serialised with the supervisor
+  // requested before it calls the backend; after a call that throws it
+  // makes no more (counted as backend errors; a heartbeat is tried again
+  // next pass). Thread-safe (serialised with the supervisor
   // thread); blocking for the backend calls it makes and, once a stop was
   // requested, until the claimer has stopped (at most idle_poll plus one
   // claim). Returns how many leases it acted on. Meant for

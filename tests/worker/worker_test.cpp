@@ -635,6 +635,102 @@ TEST_F(WorkerTest, ShutdownLetsRunningJobsFinishThenHandsBackTheRest) {
   EXPECT_EQ(q().snapshot().counters.completed, 2u);
 }
 
+// Every call forwarded to one shared backend, except release() while the
+// backend is `down`: then it throws, as a Valkey backend does once its
+// reconnects and resend have failed. Counts the releases sent.
+struct Outage {
+  std::atomic<bool> down{false};
+  std::atomic<int> releases{0};
+};
+
+class OutageBackend final : public Backend {
+ public:
+  OutageBackend(std::shared_ptr<Backend> b, std::shared_ptr<Outage> o) : b_(std::move(b)), o_(std::move(o)) {}
+  Queue* segment() noexcept override { return b_->segment(); }
+  std::string describe() const override { return b_->describe(); }
+  std::string job_kind() const override { return b_->job_kind(); }
+  BackendCapabilities capabilities() const override { return b_->capabilities(); }
+  std::uint64_t now_ms() override { return b_->now_ms(); }
+  BrandedId mint() override { return b_->mint(); }
+  using Backend::enqueue;
+  EnqueueStatus enqueue(const BrandedId& g, const BrandedId& j, std::string_view p, const EnqueueOptions& o) override {
+    return b_->enqueue(g, j, p, o);
+  }
+  std::size_t enqueue_batch(std::span<const EnqueueItem> i, std::span<EnqueueStatus> st) override {
+    return b_->enqueue_batch(i, st);
+  }
+  bool claim(Lease& out, std::uint32_t ms) override { return b_->claim(out, ms); }
+  bool claim_wait(Lease& out, std::uint32_t ms, std::chrono::milliseconds t) override { return b_->claim_wait(out, ms, t); }
+  std::size_t claim_batch(std::span<Lease> out, std::uint32_t ms) override { return b_->claim_batch(out, ms); }
+  std::size_t claim_lane_batch(std::span<Lease> out, std::uint32_t ms) override { return b_->claim_lane_batch(out, ms); }
+  AckStatus complete(const BrandedId& j, Token t) override { return b_->complete(j, t); }
+  std::size_t complete_batch(std::span<const Lease> l, std::span<AckStatus> st) override { return b_->complete_batch(l, st); }
+  FailStatus fail(const BrandedId& j, Token t, const FailOptions& o) override { return b_->fail(j, t, o); }
+  AckStatus extend(const BrandedId& j, Token t, std::uint32_t ms) override { return b_->extend(j, t, ms); }
+  AckStatus release(const BrandedId& j, Token t) override {
+    o_->releases.fetch_add(1);
+    if (o_->down.load()) throw BackendError("valkey 127.0.0.1:6390 unreachable: Connection refused");
+    return b_->release(j, t);
+  }
+  LaneStatus pause(const BrandedId& g) override { return b_->pause(g); }
+  LaneStatus resume(const BrandedId& g) override { return b_->resume(g); }
+  LaneStatus pause_all() override { return b_->pause_all(); }
+  LaneStatus resume_all() override { return b_->resume_all(); }
+  LaneStatus set_limit(const BrandedId& g, std::uint32_t n) override { return b_->set_limit(g, n); }
+  LaneStatus clear_limit(const BrandedId& g) override { return b_->clear_limit(g); }
+  LaneStatus set_weight(const BrandedId& g, std::uint32_t w) override { return b_->set_weight(g, w); }
+  std::uint64_t depth(const BrandedId& g) override { return b_->depth(g); }
+  std::uint64_t drain(const BrandedId& g) override { return b_->drain(g); }
+  MoveStatus reassign(const BrandedId& j, const BrandedId& g) override { return b_->reassign(j, g); }
+  std::uint64_t tick() override { return b_->tick(); }
+  Snapshot snapshot() override { return b_->snapshot(); }
+  std::optional<JobInfo> job(const BrandedId& id, bool p) override { return b_->job(id, p); }
+  std::vector<JobInfo> jobs(const JobFilter& f) override { return b_->jobs(f); }
+  AckStatus requeue_dead(const BrandedId& id) override { return b_->requeue_dead(id); }
+  std::uint64_t requeue_all_dead() override { return b_->requeue_all_dead(); }
+  std::uint64_t purge_dead() override { return b_->purge_dead(); }
+  std::vector<ProcessInfo> processes() override { return b_->processes(); }
+  void advance_clock(std::uint64_t ms) override { b_->advance_clock(ms); }
+
+ private:
+  std::shared_ptr<Backend> b_;
+  std::shared_ptr<Outage> o_;
+};
+
+// Hand-backs past the grace while the queue stays away: the first release
+// that throws ends the pass, and the others are counted as the backend
+// errors they would have been, not sent. Each was sent, and on Valkey each
+// waited out its own timeouts (5 s or more apiece for a stopped server),
+// so a stop took one such wait per lease held after the grace.
+TEST_F(WorkerTest, AfterAHandBackFailsThePassSendsNoMore) {
+  WorkerOptions o = manual(3);
+  o.lease_ms = 60000;
+  o.shutdown_grace = 1s;
+  Gate gate;
+  for (std::uint64_t t = 1; t <= 3; ++t) enqueue(group("TEN", t));
+  auto outage = std::make_shared<Outage>();
+  auto r = Queue::open(guard_->name());
+  ASSERT_TRUE(r.ok());
+  std::shared_ptr<Backend> shared = segment_backend(std::move(r.value()));
+  Worker w([&]() -> std::unique_ptr<Backend> { return std::make_unique<OutageBackend>(shared, outage); }, o,
+           [&](Job& job) {
+             gate.pass(job);
+             return Outcome::ok();
+           });
+  w.start();
+  ASSERT_TRUE(gate.wait_started(3));
+  outage->down = true;
+  w.request_stop();
+  clock_->advance(1s);
+  EXPECT_EQ(w.tick(), 3u);  // all three given up, their handlers told
+  EXPECT_EQ(outage->releases.load(), 1) << "a hand-back was sent after one had failed";
+  ASSERT_TRUE(w.wait_for(kHang));
+  const WorkerStats st = w.stats();
+  EXPECT_EQ(st.backend_errors, 3u);
+  EXPECT_EQ(st.handed_back, 0u);
+  EXPECT_EQ(q().snapshot().leased, 3u) << "the leases not handed back expire";
+}
+
 TEST_F(WorkerTest, ShutdownHandsBackLeasesNotYetStartedAtOnce) {
   WorkerOptions o = manual(1);
   o.max_in_flight = 3;
