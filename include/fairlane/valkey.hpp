@@ -43,7 +43,10 @@
 // backend reconnects with backoff (ValkeyOptions::reconnect_attempts) and
 // resends the command once; if the server stays away, or answers with an
 // error, the call throws BackendError ("valkey 127.0.0.1:6390 unreachable:
-// Connection refused").
+// Connection refused"). A server that takes the connection and says nothing
+// (stopped, or not a Valkey server) costs a call about twice
+// command_timeout: "valkey 127.0.0.1:6390 unreachable: no reply within
+// 5000 ms".
 //
 // A crash mid-call: a script runs whole or not at all on the server. A client
 // that dies (or loses its connection) after sending a command does not know

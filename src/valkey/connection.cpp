@@ -4,8 +4,10 @@
 #include <hiredis/hiredis.h>
 #include <sys/time.h>
 
+#include <cerrno>
 #include <charconv>
 #include <cstdio>
+#include <cstring>
 #include <thread>
 #include <utility>
 
@@ -57,7 +59,7 @@ std::string Connection::try_connect(bool& fatal) {
     return "valkey " + address_ + " unreachable: " + why;
   }
   // A reply later than the command timeout counts as a dropped connection.
-  redisSetTimeout(ctx_.get(), to_timeval(options_.command_timeout));
+  set_timeout(options_.command_timeout);
   redisEnableKeepAlive(ctx_.get());
   if (!auth_.password.empty()) {
     // AUTH [user] password. The password is in the command only, never in
@@ -98,7 +100,23 @@ std::string Connection::connect() {
 }
 
 void Connection::set_timeout(std::chrono::milliseconds t) {
+  timeout_ = t;
   if (ctx_) redisSetTimeout(ctx_.get(), to_timeval(t));
+}
+
+std::string Connection::io_error_text() const {
+  // A socket timeout reaches hiredis as EAGAIN from read(2), which it
+  // reports as strerror's "Resource temporarily unavailable": to a person,
+  // a server that accepted the connection and said nothing (stopped, or
+  // not a Valkey server) is better told so.
+  const bool timed_out =
+#ifdef REDIS_ERR_TIMEOUT
+      ctx_->err == REDIS_ERR_TIMEOUT ||
+#endif
+      (ctx_->err == REDIS_ERR_IO && (std::strcmp(ctx_->errstr, std::strerror(EAGAIN)) == 0 ||
+                                     std::strcmp(ctx_->errstr, std::strerror(EWOULDBLOCK)) == 0));
+  if (timed_out) return "no reply within " + std::to_string(timeout_.count()) + " ms";
+  return ctx_->errstr[0] ? ctx_->errstr : "connection lost";
 }
 
 Reply Connection::send_once(const Args& args, std::string& io_error) {
@@ -116,7 +134,7 @@ Reply Connection::send_once(const Args& args, std::string& io_error) {
   }
   void* r = redisCommandArgv(ctx_.get(), int(v.size()), argv_.data(), argvlen_.data());
   if (r == nullptr || ctx_->err) {
-    io_error = ctx_->errstr[0] ? ctx_->errstr : "connection lost";
+    io_error = io_error_text();
     if (r) freeReplyObject(r);
     ctx_.reset();  // a context that saw an I/O error is not reusable
     return nullptr;
@@ -142,7 +160,7 @@ std::vector<Reply> Connection::pipeline(const std::vector<Args>& commands) {
     if (std::string why = connect(); !why.empty()) throw BackendError(why);
   }
   auto lost = [&](const char* what) -> BackendError {
-    std::string why = ctx_ && ctx_->errstr[0] ? ctx_->errstr : what;
+    std::string why = ctx_ && ctx_->errstr[0] ? io_error_text() : what;
     ctx_.reset();  // a context that saw an I/O error is not reusable
     return BackendError("valkey " + address_ + " unreachable: " + why);
   };

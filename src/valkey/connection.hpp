@@ -119,6 +119,8 @@ class Connection {
   std::string try_connect(bool& fatal);
   Reply send_once(const Args& args, std::string& io_error);
   void set_timeout(std::chrono::milliseconds t);
+  // Why the last call on ctx_ failed, for a message.
+  std::string io_error_text() const;
 
   std::string host_;
   int port_;
@@ -126,6 +128,7 @@ class Connection {
   ValkeyOptions options_;
   Auth auth_;
   std::unique_ptr<redisContext, ContextDeleter> ctx_;
+  std::chrono::milliseconds timeout_{0};  // the socket timeout set last
   std::vector<const char*> argv_;
   std::vector<std::size_t> argvlen_;
 };

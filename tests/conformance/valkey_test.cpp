@@ -149,6 +149,62 @@ TEST(ValkeyOpen, UnreachableServerIsAClearError) {
   EXPECT_EQ(seg.error().code, Errc::not_found);
 }
 
+// Something that accepts connections and never answers: a listening socket
+// nobody accepts on (the kernel completes the handshake), as a port of
+// another kind of service, or a server that is SIGSTOPped, looks to a
+// client. Open fails within its timeouts and says the server did not
+// answer; it said "unreachable: Resource temporarily unavailable" (the
+// EAGAIN of the timed-out read), which sent people looking at the network.
+TEST(ValkeyOpen, AServerThatNeverAnswersIsNamedAsSuch) {
+  const int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  ASSERT_GE(fd, 0);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  socklen_t len = sizeof a;
+  ASSERT_EQ(::bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof a), 0);
+  ASSERT_EQ(::listen(fd, 8), 0);
+  ASSERT_EQ(::getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len), 0);
+  const std::string port = std::to_string(ntohs(a.sin_port));
+  ValkeyOptions o;
+  o.command_timeout = std::chrono::milliseconds(100);
+  o.reconnect_attempts = 1;
+  auto b = open_valkey("valkey://127.0.0.1:" + port + "/q", o);
+  ::close(fd);
+  ASSERT_FALSE(b.ok());
+  EXPECT_EQ(b.error().message, "valkey 127.0.0.1:" + port + " unreachable: no reply within 100 ms");
+}
+
+// A call on a server that stops answering (SIGSTOP) throws, naming the wait.
+TEST(ValkeyReconnect, AStoppedServerIsACallThatTimesOut) {
+  std::string error;
+  auto server = RedisServer::start(FAIRLANE_REDIS_SERVER, error);
+  if (!server) FAIRLANE_SKIP_OR_FAIL("needs a private server: " + error);
+  ValkeyOptions o;
+  o.command_timeout = std::chrono::milliseconds(100);
+  o.reconnect_attempts = 1;
+  auto b = ValkeyBackend::open("valkey://127.0.0.1:" + std::to_string(server->port()) + "/stopped", o);
+  ASSERT_TRUE(b.ok()) << b.error().message;
+  server->pause();
+  std::string what;
+  try {
+    (void)(*b)->depth(A);
+  } catch (const BackendError& e) {
+    what = e.what();
+  }
+  Lease l;
+  std::string waited;
+  try {
+    (void)(*b)->claim_wait(l, 1000, std::chrono::milliseconds(50));
+  } catch (const BackendError& e) {
+    waited = e.what();
+  }
+  server->resume();
+  EXPECT_EQ(what, "valkey 127.0.0.1:" + std::to_string(server->port()) + " unreachable: no reply within 100 ms");
+  EXPECT_NE(waited.find("unreachable: no reply within"), std::string::npos) << waited;
+  EXPECT_EQ((*b)->depth(A), 0U) << "answers again once resumed";
+}
+
 // ---------------------------------------------------------------- keyspace
 
 TEST_F(ValkeyTest, KeyspaceIsEchoMQs) {
