@@ -460,9 +460,22 @@ bool Queue::claim_wait(Lease& out, std::uint32_t lease_ms, std::chrono::millisec
   }
   // Its looks look hard (claim_some): an empty answer puts it to sleep, so
   // it must not be one a gap in the ring gave.
+  // A consumer that slept passes the wake on when it leaves work in the
+  // ring: a lane is rung (and a sleeper woken) once, however many jobs it
+  // gets meanwhile, and resume or a raised limit ring a lane with a backlog
+  // as one wake too; a second parked consumer slept out its slice (up to
+  // recovery_ms / 2) beside the jobs the first left behind (found by test).
+  // The cell at the head says a lane may be serviceable (a stale one costs
+  // another consumer a look).
+  bool slept = false;
   const auto look = [&] {
     std::size_t got = 0;
-    return claim_some(s, &out, 1, got, lease_ms, segment_now_us(s), false, true) == ClaimStatus::claimed;
+    if (claim_some(s, &out, 1, got, lease_ms, segment_now_us(s), false, true) != ClaimStatus::claimed) return false;
+    if (slept) {
+      const std::uint64_t h = s.h->ring_head.load(std::memory_order_acquire);
+      if (cell_written_for(s.ring[h & s.ring_mask].load(std::memory_order_acquire), h)) notify(s);
+    }
+    return true;
   };
   for (;;) {
     if (look()) return true;
@@ -496,6 +509,7 @@ bool Queue::claim_wait(Lease& out, std::uint32_t lease_ms, std::chrono::millisec
     }
     FAIRLANE_FAILPOINT("park.sleep");
     futex_wait_until(&s.h->wake_seq, seq, until);
+    slept = true;
   }
 }
 

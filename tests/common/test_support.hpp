@@ -15,6 +15,7 @@
 
 #include <fcntl.h>
 #include <spawn.h>
+#include <sys/syscall.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -61,6 +62,15 @@ bool eventually(F pred, std::chrono::milliseconds guard = std::chrono::seconds(2
     std::this_thread::sleep_for(std::chrono::milliseconds(1));
   }
   return true;
+}
+
+// Is thread `tid` of this process blocked in the futex system call now?
+// (/proc/self/task/TID/syscall names the system call a blocked thread is
+// in.) A real condition to wait on where a test needs a thread asleep.
+inline bool in_futex_wait(pid_t tid) {
+  std::ifstream f("/proc/self/task/" + std::to_string(tid) + "/syscall");
+  long nr = -1;
+  return (f >> nr) && nr == SYS_futex;
 }
 
 // Waits until child `pid` stops (SIGSTOP, at a failpoint) or exits, with a

@@ -40,20 +40,12 @@ namespace {
 using namespace std::chrono_literals;
 using test::eventually;
 using test::ForkedChild;
+using test::in_futex_wait;
 using test::RawSegment;
 
 const BrandedId A = BrandedId::make("AAA", 1);
 const BrandedId B = BrandedId::make("BBB", 1);
 constexpr std::uint32_t kLease = 60000;
-
-// Is thread `tid` of this process blocked in the futex system call now?
-// (/proc/self/task/TID/syscall names the system call a blocked thread is
-// in.) A real condition to wait on where a test needs a thread asleep.
-bool in_futex_wait(pid_t tid) {
-  std::ifstream f("/proc/self/task/" + std::to_string(tid) + "/syscall");
-  long nr = -1;
-  return (f >> nr) && nr == SYS_futex;
-}
 
 // A failpoint callback that counts its calls (in the std::atomic<int> it is
 // handed): how often a thread got to a step.

@@ -2,6 +2,14 @@
 // moves through Queue::advance_clock: no test sleeps.
 #include "queue_fixture.hpp"
 
+#include <sys/syscall.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <functional>
+#include <thread>
+#include <vector>
+
 namespace fairlane {
 namespace {
 
@@ -341,6 +349,58 @@ TEST_F(QueueTest, ClaimWaitReturnsAtOnceWhenWorkIsReady) {
   Lease l;
   ASSERT_TRUE(q().claim_wait(l, 1000, std::chrono::milliseconds(30'000)));
   EXPECT_EQ(l.id, ids[0]);
+}
+
+// Parked consumers and a backlog that rings its lane once. The queue's
+// recovery bound is 60 s, so a consumer that is not woken sleeps a 30 s
+// slice: each consumer waits up to 20 s, and must have claimed well before
+// that. `n` consumers are parked (each asleep in the futex) before `event`
+// runs; then every one of them must claim.
+class ClaimWaitWakes : public QueueTest {
+ protected:
+  void SetUp() override {
+    QueueOptions o = small_options();
+    o.recovery_ms = 60000;
+    make_queue(o);
+  }
+  void every_parked_consumer_claims(int n, const std::function<void()>& event) {
+    std::vector<std::atomic<pid_t>> tids(n);
+    std::atomic<int> claimed{0}, answered{0};
+    std::vector<std::thread> consumers;
+    for (int i = 0; i < n; ++i)
+      consumers.emplace_back([&, i] {
+        tids[i] = pid_t(::syscall(SYS_gettid));
+        Lease l;
+        if (q().claim_wait(l, 60000, std::chrono::seconds(20))) ++claimed;
+        ++answered;
+      });
+    const bool asleep = test::eventually([&] {
+      if (q().snapshot().consumers_parked != std::uint64_t(n)) return false;
+      for (const auto& t : tids)
+        if (t.load() == 0 || !test::in_futex_wait(t.load())) return false;
+      return true;
+    });
+    EXPECT_TRUE(asleep) << "the consumers never parked";
+    event();
+    EXPECT_TRUE(test::eventually([&] { return answered.load() == n; }, std::chrono::seconds(10)))
+        << answered.load() << " of " << n << " parked consumers answered: the rest slept beside the jobs";
+    for (auto& t : consumers) t.join();
+    EXPECT_EQ(claimed.load(), n);
+  }
+};
+
+TEST_F(ClaimWaitWakes, ARaisedLimitWakesAConsumerPerJobItLetsThrough) {
+  ASSERT_EQ(q().set_limit(A, 1), LaneStatus::ok);
+  fill(A, 3);
+  const Lease held = claim_one();  // A at its limit, two jobs behind it
+  every_parked_consumer_claims(2, [&] { ASSERT_EQ(q().set_limit(A, 3), LaneStatus::ok); });
+  EXPECT_EQ(q().complete(held.id, held.token), AckStatus::ok);
+}
+
+TEST_F(ClaimWaitWakes, AResumedLaneWithABacklogWakesAConsumerPerJob) {
+  ASSERT_EQ(q().pause(A), LaneStatus::ok);
+  fill(A, 2);
+  every_parked_consumer_claims(2, [&] { ASSERT_EQ(q().resume(A), LaneStatus::ok); });
 }
 
 // Attempts are fencing tokens and have a fixed width: once a job has had
