@@ -73,6 +73,10 @@ LaneStatus change_settings(Segment& s, const BrandedId& group, bool create, F ch
     }
     if (!done) continue;
     log_lane(s, lane);
+    // A change back to the defaults leaves a lane with no job idle: room
+    // for a producer parked for a lane, which otherwise slept until a
+    // sweep pass found it (up to recovery_ms / 2; found by test).
+    wake_lanes(s, lane);
     return LaneStatus::ok;
   }
   report_corrupt(s, CorruptWhat::directory);

@@ -536,8 +536,8 @@ class Queue {
   // 10 us, then parks on a futex in the segment until a slot is freed (a
   // complete, a purge of dead jobs, a drain, a repair); at lanes_full it
   // parks at once until a lane may be given back (its group's last job
-  // completed or sent to the dead letters or a delay, or found idle by a
-  // sweep pass); at mirror_behind until the mirror's reader gives log
+  // completed or sent to the dead letters or a delay, the last setting of
+  // a group with no job cleared, or found idle by a sweep pass); at mirror_behind until the mirror's reader gives log
   // cells back; each until `timeout` has passed, and tries again. Returns what enqueue returns;
   // `full`, `lanes_full` or `mirror_behind` only once the timeout has
   // passed (a timeout of 0 is one try, and never parks). Every other answer comes

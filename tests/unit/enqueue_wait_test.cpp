@@ -400,6 +400,35 @@ TEST_F(EnqueueWaitLane, AFailThatDeadLettersTheLanesLastJobWakesAProducerParkedF
   expect_admitted(producer, st);
 }
 
+// A lane held by a setting alone (a group paused, limited or weighted
+// before it had a job, or left with no job since) is given back once the
+// setting is cleared: the call that clears it wakes a producer parked for
+// a lane, as the complete of a lane's last job does.
+class EnqueueWaitLaneSetting : public EnqueueWaitLane {
+ protected:
+  void expect_clearing_wakes(const std::function<LaneStatus()>& set, const std::function<LaneStatus()>& clear) {
+    make_lanes(1);
+    ASSERT_EQ(set(), LaneStatus::ok);  // A holds the one lane, with no job
+    ASSERT_EQ(q().enqueue(B, q().mint(), "x"), EnqueueStatus::lanes_full);
+    std::atomic<int> st{-1};
+    std::thread producer = park_for_a_lane(st, B, q().mint());
+    ASSERT_EQ(clear(), LaneStatus::ok);
+    expect_admitted(producer, st);
+  }
+};
+
+TEST_F(EnqueueWaitLaneSetting, AResumeOfAnEmptyLaneWakesAProducerParkedForOne) {
+  expect_clearing_wakes([&] { return q().pause(A); }, [&] { return q().resume(A); });
+}
+
+TEST_F(EnqueueWaitLaneSetting, AClearedLimitOfAnEmptyLaneWakesAProducerParkedForOne) {
+  expect_clearing_wakes([&] { return q().set_limit(A, 2); }, [&] { return q().clear_limit(A); });
+}
+
+TEST_F(EnqueueWaitLaneSetting, AWeightSetBackTo1OfAnEmptyLaneWakesAProducerParkedForOne) {
+  expect_clearing_wakes([&] { return q().set_weight(A, 3); }, [&] { return q().set_weight(A, 1); });
+}
+
 // A lane left empty by a waker that made no wake (here: its load of
 // room_waiters made to read 0; in life, a waker killed before its wake, a
 // husk's pop, settings put back) is found by the next sweep pass, which
