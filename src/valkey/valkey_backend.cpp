@@ -34,6 +34,7 @@ constexpr std::uint32_t kDefaultMaxPayload = 256;       // the segment's default
 constexpr std::uint32_t kLargestPayload = 64u << 20;    // a sane bound for one job
 constexpr std::size_t kMaxErrorBytes = 1024;            // last_error kept by fail()
 constexpr std::chrono::milliseconds kWaitBackstop{1000};  // longest BLPOP between claims
+constexpr std::chrono::milliseconds kLongestWait = std::chrono::hours(24 * 365 * 100);  // claim_wait's timeout, at most
 constexpr int kRetriesBeforeRepair = 5;                 // FLRETRY answers before the `r` flag is sent
 constexpr std::size_t kBatchChunk = 512;                // items per batch script (bounds one script's run)
 constexpr std::uint64_t kLargestExactInLua = 1ULL << 53;  // a Lua number (a double) is an exact integer up to here
@@ -503,7 +504,10 @@ std::size_t ValkeyBackend::claim_lane_batch(std::span<Lease> out, std::uint32_t 
 
 bool ValkeyBackend::claim_wait(Lease& out, std::uint32_t lease_ms, std::chrono::milliseconds timeout) {
   using clock = std::chrono::steady_clock;
-  const auto give_up = clock::now() + std::max(timeout, std::chrono::milliseconds(0));
+  // Bounded (a century): milliseconds::max() in steady_clock's nanoseconds
+  // overflowed to a time in the past, and a wait meant to have no end made
+  // one claim and said false (found by test).
+  const auto give_up = clock::now() + std::clamp(timeout, std::chrono::milliseconds(0), kLongestWait);
   const std::string& wake = impl_->fixed[9];
   for (;;) {
     std::int64_t next_due = -1;

@@ -855,6 +855,26 @@ TEST_P(BackendTest, ClaimWaitWakesOnAnotherClientsEnqueue) {
   EXPECT_EQ(got.payload, "wake");
 }
 
+// milliseconds::max() is a wait with no end, not a time in the past: the
+// consumer is still waiting a while later, and takes the job that comes.
+// (Over Valkey the give-up time was now + max in steady_clock's
+// nanoseconds, which overflowed: one claim, then false at once.)
+TEST_P(BackendTest, AClaimWaitOfMillisecondsMaxWaitsForAJob) {
+  std::unique_ptr<Backend> consumer = open_another();
+  ASSERT_TRUE(consumer);
+  Lease got;
+  std::atomic<int> ok{-1};
+  std::thread t([&] { ok = consumer->claim_wait(got, 60'000, std::chrono::milliseconds::max()); });
+  // A wait that ended at once ends within this (a correct one never does).
+  EXPECT_FALSE(test::eventually([&] { return ok.load() != -1; }, std::chrono::milliseconds(500)))
+      << "claim_wait(max) answered " << ok.load() << " with no job";
+  const BrandedId id = q().mint();
+  ASSERT_EQ(q().enqueue(A, id, "late"), EnqueueStatus::enqueued);
+  t.join();
+  EXPECT_EQ(ok.load(), 1);
+  EXPECT_EQ(got.id, id);
+}
+
 TEST_P(BackendTest, EveryParkedConsumerIsServed) {
   // Three consumers park; three jobs arrive in one lane. Each wake-up must
   // lead to the next (the lane stays on the ring), so all three are served.
