@@ -339,6 +339,20 @@ int run_extend(const AckArgs& a) {
   return guarded([&] {
     Target t = open_target(typed, Access::write);
     AckStatus st = t->extend(id, token, ms);
+    if (st == AckStatus::stale) {
+      // Stale also answers the lease's own token once its deadline has
+      // passed, while complete, fail and release with it still work until a
+      // sweep takes it back: "not leased under token T" would be untrue.
+      const std::optional<JobInfo> j = t->job(id);
+      const std::uint64_t now = t->now_ms();
+      if (j && j->state == JobState::leased && j->token == token && j->when_ms <= now) {
+        if (a.json) print_json({{"id", id.string()}, {"token", token.value}, {"status", "stale"}});
+        return nothing(fmt::format("extend: the lease of job {} under token {} passed its deadline {} ago and cannot "
+                                   "be extended; until a sweep takes it back, complete, fail or release it with that "
+                                   "token",
+                                   id.str(), token.value, span_ms(now - j->when_ms)));
+      }
+    }
     if (st != AckStatus::ok) return ack_result(t, st, id, token, a.json, "extend");
     emit(a.json, fmt::format("extended {} by {} ms", id.str(), ms),
          {{"id", id.string()}, {"token", token.value}, {"status", "extended"}, {"lease_ms", ms}});

@@ -428,6 +428,35 @@ TEST_F(ToolsCli, AStoppedProcessShowsAsStopped) {
   EXPECT_TRUE(contains(w.out, "stopped")) << w.out;
 }
 
+// A lease past its deadline cannot be extended, but until a sweep takes it
+// back its token still completes it (README, Guarantees). The refusal used
+// to say the job "is not leased under token T", which the very next
+// `complete` with T contradicted.
+TEST_F(ToolsCli, AnExtendPastTheDeadlineSaysTheLeaseRanOutNotThatTheTokenIsWrong) {
+  create();
+  const std::string id = enqueue("TEN00000000001");
+  const CliRun c = run_cli({"claim", seg(), "--lease", "1000", "--json"});
+  ASSERT_EQ(c.exit_code, 0) << show(c);
+  const std::string token = std::to_string(nlohmann::json::parse(c.out).at("token").get<std::uint64_t>());
+  {
+    // Past the deadline on the segment's clock, with no claim to sweep it.
+    auto q = Queue::open(seg());
+    ASSERT_TRUE(q.ok());
+    q->advance_clock(5000);
+  }
+  CliRun r = run_cli({"extend", seg(), id, token, "30000"});
+  EXPECT_EQ(r.exit_code, 1) << show(r);
+  EXPECT_FALSE(contains(r.err, "not leased under")) << show(r);
+  EXPECT_TRUE(contains(r.err, "deadline")) << show(r);
+  EXPECT_TRUE(contains(r.err, "token " + token)) << show(r);
+  r = run_cli({"extend", seg(), id, token, "30000", "--json"});
+  EXPECT_EQ(r.exit_code, 1) << show(r);
+  EXPECT_EQ(nlohmann::json::parse(r.out).at("status"), "stale") << show(r);
+  // What the message says is still possible is.
+  r = run_cli({"complete", seg(), id, token});
+  EXPECT_EQ(r.exit_code, 0) << show(r);
+}
+
 // A segment that cannot be sized says why once. A file-size limit fails the
 // sizing (EFBIG) as a full /dev/shm does (ENOSPC), through the same message;
 // SIGXFSZ is ignored so the tool lives to say it.
