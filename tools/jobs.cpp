@@ -6,6 +6,7 @@
 // included. Exit 1 when there is no such job.
 #include <algorithm>
 #include <cstdio>
+#include <optional>
 #include <string>
 
 #include <fmt/format.h>
@@ -27,6 +28,22 @@ namespace {
 std::string attempts(const JobInfo& j) {
   if (j.retry.max_attempts == 0) return std::to_string(j.attempt);
   return fmt::format("{}/{}", j.attempt, j.retry.max_attempts);
+}
+
+// The state of the process holding a lease, where the segment keeps process
+// records. A dead holder's lease comes back at the next sweep, long before
+// the deadline the job shows, and a stopped one's waits for that deadline.
+// Unknown when two records name the pid in different states (processes of
+// two PID namespaces): the records are told apart only by pid here.
+std::optional<ProcessState> holder_state(Target& t, const JobInfo& j) {
+  if (j.state != JobState::leased || j.holder_pid == 0 || !t.capabilities().process_records) return std::nullopt;
+  std::optional<ProcessState> found;
+  for (const ProcessInfo& p : t->processes()) {
+    if (p.pid != j.holder_pid) continue;
+    if (found && *found != p.state) return std::nullopt;
+    found = p.state;
+  }
+  return found;
 }
 
 }  // namespace
@@ -89,8 +106,10 @@ int run_job(const JobArgs& a) {
     }
     const std::uint64_t seg_now = t->now_ms();
     const std::uint64_t unix_now = unix_now_ms();
+    const std::optional<ProcessState> holder = holder_state(t, j);
     if (a.json) {
       nlohmann::json o = job_json(j, seg_now, unix_now);
+      o["holder_state"] = holder ? nlohmann::json(std::string(to_string(*holder))) : nlohmann::json(nullptr);
       // A JSON string holds text: bytes that are not UTF-8 would come back
       // changed, so such a payload also goes out exactly, in base64.
       if (valid_utf8(j.payload)) {
@@ -116,6 +135,8 @@ int run_job(const JobArgs& a) {
     if (j.state == JobState::leased) {
       att += fmt::format(", token {}", j.token.value);
       if (j.holder_pid != 0) att += fmt::format(", held by pid {}", j.holder_pid);
+      if (holder == ProcessState::dead) att += " (dead: the next sweep, inside a claim or tick, takes the lease back)";
+      if (holder == ProcessState::stopped) att += " (stopped: it keeps the lease until its deadline)";
     }
     line("attempt", att);
     line("retry", j.retry.empty() ? std::string("the queue's default (none given at enqueue)") : policy_text(j.retry));

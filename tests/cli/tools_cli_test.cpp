@@ -457,6 +457,57 @@ TEST_F(ToolsCli, AnExtendPastTheDeadlineSaysTheLeaseRanOutNotThatTheTokenIsWrong
   EXPECT_EQ(r.exit_code, 0) << show(r);
 }
 
+// `job` on a lease whose holder is stopped, then killed. A dead holder's
+// lease comes back at the next sweep whatever its deadline, so "held by pid
+// N, expires in 60 s" alone told a user the job was safe in hands that were
+// gone. Then a claim through the tool gets it back (attempt 2), and the dead
+// holder's token is stale.
+TEST_F(ToolsCli, JobSaysWhetherTheHolderOfItsLeaseIsStoppedOrDead) {
+  create({"--recovery-ms", "100"});
+  const std::string id = enqueue("TEN00000000001");
+  int p[2];
+  ASSERT_EQ(::pipe(p), 0);
+  const pid_t child = ::fork();
+  ASSERT_GE(child, 0);
+  if (child == 0) {
+    ::close(p[0]);
+    auto q = Queue::open(seg());
+    Lease l;
+    if (!q || !q->claim(l, 60000)) ::_exit(3);
+    const std::uint64_t token = l.token.value;
+    if (::write(p[1], &token, sizeof token) != ssize_t(sizeof token)) ::_exit(4);
+    ::raise(SIGSTOP);  // holding its lease
+    ::_exit(0);
+  }
+  ::close(p[1]);
+  std::uint64_t token = 0;
+  const bool got = ::read(p[0], &token, sizeof token) == ssize_t(sizeof token);
+  ::close(p[0]);
+  int st = 0;
+  ASSERT_EQ(::waitpid(child, &st, WUNTRACED), child);
+  const bool stopped = WIFSTOPPED(st);
+  const auto while_stopped = cli_json({"job", seg(), id, "--json"});
+  const CliRun text_stopped = run_cli({"job", seg(), id});
+  ::kill(child, SIGKILL);  // our own child, by its pid
+  ::waitpid(child, &st, 0);
+  ASSERT_TRUE(got && stopped) << "the child did not claim and stop";
+
+  EXPECT_EQ(while_stopped.at("holder_pid"), child) << while_stopped.dump();
+  EXPECT_EQ(while_stopped.value("holder_state", nlohmann::json()), "stopped") << while_stopped.dump();
+  EXPECT_TRUE(contains(text_stopped.out, "stopped")) << show(text_stopped);
+
+  const auto after_kill = cli_json({"job", seg(), id, "--json"});
+  const CliRun text_dead = run_cli({"job", seg(), id});
+  EXPECT_EQ(after_kill.at("state"), "leased") << "nothing has swept yet: " << after_kill.dump();
+  EXPECT_EQ(after_kill.value("holder_state", nlohmann::json()), "dead") << after_kill.dump();
+  EXPECT_TRUE(contains(text_dead.out, "dead")) << show(text_dead);
+
+  const auto again = cli_json({"claim", seg(), "--json", "--lease", "60000", "--wait", "20000"});
+  EXPECT_EQ(again.value("id", ""), id) << again.dump();
+  EXPECT_EQ(again.value("attempt", 0), 2) << again.dump();
+  EXPECT_EQ(run_cli({"complete", seg(), id, std::to_string(token)}).exit_code, 1) << "the dead holder's token is stale";
+}
+
 // A segment that cannot be sized says why once. A file-size limit fails the
 // sizing (EFBIG) as a full /dev/shm does (ENOSPC), through the same message;
 // SIGXFSZ is ignored so the tool lives to say it.
