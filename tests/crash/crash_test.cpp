@@ -832,5 +832,61 @@ TEST_F(Crash, AConsumerKilledWhileParkedIsNoLongerCountedAWaiter) {
   EXPECT_EQ(waiters.load(), 0u);
 }
 
+// What a process that ends leaves of its leases (README, "The command-line
+// tool"): one that detaches (its Queue destroyed, as when main returns)
+// keeps them until their deadlines; one that ends with a handle still open
+// (_exit, as a crash would, though its exit status is 0) has them back
+// within the recovery bound, as a dead holder's; one that calls
+// release_all() first leaves them claimable at once, attempt unchanged.
+TEST_F(Crash, WhatAnEndedProcessLeavesOfItsLeasesDependsOnWhetherItDetached) {
+  QueueOptions o = small();
+  o.recovery_ms = 100;
+  create(o);
+  for (std::uint32_t i = 0; i < 3; ++i) ASSERT_EQ(q().enqueue(proto::lane_group(i), q().mint(), "x"), EnqueueStatus::enqueued);
+  enum How { exit_attached, detach, release_then_detach };
+  struct Held {
+    BrandedId id[3];
+    std::uint64_t token[3];
+  };
+  test::SharedBlock<Held> held;
+  for (int how : {exit_attached, detach, release_then_detach}) {
+    test::ForkedChild child([&] {
+      auto h = Queue::open(seg());
+      Lease l;
+      if (!h || !h->claim(l, 60000)) return 3;
+      held->id[how] = l.id;
+      held->token[how] = l.token.value;
+      if (how == exit_attached) ::_exit(0);
+      if (how == release_then_detach && h->release_all() != 1) return 4;
+      return 0;  // h detaches as the body returns
+    });
+    ASSERT_TRUE(child.wait_for(std::chrono::seconds(60))) << "child " << how << " hung";
+    ASSERT_TRUE(child.exited_zero()) << "child " << how << ": " << child.describe();
+  }
+
+  // The released job at once, the one whose holder ended attached once a
+  // sweep finds it dead; not the detached holder's.
+  std::map<std::string, Lease> got;
+  Lease l;
+  const auto give_up = std::chrono::steady_clock::now() + std::chrono::seconds(30);
+  while (got.size() < 2 && std::chrono::steady_clock::now() < give_up)
+    if (q().claim_wait(l, 60000, std::chrono::milliseconds(500))) got[l.id.string()] = l;
+  ASSERT_EQ(got.size(), 2U);
+  EXPECT_EQ(got.count(held->id[detach].string()), 0U) << "a detached holder's lease came back before its deadline";
+  EXPECT_EQ(got[held->id[release_then_detach].string()].attempt, 1U) << "a release keeps the attempt";
+  EXPECT_EQ(got[held->id[exit_attached].string()].attempt, 2U) << "a holder that ended attached is a dead holder";
+  EXPECT_EQ(q().complete(held->id[exit_attached], Token(held->token[exit_attached])), AckStatus::stale);
+  for (const auto& [id, lease] : got) EXPECT_EQ(q().complete(lease.id, lease.token), AckStatus::ok) << id;
+
+  // Sweeps on the segment's clock leave the detached holder's lease alone
+  // until its deadline, then it comes back as an expired one.
+  EXPECT_EQ(moved_over_recovery_passes(q(), o.recovery_ms), 0U);
+  q().advance_clock(60000);
+  ASSERT_TRUE(q().claim(l, 60000));
+  EXPECT_EQ(l.id, held->id[detach]);
+  EXPECT_EQ(l.attempt, 2U);
+  EXPECT_EQ(q().complete(held->id[detach], Token(held->token[detach])), AckStatus::stale);
+}
+
 }  // namespace
 }  // namespace fairlane
