@@ -456,10 +456,11 @@ class Queue {
   // open() and open_or_create() hand out; false once it has been moved from.
   bool attached() const noexcept { return seg_ != nullptr; }
   // Detaches. Leases this handle holds stay leased until their deadline
-  // (a process that exits normally keeps them, so `fairlane claim` and
-  // `fairlane complete` can run as separate processes); call release_all()
-  // first to hand them back at once. A process that dies without detaching
-  // has its leases returned within the recovery bound.
+  // (so `fairlane claim` and `fairlane complete` can run as separate
+  // processes); call release_all() first to hand them back at once. A
+  // process that ends without detaching (killed, or exit()/_exit() while a
+  // handle is still open, whatever its exit status) is a dead holder: its
+  // leases come back within the recovery bound.
   ~Queue();
 
   const std::string& name() const noexcept;
