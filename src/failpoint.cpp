@@ -100,6 +100,7 @@ const char* const kStepPoints[] = {
     "room.sleep",           // a parked producer made its last look (full), its futex wait not yet made (counted in room_waiters)
     "extend.moved",         // an extend that found an expiry's mark moved the lane word on, the mark not yet voided
     "lane.sleep",           // a producer parked for a lane made its last look (lanes_full), its futex wait not yet made
+    "repair.looked",        // a repair found no other live process attached, nothing yet rewritten (reads only)
 };
 
 namespace {

@@ -58,6 +58,7 @@ class Checker {
  private:
   void issue(const char* invariant, std::string detail) {
     if (report_.issues.size() < kMaxIssues) report_.issues.push_back({invariant, std::move(detail)});
+    else ++report_.unlisted;
   }
   std::string job(std::uint32_t slot) const {
     const std::uint64_t sf = s_.slot(slot).sf.load(std::memory_order_relaxed) & kMaxSnowflake;
@@ -67,10 +68,27 @@ class Checker {
     if (i == kDefaultLane) return "the default lane (#0)";
     return "lane " + lane_group(s_, i).string() + " (#" + std::to_string(i) + ")";
   }
-  std::string pid_of(std::uint32_t holder) const {
+  std::string pid_of(std::uint32_t holder) {
     const std::uint32_t i1 = Holder::index1(holder);
     if (i1 == 0 || i1 > s_.proc_count) return "an unknown process";
-    return "pid " + std::to_string(s_.procs[i1 - 1].owner.load(std::memory_order_relaxed) & 0x7FFFFFFF);
+    return "pid " + pid(i1);
+  }
+  // Is lane `lane` the lane of the group job `slot` names? (Its group is the
+  // truth: its settings, pause and limit are what the job is served under.)
+  bool group_lane(std::uint32_t slot, std::uint32_t lane) const {
+    GroupKey g;
+    const bool grouped = slot_group(s_, slot, g);
+    if (lane == kDefaultLane || !grouped) return lane == kDefaultLane && !grouped;
+    const LaneRecord& r = s_.lanes[lane];
+    return (r.key_kind.load(std::memory_order_relaxed) & 0x7FFF) == g.kind && r.key_sf.load(std::memory_order_relaxed) == g.sf;
+  }
+  std::string group_of(std::uint32_t slot) const {
+    GroupKey g;
+    if (!slot_group(s_, slot, g)) return "the default group";
+    if (g.kind >= kKindCodes || g.sf > kMaxSnowflake) return "an impossible group";
+    char k[3];
+    kind_letters(g.kind, k);
+    return "group " + BrandedId::make(std::string_view(k, 3), g.sf).string();
   }
   bool lane_live(std::uint32_t lane) const {
     return lane < s_.lane_count && LaneWord::state(lane_load(s_, lane)) == LaneState::live;
@@ -139,8 +157,19 @@ class Checker {
     }
   }
 
-  std::string pid(std::uint32_t proc1) const {
-    return std::to_string(s_.procs[proc1 - 1].owner.load(std::memory_order_relaxed) & 0x7FFFFFFF);
+  // "5691 (dead)": the process of record proc1 and what it is now, so that
+  // a step in flight says whether its owner may still finish it (alive or
+  // stopped) or a survivor must (dead: the next claim, or a repair). Looked
+  // at once per record (a liveness-lock look and /proc, no write).
+  std::string pid(std::uint32_t proc1) {
+    const ProcRecord& r = s_.procs[proc1 - 1];
+    const std::uint64_t owner = r.owner.load(std::memory_order_acquire);
+    std::string out = std::to_string(owner & 0x7FFFFFFF);
+    if (!(owner & kOwnerAttached)) return out + " (detached)";
+    if (proc_state_.empty()) proc_state_.assign(s_.proc_count, -1);
+    int& st = proc_state_[proc1 - 1];
+    if (st < 0) st = int(owner_state(s_, proc1 - 1, owner, r.start_time.load(std::memory_order_relaxed)));
+    return out + " (" + std::string(to_string(ProcessState(st))) + ")";
   }
 
   // Is the step the lane word names still to be applied to its slot?
@@ -191,7 +220,9 @@ class Checker {
         case SlotState::admitting:
           exempt_slot_[i] = 1;
           if (r.lane.load(std::memory_order_relaxed) < s_.lane_count) exempt_lane_[r.lane.load()] = 1;
-          in_flight(pid_of(holder) + " is admitting " + job(i));
+          // Unpublished, the record is still its last job's (or empty).
+          in_flight(pid_of(holder) + " is admitting " +
+                    (admission_published(r, w) ? job(i) : "a job into slot " + std::to_string(i) + " (not yet written)"));
           break;
         case SlotState::returning:
           exempt_slot_[i] = 1;
@@ -261,6 +292,8 @@ class Checker {
       }
       if (st == SlotState::pending && r.lane.load(std::memory_order_relaxed) != l)
         issue("lane-order", job(x) + " is in " + lane_name(l) + "'s run but names lane #" + std::to_string(r.lane.load()));
+      else if (st == SlotState::pending && !exempt_slot_[x] && !group_lane(x, l))
+        issue("lane-order", job(x) + " is in " + lane_name(l) + "'s run but is of " + group_of(x));
       const std::uint64_t key = r.sf.load(std::memory_order_relaxed);
       if (!first && key < prev) issue("lane-order", lane_name(l) + "'s run is out of id order at " + job(x));
       prev = key;
@@ -303,6 +336,8 @@ class Checker {
           issue("lane-order", job(x) + " is linked twice");
           return;
         }
+        if (st == SlotState::pending && !exempt_slot_[x] && !group_lane(x, l))
+          issue("lane-order", job(x) + " is in " + lane_name(l) + "'s strays but is of " + group_of(x));
         const std::uint64_t key = r.sf.load(std::memory_order_relaxed);
         // Equal keys are one job's husk beside its copy (a move there and back).
         if (!first && key < prev) issue("lane-order", lane_name(l) + "'s strays are out of id order at " + job(x));
@@ -342,7 +377,10 @@ class Checker {
         const std::uint32_t l = s_.slot(i).lane.load(std::memory_order_relaxed);
         if (l < s_.lane_count) {
           ++held[l];
-          if (!lane_live(l)) issue("lane-of-lease", job(i) + " is leased in " + lane_name(l) + ", which is not live");
+          if (!lane_live(l))
+            issue("lane-of-lease", job(i) + " is leased in " + lane_name(l) + ", which is not live");
+          else if (!exempt_slot_[i] && !group_lane(i, l))
+            issue("lane-of-lease", job(i) + " is leased in " + lane_name(l) + " but is of " + group_of(i));
         }
       }
     }
@@ -445,6 +483,7 @@ class Checker {
   Segment& s_;
   FsckReport report_;
   std::vector<std::uint8_t> in_lane_, exempt_slot_, exempt_lane_;
+  std::vector<int> proc_state_;  // by process record: a ProcessState, -1 not looked at yet
 };
 
 }  // namespace

@@ -13,6 +13,16 @@
 
 namespace fairlane::detail {
 
+void retire_waits(Segment& s, std::uint32_t lane) noexcept {
+  for (std::uint32_t i = 0; i < kWaitBuckets; ++i) {
+    std::atomic<std::uint64_t>& b = s.waits[lane].b[i];
+    if (const std::uint64_t v = b.load(std::memory_order_relaxed)) {
+      s.h->retired_waits.b[i].fetch_add(v, std::memory_order_relaxed);
+      b.store(0, std::memory_order_relaxed);
+    }
+  }
+}
+
 namespace {
 
 constexpr std::uint64_t kIncMask = (1ULL << 25) - 1;  // the incarnation bits a directory entry keeps
@@ -105,15 +115,8 @@ bool take_free_record(Segment& s, GroupKey g, std::uint32_t lane, Word128 w) noe
   r.idle_seen.store(0, std::memory_order_relaxed);
   r.creator.store(my_holder(s), std::memory_order_relaxed);
   for (auto& head : r.strays) head.store(strays_head(inc, false, 0), std::memory_order_relaxed);
-  // The previous life's waits go to the queue-wide count first (relaxed:
-  // statistics; a reader in between sees them twice for a moment).
-  for (std::uint32_t i = 0; i < kWaitBuckets; ++i) {
-    std::atomic<std::uint64_t>& b = s.waits[lane].b[i];
-    if (const std::uint64_t v = b.load(std::memory_order_relaxed)) {
-      s.h->retired_waits.b[i].fetch_add(v, std::memory_order_relaxed);
-      b.store(0, std::memory_order_relaxed);
-    }
-  }
+  // The previous life's waits go to the queue-wide count.
+  retire_waits(s, lane);
   return true;
 }
 

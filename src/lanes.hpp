@@ -315,6 +315,12 @@ inline bool group_words_of(std::uint32_t code, std::uint64_t sf, std::uint64_t& 
 // The group of a live lane (the default lane's is DEF00000000000).
 BrandedId lane_group(const Segment& s, std::uint32_t lane) noexcept;
 
+// A lane record's previous life's waits (its wait histogram) go to the
+// queue-wide count, and the record's start from zero: when the record is
+// taken for a group (relaxed: statistics; a reader in between sees them
+// twice for a moment).
+void retire_waits(Segment& s, std::uint32_t lane) noexcept;
+
 // A creator looks at this many lane records for a free one before it gives
 // back an idle lane it met on the way (take_record, lanes.cpp).
 inline constexpr std::uint32_t kFreeLook = 256;

@@ -25,6 +25,7 @@
 #include "atomic128.hpp"
 #include "clock.hpp"
 #include "core.hpp"
+#include "failpoint.hpp"
 #include "futex.hpp"
 #include "retry_codec.hpp"
 
@@ -63,13 +64,15 @@ class Repairer {
   Repairer(Segment& s, FsckReport& report) : s_(s), report_(report) {}
 
   void run() {
-    keep_settings();
+    keep_groups();
     settle_slots();
     clear_derived();
     rebuild_lanes();
+    retire_stats();
     rebuild_index();
     rebuild_sweep();
     mark_mirror();
+    if (unnoted_) report_.repairs.push_back(std::to_string(unnoted_) + " more changes not listed");
     // Publish, then wake every parked consumer: what it waited for may be
     // serviceable now; and every parked producer: slots may be free now
     // (husks and unreadable slots freed, every hint reset). Producers were
@@ -88,6 +91,7 @@ class Repairer {
  private:
   void note(std::string line) {
     if (report_.repairs.size() < kMaxNotes) report_.repairs.push_back(std::move(line));
+    else ++unnoted_;
   }
   std::string job(std::uint32_t slot) const {
     const std::uint64_t sf = s_.slot(slot).sf.load(std::memory_order_relaxed) & kMaxSnowflake;
@@ -96,27 +100,49 @@ class Repairer {
   void set_slot(std::uint32_t i, const Word128& w) { store128_init(s_.words[i], w); }
   void free_slot(std::uint32_t i) { set_slot(i, SlotWord::make(SlotState::free, 0, 0, SlotWord::ctr(slot_load(s_, i)) + 1, 0)); }
 
-  // Settings of live groups, by group: they outlive the rebuild.
-  void keep_settings() {
+  // Settings and statistics of live groups, by group: they outlive the
+  // rebuild, which may give a group another lane record. The statistics
+  // (served, the wait histogram) leave their record here and go to the
+  // group's new lane (make_lane), or to the queue-wide waits if the group
+  // gets none (retire_stats).
+  void keep_groups() {
     for (std::uint32_t l = 1; l < s_.lane_count; ++l) {
       const Word128 w = lane_load(s_, l);
       // A live lane's, or one whose state a scribble made impossible (its
       // settings word may be intact).
       if (LaneWord::state(w) == LaneState::free || LaneWord::state(w) == LaneState::creating) continue;
-      const LaneRecord& r = s_.lanes[l];
+      LaneRecord& r = s_.lanes[l];
       const std::uint64_t st = r.settings.load(std::memory_order_relaxed);
       const std::uint32_t kind = std::uint32_t(r.key_kind.load(std::memory_order_relaxed) & 0x7FFF);
       if (kind >= kKindCodes || r.key_sf.load(std::memory_order_relaxed) > kMaxSnowflake) continue;
-      if (!Settings::defaults(st)) settings_[GroupKey{kind, r.key_sf.load(std::memory_order_relaxed)}] = st;
+      const GroupKey g{kind, r.key_sf.load(std::memory_order_relaxed)};
+      if (!Settings::defaults(st)) settings_[g] = st;
+      GroupStats& kept = stats_[g];
+      kept.served += r.served.load(std::memory_order_relaxed);
+      for (std::uint32_t b = 0; b < kWaitBuckets; ++b) {
+        kept.waits[b] += s_.waits[l].b[b].load(std::memory_order_relaxed);
+        s_.waits[l].b[b].store(0, std::memory_order_relaxed);
+      }
     }
     default_settings_ = s_.lanes[kDefaultLane].settings.load(std::memory_order_relaxed);
+  }
+
+  // The waits of groups that got no lane (no job and no setting left) go to
+  // the queue-wide count, as a lane given back leaves them.
+  void retire_stats() {
+    for (const auto& [g, kept] : stats_)
+      if (!kept.placed)
+        for (std::uint32_t b = 0; b < kWaitBuckets; ++b)
+          if (kept.waits[b]) s_.h->retired_waits.b[b].fetch_add(kept.waits[b], std::memory_order_relaxed);
   }
 
   // The slot words themselves: each ends free, pending, leased, scheduled or
   // dead, with sane fields, and no id is held twice.
   void settle_slots() {
     const std::uint64_t now = segment_now_ms(s_);
-    std::unordered_map<std::uint64_t, std::uint32_t> ids;
+    // Each id's slot so far, and whether its admission was decided (it was
+    // not admitting).
+    std::unordered_map<std::uint64_t, std::pair<std::uint32_t, bool>> ids;
     ids.reserve(s_.jobs);
     for (std::uint32_t i = 0; i < s_.jobs; ++i) {
       const Word128 w = slot_load(s_, i);
@@ -131,6 +157,15 @@ class Repairer {
       }
       if (st == SlotState::aborted) {
         note(job(i) + " was a husk (aborted): freed");
+        free_slot(i);
+        continue;
+      }
+      if (st == SlotState::admitting && !admission_published(r, w)) {
+        // Taken by an enqueue that died (or stopped) before writing its job:
+        // what the record holds is the slot's last job's (or nothing), which
+        // must not come back. Nothing links or indexes it (its fields are
+        // published before either), as the sweep finds (settle_orphan).
+        note("slot " + std::to_string(i) + " was taken by an enqueue that never wrote its job: freed");
         free_slot(i);
         continue;
       }
@@ -190,13 +225,22 @@ class Repairer {
             to = SlotWord::make(st, SlotWord::attempt(w), st == SlotState::pending ? 0 : SlotWord::when(w), SlotWord::ctr(w), 0);
           break;
       }
-      // One id, one job: the lowest slot keeps it.
+      // One id, one job: a decided admission's keeps it over an undecided
+      // one's (whose enqueue never returned: an enqueue of the decided one
+      // was told `enqueued`, and a lease on it holds), else the lowest slot.
       const std::uint64_t sf = r.sf.load();
-      auto [it, fresh] = ids.try_emplace(sf, i);
+      const bool decided = st != SlotState::admitting;
+      auto [it, fresh] = ids.try_emplace(sf, i, decided);
       if (!fresh) {
-        note(job(i) + " held the same id as slot " + std::to_string(it->second) + ": freed");
-        free_slot(i);
-        continue;
+        const std::uint32_t kept = it->second.first;
+        if (it->second.second || !decided) {
+          note(job(i) + " held the same id as slot " + std::to_string(kept) + ": freed");
+          free_slot(i);
+          continue;
+        }
+        note(job(kept) + " was an undecided admission of the id of slot " + std::to_string(i) + ": freed");
+        free_slot(kept);
+        it->second = {i, decided};
       }
       if (!(to == w)) set_slot(i, to);
     }
@@ -244,6 +288,7 @@ class Repairer {
     }
     for (std::uint32_t i = 0; i < s_.thread_count; ++i) {
       ThreadRecord& t = s_.threads[i];
+      note_dropped(t.intent.load(), ThreadOwner::proc1(t.owner.load()));
       t.intent.store(0);
       t.intent_pred.store(0);
       const std::uint64_t owner = t.owner.load();
@@ -258,9 +303,29 @@ class Repairer {
       }
     }
     for (std::uint32_t i = 0; i < s_.proc_count; ++i) {
+      note_dropped(s_.procs[i].intent.load(), i + 1);
       s_.procs[i].intent.store(0);
       s_.procs[i].intent_tid.store(0);
     }
+  }
+
+  // A step in flight (an intent) dropped: its job is what its slot says,
+  // settled above (and placed by the rebuild).
+  void note_dropped(std::uint64_t intent, std::uint32_t proc1) {
+    if (IntentWord::kind(intent) == Intent::none) return;
+    const std::uint32_t slot1 = IntentWord::slot1(intent);
+    std::string who = "a process";
+    if (proc1 >= 1 && proc1 <= s_.proc_count)
+      who = "pid " + std::to_string(s_.procs[proc1 - 1].owner.load() & 0x7FFFFFFF);
+    if (slot1 == 0 || slot1 > s_.jobs) {
+      note("a step in flight of " + who + " naming no slot: dropped");
+      return;
+    }
+    static const char* const kNames[] = {"gone (free)", "admitting", "pending", "leased",
+                                         "scheduled",   "dead",      "returning", "a husk"};
+    const SlotState st = SlotWord::state(slot_load(s_, slot1 - 1));
+    note("the step in flight of " + who + " on " + (st == SlotState::free ? "slot " + std::to_string(slot1 - 1) : job(slot1 - 1)) +
+         " dropped: its job is " + (std::size_t(st) < kSlotStates ? kNames[std::size_t(st)] : "invalid"));
   }
 
   std::uint32_t make_lane(const GroupKey& g, std::uint32_t& next_lane) {
@@ -271,6 +336,14 @@ class Repairer {
     r.key_sf.store(g.sf);
     r.key_kind.store(g.kind | (inc << 16));
     store128_init(r.word, LaneWord::with_state(Word128{}, LaneState::live));
+    // The record's past life's waits go to the queue-wide count; the
+    // group's own statistics come with it.
+    retire_waits(s_, l);
+    auto kept = stats_.find(g);
+    r.served.store(kept == stats_.end() ? 0 : kept->second.served);
+    for (std::uint32_t b = 0; b < kWaitBuckets; ++b)
+      s_.waits[l].b[b].store(kept == stats_.end() ? 0 : kept->second.waits[b], std::memory_order_relaxed);
+    if (kept != stats_.end()) kept->second.placed = true;
     // Its directory entry, in the first free way of its two buckets.
     const std::uint64_t h = group_hash(g.kind, g.sf, s_.seed);
     std::uint64_t b1 = h & s_.dir_mask, b2 = mix64(h) & s_.dir_mask;
@@ -403,9 +476,17 @@ class Repairer {
       note("mirror: asked to resynchronise (repair changes are not in its log)");
   }
 
+  struct GroupStats {
+    std::uint64_t served = 0;
+    std::uint64_t waits[kWaitBuckets] = {};
+    bool placed = false;  // given to the group's new lane
+  };
+
   Segment& s_;
   FsckReport& report_;
+  std::uint64_t unnoted_ = 0;  // notes past kMaxNotes
   std::map<GroupKey, std::uint64_t, GroupLess> settings_;
+  std::map<GroupKey, GroupStats, GroupLess> stats_;
   std::uint64_t default_settings_ = 0;
 };
 
@@ -438,8 +519,22 @@ Result<FsckReport> Queue::repair(bool force) {
                      (one ? "process is" : "processes are") + " attached (pid " + pids + "); stop " +
                      (one ? "it" : "them") + " first, or force it if " + (one ? "it is" : "they are") + " idle"};
   }
+  FAIRLANE_FAILPOINT("repair.looked");
   FsckReport report = check_segment(s);
+  // Nothing found, nothing to rebuild: a clean segment is left as it is
+  // (the rebuild would give its groups new lane records and make a mirror
+  // resynchronise for nothing), so a second repair changes nothing.
+  if (report.clean()) return report;
   rebuild_segment(s, report);
+  // Nothing keeps a process from attaching once the look above is made: one
+  // that did while the tables were rewritten may have worked on them half
+  // done. Said, not undone (what it did is in the slots; fsck tells).
+  if (!force) {
+    const std::vector<int> late = other_live_processes(s);
+    for (std::size_t i = 0; i < late.size() && i < 8; ++i)
+      report.repairs.push_back("pid " + std::to_string(late[i]) +
+                               " attached while the repair ran: run fsck again once it is idle");
+  }
   return report;
 }
 

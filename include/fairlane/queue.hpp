@@ -393,10 +393,13 @@ struct FsckIssue {
 };
 
 struct FsckReport {
-  std::vector<FsckIssue> issues;
+  std::vector<FsckIssue> issues;     // the first 1,000 found
+  std::uint64_t unlisted = 0;        // found past those (not in issues)
   std::uint64_t slots = 0, lanes = 0, tokens = 0;
-  std::vector<std::string> repairs;  // repair(): what it changed, one line each (empty for fsck())
-  bool clean() const noexcept { return issues.empty(); }
+  std::vector<std::string> repairs;  // repair(): what it changed, one line each (empty for fsck()),
+                                     // the first 1,000, then one saying how many more
+  bool clean() const noexcept { return issues.empty() && unlisted == 0; }
+  std::uint64_t violations() const noexcept { return issues.size() + unlisted; }
 };
 
 namespace detail { struct Segment; struct QueueAccess; }
@@ -670,12 +673,19 @@ class Queue {
   FsckReport fsck() const;
 
   // Rebuilds every derived structure from the job slots and returns what
-  // fsck() found before it did (repairs says what changed). An offline,
-  // manual tool: the queue never needs it to keep working (docs/design.md
-  // section 9). It refuses (Errc::busy, nothing changed) while any other live
-  // process is attached, unless forced by someone who knows those processes
-  // are idle; other threads of this process must not use the segment
-  // meanwhile. O(jobs + lanes).
+  // fsck() found before it did (repairs says what changed). A segment fsck()
+  // finds clean is left as it is (repairs empty), so a second repair changes
+  // nothing. An offline, manual tool: the queue never needs it to keep
+  // working (docs/design.md section 9). It refuses (Errc::busy, nothing
+  // changed) while any other live process is attached, unless forced by
+  // someone who knows those processes are idle; other threads of this
+  // process must not use the segment meanwhile, nor a copy of its handle in
+  // a child forked without exec that found no process record free (such a
+  // copy acts as this process, and repair cannot tell it from this one).
+  // A process that attaches while it runs is not refused (nothing stops an
+  // attach): repairs names it, and fsck() afterwards says what it met.
+  // Groups keep their settings and statistics (served, wait histogram)
+  // across it. O(jobs + lanes).
   Result<FsckReport> repair(bool force = false);
 
   // The mirror's state and lag (configured == false without a mirror).

@@ -1031,7 +1031,13 @@ TEST_F(EnqueueWait, ARepairThatFreesASlotWakesAParkedProducer) {
   std::atomic<int> st{-1};
   std::thread producer([&] { st = int(q().enqueue_wait(B, q().mint(), "x", 50s)); });
   ASSERT_TRUE(eventually([&] { return s().h->room_waiters.load() == 1; }));
-  detail::store128_init(s().words[0], detail::SlotWord::make(detail::SlotState::aborted, 0, 0, detail::SlotWord::ctr(w), 0));
+  // Slot 0's word scribbled to a state no transition writes (fsck:
+  // slot-state): the repair frees it. (A husk there would not do: linked in
+  // its lane it is a state fsck calls clean, and a repair of a clean segment
+  // changes nothing; the next claim pops and frees it.)
+  detail::Word128 bad = w;
+  bad.lo = (bad.lo & ~15ULL) | 9;  // states are 0..7
+  detail::store128_init(s().words[0], bad);
   auto r = q().repair(true);
   ASSERT_TRUE(r) << r.error().message;
   EXPECT_TRUE(answered_in_time(producer, st)) << "the repair freed a slot and woke no producer";
@@ -1047,6 +1053,11 @@ TEST_F(EnqueueWaitLane, ARepairWakesAProducerParkedForALane) {
   std::atomic<int> st{-1};
   std::thread producer = park_for_a_lane(st, B, q().mint());
   const std::uint32_t seq = s().h->lane_seq.load();
+  // Something for the repair to mend (a repair of a clean segment changes
+  // nothing and wakes nobody): A's active count one too high.
+  const detail::Word128 lw = detail::lane_load(s(), 1);
+  ASSERT_EQ(detail::lane_group(s(), 1), A);
+  detail::store128_init(s().lanes[1].word, detail::LaneWord::with_active(lw, detail::LaneWord::active(lw) + 1));
   auto r = q().repair(true);
   ASSERT_TRUE(r) << r.error().message;
   EXPECT_NE(s().h->lane_seq.load(), seq) << "the repair woke no producer parked for a lane";

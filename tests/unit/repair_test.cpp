@@ -177,6 +177,156 @@ TEST_F(RepairTest, AnAdmittingSlotLinkedInItsLaneIsAdmitted) {
   expect_serves_exactly(p.deliverable(), p, {});
 }
 
+// A slot taken by an enqueue that died before writing its job (killed at
+// enqueue.slot_taken: admitting, never published) holds what its last job
+// left there. Repair frees it: it neither brings that job back (completed
+// long ago) nor takes the id from the job that holds it now.
+TEST_F(RepairTest, AnUnpublishedAdmissionIsFreedWithoutRaisingTheJobItsSlotLastHeld) {
+  // X: enqueued, served and completed: its slot is free and still holds it.
+  const BrandedId x = q().mint();
+  ASSERT_EQ(q().enqueue(kGroupA, x, "first life"), EnqueueStatus::enqueued);
+  std::uint32_t old_slot = ~0U;
+  {
+    RawSegment raw(q().name());
+    old_slot = slot_of(raw, x);
+  }
+  Lease l = claim_one();
+  ASSERT_EQ(l.id, x);
+  ASSERT_EQ(q().complete(x, l.token), AckStatus::ok);
+  // X again (its id is free once completed), in a later slot, and leased.
+  ASSERT_EQ(q().enqueue(kGroupC, x, "second life"), EnqueueStatus::enqueued);
+  l = claim_one();
+  ASSERT_EQ(l.id, x);
+  {
+    RawSegment raw(q().name());
+    ASSERT_GT(slot_of(raw, x), old_slot) << "the test needs X's second slot above its first";
+    // An enqueue takes the first slot (free -> admitting, its ctr moved on)
+    // and dies there, before writing its job.
+    const Word128 w = raw.slot_word_value(old_slot);
+    ASSERT_EQ(SlotWord::state(w), SlotState::free);
+    ASSERT_EQ(raw.slot(old_slot).sf.load(), x.snowflake());
+    set_slot_word(raw, old_slot, SlotWord::make(SlotState::admitting, 0, 0, SlotWord::ctr(w) + 1, Holder::make(0, 1)));
+  }
+  const FsckReport before = q().fsck();
+  EXPECT_TRUE(has_issue(before, "in-flight")) << show(before);
+  auto r = q().repair();
+  ASSERT_TRUE(r.ok()) << describe(r.error());
+  EXPECT_TRUE(q().fsck().clean()) << show(q().fsck());
+  const auto j = q().job(x, true);
+  ASSERT_TRUE(j.has_value()) << "the job that held the id was freed";
+  EXPECT_EQ(j->state, JobState::leased);
+  EXPECT_EQ(j->payload, "second life");
+  EXPECT_EQ(j->group, kGroupC);
+  EXPECT_EQ(q().jobs().size(), 1U) << "the completed job came back";
+  EXPECT_EQ(q().complete(x, l.token), AckStatus::ok) << "the lease was lost";
+  Lease none;
+  EXPECT_FALSE(q().claim(none, 1000)) << "delivered " << none.id.str() << ", never enqueued again";
+  EXPECT_TRUE(q().fsck().clean()) << show(q().fsck());
+}
+
+// Of two slots with one id, the job whose admission was decided is kept,
+// not a rival admission of the same id that was never decided (a higher
+// slot's enqueue was told `enqueued`; the lower one died undecided): the
+// lease on the decided one holds across the repair.
+TEST_F(RepairTest, OfTwoSlotsWithOneIdTheDecidedJobIsKept) {
+  // A slot freed below X's, then X, leased.
+  fill(kGroupB, 1);
+  Lease l = claim_one();
+  ASSERT_EQ(q().complete(l.id, l.token), AckStatus::ok);
+  const BrandedId x = q().mint();
+  ASSERT_EQ(q().enqueue(kGroupA, x, "decided"), EnqueueStatus::enqueued);
+  l = claim_one();
+  ASSERT_EQ(l.id, x);
+  {
+    RawSegment raw(q().name());
+    const std::uint32_t real = slot_of(raw, x);
+    std::uint32_t rival = ~0U;
+    for (std::uint32_t i = 0; i < real && rival == ~0U; ++i)
+      if (SlotWord::state(raw.slot_word_value(i)) == SlotState::free) rival = i;
+    ASSERT_NE(rival, ~0U) << "no free slot below X's";
+    // The rival: the same id, written and published (pending target), its
+    // admitter dead before the decision.
+    auto& from = raw.slot(real);
+    auto& to = raw.slot(rival);
+    to.sf.store(from.sf.load());
+    to.digits.store(from.digits.load());
+    to.digits_tail.store(from.digits_tail.load());
+    to.group_kind.store(from.group_kind.load());
+    to.group_sf.store(from.group_sf.load());
+    to.payload_len.store(0);
+    to.flags.store(0);
+    to.fail_to.store(SlotWord::make(SlotState::pending, 0, 0, 0, 0).lo);
+    const std::uint64_t ctr = SlotWord::ctr(raw.slot_word_value(rival)) + 1;
+    to.pub.store(ctr);
+    set_slot_word(raw, rival, SlotWord::make(SlotState::admitting, 0, 0, ctr, Holder::make(0, 1)));
+  }
+  auto r = q().repair();
+  ASSERT_TRUE(r.ok()) << describe(r.error());
+  EXPECT_TRUE(q().fsck().clean()) << show(q().fsck());
+  const auto j = q().job(x, true);
+  ASSERT_TRUE(j.has_value());
+  EXPECT_EQ(j->state, JobState::leased) << "the lease was lost to an undecided rival admission";
+  EXPECT_EQ(j->payload, "decided");
+  EXPECT_EQ(q().complete(x, l.token), AckStatus::ok);
+  Lease none;
+  EXPECT_FALSE(q().claim(none, 1000)) << "delivered " << none.id.str();
+}
+
+// A group's statistics (served, its wait histogram) stay with the group
+// when the repair gives it another lane record.
+TEST_F(RepairTest, EachGroupKeepsItsStatistics) {
+  const BrandedId first = group("ZZZ"), second = group("AAA");
+  fill(first, 3);
+  fill(second, 1);
+  for (int i = 0; i < 3; ++i) {
+    Lease l = claim_one();
+    ASSERT_EQ(q().complete(l.id, l.token), AckStatus::ok);
+  }
+  // A setting on the second group: the repair makes its lane first.
+  ASSERT_EQ(q().set_weight(second, 2), LaneStatus::ok);
+  const auto a = lane(first), b = lane(second);
+  ASSERT_TRUE(a && b);
+  ASSERT_NE(a->served, b->served) << "the test needs the groups' counts apart";
+  const std::uint64_t total = q().snapshot().wait.count();
+  {
+    RawSegment raw(q().name());
+    const std::uint32_t l = raw.find_lane([](const Word128& w) { return LaneWord::head(w) != 0; });
+    ASSERT_NE(l, ~0U);
+    set_lane_word(raw, l, LaneWord::with_active(lane_word(raw, l), 1));  // lane-active-count
+  }
+  auto r = q().repair();
+  ASSERT_TRUE(r.ok()) << describe(r.error());
+  ASSERT_FALSE(r.value().clean());
+  const auto a2 = lane(first), b2 = lane(second);
+  ASSERT_TRUE(a2 && b2);
+  EXPECT_EQ(a2->served, a->served);
+  EXPECT_EQ(b2->served, b->served);
+  EXPECT_EQ(a2->wait.count(), a->wait.count());
+  EXPECT_EQ(b2->wait.count(), b->wait.count());
+  EXPECT_EQ(q().snapshot().wait.count(), total) << "the queue-wide wait histogram changed";
+}
+
+// On a clean segment repair changes nothing and says so: no line of
+// repairs, no mirror resynchronisation, every lane where it was.
+TEST_F(RepairTest, OnACleanSegmentItChangesNothing) {
+  populate(q());
+  std::vector<std::pair<std::string, std::uint64_t>> lanes_before;
+  for (const LaneInfo& li : q().snapshot().lanes) lanes_before.emplace_back(li.group.string(), li.served);
+  std::vector<unsigned char> bytes_before;
+  {
+    RawSegment raw(q().name());
+    bytes_before.assign(raw.base() + raw.header().lanes_off,
+                        raw.base() + raw.header().lanes_off + raw.header().lane_capacity * sizeof(detail::LaneRecord));
+  }
+  auto r = q().repair();
+  ASSERT_TRUE(r.ok()) << describe(r.error());
+  EXPECT_TRUE(r.value().clean()) << show(r.value());
+  EXPECT_TRUE(r.value().repairs.empty()) << r.value().repairs[0];
+  RawSegment raw(q().name());
+  EXPECT_TRUE(std::equal(bytes_before.begin(), bytes_before.end(), raw.base() + raw.header().lanes_off))
+      << "a repair of a clean segment rewrote its lane records";
+}
+
 // ---- only alone ------------------------------------------------------------------------------
 
 TEST_F(RepairTest, RefusesWhileAnotherLiveProcessIsAttachedUnlessForced) {

@@ -190,6 +190,8 @@ enum class Damage {
   ring_cell,            // a ring cell naming a lane past the table
   thread_owner,         // a thread record naming a process record past the table
   intent,               // a thread intent naming a job (as a stopped claimer leaves it)
+  wrong_group,          // a pending job whose group is another lane's (it is served under the wrong settings)
+  lease_group,          // the same for a leased job
 };
 
 struct DamageKind {
@@ -224,6 +226,8 @@ inline const std::vector<DamageKind>& damage_kinds() {
       {Damage::ring_cell, "ring_cell", "ring-cell", {}},
       {Damage::thread_owner, "thread_owner", "process-record", {}},
       {Damage::intent, "intent", "in-flight", {}},
+      {Damage::wrong_group, "wrong_group", "lane-order", {}},
+      {Damage::lease_group, "lease_group", "lane-of-lease", {}},
   };
   return kinds;
 }
@@ -386,6 +390,15 @@ inline std::set<BrandedId> do_damage(RawSegment& raw, const Population& p, Damag
       const auto cells = ring_cells(raw);
       const std::uint64_t end = cells.empty() ? h.ring_head.load() : cells.back().first + 1;
       raw.ring_cell(end).store(RingCell::make(end, h.lane_capacity + 5));
+      return {};
+    }
+    case Damage::wrong_group:
+    case Damage::lease_group: {
+      // C's c0 (pending, C paused) or A's a1 (leased) now says group B.
+      const std::uint32_t i = slot_of(raw, d == Damage::wrong_group ? p.c0 : p.a1);
+      const std::string_view k = kGroupB.kind();  // its namespace code: AAA = 0 .. ZZZ = 17575
+      raw.slot(i).group_kind.store(std::uint64_t(k[0] - 'A') * 676 + std::uint64_t(k[1] - 'A') * 26 + std::uint64_t(k[2] - 'A'));
+      raw.slot(i).group_sf.store(kGroupB.snowflake());
       return {};
     }
     case Damage::thread_owner:
