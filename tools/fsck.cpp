@@ -1,5 +1,7 @@
 // `fairlane fsck SEG [--repair [--force]] [--json]`: check every invariant
 // of a segment, and with --repair rebuild what is derived from its job slots.
+// The first 1,000 violations are listed (JSON: "violations"), and how many
+// more were found ("unlisted"); the summary line counts them all.
 // Exit 0 clean (nothing to repair), 1 violations found (and, with --repair,
 // repaired), 2 error (including a repair refused because other processes are
 // attached, or one that left violations behind).
@@ -24,7 +26,14 @@ nlohmann::json issues_json(const std::vector<FsckIssue>& issues) {
   return out;
 }
 
-std::string count_violations(std::size_t n) { return plural(n, "violation", "violations"); }
+std::string count_violations(std::uint64_t n) { return plural(n, "violation", "violations"); }
+
+// Each violation listed, one line each ("still " before each, after a
+// repair), and how many more were found than listed.
+void print_issues(const FsckReport& r, std::string_view prefix = {}) {
+  for (const auto& i : r.issues) fmt::print("{}{}: {}\n", prefix, i.invariant, i.detail);
+  if (r.unlisted) fmt::print("{}... and {} not listed\n", prefix, count_violations(r.unlisted));
+}
 
 // "64 slots, 9 lanes, 3 ring tokens"
 std::string what_was_checked(const FsckReport& r) {
@@ -40,7 +49,8 @@ int repair(Queue& q, const std::string& segment, bool json, bool force) {
     if (json)
       fmt::print("{}\n", nlohmann::json{{"segment", segment}, {"clean", true}, {"repaired", false}, {"slots", r.slots},
                                          {"lanes", r.lanes}, {"tokens", r.tokens},
-                                         {"violations", nlohmann::json::array()}, {"repairs", nlohmann::json::array()}}
+                                         {"violations", nlohmann::json::array()}, {"unlisted", 0},
+                                         {"repairs", nlohmann::json::array()}}
                              .dump());
     else
       fmt::print("{}: {} checked: clean, nothing to repair\n", segment, what_was_checked(r));
@@ -48,22 +58,28 @@ int repair(Queue& q, const std::string& segment, bool json, bool force) {
   }
   const FsckReport after = q.fsck();
   if (json) {
-    nlohmann::json out = {{"segment", segment},       {"clean", false},         {"repaired", after.clean()},
-                          {"slots", r.slots},         {"lanes", r.lanes},       {"tokens", r.tokens},
-                          {"violations", issues_json(r.issues)},                {"repairs", r.repairs},
-                          {"remaining", issues_json(after.issues)}};
+    nlohmann::json out = {{"segment", segment},
+                          {"clean", false},
+                          {"repaired", after.clean()},
+                          {"slots", r.slots},
+                          {"lanes", r.lanes},
+                          {"tokens", r.tokens},
+                          {"violations", issues_json(r.issues)},
+                          {"unlisted", r.unlisted},
+                          {"repairs", r.repairs},
+                          {"remaining", issues_json(after.issues)},
+                          {"remaining_unlisted", after.unlisted}};
     fmt::print("{}\n", out.dump());
   } else {
-    for (const auto& i : r.issues) fmt::print("{}: {}\n", i.invariant, i.detail);
+    print_issues(r);
     for (const auto& line : r.repairs) fmt::print("repair: {}\n", line);
-    for (const auto& i : after.issues) fmt::print("still {}: {}\n", i.invariant, i.detail);
+    print_issues(after, "still ");
     if (after.clean())
-      fmt::print("{}: {} checked: {} found: repaired\n", segment, what_was_checked(r),
-                 count_violations(r.issues.size()));
+      fmt::print("{}: {} checked: {} found: repaired\n", segment, what_was_checked(r), count_violations(r.violations()));
   }
   if (!after.clean())
     fail(fmt::format("repair of '{}' left {} (another process may be using it)", segment,
-                     count_violations(after.issues.size())));
+                     count_violations(after.violations())));
   return kExitNothing;
 }
 
@@ -78,13 +94,13 @@ int run_fsck(const std::string& text, bool json, bool repair_it, bool force) {
   if (repair_it) return repair(q.value(), segment, json, force);
   const FsckReport r = q->fsck();
   if (json) {
-    nlohmann::json out = {{"segment", segment}, {"clean", r.clean()}, {"slots", r.slots}, {"lanes", r.lanes},
-                          {"tokens", r.tokens}, {"violations", issues_json(r.issues)}};
+    nlohmann::json out = {{"segment", segment}, {"clean", r.clean()}, {"slots", r.slots},
+                          {"lanes", r.lanes},     {"tokens", r.tokens},  {"violations", issues_json(r.issues)},
+                          {"unlisted", r.unlisted}};
     fmt::print("{}\n", out.dump());
   } else {
-    for (const auto& i : r.issues) fmt::print("{}: {}\n", i.invariant, i.detail);
-    fmt::print("{}: {} checked: {}\n", segment, what_was_checked(r),
-               r.clean() ? "clean" : count_violations(r.issues.size()));
+    print_issues(r);
+    fmt::print("{}: {} checked: {}\n", segment, what_was_checked(r), r.clean() ? "clean" : count_violations(r.violations()));
   }
   return r.clean() ? kExitOk : kExitNothing;
 }

@@ -38,7 +38,7 @@ class Parser {
   Parser() : app_("fairlane: a fair multi-tenant job queue in shared memory", "fairlane") {
     app_.require_subcommand(1);
     app_.footer(
-        "Exit status: 0 success, 1 nothing (empty claim, unknown job or stale token), 2 error.\n"
+        "Exit status: 0 success, 1 nothing (empty claim, unknown job or stale token; fsck: violations found), 2 error.\n"
         "GROUP is a branded id (e.g. TEN00000000001) or 'default'.\n"
         "SEG is a segment name; where its help says so, also a Valkey queue as valkey://HOST:PORT/QUEUE.\n"
         "Run 'fairlane demo' to watch a flooding tenant fail to starve the quiet ones.");
@@ -189,16 +189,17 @@ class Parser {
     segment(s, seg_.segment);
     json(s, seg_.json);
 
-    s = sub("fsck", "check every invariant of a segment against its job slots (exit 1: violations)",
-            [this] {
-              // The flags are read back from the parsed subcommand.
-              const CLI::App* f = app_.get_subcommand("fsck");
-              return run_fsck(seg_.segment, seg_.json, f->count("--repair") > 0, f->count("--force") > 0);
-            });
+    s = sub("fsck", "check every invariant of a segment against its job slots (exit 1: violations)", [this] {
+      // By value, as --json: '--repair=no' is no repair (read as given, it
+      // repaired), '--repair=banana' an error.
+      if (fsck_force_ && !fsck_repair_) fail("--force requires --repair (see fairlane --help)");
+      return run_fsck(seg_.segment, seg_.json, fsck_repair_, fsck_force_);
+    });
     segment_only(s, seg_.segment);
     json(s, seg_.json);
-    CLI::Option* repair = s->add_flag("--repair")->description("rebuild what is derived from the job slots (exit 1: repaired)");
-    s->add_flag("--force")->description("repair even while other processes are attached (they must be idle)")->needs(repair);
+    CLI::Option* repair =
+        s->add_flag("--repair", fsck_repair_, "rebuild what is derived from the job slots (exit 1: repaired)");
+    s->add_flag("--force", fsck_force_, "repair even while other processes are attached (they must be idle)")->needs(repair);
 
     s = sub("tick", "promote due jobs and reap expired leases now; prints how many moved",
             [this] { return run_tick(seg_); });
@@ -349,6 +350,7 @@ class Parser {
   MirrorArgs mirror_;
   RestoreArgs restore_;
   SegmentArgs seg_;
+  bool fsck_repair_ = false, fsck_force_ = false;
   DestroyArgs destroy_;
   MintArgs mint_;
   EnqueueArgs enqueue_;

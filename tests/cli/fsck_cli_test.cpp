@@ -7,8 +7,12 @@
 #include "raw_segment.hpp"
 #include "test_support.hpp"
 
+#include <signal.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
+#include <fstream>
+#include <iterator>
 #include <nlohmann/json.hpp>
 #include <set>
 #include <sstream>
@@ -175,6 +179,197 @@ TEST_F(FsckCli, BadRepairArgumentsAreErrors) {
   expect_error(run_cli({"fsck", seg(), "--repair"}), seg());
 }
 
+// --repair and --force are read by value, as --json is: '--repair=no' does
+// not repair (it used to: the flag was only counted), a value that is not
+// a truth value is an error, and '--force=no' does not force.
+TEST_F(FsckCli, RepairAndForceAreReadByValue) {
+  create();
+  enqueue("TEN00000000001", 2);
+  damage_a_lane_count();
+  for (const char* no : {"--repair=no", "--repair=false", "--repair=0"}) {
+    const CliRun r = run_cli({"fsck", seg(), no});
+    EXPECT_EQ(r.exit_code, 1) << no << ": " << show(r);
+    EXPECT_FALSE(contains(r.out, "repair")) << no << ": " << show(r);
+    EXPECT_EQ(run_cli({"fsck", seg()}).exit_code, 1) << no << " repaired";
+  }
+  expect_error(run_cli({"fsck", seg(), "--repair=banana"}), "--repair");
+  expect_error(run_cli({"fsck", seg(), "--repair=no", "--force"}), "--force requires --repair");
+  {
+    auto q = Queue::open(seg());  // attached and alive
+    ASSERT_TRUE(q.ok());
+    expect_error(run_cli({"fsck", seg(), "--repair", "--force=no"}), "refusing to repair");
+  }
+  EXPECT_EQ(run_cli({"fsck", seg()}).exit_code, 1) << "repaired by an option that said no";
+  EXPECT_EQ(run_cli({"fsck", seg(), "--repair=yes"}).exit_code, 1);
+  EXPECT_EQ(run_cli({"fsck", seg()}).exit_code, 0);
+}
+
+// Each line of the text output is an entry of the JSON output, and the
+// other way round: fsck's violations, and repair's violations and changes.
+TEST_F(FsckCli, JsonSaysWhatTheTextSays) {
+  create();
+  enqueue("TEN00000000001", 3);
+  enqueue("TEN00000000002", 1);
+  damage_a_lane_count();
+  {
+    RawSegment raw(seg());
+    const std::uint32_t lane = raw.find_lane([](const detail::Word128& w) { return detail::LaneWord::ringed(w); });
+    ASSERT_NE(lane, ~0U);
+    raw.set_word(raw.lane(lane).word, detail::LaneWord::with_ringed(raw.word_value(raw.lane(lane).word), false));
+  }
+  auto lines_of = [](const std::string& out) {
+    std::vector<std::string> v;
+    std::istringstream in(out);
+    for (std::string line; std::getline(in, line);) v.push_back(line);
+    return v;
+  };
+  auto listed = [](const nlohmann::json& a, const std::string& prefix = {}) {
+    std::vector<std::string> v;
+    for (const auto& i : a) v.push_back(prefix + i.at("invariant").get<std::string>() + ": " + i.at("detail").get<std::string>());
+    return v;
+  };
+  const CliRun text = run_cli({"fsck", seg()});
+  const CliRun json = run_cli({"fsck", seg(), "--json"});
+  ASSERT_EQ(text.exit_code, 1) << show(text);
+  ASSERT_EQ(json.exit_code, 1) << show(json);
+  auto j = nlohmann::json::parse(json.out, nullptr, false);
+  ASSERT_FALSE(j.is_discarded()) << show(json);
+  std::vector<std::string> t = lines_of(text.out);
+  ASSERT_GE(t.size(), 3U) << show(text);
+  // "1 ring token", "2 violations": the tool's plurals.
+  auto counted = [](std::size_t n, const char* one, const char* many) { return std::to_string(n) + " " + (n == 1 ? one : many); };
+  auto summary = [&](const nlohmann::json& o) {
+    return seg() + ": 64 slots, 9 lanes, " + counted(o.at("tokens").get<std::size_t>(), "ring token", "ring tokens") +
+           " checked: " + counted(o.at("violations").size(), "violation", "violations");
+  };
+  EXPECT_EQ(t.back(), summary(j));
+  t.pop_back();
+  EXPECT_EQ(t, listed(j.at("violations")));
+  EXPECT_EQ(j.at("unlisted"), 0);
+
+  // The repair, on two copies of the same damaged bytes: text, then JSON.
+  const std::string path = "/dev/shm/" + seg();
+  std::string bytes;
+  {
+    std::ifstream f(path, std::ios::binary);
+    bytes.assign(std::istreambuf_iterator<char>(f), std::istreambuf_iterator<char>());
+  }
+  const CliRun rtext = run_cli({"fsck", seg(), "--repair"});
+  ASSERT_EQ(rtext.exit_code, 1) << show(rtext);
+  {
+    std::ofstream f(path, std::ios::binary | std::ios::trunc);
+    f << bytes;
+  }
+  const CliRun rjson = run_cli({"fsck", seg(), "--repair", "--json"});
+  ASSERT_EQ(rjson.exit_code, 1) << show(rjson);
+  j = nlohmann::json::parse(rjson.out, nullptr, false);
+  ASSERT_FALSE(j.is_discarded()) << show(rjson);
+  EXPECT_EQ(j.at("clean"), false);
+  EXPECT_EQ(j.at("repaired"), true);
+  EXPECT_TRUE(j.at("remaining").empty());
+  EXPECT_EQ(j.at("unlisted"), 0);
+  EXPECT_EQ(j.at("remaining_unlisted"), 0);
+  std::vector<std::string> want = listed(j.at("violations"));
+  for (const auto& line : j.at("repairs")) want.push_back("repair: " + line.get<std::string>());
+  want.push_back(summary(j) + " found: repaired");
+  EXPECT_EQ(lines_of(rtext.out), want);
+}
+
+// More violations than fsck lists: the summary counts them all and says
+// how many are not listed, in the text and in the JSON.
+TEST_F(FsckCli, ViolationsPastTheListedThousandAreCounted) {
+  {
+    auto q = Queue::create(seg(), {.jobs = 2048, .lanes = 8, .payload_bytes = 8});
+    ASSERT_TRUE(q.ok()) << q.error().message;
+    for (int i = 0; i < 1100; ++i) ASSERT_EQ(q->enqueue(BrandedId::make("TEN", 1), q->mint(), "x"), EnqueueStatus::enqueued);
+  }
+  {
+    RawSegment raw(seg());
+    for (std::uint64_t b = 0; b < raw.header().index_buckets; ++b)
+      for (auto& e : raw.bucket(b).e) e.store(0);  // index-missing, 1,100 times
+  }
+  CliRun r = run_cli({"fsck", seg()});
+  EXPECT_EQ(r.exit_code, 1);
+  EXPECT_TRUE(contains(r.out, "\n... and 100 violations not listed\n")) << r.out.substr(r.out.size() - 300);
+  EXPECT_TRUE(contains(r.out, "checked: 1,100 violations\n")) << r.out.substr(r.out.size() - 300);
+  r = run_cli({"fsck", seg(), "--json"});
+  auto j = nlohmann::json::parse(r.out, nullptr, false);
+  ASSERT_FALSE(j.is_discarded());
+  EXPECT_EQ(j.at("violations").size(), 1000U);
+  EXPECT_EQ(j.at("unlisted"), 100);
+  r = run_cli({"fsck", seg(), "--repair"});
+  EXPECT_EQ(r.exit_code, 1);
+  EXPECT_TRUE(contains(r.out, "checked: 1,100 violations found: repaired\n")) << r.out.substr(r.out.size() - 300);
+  EXPECT_EQ(run_cli({"fsck", seg()}).exit_code, 0);
+}
+
+// A step left half done by a process that died: fsck says it is dead (so
+// that nobody waits for it to finish), repair says what became of its job.
+TEST_F(FsckCli, AStepInFlightNamesItsDeadProcessAndRepairSaysWhatBecameOfIt) {
+  create();
+  enqueue("TEN00000000001", 2);
+  // A child attaches and dies without detaching: its record stays.
+  const pid_t child = ::fork();
+  ASSERT_GE(child, 0);
+  if (child == 0) {
+    auto q = Queue::open(seg());
+    ::raise(SIGKILL);
+    ::_exit(q.ok() ? 0 : 3);
+  }
+  int st = 0;
+  ASSERT_EQ(::waitpid(child, &st, 0), child);
+  ASSERT_TRUE(WIFSIGNALED(st));
+  std::string job;
+  {
+    // A thread of the dead child was taking the lane's first job.
+    RawSegment raw(seg());
+    std::uint32_t rec = ~0U;
+    for (std::uint32_t i = 0; i < raw.header().proc_capacity && rec == ~0U; ++i)
+      if ((raw.proc(i).owner.load() & 0x7FFFFFFF) == std::uint64_t(child)) rec = i;
+    ASSERT_NE(rec, ~0U);
+    const std::uint32_t lane = raw.find_lane([](const detail::Word128& w) { return detail::LaneWord::head(w) != 0; });
+    ASSERT_NE(lane, ~0U);
+    const std::uint32_t slot = detail::LaneWord::head(raw.word_value(raw.lane(lane).word)) - 1;
+    raw.proc(rec).intent_lane.store(lane);
+    raw.proc(rec).intent.store(detail::IntentWord::make(detail::Intent::pop_run, slot,
+                                                        detail::SlotWord::ctr(raw.slot_word_value(slot))));
+  }
+  const std::string pid = std::to_string(child);
+  CliRun r = run_cli({"fsck", seg()});
+  EXPECT_EQ(r.exit_code, 1) << show(r);
+  EXPECT_TRUE(contains(r.out, "in-flight: pid " + pid + " (dead) is taking job JOB")) << show(r);
+  r = run_cli({"fsck", seg(), "--repair"});
+  EXPECT_EQ(r.exit_code, 1) << show(r);
+  EXPECT_TRUE(contains(r.out, "repair: the step in flight of pid " + pid + " on job JOB")) << show(r);
+  EXPECT_TRUE(contains(r.out, "dropped: its job is pending\n")) << show(r);
+  EXPECT_EQ(run_cli({"fsck", seg()}).exit_code, 0);
+  for (int i = 0; i < 2; ++i) EXPECT_EQ(run_cli({"claim", seg()}).exit_code, 0) << "job " << i << " lost";
+  EXPECT_EQ(run_cli({"claim", seg()}).exit_code, 1);
+}
+
+// What is not a segment, or not one this tool can use, is an error that
+// changes nothing, with or without --repair, text or JSON.
+TEST_F(FsckCli, WhatIsNotASegmentIsAnErrorAndIsLeftAsItWas) {
+  const std::string path = "/dev/shm/" + seg();
+  const std::vector<std::string> contents = {"", "hello\n", std::string(4096, '\x5a'), std::string(100000, '\0')};
+  for (const std::string& bytes : contents) {
+    {
+      std::ofstream f(path, std::ios::binary | std::ios::trunc);
+      f << bytes;
+    }
+    for (const std::vector<std::string>& args :
+         {std::vector<std::string>{"fsck", seg()}, {"fsck", seg(), "--json"}, {"fsck", seg(), "--repair"},
+          {"fsck", seg(), "--repair", "--force", "--json"}}) {
+      const CliRun r = run_cli(args);
+      expect_error(r, seg());
+      EXPECT_TRUE(r.out.empty()) << show(r);
+      std::ifstream f(path, std::ios::binary);
+      const std::string now((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
+      EXPECT_EQ(now, bytes) << "changed by " << args.back();
+    }
+  }
+}
+
 // ---------------------------------------------------------------- inspect
 
 TEST_F(FsckCli, InspectShowsAttachedProcessesAndTheirLeases) {
@@ -277,7 +472,8 @@ TEST_F(FsckCli, InspectShowsWhatWasFinishedForTheDead) {
   }
   const CliRun during = run_cli({"fsck", seg()});
   EXPECT_EQ(during.exit_code, 1) << show(during);
-  EXPECT_TRUE(contains(during.out, "in-flight: pid " + std::to_string(::getpid()) + " is admitting")) << show(during);
+  EXPECT_TRUE(contains(during.out, "in-flight: pid " + std::to_string(::getpid()) + " (dead) is admitting a job into slot "))
+      << show(during);
   q->tick();  // the survivor's sweep frees the slot for the dead enqueuer
   EXPECT_EQ(q->recovery().finished, 1U);
   EXPECT_EQ(run_cli({"fsck", seg()}).exit_code, 0) << "the half-done admission is still there";
