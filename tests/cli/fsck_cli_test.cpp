@@ -204,6 +204,29 @@ TEST_F(FsckCli, RepairAndForceAreReadByValue) {
   EXPECT_EQ(run_cli({"fsck", seg()}).exit_code, 0);
 }
 
+// fsck is exact on a quiet segment only: with violations found while a
+// process is attached and running, it says so (text and JSON), and not
+// when the segment is clean.
+TEST_F(FsckCli, ViolationsWhileProcessesRunSaySo) {
+  create();
+  enqueue("TEN00000000001", 2);
+  auto q = Queue::open(seg());  // this test process: attached and running
+  ASSERT_TRUE(q.ok());
+  const std::string me = std::to_string(::getpid());
+  CliRun r = run_cli({"fsck", seg()});
+  EXPECT_EQ(r.exit_code, 0) << show(r);
+  EXPECT_FALSE(contains(r.out, "note: ")) << show(r);
+  damage_a_lane_count();
+  r = run_cli({"fsck", seg()});
+  EXPECT_EQ(r.exit_code, 1) << show(r);
+  EXPECT_TRUE(contains(r.out, "note: 1 process attached and running (pid " + me + "): a violation may be")) << show(r);
+  r = run_cli({"fsck", seg(), "--json"});
+  const auto j = nlohmann::json::parse(r.out, nullptr, false);
+  ASSERT_FALSE(j.is_discarded()) << show(r);
+  ASSERT_EQ(j.at("working").size(), 1U) << r.out;
+  EXPECT_EQ(j.at("working")[0], ::getpid());
+}
+
 // Each line of the text output is an entry of the JSON output, and the
 // other way round: fsck's violations, and repair's violations and changes.
 TEST_F(FsckCli, JsonSaysWhatTheTextSays) {
